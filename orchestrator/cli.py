@@ -1,0 +1,229 @@
+"""The ``octopoid`` command: parse, call one domain function, print. No queue logic here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import queue_utils, task_notes
+from .exceptions import OctopoidError
+from .scaffold import init_project
+from .tasks import PRIORITIES, Task, TaskState, normalize_task_id, render_task
+
+
+class OctopoidGroup(click.Group):
+    """Turns every ``OctopoidError`` into one line on stderr and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OctopoidError as exc:
+            click.echo(f"octopoid: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _task_row(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.label,
+        "title": task.title,
+        "state": task.state.value if task.state else None,
+        "role": task.role,
+        "priority": task.priority,
+        "attempts": task.attempts,
+        "created": task.headers.get("CREATED"),
+        "claimed_by": task.headers.get("CLAIMED_BY"),
+    }
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+@click.group(cls=OctopoidGroup)
+@click.version_option(package_name="octopoid")
+def cli() -> None:
+    """octopoid: a task queue for AI coding agents, with per-task retry notes.
+
+    Tasks are TASK-<id>.md files in .octopoid/runtime/queue/<state>/. Commands take a
+    task id as TASK-12, task-12 or 12.
+    """
+
+
+@cli.command()
+def init() -> None:
+    """Create .octopoid/ (config, agents, prompts) and the runtime folders here."""
+    created = init_project(Path.cwd())
+    if not created:
+        click.echo("octopoid is already set up here; nothing changed.")
+        return
+    for path in created:
+        click.echo(f"created {path.relative_to(Path.cwd())}")
+
+
+@cli.command()
+@click.argument("title")
+@click.option("--role", default="implement", show_default=True, help="Which agents may claim it.")
+@click.option("--priority", type=click.Choice(PRIORITIES), default="P1", show_default=True)
+@click.option("--branch", default="main", show_default=True, help="Base branch for the work.")
+@click.option("--blocked-by", multiple=True, help="A task that must be done first (repeatable).")
+@click.option("--context", help="What the agent needs to know.")
+@click.option("--context-file", type=click.File("r"), help="Read the context from a file.")
+@click.option("--criterion", multiple=True, help="An acceptance criterion (repeatable).")
+def enqueue(
+    title: str,
+    role: str,
+    priority: str,
+    branch: str,
+    blocked_by: tuple[str, ...],
+    context: str | None,
+    context_file: Any,
+    criterion: tuple[str, ...],
+) -> None:
+    """Add a task to incoming and print its id."""
+    if context and context_file:
+        raise click.UsageError("give --context or --context-file, not both")
+    text = context_file.read() if context_file else (context or "")
+    task = queue_utils.create_task(
+        title,
+        role=role,
+        priority=priority,
+        branch=branch,
+        context=text,
+        criteria=criterion,
+        blocked_by=blocked_by,
+    )
+    click.echo(task.label)
+
+
+@cli.command("list")
+@click.argument("queue", required=False, type=click.Choice([s.value for s in TaskState]))
+@click.option("--role", help="Only tasks of this role.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_cmd(queue: str | None, role: str | None, as_json: bool) -> None:
+    """List tasks in QUEUE (default: every queue but done)."""
+    states = [TaskState(queue)] if queue else [s for s in TaskState if s is not TaskState.DONE]
+    tasks = [t for s in states for t in queue_utils.list_tasks(s) if role in (None, t.role)]
+    if as_json:
+        _emit_json([_task_row(t) for t in tasks])
+        return
+    if not tasks:
+        click.echo("no tasks")
+        return
+    rows = [["ID", "STATE", "PRI", "ROLE", "ATT", "TITLE"]]
+    rows += [[t.label, t.state.value, t.priority, t.role, str(t.attempts), t.title] for t in tasks]
+    click.echo(_table(rows))
+
+
+@cli.command()
+@click.argument("task_id")
+def show(task_id: str) -> None:
+    """Print a task: where it is, its notes, and its file."""
+    task = queue_utils.get_task(task_id)
+    summary = task_notes.notes_summary(task.id)
+    click.echo(f"{task.label} is in {task.state.value} ({task.path})")
+    if summary["attempts"] or summary["reviews"]:
+        click.echo(
+            f"retry notes: {summary['attempts']} attempt(s), {summary['reviews']} "
+            f"review(s) - `octopoid notes {task.label}`"
+        )
+    else:
+        click.echo("retry notes: none")
+    click.echo()
+    click.echo(render_task(task), nl=False)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json: bool) -> None:
+    """Tasks per queue, running claims with their lease, and the oldest waiting task."""
+    summary = queue_utils.status_summary()
+    if as_json:
+        _emit_json(summary)
+        return
+    click.echo(_table([[k, str(v)] for k, v in summary["counts"].items()]))
+    for c in summary["claimed"]:
+        left = c["lease_seconds_left"]
+        lease = "no lease" if left is None else f"lease {left}s left"
+        click.echo(f"claimed {c['id']} by {c['agent']} since {c['claimed_at']} ({lease})")
+    oldest = summary["oldest_incoming"]
+    if oldest:
+        click.echo(f"oldest waiting: {oldest['id']}, {oldest['age_seconds']}s old")
+
+
+@cli.command()
+@click.argument("task_ids", nargs=-1, required=True)
+@click.option("--by", "actor", default="human", show_default=True, help="Who accepts.")
+def accept(task_ids: tuple[str, ...], actor: str) -> None:
+    """Accept provisional tasks: move them to done and delete their retry notes."""
+    failures = 0
+    for raw in task_ids:
+        try:
+            task = queue_utils.accept_completion(normalize_task_id(raw), actor)
+        except OctopoidError as exc:
+            click.echo(f"octopoid: {exc}", err=True)
+            failures = max(failures, exc.exit_code)
+            continue
+        click.echo(f"{task.label} accepted: done")
+    sys.exit(failures)
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--reason", required=True, help="What to fix; the next attempt reads it.")
+@click.option("--by", "actor", default="human", show_default=True, help="Who rejects.")
+def reject(task_id: str, reason: str, actor: str) -> None:
+    """Send a provisional task back to incoming, with the reason in its retry notes."""
+    task = queue_utils.reject_completion(task_id, reason, actor)
+    click.echo(f"{task.label} rejected: back in incoming; the reason is in its notes")
+
+
+@cli.command()
+@click.argument("task_id")
+def retry(task_id: str) -> None:
+    """Move a failed or rejected task back to incoming, with fresh attempts."""
+    task = queue_utils.retry_task(task_id)
+    click.echo(f"{task.label} back in incoming")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--reason", default="requeued by hand", show_default=True)
+def requeue(task_id: str, reason: str) -> None:
+    """Move a claimed task back to incoming (its retry notes are kept)."""
+    task = queue_utils.requeue_task(task_id, reason)
+    click.echo(f"{task.label} back in incoming")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--path", "show_path", is_flag=True, help="Print where the notes live instead.")
+def notes(task_id: str, show_path: bool) -> None:
+    """Print a task's retry notes (what earlier attempts left for the next one)."""
+    task_id = normalize_task_id(task_id)
+    if show_path:
+        click.echo(task_notes.notes_path(task_id))
+        return
+    text = task_notes.get_task_notes(task_id)
+    if text is None:
+        click.echo(f"TASK-{task_id} has no retry notes")
+        return
+    click.echo(text, nl=False)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="octopoid")
+
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,215 @@
+"""Where octopoid's files live, and the two YAML files that configure it.
+
+Every path is computed at call time from the project root, so tests (and users with
+``OCTOPOID_ROOT``) can point octopoid anywhere. The YAML files are checked against small
+schemas: an unknown key, a wrong type or a missing field names the file, the key and what
+was expected.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import defaults
+from .exceptions import ConfigError
+
+OCTOPOID_DIR = ".octopoid"
+ROOT_ENV = "OCTOPOID_ROOT"
+
+
+def find_project_root(start: Path | None = None) -> Path:
+    """The nearest directory at or above ``start`` (default: cwd) holding ``.octopoid/``."""
+    env = os.environ.get(ROOT_ENV)
+    if env:
+        return Path(env).resolve()
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / OCTOPOID_DIR).is_dir():
+            return candidate
+    raise ConfigError(
+        f"no {OCTOPOID_DIR}/ directory in {here} or any parent; run `octopoid init` first"
+    )
+
+
+def get_octopoid_dir() -> Path:
+    return find_project_root() / OCTOPOID_DIR
+
+
+def get_orchestrator_dir() -> Path:
+    """``.octopoid/runtime``: everything octopoid writes while it runs (git-ignored)."""
+    return get_octopoid_dir() / "runtime"
+
+
+def get_queue_dir() -> Path:
+    return get_orchestrator_dir() / "queue"
+
+
+def get_notes_dir() -> Path:
+    """``.octopoid/runtime/shared/notes/``, created if needed (the seed's retry-notes home)."""
+    notes_dir = get_orchestrator_dir() / "shared" / "notes"
+    notes_dir.mkdir(parents=True, exist_ok=True)
+    return notes_dir
+
+
+def get_memory_dir() -> Path:
+    return get_orchestrator_dir() / "memory"
+
+
+def get_worktrees_dir() -> Path:
+    return get_orchestrator_dir() / "worktrees"
+
+
+def get_logs_dir() -> Path:
+    return get_orchestrator_dir() / "logs"
+
+
+def get_prompts_dir() -> Path:
+    return get_octopoid_dir() / "prompts"
+
+
+# --- schemas -------------------------------------------------------------------------------
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a YAML schema: its type, default, allowed values and lower bound."""
+
+    type: type
+    default: Any = _REQUIRED
+    choices: tuple[str, ...] | None = None
+    minimum: int | None = None
+    items: type | None = None
+
+
+_TYPE_WORDS = {
+    bool: "true or false",
+    int: "a whole number",
+    str: "a string",
+    list: "a list",
+    dict: "a mapping",
+}
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "notes": {
+        "stdout_limit": Field(int, defaults.NOTES_STDOUT_LIMIT, minimum=100),
+        "prompt_budget": Field(int, defaults.NOTES_PROMPT_BUDGET, minimum=1000),
+        "log_cap_bytes": Field(int, defaults.STDOUT_LOG_CAP_BYTES, minimum=4096),
+    },
+    "merge": {
+        "strategy": Field(str, "merge", choices=("merge", "squash", "ff-only", "none")),
+    },
+}
+
+AGENT_SCHEMA: dict[str, Any] = {
+    "name": Field(str),
+    "role": Field(str),
+    "backend": Field(str, choices=("command", "claude-code", "anthropic")),
+    "argv": Field(list, None, items=str),
+    "model": Field(str, None),
+    "max_concurrent": Field(int, 1, minimum=1),
+    "max_turns": Field(int, 50, minimum=1),
+    "timeout_seconds": Field(int, 1800, minimum=1),
+    "paused": Field(bool, False),
+}
+
+AGENTS_FILE_SCHEMA: dict[str, Any] = {
+    "max_attempts": Field(int, defaults.MAX_ATTEMPTS, minimum=1),
+    "lease_seconds": Field(int, defaults.LEASE_SECONDS, minimum=10),
+    "max_claimed": Field(int, 4, minimum=1),
+    "max_provisional": Field(int, 20, minimum=1),
+    "paused": Field(bool, False),
+    "agents": Field(list, [], items=dict),
+}
+
+
+def validate(data: Any, schema: dict[str, Any], file: str, prefix: str = "") -> dict[str, Any]:
+    """Check ``data`` against ``schema`` and return it with defaults filled in."""
+    where = prefix.rstrip(".") or "the top level"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: {where} must be a mapping of keys to values")
+    for key in data:
+        if key not in schema:
+            known = ", ".join(sorted(schema))
+            raise ConfigError(f"{file}: unknown key '{prefix}{key}' (expected one of: {known})")
+    out: dict[str, Any] = {}
+    for key, spec in schema.items():
+        if isinstance(spec, dict):
+            out[key] = validate(data.get(key), spec, file, f"{prefix}{key}.")
+        else:
+            out[key] = _check_field(data, key, spec, file, prefix)
+    return out
+
+
+def _check_field(data: dict[str, Any], key: str, spec: Field, file: str, prefix: str) -> Any:
+    name = f"{prefix}{key}"
+    if key not in data:
+        if spec.default is _REQUIRED:
+            raise ConfigError(f"{file}: missing key '{name}' ({_TYPE_WORDS[spec.type]})")
+        return spec.default
+    value = data[key]
+    if value is None and spec.default is None:
+        return None
+    ok = isinstance(value, spec.type) and not (spec.type is int and isinstance(value, bool))
+    if not ok:
+        raise ConfigError(f"{file}: '{name}' should be {_TYPE_WORDS[spec.type]}, got {value!r}")
+    if spec.choices and value not in spec.choices:
+        raise ConfigError(
+            f"{file}: '{name}' must be one of {', '.join(spec.choices)}; got {value!r}"
+        )
+    if spec.minimum is not None and value < spec.minimum:
+        raise ConfigError(f"{file}: '{name}' must be at least {spec.minimum}; got {value}")
+    if spec.items is not None:
+        for i, item in enumerate(value):
+            if not isinstance(item, spec.items):
+                raise ConfigError(
+                    f"{file}: '{name}[{i}]' should be {_TYPE_WORDS[spec.items]}, got {item!r}"
+                )
+    return value
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: invalid YAML{at}: {problem}") from None
+
+
+def load_config() -> dict[str, Any]:
+    """``.octopoid/config.yaml``, validated, defaults filled in (a missing file is all defaults)."""
+    path = get_octopoid_dir() / "config.yaml"
+    return validate(_read_yaml(path), CONFIG_SCHEMA, str(path))
+
+
+def load_agents() -> dict[str, Any]:
+    """``.octopoid/agents.yaml``, validated; each agent gets its defaults; names are unique."""
+    path = get_octopoid_dir() / "agents.yaml"
+    data = validate(_read_yaml(path), AGENTS_FILE_SCHEMA, str(path))
+    agents, seen = [], set()
+    for i, raw in enumerate(data["agents"]):
+        agent = validate(raw, AGENT_SCHEMA, str(path), f"agents[{i}].")
+        if agent["name"] in seen:
+            raise ConfigError(f"{path}: agent name '{agent['name']}' is used twice")
+        seen.add(agent["name"])
+        if agent["backend"] == "command" and not agent["argv"]:
+            raise ConfigError(f"{path}: 'agents[{i}].argv' is required for the command backend")
+        agents.append(agent)
+    data["agents"] = agents
+    return data

@@ -1,0 +1,36 @@
+"""Every tunable in one place, each with its default and the reason for it."""
+
+from __future__ import annotations
+
+#: Characters of agent output kept per attempt in the retry notes (the seed's "~3000").
+NOTES_STDOUT_LIMIT = 3000
+
+#: Characters of retry notes a prompt may carry; keeps ten attempts from making a prompt 10x.
+NOTES_PROMPT_BUDGET = 12_000
+
+#: Bytes of an attempt's full output kept in TASK-<id>.stdout.log (the tail is kept).
+STDOUT_LOG_CAP_BYTES = 10 * 1024 * 1024
+
+#: Attempts a task gets before it goes to failed.
+MAX_ATTEMPTS = 3
+
+#: Seconds a claim stays valid without renewal; the runner renews well before this.
+LEASE_SECONDS = 600
+
+#: Largest task file octopoid reads; bigger ones are quarantined rather than loaded.
+MAX_TASK_FILE_BYTES = 1024 * 1024
+
+#: Characters of an error kept in a task's ERROR header; the rest belongs in logs.
+MAX_ERROR_CHARS = 500
+
+#: Characters of a reason kept in one History line.
+MAX_HISTORY_REASON_CHARS = 200
+
+#: Seconds between full rescans of incoming/ that catch files dropped in by hand.
+INDEX_RECONCILE_SECONDS = 60
+
+#: Seconds after which a leftover temp file in a queue folder is a crash's debris.
+STALE_TEMP_SECONDS = 3600
+
+#: Candidates read from the claim index per query; a few spare for lost races.
+CLAIM_BATCH = 32

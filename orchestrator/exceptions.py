@@ -1,0 +1,55 @@
+"""Every error octopoid raises on purpose.
+
+Each subclass carries the exit code the CLI uses, so the CLI catches ``OctopoidError`` once,
+prints one line and exits with that code. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class OctopoidError(Exception):
+    """Base of all expected errors; ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class ConfigError(OctopoidError):
+    """A config file is missing, unreadable, or does not match its schema."""
+
+    exit_code = 2
+
+
+class InvalidTaskId(OctopoidError):
+    """A task id from a user or a file name does not match the id pattern."""
+
+    exit_code = 2
+
+
+class TaskParseError(OctopoidError):
+    """A task file cannot be read as an octopoid task (it goes to quarantine)."""
+
+    exit_code = 2
+
+
+class TaskNotFound(OctopoidError):
+    """No queue folder holds a task with this id."""
+
+    exit_code = 3
+
+
+class IllegalTransition(OctopoidError):
+    """The task is not in a state that allows the requested move."""
+
+    exit_code = 1
+
+
+class LostRace(OctopoidError):
+    """Another process moved the task first; the caller should move on."""
+
+    exit_code = 1
+
+
+class NotesError(OctopoidError):
+    """Retry notes could not be read or written."""
+
+    exit_code = 1

@@ -1,0 +1,211 @@
+"""Durable file primitives: atomic write, durable rename, and a bounded tail buffer.
+
+A state change in octopoid is a rename, and a rename only survives a power cut once the
+directories on both sides are fsynced; these helpers make that the only way files move.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+TEMP_PREFIX = "."
+TEMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry table so renames and creations in it survive a crash."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_path_for(target: Path) -> Path:
+    """A unique hidden temp name beside ``target``; queue listings ignore dot-files."""
+    return target.with_name(f"{TEMP_PREFIX}{target.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+
+
+def write_temp(target: Path, data: bytes, mode: int | None = None) -> Path:
+    """Write ``data`` to a fsynced temp file beside ``target`` and return its path."""
+    tmp = temp_path_for(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644 if mode is None else mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def atomic_write(target: Path, data: bytes | str, keep_mode: bool = True) -> None:
+    """Replace ``target`` with ``data`` so a reader or a crash sees the old or the new file."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    mode = None
+    if keep_mode:
+        try:
+            mode = target.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = None
+    tmp = write_temp(target, data, mode)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(target.parent)
+
+
+def durable_rename(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst`` and fsync both directories.
+
+    Raises ``FileNotFoundError`` when ``src`` is gone: in a queue that means another
+    process won the race.
+    """
+    os.rename(src, dst)
+    fsync_dir(dst.parent)
+    if src.parent != dst.parent:
+        fsync_dir(src.parent)
+
+
+def is_temp_name(name: str) -> bool:
+    """True for the hidden temp files ``write_temp`` makes (crash debris if left over)."""
+    return name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)
+
+
+class TailBuffer:
+    """Keep the last ``limit`` characters of a byte stream in bounded memory.
+
+    Bytes are decoded incrementally, so a multi-byte character split across two chunks is
+    never cut in half. Complete lines pass through ``redact`` (when given) before they are
+    kept, so a secret never reaches the tail or the log. When ``log_path`` is given, the
+    stream is also written there, held to about ``log_cap_bytes`` by keeping its tail.
+    """
+
+    LINE_HOLD = 65536  # a partial line longer than this is passed on without waiting for "\n"
+
+    def __init__(
+        self,
+        limit: int,
+        log_path: Path | None = None,
+        log_cap_bytes: int | None = None,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self.limit = limit
+        self.dropped_chars = 0
+        self.total_bytes = 0
+        self._redact = redact
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+        self._chunks: list[str] = []
+        self._held = 0
+        self._log = _CappedLog(log_path, log_cap_bytes) if log_path else None
+
+    def feed(self, data: bytes) -> None:
+        """Add a chunk of raw output."""
+        if not data:
+            return
+        self.total_bytes += len(data)
+        pending = self._pending + self._decoder.decode(data)
+        cut = pending.rfind("\n") + 1
+        if cut == 0 and len(pending) > self.LINE_HOLD:
+            cut = len(pending)
+        self._pending = pending[cut:]
+        self._emit(pending[:cut])
+
+    def close(self) -> None:
+        """Flush a trailing partial line or character and close the log."""
+        self._emit(self._pending + self._decoder.decode(b"", final=True))
+        self._pending = ""
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def text(self) -> str:
+        """The kept tail (at most ``limit`` characters), not counting an unfinished line."""
+        self._compact()
+        return "".join(self._chunks)
+
+    @property
+    def log_dropped_bytes(self) -> int:
+        return self._log.dropped if self._log else 0
+
+    def _emit(self, text: str) -> None:
+        if not text:
+            return
+        text = text.replace("\x00", "\ufffd")
+        if self._redact:
+            text = self._redact(text)
+        if self._log:
+            self._log.write(text.encode("utf-8"))
+        self._chunks.append(text)
+        self._held += len(text)
+        if self._held > 2 * self.limit:
+            self._compact()
+
+    def _compact(self) -> None:
+        if self._held <= self.limit:
+            return
+        joined = "".join(self._chunks)
+        cut = len(joined) - self.limit
+        self.dropped_chars += cut
+        self._chunks = [joined[cut:]]
+        self._held = self.limit
+
+    def __enter__(self) -> TailBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _CappedLog:
+    """An append-only log held near ``cap`` bytes by rewriting it as its newest half."""
+
+    def __init__(self, path: Path, cap: int | None) -> None:
+        self.path = path
+        self.cap = cap
+        self.dropped = 0
+        self._marker_len = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "wb")  # noqa: SIM115 - held open across feeds
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._size += len(data)
+        if self.cap is not None and self._size > self.cap:
+            self._keep_tail()
+
+    def _keep_tail(self) -> None:
+        self._file.flush()
+        keep = max(self.cap // 2, 1)
+        with open(self.path, "rb") as old:
+            old.seek(self._size - keep)
+            tail = old.read()
+        while tail and (tail[0] & 0xC0) == 0x80:  # never start on a UTF-8 continuation byte
+            tail = tail[1:]
+        self.dropped += self._size - self._marker_len - len(tail)
+        marker = (
+            f"[...octopoid dropped the first {self.dropped} bytes of this output...]\n".encode()
+        )
+        self._file.close()
+        atomic_write(self.path, marker + tail, keep_mode=False)
+        self._file = open(self.path, "ab")  # noqa: SIM115
+        self._marker_len = len(marker)
+        self._size = len(marker) + len(tail)
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,77 @@
+"""Prompt building: pure functions, text in and text out."""
+
+from __future__ import annotations
+
+from .task_notes import NotesSection, fence_for, split_notes
+
+PREVIOUS_NOTES_HEADING = "## Previous Agent Notes"
+PREVIOUS_NOTES_INTRO = (
+    "The following notes were left by a previous agent that attempted this task. "
+    "Use these to avoid repeating the same exploration and mistakes."
+)
+MIN_KEPT = 200  # characters of a shortened section still worth showing
+MARKUP_SLACK = 120  # room for the marker and fences a shortened section gains
+
+
+def budget_notes(notes: str, budget: int) -> str:
+    """Fit retry notes into ``budget`` characters.
+
+    The newest attempt and the newest review stay whole; older sections are shortened
+    oldest first (keeping each one's heading and the end of its text, where conclusions
+    are), and the block says how much was left out.
+    """
+    if len(notes) <= budget:
+        return notes
+    head, sections = split_notes(notes)
+    overflow = len(notes) - budget
+    left_out = 0
+    for section in _shrink_order(sections):
+        if overflow <= 0:
+            break
+        cut = _shorten(section, overflow)
+        overflow -= cut
+        left_out += cut
+    text = head + "".join(s.render() for s in sections)
+    if len(text) > budget:  # even the newest sections are over budget: keep the end
+        left_out += len(text) - budget
+        text = text[-budget:]
+    return f"[...{left_out} characters of older notes left out to fit the prompt...]\n\n{text}"
+
+
+def _shrink_order(sections: list[NotesSection]) -> list[NotesSection]:
+    """Oldest first; the newest attempt and newest review last of all."""
+    newest = {
+        kind: max((i for i, s in enumerate(sections) if s.kind == kind), default=None)
+        for kind in ("attempt", "review")
+    }
+    protected = {i for i in newest.values() if i is not None}
+    older = [s for i, s in enumerate(sections) if i not in protected]
+    return older + [sections[i] for i in sorted(protected)]
+
+
+def _shorten(section: NotesSection, wanted: int) -> int:
+    """Drop up to ``wanted`` characters from the start of a section's body; return how many."""
+    body = section.body
+    meta, _, rest = body.partition("\n")
+    keep = max(MIN_KEPT, len(rest) - wanted - MARKUP_SLACK)
+    if keep >= len(rest) - MARKUP_SLACK:
+        return 0
+    marker = f"[...{len(rest) - keep} chars of this section left out...]\n"
+    kept = rest[-keep:]
+    fence = fence_for(kept + marker)
+    section.body = f"{meta}\n{fence}text\n{marker}{kept.rstrip('`' + chr(10))}\n{fence}\n\n"
+    return len(body) - len(section.body)
+
+
+def render_previous_notes(notes: str | None, budget: int) -> str:
+    """The ``## Previous Agent Notes`` block, or ``""`` when there are no notes.
+
+    The notes sit in a fence longer than any backtick run inside them, so headings in
+    agent output cannot pose as sections of the prompt.
+    """
+    if not notes or not notes.strip():
+        return ""
+    body = budget_notes(notes, budget)
+    fence = fence_for(body)
+    intro = f"{PREVIOUS_NOTES_HEADING}\n\n{PREVIOUS_NOTES_INTRO}\n\n"
+    return f"{intro}{fence}markdown\n{body.rstrip()}\n{fence}\n"

@@ -1,0 +1,452 @@
+"""The task state machine over the queue store (octopoid's seed API names live here).
+
+Each public function is one legal transition: it checks the task is where the move may
+start, rewrites the header, appends a History line and moves the file with one durable
+rename. Illegal moves raise ``IllegalTransition``. This module knows nothing of git,
+agents or memory; it only keeps retry notes in step, as the notes plan says.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from . import config, defaults
+from .exceptions import IllegalTransition, LostRace, TaskNotFound
+from .store import FolderStore, QueueStore
+from .task_notes import add_review_notes, append_attempt, cleanup_task_notes, get_task_notes
+from .tasks import (
+    DEFAULT_BRANCH,
+    DEFAULT_PRIORITY,
+    DEFAULT_ROLE,
+    PRIORITIES,
+    Task,
+    TaskState,
+    format_time,
+    normalize_task_id,
+    one_line,
+    task_label,
+    utcnow,
+)
+
+S = TaskState
+LEASE_HEADERS = ("CLAIMED_BY", "PID", "HOST", "LEASE_EXPIRES", "CLAIMED_AT")
+REJECT_REASONS = ("invalid", "duplicate", "already_implemented", "out_of_scope", "other")
+
+__all__ = [
+    "accept_completion",
+    "claim_task",
+    "cleanup_task_notes",
+    "complete_task",
+    "create_task",
+    "fail_task",
+    "get_task",
+    "get_task_notes",
+    "list_tasks",
+    "quarantine_file",
+    "reap_expired_claims",
+    "recycle_to_breakdown",
+    "reject_completion",
+    "reject_task",
+    "renew_lease",
+    "requeue_task",
+    "retry_task",
+    "save_task_notes",
+    "submit_completion",
+]
+
+
+@lru_cache(maxsize=8)
+def _store_for(queue_dir: str) -> FolderStore:
+    store = FolderStore(Path(queue_dir))
+    store.initialize()
+    return store
+
+
+def get_store() -> QueueStore:
+    """The store for the current project (looked up at call time, cached per folder)."""
+    return _store_for(str(config.get_queue_dir()))
+
+
+def _id(task: Task | str) -> str:
+    return task.id if isinstance(task, Task) else normalize_task_id(task)
+
+
+def _transition(
+    task: Task | str,
+    allowed: Iterable[TaskState],
+    dst: TaskState,
+    actor: str | None,
+    reason: str = "",
+    now: datetime | None = None,
+    set_headers: dict[str, Any] | None = None,
+    drop_headers: Iterable[str] = (),
+    edit: Callable[[Task], None] | None = None,
+) -> Task:
+    """Move a task from one of ``allowed`` states to ``dst``; the one path every move takes.
+
+    ``actor`` None means the agent holding the claim. ``edit`` sees the task as read under
+    the lock, for changes that depend on its current headers.
+    """
+    task_id, now = _id(task), now or utcnow()
+    store = get_store()
+    src = store.locate(task_id)
+    if src is None:
+        raise TaskNotFound(f"no task {task_label(task_id)} in any queue")
+    allowed = tuple(allowed)
+    if src not in allowed:
+        wanted = " or ".join(s.value for s in allowed)
+        raise IllegalTransition(
+            f"{task_label(task_id)} is in {src.value}, not {wanted}; cannot move it to {dst.value}"
+        )
+
+    def change(t: Task) -> None:
+        who = actor or t.headers.get("CLAIMED_BY") or "agent"
+        if edit is not None:
+            edit(t)
+        t.drop_header(*drop_headers)
+        for key, value in (set_headers or {}).items():
+            t.set_header(key, value)
+        t.add_history(now, src.value, dst.value, who, reason)
+
+    try:
+        moved = store.move(task_id, src, dst, change)
+    except LostRace:
+        raise IllegalTransition(f"{task_label(task_id)} was moved by another process") from None
+    assert moved is not None  # no guard given
+    return moved
+
+
+def create_task(
+    title: str,
+    *,
+    role: str = DEFAULT_ROLE,
+    priority: str = DEFAULT_PRIORITY,
+    branch: str = DEFAULT_BRANCH,
+    context: str = "",
+    criteria: Iterable[str] = (),
+    blocked_by: Iterable[str] = (),
+    created_by: str = "human",
+    now: datetime | None = None,
+) -> Task:
+    """Enqueue a new task in incoming with the next sequential id."""
+    title = one_line(title, 200)
+    if not title:
+        raise IllegalTransition("a task needs a title")
+    if priority not in PRIORITIES:
+        raise IllegalTransition(
+            f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}"
+        )
+    store, now = get_store(), now or utcnow()
+    blockers = [normalize_task_id(b) for b in blocked_by]
+    task = Task(id=store.allocate_id(), title=title)
+    task.set_header("ROLE", role)
+    task.set_header("PRIORITY", priority)
+    task.set_header("BRANCH", branch)
+    task.set_header("CREATED", format_time(now))
+    task.set_header("CREATED_BY", created_by)
+    if blockers:
+        task.set_header("BLOCKED_BY", ", ".join(task_label(b) for b in blockers))
+    task.set_header("ATTEMPTS", 0)
+    body = context.strip()
+    task.sections.append(("Context", f"{body}\n\n" if body else "\n"))
+    items = "".join(f"- [ ] {one_line(c, 500)}\n" for c in criteria if c.strip())
+    task.sections.append(("Acceptance Criteria", f"{items}\n" if items else "\n"))
+    task.add_history(now, "new", S.INCOMING.value, created_by)
+    return store.add(task, S.INCOMING)
+
+
+def list_tasks(queue: TaskState | str) -> list[Task]:
+    """Every readable task in ``queue``, in claim order."""
+    try:
+        state = TaskState(queue)
+    except ValueError:
+        names = ", ".join(s.value for s in TaskState)
+        raise IllegalTransition(f"unknown queue {queue!r}; queues are: {names}") from None
+    return get_store().list(state)
+
+
+def get_task(task_id: str) -> Task:
+    return get_store().get(normalize_task_id(task_id))
+
+
+def claim_task(
+    role_filter: str | None = None,
+    agent_name: str = "agent",
+    *,
+    lease_seconds: int | None = None,
+    pid: int | None = None,
+    now: datetime | None = None,
+) -> Task | None:
+    """Claim the next eligible incoming task for ``agent_name``, with a lease; None if none."""
+    now = now or utcnow()
+    seconds = lease_seconds or config.load_agents()["lease_seconds"]
+
+    def change(t: Task) -> None:
+        t.set_header("ATTEMPTS", t.attempts + 1)
+        t.set_header("CLAIMED_BY", agent_name)
+        t.set_header("PID", pid or os.getpid())
+        t.set_header("HOST", socket.gethostname())
+        t.set_header("CLAIMED_AT", format_time(now))
+        t.set_header("LEASE_EXPIRES", format_time(now + timedelta(seconds=seconds)))
+        t.add_history(now, S.INCOMING.value, S.CLAIMED.value, agent_name, f"attempt {t.attempts}")
+
+    return get_store().claim(role_filter, change)
+
+
+def renew_lease(
+    task: Task | str, lease_seconds: int | None = None, now: datetime | None = None
+) -> Task:
+    """Push a claimed task's lease forward; ``IllegalTransition`` if it is no longer claimed."""
+    now = now or utcnow()
+    seconds = lease_seconds or config.load_agents()["lease_seconds"]
+    expires = format_time(now + timedelta(seconds=seconds))
+    try:
+        return get_store().update(
+            _id(task), S.CLAIMED, lambda t: t.set_header("LEASE_EXPIRES", expires)
+        )
+    except LostRace:
+        raise IllegalTransition(f"{task_label(_id(task))} is no longer claimed") from None
+
+
+def submit_completion(
+    task: Task | str, commits: int, turns: int, now: datetime | None = None
+) -> Task:
+    """claimed -> provisional: the attempt produced work for review."""
+    now = now or utcnow()
+    return _transition(
+        task,
+        [S.CLAIMED],
+        S.PROVISIONAL,
+        None,
+        f"{commits} commits, {turns} turns",
+        now,
+        {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)},
+        LEASE_HEADERS,
+    )
+
+
+def accept_completion(
+    task: Task | str, accepted_by: str = "human", now: datetime | None = None
+) -> Task:
+    """provisional -> done; the retry notes are deleted."""
+    now = now or utcnow()
+    done = _transition(
+        task,
+        [S.PROVISIONAL],
+        S.DONE,
+        accepted_by,
+        "accepted",
+        now,
+        {"ACCEPTED_BY": accepted_by, "COMPLETED_AT": format_time(now)},
+    )
+    cleanup_task_notes(done.id)
+    return done
+
+
+def reject_completion(
+    task: Task | str, reason: str, rejected_by: str = "human", now: datetime | None = None
+) -> Task:
+    """provisional -> incoming; the reason goes into the retry notes for the next attempt."""
+    if not reason.strip():
+        raise IllegalTransition("a rejection needs a reason: the next attempt reads it")
+    now = now or utcnow()
+    moved = _transition(
+        task, [S.PROVISIONAL], S.INCOMING, rejected_by, reason, now, drop_headers=("SUBMITTED_AT",)
+    )
+    add_review_notes(moved.id, reason, rejected_by, now)
+    return moved
+
+
+def complete_task(task: Task | str, result: str = "", now: datetime | None = None) -> Task:
+    """claimed -> done directly (no review); the retry notes are deleted."""
+    now = now or utcnow()
+    done = _transition(
+        task,
+        [S.CLAIMED],
+        S.DONE,
+        None,
+        result or "completed",
+        now,
+        {"COMPLETED_AT": format_time(now)},
+        LEASE_HEADERS,
+    )
+    cleanup_task_notes(done.id)
+    return done
+
+
+def fail_task(task: Task | str, error: str, now: datetime | None = None) -> Task:
+    """-> failed, with the error kept (one line, capped) in the ERROR header."""
+    error = one_line(error, defaults.MAX_ERROR_CHARS) or "unknown error"
+    return _transition(
+        task,
+        [S.INCOMING, S.CLAIMED, S.PROVISIONAL],
+        S.FAILED,
+        None,
+        error,
+        now,
+        {"ERROR": error},
+        LEASE_HEADERS,
+    )
+
+
+def reject_task(
+    task: Task | str, reason: str, details: str = "", now: datetime | None = None
+) -> Task:
+    """claimed -> rejected: the agent says the task is invalid, a duplicate, already done..."""
+    if reason not in REJECT_REASONS:
+        raise IllegalTransition(f"reject reason must be one of {', '.join(REJECT_REASONS)}")
+    why = f"{reason}: {details}" if details else reason
+    return _transition(
+        task,
+        [S.CLAIMED],
+        S.REJECTED,
+        None,
+        why,
+        now,
+        {"REJECT_REASON": reason, "REJECT_DETAILS": one_line(details, 500)},
+        LEASE_HEADERS,
+    )
+
+
+def retry_task(task: Task | str, actor: str = "human", now: datetime | None = None) -> Task:
+    """failed/rejected -> incoming with a fresh set of attempts; notes are kept."""
+    return _transition(
+        task,
+        [S.FAILED, S.REJECTED],
+        S.INCOMING,
+        actor,
+        "retry",
+        now,
+        drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS"),
+        edit=lambda t: t.set_header("ATTEMPTS_AT_RETRY", t.attempts),
+    )
+
+
+def requeue_task(
+    task: Task | str, reason: str = "requeued", actor: str = "human", now: datetime | None = None
+) -> Task:
+    """claimed -> incoming after a lost attempt (the attempt still counts); notes are kept."""
+    return _transition(
+        task, [S.CLAIMED], S.INCOMING, actor, reason, now, drop_headers=LEASE_HEADERS
+    )
+
+
+def recycle_to_breakdown(task: Task | str, reason: str, now: datetime | None = None) -> Task:
+    """claimed -> breakdown: burned out, to be split by a breakdown role; notes are kept."""
+    return _transition(
+        task, [S.CLAIMED], S.BREAKDOWN, None, reason, now, drop_headers=LEASE_HEADERS
+    )
+
+
+def attempts_left(task: Task, max_attempts: int) -> int:
+    """Attempts a task has before failing, counting from its last human retry."""
+    since_retry = task.attempts - int(task.headers.get("ATTEMPTS_AT_RETRY") or 0)
+    return max(0, max_attempts - since_retry)
+
+
+def reap_expired_claims(
+    now: datetime | None = None, max_attempts: int | None = None
+) -> list[tuple[Task, TaskState]]:
+    """Return claims whose lease expired and whose process is gone to incoming (or failed).
+
+    A claim without a lease (a crash between the claim's rename and its header rewrite)
+    counts as expired once its file is older than the lease time.
+    """
+    now = now or utcnow()
+    agents_cfg = config.load_agents()
+    max_attempts = max_attempts or agents_cfg["max_attempts"]
+    reaped = []
+    for task in get_store().list(S.CLAIMED):
+        expires = task.lease_expires or _file_time(task) + timedelta(
+            seconds=agents_cfg["lease_seconds"]
+        )
+        if expires > now or _owner_alive(task):
+            continue
+        why = (
+            f"lease expired at {format_time(expires)} ({task.headers.get('CLAIMED_BY', '?')} gone)"
+        )
+        try:
+            if attempts_left(task, max_attempts) > 0:
+                reaped.append((requeue_task(task, why, "reaper", now), S.INCOMING))
+            else:
+                reaped.append((fail_task(task, f"attempts exhausted; {why}", now), S.FAILED))
+        except (IllegalTransition, TaskNotFound):
+            continue  # finished or moved while we looked
+    get_store().sweep(now)
+    return reaped
+
+
+def _file_time(task: Task) -> datetime:
+    return datetime.fromtimestamp(task.path.stat().st_mtime, tz=UTC)
+
+
+def _owner_alive(task: Task) -> bool:
+    """True when the claiming process still runs on this host (other hosts: trust the lease)."""
+    pid = task.headers.get("PID", "")
+    if task.headers.get("HOST") != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def quarantine_file(path: Path, reason: str) -> Path:
+    """Move an unreadable file to quarantine/ with ``<name>.error`` beside it."""
+    return get_store().quarantine(path, reason)
+
+
+def save_task_notes(
+    task_id: str,
+    agent_name: str,
+    stdout: str,
+    commits: int,
+    turns: int,
+    **extra: Any,
+) -> None:
+    """Append an attempt to the task's retry notes, numbered by its ``ATTEMPTS`` header."""
+    if "attempt" not in extra:
+        try:
+            extra["attempt"] = get_task(task_id).attempts or None
+        except TaskNotFound:
+            extra["attempt"] = None
+    append_attempt(task_id, agent_name, stdout, commits, turns, **extra)
+
+
+def status_summary(now: datetime | None = None) -> dict[str, Any]:
+    """Counts per queue, claimed tasks with agent and lease, and the oldest waiting task."""
+    now = now or utcnow()
+    store = get_store()
+    claimed = []
+    for task in store.list(S.CLAIMED):
+        lease = task.lease_expires
+        claimed.append(
+            {
+                "id": task.label,
+                "agent": task.headers.get("CLAIMED_BY", "?"),
+                "claimed_at": task.headers.get("CLAIMED_AT"),
+                "lease_seconds_left": int((lease - now).total_seconds()) if lease else None,
+            }
+        )
+    waiting = store.list(S.INCOMING)
+    oldest = min(waiting, key=lambda t: t.created or now, default=None)
+    return {
+        "counts": {state.value: store.count(state) for state in TaskState},
+        "claimed": claimed,
+        "oldest_incoming": None
+        if oldest is None
+        else {
+            "id": oldest.label,
+            "created": oldest.headers.get("CREATED"),
+            "age_seconds": int((now - (oldest.created or now)).total_seconds()),
+        },
+    }

@@ -1,0 +1,87 @@
+"""The queue store interface: everything the state machine needs from storage.
+
+``queue_utils`` holds the rules (which move is legal, what a move writes); a store only
+keeps tasks and moves them atomically. A second store (PostgreSQL) implements the same
+methods and runs the same contract tests.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from ..tasks import Task, TaskState
+
+Change = Callable[[Task], None]
+Guard = Callable[[Task], bool]
+
+
+class QueueStore(ABC):
+    @abstractmethod
+    def initialize(self) -> None:
+        """Create whatever the store needs (folders, tables); safe to call again."""
+
+    @abstractmethod
+    def allocate_id(self) -> str:
+        """A new sequential id that no task in any state has."""
+
+    @abstractmethod
+    def add(self, task: Task, state: TaskState) -> Task:
+        """Store a new task in ``state``; refuse an id that already exists anywhere."""
+
+    @abstractmethod
+    def locate(self, task_id: str) -> TaskState | None:
+        """The state holding ``task_id``, or None. Cheap: no parsing."""
+
+    @abstractmethod
+    def get(self, task_id: str) -> Task:
+        """The task with this id, wherever it is; ``TaskNotFound`` if nowhere."""
+
+    @abstractmethod
+    def list(self, state: TaskState) -> list[Task]:
+        """Every readable task in ``state``; unreadable ones are quarantined, not returned."""
+
+    @abstractmethod
+    def list_quarantine(self) -> list[tuple[str, str]]:
+        """(name, reason) for every quarantined file."""
+
+    @abstractmethod
+    def count(self, state: TaskState) -> int:
+        """How many tasks ``state`` holds (without parsing them)."""
+
+    @abstractmethod
+    def move(
+        self,
+        task_id: str,
+        src: TaskState,
+        dst: TaskState,
+        change: Change,
+        guard: Guard | None = None,
+    ) -> Task | None:
+        """Atomically move a task from ``src`` to ``dst``, applying ``change`` to it.
+
+        Returns None (and changes nothing) when ``guard`` refuses the task. Raises
+        ``LostRace`` when the task is no longer in ``src``.
+        """
+
+    @abstractmethod
+    def update(self, task_id: str, state: TaskState, change: Change) -> Task:
+        """Rewrite a task in place (same state); ``LostRace`` if it has left ``state``."""
+
+    @abstractmethod
+    def claim(self, role: str | None, change: Change) -> Task | None:
+        """Move the first eligible incoming task to claimed, or return None.
+
+        Eligible: matching ``role`` (any when None), every ``BLOCKED_BY`` task done. Order:
+        priority, then creation time, then id. Two callers never get the same task.
+        """
+
+    @abstractmethod
+    def quarantine(self, path: Path, reason: str) -> Path:
+        """Move an unreadable file aside with the reason beside it; return its new path."""
+
+    @abstractmethod
+    def sweep(self, now: datetime | None = None) -> int:
+        """Remove debris a crash left (old temp files); return how many were removed."""

@@ -1,0 +1,141 @@
+"""A rebuildable SQLite index of ``incoming/`` so a claim does not parse every waiting task.
+
+The folder stays the truth. Rows are written *before* a task is renamed into incoming and
+deleted after it leaves, so the index may briefly list a task that is gone (the claim's
+rename fails and the row is dropped) but never misses one that octopoid put there. Files
+dropped in by hand are found by a rescan whenever the folder's mtime differs from the one
+recorded after octopoid's own moves, and at least every ``INDEX_RECONCILE_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from .. import defaults
+from ..tasks import FILE_RE, Task, claim_order
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS incoming (
+    id TEXT PRIMARY KEY,
+    role TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    created TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    blocked_by TEXT NOT NULL,
+    mtime_ns INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS incoming_order ON incoming (role, rank, created, seq, id);
+CREATE INDEX IF NOT EXISTS incoming_order_any ON incoming (rank, created, seq, id);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class ClaimIndex:
+    def __init__(self, db_path: Path, incoming_dir: Path) -> None:
+        self.db_path = db_path
+        self.incoming_dir = incoming_dir
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None or self._pid != os.getpid():
+            try:
+                self._conn = self._open()
+            except sqlite3.DatabaseError:
+                self.db_path.unlink(missing_ok=True)  # a cache: drop it and start again
+                self._conn = self._open()
+            self._pid = os.getpid()
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(_SCHEMA)
+        return conn
+
+    def upsert(self, task: Task, mtime_ns: int) -> None:
+        rank, created, seq, task_id = claim_order(task)
+        row = (task_id, task.role, rank, created, seq, " ".join(task.blocked_by), mtime_ns)
+        self._db().execute("INSERT OR REPLACE INTO incoming VALUES (?,?,?,?,?,?,?)", row)
+
+    def remove(self, task_id: str) -> None:
+        self._db().execute("DELETE FROM incoming WHERE id = ?", (task_id,))
+
+    def candidates(self, role: str | None, after: tuple | None) -> list[tuple]:
+        """Up to ``CLAIM_BATCH`` rows ``(rank, created, seq, id, blockers)`` in claim order.
+
+        ``after`` is the sort key of the last row already seen (keyset paging, so rows that
+        other claimers delete meanwhile do not shift the window).
+        """
+        clauses: list[str] = []
+        args: list[object] = []
+        if role is not None:
+            clauses.append("role = ?")
+            args.append(role)
+        if after is not None:
+            clauses.append("(rank, created, seq, id) > (?, ?, ?, ?)")
+            args.extend(after)
+        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        rows = self._db().execute(
+            f"SELECT rank, created, seq, id, blocked_by FROM incoming {where} "
+            "ORDER BY rank, created, seq, id LIMIT ?",
+            [*args, defaults.CLAIM_BATCH],
+        )
+        return [(*key, blocked.split()) for *key, blocked in rows]
+
+    def mark_synced(self) -> None:
+        """Record incoming/'s mtime after one of octopoid's own moves."""
+        self._set("incoming_mtime", str(self._folder_mtime()))
+
+    def is_stale(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        if self._get("incoming_mtime") != str(self._folder_mtime()):
+            return True
+        last = float(self._get("last_reconcile") or 0)
+        return now - last > defaults.INDEX_RECONCILE_SECONDS
+
+    def reconcile(self, read: Callable[[Path], Task | None]) -> None:
+        """Make the index match the folder: drop gone rows, (re)read new or edited files.
+
+        ``read`` returns None for a file it could not parse (the store quarantines it).
+        """
+        mtime_before = self._folder_mtime()
+        on_disk = {key: (path, mtime) for key, path, mtime in self._scan()}
+        known = dict(self._db().execute("SELECT id, mtime_ns FROM incoming"))
+        for task_id in known.keys() - on_disk.keys():
+            self.remove(task_id)
+        for key, (path, mtime_ns) in on_disk.items():
+            if known.get(key) != mtime_ns:
+                task = read(path)
+                if task is not None:
+                    self.upsert(task, mtime_ns)
+        self._set("incoming_mtime", str(mtime_before))
+        self._set("last_reconcile", str(time.time()))
+
+    def _scan(self) -> Iterable[tuple[str, Path, int]]:
+        """(index key, path, mtime) per file; a stray name gets a key no id can have."""
+        with os.scandir(self.incoming_dir) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                match = FILE_RE.fullmatch(entry.name)
+                try:
+                    mtime = entry.stat().st_mtime_ns
+                except FileNotFoundError:
+                    continue
+                yield (match.group(1) if match else "/" + entry.name), Path(entry.path), mtime
+
+    def _folder_mtime(self) -> int:
+        return self.incoming_dir.stat().st_mtime_ns
+
+    def _get(self, key: str) -> str | None:
+        row = self._db().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _set(self, key: str, value: str) -> None:
+        self._db().execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))

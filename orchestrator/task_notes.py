@@ -1,0 +1,185 @@
+"""Per-task retry notes: what each attempt left behind, for the next attempt to read.
+
+The file is ``shared/notes/TASK-<id>.md``: a title, then one section per attempt (and per
+review rejection). Agent output sits inside a code fence longer than any backtick run in
+it, so a ``## Attempt`` line printed by an agent can never pose as a section. Saves take
+``TASK-<id>.md.lock`` and replace the file atomically: a crash leaves the old notes whole.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from filelock import FileLock
+
+from . import config
+from .fsutil import atomic_write
+from .redaction import redact
+from .tasks import format_time, normalize_task_id, one_line, task_label, utcnow
+
+BACKTICK_RUN_RE = re.compile(r"`+")
+ATTEMPT_RE = re.compile(r"Attempt (\d+) — ")
+
+
+def fence_for(text: str) -> str:
+    """A backtick fence longer than any backtick run inside ``text`` (at least three)."""
+    longest = max((len(m) for m in BACKTICK_RUN_RE.findall(text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def fenced(text: str, info: str = "text") -> str:
+    fence = fence_for(text)
+    body = text if text.endswith("\n") or not text else text + "\n"
+    return f"{fence}{info}\n{body}{fence}\n"
+
+
+@dataclass
+class NotesSection:
+    """One ``## `` section of a notes file; ``kind`` is ``attempt``, ``review`` or ``other``."""
+
+    heading: str
+    body: str
+
+    @property
+    def kind(self) -> str:
+        if ATTEMPT_RE.match(self.heading):
+            return "attempt"
+        return "review" if self.heading.startswith("Review") else "other"
+
+    @property
+    def attempt(self) -> int | None:
+        match = ATTEMPT_RE.match(self.heading)
+        return int(match.group(1)) if match else None
+
+    def render(self) -> str:
+        return f"## {self.heading}\n{self.body}"
+
+
+def split_notes(text: str) -> tuple[str, list[NotesSection]]:
+    """(text before the first section, sections), ignoring ``## `` lines inside fences."""
+    head: list[str] = []
+    sections: list[NotesSection] = []
+    fence = 0
+    for line in text.splitlines(keepends=True):
+        run = len(line) - len(line.lstrip("`"))
+        if fence and run >= fence and not line.strip().strip("`"):
+            fence = 0
+        elif not fence and run >= 3:
+            fence = run
+        elif not fence and line.startswith("## "):
+            sections.append(NotesSection(line[3:].rstrip("\n"), ""))
+            continue
+        if sections:
+            sections[-1].body += line
+        else:
+            head.append(line)
+    return "".join(head), sections
+
+
+def notes_path(task_id: str) -> Path:
+    return config.get_notes_dir() / f"{task_label(normalize_task_id(task_id))}.md"
+
+
+def stdout_log_path(task_id: str) -> Path:
+    return config.get_notes_dir() / f"{task_label(normalize_task_id(task_id))}.stdout.log"
+
+
+def _lock(path: Path) -> FileLock:
+    return FileLock(path.with_name(path.name + ".lock"))
+
+
+def get_task_notes(task_id: str) -> str | None:
+    """The task's notes, or None when it has none."""
+    try:
+        return notes_path(task_id).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+
+
+def tail_with_marker(text: str, limit: int, already_dropped: int = 0) -> str:
+    """The last ``limit`` characters, opened by ``[...truncated K chars...]`` when cut."""
+    dropped = already_dropped + max(0, len(text) - limit)
+    tail = text[-limit:] if len(text) > limit else text
+    return f"[...truncated {dropped} chars...]\n{tail}" if dropped else tail
+
+
+def append_attempt(
+    task_id: str,
+    agent_name: str,
+    stdout: str,
+    commits: int,
+    turns: int,
+    *,
+    attempt: int | None = None,
+    dropped_chars: int = 0,
+    cost_usd: float | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Append one ``## Attempt N`` section holding the tail of an attempt's output.
+
+    ``attempt`` should come from the task's ``ATTEMPTS`` header (``queue_utils`` passes
+    it); without it the number is one past the highest attempt section already saved.
+    ``dropped_chars`` counts output a streaming tail buffer already let go, so the
+    truncation marker tells the whole story.
+    """
+    task_id = normalize_task_id(task_id)
+    limit = config.load_config()["notes"]["stdout_limit"]
+    number = attempt or _next_attempt_number(task_id)
+    meta = f"Turns: {turns} | Commits: {commits}"
+    if cost_usd is not None:
+        meta += f" | Cost: ${cost_usd:.2f}"
+    output = tail_with_marker(redact(stdout), limit, dropped_chars) or "(no output)"
+    who = one_line(agent_name, 80) or "agent"
+    section = NotesSection(
+        f"Attempt {number} — {who} ({format_time(now or utcnow())})",
+        f"{meta}\n\n{fenced(output)}\n",
+    )
+    _append(task_id, section)
+
+
+def add_review_notes(
+    task_id: str, reason: str, rejected_by: str, now: datetime | None = None
+) -> None:
+    """Append the reviewer's reject reason, so the next attempt reads it."""
+    who = one_line(rejected_by, 80) or "reviewer"
+    heading = f"Review — rejected by {who} ({format_time(now or utcnow())})"
+    _append(normalize_task_id(task_id), NotesSection(heading, f"\n{fenced(redact(reason))}\n"))
+
+
+def _append(task_id: str, section: NotesSection) -> None:
+    path = notes_path(task_id)
+    with _lock(path):
+        try:
+            current = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            current = f"# Agent Notes: {task_label(task_id)}\n\n"
+        atomic_write(path, current + section.render())
+
+
+def _next_attempt_number(task_id: str) -> int:
+    _, sections = split_notes(get_task_notes(task_id) or "")
+    return max((s.attempt or 0 for s in sections), default=0) + 1
+
+
+def notes_summary(task_id: str) -> dict[str, int]:
+    """How many attempt and review sections a task's notes hold."""
+    _, sections = split_notes(get_task_notes(task_id) or "")
+    return {
+        "attempts": sum(1 for s in sections if s.kind == "attempt"),
+        "reviews": sum(1 for s in sections if s.kind == "review"),
+    }
+
+
+def cleanup_task_notes(task_id: str) -> bool:
+    """Delete a task's notes and its output log; True if the notes existed."""
+    path = notes_path(task_id)
+    lock_path = path.with_name(path.name + ".lock")
+    with _lock(path):
+        existed = path.exists()
+        path.unlink(missing_ok=True)
+        stdout_log_path(task_id).unlink(missing_ok=True)
+        lock_path.unlink(missing_ok=True)  # nobody saves notes for a finished task
+    return existed
