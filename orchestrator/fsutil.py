@@ -109,6 +109,7 @@ class TailBuffer:
         self._redact = redact
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
+        self._closed = False
         self._chunks: list[str] = []
         self._held = 0
         self._log = _CappedLog(log_path, log_cap_bytes) if log_path else None
@@ -117,6 +118,8 @@ class TailBuffer:
         """Add a chunk of raw output."""
         if not data:
             return
+        if self._closed:
+            raise ValueError("feed() after close()")
         self.total_bytes += len(data)
         pending = self._pending + self._decoder.decode(data)
         cut = pending.rfind("\n") + 1
@@ -127,11 +130,13 @@ class TailBuffer:
 
     def close(self) -> None:
         """Flush a trailing partial line or character and close the log."""
+        if self._closed:
+            return
+        self._closed = True
         self._emit(self._pending + self._decoder.decode(b"", final=True))
         self._pending = ""
         if self._log:
             self._log.close()
-            self._log = None
 
     def text(self) -> str:
         """The kept tail (at most ``limit`` characters), not counting an unfinished line."""
@@ -195,6 +200,9 @@ class _CappedLog:
         with open(self.path, "rb") as old:
             old.seek(self._size - keep)
             tail = old.read()
+        newline = tail.find(b"\n", 0, 4096)  # start on a whole line when one is near
+        if newline >= 0:
+            tail = tail[newline + 1 :]
         while tail and (tail[0] & 0xC0) == 0x80:  # never start on a UTF-8 continuation byte
             tail = tail[1:]
         self.dropped += self._size - self._marker_len - len(tail)

@@ -22,6 +22,7 @@ def budget_notes(notes: str, budget: int) -> str:
     """
     if len(notes) <= budget:
         return notes
+    budget -= MARKUP_SLACK  # room for the line that says what was left out
     head, sections = split_notes(notes)
     overflow = len(notes) - budget
     left_out = 0

@@ -9,6 +9,7 @@ it, so a ``## Attempt`` line printed by an agent can never pose as a section. Sa
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -127,16 +128,17 @@ def append_attempt(
     """
     task_id = normalize_task_id(task_id)
     limit = config.load_config()["notes"]["stdout_limit"]
-    number = attempt or _next_attempt_number(task_id)
     meta = f"Turns: {turns} | Commits: {commits}"
     if cost_usd is not None:
         meta += f" | Cost: ${cost_usd:.2f}"
     output = tail_with_marker(redact(stdout), limit, dropped_chars) or "(no output)"
     who = one_line(agent_name, 80) or "agent"
-    section = NotesSection(
-        f"Attempt {number} — {who} ({format_time(now or utcnow())})",
-        f"{meta}\n\n{fenced(output)}\n",
-    )
+    stamp = format_time(now or utcnow())
+
+    def section(current: str) -> NotesSection:
+        number = attempt or _next_attempt_number(current)
+        return NotesSection(f"Attempt {number} — {who} ({stamp})", f"{meta}\n\n{fenced(output)}\n")
+
     _append(task_id, section)
 
 
@@ -146,21 +148,23 @@ def add_review_notes(
     """Append the reviewer's reject reason, so the next attempt reads it."""
     who = one_line(rejected_by, 80) or "reviewer"
     heading = f"Review — rejected by {who} ({format_time(now or utcnow())})"
-    _append(normalize_task_id(task_id), NotesSection(heading, f"\n{fenced(redact(reason))}\n"))
+    body = f"\n{fenced(redact(reason))}\n"
+    _append(normalize_task_id(task_id), lambda _: NotesSection(heading, body))
 
 
-def _append(task_id: str, section: NotesSection) -> None:
+def _append(task_id: str, make_section: Callable[[str], NotesSection]) -> None:
+    """Add a section under the task's notes lock; ``make_section`` sees the current text."""
     path = notes_path(task_id)
     with _lock(path):
         try:
             current = path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             current = f"# Agent Notes: {task_label(task_id)}\n\n"
-        atomic_write(path, current + section.render())
+        atomic_write(path, current + make_section(current).render())
 
 
-def _next_attempt_number(task_id: str) -> int:
-    _, sections = split_notes(get_task_notes(task_id) or "")
+def _next_attempt_number(current: str) -> int:
+    _, sections = split_notes(current)
     return max((s.attempt or 0 for s in sections), default=0) + 1
 
 

@@ -4,7 +4,8 @@ The folder stays the truth. Rows are written *before* a task is renamed into inc
 deleted after it leaves, so the index may briefly list a task that is gone (the claim's
 rename fails and the row is dropped) but never misses one that octopoid put there. Files
 dropped in by hand are found by a rescan whenever the folder's mtime differs from the one
-recorded after octopoid's own moves, and at least every ``INDEX_RECONCILE_SECONDS``.
+recorded after octopoid's own moves, and at least every ``INDEX_RECONCILE_SECONDS``
+(which covers a drop in the microseconds between one of our renames and its record).
 """
 
 from __future__ import annotations
@@ -88,13 +89,24 @@ class ClaimIndex:
         )
         return [(*key, blocked.split()) for *key, blocked in rows]
 
-    def mark_synced(self) -> None:
-        """Record incoming/'s mtime after one of octopoid's own moves."""
-        self._set("incoming_mtime", str(self._folder_mtime()))
+    def folder_mtime(self) -> int:
+        return self.incoming_dir.stat().st_mtime_ns
+
+    def advance_synced(self, before: int) -> None:
+        """After one of octopoid's own moves, record incoming/'s new mtime as seen.
+
+        Only when the recorded mtime was ``before`` (the folder's mtime just before the
+        move): if anything else changed the folder first, the index stays stale and the
+        next claim rescans, so a file dropped in by hand is never hidden by our own move.
+        """
+        self._db().execute(
+            "UPDATE meta SET value = ? WHERE key = 'incoming_mtime' AND value = ?",
+            (str(self.folder_mtime()), str(before)),
+        )
 
     def is_stale(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
-        if self._get("incoming_mtime") != str(self._folder_mtime()):
+        if self._get("incoming_mtime") != str(self.folder_mtime()):
             return True
         last = float(self._get("last_reconcile") or 0)
         return now - last > defaults.INDEX_RECONCILE_SECONDS
@@ -104,7 +116,7 @@ class ClaimIndex:
 
         ``read`` returns None for a file it could not parse (the store quarantines it).
         """
-        mtime_before = self._folder_mtime()
+        mtime_before = self.folder_mtime()
         on_disk = {key: (path, mtime) for key, path, mtime in self._scan()}
         known = dict(self._db().execute("SELECT id, mtime_ns FROM incoming"))
         for task_id in known.keys() - on_disk.keys():
@@ -129,9 +141,6 @@ class ClaimIndex:
                 except FileNotFoundError:
                     continue
                 yield (match.group(1) if match else "/" + entry.name), Path(entry.path), mtime
-
-    def _folder_mtime(self) -> int:
-        return self.incoming_dir.stat().st_mtime_ns
 
     def _get(self, key: str) -> str | None:
         row = self._db().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

@@ -66,6 +66,7 @@ class FolderStore(QueueStore):
             if found is not None:
                 raise IllegalTransition(f"{task.label} already exists (in {found.value})")
             tmp = write_temp(target, render_task(task).encode())
+            before = self.index.folder_mtime()
             try:
                 if state is TaskState.INCOMING:
                     self.index.upsert(task, tmp.stat().st_mtime_ns)
@@ -76,7 +77,7 @@ class FolderStore(QueueStore):
                 tmp.unlink(missing_ok=True)
             fsync_dir(target.parent)
             if state is TaskState.INCOMING:
-                self.index.mark_synced()
+                self.index.advance_synced(before)
         task.state, task.path = state, target
         return task
 
@@ -152,6 +153,7 @@ class FolderStore(QueueStore):
             if dst_path.exists():
                 raise IllegalTransition(f"{task.label} is already in {dst.value}")
             tmp = write_temp(dst_path, render_task(task).encode())
+            before = self.index.folder_mtime()
             try:
                 if dst is TaskState.INCOMING:
                     self.index.upsert(task, tmp.stat().st_mtime_ns)
@@ -168,7 +170,7 @@ class FolderStore(QueueStore):
             if src is TaskState.INCOMING:
                 self.index.remove(task_id)
             if TaskState.INCOMING in (src, dst):
-                self.index.mark_synced()
+                self.index.advance_synced(before)
         task.state, task.path = dst, dst_path
         return task
 

@@ -1,0 +1,35 @@
+"""Shared fixtures: a real project folder per test, found through OCTOPOID_ROOT."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.scaffold import init_project
+
+HELPERS = Path(__file__).parent / "helpers"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An initialised octopoid project in a temp dir; every API call below uses it."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    init_project(root)
+    monkeypatch.setenv("OCTOPOID_ROOT", str(root))
+    monkeypatch.chdir(root)
+    return root
+
+
+def helper_cmd(name: str, *args: str) -> list[str]:
+    """argv that runs ``tests/helpers/<name>.py`` with this interpreter."""
+    return [sys.executable, str(HELPERS / f"{name}.py"), *args]
+
+
+def child_env(root: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["OCTOPOID_ROOT"] = str(root)
+    return env

@@ -1,0 +1,15 @@
+"""Claim tasks until none are left; print one claimed id per line. argv: name go-file."""
+
+import sys
+import time
+from pathlib import Path
+
+from orchestrator.queue_utils import claim_task
+
+name, go = sys.argv[1], Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.005)
+claimed = []
+while (task := claim_task(None, name)) is not None:
+    claimed.append(task.id)
+print("\n".join(claimed))
