@@ -79,11 +79,12 @@ def test_any_accepted_id_is_a_safe_file_name(raw: str) -> None:
 
 
 @given(st.binary(max_size=40))
-def test_binary_ids_never_crash(raw: bytes) -> None:
+def test_binary_ids_are_refused_or_safe(raw: bytes) -> None:
     try:
-        normalize_task_id(raw.decode("latin-1"))
+        bare = normalize_task_id(raw.decode("latin-1"))
     except InvalidTaskId:
-        pass
+        return
+    assert ID_RE.fullmatch(bare)
 
 
 line_text = (
