@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import os
 import secrets
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -195,25 +196,30 @@ class _CappedLog:
             self._keep_tail()
 
     def _keep_tail(self) -> None:
+        """Rewrite the log as a marker plus its newest half, streaming (bounded memory)."""
         self._file.flush()
-        keep = max(self.cap // 2, 1)
-        with open(self.path, "rb") as old:
-            old.seek(self._size - keep)
-            tail = old.read()
-        newline = tail.find(b"\n", 0, 4096)  # start on a whole line when one is near
-        if newline >= 0:
-            tail = tail[newline + 1 :]
-        while tail and (tail[0] & 0xC0) == 0x80:  # never start on a UTF-8 continuation byte
-            tail = tail[1:]
-        self.dropped += self._size - self._marker_len - len(tail)
-        marker = (
-            f"[...octopoid dropped the first {self.dropped} bytes of this output...]\n".encode()
-        )
+        start = self._size - max(self.cap // 2, 1)
+        tmp = temp_path_for(self.path)
+        with open(self.path, "rb") as old, open(tmp, "wb") as new:
+            old.seek(start)
+            head = old.read(4096)
+            skip = head.find(b"\n") + 1  # start on a whole line when one is near
+            while skip < len(head) and (head[skip] & 0xC0) == 0x80:
+                skip += 1  # never start on a UTF-8 continuation byte
+            kept = self._size - start - skip
+            self.dropped += self._size - self._marker_len - kept
+            marker = f"[...octopoid dropped the first {self.dropped} bytes of this output...]\n"
+            new.write(marker.encode())
+            new.write(head[skip:])
+            shutil.copyfileobj(old, new, 1 << 20)
+            new.flush()
+            os.fsync(new.fileno())
         self._file.close()
-        atomic_write(self.path, marker + tail, keep_mode=False)
-        self._file = open(self.path, "ab")  # noqa: SIM115
-        self._marker_len = len(marker)
-        self._size = len(marker) + len(tail)
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+        self._file = open(self.path, "ab")  # noqa: SIM115 - held open across feeds
+        self._marker_len = len(marker.encode())
+        self._size = self._marker_len + kept
 
     def close(self) -> None:
         self._file.close()
