@@ -51,14 +51,22 @@ def consume(mode: str, size: int, log_dir: str) -> dict[str, float]:
     proc.wait()
     elapsed = time.perf_counter() - start
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"seconds": elapsed, "mb_s": size / 1e6 / elapsed, "peak_mib": peak_kib / 1024,
-            "kept": kept}
+    return {
+        "seconds": elapsed,
+        "mb_s": size / 1e6 / elapsed,
+        "peak_mib": peak_kib / 1024,
+        "kept": kept,
+    }
 
 
 def run_row(mode: str, mb: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as log_dir:
-        out = subprocess.run([sys.executable, __file__, "--child", mode, str(mb * 10**6), log_dir],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", mode, str(mb * 10**6), log_dir],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     return json.loads(out.stdout)
 
 
@@ -70,8 +78,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,100,1000", help="MB through the tail buffer")
     parser.add_argument("--naive", type=int, default=100, help="MB for the naive approach")
     args = parser.parse_args()
-    rows = [(f"tail buffer + 10 MiB log, {mb} MB", run_row("tail", mb))
-            for mb in map(int, args.sizes.split(","))]
+    rows = [
+        (f"tail buffer + 10 MiB log, {mb} MB", run_row("tail", mb))
+        for mb in map(int, args.sizes.split(","))
+    ]
     rows.append((f"naive stdout[-3000:], {args.naive} MB", run_row("naive", args.naive)))
     print(f"{'consumer':<38}{'MB/s':>8}{'peak RSS MiB':>14}{'seconds':>9}")
     for name, r in rows:

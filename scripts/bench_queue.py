@@ -52,8 +52,10 @@ def bench_lifecycle(total: int, procs: int) -> float:
         lifecycle(total)
         return total / (time.perf_counter() - start)
     go = mp.Event()
-    workers = [mp.Process(target=_lifecycle_worker, args=(str(root), total // procs, go))
-               for _ in range(procs)]
+    workers = [
+        mp.Process(target=_lifecycle_worker, args=(str(root), total // procs, go))
+        for _ in range(procs)
+    ]
     for w in workers:
         w.start()
     time.sleep(0.3)
@@ -71,8 +73,12 @@ def fill_incoming(root: Path, depth: int) -> None:
     base = utcnow()
     for i in range(1, depth + 1):
         task = Task(id=str(i), title=f"waiting {i}")
-        task.headers.update(ROLE="implement", PRIORITY=f"P{i % 4}",
-                            CREATED=format_time(base + timedelta(seconds=i)), ATTEMPTS="0")
+        task.headers.update(
+            ROLE="implement",
+            PRIORITY=f"P{i % 4}",
+            CREATED=format_time(base + timedelta(seconds=i)),
+            ATTEMPTS="0",
+        )
         task.sections.append(("Context", "Some context.\n\n"))
         (incoming / f"TASK-{i}.md").write_text(render_task(task))
     (root / ".octopoid/runtime/queue/.last_id").write_text(str(depth))
@@ -129,13 +135,17 @@ def main() -> None:
     four = bench_lifecycle(args.tasks, 4)
     huey = bench_huey(args.tasks)
     pq = bench_persist_queue(args.tasks)
-    print(f"Lifecycle throughput, {args.tasks} tasks (create -> claim -> submit -> accept;"
-          " others: enqueue -> dequeue -> ack)")
+    print(
+        f"Lifecycle throughput, {args.tasks} tasks (create -> claim -> submit -> accept;"
+        " others: enqueue -> dequeue -> ack)"
+    )
     print(f"{'system':<40}{'tasks/s':>10}{'vs octopoid x1':>16}")
-    for name, rate in [("octopoid, 1 process (durable)", one),
-                       ("octopoid, 4 processes (durable)", four),
-                       ("huey SqliteHuey storage", huey),
-                       ("persist-queue SQLiteAckQueue", pq)]:
+    for name, rate in [
+        ("octopoid, 1 process (durable)", one),
+        ("octopoid, 4 processes (durable)", four),
+        ("huey SqliteHuey storage", huey),
+        ("persist-queue SQLiteAckQueue", pq),
+    ]:
         print(f"{name:<40}{rate:>10.1f}{rate / one:>16.2f}")
     print()
     print(f"Claim latency with N tasks waiting in incoming ({args.claims} claims each)")
