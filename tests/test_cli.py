@@ -102,7 +102,6 @@ def test_errors_are_one_line_and_exit_non_zero(project: Path, args, code, messag
     assert message in result.output
     assert "Traceback" not in result.output
     assert isinstance(result.exception, SystemExit)  # a clean exit, not a crash
-    )
 
 
 def test_accept_many_reports_each_and_exits_with_the_worst(project: Path) -> None:
