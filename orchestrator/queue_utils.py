@@ -235,16 +235,21 @@ def accept_completion(
     task: Task | str, accepted_by: str = "human", now: datetime | None = None
 ) -> Task:
     """provisional -> done; the retry notes are deleted."""
+    return _finish(task, S.PROVISIONAL, accepted_by, "accepted", now, {"ACCEPTED_BY": accepted_by})
+
+
+def _finish(
+    task: Task | str,
+    src: TaskState,
+    actor: str | None,
+    reason: str,
+    now: datetime | None,
+    headers: dict[str, Any] | None = None,
+) -> Task:
+    """Move to done and delete the retry notes: every path to done goes through here."""
     now = now or utcnow()
-    done = _transition(
-        task,
-        [S.PROVISIONAL],
-        S.DONE,
-        accepted_by,
-        "accepted",
-        now,
-        {"ACCEPTED_BY": accepted_by, "COMPLETED_AT": format_time(now)},
-    )
+    headers = {**(headers or {}), "COMPLETED_AT": format_time(now)}
+    done = _transition(task, [src], S.DONE, actor, reason, now, headers, LEASE_HEADERS)
     cleanup_task_notes(done.id)
     return done
 
@@ -265,19 +270,7 @@ def reject_completion(
 
 def complete_task(task: Task | str, result: str = "", now: datetime | None = None) -> Task:
     """claimed -> done directly (no review); the retry notes are deleted."""
-    now = now or utcnow()
-    done = _transition(
-        task,
-        [S.CLAIMED],
-        S.DONE,
-        None,
-        result or "completed",
-        now,
-        {"COMPLETED_AT": format_time(now)},
-        LEASE_HEADERS,
-    )
-    cleanup_task_notes(done.id)
-    return done
+    return _finish(task, S.CLAIMED, None, result or "completed", now)
 
 
 def fail_task(task: Task | str, error: str, now: datetime | None = None) -> Task:

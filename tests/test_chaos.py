@@ -65,20 +65,20 @@ def _assert_invariant(project: Path, ids: set[str]) -> None:
             assert all(s.body.rstrip().endswith("```") for s in sections)
 
 
+def _start_then_kill(project: Path, argv: list[str], delay: float) -> None:
+    """Start a helper, wait until it says ready, let it work ``delay`` s, then kill -9 it."""
+    proc = subprocess.Popen(argv, env=child_env(project), stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 def test_kill_9_during_transitions_loses_no_task(project: Path) -> None:
     ids = {q.create_task(f"task {i}").id for i in range(30)}
     rng = random.Random(1234)
     for round_ in range(25):
-        proc = subprocess.Popen(
-            helper_cmd("churn", str(round_)),
-            env=child_env(project),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.02, 0.4))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        _start_then_kill(project, helper_cmd("churn", str(round_)), rng.uniform(0.02, 0.4))
         _assert_invariant(project, ids)
     moves = sum(len(t.history) for s in TaskState for t in q.list_tasks(s))
     assert moves > 100, "the churner barely moved anything: the test proved little"
@@ -112,16 +112,9 @@ def test_kill_9_during_a_notes_save_leaves_the_old_notes_whole(project: Path) ->
     notes_path = config.get_notes_dir() / "TASK-7.md"
     for _ in range(15):
         before = q.get_task_notes("7") or ""
-        proc = subprocess.Popen(
-            helper_cmd("notes_writer", "7", "w", "1000"),
-            env=child_env(project),
-            stdout=subprocess.PIPE,
-            text=True,
+        _start_then_kill(
+            project, helper_cmd("notes_writer", "7", "w", "1000"), rng.uniform(0, 0.15)
         )
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 0.15))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
         after = notes_path.read_text() if notes_path.exists() else ""
         assert after.startswith(before)  # earlier attempts untouched
         _, sections = split_notes(after)

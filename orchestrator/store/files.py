@@ -65,11 +65,8 @@ class FolderStore(QueueStore):
             found = self.locate(task.id)
             if found is not None:
                 raise IllegalTransition(f"{task.label} already exists (in {found.value})")
-            tmp = write_temp(target, render_task(task).encode())
-            before = self.index.folder_mtime()
+            tmp, before = self._stage(task, target, state)
             try:
-                if state is TaskState.INCOMING:
-                    self.index.upsert(task, tmp.stat().st_mtime_ns)
                 os.link(tmp, target)  # fails, rather than overwrites, if the name exists
             except FileExistsError:
                 raise IllegalTransition(f"{task.label} already exists (in {state.value})") from None
@@ -152,11 +149,8 @@ class FolderStore(QueueStore):
             change(task)
             if dst_path.exists():
                 raise IllegalTransition(f"{task.label} is already in {dst.value}")
-            tmp = write_temp(dst_path, render_task(task).encode())
-            before = self.index.folder_mtime()
+            tmp, before = self._stage(task, dst_path, dst)
             try:
-                if dst is TaskState.INCOMING:
-                    self.index.upsert(task, tmp.stat().st_mtime_ns)
                 os.rename(src_path, dst_path)  # the state change; it decides every race
             except FileNotFoundError:
                 tmp.unlink(missing_ok=True)
@@ -173,6 +167,22 @@ class FolderStore(QueueStore):
                 self.index.advance_synced(before)
         task.state, task.path = dst, dst_path
         return task
+
+    def _stage(self, task: Task, target: Path, state: TaskState) -> tuple[Path, int]:
+        """Write the task's new text to a fsynced temp file beside ``target``.
+
+        Returns it with incoming/'s mtime before the move. A task bound for incoming gets its
+        index row now, before the rename, so the index never misses it.
+        """
+        tmp = write_temp(target, render_task(task).encode())
+        before = self.index.folder_mtime()
+        if state is TaskState.INCOMING:
+            try:
+                self.index.upsert(task, tmp.stat().st_mtime_ns)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        return tmp, before
 
     def update(self, task_id: str, state: TaskState, change: Change) -> Task:
         with self._lock(task_id):
