@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from . import queue_utils, task_notes
+from . import queue_utils, review, scheduler, task_notes
 from .exceptions import OctopoidError
 from .scaffold import init_project
 from .tasks import PRIORITIES, Task, TaskState, normalize_task_id, render_task
@@ -165,16 +166,25 @@ def status(as_json: bool) -> None:
 @click.argument("task_ids", nargs=-1, required=True)
 @click.option("--by", "actor", default="human", show_default=True, help="Who accepts.")
 def accept(task_ids: tuple[str, ...], actor: str) -> None:
-    """Accept provisional tasks: move them to done and delete their retry notes."""
+    """Accept provisional tasks: merge each branch into its base, mark done, clean up.
+
+    The merge follows merge.strategy in config.yaml (merge, squash, ff-only, or none to
+    leave the branch for a pull request). A conflict or a dirty checkout changes nothing.
+    """
     failures = 0
     for raw in task_ids:
         try:
-            task = queue_utils.accept_completion(normalize_task_id(raw), actor)
+            done = review.accept(raw, actor)
         except OctopoidError as exc:
             click.echo(f"octopoid: {exc}", err=True)
             failures = max(failures, exc.exit_code)
             continue
-        click.echo(f"{task.label} accepted: done")
+        how = {"merge": "merged", "squash": "squashed", "ff-only": "fast-forwarded"}.get(
+            done.strategy, "branch left in place"
+        )
+        click.echo(f"{done.task.label} accepted ({how}): done")
+        if done.cleanup_error:
+            click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
     sys.exit(failures)
 
 
@@ -184,7 +194,7 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
 @click.option("--by", "actor", default="human", show_default=True, help="Who rejects.")
 def reject(task_id: str, reason: str, actor: str) -> None:
     """Send a provisional task back to incoming, with the reason in its retry notes."""
-    task = queue_utils.reject_completion(task_id, reason, actor)
+    task = review.reject(task_id, reason, actor)
     click.echo(f"{task.label} rejected: back in incoming; the reason is in its notes")
 
 
@@ -221,9 +231,88 @@ def notes(task_id: str, show_path: bool) -> None:
     click.echo(text, nl=False)
 
 
+@cli.command()
+@click.argument("task_id")
+def diff(task_id: str) -> None:
+    """Show what a task's branch changes against its base branch."""
+    click.echo(review.task_diff(task_id))
+
+
+@cli.command()
+@click.option("--prune", is_flag=True, help="Remove worktrees of tasks that are done or gone.")
+def worktrees(prune: bool) -> None:
+    """List task worktrees (or prune the finished ones)."""
+    if prune:
+        removed = review.prune_worktrees()
+        click.echo("\n".join(f"removed {name}" for name in removed) or "nothing to prune")
+        return
+    rows = review.list_worktrees()
+    click.echo(_table([["WORKTREE", "TASK STATE"], *map(list, rows)]) if rows else "no worktrees")
+
+
+@cli.command()
+@click.option("--agent", help="Pause one agent instead of the whole system.")
+def pause(agent: str | None) -> None:
+    """Stop claiming new tasks (running attempts finish)."""
+    scheduler.set_paused(True, agent)
+    click.echo(f"paused {agent or 'all agents'}")
+
+
+@cli.command()
+@click.option("--agent", help="Resume one agent instead of the whole system.")
+def resume(agent: str | None) -> None:
+    """Claim tasks again after `octopoid pause`."""
+    scheduler.set_paused(False, agent)
+    click.echo(f"resumed {agent or 'all agents'}")
+
+
+@cli.group("scheduler")
+def scheduler_group() -> None:
+    """Run the scheduler daemon, in the foreground or in the background."""
+
+
+@scheduler_group.command("run")
+@click.option("--once", is_flag=True, help="One pass (reap, claim, start attempts), then exit.")
+def scheduler_run(once: bool) -> None:
+    """Run in the foreground until Ctrl-C or SIGTERM (graceful: attempts get to finish)."""
+    daemon = scheduler.Scheduler()
+    scheduler.setup_logging(console=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: daemon.stop())
+    daemon.run(once=once)
+
+
+@scheduler_group.command("start")
+def scheduler_start() -> None:
+    """Start the scheduler in the background (logs: .octopoid/runtime/logs/)."""
+    click.echo(f"scheduler started (pid {scheduler.start_background()})")
+
+
+@scheduler_group.command("stop")
+def scheduler_stop() -> None:
+    """Stop the background scheduler gracefully, requeueing unfinished attempts."""
+    click.echo(f"scheduler {scheduler.stop_background()} stopped")
+
+
+@scheduler_group.command("status")
+def scheduler_status() -> None:
+    """Is a scheduler running for this project?"""
+    status = scheduler.scheduler_status()
+    if status["running"]:
+        click.echo(f"running (pid {status['pid']})")
+    elif status["stale_pid_file"]:
+        click.echo(f"not running (stale pid file for pid {status['pid']})")
+    else:
+        click.echo("not running")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="octopoid")
 
 
 __all__ = ["cli", "main"]
+
+
+if __name__ == "__main__":
+    main()

@@ -53,3 +53,21 @@ class NotesError(OctopoidError):
     """Retry notes could not be read or written."""
 
     exit_code = 1
+
+
+class GitError(OctopoidError):
+    """A git operation failed; the message carries git's own words."""
+
+    exit_code = 1
+
+
+class MergeRefused(GitError):
+    """Accept could not merge (conflict, dirty checkout, not fast-forward); nothing changed."""
+
+    exit_code = 1
+
+
+class SchedulerError(OctopoidError):
+    """The scheduler cannot start, stop or be reached."""
+
+    exit_code = 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .task_notes import NotesSection, fence_for, split_notes
+from .tasks import Task
 
 PREVIOUS_NOTES_HEADING = "## Previous Agent Notes"
 PREVIOUS_NOTES_INTRO = (
@@ -76,3 +77,16 @@ def render_previous_notes(notes: str | None, budget: int) -> str:
     fence = fence_for(body)
     intro = f"{PREVIOUS_NOTES_HEADING}\n\n{PREVIOUS_NOTES_INTRO}\n\n"
     return f"{intro}{fence}markdown\n{body.rstrip()}\n{fence}\n"
+
+
+def task_text(task: Task) -> str:
+    """The task as the agent should see it: title and sections, without queue bookkeeping."""
+    parts = [f"# Task {task.label}: {task.title}\n\n", f"Base branch: {task.branch}\n\n"]
+    parts += [f"## {heading}\n{body}" for heading, body in task.sections if heading != "History"]
+    return "".join(parts).rstrip() + "\n"
+
+
+def build_prompt(instructions: str, task: Task, previous_notes: str = "", memory: str = "") -> str:
+    """Agent instructions, then the task, then relevant memory, then previous attempts' notes."""
+    blocks = [instructions.strip(), task_text(task).strip(), memory.strip(), previous_notes.strip()]
+    return "\n\n".join(b for b in blocks if b) + "\n"

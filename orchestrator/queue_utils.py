@@ -19,7 +19,13 @@ from typing import Any
 from . import config, defaults
 from .exceptions import IllegalTransition, LostRace, TaskNotFound
 from .store import FolderStore, QueueStore
-from .task_notes import add_review_notes, append_attempt, cleanup_task_notes, get_task_notes
+from .task_notes import (
+    add_review_notes,
+    append_attempt,
+    cleanup_task_notes,
+    get_task_notes,
+    salvage_output_log,
+)
 from .tasks import (
     DEFAULT_BRANCH,
     DEFAULT_PRIORITY,
@@ -200,16 +206,26 @@ def claim_task(
 
 
 def renew_lease(
-    task: Task | str, lease_seconds: int | None = None, now: datetime | None = None
+    task: Task | str,
+    lease_seconds: int | None = None,
+    now: datetime | None = None,
+    pid: int | None = None,
 ) -> Task:
-    """Push a claimed task's lease forward; ``IllegalTransition`` if it is no longer claimed."""
+    """Push a claimed task's lease forward; ``IllegalTransition`` if it is no longer claimed.
+
+    ``pid`` hands the lease to another process (the runner taking over from the scheduler).
+    """
     now = now or utcnow()
     seconds = lease_seconds or config.load_agents()["lease_seconds"]
     expires = format_time(now + timedelta(seconds=seconds))
+
+    def change(t: Task) -> None:
+        t.set_header("LEASE_EXPIRES", expires)
+        if pid is not None:
+            t.set_header("PID", pid)
+
     try:
-        return get_store().update(
-            _id(task), S.CLAIMED, lambda t: t.set_header("LEASE_EXPIRES", expires)
-        )
+        return get_store().update(_id(task), S.CLAIMED, change)
     except LostRace:
         raise IllegalTransition(f"{task_label(_id(task))} is no longer claimed") from None
 
@@ -316,17 +332,32 @@ def retry_task(task: Task | str, actor: str = "human", now: datetime | None = No
         actor,
         "retry",
         now,
-        drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS"),
+        drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS", "INTERRUPTED"),
         edit=lambda t: t.set_header("ATTEMPTS_AT_RETRY", t.attempts),
     )
 
 
 def requeue_task(
-    task: Task | str, reason: str = "requeued", actor: str = "human", now: datetime | None = None
+    task: Task | str,
+    reason: str = "requeued",
+    actor: str = "human",
+    now: datetime | None = None,
+    *,
+    counted: bool = True,
+    set_headers: dict[str, Any] | None = None,
 ) -> Task:
-    """claimed -> incoming after a lost attempt (the attempt still counts); notes are kept."""
+    """claimed -> incoming after a lost attempt; notes are kept.
+
+    ``counted=False`` (shutdown, rate limit) gives the attempt back: it is recorded in
+    ``INTERRUPTED`` and does not count against ``max_attempts``.
+    """
+
+    def give_back(t: Task) -> None:
+        if not counted:
+            t.set_header("INTERRUPTED", int(t.headers.get("INTERRUPTED") or 0) + 1)
+
     return _transition(
-        task, [S.CLAIMED], S.INCOMING, actor, reason, now, drop_headers=LEASE_HEADERS
+        task, [S.CLAIMED], S.INCOMING, actor, reason, now, set_headers, LEASE_HEADERS, give_back
     )
 
 
@@ -338,9 +369,13 @@ def recycle_to_breakdown(task: Task | str, reason: str, now: datetime | None = N
 
 
 def attempts_left(task: Task, max_attempts: int) -> int:
-    """Attempts a task has before failing, counting from its last human retry."""
-    since_retry = task.attempts - int(task.headers.get("ATTEMPTS_AT_RETRY") or 0)
-    return max(0, max_attempts - since_retry)
+    """Attempts a task has before failing, counting from its last human retry.
+
+    Attempts given back (``INTERRUPTED``: shutdown, rate limits) do not count.
+    """
+    h = task.headers
+    used = task.attempts - int(h.get("ATTEMPTS_AT_RETRY") or 0) - int(h.get("INTERRUPTED") or 0)
+    return max(0, max_attempts - used)
 
 
 def reap_expired_claims(
@@ -353,26 +388,44 @@ def reap_expired_claims(
     """
     now = now or utcnow()
     agents_cfg = config.load_agents()
-    max_attempts = max_attempts or agents_cfg["max_attempts"]
     reaped = []
     for task in get_store().list(S.CLAIMED):
-        expires = task.lease_expires or _file_time(task) + timedelta(
-            seconds=agents_cfg["lease_seconds"]
-        )
+        lease = timedelta(seconds=agents_cfg["lease_seconds"])
+        expires = task.lease_expires or _file_time(task) + lease
         if expires > now or _owner_alive(task):
             continue
-        why = (
-            f"lease expired at {format_time(expires)} ({task.headers.get('CLAIMED_BY', '?')} gone)"
+        who = task.headers.get("CLAIMED_BY", "?")
+        recovered = recover_dead_claim(
+            task, f"lease expired at {format_time(expires)} ({who} gone)", max_attempts, now
         )
-        try:
-            if attempts_left(task, max_attempts) > 0:
-                reaped.append((requeue_task(task, why, "reaper", now), S.INCOMING))
-            else:
-                reaped.append((fail_task(task, f"attempts exhausted; {why}", now), S.FAILED))
-        except (IllegalTransition, TaskNotFound):
-            continue  # finished or moved while we looked
+        if recovered is not None:
+            reaped.append((recovered, recovered.state))
     get_store().sweep(now)
     return reaped
+
+
+def recover_dead_claim(
+    task: Task, why: str, max_attempts: int | None = None, now: datetime | None = None
+) -> Task | None:
+    """A claim whose runner died: save what it printed as notes, then requeue or fail it.
+
+    Returns None when the task finished or moved meanwhile.
+    """
+    max_attempts = max_attempts or config.load_agents()["max_attempts"]
+    archive = config.get_logs_dir() / task.label / f"attempt-{task.attempts}.log"
+    salvage_output_log(
+        task.id,
+        task.headers.get("CLAIMED_BY", "agent"),
+        task.attempts,
+        f"the runner died: {why}",
+        archive,
+    )
+    try:
+        if attempts_left(task, max_attempts) > 0:
+            return requeue_task(task, why, "reaper", now)
+        return fail_task(task, f"attempts exhausted; {why}", now)
+    except (IllegalTransition, TaskNotFound):
+        return None
 
 
 def _file_time(task: Task) -> datetime:

@@ -8,6 +8,7 @@ it, so a ``## Attempt`` line printed by an agent can never pose as a section. Sa
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,7 +112,7 @@ def append_attempt(
     task_id: str,
     agent_name: str,
     stdout: str,
-    commits: int,
+    commits: int | None,
     turns: int,
     *,
     attempt: int | None = None,
@@ -128,7 +129,7 @@ def append_attempt(
     """
     task_id = normalize_task_id(task_id)
     limit = config.load_config()["notes"]["stdout_limit"]
-    meta = f"Turns: {turns} | Commits: {commits}"
+    meta = f"Turns: {turns} | Commits: {'unknown' if commits is None else commits}"
     if cost_usd is not None:
         meta += f" | Cost: ${cost_usd:.2f}"
     output = tail_with_marker(redact(stdout), limit, dropped_chars) or "(no output)"
@@ -140,6 +141,38 @@ def append_attempt(
         return NotesSection(f"Attempt {number} — {who} ({stamp})", f"{meta}\n\n{fenced(output)}\n")
 
     _append(task_id, section)
+
+
+def salvage_output_log(
+    task_id: str, agent_name: str, attempt: int, why: str, archive: Path
+) -> bool:
+    """Save notes for an attempt whose runner died, from the output it streamed to disk.
+
+    The tail of ``TASK-<id>.stdout.log`` becomes the attempt's section, then the log moves
+    to ``archive`` (so the next attempt starts a fresh one). False if there was no log.
+    """
+    log = stdout_log_path(task_id)
+    limit = config.load_config()["notes"]["stdout_limit"]
+    try:
+        with open(log, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - 4 * limit))
+            tail = f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return False
+    dropped = max(0, size - 4 * limit)
+    append_attempt(
+        task_id,
+        agent_name,
+        f"[octopoid] {why}; its output so far:\n{tail}",
+        None,
+        0,
+        attempt=attempt,
+        dropped_chars=dropped,
+    )
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(log, archive)
+    return True
 
 
 def add_review_notes(

@@ -33,3 +33,23 @@ def child_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["OCTOPOID_ROOT"] = str(root)
     return env
+
+
+def make_git_repo(root: Path) -> None:
+    """A repository on ``main`` with one commit, octopoid's runtime ignored."""
+    import git
+
+    repo = git.Repo.init(root, initial_branch="main")
+    with repo.config_writer() as cfg:
+        cfg.set_value("user", "name", "Test User")
+        cfg.set_value("user", "email", "test@example.invalid")
+    (root / "README.md").write_text("# demo project\n")
+    repo.index.add(["README.md"])
+    repo.index.commit("initial commit")
+
+
+@pytest.fixture
+def git_project(project: Path) -> Path:
+    """``project`` that is also a git repository with a first commit on main."""
+    make_git_repo(project)
+    return project

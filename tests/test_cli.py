@@ -63,6 +63,7 @@ def test_show_mentions_notes_and_prints_the_file(project: Path) -> None:
 
 
 def test_review_commands_move_tasks(project: Path) -> None:
+    (project / ".octopoid/config.yaml").write_text("merge:\n  strategy: none\n")
     for title in ("a", "b"):
         run("enqueue", title)
     for _ in range(2):
@@ -71,7 +72,7 @@ def test_review_commands_move_tasks(project: Path) -> None:
     assert "back in incoming" in out
     assert "missing tests" in run("notes", "1").output
     assert run("notes", "1", "--path").output.strip().endswith("shared/notes/TASK-1.md")
-    assert "accepted" in run("accept", "2").output
+    assert "accepted (branch left in place)" in run("accept", "2").output
     assert "has no retry notes" in run("notes", "2").output
     q.claim_task(None, "x")
     run("requeue", "1")

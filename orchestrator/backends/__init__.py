@@ -1,0 +1,21 @@
+"""How an agent is run: one module per backend, all returning an ``AgentResult``."""
+
+from __future__ import annotations
+
+from ..exceptions import ConfigError
+from .base import AgentRequest, AgentResult, Backend
+from .command import CommandBackend
+
+BACKENDS: dict[str, type] = {"command": CommandBackend}
+
+
+def get_backend(name: str) -> Backend:
+    try:
+        return BACKENDS[name]()
+    except KeyError:
+        raise ConfigError(
+            f"backend '{name}' is not available (known: {', '.join(BACKENDS)})"
+        ) from None
+
+
+__all__ = ["AgentRequest", "AgentResult", "Backend", "get_backend"]

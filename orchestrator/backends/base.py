@@ -1,0 +1,57 @@
+"""What every agent backend takes and returns.
+
+A backend runs one agent on one prompt in one worktree and reports what happened. It never
+moves tasks: the implementer decides what the result means for the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..fsutil import TailBuffer
+
+OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited")
+
+
+@dataclass
+class AgentRequest:
+    """Everything a backend needs for one attempt."""
+
+    task_id: str
+    prompt: str
+    prompt_file: Path
+    worktree: Path
+    options: dict  # the agent's entry in agents.yaml, validated
+    env: dict[str, str]
+    timeout_seconds: float
+    max_turns: int
+    max_budget_usd: float | None = None
+    on_tick: Callable[[], None] = lambda: None  # called every second or so (lease renewal)
+
+
+@dataclass
+class AgentResult:
+    """What an attempt produced, in the same shape for every backend."""
+
+    exit_code: int | None
+    outcome: str
+    turns: int = 0
+    cost_usd: float | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    session_id: str | None = None
+    summary: str = ""
+    details: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {self.outcome!r}")
+
+
+class Backend(Protocol):
+    def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
+        """Run the agent to the end (or its limits), streaming its output into ``output``."""
+        ...

@@ -1,0 +1,46 @@
+"""The ``command`` backend: any program is an agent.
+
+``argv`` from agents.yaml, with ``{prompt_file}``, ``{worktree}`` and ``{task_id}`` filled
+in; no shell unless the user writes ``sh -c`` themselves. The prompt is also on stdin. A
+command cannot report turns or cost, so those are 0 and unknown.
+"""
+
+from __future__ import annotations
+
+from ..fsutil import TailBuffer
+from .base import AgentRequest, AgentResult
+from .process import run_process
+
+
+def expand_argv(argv: list[str], request: AgentRequest) -> list[str]:
+    values = {
+        "prompt_file": str(request.prompt_file),
+        "worktree": str(request.worktree),
+        "task_id": request.task_id,
+    }
+    return [arg.format_map(values) for arg in argv]
+
+
+class CommandBackend:
+    def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
+        try:
+            argv = expand_argv(request.options["argv"], request)
+        except (KeyError, ValueError) as exc:
+            return AgentResult(None, "error", summary=f"bad argv placeholder: {exc}")
+        done = run_process(
+            argv,
+            request.worktree,
+            request.env,
+            output,
+            request.timeout_seconds,
+            request.prompt.encode(),
+            request.on_tick,
+        )
+        if done.start_error:
+            return AgentResult(None, "error", summary=done.start_error)
+        if done.timed_out:
+            return AgentResult(
+                None, "timeout", summary=f"timed out after {request.timeout_seconds:g}s"
+            )
+        outcome = "success" if done.exit_code == 0 else "error"
+        return AgentResult(done.exit_code, outcome, summary=f"exit status {done.exit_code}")

@@ -1,0 +1,131 @@
+"""Run an agent as a child process: stream its output, enforce the timeout, never leak it.
+
+The child gets its own process group (so a timeout or shutdown kills everything it
+started) and, on Linux, dies with its parent (so a runner killed with -9 leaves no agent
+working on behind its back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..fsutil import TailBuffer
+
+KILL_GRACE_SECONDS = 5.0
+TICK_SECONDS = 1.0
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class ProcessOutcome:
+    exit_code: int | None
+    timed_out: bool
+    start_error: str | None = None
+
+
+def run_process(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    output: TailBuffer,
+    timeout_seconds: float,
+    stdin_data: bytes | None = None,
+    on_tick: Callable[[], None] = lambda: None,
+    on_chunk: Callable[[bytes], None] | None = None,
+) -> ProcessOutcome:
+    """Run ``argv`` until it exits or times out; raw output goes to ``on_chunk`` or ``output``."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
+    except OSError as exc:
+        return ProcessOutcome(None, False, f"cannot run {argv[0]!r}: {exc.strerror or exc}")
+    sink = on_chunk or output.feed
+    try:
+        if stdin_data is not None:
+            _feed_stdin(proc, stdin_data)
+        deadline = time.monotonic() + timeout_seconds
+        if _pump(proc, sink, deadline, on_tick):
+            return ProcessOutcome(None, True)
+        try:  # output closed; the process may still be finishing
+            return ProcessOutcome(proc.wait(max(0.0, deadline - time.monotonic())), False)
+        except subprocess.TimeoutExpired:
+            return ProcessOutcome(None, True)
+    finally:
+        _kill_group(proc)
+
+
+def _feed_stdin(proc: subprocess.Popen, data: bytes) -> None:
+    """Write the prompt from a thread: a large prompt must not block reading the output."""
+
+    def write() -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):  # the agent may ignore its stdin
+            proc.stdin.write(data)
+            proc.stdin.close()
+
+    threading.Thread(target=write, name="agent-stdin", daemon=True).start()
+
+
+def _pump(
+    proc: subprocess.Popen,
+    sink: Callable[[bytes], None],
+    deadline: float,
+    on_tick: Callable[[], None],
+) -> bool:
+    """Copy output until EOF; True if the deadline passed first."""
+    fd = proc.stdout.fileno()
+    next_tick = time.monotonic() + TICK_SECONDS
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return True
+        if now >= next_tick:
+            on_tick()
+            next_tick = now + TICK_SECONDS
+        ready, _, _ = select.select([fd], [], [], min(TICK_SECONDS, deadline - now))
+        if ready:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return False
+            sink(chunk)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop the agent and everything it started: TERM, a grace period, then KILL."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(KILL_GRACE_SECONDS)
+    _signal_group(proc, signal.SIGKILL)  # stragglers in the group, even if the leader exited
+    proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)

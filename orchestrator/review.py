@@ -1,0 +1,88 @@
+"""The human side of the loop: accept (merge, done, clean up) and reject.
+
+These workflows span git and the queue, so they live here and not in ``queue_utils``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from . import config, git_utils, queue_utils
+from .exceptions import GitError, IllegalTransition
+from .tasks import Task, TaskState, normalize_task_id
+
+log = logging.getLogger("octopoid.review")
+
+
+@dataclass
+class Accepted:
+    task: Task
+    strategy: str
+    merged_sha: str | None
+    cleanup_error: str | None = None
+
+
+def accept(task_id: str, accepted_by: str = "human") -> Accepted:
+    """Merge the task's branch into its base, move it to done, then remove worktree and branch.
+
+    A refused merge (conflict, dirty checkout) changes nothing: the task stays in
+    provisional. The merge comes before the move, so a crash in between is healed by
+    running accept again (the merge is then already done). Cleanup comes last and a failure
+    there is reported, not fatal: `octopoid worktrees --prune` finishes it.
+    """
+    task = queue_utils.get_task(normalize_task_id(task_id))
+    if task.state is not TaskState.PROVISIONAL:
+        raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
+    strategy = config.load_config()["merge"]["strategy"]
+    merged = None
+    if strategy != "none":
+        repo = git_utils.open_repo()
+        merged = git_utils.merge_task_branch(repo, task.id, task.branch, strategy, task.title)
+    done = queue_utils.accept_completion(task, accepted_by)
+    result = Accepted(done, strategy, merged)
+    if strategy != "none":
+        try:
+            git_utils.remove_worktree(git_utils.open_repo(), task.id)
+        except GitError as exc:
+            result.cleanup_error = str(exc)
+            log.error("accepted %s but could not clean up: %s", task.label, exc)
+    return result
+
+
+def reject(task_id: str, reason: str, rejected_by: str = "human") -> Task:
+    """Back to incoming with the reason in the notes; the branch and worktree stay for the retry."""
+    return queue_utils.reject_completion(normalize_task_id(task_id), reason, rejected_by)
+
+
+def task_diff(task_id: str) -> str:
+    task = queue_utils.get_task(normalize_task_id(task_id))
+    return git_utils.diff(git_utils.open_repo(), task.branch, task.id)
+
+
+def prune_worktrees(dry_run: bool = False) -> list[str]:
+    """Remove worktrees (and branches) of tasks that are done or no longer exist."""
+    folder = config.get_worktrees_dir()
+    if not folder.is_dir():
+        return []
+    store = queue_utils.get_store()
+    repo = git_utils.open_repo()
+    removed = []
+    for path in sorted(folder.glob("TASK-*")):
+        task_id = path.name.removeprefix("TASK-")
+        if store.locate(task_id) in (None, TaskState.DONE):
+            if not dry_run:
+                git_utils.remove_worktree(repo, task_id)
+            removed.append(path.name)
+    return removed
+
+
+def list_worktrees() -> list[tuple[str, str]]:
+    """(TASK-id, state or 'gone') for every task worktree."""
+    folder = config.get_worktrees_dir()
+    store = queue_utils.get_store()
+    out = []
+    for path in sorted(folder.glob("TASK-*")) if folder.is_dir() else []:
+        state = store.locate(path.name.removeprefix("TASK-"))
+        out.append((path.name, state.value if state else "gone"))
+    return out

@@ -1,0 +1,383 @@
+"""The scheduler daemon: reap expired claims, claim work for idle agents, start runners.
+
+``initialize()``, one pass ``loop_once(now)``, ``shutdown()``: tests drive single passes;
+``run()`` repeats passes until asked to stop. Each attempt runs in its own runner process
+(``roles/implementer.py``), started in its own session, so a scheduler restart (or crash)
+does not stop work in progress, and the reaper can tell a live runner from a dead one.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from . import config, queue_utils
+from .exceptions import OctopoidError, SchedulerError
+from .fsutil import atomic_write
+from .tasks import Task, TaskState, utcnow
+
+log = logging.getLogger("octopoid.scheduler")
+
+WATCH_SECONDS = 0.25  # how often the idle loop looks for new work (a stat or two)
+HOUSEKEEPING_SECONDS = 5.0  # a full pass at least this often (lease reaping)
+SHUTDOWN_GRACE_SECONDS = 30.0  # running attempts get this long to finish on shutdown
+RUNNER_STOP_SECONDS = 15.0  # after SIGTERM, a runner's time to save notes and requeue
+
+
+def pid_file() -> Path:
+    return config.get_orchestrator_dir() / "scheduler.pid"
+
+
+def _lock_file() -> Path:
+    return config.get_orchestrator_dir() / "scheduler.lock"
+
+
+def _pause_flag(agent: str | None) -> Path:
+    runtime = config.get_orchestrator_dir()
+    return runtime / "agents" / f"{agent}.paused" if agent else runtime / "paused"
+
+
+def set_paused(paused: bool, agent: str | None = None) -> None:
+    """Pause or resume the whole system, or one agent (a flag file the scheduler watches)."""
+    if agent is not None:
+        names = [a["name"] for a in config.load_agents()["agents"]]
+        if agent not in names:
+            raise OctopoidError(f"no agent named '{agent}' (agents: {', '.join(names) or 'none'})")
+    flag = _pause_flag(agent)
+    flag.parent.mkdir(parents=True, exist_ok=True)
+    if paused:
+        atomic_write(flag, f"paused at {utcnow().isoformat()}\n")
+    else:
+        flag.unlink(missing_ok=True)
+
+
+def is_paused(agents_cfg: dict, agent: dict | None = None) -> bool:
+    if agent is None:
+        return agents_cfg["paused"] or _pause_flag(None).exists()
+    return agent["paused"] or _pause_flag(agent["name"]).exists()
+
+
+@dataclass
+class Runner:
+    task_id: str
+    agent: str
+    proc: subprocess.Popen
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class PassReport:
+    reaped: list[str] = field(default_factory=list)
+    started: list[tuple[str, str]] = field(default_factory=list)
+    finished: list[tuple[str, int]] = field(default_factory=list)
+    skipped: str = ""
+
+
+class Scheduler:
+    def __init__(self) -> None:
+        self.root = config.find_project_root()
+        self.runners: dict[str, Runner] = {}
+        self._lock = FileLock(_lock_file(), timeout=0)
+        self._stop = threading.Event()
+        self._stopping = False
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def initialize(self) -> None:
+        """Take the one-scheduler-per-root lock, write the pid file, start logging."""
+        _lock_file().parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise SchedulerError(
+                f"a scheduler is already running for {self.root} (pid {read_pid() or '?'}); "
+                "`octopoid scheduler stop` stops it"
+            ) from None
+        atomic_write(pid_file(), f"{os.getpid()}\n")
+        setup_logging()
+        log.info("scheduler %d started for %s", os.getpid(), self.root)
+
+    def shutdown(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
+        """Stop claiming; give running attempts ``grace`` seconds, then stop and requeue them."""
+        self._stopping = True
+        deadline = time.monotonic() + grace
+        while self.runners and time.monotonic() < deadline:
+            self._collect_finished(PassReport())
+            time.sleep(WATCH_SECONDS)
+        for runner in self.runners.values():
+            log.info(
+                "stopping %s (runner %d): it saves notes and requeues",
+                runner.task_id,
+                runner.proc.pid,
+            )
+            runner.proc.send_signal(signal.SIGTERM)
+        for runner in list(self.runners.values()):
+            try:
+                runner.proc.wait(RUNNER_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                log.error(
+                    "runner %d for %s ignored SIGTERM; killing it (the lease reaper "
+                    "will requeue the task)",
+                    runner.proc.pid,
+                    runner.task_id,
+                )
+                runner.proc.kill()
+                runner.proc.wait()
+        self.runners.clear()
+        pid_file().unlink(missing_ok=True)
+        log.info("scheduler %d stopped", os.getpid())
+        self._lock.release()
+
+    def stop(self) -> None:
+        """Ask ``run()`` to finish (safe from a signal handler)."""
+        self._stop.set()
+
+    # --- the pass -----------------------------------------------------------------------
+
+    def loop_once(self, now: datetime | None = None) -> PassReport:
+        """Reap, collect finished runners, then claim and start work for idle agents."""
+        report = PassReport()
+        for task, state in queue_utils.reap_expired_claims(now):
+            log.warning("reaped %s: lease expired, owner gone -> %s", task.label, state.value)
+            report.reaped.append(task.label)
+        self._collect_finished(report)
+        if self._stopping:
+            report.skipped = "stopping"
+            return report
+        agents_cfg = config.load_agents()
+        report.skipped = self._blocked_reason(agents_cfg)
+        if not report.skipped:
+            self._dispatch(agents_cfg, report, now)
+        return report
+
+    def _blocked_reason(self, agents_cfg: dict) -> str:
+        store = queue_utils.get_store()
+        if is_paused(agents_cfg):
+            return "paused"
+        waiting = store.count(TaskState.PROVISIONAL)
+        if waiting >= agents_cfg["max_provisional"]:
+            return f"backpressure: {waiting} tasks wait for review (max_provisional)"
+        return ""
+
+    def _dispatch(self, agents_cfg: dict, report: PassReport, now: datetime | None) -> None:
+        claimed = queue_utils.get_store().list(TaskState.CLAIMED)
+        room = agents_cfg["max_claimed"] - len(claimed)
+        for agent in agents_cfg["agents"]:
+            if is_paused(agents_cfg, agent):
+                continue
+            busy = sum(1 for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"])
+            while room > 0 and busy < agent["max_concurrent"]:
+                task = queue_utils.claim_task(
+                    agent["role"], agent["name"], lease_seconds=agents_cfg["lease_seconds"], now=now
+                )
+                if task is None:
+                    break
+                self._start_runner(task, agent["name"])
+                report.started.append((task.label, agent["name"]))
+                room, busy = room - 1, busy + 1
+
+    def _start_runner(self, task: Task, agent: str) -> None:
+        log_dir = config.get_logs_dir() / task.label
+        log_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, OCTOPOID_ROOT=str(self.root))
+        with open(log_dir / "runner.log", "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.roles.implementer", task.id, agent],
+                cwd=self.root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.runners[task.id] = Runner(task.label, agent, proc)
+        log.info(
+            "claimed %s for %s (attempt %d); runner %d started",
+            task.label,
+            agent,
+            task.attempts,
+            proc.pid,
+        )
+
+    def _collect_finished(self, report: PassReport) -> None:
+        for task_id, runner in list(self.runners.items()):
+            code = runner.proc.poll()
+            if code is None:
+                continue
+            del self.runners[task_id]
+            seconds = time.monotonic() - runner.started
+            level = logging.INFO if code == 0 else logging.ERROR
+            log.log(level, "runner for %s exited %d after %.1fs", runner.task_id, code, seconds)
+            report.finished.append((runner.task_id, code))
+            if code != 0:
+                self._recover(task_id, runner, code)
+
+    def _recover(self, task_id: str, runner: Runner, code: int) -> None:
+        """A runner that died left its task claimed: recover it now, not at lease expiry."""
+        try:
+            task = queue_utils.get_task(task_id)
+        except OctopoidError:
+            return
+        ours = {str(runner.proc.pid), str(os.getpid())}
+        if task.state is TaskState.CLAIMED and task.headers.get("PID") in ours:
+            moved = queue_utils.recover_dead_claim(task, f"runner exited with status {code}")
+            if moved is not None:
+                log.warning("recovered %s from a dead runner -> %s", task.label, moved.state.value)
+
+    # --- the daemon loop ----------------------------------------------------------------
+
+    def run(self, once: bool = False) -> None:
+        """Passes until ``stop()`` (SIGINT/SIGTERM); ``once`` does a single pass."""
+        self.initialize()
+        try:
+            if once:
+                self._guarded_pass()
+                return
+            watched = self._watch_state()
+            next_pass = 0.0
+            while not self._stop.is_set():
+                state = self._watch_state()
+                due = time.monotonic() >= next_pass or state != watched or self._any_finished()
+                if due:
+                    watched = state
+                    self._guarded_pass()
+                    next_pass = time.monotonic() + HOUSEKEEPING_SECONDS
+                self._stop.wait(WATCH_SECONDS)
+        finally:
+            self.shutdown(0.0 if once else SHUTDOWN_GRACE_SECONDS)
+
+    def _guarded_pass(self) -> None:
+        """One pass; an error is logged with its traceback and the daemon goes on."""
+        try:
+            report = self.loop_once()
+            if report.skipped:
+                log.debug("not claiming: %s", report.skipped)
+        except OctopoidError as exc:
+            log.error("pass failed: %s", exc)
+        except Exception:
+            log.exception("pass failed with an unexpected error")
+
+    def _watch_state(self) -> tuple[int, ...]:
+        """Cheap fingerprints of what should wake the scheduler: new tasks, pause flags, config."""
+        runtime = config.get_orchestrator_dir()
+        paths = [
+            runtime / "queue" / "incoming",
+            runtime / "agents",
+            runtime / "paused",
+            config.get_octopoid_dir() / "agents.yaml",
+        ]
+        out = []
+        for path in paths:
+            try:
+                out.append(path.stat().st_mtime_ns)
+            except FileNotFoundError:
+                out.append(0)
+        return tuple(out)
+
+    def _any_finished(self) -> bool:
+        return any(r.proc.poll() is not None for r in self.runners.values())
+
+
+def setup_logging(console: bool = False) -> None:
+    """Scheduler log: rotated file under logs/, and stderr when run in the foreground."""
+    logger = logging.getLogger("octopoid")
+    logger.setLevel(logging.INFO)
+    logs = config.get_logs_dir()
+    logs.mkdir(parents=True, exist_ok=True)
+    target = str(logs / "scheduler.log")
+    if not any(getattr(h, "baseFilename", None) == target for h in logger.handlers):
+        handler = logging.handlers.RotatingFileHandler(target, maxBytes=5 << 20, backupCount=3)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    if console and not any(
+        isinstance(h, logging.StreamHandler) and not hasattr(h, "baseFilename")
+        for h in logger.handlers
+    ):
+        stream = logging.StreamHandler()
+        stream.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(stream)
+
+
+# --- background control (octopoid scheduler start|stop|status) ----------------------------
+
+
+def read_pid() -> int | None:
+    try:
+        return int(pid_file().read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def scheduler_status() -> dict:
+    """Whether a scheduler holds this root's lock; a pid file without one is stale."""
+    _lock_file().parent.mkdir(parents=True, exist_ok=True)
+    probe = FileLock(_lock_file(), timeout=0)
+    try:
+        probe.acquire()
+    except Timeout:
+        return {"running": True, "pid": read_pid(), "stale_pid_file": False}
+    probe.release()
+    stale = pid_file().exists()
+    return {"running": False, "pid": read_pid() if stale else None, "stale_pid_file": stale}
+
+
+def start_background(wait_seconds: float = 10.0) -> int:
+    """Start ``octopoid scheduler run`` detached; return its pid once it holds the lock."""
+    status = scheduler_status()
+    if status["running"]:
+        raise SchedulerError(f"a scheduler is already running (pid {status['pid']})")
+    root = config.find_project_root()
+    logs = config.get_logs_dir()
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "scheduler.out", "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "scheduler", "run"],
+            cwd=root,
+            env=dict(os.environ, OCTOPOID_ROOT=str(root)),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SchedulerError(
+                f"the scheduler exited at once (status {proc.returncode}); "
+                f"see {logs / 'scheduler.out'}"
+            )
+        if scheduler_status()["running"] and read_pid() == proc.pid:
+            return proc.pid
+        time.sleep(0.1)
+    raise SchedulerError(f"the scheduler did not start within {wait_seconds:g}s")
+
+
+def stop_background(wait_seconds: float = SHUTDOWN_GRACE_SECONDS + RUNNER_STOP_SECONDS + 5) -> int:
+    """SIGTERM the running scheduler and wait for it to finish its graceful shutdown."""
+    status = scheduler_status()
+    if not status["running"] or not status["pid"]:
+        if status["stale_pid_file"]:
+            pid_file().unlink(missing_ok=True)
+        raise SchedulerError(
+            "no scheduler is running"
+            + (" (removed a stale pid file)" if status["stale_pid_file"] else "")
+        )
+    pid = status["pid"]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        if not scheduler_status()["running"]:
+            return pid
+        time.sleep(0.2)
+    raise SchedulerError(f"scheduler {pid} is still shutting down after {wait_seconds:g}s")

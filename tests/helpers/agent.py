@@ -1,0 +1,54 @@
+"""A scripted agent for the command backend. Its behaviour comes from the task title.
+
+- ``fail-once``: without Previous Agent Notes in the prompt, print a clue and exit 1; with
+  them, quote the clue and commit.
+- ``always-fail``: print and exit 1.  ``no-commit``: exit 0 without committing.
+- ``slow``: sleep OCTO_TEST_SLEEP seconds (default 30) before committing.
+- ``flood``: print OCTO_TEST_FLOOD_MB megabytes, then commit.
+- anything else: write a file named after the task and commit it.
+Every run appends a line to ``$OCTO_TEST_RUNS`` (when set) so tests can count attempts.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+prompt = Path(os.environ["OCTOPOID_PROMPT_FILE"]).read_text()
+task = os.environ["OCTOPOID_TASK_ID"]
+title = prompt.split(f"# Task {task}: ", 1)[1].split("\n", 1)[0]
+if os.environ.get("OCTO_TEST_RUNS"):
+    with open(os.environ["OCTO_TEST_RUNS"], "a") as runs:
+        runs.write(f"{task} {os.getpid()}\n")
+
+
+def commit(name: str, text: str) -> None:
+    Path(name).write_text(text)
+    subprocess.run(["git", "add", name], check=True)
+    subprocess.run(["git", "commit", "-q", "-m", f"{task}: {title}"], check=True)
+
+
+print(f"working on {task}: {title}", flush=True)
+if "fail-once" in title and "## Previous Agent Notes" not in prompt:
+    print("CLUE: the config lives in settings/prod.toml, not config.py")
+    sys.exit(1)
+if "fail-once" in title:
+    clue = prompt.split("CLUE: ", 1)[1].split("\n", 1)[0]
+    print(f"using the clue from the previous attempt: {clue}")
+if "always-fail" in title:
+    print("I cannot do this")
+    sys.exit(1)
+if "no-commit" in title:
+    sys.exit(0)
+if "slow" in title:
+    time.sleep(float(os.environ.get("OCTO_TEST_SLEEP", "30")))
+if "flood" in title:
+    block = ("x" * 1023 + "\n").encode() * 1024
+    for _ in range(int(os.environ.get("OCTO_TEST_FLOOD_MB", "200"))):
+        sys.stdout.buffer.write(block)
+    sys.stdout.flush()
+if "Review — rejected" in prompt:
+    print("addressing review: " + prompt.split("Review — rejected", 1)[1][:200])
+commit(f"{task}.txt", f"{task} done\n")
+print("committed", flush=True)
