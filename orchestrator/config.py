@@ -121,7 +121,8 @@ AGENT_SCHEMA: dict[str, Any] = {
 
 AGENTS_FILE_SCHEMA: dict[str, Any] = {
     "max_attempts": Field(int, defaults.MAX_ATTEMPTS, minimum=1),
-    "lease_seconds": Field(int, defaults.LEASE_SECONDS, minimum=10),
+    "lease_seconds": Field(int, defaults.LEASE_SECONDS, minimum=2),
+    "shutdown_grace_seconds": Field(int, defaults.SHUTDOWN_GRACE_SECONDS, minimum=0),
     "max_claimed": Field(int, 4, minimum=1),
     "max_provisional": Field(int, 20, minimum=1),
     "paused": Field(bool, False),

@@ -17,6 +17,9 @@ MAX_ATTEMPTS = 3
 #: Seconds a claim stays valid without renewal; the runner renews well before this.
 LEASE_SECONDS = 600
 
+#: Seconds running attempts get to finish when the scheduler shuts down, before SIGTERM.
+SHUTDOWN_GRACE_SECONDS = 30
+
 #: Largest task file octopoid reads; bigger ones are quarantined rather than loaded.
 MAX_TASK_FILE_BYTES = 1024 * 1024
 

@@ -31,7 +31,6 @@ log = logging.getLogger("octopoid.scheduler")
 
 WATCH_SECONDS = 0.25  # how often the idle loop looks for new work (a stat or two)
 HOUSEKEEPING_SECONDS = 5.0  # a full pass at least this often (lease reaping)
-SHUTDOWN_GRACE_SECONDS = 30.0  # running attempts get this long to finish on shutdown
 RUNNER_STOP_SECONDS = 15.0  # after SIGTERM, a runner's time to save notes and requeue
 
 
@@ -108,9 +107,11 @@ class Scheduler:
         setup_logging()
         log.info("scheduler %d started for %s", os.getpid(), self.root)
 
-    def shutdown(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
+    def shutdown(self, grace: float | None = None) -> None:
         """Stop claiming; give running attempts ``grace`` seconds, then stop and requeue them."""
         self._stopping = True
+        if grace is None:
+            grace = config.load_agents()["shutdown_grace_seconds"]
         deadline = time.monotonic() + grace
         while self.runners and time.monotonic() < deadline:
             self._collect_finished(PassReport())
@@ -135,6 +136,9 @@ class Scheduler:
                 runner.proc.kill()
                 runner.proc.wait()
         self.runners.clear()
+        self._release()
+
+    def _release(self) -> None:
         pid_file().unlink(missing_ok=True)
         log.info("scheduler %d stopped", os.getpid())
         self._lock.release()
@@ -238,12 +242,19 @@ class Scheduler:
     # --- the daemon loop ----------------------------------------------------------------
 
     def run(self, once: bool = False) -> None:
-        """Passes until ``stop()`` (SIGINT/SIGTERM); ``once`` does a single pass."""
+        """Passes until ``stop()`` (SIGINT/SIGTERM).
+
+        ``once`` does a single pass and exits, leaving the attempts it started to run to
+        their end in their own processes (for cron).
+        """
         self.initialize()
-        try:
-            if once:
+        if once:
+            try:
                 self._guarded_pass()
-                return
+            finally:
+                self._release()
+            return
+        try:
             watched = self._watch_state()
             next_pass = 0.0
             while not self._stop.is_set():
@@ -255,7 +266,7 @@ class Scheduler:
                     next_pass = time.monotonic() + HOUSEKEEPING_SECONDS
                 self._stop.wait(WATCH_SECONDS)
         finally:
-            self.shutdown(0.0 if once else SHUTDOWN_GRACE_SECONDS)
+            self.shutdown()
 
     def _guarded_pass(self) -> None:
         """One pass; an error is logged with its traceback and the daemon goes on."""
@@ -363,8 +374,9 @@ def start_background(wait_seconds: float = 10.0) -> int:
     raise SchedulerError(f"the scheduler did not start within {wait_seconds:g}s")
 
 
-def stop_background(wait_seconds: float = SHUTDOWN_GRACE_SECONDS + RUNNER_STOP_SECONDS + 5) -> int:
+def stop_background() -> int:
     """SIGTERM the running scheduler and wait for it to finish its graceful shutdown."""
+    wait_seconds = config.load_agents()["shutdown_grace_seconds"] + RUNNER_STOP_SECONDS + 5
     status = scheduler_status()
     if not status["running"] or not status["pid"]:
         if status["stale_pid_file"]:

@@ -53,3 +53,20 @@ def git_project(project: Path) -> Path:
     """``project`` that is also a git repository with a first commit on main."""
     make_git_repo(project)
     return project
+
+
+def write_agents(root: Path, *, argv: list[str] | None = None, **top: object) -> None:
+    """agents.yaml with one command agent running tests/helpers/agent.py (or ``argv``)."""
+    import yaml
+
+    agent = {
+        "name": "impl-1",
+        "role": "implement",
+        "backend": "command",
+        "argv": argv or [sys.executable, str(HELPERS / "agent.py")],
+        "max_concurrent": int(top.pop("max_concurrent", 1)),
+        "timeout_seconds": int(top.pop("timeout_seconds", 60)),
+        "max_turns": 10,
+    }
+    doc = {"lease_seconds": 30, **top, "agents": [agent]}
+    (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))

@@ -106,6 +106,7 @@ def test_errors_are_one_line_and_exit_non_zero(project: Path, args, code, messag
 
 
 def test_accept_many_reports_each_and_exits_with_the_worst(project: Path) -> None:
+    (project / ".octopoid/config.yaml").write_text("merge:\n  strategy: none\n")
     run("enqueue", "a")
     q.submit_completion(q.claim_task(None, "x"), 1, 1)
     result = run("accept", "1", "2", "../x", ok=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ class AttemptReport:
     turns: int
     next_state: str
     reason: str
+    peak_rss_kib: int = 0
 
 
 def attempt_log_dir(task_id: str) -> Path:
@@ -167,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     except OctopoidError as exc:
         print(f"octopoid runner: {exc}", file=sys.stderr)
         return exc.exit_code
+    report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps(report.__dict__), flush=True)
     return 0
 

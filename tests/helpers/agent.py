@@ -50,5 +50,5 @@ if "flood" in title:
     sys.stdout.flush()
 if "Review — rejected" in prompt:
     print("addressing review: " + prompt.split("Review — rejected", 1)[1][:200])
-commit(f"{task}.txt", f"{task} done\n")
+commit(f"{task}.txt", f"{task} done in attempt {os.environ['OCTOPOID_ATTEMPT']}\n")
 print("committed", flush=True)

@@ -1,0 +1,136 @@
+"""One attempt, run in this process: worktree, prompt, agent, notes, next state."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import config, git_utils
+from orchestrator import queue_utils as q
+from orchestrator.backends import AgentResult
+from orchestrator.roles.implementer import _settle, run_attempt
+from orchestrator.tasks import TaskState
+
+from .conftest import write_agents
+
+
+@pytest.fixture
+def repo_with_agent(git_project: Path) -> Path:
+    write_agents(git_project)
+    return git_project
+
+
+def attempt(title: str, **kw) -> tuple[str, object]:
+    q.create_task(title, **kw)
+    claimed = q.claim_task(None, "impl-1")
+    return claimed.id, run_attempt(claimed.id, "impl-1")
+
+
+def prompt_of(task_id: str, n: int) -> str:
+    return (config.get_logs_dir() / f"TASK-{task_id}" / f"attempt-{n}.prompt.md").read_text()
+
+
+def test_a_committing_agent_lands_in_provisional(repo_with_agent: Path) -> None:
+    tid, report = attempt("plain work", context="Do the thing in app.py")
+    assert report.next_state == "provisional" and report.commits == 1
+    task = q.get_task(tid)
+    assert task.state is TaskState.PROVISIONAL and task.headers["COMMITS"] == "1"
+    prompt = prompt_of(tid, 1)
+    assert "You are an implementer agent" in prompt and "Do the thing in app.py" in prompt
+    assert "## Previous Agent Notes" not in prompt and "## History" not in prompt
+    worktree = git_utils.worktree_for(tid)
+    assert git.Repo(worktree).active_branch.name == f"agent/TASK-{tid}"
+    assert "committed" in q.get_task_notes(tid)
+    log = config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log"
+    assert "working on" in log.read_text()
+    assert not (config.get_notes_dir() / f"TASK-{tid}.stdout.log").exists()
+
+
+def test_a_failed_attempts_output_reaches_the_next_prompt(repo_with_agent: Path) -> None:
+    tid, first = attempt("fail-once please")
+    assert first.next_state == "incoming" and "exit status 1" in first.reason
+    assert "exit status 1" in q.get_task(tid).history[-1]
+    second = run_attempt(q.claim_task(None, "impl-1").id, "impl-1")
+    assert second.next_state == "provisional"
+    prompt = prompt_of(tid, 2)
+    assert "## Previous Agent Notes" in prompt and "CLUE: the config lives in" in prompt
+    notes = q.get_task_notes(tid)
+    assert "using the clue from the previous attempt" in notes
+
+
+def test_retry_reuses_the_branch_and_keeps_earlier_commits(repo_with_agent: Path) -> None:
+    tid, _ = attempt("plain")
+    q.reject_completion(tid, "also add docs please")
+    report = run_attempt(q.claim_task(None, "impl-1").id, "impl-1")
+    assert report.commits == 1  # counted from this attempt's start
+    assert "also add docs please" in prompt_of(tid, 2)
+    log = list(git.Repo(git_utils.worktree_for(tid)).iter_commits(max_count=3))
+    assert len(log) == 3  # initial + two attempts
+
+
+def test_max_attempts_ends_in_failed(repo_with_agent: Path) -> None:
+    write_agents(repo_with_agent, max_attempts=2)
+    tid, first = attempt("always-fail")
+    assert first.next_state == "incoming"
+    second = run_attempt(q.claim_task(None, "impl-1").id, "impl-1")
+    assert second.next_state == "failed"
+    assert "attempts exhausted" in q.get_task(tid).headers["ERROR"]
+    assert "I cannot do this" in q.get_task_notes(tid)
+
+
+def test_finishing_without_commits_is_not_success(repo_with_agent: Path) -> None:
+    tid, report = attempt("no-commit")
+    assert report.next_state == "incoming"
+    assert "without committing" in q.get_task(tid).history[-1]
+
+
+def test_a_missing_program_is_a_clear_note(git_project: Path) -> None:
+    write_agents(git_project, argv=["/no/such/agent-binary", "{prompt_file}"])
+    tid, report = attempt("anything")
+    assert report.next_state == "incoming"
+    assert "cannot run '/no/such/agent-binary'" in q.get_task_notes(tid)
+
+
+def test_a_missing_base_branch_fails_the_attempt_with_gits_words(repo_with_agent: Path) -> None:
+    tid, report = attempt("anything", branch="no-such-branch")
+    assert report.next_state == "incoming"
+    assert "base branch 'no-such-branch' does not exist" in q.get_task_notes(tid)
+
+
+def test_not_a_git_repo_is_reported_in_the_notes(project: Path) -> None:
+    write_agents(project)
+    tid, report = attempt("anything")
+    assert report.next_state == "incoming" and "not a git repository" in q.get_task_notes(tid)
+
+
+def test_timeout_stops_the_agent_and_says_so(git_project: Path) -> None:
+    write_agents(git_project, timeout_seconds=1)
+    tid, report = attempt("slow")
+    assert report.outcome == "timeout" and report.next_state == "incoming"
+    assert "timed out after 1s" in q.get_task_notes(tid)
+
+
+def test_placeholders_are_filled_in(git_project: Path, tmp_path: Path) -> None:
+    out = tmp_path / "args.txt"
+    script = f"import sys; open({str(out)!r}, 'w').write(' '.join(sys.argv[1:]))"
+    write_agents(
+        git_project, argv=[sys.executable, "-c", script, "{task_id}", "{worktree}", "{prompt_file}"]
+    )
+    tid, _ = attempt("anything")
+    task_arg, worktree_arg, prompt_arg = out.read_text().split()
+    assert task_arg == f"TASK-{tid}" and worktree_arg == str(git_utils.worktree_for(tid))
+    assert Path(prompt_arg).read_text().startswith("You are an implementer agent")
+
+
+def test_two_burned_out_attempts_go_to_breakdown(project: Path) -> None:
+    write_agents(project)
+    agent = config.load_agents()["agents"][0]  # max_turns 10
+    tid = q.create_task("t").id
+    burned = AgentResult(0, "max_turns", turns=9, summary="ran out of turns")
+    report = _settle(q.claim_task(None, "impl-1"), agent, 5, burned, 0)
+    assert report.next_state == "incoming" and q.get_task(tid).headers["BURNED_OUT"] == "1"
+    report = _settle(q.claim_task(None, "impl-1"), agent, 5, burned, 0)
+    assert report.next_state == "breakdown"

@@ -1,0 +1,144 @@
+"""Accept merges the task branch into its base; refused merges change nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import git_utils, review
+from orchestrator import queue_utils as q
+from orchestrator.exceptions import GitError, IllegalTransition, MergeRefused
+from orchestrator.tasks import TaskState
+
+
+def provisional_with_commit(root: Path, filename: str = "feature.txt", text: str = "new\n") -> str:
+    """A task in provisional whose branch has one commit, made as an agent would."""
+    task = q.create_task(f"add {filename}")
+    q.claim_task(None, "agent")
+    repo = git.Repo(root)
+    worktree = git_utils.ensure_worktree(repo, task.id, "main")
+    (worktree / filename).write_text(text)
+    wt = git.Repo(worktree)
+    wt.index.add([filename])
+    wt.index.commit(f"agent work on {filename}")
+    q.save_task_notes(task.id, "agent", "did it", 1, 1)
+    q.submit_completion(task.id, 1, 1)
+    return task.id
+
+
+def set_strategy(root: Path, strategy: str) -> None:
+    (root / ".octopoid/config.yaml").write_text(f"merge:\n  strategy: {strategy}\n")
+
+
+def test_accept_merges_and_removes_worktree_branch_and_notes(git_project: Path) -> None:
+    tid = provisional_with_commit(git_project)
+    done = review.accept(tid, "alice")
+    repo = git.Repo(git_project)
+    assert repo.head.commit.message.startswith(f"Merge TASK-{tid}: add feature.txt")
+    assert len(repo.head.commit.parents) == 2
+    assert (git_project / "feature.txt").read_text() == "new\n"  # the checkout moved too
+    assert done.task.state is TaskState.DONE and done.merged_sha == repo.head.commit.hexsha
+    assert not git_utils.worktree_for(tid).exists()
+    assert not git_utils.branch_exists(repo, f"agent/TASK-{tid}")
+    assert q.get_task_notes(tid) is None
+
+
+@pytest.mark.parametrize(("strategy", "parents"), [("squash", 1), ("ff-only", 1)])
+def test_squash_and_fast_forward(git_project: Path, strategy: str, parents: int) -> None:
+    set_strategy(git_project, strategy)
+    tid = provisional_with_commit(git_project)
+    review.accept(tid)
+    head = git.Repo(git_project).head.commit
+    assert len(head.parents) == parents and (git_project / "feature.txt").exists()
+    if strategy == "squash":
+        assert head.message.startswith(f"Merge TASK-{tid}")
+
+
+def test_strategy_none_leaves_the_branch_for_a_pull_request(git_project: Path) -> None:
+    set_strategy(git_project, "none")
+    tid = provisional_with_commit(git_project)
+    before = git.Repo(git_project).head.commit.hexsha
+    review.accept(tid)
+    repo = git.Repo(git_project)
+    assert repo.head.commit.hexsha == before
+    assert git_utils.branch_exists(repo, f"agent/TASK-{tid}")
+    assert q.get_task(tid).state is TaskState.DONE
+
+
+def test_conflict_is_aborted_and_the_task_stays_provisional(git_project: Path) -> None:
+    tid = provisional_with_commit(git_project, "README.md", "agent's readme\n")
+    repo = git.Repo(git_project)
+    (git_project / "README.md").write_text("human's readme\n")
+    repo.index.add(["README.md"])
+    repo.index.commit("human edit")
+    head = repo.head.commit.hexsha
+    with pytest.raises(MergeRefused, match="undone"):
+        review.accept(tid)
+    assert repo.head.commit.hexsha == head and not repo.is_dirty()
+    assert (git_project / "README.md").read_text() == "human's readme\n"
+    assert q.get_task(tid).state is TaskState.PROVISIONAL
+    assert q.get_task_notes(tid) is not None and git_utils.worktree_for(tid).exists()
+
+
+def test_dirty_base_checkout_is_refused(git_project: Path) -> None:
+    tid = provisional_with_commit(git_project)
+    (git_project / "README.md").write_text("uncommitted\n")
+    with pytest.raises(MergeRefused, match="uncommitted changes"):
+        review.accept(tid)
+    assert q.get_task(tid).state is TaskState.PROVISIONAL
+    assert (git_project / "README.md").read_text() == "uncommitted\n"
+
+
+def test_base_not_checked_out_is_merged_without_touching_the_checkout(git_project: Path) -> None:
+    repo = git.Repo(git_project)
+    repo.git.branch("release")
+    task = q.create_task("on release", branch="release")
+    q.claim_task(None, "a")
+    worktree = git_utils.ensure_worktree(repo, task.id, "release")
+    (worktree / "r.txt").write_text("r\n")
+    git.Repo(worktree).index.add(["r.txt"])
+    git.Repo(worktree).index.commit("release work")
+    q.submit_completion(task.id, 1, 1)
+    main_before = repo.head.commit.hexsha
+    review.accept(task.id)
+    assert repo.head.commit.hexsha == main_before and not (git_project / "r.txt").exists()
+    assert "r.txt" in repo.commit("release").tree
+    assert not any(
+        p.name.startswith(".merge-") for p in git_utils.worktree_for("x").parent.iterdir()
+    )
+
+
+def test_accept_needs_a_provisional_task(git_project: Path) -> None:
+    tid = q.create_task("t").id
+    with pytest.raises(IllegalTransition, match="not provisional"):
+        review.accept(tid)
+
+
+def test_reject_keeps_branch_and_worktree(git_project: Path) -> None:
+    tid = provisional_with_commit(git_project)
+    review.reject(tid, "needs tests")
+    assert git_utils.worktree_for(tid).exists()
+    assert "needs tests" in q.get_task_notes(tid)
+
+
+def test_diff_and_prune(git_project: Path) -> None:
+    tid = provisional_with_commit(git_project)
+    assert "+new" in review.task_diff(tid)
+    assert review.prune_worktrees() == []  # provisional: kept
+    set_strategy(git_project, "none")
+    review.accept(tid)
+    assert review.list_worktrees() == [(f"TASK-{tid}", "done")]
+    assert review.prune_worktrees() == [f"TASK-{tid}"]
+    assert review.list_worktrees() == []
+
+
+def test_worktree_errors_carry_gits_words(git_project: Path) -> None:
+    with pytest.raises(GitError, match="base branch 'nope' does not exist"):
+        git_utils.ensure_worktree(git.Repo(git_project), "5", "nope")
+
+
+def test_not_a_git_repo_is_a_clear_error(project: Path) -> None:
+    with pytest.raises(GitError, match="not a git repository"):
+        git_utils.open_repo()
