@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from . import queue_utils, review, scheduler, task_notes
+from .demo import run_demo
 from .exceptions import OctopoidError
 from .scaffold import init_project
 from .tasks import PRIORITIES, Task, TaskState, normalize_task_id, render_task
@@ -304,6 +305,27 @@ def scheduler_status() -> None:
         click.echo(f"not running (stale pid file for pid {status['pid']})")
     else:
         click.echo("not running")
+
+
+@cli.command()
+@click.option(
+    "--dir",
+    "workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where to make the demo project (default: a new temp directory).",
+)
+def demo(workdir: Path | None) -> None:
+    """Watch the whole loop on a scratch repo: queue, agent, retry notes, review, merge.
+
+    Needs no API key: the agent is a scripted command shipped with octopoid. Exits 0
+    only if every step really happened.
+    """
+    problems = run_demo(workdir, click.echo)
+    if problems:
+        for problem in problems:
+            click.echo(f"octopoid demo: {problem}", err=True)
+        sys.exit(1)
+    click.echo("\nThe loop worked: every task is done, and the retry started from the notes.")
 
 
 def main() -> None:

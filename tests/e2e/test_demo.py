@@ -1,0 +1,41 @@
+"""`octopoid demo`, the README's first command, run as a user would."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ..conftest import child_env
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_runs_the_whole_loop(tmp_path: Path) -> None:
+    env = child_env(tmp_path)
+    env.pop("OCTOPOID_ROOT")
+    target = tmp_path / "demo"
+    proc = subprocess.run(
+        [shutil.which("octopoid"), "demo", "--dir", str(target)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "TASK-3  claimed → incoming" in out and "retry notes saved" in out
+    assert "second prompt carried the first attempt's notes" in out
+    assert "Merge TASK-3: Make the clock use UTC" in out
+    assert "timezone.utc" in (target / "clock.py").read_text()
+
+
+def test_demo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    proc = subprocess.run(
+        [shutil.which("octopoid"), "demo", "--dir", str(tmp_path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 1 and "not empty" in proc.stderr
+    assert (tmp_path / "keep.txt").read_text() == "mine"
