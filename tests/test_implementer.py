@@ -115,7 +115,7 @@ def test_timeout_stops_the_agent_and_says_so(git_project: Path) -> None:
 
 def test_placeholders_are_filled_in(git_project: Path, tmp_path: Path) -> None:
     out = tmp_path / "args.txt"
-    script = f"import sys; open({str(out)!r}, 'w').write(' '.join(sys.argv[1:]))"
+    script = f"import sys; d = {{'k': 1}}; open({str(out)!r}, 'w').write(' '.join(sys.argv[1:]))"
     write_agents(
         git_project, argv=[sys.executable, "-c", script, "{task_id}", "{worktree}", "{prompt_file}"]
     )

@@ -13,20 +13,23 @@ from .process import run_process
 
 
 def expand_argv(argv: list[str], request: AgentRequest) -> list[str]:
+    """Fill in the three placeholders; any other braces (inline code, awk) are left alone."""
     values = {
-        "prompt_file": str(request.prompt_file),
-        "worktree": str(request.worktree),
-        "task_id": request.task_id,
+        "{prompt_file}": str(request.prompt_file),
+        "{worktree}": str(request.worktree),
+        "{task_id}": request.task_id,
     }
-    return [arg.format_map(values) for arg in argv]
+    out = []
+    for arg in argv:
+        for placeholder, value in values.items():
+            arg = arg.replace(placeholder, value)
+        out.append(arg)
+    return out
 
 
 class CommandBackend:
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
-        try:
-            argv = expand_argv(request.options["argv"], request)
-        except (KeyError, ValueError) as exc:
-            return AgentResult(None, "error", summary=f"bad argv placeholder: {exc}")
+        argv = expand_argv(request.options["argv"], request)
         done = run_process(
             argv,
             request.worktree,
