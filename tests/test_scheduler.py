@@ -1,0 +1,159 @@
+"""Scheduler passes driven one at a time, pausing, backpressure, and the single-instance lock."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import config, scheduler
+from orchestrator import queue_utils as q
+from orchestrator.exceptions import OctopoidError, SchedulerError
+from orchestrator.tasks import TaskState
+
+from .conftest import child_env, write_agents
+
+
+@pytest.fixture
+def daemon(git_project: Path):
+    write_agents(git_project, max_concurrent=2, max_claimed=3)
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    yield sched
+    sched.shutdown(grace=10)
+
+
+def settle(sched: scheduler.Scheduler, timeout: float = 30) -> None:
+    """Passes until no runner is left."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sched.loop_once()
+        if not sched.runners:
+            return
+        time.sleep(0.05)
+    raise AssertionError("runners did not finish")
+
+
+def test_a_pass_claims_up_to_the_agents_slots(daemon) -> None:
+    ids = [q.create_task(f"t{i}").id for i in range(3)]
+    report = daemon.loop_once()
+    assert [label for label, _ in report.started] == ["TASK-1", "TASK-2"]  # max_concurrent 2
+    settle(daemon)
+    settle(daemon)
+    assert all(q.get_task(t).state is TaskState.PROVISIONAL for t in ids)
+
+
+def test_pause_and_resume(daemon) -> None:
+    scheduler.set_paused(True)
+    q.create_task("t")
+    assert daemon.loop_once().skipped == "paused"
+    scheduler.set_paused(False)
+    scheduler.set_paused(True, agent="impl-1")
+    assert daemon.loop_once().started == []
+    scheduler.set_paused(False, agent="impl-1")
+    assert len(daemon.loop_once().started) == 1
+    settle(daemon)
+
+
+def test_pausing_an_unknown_agent_is_an_error(daemon) -> None:
+    with pytest.raises(OctopoidError, match="no agent named 'ghost'"):
+        scheduler.set_paused(True, agent="ghost")
+
+
+def test_backpressure_stops_claiming_while_reviews_pile_up(git_project: Path) -> None:
+    write_agents(git_project, max_provisional=1)
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    try:
+        first, second = q.create_task("a").id, q.create_task("b").id
+        sched.loop_once()
+        settle(sched)
+        assert q.get_task(first).state is TaskState.PROVISIONAL
+        report = sched.loop_once()
+        assert report.skipped.startswith("backpressure") and report.started == []
+        assert q.get_task(second).state is TaskState.INCOMING
+    finally:
+        sched.shutdown(grace=10)
+
+
+def test_a_second_scheduler_on_the_same_root_refuses(daemon) -> None:
+    with pytest.raises(SchedulerError, match="already running"):
+        scheduler.Scheduler().initialize()
+    assert scheduler.scheduler_status() == {
+        "running": True,
+        "pid": os.getpid(),
+        "stale_pid_file": False,
+    }
+
+
+def test_a_stale_pid_file_is_detected(git_project: Path) -> None:
+    scheduler.pid_file().parent.mkdir(parents=True, exist_ok=True)
+    scheduler.pid_file().write_text("999999\n")
+    status = scheduler.scheduler_status()
+    assert status == {"running": False, "pid": 999999, "stale_pid_file": True}
+    with pytest.raises(SchedulerError, match="stale pid file"):
+        scheduler.stop_background()
+    assert not scheduler.pid_file().exists()
+
+
+def test_a_bad_agents_file_is_logged_and_the_daemon_goes_on(daemon, git_project: Path) -> None:
+    (git_project / ".octopoid/agents.yaml").write_text("agents: [\n")
+    daemon._guarded_pass()  # must not raise
+    log = (config.get_logs_dir() / "scheduler.log").read_text()
+    assert "pass failed" in log and "invalid YAML" in log
+
+
+@pytest.mark.slow
+def test_start_status_stop_in_the_background(git_project: Path) -> None:
+    write_agents(git_project, shutdown_grace_seconds=1)
+    exe, env = shutil.which("octopoid"), child_env(git_project)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [exe, "scheduler", *args],
+            cwd=git_project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert cli("status").stdout.strip() == "not running"
+    started = cli("start")
+    assert started.returncode == 0 and "scheduler started" in started.stdout
+    assert cli("status").stdout.startswith("running (pid")
+    again = cli("start")
+    assert again.returncode == 1 and "already running" in again.stderr
+    tid = q.create_task("plain").id
+    deadline = time.monotonic() + 30
+    while q.get_task(tid).state is not TaskState.PROVISIONAL and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert q.get_task(tid).state is TaskState.PROVISIONAL
+    assert cli("stop").returncode == 0
+    assert cli("status").stdout.strip() == "not running"
+    assert cli("stop").returncode == 1
+
+
+@pytest.mark.slow
+def test_run_once_starts_work_and_exits(git_project: Path) -> None:
+    write_agents(git_project)
+    tid = q.create_task("plain").id
+    proc = subprocess.run(
+        [shutil.which("octopoid"), "scheduler", "run", "--once"],
+        cwd=git_project,
+        env=child_env(git_project),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "claimed TASK-1" in proc.stderr
+    deadline = time.monotonic() + 30  # the attempt finishes in its own process
+    while q.get_task(tid).state is not TaskState.PROVISIONAL and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert q.get_task(tid).state is TaskState.PROVISIONAL
+    assert scheduler.scheduler_status()["running"] is False
