@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from . import queue_utils, review, scheduler, task_notes
+from . import agent_status, queue_utils, review, scheduler, task_notes
 from .demo import run_demo
 from .exceptions import OctopoidError
 from .scaffold import init_project
@@ -141,6 +141,9 @@ def show(task_id: str) -> None:
         )
     else:
         click.echo("retry notes: none")
+    turns, cost = queue_utils.task_usage(task)
+    if turns or cost:
+        click.echo(f"usage: {turns} turns, ${cost:.2f} across {task.attempts} attempt(s)")
     click.echo()
     click.echo(render_task(task), nl=False)
 
@@ -161,6 +164,13 @@ def status(as_json: bool) -> None:
     oldest = summary["oldest_incoming"]
     if oldest:
         click.echo(f"oldest waiting: {oldest['id']}, {oldest['age_seconds']}s old")
+    usage = summary["usage"]
+    if usage["tasks"]:
+        click.echo(f"usage: {usage['turns']} turns, ${usage['cost_usd']:.2f} in total; most:")
+        for t in usage["tasks"]:
+            click.echo(
+                f"  {t['id']:<10} {t['state']:<12} {t['turns']:>5} turns  ${t['cost_usd']:.2f}"
+            )
 
 
 @cli.command()
@@ -252,10 +262,41 @@ def worktrees(prune: bool) -> None:
 
 
 @cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def agents(as_json: bool) -> None:
+    """List agents: state (idle, running TASK-x, paused), last outcome, turns and cost today."""
+    rows = agent_status.agents_overview()
+    if as_json:
+        _emit_json(rows)
+        return
+    if not rows:
+        click.echo("no agents in .octopoid/agents.yaml")
+        return
+    table = [["NAME", "ROLE", "BACKEND", "STATE", "LAST", "TURNS", "COST TODAY"]]
+    for r in rows:
+        last = f"{r['last_task']} {r['last_outcome']}" if r["last_task"] else "-"
+        table.append(
+            [
+                r["name"],
+                r["role"],
+                r["backend"],
+                r["state"],
+                last,
+                str(r["turns_today"]),
+                f"${r['cost_today_usd']:.2f}",
+            ]
+        )
+    click.echo(_table(table))
+    for r in rows:
+        if r["problem"]:
+            click.echo(f"{r['name']} cannot run: {r['problem']}", err=True)
+
+
+@cli.command()
 @click.option("--agent", help="Pause one agent instead of the whole system.")
 def pause(agent: str | None) -> None:
     """Stop claiming new tasks (running attempts finish)."""
-    scheduler.set_paused(True, agent)
+    agent_status.set_paused(True, agent)
     click.echo(f"paused {agent or 'all agents'}")
 
 
@@ -263,7 +304,7 @@ def pause(agent: str | None) -> None:
 @click.option("--agent", help="Resume one agent instead of the whole system.")
 def resume(agent: str | None) -> None:
     """Claim tasks again after `octopoid pause`."""
-    scheduler.set_paused(False, agent)
+    agent_status.set_paused(False, agent)
     click.echo(f"resumed {agent or 'all agents'}")
 
 

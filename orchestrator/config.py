@@ -91,6 +91,7 @@ class Field:
 _TYPE_WORDS = {
     bool: "true or false",
     int: "a whole number",
+    float: "a number",
     str: "a string",
     list: "a list",
     dict: "a mapping",
@@ -105,24 +106,40 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "merge": {
         "strategy": Field(str, "merge", choices=("merge", "squash", "ff-only", "none")),
     },
+    "prices": Field(dict, {}, items=dict),
 }
+PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
 
 AGENT_SCHEMA: dict[str, Any] = {
     "name": Field(str),
     "role": Field(str),
     "backend": Field(str, choices=("command", "claude-code", "anthropic")),
-    "argv": Field(list, None, items=str),
-    "model": Field(str, None),
     "max_concurrent": Field(int, 1, minimum=1),
     "max_turns": Field(int, 50, minimum=1),
     "timeout_seconds": Field(int, 1800, minimum=1),
+    "max_budget_usd": Field(float, None),
     "paused": Field(bool, False),
+    "env": Field(dict, None, items=str),
+    "model": Field(str, None),
+    # command
+    "argv": Field(list, None, items=str),
+    # claude-code
+    "claude_path": Field(str, None),
+    "allowed_tools": Field(list, None, items=str),
+    "disallowed_tools": Field(list, None, items=str),
+    "permission_mode": Field(str, None),
+    "extra_args": Field(list, None, items=str),
+    # anthropic
+    "base_url": Field(str, None),
+    "max_tokens": Field(int, 8192, minimum=1),
+    "command_timeout_seconds": Field(int, 120, minimum=1),
 }
 
 AGENTS_FILE_SCHEMA: dict[str, Any] = {
     "max_attempts": Field(int, defaults.MAX_ATTEMPTS, minimum=1),
     "lease_seconds": Field(int, defaults.LEASE_SECONDS, minimum=2),
     "shutdown_grace_seconds": Field(int, defaults.SHUTDOWN_GRACE_SECONDS, minimum=0),
+    "rate_limit_backoff_seconds": Field(int, defaults.RATE_LIMIT_BACKOFF_SECONDS, minimum=0),
     "max_claimed": Field(int, 4, minimum=1),
     "max_provisional": Field(int, 20, minimum=1),
     "paused": Field(bool, False),
@@ -159,7 +176,8 @@ def _check_field(data: dict[str, Any], key: str, spec: Field, file: str, prefix:
     value = data[key]
     if value is None and spec.default is None:
         return None
-    ok = isinstance(value, spec.type) and not (spec.type is int and isinstance(value, bool))
+    wanted = (int, float) if spec.type is float else spec.type
+    ok = isinstance(value, wanted) and not (spec.type in (int, float) and isinstance(value, bool))
     if not ok:
         raise ConfigError(f"{file}: '{name}' should be {_TYPE_WORDS[spec.type]}, got {value!r}")
     if spec.choices and value not in spec.choices:
@@ -169,12 +187,13 @@ def _check_field(data: dict[str, Any], key: str, spec: Field, file: str, prefix:
     if spec.minimum is not None and value < spec.minimum:
         raise ConfigError(f"{file}: '{name}' must be at least {spec.minimum}; got {value}")
     if spec.items is not None:
-        for i, item in enumerate(value):
+        entries = value.items() if isinstance(value, dict) else enumerate(value)
+        for i, item in entries:
             if not isinstance(item, spec.items):
                 raise ConfigError(
                     f"{file}: '{name}[{i}]' should be {_TYPE_WORDS[spec.items]}, got {item!r}"
                 )
-    return value
+    return float(value) if spec.type is float else value
 
 
 def _read_yaml(path: Path) -> Any:
@@ -196,7 +215,11 @@ def _read_yaml(path: Path) -> Any:
 def load_config() -> dict[str, Any]:
     """``.octopoid/config.yaml``, validated, defaults filled in (a missing file is all defaults)."""
     path = get_octopoid_dir() / "config.yaml"
-    return validate(_read_yaml(path), CONFIG_SCHEMA, str(path))
+    cfg = validate(_read_yaml(path), CONFIG_SCHEMA, str(path))
+    for model, price in cfg["prices"].items():
+        price_schema = {key: Field(float) for key in PRICE_KEYS}
+        cfg["prices"][model] = validate(price, price_schema, str(path), f"prices.{model}.")
+    return cfg
 
 
 def load_agents() -> dict[str, Any]:
@@ -209,8 +232,11 @@ def load_agents() -> dict[str, Any]:
         if agent["name"] in seen:
             raise ConfigError(f"{path}: agent name '{agent['name']}' is used twice")
         seen.add(agent["name"])
-        if agent["backend"] == "command" and not agent["argv"]:
-            raise ConfigError(f"{path}: 'agents[{i}].argv' is required for the command backend")
+        needs = {"command": "argv", "anthropic": "model"}.get(agent["backend"])
+        if needs and not agent[needs]:
+            raise ConfigError(
+                f"{path}: 'agents[{i}].{needs}' is required for the {agent['backend']} backend"
+            )
         agents.append(agent)
     data["agents"] = agents
     return data

@@ -37,3 +37,14 @@ STALE_TEMP_SECONDS = 3600
 
 #: Candidates read from the claim index per query; a few spare for lost races.
 CLAIM_BATCH = 32
+
+#: Seconds a rate-limited or overloaded task waits before it may be claimed again.
+RATE_LIMIT_BACKOFF_SECONDS = 300
+
+#: USD per million tokens (input, output) for the anthropic backend's cost; config.yaml
+#: ``prices`` adds or overrides models. A model priced nowhere has an unknown cost.
+MODEL_PRICES = {
+    "claude-opus-4-1": (15.0, 75.0),
+    "claude-sonnet-4-5": (3.0, 15.0),
+    "claude-haiku-4-5": (1.0, 5.0),
+}

@@ -30,8 +30,8 @@ def worktree_for(task_id: str) -> Path:
     return config.get_worktrees_dir() / task_label(task_id)
 
 
-def _git_message(exc: git.GitCommandError) -> str:
-    text = (exc.stderr or exc.stdout or str(exc)).strip()
+def _git_message(exc: git.GitError) -> str:
+    text = (getattr(exc, "stderr", "") or getattr(exc, "stdout", "") or str(exc)).strip()
     text = text.removeprefix("stderr: ").strip().strip("'").strip()
     return " ".join(text.split()) or str(exc)
 
@@ -40,7 +40,7 @@ def _git_message(exc: git.GitCommandError) -> str:
 def _git_errors(action: str) -> Iterator[None]:
     try:
         yield
-    except git.GitCommandError as exc:
+    except git.GitError as exc:  # also GitCommandNotFound: no git on PATH
         raise GitError(f"{action} failed: {_git_message(exc)}") from None
 
 

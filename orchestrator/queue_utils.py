@@ -200,9 +200,10 @@ def claim_task(
         t.set_header("HOST", socket.gethostname())
         t.set_header("CLAIMED_AT", format_time(now))
         t.set_header("LEASE_EXPIRES", format_time(now + timedelta(seconds=seconds)))
+        t.drop_header("NOT_BEFORE")
         t.add_history(now, S.INCOMING.value, S.CLAIMED.value, agent_name, f"attempt {t.attempts}")
 
-    return get_store().claim(role_filter, change)
+    return get_store().claim(role_filter, change, now)
 
 
 def renew_lease(
@@ -230,17 +231,37 @@ def renew_lease(
         raise IllegalTransition(f"{task_label(_id(task))} is no longer claimed") from None
 
 
+def record_usage(task: Task | str, turns: int, cost_usd: float | None) -> Task:
+    """Add an attempt's turns and cost to the claimed task's running totals."""
+
+    def add(t: Task) -> None:
+        t.set_header("TURNS_TOTAL", int(t.headers.get("TURNS_TOTAL") or 0) + turns)
+        if cost_usd is not None:
+            total = float(t.headers.get("COST_USD_TOTAL") or 0) + cost_usd
+            t.set_header("COST_USD_TOTAL", f"{total:.4f}")
+
+    try:
+        return get_store().update(_id(task), S.CLAIMED, add)
+    except LostRace:
+        raise IllegalTransition(f"{task_label(_id(task))} is no longer claimed") from None
+
+
 def submit_completion(
-    task: Task | str, commits: int, turns: int, now: datetime | None = None
+    task: Task | str,
+    commits: int,
+    turns: int,
+    now: datetime | None = None,
+    cost_usd: float | None = None,
 ) -> Task:
     """claimed -> provisional: the attempt produced work for review."""
     now = now or utcnow()
+    cost = f", ${cost_usd:.2f}" if cost_usd is not None else ""
     return _transition(
         task,
         [S.CLAIMED],
         S.PROVISIONAL,
         None,
-        f"{commits} commits, {turns} turns",
+        f"{commits} commits, {turns} turns{cost}",
         now,
         {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)},
         LEASE_HEADERS,
@@ -468,6 +489,11 @@ def save_task_notes(
     append_attempt(task_id, agent_name, stdout, commits, turns, **extra)
 
 
+def task_usage(task: Task) -> tuple[int, float]:
+    """(turns, USD) a task has used across all its attempts."""
+    return int(task.headers.get("TURNS_TOTAL") or 0), float(task.headers.get("COST_USD_TOTAL") or 0)
+
+
 def status_summary(now: datetime | None = None) -> dict[str, Any]:
     """Counts per queue, claimed tasks with agent and lease, and the oldest waiting task."""
     now = now or utcnow()
@@ -485,7 +511,22 @@ def status_summary(now: datetime | None = None) -> dict[str, Any]:
         )
     waiting = store.list(S.INCOMING)
     oldest = min(waiting, key=lambda t: t.created or now, default=None)
+    usage = [
+        (t, *task_usage(t))
+        for state in TaskState
+        if state is not S.QUARANTINE
+        for t in (waiting if state is S.INCOMING else store.list(state))
+    ]
+    spent = [u for u in usage if u[1] or u[2]]
     return {
+        "usage": {
+            "turns": sum(turns for _, turns, _ in spent),
+            "cost_usd": round(sum(cost for _, _, cost in spent), 4),
+            "tasks": [
+                {"id": t.label, "state": t.state.value, "turns": turns, "cost_usd": cost}
+                for t, turns, cost in sorted(spent, key=lambda u: -u[2])[:10]
+            ],
+        },
         "counts": {state.value: store.count(state) for state in TaskState},
         "claimed": claimed,
         "oldest_incoming": None

@@ -23,9 +23,10 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from . import config, queue_utils
+from .agent_status import is_paused, readiness_problem
 from .exceptions import OctopoidError, SchedulerError
 from .fsutil import atomic_write
-from .tasks import Task, TaskState, utcnow
+from .tasks import Task, TaskState
 
 log = logging.getLogger("octopoid.scheduler")
 
@@ -40,31 +41,6 @@ def pid_file() -> Path:
 
 def _lock_file() -> Path:
     return config.get_orchestrator_dir() / "scheduler.lock"
-
-
-def _pause_flag(agent: str | None) -> Path:
-    runtime = config.get_orchestrator_dir()
-    return runtime / "agents" / f"{agent}.paused" if agent else runtime / "paused"
-
-
-def set_paused(paused: bool, agent: str | None = None) -> None:
-    """Pause or resume the whole system, or one agent (a flag file the scheduler watches)."""
-    if agent is not None:
-        names = [a["name"] for a in config.load_agents()["agents"]]
-        if agent not in names:
-            raise OctopoidError(f"no agent named '{agent}' (agents: {', '.join(names) or 'none'})")
-    flag = _pause_flag(agent)
-    flag.parent.mkdir(parents=True, exist_ok=True)
-    if paused:
-        atomic_write(flag, f"paused at {utcnow().isoformat()}\n")
-    else:
-        flag.unlink(missing_ok=True)
-
-
-def is_paused(agents_cfg: dict, agent: dict | None = None) -> bool:
-    if agent is None:
-        return agents_cfg["paused"] or _pause_flag(None).exists()
-    return agent["paused"] or _pause_flag(agent["name"]).exists()
 
 
 @dataclass
@@ -90,6 +66,7 @@ class Scheduler:
         self._lock = FileLock(_lock_file(), timeout=0)
         self._stop = threading.Event()
         self._stopping = False
+        self._warned: dict[str, str | None] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -178,7 +155,7 @@ class Scheduler:
         claimed = queue_utils.get_store().list(TaskState.CLAIMED)
         room = agents_cfg["max_claimed"] - len(claimed)
         for agent in agents_cfg["agents"]:
-            if is_paused(agents_cfg, agent):
+            if is_paused(agents_cfg, agent) or self._cannot_run(agent):
                 continue
             busy = sum(1 for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"])
             while room > 0 and busy < agent["max_concurrent"]:
@@ -190,6 +167,14 @@ class Scheduler:
                 self._start_runner(task, agent["name"])
                 report.started.append((task.label, agent["name"]))
                 room, busy = room - 1, busy + 1
+
+    def _cannot_run(self, agent: dict) -> bool:
+        """Skip an agent that cannot run at all (no claude binary, no API key), saying so once."""
+        problem = readiness_problem(agent)
+        if problem and self._warned.get(agent["name"]) != problem:
+            log.error("agent %s cannot run: %s; its tasks wait", agent["name"], problem)
+        self._warned[agent["name"]] = problem
+        return problem is not None
 
     def _start_runner(self, task: Task, agent: str) -> None:
         log_dir = config.get_logs_dir() / task.label

@@ -144,6 +144,12 @@ class Task:
         return int(self.headers.get("ATTEMPTS") or 0)
 
     @property
+    def not_before(self) -> datetime | None:
+        """When a backed-off task (rate limit) may be claimed again."""
+        value = self.headers.get("NOT_BEFORE")
+        return parse_time(value) if value else None
+
+    @property
     def lease_expires(self) -> datetime | None:
         value = self.headers.get("LEASE_EXPIRES")
         return parse_time(value) if value else None
@@ -293,7 +299,7 @@ def _check_headers(task: Task) -> None:
             raise ValueError("ROLE must be a word of letters, digits, '-' or '_'")
         if "ATTEMPTS" in h and not h["ATTEMPTS"].isdigit():
             raise ValueError("ATTEMPTS must be a whole number")
-        for key in ("CREATED", "LEASE_EXPIRES"):
+        for key in ("CREATED", "LEASE_EXPIRES", "NOT_BEFORE"):
             if h.get(key):
                 parse_time(h[key])
         task.blocked_by  # noqa: B018 - validates every id listed

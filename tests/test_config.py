@@ -57,11 +57,23 @@ def test_generated_config_is_valid_and_matches_the_defaults(project: Path) -> No
         ),
         (
             "agents.yaml",
-            "agents:\n  - {name: a, role: r, backend: anthropic}\n"
-            "  - {name: a, role: r, backend: anthropic}\n",
+            "agents:\n  - {name: a, role: r, backend: claude-code}\n"
+            "  - {name: a, role: r, backend: claude-code}\n",
             "used twice",
         ),
         ("agents.yaml", "max_attempts: 0\n", "at least 1"),
+        ("agents.yaml", "agents:\n  - {name: a, role: r, backend: anthropic}\n", "model' is req"),
+        (
+            "agents.yaml",
+            "agents:\n  - {name: a, role: r, backend: claude-code, max_budget_usd: x}\n",
+            "should be a number",
+        ),
+        (
+            "agents.yaml",
+            "agents:\n  - {name: a, role: r, backend: claude-code, env: {A: 1}}\n",
+            "env[A]' should be a string",
+        ),
+        ("config.yaml", "prices:\n  m1: {input_per_mtok: 3}\n", "prices.m1.output_per_mtok"),
         ("agents.yaml", "agents: 3\n", "should be a list"),
     ],
 )

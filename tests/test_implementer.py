@@ -127,10 +127,11 @@ def test_placeholders_are_filled_in(git_project: Path, tmp_path: Path) -> None:
 
 def test_two_burned_out_attempts_go_to_breakdown(project: Path) -> None:
     write_agents(project)
-    agent = config.load_agents()["agents"][0]  # max_turns 10
+    agents_cfg = config.load_agents()
+    agent = agents_cfg["agents"][0]  # max_turns 10
     tid = q.create_task("t").id
     burned = AgentResult(0, "max_turns", turns=9, summary="ran out of turns")
-    report = _settle(q.claim_task(None, "impl-1"), agent, 5, burned, 0)
+    report = _settle(q.claim_task(None, "impl-1"), agent, agents_cfg, burned, 0)
     assert report.next_state == "incoming" and q.get_task(tid).headers["BURNED_OUT"] == "1"
-    report = _settle(q.claim_task(None, "impl-1"), agent, 5, burned, 0)
+    report = _settle(q.claim_task(None, "impl-1"), agent, agents_cfg, burned, 0)
     assert report.next_state == "breakdown"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config, scheduler
+from orchestrator import agent_status, config, scheduler
 from orchestrator import queue_utils as q
 from orchestrator.exceptions import OctopoidError, SchedulerError
 from orchestrator.tasks import TaskState
@@ -48,20 +48,20 @@ def test_a_pass_claims_up_to_the_agents_slots(daemon) -> None:
 
 
 def test_pause_and_resume(daemon) -> None:
-    scheduler.set_paused(True)
+    agent_status.set_paused(True)
     q.create_task("t")
     assert daemon.loop_once().skipped == "paused"
-    scheduler.set_paused(False)
-    scheduler.set_paused(True, agent="impl-1")
+    agent_status.set_paused(False)
+    agent_status.set_paused(True, agent="impl-1")
     assert daemon.loop_once().started == []
-    scheduler.set_paused(False, agent="impl-1")
+    agent_status.set_paused(False, agent="impl-1")
     assert len(daemon.loop_once().started) == 1
     settle(daemon)
 
 
 def test_pausing_an_unknown_agent_is_an_error(daemon) -> None:
     with pytest.raises(OctopoidError, match="no agent named 'ghost'"):
-        scheduler.set_paused(True, agent="ghost")
+        agent_status.set_paused(True, agent="ghost")
 
 
 def test_backpressure_stops_claiming_while_reviews_pile_up(git_project: Path) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from ..exceptions import ConfigError
 from .base import AgentRequest, AgentResult, Backend
+from .claude_code import ClaudeCodeBackend
 from .command import CommandBackend
 
-BACKENDS: dict[str, type] = {"command": CommandBackend}
+BACKENDS: dict[str, type] = {"command": CommandBackend, "claude-code": ClaudeCodeBackend}
 
 
 def get_backend(name: str) -> Backend:

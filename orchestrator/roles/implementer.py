@@ -12,16 +12,17 @@ import os
 import resource
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
-from .. import config, git_utils, queue_utils
+from .. import agent_status, config, git_utils, queue_utils
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..exceptions import OctopoidError
 from ..fsutil import TailBuffer, atomic_write
 from ..prompts import build_prompt, render_previous_notes
 from ..redaction import Redactor
 from ..task_notes import stdout_log_path
-from ..tasks import Task, TaskState, normalize_task_id, task_label
+from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
 from .base import LeaseKeeper, LeaseLost, Terminated, agent_env, find_agent, raise_on_sigterm
 
 BURN_OUT_SHARE = 0.8  # of max_turns, with no commits: the attempt is burning out
@@ -89,7 +90,12 @@ def run_attempt(task_id: str, agent_name: str) -> AttemptReport:
             cost_usd=result.cost_usd,
         )
         os.replace(stdout_log_path(task_id), log_dir / f"attempt-{task.attempts}.log")
-    return _settle(task, agent, agents_cfg["max_attempts"], result, commits)
+    queue_utils.record_usage(task, result.turns, result.cost_usd)
+    report = _settle(task, agent, agents_cfg, result, commits)
+    agent_status.record_attempt(
+        agent_name, task.label, result.outcome, result.turns, result.cost_usd
+    )
+    return report
 
 
 def _work(
@@ -121,7 +127,7 @@ def _work(
 
 
 def _settle(
-    task: Task, agent: dict, max_attempts: int, result: AgentResult, commits: int
+    task: Task, agent: dict, agents_cfg: dict, result: AgentResult, commits: int
 ) -> AttemptReport:
     """Decide and make the task's next move."""
     stop = result.details.get("stop")
@@ -137,18 +143,28 @@ def _settle(
 
     if stop == "LeaseLost":
         return report("(not ours any more)")
-    if stop == "Terminated" or result.outcome == "rate_limited":
+    if stop == "Terminated":
         queue_utils.requeue_task(task, reason, "octopoid", counted=False)
         return report(TaskState.INCOMING)
+    if result.outcome == "rate_limited":
+        wait = timedelta(seconds=agents_cfg["rate_limit_backoff_seconds"])
+        queue_utils.requeue_task(
+            task,
+            f"{reason}; backing off {wait}",
+            "octopoid",
+            counted=False,
+            set_headers={"NOT_BEFORE": format_time(utcnow() + wait)},
+        )
+        return report(TaskState.INCOMING)
     if result.outcome == "success" and commits > 0:
-        queue_utils.submit_completion(task, commits, result.turns)
+        queue_utils.submit_completion(task, commits, result.turns, cost_usd=result.cost_usd)
         return report(TaskState.PROVISIONAL)
     if result.outcome == "success":
         reason = f"the agent finished without committing anything ({result.summary})"
     if burned and burned_total >= BURN_OUT_ATTEMPTS:
         queue_utils.recycle_to_breakdown(task, f"burned out twice; {reason}")
         return report(TaskState.BREAKDOWN)
-    if queue_utils.attempts_left(task, max_attempts) > 0:
+    if queue_utils.attempts_left(task, agents_cfg["max_attempts"]) > 0:
         queue_utils.requeue_task(
             task, reason, agent["name"], set_headers={"BURNED_OUT": burned_total}
         )

@@ -71,11 +71,12 @@ class QueueStore(ABC):
         """Rewrite a task in place (same state); ``LostRace`` if it has left ``state``."""
 
     @abstractmethod
-    def claim(self, role: str | None, change: Change) -> Task | None:
+    def claim(self, role: str | None, change: Change, now: datetime) -> Task | None:
         """Move the first eligible incoming task to claimed, or return None.
 
-        Eligible: matching ``role`` (any when None), every ``BLOCKED_BY`` task done. Order:
-        priority, then creation time, then id. Two callers never get the same task.
+        Eligible: matching ``role`` (any when None), every ``BLOCKED_BY`` task done, no
+        ``NOT_BEFORE`` later than ``now``. Order: priority, then creation time, then id.
+        Two callers never get the same task.
         """
 
     @abstractmethod

@@ -19,6 +19,7 @@ from pathlib import Path
 from .. import defaults
 from ..tasks import FILE_RE, Task, claim_order
 
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incoming (
     id TEXT PRIMARY KEY,
@@ -27,7 +28,8 @@ CREATE TABLE IF NOT EXISTS incoming (
     created TEXT NOT NULL,
     seq INTEGER NOT NULL,
     blocked_by TEXT NOT NULL,
-    mtime_ns INTEGER NOT NULL
+    mtime_ns INTEGER NOT NULL,
+    not_before INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS incoming_order ON incoming (role, rank, created, seq, id);
 CREATE INDEX IF NOT EXISTS incoming_order_any ON incoming (rank, created, seq, id);
@@ -56,32 +58,45 @@ class ClaimIndex:
         conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            conn.executescript("DROP TABLE IF EXISTS incoming; DROP TABLE IF EXISTS meta;")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.executescript(_SCHEMA)
         return conn
 
     def upsert(self, task: Task, mtime_ns: int) -> None:
         rank, created, seq, task_id = claim_order(task)
-        row = (task_id, task.role, rank, created, seq, " ".join(task.blocked_by), mtime_ns)
-        self._db().execute("INSERT OR REPLACE INTO incoming VALUES (?,?,?,?,?,?,?)", row)
+        not_before = int(task.not_before.timestamp()) if task.not_before else 0
+        row = (
+            task_id,
+            task.role,
+            rank,
+            created,
+            seq,
+            " ".join(task.blocked_by),
+            mtime_ns,
+            not_before,
+        )
+        self._db().execute("INSERT OR REPLACE INTO incoming VALUES (?,?,?,?,?,?,?,?)", row)
 
     def remove(self, task_id: str) -> None:
         self._db().execute("DELETE FROM incoming WHERE id = ?", (task_id,))
 
-    def candidates(self, role: str | None, after: tuple | None) -> list[tuple]:
+    def candidates(self, role: str | None, after: tuple | None, now: float) -> list[tuple]:
         """Up to ``CLAIM_BATCH`` rows ``(rank, created, seq, id, blockers)`` in claim order.
 
         ``after`` is the sort key of the last row already seen (keyset paging, so rows that
         other claimers delete meanwhile do not shift the window).
         """
-        clauses: list[str] = []
-        args: list[object] = []
+        clauses: list[str] = ["not_before <= ?"]
+        args: list[object] = [int(now)]
         if role is not None:
             clauses.append("role = ?")
             args.append(role)
         if after is not None:
             clauses.append("(rank, created, seq, id) > (?, ?, ?, ?)")
             args.extend(after)
-        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        where = "WHERE " + " AND ".join(clauses)
         rows = self._db().execute(
             f"SELECT rank, created, seq, id, blocked_by FROM incoming {where} "
             "ORDER BY rank, created, seq, id LIMIT ?",

@@ -203,11 +203,11 @@ class FolderStore(QueueStore):
             self.quarantine(path, str(exc))
             raise TaskParseError(f"{task_label(task_id)} was quarantined: {exc}") from None
 
-    def claim(self, role: str | None, change: Change) -> Task | None:
+    def claim(self, role: str | None, change: Change, now: datetime) -> Task | None:
         if self.index.is_stale():
             self.index.reconcile(self._read_or_quarantine)
         after = None
-        while batch := self.index.candidates(role, after):
+        while batch := self.index.candidates(role, after, now.timestamp()):
             for *key, blockers in batch:
                 after = tuple(key)
                 task_id = key[3]
@@ -219,7 +219,7 @@ class FolderStore(QueueStore):
                         TaskState.INCOMING,
                         TaskState.CLAIMED,
                         change,
-                        guard=lambda t: self._still_eligible(t, role),
+                        guard=lambda t: self._still_eligible(t, role, now),
                     )
                 except (LostRace, TaskParseError):
                     self.index.remove(task_id)
@@ -228,10 +228,12 @@ class FolderStore(QueueStore):
                     return task
         return None
 
-    def _still_eligible(self, task: Task, role: str | None) -> bool:
+    def _still_eligible(self, task: Task, role: str | None, now: datetime) -> bool:
         """Re-check a candidate against its file (a person may have edited it)."""
-        ok = (role is None or task.role == role) and all(
-            self.locate(b) is TaskState.DONE for b in task.blocked_by
+        ok = (
+            (role is None or task.role == role)
+            and (task.not_before is None or task.not_before <= now)
+            and all(self.locate(b) is TaskState.DONE for b in task.blocked_by)
         )
         if not ok:
             self.index.upsert(task, task.path.stat().st_mtime_ns)

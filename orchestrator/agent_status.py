@@ -1,0 +1,129 @@
+"""Agents' state: pause flags, whether they can run at all, and what they did today.
+
+Runners record each finished attempt in ``runtime/agents/<name>.json``; whether an agent is
+running comes from the claimed folder (the truth); pausing is a flag file the scheduler
+watches. `octopoid agents`, `pause` and `resume` read and write these.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from . import config, queue_utils
+from .exceptions import OctopoidError
+from .fsutil import atomic_write
+from .tasks import TaskState, format_time, utcnow
+
+CLAUDE_INSTALL = "npm install -g @anthropic-ai/claude-code"
+
+
+def _state_file(agent: str) -> Path:
+    return config.get_orchestrator_dir() / "agents" / f"{agent}.json"
+
+
+def record_attempt(
+    agent: str,
+    task_label: str,
+    outcome: str,
+    turns: int,
+    cost_usd: float | None,
+    now: datetime | None = None,
+) -> None:
+    """Add one finished attempt to the agent's record (today's totals reset each UTC day)."""
+    now = now or utcnow()
+    path = _state_file(agent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        data = _read(path)
+        day = now.date().isoformat()
+        if data.get("day") != day:
+            data.update(day=day, attempts_today=0, turns_today=0, cost_today_usd=0.0)
+        data["attempts_today"] += 1
+        data["turns_today"] += turns
+        data["cost_today_usd"] = round(data["cost_today_usd"] + (cost_usd or 0.0), 6)
+        data.update(last_task=task_label, last_outcome=outcome, last_finished=format_time(now))
+        atomic_write(path, json.dumps(data, indent=2, sort_keys=True))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _pause_flag(agent: str | None) -> Path:
+    runtime = config.get_orchestrator_dir()
+    return runtime / "agents" / f"{agent}.paused" if agent else runtime / "paused"
+
+
+def set_paused(paused: bool, agent: str | None = None) -> None:
+    """Pause or resume the whole system, or one agent (a flag file the scheduler watches)."""
+    if agent is not None:
+        names = [a["name"] for a in config.load_agents()["agents"]]
+        if agent not in names:
+            raise OctopoidError(f"no agent named '{agent}' (agents: {', '.join(names) or 'none'})")
+    flag = _pause_flag(agent)
+    flag.parent.mkdir(parents=True, exist_ok=True)
+    if paused:
+        atomic_write(flag, f"paused at {utcnow().isoformat()}\n")
+    else:
+        flag.unlink(missing_ok=True)
+
+
+def is_paused(agents_cfg: dict, agent: dict | None = None) -> bool:
+    if agent is None:
+        return agents_cfg["paused"] or _pause_flag(None).exists()
+    return agent["paused"] or _pause_flag(agent["name"]).exists()
+
+
+def readiness_problem(agent: dict[str, Any]) -> str | None:
+    """Why this agent cannot run at all (so the scheduler skips it), or None."""
+    if agent["backend"] == "claude-code":
+        name = agent.get("claude_path") or "claude"
+        if shutil.which(name) is None:
+            return f"'{name}' is not on PATH; install it with `{CLAUDE_INSTALL}`"
+    if agent["backend"] == "anthropic":
+        env = {**os.environ, **(agent.get("env") or {})}
+        if not env.get("ANTHROPIC_API_KEY"):
+            return "ANTHROPIC_API_KEY is not set (in the environment or the agent's env)"
+    return None
+
+
+def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
+    """Each agent with its state (idle, running TASK-x, paused), last outcome and today's use."""
+    today = (now or utcnow()).date().isoformat()
+    agents_cfg = config.load_agents()
+    claimed = queue_utils.list_tasks(TaskState.CLAIMED)
+    rows = []
+    for agent in agents_cfg["agents"]:
+        running = [t.label for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"]]
+        record = _read(_state_file(agent["name"]))
+        fresh = record.get("day") == today
+        if running:
+            state = "running " + ", ".join(running)
+        else:
+            state = "paused" if is_paused(agents_cfg, agent) or is_paused(agents_cfg) else "idle"
+        rows.append(
+            {
+                "name": agent["name"],
+                "role": agent["role"],
+                "backend": agent["backend"],
+                "state": state,
+                "problem": readiness_problem(agent),
+                "last_task": record.get("last_task"),
+                "last_outcome": record.get("last_outcome"),
+                "attempts_today": record.get("attempts_today", 0) if fresh else 0,
+                "turns_today": record.get("turns_today", 0) if fresh else 0,
+                "cost_today_usd": record.get("cost_today_usd", 0.0) if fresh else 0.0,
+            }
+        )
+    return rows

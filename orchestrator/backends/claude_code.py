@@ -1,0 +1,212 @@
+"""The ``claude-code`` backend: the ``claude`` CLI in print mode, streaming JSON events.
+
+The prompt goes on stdin. Each NDJSON line is parsed as it arrives: assistant text and
+tool calls become readable lines in the attempt log (not raw JSON); the final ``result``
+event gives turns, cost, tokens, session id and outcome. Unknown events and fields are
+ignored, non-JSON lines are kept as text, and a process killed before its result still
+yields the turns counted so far.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from typing import Any
+
+from ..fsutil import TailBuffer
+from .base import AgentRequest, AgentResult
+from .process import run_process
+
+INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
+DEFAULT_TOOLS = ("Bash", "Edit", "Write", "Read", "Glob", "Grep")
+RATE_LIMIT_RE = re.compile(r"rate.?limit|overloaded|credit balance|quota|\b(429|529)\b", re.I)
+SUBTYPE_OUTCOMES = {
+    "success": "success",
+    "error_max_turns": "max_turns",
+    "error_max_budget_usd": "budget",
+    "error_during_execution": "error",
+}
+MAX_LINE_BYTES = 1 << 20  # a longer line is kept as text, not parsed (bounded memory)
+
+
+def find_claude(agent: dict[str, Any]) -> str | None:
+    return shutil.which(agent.get("claude_path") or "claude")
+
+
+def claude_argv(executable: str, request: AgentRequest) -> list[str]:
+    agent = request.options
+    argv = [
+        executable,
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--max-turns",
+        str(request.max_turns),
+        "--permission-mode",
+        agent.get("permission_mode") or "acceptEdits",
+        "--allowedTools",
+        ",".join(agent.get("allowed_tools") or DEFAULT_TOOLS),
+    ]
+    if agent.get("disallowed_tools"):
+        argv += ["--disallowedTools", ",".join(agent["disallowed_tools"])]
+    if request.max_budget_usd is not None:
+        argv += ["--max-budget-usd", f"{request.max_budget_usd:g}"]
+    if agent.get("model"):
+        argv += ["--model", agent["model"]]
+    return argv + list(agent.get("extra_args") or [])
+
+
+class StreamJsonParser:
+    """Turns claude's NDJSON stream into readable text and a final tally."""
+
+    def __init__(self, output: TailBuffer) -> None:
+        self.output = output
+        self.message_ids: set[str] = set()
+        self.result: dict[str, Any] | None = None
+        self.session_id: str | None = None
+        self.last_text = ""
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > MAX_LINE_BYTES:
+            self._text(self._partial)
+            self._partial = b""
+        for line in lines:
+            self._line(line)
+
+    def finish(self) -> None:
+        """Handle a last line without a newline (often cut off by a kill)."""
+        if self._partial.strip():
+            self._line(self._partial)
+        self._partial = b""
+
+    @property
+    def turns(self) -> int:
+        if self.result and isinstance(self.result.get("num_turns"), int):
+            return self.result["num_turns"]
+        return len(self.message_ids)
+
+    def _line(self, raw: bytes) -> None:
+        if not raw.strip():
+            return
+        try:
+            event = json.loads(raw)
+        except (ValueError, RecursionError):
+            self._text(raw)
+            return
+        if not isinstance(event, dict):
+            self._text(raw)
+            return
+        self.session_id = event.get("session_id") or self.session_id
+        handler = getattr(self, f"_on_{event.get('type')}", None)
+        if handler is not None:
+            handler(event)
+
+    def _text(self, raw: bytes) -> None:
+        self.output.feed(raw.rstrip(b"\n") + b"\n")
+
+    def _say(self, text: str) -> None:
+        self.output.feed((text.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
+
+    def _on_system(self, event: dict[str, Any]) -> None:
+        if event.get("subtype") == "init":
+            self._say(f"[claude session {event.get('session_id')} model {event.get('model')}]")
+
+    def _on_assistant(self, event: dict[str, Any]) -> None:
+        message = event.get("message") or {}
+        if message.get("id"):
+            self.message_ids.add(message["id"])
+        for block in message.get("content") or []:
+            if block.get("type") == "text" and block.get("text"):
+                self.last_text = block["text"]
+                self._say(block["text"])
+            elif block.get("type") == "tool_use":
+                args = json.dumps(block.get("input"), ensure_ascii=False)
+                self._say(f"→ {block.get('name')}: {args[:300]}")
+
+    def _on_user(self, event: dict[str, Any]) -> None:
+        for block in (event.get("message") or {}).get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                content = block.get("content")
+                if isinstance(content, list):
+                    content = " ".join(
+                        str(c.get("text", "")) for c in content if isinstance(c, dict)
+                    )
+                mark = "✗" if block.get("is_error") else "←"
+                self._say(f"{mark} {str(content)[:500]}")
+
+    def _on_result(self, event: dict[str, Any]) -> None:
+        self.result = event
+        cost = event.get("total_cost_usd")
+        self._say(
+            f"[result: {event.get('subtype')}, {event.get('num_turns')} turns, "
+            f"${cost if cost is not None else '?'}] {event.get('result') or ''}"
+        )
+        for denial in event.get("permission_denials") or []:
+            self._say(f"[permission denied: {json.dumps(denial)[:300]}]")
+
+    def to_result(self, exit_code: int | None, timed_out: bool) -> AgentResult:
+        if self.result is None:
+            outcome = "timeout" if timed_out else "error"
+            why = "timed out" if timed_out else f"claude exited {exit_code} without a result"
+            return AgentResult(
+                exit_code,
+                outcome,
+                turns=self.turns,
+                session_id=self.session_id,
+                summary=f"{why} after {self.turns} turns",
+            )
+        r = self.result
+        usage = r.get("usage") or {}
+        text = str(r.get("result") or self.last_text)
+        outcome = SUBTYPE_OUTCOMES.get(r.get("subtype"), "error")
+        if r.get("is_error") and outcome == "success":
+            outcome = "error"
+        if r.get("is_error") and (
+            r.get("api_error_status") in (429, 529) or RATE_LIMIT_RE.search(text)
+        ):
+            outcome = "rate_limited"
+        denials = r.get("permission_denials") or []
+        return AgentResult(
+            exit_code,
+            outcome,
+            turns=self.turns,
+            cost_usd=_number(r.get("total_cost_usd")),
+            tokens_in=int(usage.get("input_tokens") or 0),
+            tokens_out=int(usage.get("output_tokens") or 0),
+            session_id=r.get("session_id") or self.session_id,
+            summary=text[:500],
+            details={"permission_denials": denials} if denials else {},
+        )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+class ClaudeCodeBackend:
+    def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
+        executable = find_claude(request.options)
+        if executable is None:
+            name = request.options.get("claude_path") or "claude"
+            return AgentResult(None, "error", summary=f"'{name}' is not on PATH; {INSTALL_HINT}")
+        parser = StreamJsonParser(output)
+        done = run_process(
+            claude_argv(executable, request),
+            request.worktree,
+            request.env,
+            output,
+            request.timeout_seconds,
+            request.prompt.encode(),
+            request.on_tick,
+            on_chunk=parser.feed,
+        )
+        parser.finish()
+        if done.start_error:
+            return AgentResult(None, "error", summary=done.start_error)
+        return parser.to_result(done.exit_code, done.timed_out)

@@ -1,0 +1,189 @@
+"""The claude-code backend against a fake `claude` replaying recorded stream-json sessions."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import config
+from orchestrator import queue_utils as q
+from orchestrator.agent_status import agents_overview
+from orchestrator.backends.base import AgentRequest
+from orchestrator.backends.claude_code import ClaudeCodeBackend, StreamJsonParser
+from orchestrator.fsutil import TailBuffer
+from orchestrator.roles.implementer import run_attempt
+from orchestrator.tasks import TaskState
+
+from .conftest import HELPERS
+
+FIXTURES = Path(__file__).parent / "fixtures" / "claude"
+
+
+@pytest.fixture
+def fake_claude(git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """agents.yaml with a claude-code agent whose `claude` is tests/helpers/fake_claude.py."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "claude"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {HELPERS / "fake_claude.py"} "$@"\n')
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_CLAUDE_LOG", str(tmp_path / "claude-call.json"))
+    (git_project / ".octopoid/agents.yaml").write_text(
+        "agents:\n  - name: claude-1\n    role: implement\n    backend: claude-code\n"
+        "    max_turns: 5\n    max_budget_usd: 2.5\n    model: claude-sonnet-4-5\n"
+        "    allowed_tools: [Bash, Edit]\n    disallowed_tools: [WebFetch]\n"
+    )
+
+    def run(session: str, title: str = "add hi.txt", **env: str):
+        monkeypatch.setenv("FAKE_CLAUDE_SESSION", str(FIXTURES / f"{session}.jsonl"))
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        tid = q.create_task(title).id
+        q.claim_task(None, "claude-1")
+        report = run_attempt(tid, "claude-1")
+        call = json.loads((tmp_path / "claude-call.json").read_text())
+        return tid, report, call
+
+    return run
+
+
+def attempt_log(tid: str) -> str:
+    return (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
+
+
+def test_a_recorded_success_commits_and_reports_real_numbers(fake_claude) -> None:
+    tid, report, call = fake_claude("success")
+    assert report.next_state == "provisional" and report.commits == 1 and report.turns == 2
+    argv = call["argv"]
+    assert argv[:5] == ["-p", "--output-format", "stream-json", "--verbose", "--max-turns"]
+    assert argv[argv.index("--max-turns") + 1] == "5"
+    assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
+    assert argv[argv.index("--allowedTools") + 1] == "Bash,Edit"
+    assert argv[argv.index("--disallowedTools") + 1] == "WebFetch"
+    assert argv[argv.index("--max-budget-usd") + 1] == "2.5"
+    assert argv[argv.index("--model") + 1] == "claude-sonnet-4-5"
+    assert "# Task TASK-1: add hi.txt" in call["prompt"]  # the prompt came on stdin
+    notes = q.get_task_notes(tid)
+    assert "Turns: 2 | Commits: 1 | Cost: $0.02" in notes
+    log = attempt_log(tid)
+    assert "→ Bash:" in log and "Committed hi.txt." in log and '{"type"' not in log
+    task = q.get_task(tid)
+    assert task.headers["TURNS_TOTAL"] == "2" and task.headers["COST_USD_TOTAL"] == "0.0200"
+    assert "1 commits, 2 turns, $0.02" in task.history[-1]
+    (row,) = agents_overview()
+    assert row["last_outcome"] == "success" and row["cost_today_usd"] == 0.02
+
+
+def test_max_turns_is_reported_and_retried(fake_claude) -> None:
+    tid, report, _ = fake_claude("max_turns")
+    assert report.outcome == "max_turns" and report.turns == 2
+    assert report.next_state == "incoming"
+    assert "Turns: 2 | Commits: 0 | Cost: $0.01" in q.get_task_notes(tid)
+
+
+def test_error_during_execution(fake_claude) -> None:
+    tid, report, _ = fake_claude("error_during_execution")
+    assert report.outcome == "error" and report.turns == 1 and report.next_state == "incoming"
+    assert "Looking at the failing import" in q.get_task_notes(tid)
+
+
+def test_overload_backs_off_without_burning_an_attempt(fake_claude) -> None:
+    tid, report, _ = fake_claude("overloaded")
+    assert report.outcome == "rate_limited" and report.next_state == "incoming"
+    task = q.get_task(tid)
+    assert task.headers["INTERRUPTED"] == "1" and task.not_before is not None
+    assert q.attempts_left(task, 3) == 3
+    assert q.claim_task(None, "claude-1") is None  # backing off: not claimable yet
+    later = task.not_before.replace(microsecond=0)
+    from datetime import timedelta
+
+    assert q.claim_task(None, "claude-1", now=later + timedelta(seconds=1)).id == tid
+
+
+def test_a_session_killed_mid_stream_counts_its_turns(fake_claude) -> None:
+    tid, report, _ = fake_claude("success", FAKE_CLAUDE_DIE_AFTER="3")
+    assert report.outcome == "error" and report.turns == 1  # one assistant message seen
+    assert "without a result" in q.get_task_notes(tid)
+
+
+def test_garbage_lines_and_a_truncated_last_line_are_tolerated(fake_claude) -> None:
+    tid, report, _ = fake_claude("success", FAKE_CLAUDE_GARBAGE="1")
+    assert report.commits == 1 and report.outcome == "error"  # no complete result event
+    log = attempt_log(tid)
+    assert "npm WARN something not JSON at all" in log and "telemetry_v9" not in log
+
+
+def test_a_50_mb_stream_is_parsed_in_bounded_memory(fake_claude) -> None:
+    tid, report, _ = fake_claude("success", FAKE_CLAUDE_FLOOD_MB="50")
+    assert report.next_state == "provisional" and report.turns == 2
+    assert (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").stat().st_size < 11 << 20
+
+
+def test_missing_claude_is_a_clear_error(git_project: Path) -> None:
+    (git_project / ".octopoid/agents.yaml").write_text(
+        "agents:\n  - {name: c, role: implement, backend: claude-code,"
+        " claude_path: claude-not-installed}\n"
+    )
+    (row,) = agents_overview()
+    assert "npm install -g @anthropic-ai/claude-code" in row["problem"]
+    tid = q.create_task("t").id
+    q.claim_task(None, "c")
+    report = run_attempt(tid, "c")
+    assert report.next_state == "incoming"
+    assert "'claude-not-installed' is not on PATH" in q.get_task_notes(tid)
+    assert q.get_task(tid).state is TaskState.INCOMING
+
+
+def test_parser_handles_lines_split_across_chunks(tmp_path: Path) -> None:
+    data = (FIXTURES / "success.jsonl").read_bytes()
+    out = TailBuffer(10_000)
+    parser = StreamJsonParser(out)
+    for i in range(0, len(data), 7):
+        parser.feed(data[i : i + 7])
+    parser.finish()
+    out.close()
+    result = parser.to_result(0, False)
+    assert (result.outcome, result.turns, result.cost_usd) == ("success", 2, 0.02)
+    assert result.tokens_in == 2000 and result.tokens_out == 400 and result.session_id
+
+
+def test_permission_denials_reach_the_notes(tmp_path: Path) -> None:
+    event = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "num_turns": 3,
+        "result": "could not run it",
+        "total_cost_usd": 0.1,
+        "permission_denials": [{"tool_name": "Bash", "tool_input": {"command": "rm -rf /"}}],
+    }
+    out = TailBuffer(10_000)
+    parser = StreamJsonParser(out)
+    parser.feed(json.dumps(event).encode() + b"\n")
+    out.close()
+    assert "[permission denied:" in out.text() and "rm -rf /" in out.text()
+    assert parser.to_result(0, False).details["permission_denials"]
+
+
+def test_backend_reports_a_timeout(tmp_path: Path) -> None:
+    hung = tmp_path / "hung-claude"
+    hung.write_text('#!/bin/sh\necho \'{"type": "system", "subtype": "init"}\'\nsleep 30\n')
+    hung.chmod(0o755)
+    request = AgentRequest(
+        task_id="TASK-9",
+        prompt="x",
+        prompt_file=tmp_path / "p",
+        worktree=tmp_path,
+        options={"claude_path": str(hung)},
+        env=dict(os.environ),
+        timeout_seconds=1,
+        max_turns=3,
+    )
+    out = TailBuffer(1000)
+    result = ClaudeCodeBackend().run(request, out)
+    assert result.outcome == "timeout" and "timed out after 0 turns" in result.summary
