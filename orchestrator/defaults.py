@@ -41,8 +41,9 @@ CLAIM_BATCH = 32
 #: Seconds a rate-limited or overloaded task waits before it may be claimed again.
 RATE_LIMIT_BACKOFF_SECONDS = 300
 
-#: USD per million tokens (input, output) for the anthropic backend's cost; config.yaml
-#: ``prices`` adds or overrides models. A model priced nowhere has an unknown cost.
+#: USD per million tokens (input, output) for the anthropic backend's cost, matched by
+#: prefix. Only published prices octopoid's authors checked; config.yaml ``prices`` adds or
+#: overrides models, and a model priced nowhere has an unknown cost (never a guess).
 MODEL_PRICES = {
     "claude-opus-4-1": (15.0, 75.0),
     "claude-sonnet-4-5": (3.0, 15.0),

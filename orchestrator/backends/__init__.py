@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from ..exceptions import ConfigError
+from .anthropic_api import AnthropicBackend
 from .base import AgentRequest, AgentResult, Backend
 from .claude_code import ClaudeCodeBackend
 from .command import CommandBackend
 
-BACKENDS: dict[str, type] = {"command": CommandBackend, "claude-code": ClaudeCodeBackend}
+BACKENDS: dict[str, type] = {
+    "command": CommandBackend,
+    "claude-code": ClaudeCodeBackend,
+    "anthropic": AnthropicBackend,
+}
 
 
 def get_backend(name: str) -> Backend:

@@ -1,0 +1,189 @@
+"""The anthropic backend's tools, every path confined to the task's worktree.
+
+A path is resolved (symlinks included) and must stay inside the worktree and outside
+``.git``; anything else is refused and reported to the model as a tool error. The shell
+tool runs in the worktree with a timeout: it is a convenience, not a sandbox.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MAX_READ_CHARS = 100_000
+MAX_TOOL_OUTPUT = 20_000
+MAX_MATCHES = 200
+
+
+class ToolError(Exception):
+    """A tool call the model got wrong; the message goes back to it as ``is_error``."""
+
+
+def _string(name: str) -> dict[str, Any]:
+    return {"type": "string", "description": name}
+
+
+def _schema(required: list[str], **props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required}
+
+
+TOOL_SPECS: list[dict[str, Any]] = [
+    {
+        "name": "read_file",
+        "description": "Read a text file in the worktree.",
+        "input_schema": _schema(["path"], path=_string("path relative to the worktree")),
+    },
+    {
+        "name": "write_file",
+        "description": "Create or overwrite a file in the worktree.",
+        "input_schema": _schema(["path", "content"], path=_string("path"), content=_string("text")),
+    },
+    {
+        "name": "replace_in_file",
+        "description": "Replace one exact occurrence of old_text with new_text in a file.",
+        "input_schema": _schema(
+            ["path", "old_text", "new_text"],
+            path=_string("path"),
+            old_text=_string("exact text, must occur once"),
+            new_text=_string("replacement"),
+        ),
+    },
+    {
+        "name": "list_dir",
+        "description": "List a directory of the worktree.",
+        "input_schema": _schema([], path=_string("directory, default '.'")),
+    },
+    {
+        "name": "search_text",
+        "description": "Search files for a regular expression.",
+        "input_schema": _schema(
+            ["pattern"],
+            pattern=_string("Python regular expression"),
+            path=_string("directory or file, default '.'"),
+        ),
+    },
+    {
+        "name": "run_command",
+        "description": "Run a shell command in the worktree (tests, git). Output is capped.",
+        "input_schema": _schema(["command"], command=_string("shell command")),
+    },
+    {
+        "name": "finish",
+        "description": "Finish the task. Uncommitted changes are committed.",
+        "input_schema": _schema(["summary"], summary=_string("what was done, one paragraph")),
+    },
+]
+
+
+class WorktreeTools:
+    def __init__(self, worktree: Path, command_timeout: float, env: dict[str, str]) -> None:
+        self.root = worktree.resolve()
+        self.command_timeout = command_timeout
+        self.env = env
+        self._tools: dict[str, Callable[..., str]] = {
+            "read_file": self.read_file,
+            "write_file": self.write_file,
+            "replace_in_file": self.replace_in_file,
+            "list_dir": self.list_dir,
+            "search_text": self.search_text,
+            "run_command": self.run_command,
+        }
+
+    def call(self, name: str, arguments: Any) -> tuple[str, bool]:
+        """Run a tool; (text, is_error). Never raises for the model's mistakes."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return f"unknown tool {name!r}", True
+        if not isinstance(arguments, dict):
+            return "tool input must be an object", True
+        try:
+            return tool(**arguments), False
+        except ToolError as exc:
+            return str(exc), True
+        except TypeError as exc:
+            return f"bad arguments for {name}: {exc}", True
+        except OSError as exc:
+            return f"{name} failed: {exc.strerror or exc}", True
+
+    def resolve(self, path: str) -> Path:
+        """The real path inside the worktree, or ``ToolError``."""
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise ToolError("path must be a non-empty string")
+        if Path(path).is_absolute():
+            raise ToolError(f"refused: {path!r} is absolute; use a path inside the worktree")
+        target = (self.root / path).resolve()
+        if target != self.root and self.root not in target.parents:
+            raise ToolError(f"refused: {path!r} leads outside the worktree")
+        if ".git" in target.relative_to(self.root).parts[:1]:
+            raise ToolError("refused: .git is off limits; use run_command with git")
+        return target
+
+    def read_file(self, path: str) -> str:
+        text = self.resolve(path).read_text(encoding="utf-8", errors="replace")
+        if len(text) > MAX_READ_CHARS:
+            return text[:MAX_READ_CHARS] + f"\n[...{len(text) - MAX_READ_CHARS} more chars]"
+        return text
+
+    def write_file(self, path: str, content: str) -> str:
+        target = self.resolve(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return f"wrote {len(content)} chars to {path}"
+
+    def replace_in_file(self, path: str, old_text: str, new_text: str) -> str:
+        target = self.resolve(path)
+        text = target.read_text(encoding="utf-8")
+        count = text.count(old_text) if old_text else 0
+        if count != 1:
+            raise ToolError(f"old_text occurs {count} times in {path}; it must occur once")
+        target.write_text(text.replace(old_text, new_text), encoding="utf-8")
+        return f"replaced 1 occurrence in {path}"
+
+    def list_dir(self, path: str = ".") -> str:
+        target = self.resolve(path)
+        entries = sorted(
+            p.name + ("/" if p.is_dir() else "") for p in target.iterdir() if p.name != ".git"
+        )
+        return "\n".join(entries) or "(empty)"
+
+    def search_text(self, pattern: str, path: str = ".") -> str:
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ToolError(f"bad pattern: {exc}") from None
+        base = self.resolve(path)
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        hits = []
+        for file in files:
+            if ".git" in file.relative_to(self.root).parts:
+                continue
+            try:
+                lines = file.read_text(encoding="utf-8").splitlines()
+            except (UnicodeDecodeError, OSError):
+                continue
+            rel = file.relative_to(self.root)
+            hits += [f"{rel}:{n}: {ln[:200]}" for n, ln in enumerate(lines, 1) if regex.search(ln)]
+            if len(hits) >= MAX_MATCHES:
+                return "\n".join(hits[:MAX_MATCHES]) + "\n[...more matches]"
+        return "\n".join(hits) or "no matches"
+
+    def run_command(self, command: str) -> str:
+        try:
+            done = subprocess.run(
+                command,
+                shell=True,
+                cwd=self.root,
+                env=self.env,
+                capture_output=True,
+                timeout=self.command_timeout,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise ToolError(f"command timed out after {self.command_timeout:g}s") from None
+        out = (done.stdout + done.stderr).decode("utf-8", errors="replace")
+        if len(out) > MAX_TOOL_OUTPUT:
+            out = f"[...{len(out) - MAX_TOOL_OUTPUT} chars cut...]\n" + out[-MAX_TOOL_OUTPUT:]
+        return f"exit status {done.returncode}\n{out}"

@@ -1,0 +1,188 @@
+"""The anthropic backend: the real SDK against a scripted Messages API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import config, git_utils
+from orchestrator import queue_utils as q
+from orchestrator.roles.implementer import run_attempt
+from orchestrator.tasks import TaskState
+
+from .helpers.fake_messages_api import FakeMessagesAPI, error, text, tool_use
+
+KEY = "sk-ant-api03-test-key-0123456789abcdef"
+
+
+@pytest.fixture
+def anthropic_agent(git_project: Path, monkeypatch: pytest.MonkeyPatch):
+    """Runs one attempt of a new task with an anthropic agent against a scripted API."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+
+    def run(script: list[dict], *, max_turns: int = 10, budget: float | None = None):
+        with FakeMessagesAPI(script) as api:
+            lines = [
+                "agents:",
+                "  - name: api-1",
+                "    role: implement",
+                "    backend: anthropic",
+                "    model: claude-sonnet-4-6",
+                f"    base_url: {api.base_url}",
+                f"    max_turns: {max_turns}",
+                "    command_timeout_seconds: 10",
+            ]
+            if budget is not None:
+                lines.append(f"    max_budget_usd: {budget}")
+            (git_project / ".octopoid/agents.yaml").write_text("\n".join(lines) + "\n")
+            (git_project / ".octopoid/config.yaml").write_text(
+                "prices:\n  claude-sonnet-4-6: {input_per_mtok: 3, output_per_mtok: 15}\n"
+            )
+            tid = q.create_task("make the greeting friendlier").id
+            q.claim_task(None, "api-1")
+            report = run_attempt(tid, "api-1")
+        return tid, report, api
+
+    return run
+
+
+def worktree(tid: str) -> Path:
+    return git_utils.worktree_for(tid)
+
+
+def test_the_loop_edits_files_and_commits_on_finish(anthropic_agent) -> None:
+    tid, report, api = anthropic_agent(
+        [
+            tool_use(
+                "write_file",
+                {"path": "src/greet.py", "content": "def greet():\n    return 'hi'\n"},
+                say="Creating the module.",
+            ),
+            tool_use(
+                "replace_in_file",
+                {"path": "src/greet.py", "old_text": "'hi'", "new_text": "'hello, friend'"},
+            ),
+            tool_use("run_command", {"command": "git status --short"}),
+            tool_use("finish", {"summary": "Friendlier greeting in src/greet.py"}),
+        ]
+    )
+    assert report.next_state == "provisional" and report.commits == 1 and report.turns == 4
+    head = git.Repo(worktree(tid)).head.commit
+    assert head.summary == "Friendlier greeting in src/greet.py"
+    assert (
+        worktree(tid) / "src/greet.py"
+    ).read_text() == "def greet():\n    return 'hello, friend'\n"
+    notes = q.get_task_notes(tid)
+    assert "Turns: 4 | Commits: 1 | Cost: $0.02" in notes  # 4 x (1000 in, 200 out) at 3/15
+    assert "→ write_file" in notes or "Friendlier greeting" in notes
+    status_result = api.requests[3]["messages"][-1]["content"][0]
+    assert "?? src/" in status_result["content"] and status_result["is_error"] is False
+    assert api.requests[0]["model"] == "claude-sonnet-4-6"
+    assert {t["name"] for t in api.requests[0]["tools"]} >= {"read_file", "finish"}
+    assert "make the greeting friendlier" in api.requests[0]["messages"][0]["content"]
+
+
+def test_a_tool_error_goes_back_to_the_model(anthropic_agent) -> None:
+    _tid, report, api = anthropic_agent(
+        [
+            tool_use("replace_in_file", {"path": "README.md", "old_text": "nope", "new_text": "x"}),
+            tool_use("write_file", {"path": "README.md", "content": "# better\n"}),
+            tool_use("finish", {"summary": "Rewrote the README"}),
+        ]
+    )
+    result = api.requests[1]["messages"][-1]["content"][0]
+    assert result["is_error"] is True and "occurs 0 times" in result["content"]
+    assert report.next_state == "provisional"
+
+
+def test_an_overload_is_retried_by_the_sdk(anthropic_agent) -> None:
+    _tid, report, api = anthropic_agent(
+        [
+            error(529),
+            tool_use("write_file", {"path": "a.txt", "content": "a\n"}),
+            tool_use("finish", {"summary": "added a.txt"}),
+        ]
+    )
+    assert report.next_state == "provisional" and report.turns == 2
+    assert len(api.requests) == 3
+
+
+def test_a_lasting_overload_backs_off_without_spending_an_attempt(anthropic_agent) -> None:
+    tid, report, _ = anthropic_agent([error(529)] * 10)
+    assert report.outcome == "rate_limited" and report.next_state == "incoming"
+    task = q.get_task(tid)
+    assert task.not_before is not None and q.attempts_left(task, 3) == 3
+
+
+def test_path_escapes_are_refused_and_nothing_is_written_outside(
+    anthropic_agent, git_project: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    tid, report, api = anthropic_agent(
+        [
+            tool_use("read_file", {"path": "../../../../../../etc/passwd"}),
+            tool_use("write_file", {"path": str(outside / "evil.txt"), "content": "x"}),
+            tool_use("write_file", {"path": "../escape.txt", "content": "x"}),
+            tool_use("run_command", {"command": f"ln -s {outside} link"}),
+            tool_use("write_file", {"path": "link/evil.txt", "content": "x"}),
+            tool_use("write_file", {"path": ".git/hooks/pre-commit", "content": "x"}),
+            tool_use("finish", {"summary": "tried"}),
+        ]
+    )
+    errors = [r["messages"][-1]["content"][0] for r in api.requests[1:]]
+    refused = [e for e in errors if e["is_error"]]
+    assert len(refused) == 5 and all("refused" in e["content"] for e in refused)
+    assert not any(outside.iterdir())
+    assert not (worktree(tid).parent / "escape.txt").exists()
+    assert report.next_state == "provisional"  # the symlink itself was committed
+
+
+def test_max_turns_stops_the_loop(anthropic_agent) -> None:
+    _tid, report, api = anthropic_agent([tool_use("list_dir", {})] * 10, max_turns=3)
+    assert report.outcome == "max_turns" and report.turns == 3 and len(api.requests) == 3
+    assert report.next_state == "incoming"
+
+
+def test_budget_stops_the_loop(anthropic_agent) -> None:
+    tid, report, _api = anthropic_agent([tool_use("list_dir", {})] * 10, budget=0.01)
+    assert report.outcome == "budget" and report.turns == 2  # $0.006 per turn
+    assert "budget" in q.get_task(tid).history[-1]
+
+
+def test_the_api_key_never_reaches_notes_or_logs(anthropic_agent) -> None:
+    tid, _report, _ = anthropic_agent(
+        [
+            tool_use(
+                "run_command", {"command": "echo key is $ANTHROPIC_API_KEY"}, say=f"My key is {KEY}"
+            ),
+            tool_use("finish", {"summary": "done"}),
+        ]
+    )
+    log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
+    task_file = q.get_task(tid).path.read_text()
+    for text_ in (q.get_task_notes(tid) or "", log, task_file):
+        assert KEY not in text_
+    assert "[REDACTED:ANTHROPIC_API_KEY]" in log
+
+
+def test_a_missing_api_key_is_reported(anthropic_agent, monkeypatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    tid, report, api = anthropic_agent([text("hi")])
+    assert report.next_state == "incoming" and api.requests == []
+    assert "ANTHROPIC_API_KEY is not set" in q.get_task_notes(tid)
+    assert q.get_task(tid).state is TaskState.INCOMING
+    assert json.dumps(report.__dict__)  # the runner's report stays serialisable
+    assert os.environ.get("ANTHROPIC_API_KEY") is None
+
+
+def test_an_unpriced_model_has_an_unknown_cost(anthropic_agent, git_project: Path) -> None:
+    from orchestrator.backends.anthropic_api import price_per_token
+
+    assert price_per_token("claude-haiku-4-5-20251001") == (1e-6, 5e-6)  # built-in table
+    (git_project / ".octopoid/config.yaml").write_text("")
+    assert price_per_token("some-future-model") is None
