@@ -131,3 +131,34 @@ def test_installed_executable_runs_outside_a_project(tmp_path: Path) -> None:
         for s in steps
     ]
     assert outs[1] == "TASK-1\n" and json.loads(outs[2])[0]["title"] == "From the shell"
+
+
+def test_agents_lists_state_and_problems(project: Path) -> None:
+    (project / ".octopoid/agents.yaml").write_text(
+        "agents:\n  - {name: c1, role: implement, backend: claude-code,"
+        " claude_path: no-such-claude}\n  - {name: s1, role: implement, backend: command,"
+        ' argv: ["true"]}\n'
+    )
+    run("enqueue", "t")
+    q.claim_task(None, "s1")
+    result = CliRunner().invoke(cli, ["agents"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].split()[:4] == ["NAME", "ROLE", "BACKEND", "STATE"]
+    assert any(ln.startswith("c1") and " idle " in ln for ln in lines)
+    assert any(ln.startswith("s1") and "running TASK-1" in ln for ln in lines)
+    assert "c1 cannot run: 'no-such-claude' is not on PATH" in result.output
+    assert "npm install -g @anthropic-ai/claude-code" in result.output
+    run("pause", "--agent", "c1")
+    rows = json.loads(run("agents", "--json").output)
+    assert [r["state"] for r in rows] == ["paused", "running TASK-1"]
+
+
+def test_show_and_status_report_usage(project: Path) -> None:
+    run("enqueue", "t")
+    task = q.claim_task(None, "a")
+    q.record_usage(task, 37, 0.41)
+    q.record_usage(task, 3, 0.09)
+    assert "usage: 40 turns, $0.50 across 1 attempt(s)" in run("show", "1").output
+    out = run("status").output
+    assert "usage: 40 turns, $0.50 in total" in out and "TASK-1" in out
