@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from . import agent_status, queue_utils, review, scheduler, task_notes
+from .cli_memory import memory_group
 from .demo import run_demo
 from .exceptions import OctopoidError
 from .scaffold import init_project
@@ -367,6 +368,9 @@ def demo(workdir: Path | None) -> None:
             click.echo(f"octopoid demo: {problem}", err=True)
         sys.exit(1)
     click.echo("\nThe loop worked: every task is done, and the retry started from the notes.")
+
+
+cli.add_command(memory_group)
 
 
 def main() -> None:

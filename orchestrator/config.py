@@ -107,6 +107,12 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "strategy": Field(str, "merge", choices=("merge", "squash", "ff-only", "none")),
     },
     "prices": Field(dict, {}, items=dict),
+    "memory": {
+        "budget": Field(int, 4000, minimum=0),
+        "distill": Field(str, "none", choices=("none", "anthropic")),
+        "distill_model": Field(str, None),
+        "base_url": Field(str, None),
+    },
 }
 PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
 

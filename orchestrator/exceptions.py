@@ -71,3 +71,15 @@ class SchedulerError(OctopoidError):
     """The scheduler cannot start, stop or be reached."""
 
     exit_code = 1
+
+
+class InvalidNotesId(OctopoidError):
+    """A notes id that could reach outside the memory folder, or is otherwise unusable."""
+
+    exit_code = 2
+
+
+class MemoryStoreError(OctopoidError):
+    """Working notes or long-term memory refused an operation (unknown section, bad id...)."""
+
+    exit_code = 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .task_notes import NotesSection, fence_for, split_notes
 from .tasks import Task
 
@@ -86,7 +88,42 @@ def task_text(task: Task) -> str:
     return "".join(parts).rstrip() + "\n"
 
 
-def build_prompt(instructions: str, task: Task, previous_notes: str = "", memory: str = "") -> str:
-    """Agent instructions, then the task, then relevant memory, then previous attempts' notes."""
-    blocks = [instructions.strip(), task_text(task).strip(), memory.strip(), previous_notes.strip()]
+MEMORY_HEADING = "## Relevant Memory"
+MEMORY_INTRO = "What earlier tasks in this project learned that may help here:"
+MEMORY_HOWTO = (
+    "## Recording what you learn\n\n"
+    "When you learn something a later task could use (where things live, how to run the "
+    "tests, a decision and its reason), record it with:\n\n"
+    '    octopoid memory add "Important Facts" "the API client retries in src/net/retry.py"\n\n'
+    "Sections: Key Topics, Important Facts, People & Entities, Ongoing Threads, File "
+    "Knowledge. Your notes are kept with this task and become project memory when it is "
+    "accepted."
+)
+
+
+def render_memory(notes: list[dict[str, Any]]) -> str:
+    """The ``## Relevant Memory`` block (note ids included), or ``""`` when nothing fits."""
+    if not notes:
+        return ""
+    lines = []
+    for note in notes:
+        where = note.get("section") or note.get("topic")
+        label = f"[memory #{note['id']}{' ' + where if where else ''}]"
+        lines.append(f"- {label} {' '.join(note['content'].split())}")
+    body = "\n".join(lines)
+    fence = fence_for(body)
+    return f"{MEMORY_HEADING}\n\n{MEMORY_INTRO}\n\n{fence}text\n{body}\n{fence}\n"
+
+
+def build_prompt(
+    instructions: str, task: Task, previous_notes: str = "", memory: str = "", howto: str = ""
+) -> str:
+    """Instructions, the task, relevant memory, previous attempts' notes, how to record."""
+    blocks = [
+        instructions.strip(),
+        task_text(task).strip(),
+        memory.strip(),
+        previous_notes.strip(),
+        howto.strip(),
+    ]
     return "\n\n".join(b for b in blocks if b) + "\n"

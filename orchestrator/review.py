@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from . import config, git_utils, queue_utils
 from .exceptions import GitError, IllegalTransition
+from .memory import lifecycle
+from .memory.notes import NotesManager
 from .tasks import Task, TaskState, normalize_task_id
 
 log = logging.getLogger("octopoid.review")
@@ -21,6 +23,7 @@ class Accepted:
     strategy: str
     merged_sha: str | None
     cleanup_error: str | None = None
+    promoted: int = 0
 
 
 def accept(task_id: str, accepted_by: str = "human") -> Accepted:
@@ -41,6 +44,8 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
         merged = git_utils.merge_task_branch(repo, task.id, task.branch, strategy, task.title)
     done = queue_utils.accept_completion(task, accepted_by)
     result = Accepted(done, strategy, merged)
+    result.promoted = lifecycle.promote_task_notes(task.id, accepted_by)
+    NotesManager(notes_id=task.label).cleanup()
     if strategy != "none":
         try:
             git_utils.remove_worktree(git_utils.open_repo(), task.id)

@@ -19,7 +19,10 @@ from .. import agent_status, config, git_utils, queue_utils
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..exceptions import OctopoidError
 from ..fsutil import TailBuffer, atomic_write
-from ..prompts import build_prompt, render_previous_notes
+from ..memory import lifecycle
+from ..memory.retrieval import relevant_notes
+from ..memory.store import MemoryStore, project_scope
+from ..prompts import MEMORY_HOWTO, build_prompt, render_memory, render_previous_notes
 from ..redaction import Redactor
 from ..task_notes import stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
@@ -107,7 +110,10 @@ def _work(
     notes = render_previous_notes(
         queue_utils.get_task_notes(task.id), cfg["notes"]["prompt_budget"]
     )
-    prompt = build_prompt(instructions_for(task.role), task, notes)
+    lifecycle.seed_task_notes(task)
+    prompt = build_prompt(
+        instructions_for(task.role), task, notes, _memory_block(task, cfg), MEMORY_HOWTO
+    )
     prompt_file = log_dir / f"attempt-{task.attempts}.prompt.md"
     atomic_write(prompt_file, prompt)
     request = AgentRequest(
@@ -124,6 +130,16 @@ def _work(
     )
     result = get_backend(agent["backend"]).run(request, output)
     return result, git_utils.commits_since(worktree, before)
+
+
+def _memory_block(task: Task, cfg: dict) -> str:
+    store = MemoryStore()
+    try:
+        lifecycle.index_main_notes(store)
+        chosen = relevant_notes(task, store, scope=project_scope(), budget=cfg["memory"]["budget"])
+    finally:
+        store.close()
+    return render_memory(chosen)
 
 
 def _settle(

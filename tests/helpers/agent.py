@@ -5,11 +5,13 @@
 - ``always-fail``: print and exit 1.  ``no-commit``: exit 0 without committing.
 - ``slow``: sleep OCTO_TEST_SLEEP seconds (default 30) before committing.
 - ``flood``: print OCTO_TEST_FLOOD_MB megabytes, then commit.
+- ``learn``: record a fact with `octopoid memory add`, then commit.
 - anything else: write a file named after the task and commit it.
 Every run appends a line to ``$OCTO_TEST_RUNS`` (when set) so tests can count attempts.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -48,6 +50,12 @@ if "flood" in title:
     for _ in range(int(os.environ.get("OCTO_TEST_FLOOD_MB", "200"))):
         sys.stdout.buffer.write(block)
     sys.stdout.flush()
+if "learn" in title:
+    octopoid = shutil.which("octopoid") or os.path.join(os.path.dirname(sys.executable), "octopoid")
+    subprocess.run(
+        [octopoid, "memory", "add", "Important Facts", "the build cache lives in .cache/build"],
+        check=True,
+    )
 if "Review — rejected" in prompt:
     print("addressing review: " + prompt.split("Review — rejected", 1)[1][:200])
 commit(f"{task}.txt", f"{task} done in attempt {os.environ['OCTOPOID_ATTEMPT']}\n")

@@ -1,0 +1,89 @@
+"""`octopoid memory ...`: working notes and long-term memory. Parse, call, print."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .exceptions import OctopoidError
+from .memory import lifecycle
+from .memory.notes import NotesManager
+from .queue_utils import get_store
+from .tasks import normalize_task_id
+
+
+@click.group("memory")
+def memory_group() -> None:
+    """Working notes and long-term memory (what agents learn beyond one task)."""
+
+
+@memory_group.command("add")
+@click.argument("section")
+@click.argument("text")
+@click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
+@click.option("--topic", help="A topic for long-term memory.")
+def memory_add(section: str, text: str, tags: tuple[str, ...], topic: str | None) -> None:
+    """Record TEXT under SECTION (Key Topics, Important Facts, People & Entities,
+    Ongoing Threads, File Knowledge).
+
+    Inside an attempt (OCTOPOID_NOTES_ID set) it goes to the task's notes, which become
+    project memory when the task is accepted; otherwise to notes.md and long-term memory.
+    """
+    result = lifecycle.add_learning(section, text, list(tags), topic)
+    state = "added to" if result["added"] else "already in"
+    click.echo(f"{state} {result['file']} ({section})")
+
+
+@memory_group.command("show")
+@click.option("--notes-id", help="An ephemeral notes id, e.g. TASK-12 (default: notes.md).")
+def memory_show(notes_id: str | None) -> None:
+    """Print working notes: the main notes.md, or a task's ephemeral notes."""
+    manager = NotesManager(notes_id=notes_id)
+    if not manager.notes_file.exists():
+        click.echo(f"no {manager.notes_file.name} yet")
+        return
+    click.echo(manager.load_notes(), nl=False)
+
+
+@memory_group.command("search")
+@click.argument("query")
+@click.option("--tag", "tags", multiple=True, help="Only notes with this tag (repeatable).")
+@click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def memory_search(query: str, tags: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """Search long-term memory (BM25 ranked; punctuation in QUERY is fine)."""
+    hits = lifecycle.search(query, list(tags), limit)
+    if as_json:
+        click.echo(json.dumps(hits, indent=2, sort_keys=True))
+        return
+    if not hits:
+        click.echo("no matching notes")
+    for hit in hits:
+        tags_text = f" [{' '.join(hit['tags'])}]" if hit["tags"] else ""
+        click.echo(f"#{hit['id']:<5} {hit['content']}{tags_text}")
+
+
+@memory_group.command("remove")
+@click.argument("target")
+def memory_remove(target: str) -> None:
+    """Forget a note by its id (#12 -> 12) or by its exact text."""
+    removed = lifecycle.forget(target.lstrip("#"))
+    if not removed:
+        raise OctopoidError(f"no note matches {target!r}")
+    click.echo(f"removed {removed} note(s)")
+
+
+@memory_group.command("promote")
+@click.argument("task_id")
+def memory_promote(task_id: str) -> None:
+    """Copy a task's working notes into long-term memory now (accept does it too)."""
+    count = lifecycle.promote_task_notes(normalize_task_id(task_id), "human")
+    click.echo(f"{count} new note(s) in long-term memory")
+
+
+@memory_group.command("gc")
+def memory_gc() -> None:
+    """Remove working notes of tasks that are done or no longer exist."""
+    removed = lifecycle.gc_ephemeral(get_store().locate)
+    click.echo("\n".join(f"removed {name}" for name in removed) or "nothing to remove")

@@ -1,0 +1,1 @@
+"""What agents learn beyond one task: working notes (QQ-style) and searchable memory."""

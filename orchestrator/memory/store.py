@@ -1,0 +1,304 @@
+"""Long-term memory: notes in one SQLite database, searchable with FTS5 and ranked by BM25.
+
+Each note has content, section/topic, tags, agent, a scope (``notes:<agent>:<project>``
+or ``notes:<agent>:global``), task and session ids, metadata, importance, a pinned flag and
+an access count. The same content written again in the same scope reinforces the existing
+note instead of adding a copy. The FTS index is an external-content table kept in step by
+triggers, so updates and deletes never leave it stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import config
+from ..exceptions import MemoryStoreError
+from .notes import normalize_item
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS notes (
+    id INTEGER PRIMARY KEY,
+    content TEXT NOT NULL,
+    section TEXT,
+    topic TEXT,
+    tags TEXT NOT NULL DEFAULT '',
+    agent TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    task_id TEXT,
+    session_id TEXT,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    content_hash TEXT NOT NULL,
+    importance REAL NOT NULL DEFAULT 0.5,
+    pinned INTEGER NOT NULL DEFAULT 0,
+    access_count INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (scope, content_hash)
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS notes_fts USING fts5(
+    content, topic, tags, content='notes', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS notes_ai AFTER INSERT ON notes BEGIN
+    INSERT INTO notes_fts(rowid, content, topic, tags)
+    VALUES (new.id, new.content, new.topic, new.tags);
+END;
+CREATE TRIGGER IF NOT EXISTS notes_ad AFTER DELETE ON notes BEGIN
+    INSERT INTO notes_fts(notes_fts, rowid, content, topic, tags)
+    VALUES ('delete', old.id, old.content, old.topic, old.tags);
+END;
+CREATE TRIGGER IF NOT EXISTS notes_au AFTER UPDATE OF content, topic, tags ON notes BEGIN
+    INSERT INTO notes_fts(notes_fts, rowid, content, topic, tags)
+    VALUES ('delete', old.id, old.content, old.topic, old.tags);
+    INSERT INTO notes_fts(rowid, content, topic, tags)
+    VALUES (new.id, new.content, new.topic, new.tags);
+END;
+"""
+WORD_RE = re.compile(r"\w+")
+REINFORCE_STEP = 0.1  # importance gained when the same note is written again
+
+
+def content_hash(content: str) -> str:
+    return hashlib.sha256(normalize_item(content).encode()).hexdigest()
+
+
+def project_scope(agent: str = "octopoid", global_: bool = False) -> str:
+    """``notes:<agent>:<project>``, the project being the root folder's name."""
+    where = "global" if global_ else config.find_project_root().name
+    return f"notes:{agent}:{where}"
+
+
+def fts_query(text: str) -> str:
+    """A safe FTS5 query from free text: each word a quoted phrase of its parts, OR-ed.
+
+    ``auth.py`` -> ``"auth py"``, ``token-refresh`` -> ``"token refresh"``, ``c++`` -> ``"c"``,
+    ``don't`` -> ``"don t"``: punctuation never reaches FTS5's query syntax.
+    """
+    phrases = []
+    for word in text.split():
+        parts = WORD_RE.findall(word)
+        if parts:
+            phrases.append('"' + " ".join(parts) + '"')
+    return " OR ".join(dict.fromkeys(phrases))
+
+
+def _tags(tags: Any) -> str:
+    items = [tags] if isinstance(tags, str) else list(tags or ())
+    return " ".join(dict.fromkeys(t.strip() for t in items if t and t.strip()))
+
+
+class MemoryStore:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or config.get_memory_dir() / "memory.db"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA busy_timeout=30000")
+        self.db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def write_note(
+        self,
+        content: str,
+        *,
+        section: str | None = None,
+        topic: str | None = None,
+        tags: Any = (),
+        agent: str = "octopoid",
+        scope: str | None = None,
+        task_id: str | None = None,
+        session_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        importance: float = 0.5,
+        pinned: bool = False,
+    ) -> int:
+        """Store a note; the same content in the same scope reinforces the existing one."""
+        content = content.strip()
+        if not content:
+            raise MemoryStoreError("an empty note cannot be stored")
+        scope = scope or project_scope(agent)
+        digest, now = content_hash(content), time.time()
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            row = self.db.execute(
+                "SELECT id, tags, importance FROM notes WHERE scope = ? AND content_hash = ?",
+                (scope, digest),
+            ).fetchone()
+            if row is not None:
+                merged = _tags([*row["tags"].split(), *([tags] if isinstance(tags, str) else tags)])
+                self.db.execute(
+                    "UPDATE notes SET importance = min(1.0, importance + ?), updated = ?, "
+                    "tags = ?, pinned = max(pinned, ?) WHERE id = ?",
+                    (REINFORCE_STEP, now, merged, int(pinned), row["id"]),
+                )
+                note_id = row["id"]
+            else:
+                cur = self.db.execute(
+                    "INSERT INTO notes (content, section, topic, tags, agent, scope, task_id, "
+                    "session_id, metadata, created, updated, content_hash, importance, pinned) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        content,
+                        section,
+                        topic,
+                        _tags(tags),
+                        agent,
+                        scope,
+                        task_id,
+                        session_id,
+                        json.dumps(metadata or {}),
+                        now,
+                        now,
+                        digest,
+                        importance,
+                        int(pinned),
+                    ),
+                )
+                note_id = cur.lastrowid
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return int(note_id)
+
+    def search_notes(
+        self,
+        query: str,
+        *,
+        agent: str | None = None,
+        scope: str | None = None,
+        tags: Any = None,
+        topic: str | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[dict[str, Any]]:
+        """Notes matching ``query``, best first (``score``: higher is better)."""
+        match = fts_query(query)
+        if not match:
+            return []
+        where, args = self._filters(agent, scope, tags, topic, session_id)
+        rows = self.db.execute(
+            "SELECT notes.*, -bm25(notes_fts) AS score FROM notes_fts "
+            "JOIN notes ON notes.id = notes_fts.rowid "
+            f"WHERE notes_fts MATCH ? {where} ORDER BY bm25(notes_fts) LIMIT ?",
+            [match, *args, limit],
+        )
+        return [_row(r) for r in rows]
+
+    def get_recent_notes(
+        self,
+        *,
+        agent: str | None = None,
+        scope: str | None = None,
+        tags: Any = None,
+        topic: str | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[dict[str, Any]]:
+        where, args = self._filters(agent, scope, tags, topic, session_id)
+        rows = self.db.execute(
+            f"SELECT * FROM notes WHERE 1 {where} ORDER BY updated DESC, id DESC LIMIT ?",
+            [*args, limit],
+        )
+        return [_row(r) for r in rows]
+
+    def get_note(self, note_id: int) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM notes WHERE id = ?", (note_id,)).fetchone()
+        return _row(row) if row else None
+
+    def pinned_notes(self, scope: str | None = None) -> list[dict[str, Any]]:
+        where, args = self._filters(None, scope, None, None, None)
+        rows = self.db.execute(
+            f"SELECT * FROM notes WHERE pinned = 1 {where} ORDER BY importance DESC, updated DESC",
+            args,
+        )
+        return [_row(r) for r in rows]
+
+    def delete_note(self, note_id: int) -> bool:
+        return self.db.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount > 0
+
+    def update_note(
+        self,
+        note_id: int,
+        *,
+        content: str | None = None,
+        tags: Any = None,
+        topic: str | None = None,
+        importance: float | None = None,
+        pinned: bool | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> bool:
+        changes: dict[str, Any] = {}
+        if content is not None:
+            changes.update(content=content.strip(), content_hash=content_hash(content))
+        if tags is not None:
+            changes["tags"] = _tags(tags)
+        if topic is not None:
+            changes["topic"] = topic
+        if importance is not None:
+            changes["importance"] = importance
+        if pinned is not None:
+            changes["pinned"] = int(pinned)
+        if metadata is not None:
+            changes["metadata"] = json.dumps(metadata)
+        if not changes:
+            return self.get_note(note_id) is not None
+        changes["updated"] = time.time()
+        sets = ", ".join(f"{key} = ?" for key in changes)
+        try:
+            cur = self.db.execute(
+                f"UPDATE notes SET {sets} WHERE id = ?", [*changes.values(), note_id]
+            )
+        except sqlite3.IntegrityError:
+            raise MemoryStoreError("the same note already exists in that scope") from None
+        return cur.rowcount > 0
+
+    def record_access(self, note_ids: list[int]) -> None:
+        """Count an injection into a prompt (only notes actually injected)."""
+        self.db.executemany(
+            "UPDATE notes SET access_count = access_count + 1 WHERE id = ?",
+            [(i,) for i in note_ids],
+        )
+
+    def count(self) -> int:
+        return self.db.execute("SELECT count(*) FROM notes").fetchone()[0]
+
+    def integrity_check(self) -> None:
+        """Raise ``sqlite3.DatabaseError`` if the FTS index disagrees with the notes."""
+        self.db.execute("INSERT INTO notes_fts(notes_fts, rank) VALUES ('integrity-check', 1)")
+
+    @staticmethod
+    def _filters(
+        agent: str | None, scope: str | None, tags: Any, topic: str | None, session_id: str | None
+    ) -> tuple[str, list[Any]]:
+        clauses, args = [], []
+        for column, value in (
+            ("agent", agent),
+            ("scope", scope),
+            ("topic", topic),
+            ("session_id", session_id),
+        ):
+            if value is not None:
+                clauses.append(f"AND notes.{column} = ?")
+                args.append(value)
+        for tag in _tags(tags).split():
+            clauses.append("AND instr(' ' || notes.tags || ' ', ?) > 0")
+            args.append(f" {tag} ")
+        return " ".join(clauses), args
+
+
+def _row(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    out["tags"] = out["tags"].split()
+    out["metadata"] = json.loads(out["metadata"] or "{}")
+    out["pinned"] = bool(out["pinned"])
+    out.pop("content_hash", None)
+    return out

@@ -1,0 +1,116 @@
+"""Memory through a task's life, and the `octopoid memory` commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator import config, review
+from orchestrator import queue_utils as q
+from orchestrator.cli import cli
+from orchestrator.memory.notes import NotesManager
+from orchestrator.memory.store import MemoryStore
+from orchestrator.roles.implementer import run_attempt
+
+from .conftest import write_agents
+
+
+def run(*args: str, env: dict | None = None, code: int = 0) -> str:
+    result = CliRunner().invoke(cli, list(args), env=env)
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def test_an_agent_learns_and_accept_makes_it_project_memory(git_project: Path) -> None:
+    write_agents(git_project)
+    tid = q.create_task("learn about the build", context="The build is slow").id
+    q.claim_task(None, "impl-1")
+    report = run_attempt(tid, "impl-1")
+    assert report.next_state == "provisional"
+    eph = NotesManager(notes_id=f"TASK-{tid}")
+    assert "The build is slow" in eph.task_context()
+    assert eph.get_section_items("Important Facts") == ["the build cache lives in .cache/build"]
+    prompt = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.prompt.md").read_text()
+    assert "octopoid memory add" in prompt and "## Relevant Memory" not in prompt
+    done = review.accept(tid, "alice")
+    assert done.promoted == 1 and not eph.notes_file.exists()
+    (hit,) = MemoryStore().search_notes("build cache")
+    assert hit["tags"] == [f"TASK-{tid}"] and hit["task_id"] == f"TASK-{tid}"
+    assert hit["metadata"] == {"source": f"notes.TASK-{tid}.md", "promoted_by": "alice"}
+    nxt = q.create_task("speed up the build cache").id
+    q.claim_task(None, "impl-1")
+    run_attempt(nxt, "impl-1")
+    prompt = (config.get_logs_dir() / f"TASK-{nxt}" / "attempt-1.prompt.md").read_text()
+    assert "## Relevant Memory" in prompt and "the build cache lives in .cache/build" in prompt
+    assert MemoryStore().get_note(hit["id"])["access_count"] == 1
+
+
+def test_reject_and_retry_keep_the_task_notes(git_project: Path) -> None:
+    write_agents(git_project)
+    tid = q.create_task("learn again").id
+    q.claim_task(None, "impl-1")
+    run_attempt(tid, "impl-1")
+    review.reject(tid, "not yet")
+    assert NotesManager(notes_id=f"TASK-{tid}").count_items() == 1
+
+
+def test_memory_cli(project: Path) -> None:
+    assert "added to notes.md" in run(
+        "memory", "add", "important facts", "Tests need Redis", "--tag", "ci", "--topic", "testing"
+    )
+    assert "already in notes.md" in run("memory", "add", "Important Facts", "tests need redis")
+    hits = json.loads(run("memory", "search", "redis", "--json"))
+    assert [h["content"] for h in hits] == ["Tests need Redis"] and hits[0]["tags"] == ["ci"]
+    assert "#" in run("memory", "search", "redis", "--tag", "ci")
+    assert "no matching notes" in run("memory", "search", "redis", "--tag", "other")
+    assert "- Tests need Redis" in run("memory", "show")
+    env = {"OCTOPOID_NOTES_ID": "TASK-5"}
+    assert "added to notes.TASK-5.md" in run("memory", "add", "File Knowledge", "a.py: x", env=env)
+    assert "- a.py: x" in run("memory", "show", "--notes-id", "TASK-5")
+    assert "1 new note(s)" in run("memory", "promote", "TASK-5")
+    assert "removed notes.TASK-5.md" in run("memory", "gc")  # TASK-5 does not exist
+    assert run("memory", "remove", f"#{hits[0]['id']}").startswith("removed 1")
+    assert "Tests need Redis" not in run("memory", "show")
+    out = run("memory", "remove", "never written", code=1)
+    assert "no note matches" in out
+    assert "unknown section" in run("memory", "add", "Gossip", "x", code=1)
+    assert "invalid notes id" in run("memory", "show", "--notes-id", "../x", code=2)
+
+
+def test_hand_edited_main_notes_are_searchable(project: Path) -> None:
+    NotesManager().add_item("Key Topics", "the flaky scheduler test")
+    hits = json.loads(run("memory", "search", "flaky", "--json"))
+    assert hits and hits[0]["metadata"] == {"source": "notes.md"}
+
+
+@pytest.mark.slow
+def test_the_daemon_loop_promotes_memory(git_project: Path) -> None:
+    """claim -> ephemeral notes visible to the command agent -> accept -> searchable."""
+    import shutil
+    import subprocess
+    import time
+
+    from .conftest import child_env
+
+    write_agents(git_project)
+    tid = q.create_task("learn under the daemon").id
+    proc = subprocess.Popen(
+        [shutil.which("octopoid"), "scheduler", "run"],
+        cwd=git_project,
+        env=child_env(git_project),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while q.get_task(tid).state.value != "provisional" and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    run("accept", tid)
+    assert MemoryStore().search_notes("build cache")
+    assert not NotesManager(notes_id=f"TASK-{tid}").notes_file.exists()
