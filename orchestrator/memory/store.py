@@ -100,6 +100,7 @@ class MemoryStore:
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA busy_timeout=30000")
+        self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: safe against crashes of ours
         self.db.executescript(_SCHEMA)
 
     def close(self) -> None:
