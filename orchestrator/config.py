@@ -225,6 +225,10 @@ def load_config() -> dict[str, Any]:
     for model, price in cfg["prices"].items():
         price_schema = {key: Field(float) for key in PRICE_KEYS}
         cfg["prices"][model] = validate(price, price_schema, str(path), f"prices.{model}.")
+    if cfg["memory"]["distill"] == "anthropic" and not cfg["memory"]["distill_model"]:
+        raise ConfigError(
+            f"{path}: 'memory.distill_model' is required when memory.distill is anthropic"
+        )
     return cfg
 
 

@@ -6,11 +6,12 @@ These workflows span git and the queue, so they live here and not in ``queue_uti
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import config, git_utils, queue_utils
 from .exceptions import GitError, IllegalTransition
 from .memory import lifecycle
+from .memory.distill import distill
 from .memory.notes import NotesManager
 from .tasks import Task, TaskState, normalize_task_id
 
@@ -24,6 +25,7 @@ class Accepted:
     merged_sha: str | None
     cleanup_error: str | None = None
     promoted: int = 0
+    distilled: dict = field(default_factory=dict)
 
 
 def accept(task_id: str, accepted_by: str = "human") -> Accepted:
@@ -44,8 +46,11 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
         merged = git_utils.merge_task_branch(repo, task.id, task.branch, strategy, task.title)
     done = queue_utils.accept_completion(task, accepted_by)
     result = Accepted(done, strategy, merged)
+    working = NotesManager(notes_id=task.label)
+    items = working.get_all_items() if working.notes_file.exists() else []
     result.promoted = lifecycle.promote_task_notes(task.id, accepted_by)
-    NotesManager(notes_id=task.label).cleanup()
+    result.distilled = distill(done, items, config.load_config()["memory"])
+    working.cleanup()
     if strategy != "none":
         try:
             git_utils.remove_worktree(git_utils.open_repo(), task.id)

@@ -114,3 +114,51 @@ def test_the_daemon_loop_promotes_memory(git_project: Path) -> None:
     run("accept", tid)
     assert MemoryStore().search_notes("build cache")
     assert not NotesManager(notes_id=f"TASK-{tid}").notes_file.exists()
+
+
+def _accept_with_distill(git_project: Path, reply: str) -> tuple[object, list]:
+    from .helpers.fake_messages_api import FakeMessagesAPI, text
+    from .test_review import provisional_with_commit
+
+    NotesManager().add_item("Important Facts", "the old build used make")
+    tid = provisional_with_commit(git_project)
+    NotesManager.create_ephemeral(f"TASK-{tid}", "ctx").add_item(
+        "Important Facts", "builds use nox"
+    )
+    with FakeMessagesAPI([text(reply)]) as api:
+        (git_project / ".octopoid/config.yaml").write_text(
+            f"memory:\n  distill: anthropic\n  distill_model: claude-haiku-4-5\n"
+            f"  base_url: {api.base_url}\n"
+        )
+        done = review.accept(tid, "alice")
+    return done, api.requests
+
+
+def test_distillation_applies_a_valid_diff(git_project: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-dummy-123456")
+    reply = (
+        'Here you go: {"additions": [{"section": "Important Facts", "item": '
+        '"builds use nox, not make"}], "removals": ["the old build used make"]}'
+    )
+    done, requests = _accept_with_distill(git_project, reply)
+    assert done.distilled == {"added": 1, "removed": 1}
+    assert NotesManager().get_section_items("Important Facts") == ["builds use nox, not make"]
+    assert "builds use nox" in requests[0]["messages"][0]["content"]
+    assert requests[0]["model"] == "claude-haiku-4-5"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "not json at all",
+        '{"additions": [{"section": "Gossip", "item": "x"}], "removals": []}',
+        '{"additions": [], "removals": ["an item that does not exist"]}',
+    ],
+)
+def test_distillation_refuses_invalid_replies_and_changes_nothing(
+    git_project: Path, monkeypatch, reply
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-dummy-123456")
+    done, _ = _accept_with_distill(git_project, reply)
+    assert "error" in done.distilled and done.task.state.value == "done"
+    assert NotesManager().get_section_items("Important Facts") == ["the old build used make"]
