@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from . import agent_status, queue_utils, review, scheduler, task_notes
+from . import agent_status, queue_utils, reports, review, scheduler, task_notes
 from .cli_memory import memory_group
 from .demo import run_demo
 from .exceptions import OctopoidError
@@ -142,7 +142,7 @@ def show(task_id: str) -> None:
         )
     else:
         click.echo("retry notes: none")
-    turns, cost = queue_utils.task_usage(task)
+    turns, cost = reports.task_usage(task)
     if turns or cost:
         click.echo(f"usage: {turns} turns, ${cost:.2f} across {task.attempts} attempt(s)")
     click.echo()
@@ -153,7 +153,7 @@ def show(task_id: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(as_json: bool) -> None:
     """Tasks per queue, running claims with their lease, and the oldest waiting task."""
-    summary = queue_utils.status_summary()
+    summary = reports.status_summary()
     if as_json:
         _emit_json(summary)
         return

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,26 @@ def child_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["OCTOPOID_ROOT"] = str(root)
     return env
+
+
+def run_all(root: Path, argvs: list[list[str]], timeout: float = 120) -> None:
+    """Start every helper at once against ``root`` and wait for all to succeed."""
+    procs = [
+        subprocess.Popen(argv, env=child_env(root), stdout=subprocess.PIPE, text=True)
+        for argv in argvs
+    ]
+    for proc in procs:
+        proc.communicate(timeout=timeout)
+        assert proc.returncode == 0
+
+
+def start_then_kill(root: Path, argv: list[str], delay: float) -> None:
+    """Start a helper, wait until it says ready, let it work ``delay`` s, then kill -9 it."""
+    proc = subprocess.Popen(argv, env=child_env(root), stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
 
 
 def make_git_repo(root: Path) -> None:

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from orchestrator import config
+from orchestrator import config, reports
 from orchestrator import queue_utils as q
 from orchestrator.task_notes import split_notes
 from orchestrator.tasks import TaskState, read_task_file
 
-from .conftest import child_env, helper_cmd
+from .conftest import child_env, helper_cmd, run_all, start_then_kill
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +40,8 @@ def test_eight_processes_claim_500_tasks_exactly_once(project: Path, tmp_path: P
     assert len(claimed) == len(set(claimed)) == 500
     assert set(claimed) == ids
     assert sum(1 for out in outputs if out.strip()) > 1  # the work really was shared
-    assert q.status_summary()["counts"]["claimed"] == 500
-    assert q.status_summary()["counts"]["incoming"] == 0
+    assert reports.status_summary()["counts"]["claimed"] == 500
+    assert reports.status_summary()["counts"]["incoming"] == 0
 
 
 def _assert_invariant(project: Path, ids: set[str]) -> None:
@@ -65,38 +64,18 @@ def _assert_invariant(project: Path, ids: set[str]) -> None:
             assert all(s.body.rstrip().endswith("```") for s in sections)
 
 
-def _start_then_kill(project: Path, argv: list[str], delay: float) -> None:
-    """Start a helper, wait until it says ready, let it work ``delay`` s, then kill -9 it."""
-    proc = subprocess.Popen(argv, env=child_env(project), stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    time.sleep(delay)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
 def test_kill_9_during_transitions_loses_no_task(project: Path) -> None:
     ids = {q.create_task(f"task {i}").id for i in range(30)}
     rng = random.Random(1234)
     for round_ in range(25):
-        _start_then_kill(project, helper_cmd("churn", str(round_)), rng.uniform(0.02, 0.4))
+        start_then_kill(project, helper_cmd("churn", str(round_)), rng.uniform(0.02, 0.4))
         _assert_invariant(project, ids)
     moves = sum(len(t.history) for s in TaskState for t in q.list_tasks(s))
     assert moves > 100, "the churner barely moved anything: the test proved little"
 
 
 def test_four_processes_saving_notes_lose_and_interleave_nothing(project: Path) -> None:
-    procs = [
-        subprocess.Popen(
-            helper_cmd("notes_writer", "42", f"w{n}", "25"),
-            env=child_env(project),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(4)
-    ]
-    for p in procs:
-        p.communicate(timeout=120)
-        assert p.returncode == 0
+    run_all(project, [helper_cmd("notes_writer", "42", f"w{n}", "25") for n in range(4)])
     _, sections = split_notes(q.get_task_notes("42"))
     assert len(sections) == 100
     assert sorted(s.attempt for s in sections) == list(range(1, 101))
@@ -112,9 +91,7 @@ def test_kill_9_during_a_notes_save_leaves_the_old_notes_whole(project: Path) ->
     notes_path = config.get_notes_dir() / "TASK-7.md"
     for _ in range(15):
         before = q.get_task_notes("7") or ""
-        _start_then_kill(
-            project, helper_cmd("notes_writer", "7", "w", "1000"), rng.uniform(0, 0.15)
-        )
+        start_then_kill(project, helper_cmd("notes_writer", "7", "w", "1000"), rng.uniform(0, 0.15))
         after = notes_path.read_text() if notes_path.exists() else ""
         assert after.startswith(before)  # earlier attempts untouched
         _, sections = split_notes(after)

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +10,7 @@ import pytest
 from orchestrator.exceptions import InvalidNotesId, MemoryStoreError
 from orchestrator.memory.notes import SECTIONS, NotesManager, get_notes_manager
 
-from .conftest import child_env, helper_cmd
+from .conftest import helper_cmd, run_all, start_then_kill
 
 
 @pytest.fixture
@@ -159,18 +155,7 @@ def test_cleanup_is_for_ephemeral_notes_and_keeps_the_lock_file(mem: Path) -> No
 
 @pytest.mark.slow
 def test_four_processes_adding_items_lose_none(project: Path) -> None:
-    procs = [
-        subprocess.Popen(
-            helper_cmd("memory_writer", f"w{n}", "40", "add"),
-            env=child_env(project),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(4)
-    ]
-    for p in procs:
-        p.communicate(timeout=120)
-        assert p.returncode == 0
+    run_all(project, [helper_cmd("memory_writer", f"w{n}", "40", "add") for n in range(4)])
     items = NotesManager().get_section_items("Important Facts")
     assert sorted(items) == sorted(f"w{n} fact {i}" for n in range(4) for i in range(40))
 
@@ -180,16 +165,9 @@ def test_apply_diff_killed_mid_way_is_all_or_nothing(project: Path) -> None:
     m = NotesManager()
     rng = random.Random(5)
     for _ in range(12):
-        proc = subprocess.Popen(
-            helper_cmd("memory_writer", "d", "1000", "diff"),
-            env=child_env(project),
-            stdout=subprocess.PIPE,
-            text=True,
+        start_then_kill(
+            project, helper_cmd("memory_writer", "d", "1000", "diff"), rng.uniform(0, 0.2)
         )
-        assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0, 0.2))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
         facts = m.get_section_items("Important Facts")
         # each diff replaces batch k with batch k+1 (10 items): never a mix of two batches
         batches = {item.split(" ")[1] for item in facts}

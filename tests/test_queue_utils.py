@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import queue_utils as q
+from orchestrator import reports
 from orchestrator.exceptions import IllegalTransition, TaskNotFound
 from orchestrator.tasks import TaskState, parse_time, read_task_file, utcnow
 
@@ -215,7 +216,7 @@ def test_status_counts_queues_and_reports_claims(project: Path) -> None:
     q.create_task("a")
     q.create_task("b")
     q.claim_task(None, "agent-9", lease_seconds=100)
-    summary = q.status_summary()
+    summary = reports.status_summary()
     assert summary["counts"]["incoming"] == 1 and summary["counts"]["claimed"] == 1
     (c,) = summary["claimed"]
     assert c["agent"] == "agent-9" and 90 <= c["lease_seconds_left"] <= 100

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..fsutil import TailBuffer
 from .base import AgentRequest, AgentResult
-from .process import run_process
+from .process import run_agent_process
 
 INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
 DEFAULT_TOOLS = ("Bash", "Edit", "Write", "Read", "Glob", "Grep")
@@ -196,16 +196,7 @@ class ClaudeCodeBackend:
             name = request.options.get("claude_path") or "claude"
             return AgentResult(None, "error", summary=f"'{name}' is not on PATH; {INSTALL_HINT}")
         parser = StreamJsonParser(output)
-        done = run_process(
-            claude_argv(executable, request),
-            request.worktree,
-            request.env,
-            output,
-            request.timeout_seconds,
-            request.prompt.encode(),
-            request.on_tick,
-            on_chunk=parser.feed,
-        )
+        done = run_agent_process(claude_argv(executable, request), request, output, parser.feed)
         parser.finish()
         if done.start_error:
             return AgentResult(None, "error", summary=done.start_error)

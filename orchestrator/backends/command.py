@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..fsutil import TailBuffer
 from .base import AgentRequest, AgentResult
-from .process import run_process
+from .process import run_agent_process
 
 
 def expand_argv(argv: list[str], request: AgentRequest) -> list[str]:
@@ -30,15 +30,7 @@ def expand_argv(argv: list[str], request: AgentRequest) -> list[str]:
 class CommandBackend:
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
         argv = expand_argv(request.options["argv"], request)
-        done = run_process(
-            argv,
-            request.worktree,
-            request.env,
-            output,
-            request.timeout_seconds,
-            request.prompt.encode(),
-            request.on_tick,
-        )
+        done = run_agent_process(argv, request, output)
         if done.start_error:
             return AgentResult(None, "error", summary=done.start_error)
         if done.timed_out:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..fsutil import TailBuffer
+from .base import AgentRequest
 
 KILL_GRACE_SECONDS = 5.0
 TICK_SECONDS = 1.0
@@ -39,6 +40,28 @@ class ProcessOutcome:
     exit_code: int | None
     timed_out: bool
     start_error: str | None = None
+
+
+def run_agent_process(
+    argv: list[str],
+    request: AgentRequest,
+    output: TailBuffer,
+    on_chunk: Callable[[bytes], None] | None = None,
+) -> ProcessOutcome:
+    """Run ``argv`` for ``request`` in its worktree, prompt on stdin, until exit or timeout.
+
+    Raw output goes to ``on_chunk`` (a parser) or straight into ``output``.
+    """
+    return run_process(
+        argv,
+        request.worktree,
+        request.env,
+        output,
+        request.timeout_seconds,
+        request.prompt.encode(),
+        request.on_tick,
+        on_chunk,
+    )
 
 
 def run_process(
