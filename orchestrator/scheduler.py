@@ -22,9 +22,9 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import config, queue_utils
+from . import config, defaults, queue_utils
 from .agent_status import is_paused, readiness_problem
-from .exceptions import OctopoidError, SchedulerError
+from .exceptions import ConfigError, OctopoidError, SchedulerError
 from .fsutil import atomic_write
 from .tasks import Task, TaskState
 
@@ -88,7 +88,11 @@ class Scheduler:
         """Stop claiming; give running attempts ``grace`` seconds, then stop and requeue them."""
         self._stopping = True
         if grace is None:
-            grace = config.load_agents()["shutdown_grace_seconds"]
+            try:
+                grace = config.load_agents()["shutdown_grace_seconds"]
+            except ConfigError as exc:
+                log.error("%s; using the default shutdown grace", exc)
+                grace = defaults.SHUTDOWN_GRACE_SECONDS
         deadline = time.monotonic() + grace
         while self.runners and time.monotonic() < deadline:
             self._collect_finished(PassReport())

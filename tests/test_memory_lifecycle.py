@@ -162,3 +162,9 @@ def test_distillation_refuses_invalid_replies_and_changes_nothing(
     done, _ = _accept_with_distill(git_project, reply)
     assert "error" in done.distilled and done.task.state.value == "done"
     assert NotesManager().get_section_items("Important Facts") == ["the old build used make"]
+
+
+def test_distillation_without_a_key_is_skipped_not_a_crash(git_project: Path, monkeypatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    done, requests = _accept_with_distill(git_project, '{"additions": [], "removals": []}')
+    assert done.task.state.value == "done" and "error" in done.distilled and requests == []

@@ -66,6 +66,10 @@ def distill(task: Task, task_items: list[dict[str, str]], memory_cfg: dict[str, 
     """Ask the model, validate, apply to notes.md; return what changed (empty when off)."""
     if memory_cfg["distill"] != "anthropic":
         return {}
+    key = os.environ.get("ANTHROPIC_API_KEY")
+    if not key:
+        log.warning("distillation after %s skipped: ANTHROPIC_API_KEY is not set", task.label)
+        return {"error": "ANTHROPIC_API_KEY is not set"}
     notes = NotesManager()
     existing = [i["item"] for i in notes.get_all_items()]
     client = anthropic.Anthropic(
@@ -77,6 +81,9 @@ def distill(task: Task, task_items: list[dict[str, str]], memory_cfg: dict[str, 
         + "\n".join(f"- [{i['section']}] {i['item']}" for i in task_items)
     )
     try:
+        client = anthropic.Anthropic(
+            api_key=os.environ.get("ANTHROPIC_API_KEY"), base_url=memory_cfg.get("base_url")
+        )
         response = client.messages.create(
             model=memory_cfg["distill_model"],
             max_tokens=2000,
@@ -85,7 +92,7 @@ def distill(task: Task, task_items: list[dict[str, str]], memory_cfg: dict[str, 
         )
         reply = "".join(b.text for b in response.content if b.type == "text")
         additions, removals = validate_diff(reply, existing)
-    except (anthropic.APIError, MemoryStoreError) as exc:
+    except (anthropic.AnthropicError, MemoryStoreError) as exc:  # no key, API error, bad reply
         log.warning("distillation after %s skipped: %s", task.label, exc)
         return {"error": str(exc)}
     notes.apply_diff(additions, removals)
