@@ -154,9 +154,16 @@ def show(task_id: str) -> None:
 def status(as_json: bool) -> None:
     """Tasks per queue, running claims with their lease, and the oldest waiting task."""
     summary = reports.status_summary()
+    summary["scheduler"] = scheduler.scheduler_status()
     if as_json:
         _emit_json(summary)
         return
+    daemon = summary["scheduler"]
+    click.echo(
+        f"scheduler: running (pid {daemon['pid']})"
+        if daemon["running"]
+        else "scheduler: not running (`octopoid scheduler start`)"
+    )
     click.echo(_table([[k, str(v)] for k, v in summary["counts"].items()]))
     for c in summary["claimed"]:
         left = c["lease_seconds_left"]

@@ -157,3 +157,21 @@ def test_run_once_starts_work_and_exits(git_project: Path) -> None:
         time.sleep(0.1)
     assert q.get_task(tid).state is TaskState.PROVISIONAL
     assert scheduler.scheduler_status()["running"] is False
+
+
+def test_an_agent_that_cannot_run_is_skipped_and_logged_once(git_project: Path) -> None:
+    (git_project / ".octopoid/agents.yaml").write_text(
+        "agents:\n  - {name: c, role: implement, backend: claude-code,"
+        " claude_path: no-such-claude}\n"
+    )
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    try:
+        tid = q.create_task("t").id
+        for _ in range(3):
+            assert sched.loop_once().started == []
+        assert q.get_task(tid).state is TaskState.INCOMING and q.get_task(tid).attempts == 0
+        log = (config.get_logs_dir() / "scheduler.log").read_text()
+        assert log.count("agent c cannot run: 'no-such-claude' is not on PATH") == 1
+    finally:
+        sched.shutdown(grace=0)
