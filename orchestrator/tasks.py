@@ -19,6 +19,7 @@ from filelock import FileLock
 from . import defaults
 from .exceptions import InvalidTaskId, TaskParseError
 from .fsutil import atomic_write
+from .redaction import redact
 
 
 class TaskState(str, enum.Enum):
@@ -175,7 +176,7 @@ class Task:
         return [ln[2:] for ln in lines if ln.startswith("- ")]
 
     def set_header(self, key: str, value: object) -> None:
-        self.headers[key] = one_line(str(value), 1000)
+        self.headers[key] = one_line(redact(str(value)), 1000)
 
     def drop_header(self, *keys: str) -> None:
         for key in keys:
@@ -186,7 +187,7 @@ class Task:
     ) -> None:
         """Append one ``## History`` line: UTC time, from -> to, who, why."""
         who = one_line(actor, 100) or "unknown"
-        why = one_line(reason, defaults.MAX_HISTORY_REASON_CHARS)
+        why = one_line(redact(reason), defaults.MAX_HISTORY_REASON_CHARS)
         line = f"- {format_time(moment)}  {src} → {dst}  ({who}{': ' + why if why else ''})\n"
         for i, (heading, content) in enumerate(self.sections):
             if heading == "History":

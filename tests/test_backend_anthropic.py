@@ -160,12 +160,13 @@ def test_the_api_key_never_reaches_notes_or_logs(anthropic_agent) -> None:
             tool_use(
                 "run_command", {"command": "echo key is $ANTHROPIC_API_KEY"}, say=f"My key is {KEY}"
             ),
-            tool_use("finish", {"summary": "done"}),
+            tool_use("finish", {"summary": f"done; the key was {KEY}"}),
         ]
     )
     log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
     task_file = q.get_task(tid).path.read_text()
-    for text_ in (q.get_task_notes(tid) or "", log, task_file):
+    commit = git.Repo(worktree(tid)).head.commit.message
+    for text_ in (q.get_task_notes(tid) or "", log, task_file, commit):
         assert KEY not in text_
     assert "[REDACTED:ANTHROPIC_API_KEY]" in log
 

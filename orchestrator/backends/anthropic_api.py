@@ -18,6 +18,7 @@ import git
 
 from .. import config, defaults
 from ..fsutil import TailBuffer
+from ..redaction import redact
 from .base import AgentRequest, AgentResult
 from .worktree_tools import TOOL_SPECS, WorktreeTools
 
@@ -159,6 +160,7 @@ class AnthropicBackend:
 
     @staticmethod
     def _commit(request: AgentRequest, summary: str, output: TailBuffer) -> None:
+        summary = redact(summary)
         repo = git.Repo(request.worktree)
         if not repo.is_dirty(untracked_files=True):
             return
