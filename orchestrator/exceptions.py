@@ -25,6 +25,12 @@ class InvalidTaskId(OctopoidError):
     exit_code = 2
 
 
+class InvalidTask(OctopoidError):
+    """A new task's fields are unusable (no title, unknown priority, bad role)."""
+
+    exit_code = 2
+
+
 class TaskParseError(OctopoidError):
     """A task file cannot be read as an octopoid task (it goes to quarantine)."""
 

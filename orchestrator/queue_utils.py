@@ -9,15 +9,15 @@ agents or memory; it only keeps retry notes in step, as the notes plan says.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from . import config, defaults
 from .exceptions import IllegalTransition, LostRace, TaskNotFound
+from .leases import LEASE_HEADERS, attempts_left, dead_since, lease_headers
 from .store import FolderStore, QueueStore
 from .task_notes import (
     add_review_notes,
@@ -30,10 +30,10 @@ from .tasks import (
     DEFAULT_BRANCH,
     DEFAULT_PRIORITY,
     DEFAULT_ROLE,
-    PRIORITIES,
     Task,
     TaskState,
     format_time,
+    new_task,
     normalize_task_id,
     one_line,
     task_label,
@@ -41,11 +41,11 @@ from .tasks import (
 )
 
 S = TaskState
-LEASE_HEADERS = ("CLAIMED_BY", "PID", "HOST", "LEASE_EXPIRES", "CLAIMED_AT")
 REJECT_REASONS = ("invalid", "duplicate", "already_implemented", "out_of_scope", "other")
 
 __all__ = [
     "accept_completion",
+    "attempts_left",
     "claim_task",
     "cleanup_task_notes",
     "complete_task",
@@ -141,29 +141,19 @@ def create_task(
     now: datetime | None = None,
 ) -> Task:
     """Enqueue a new task in incoming with the next sequential id."""
-    title = one_line(title, 200)
-    if not title:
-        raise IllegalTransition("a task needs a title")
-    if priority not in PRIORITIES:
-        raise IllegalTransition(
-            f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}"
-        )
     store, now = get_store(), now or utcnow()
-    blockers = [normalize_task_id(b) for b in blocked_by]
-    task = Task(id=store.allocate_id(), title=title)
-    task.set_header("ROLE", role)
-    task.set_header("PRIORITY", priority)
-    task.set_header("BRANCH", branch)
-    task.set_header("CREATED", format_time(now))
-    task.set_header("CREATED_BY", created_by)
-    if blockers:
-        task.set_header("BLOCKED_BY", ", ".join(task_label(b) for b in blockers))
-    task.set_header("ATTEMPTS", 0)
-    body = context.strip()
-    task.sections.append(("Context", f"{body}\n\n" if body else "\n"))
-    items = "".join(f"- [ ] {one_line(c, 500)}\n" for c in criteria if c.strip())
-    task.sections.append(("Acceptance Criteria", f"{items}\n" if items else "\n"))
-    task.add_history(now, "new", S.INCOMING.value, created_by)
+    task = new_task(
+        store.allocate_id(),
+        title,
+        role=role,
+        priority=priority,
+        branch=branch,
+        context=context,
+        criteria=criteria,
+        blocked_by=blocked_by,
+        created_by=created_by,
+        now=now,
+    )
     return store.add(task, S.INCOMING)
 
 
@@ -195,11 +185,8 @@ def claim_task(
 
     def change(t: Task) -> None:
         t.set_header("ATTEMPTS", t.attempts + 1)
-        t.set_header("CLAIMED_BY", agent_name)
-        t.set_header("PID", pid or os.getpid())
-        t.set_header("HOST", socket.gethostname())
-        t.set_header("CLAIMED_AT", format_time(now))
-        t.set_header("LEASE_EXPIRES", format_time(now + timedelta(seconds=seconds)))
+        for key, value in lease_headers(agent_name, pid or os.getpid(), now, seconds).items():
+            t.set_header(key, value)
         t.drop_header("NOT_BEFORE")
         t.add_history(now, S.INCOMING.value, S.CLAIMED.value, agent_name, f"attempt {t.attempts}")
 
@@ -389,31 +376,16 @@ def recycle_to_breakdown(task: Task | str, reason: str, now: datetime | None = N
     )
 
 
-def attempts_left(task: Task, max_attempts: int) -> int:
-    """Attempts a task has before failing, counting from its last human retry.
-
-    Attempts given back (``INTERRUPTED``: shutdown, rate limits) do not count.
-    """
-    h = task.headers
-    used = task.attempts - int(h.get("ATTEMPTS_AT_RETRY") or 0) - int(h.get("INTERRUPTED") or 0)
-    return max(0, max_attempts - used)
-
-
 def reap_expired_claims(
     now: datetime | None = None, max_attempts: int | None = None
 ) -> list[tuple[Task, TaskState]]:
-    """Return claims whose lease expired and whose process is gone to incoming (or failed).
-
-    A claim without a lease (a crash between the claim's rename and its header rewrite)
-    counts as expired once its file is older than the lease time.
-    """
+    """Return claims whose lease expired and whose process is gone to incoming (or failed)."""
     now = now or utcnow()
-    agents_cfg = config.load_agents()
+    lease_seconds = config.load_agents()["lease_seconds"]
     reaped = []
     for task in get_store().list(S.CLAIMED):
-        lease = timedelta(seconds=agents_cfg["lease_seconds"])
-        expires = task.lease_expires or _file_time(task) + lease
-        if expires > now or _owner_alive(task):
+        expires = dead_since(task, now, lease_seconds)
+        if expires is None:
             continue
         who = task.headers.get("CLAIMED_BY", "?")
         recovered = recover_dead_claim(
@@ -447,24 +419,6 @@ def recover_dead_claim(
         return fail_task(task, f"attempts exhausted; {why}", now)
     except (IllegalTransition, TaskNotFound):
         return None
-
-
-def _file_time(task: Task) -> datetime:
-    return datetime.fromtimestamp(task.path.stat().st_mtime, tz=UTC)
-
-
-def _owner_alive(task: Task) -> bool:
-    """True when the claiming process still runs on this host (other hosts: trust the lease)."""
-    pid = task.headers.get("PID", "")
-    if task.headers.get("HOST") != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def quarantine_file(path: Path, reason: str) -> Path:

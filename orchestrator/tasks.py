@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from . import defaults
-from .exceptions import InvalidTaskId, TaskParseError
+from .exceptions import InvalidTask, InvalidTaskId, TaskParseError
 from .fsutil import atomic_write
 from .redaction import redact
 
@@ -196,6 +197,49 @@ class Task:
                 self.sections[i] = (heading, content + line)
                 return
         self.sections.append(("History", line))
+
+
+def new_task(
+    task_id: str,
+    title: str,
+    *,
+    role: str = DEFAULT_ROLE,
+    priority: str = DEFAULT_PRIORITY,
+    branch: str = DEFAULT_BRANCH,
+    context: str = "",
+    criteria: Iterable[str] = (),
+    blocked_by: Iterable[str] = (),
+    created_by: str = "human",
+    now: datetime | None = None,
+) -> Task:
+    """A new task as it enters incoming; bad input is ``InvalidTask``."""
+    title = one_line(title, 200)
+    if not title:
+        raise InvalidTask("a task needs a title")
+    if priority not in PRIORITIES:
+        raise InvalidTask(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
+    if not ID_RE.fullmatch(role):
+        raise InvalidTask(f"role must be a word of letters, digits, '-' or '_', got {role!r}")
+    now = now or utcnow()
+    blockers = [task_label(normalize_task_id(b)) for b in blocked_by]
+    task = Task(id=task_id, title=title)
+    for key, value in (
+        ("ROLE", role),
+        ("PRIORITY", priority),
+        ("BRANCH", branch),
+        ("CREATED", format_time(now)),
+        ("CREATED_BY", created_by),
+        ("BLOCKED_BY", ", ".join(blockers)),
+        ("ATTEMPTS", 0),
+    ):
+        if value != "":
+            task.set_header(key, value)
+    body = context.strip()
+    task.sections.append(("Context", f"{body}\n\n" if body else "\n"))
+    items = "".join(f"- [ ] {one_line(c, 500)}\n" for c in criteria if c.strip())
+    task.sections.append(("Acceptance Criteria", f"{items}\n" if items else "\n"))
+    task.add_history(now, "new", TaskState.INCOMING.value, created_by)
+    return task
 
 
 def claim_order(task: Task) -> tuple[int, str, int, str]:

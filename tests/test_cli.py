@@ -94,6 +94,9 @@ def test_review_commands_move_tasks(project: Path) -> None:
         (["notes", "a/b"], 2, "invalid task id"),
         (["list", "nowhere"], 2, "Invalid value"),
         (["enqueue", "x", "--priority", "P9"], 2, "Invalid value"),
+        (["enqueue", "   "], 2, "a task needs a title"),
+        (["enqueue", "x", "--role", "two words"], 2, "role must be a word"),
+        (["enqueue", "x", "--blocked-by", "../1"], 2, "invalid task id"),
     ],
 )
 def test_errors_are_one_line_and_exit_non_zero(project: Path, args, code, message) -> None:

@@ -19,6 +19,7 @@ from .. import agent_status, config, git_utils, queue_utils
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..exceptions import OctopoidError
 from ..fsutil import TailBuffer, atomic_write
+from ..leases import attempts_left
 from ..memory import lifecycle
 from ..memory.retrieval import relevant_notes
 from ..memory.store import MemoryStore, project_scope
@@ -180,7 +181,7 @@ def _settle(
     if burned and burned_total >= BURN_OUT_ATTEMPTS:
         queue_utils.recycle_to_breakdown(task, f"burned out twice; {reason}")
         return report(TaskState.BREAKDOWN)
-    if queue_utils.attempts_left(task, agents_cfg["max_attempts"]) > 0:
+    if attempts_left(task, agents_cfg["max_attempts"]) > 0:
         queue_utils.requeue_task(
             task, reason, agent["name"], set_headers={"BURNED_OUT": burned_total}
         )
