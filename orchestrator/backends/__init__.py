@@ -1,27 +1,29 @@
-"""How an agent is run: one module per backend, all returning an ``AgentResult``."""
+"""How an agent is run: one module per backend, all returning an ``AgentResult``.
+
+Backends are imported when first used: the ``anthropic`` SDK alone takes about a second to
+import, which every ``octopoid`` command and every runner would otherwise pay.
+"""
 
 from __future__ import annotations
 
-from ..exceptions import ConfigError
-from .anthropic_api import AnthropicBackend
-from .base import AgentRequest, AgentResult, Backend
-from .claude_code import ClaudeCodeBackend
-from .command import CommandBackend
+from importlib import import_module
 
-BACKENDS: dict[str, type] = {
-    "command": CommandBackend,
-    "claude-code": ClaudeCodeBackend,
-    "anthropic": AnthropicBackend,
+from ..exceptions import ConfigError
+from .base import AgentRequest, AgentResult, Backend
+
+BACKENDS: dict[str, str] = {
+    "command": "orchestrator.backends.command:CommandBackend",
+    "claude-code": "orchestrator.backends.claude_code:ClaudeCodeBackend",
+    "anthropic": "orchestrator.backends.anthropic_api:AnthropicBackend",
 }
 
 
 def get_backend(name: str) -> Backend:
-    try:
-        return BACKENDS[name]()
-    except KeyError:
-        raise ConfigError(
-            f"backend '{name}' is not available (known: {', '.join(BACKENDS)})"
-        ) from None
+    if name not in BACKENDS:
+        known = ", ".join(BACKENDS)
+        raise ConfigError(f"backend '{name}' is not available (known: {known})")
+    module, _, cls = BACKENDS[name].partition(":")
+    return getattr(import_module(module), cls)()
 
 
 __all__ = ["AgentRequest", "AgentResult", "Backend", "get_backend"]

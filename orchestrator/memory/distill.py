@@ -11,9 +11,8 @@ import json
 import logging
 import os
 import re
+from importlib import import_module
 from typing import Any
-
-import anthropic
 
 from ..exceptions import MemoryStoreError
 from ..tasks import Task
@@ -66,24 +65,20 @@ def distill(task: Task, task_items: list[dict[str, str]], memory_cfg: dict[str, 
     """Ask the model, validate, apply to notes.md; return what changed (empty when off)."""
     if memory_cfg["distill"] != "anthropic":
         return {}
+    anthropic = import_module("anthropic")  # only when enabled: the SDK takes ~1 s to import
     key = os.environ.get("ANTHROPIC_API_KEY")
     if not key:
         log.warning("distillation after %s skipped: ANTHROPIC_API_KEY is not set", task.label)
         return {"error": "ANTHROPIC_API_KEY is not set"}
     notes = NotesManager()
     existing = [i["item"] for i in notes.get_all_items()]
-    client = anthropic.Anthropic(
-        api_key=os.environ.get("ANTHROPIC_API_KEY"), base_url=memory_cfg.get("base_url")
-    )
     message = (
         f"Current notes:\n{notes.get_notes()}\n\nAccepted task {task.label}: "
         f"{task.title}\n{task.context}\n\nWhat its agent recorded:\n"
         + "\n".join(f"- [{i['section']}] {i['item']}" for i in task_items)
     )
     try:
-        client = anthropic.Anthropic(
-            api_key=os.environ.get("ANTHROPIC_API_KEY"), base_url=memory_cfg.get("base_url")
-        )
+        client = anthropic.Anthropic(api_key=key, base_url=memory_cfg.get("base_url"))
         response = client.messages.create(
             model=memory_cfg["distill_model"],
             max_tokens=2000,
