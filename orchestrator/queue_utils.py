@@ -30,6 +30,7 @@ from .tasks import (
     DEFAULT_BRANCH,
     DEFAULT_PRIORITY,
     DEFAULT_ROLE,
+    ID_RE,
     Task,
     TaskState,
     format_time,
@@ -394,7 +395,17 @@ def reap_expired_claims(
         if recovered is not None:
             reaped.append((recovered, recovered.state))
     get_store().sweep(now)
+    _clean_notes_of_finished_tasks()
     return reaped
+
+
+def _clean_notes_of_finished_tasks() -> None:
+    """Retry notes of done tasks: left only if a crash came between the move and the cleanup."""
+    store = get_store()
+    for path in config.get_notes_dir().glob("TASK-*.md"):
+        task_id = path.name[len("TASK-") : -len(".md")]
+        if ID_RE.fullmatch(task_id) and store.locate(task_id) is S.DONE:
+            cleanup_task_notes(task_id)
 
 
 def recover_dead_claim(

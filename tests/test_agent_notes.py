@@ -183,3 +183,13 @@ def test_notes_paths_refuse_hostile_ids(project: Path) -> None:
             q.save_task_notes(bad, "a", "x", 0, 1)
         with pytest.raises(InvalidTaskId):
             q.get_task_notes(bad)
+
+
+def test_notes_left_by_a_crash_after_done_are_cleaned_by_the_reaper(project: Path) -> None:
+    tid = q.create_task("t").id
+    q.claim_task(None, "a")
+    q.complete_task(tid)
+    q.save_task_notes(tid, "a", "written as if the cleanup had crashed", 0, 1)
+    q.save_task_notes("other", "a", "a task no queue holds keeps its notes", 0, 1)
+    q.reap_expired_claims()
+    assert q.get_task_notes(tid) is None and q.get_task_notes("other") is not None
