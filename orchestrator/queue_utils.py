@@ -27,9 +27,6 @@ from .task_notes import (
     salvage_output_log,
 )
 from .tasks import (
-    DEFAULT_BRANCH,
-    DEFAULT_PRIORITY,
-    DEFAULT_ROLE,
     ID_RE,
     Task,
     TaskState,
@@ -129,33 +126,14 @@ def _transition(
     return moved
 
 
-def create_task(
-    title: str,
-    *,
-    role: str = DEFAULT_ROLE,
-    priority: str = DEFAULT_PRIORITY,
-    branch: str = DEFAULT_BRANCH,
-    context: str = "",
-    criteria: Iterable[str] = (),
-    blocked_by: Iterable[str] = (),
-    created_by: str = "human",
-    now: datetime | None = None,
-) -> Task:
-    """Enqueue a new task in incoming with the next sequential id."""
-    store, now = get_store(), now or utcnow()
-    task = new_task(
-        store.allocate_id(),
-        title,
-        role=role,
-        priority=priority,
-        branch=branch,
-        context=context,
-        criteria=criteria,
-        blocked_by=blocked_by,
-        created_by=created_by,
-        now=now,
-    )
-    return store.add(task, S.INCOMING)
+def create_task(title: str, **fields: Any) -> Task:
+    """Enqueue a new task in incoming with the next sequential id.
+
+    ``fields`` are those of ``tasks.new_task``: role, priority, branch, context, criteria,
+    blocked_by, created_by, now.
+    """
+    store = get_store()
+    return store.add(new_task(store.allocate_id(), title, **fields), S.INCOMING)
 
 
 def list_tasks(queue: TaskState | str) -> list[Task]:

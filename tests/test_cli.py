@@ -165,3 +165,17 @@ def test_show_and_status_report_usage(project: Path) -> None:
     assert "usage: 40 turns, $0.50 across 1 attempt(s)" in run("show", "1").output
     out = run("status").output
     assert "usage: 40 turns, $0.50 in total" in out and "TASK-1" in out
+
+
+def test_diff_and_worktrees_commands(git_project: Path) -> None:
+    from .test_review import provisional_with_commit
+
+    tid = provisional_with_commit(git_project)
+    assert "+new" in run("diff", tid).output
+    assert run("worktrees").output.splitlines()[1].split() == [f"TASK-{tid}", "provisional"]
+    assert "nothing to prune" in run("worktrees", "--prune").output
+    (git_project / ".octopoid/config.yaml").write_text("merge:\n  strategy: none\n")
+    run("accept", tid)
+    assert f"removed TASK-{tid}" in run("worktrees", "--prune").output
+    assert "no worktrees" in run("worktrees").output
+    assert "has no branch" in run("diff", tid, ok=False).output
