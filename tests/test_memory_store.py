@@ -80,6 +80,8 @@ def test_filters_scope_agent_tags_topic_session(store: MemoryStore) -> None:
     assert len(store.search_notes("caching", tags=["x", "y"])) == 1
     assert len(store.search_notes("caching", topic="perf", session_id="s1")) == 1
     assert store.search_notes("caching", tags=["nope"]) == []
+    assert [n["agent"] for n in store.get_recent_notes(scope="notes:b:proj")] == ["b"]
+    assert len(store.get_recent_notes(agent="a", tags=["x"])) == 1
 
 
 def test_the_same_note_in_a_scope_reinforces_instead_of_duplicating(store: MemoryStore) -> None:

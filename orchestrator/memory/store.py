@@ -194,17 +194,10 @@ class MemoryStore:
         )
         return [_row(r) for r in rows]
 
-    def get_recent_notes(
-        self,
-        *,
-        agent: str | None = None,
-        scope: str | None = None,
-        tags: Any = None,
-        topic: str | None = None,
-        session_id: str | None = None,
-        limit: int = 10,
-    ) -> list[dict[str, Any]]:
-        where, args = self._filters(agent, scope, tags, topic, session_id)
+    def get_recent_notes(self, *, limit: int = 10, **filters: Any) -> list[dict[str, Any]]:
+        """Newest first; ``filters`` as for ``search_notes`` (agent, scope, tags, topic,
+        session_id)."""
+        where, args = self._filters(**filters)
         rows = self.db.execute(
             f"SELECT * FROM notes WHERE 1 {where} ORDER BY updated DESC, id DESC LIMIT ?",
             [*args, limit],
@@ -216,7 +209,7 @@ class MemoryStore:
         return _row(row) if row else None
 
     def pinned_notes(self, scope: str | None = None) -> list[dict[str, Any]]:
-        where, args = self._filters(None, scope, None, None, None)
+        where, args = self._filters(scope=scope)
         rows = self.db.execute(
             f"SELECT * FROM notes WHERE pinned = 1 {where} ORDER BY importance DESC, updated DESC",
             args,
@@ -278,7 +271,11 @@ class MemoryStore:
 
     @staticmethod
     def _filters(
-        agent: str | None, scope: str | None, tags: Any, topic: str | None, session_id: str | None
+        agent: str | None = None,
+        scope: str | None = None,
+        tags: Any = None,
+        topic: str | None = None,
+        session_id: str | None = None,
     ) -> tuple[str, list[Any]]:
         clauses, args = [], []
         for column, value in (
