@@ -18,6 +18,7 @@ from typing import Any
 from . import config, defaults
 from .exceptions import IllegalTransition, LostRace, TaskNotFound
 from .leases import LEASE_HEADERS, attempts_left, dead_since, lease_headers
+from .redaction import redact
 from .store import FolderStore, QueueStore
 from .task_notes import (
     add_review_notes,
@@ -278,7 +279,7 @@ def complete_task(task: Task | str, result: str = "", now: datetime | None = Non
 
 def fail_task(task: Task | str, error: str, now: datetime | None = None) -> Task:
     """-> failed, with the error kept (one line, capped) in the ERROR header."""
-    error = one_line(error, defaults.MAX_ERROR_CHARS) or "unknown error"
+    error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
     return _transition(
         task,
         [S.INCOMING, S.CLAIMED, S.PROVISIONAL],
@@ -297,6 +298,7 @@ def reject_task(
     """claimed -> rejected: the agent says the task is invalid, a duplicate, already done..."""
     if reason not in REJECT_REASONS:
         raise IllegalTransition(f"reject reason must be one of {', '.join(REJECT_REASONS)}")
+    details = redact(details)
     why = f"{reason}: {details}" if details else reason
     return _transition(
         task,

@@ -254,3 +254,15 @@ def test_hand_edited_role_is_respected_at_claim(project: Path) -> None:
     task.path.write_text(text)
     assert q.claim_task("implement", "x") is None
     assert q.claim_task("review", "x").id == task.id
+
+
+def test_errors_and_reasons_never_carry_secrets(project: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DEPLOY_TOKEN", "tok-0123456789")
+    tid = claimed(project)
+    failed = q.fail_task(tid, "push failed with tok-0123456789")
+    q.retry_task(tid)
+    q.claim_task(None, "x")
+    rejected = q.reject_task(tid, "invalid", "needs tok-0123456789")
+    text = rejected.path.read_text()
+    assert "tok-0123456789" not in text and "[REDACTED:DEPLOY_TOKEN]" in text
+    assert "tok-0123456789" not in failed.headers["ERROR"]
