@@ -8,8 +8,6 @@ watches. `octopoid agents`, `pause` and `resume` read and write these.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,11 +15,11 @@ from typing import Any
 from filelock import FileLock
 
 from . import config, queue_utils
+from .backends.claude_code import INSTALL_HINT, find_claude
 from .exceptions import OctopoidError
 from .fsutil import atomic_write
+from .roles.base import agent_env
 from .tasks import TaskState, format_time, utcnow
-
-CLAUDE_INSTALL = "npm install -g @anthropic-ai/claude-code"
 
 
 def _state_file(agent: str) -> Path:
@@ -87,14 +85,10 @@ def is_paused(agents_cfg: dict, agent: dict | None = None) -> bool:
 
 def readiness_problem(agent: dict[str, Any]) -> str | None:
     """Why this agent cannot run at all (so the scheduler skips it), or None."""
-    if agent["backend"] == "claude-code":
-        name = agent.get("claude_path") or "claude"
-        if shutil.which(name) is None:
-            return f"'{name}' is not on PATH; install it with `{CLAUDE_INSTALL}`"
-    if agent["backend"] == "anthropic":
-        env = {**os.environ, **(agent.get("env") or {})}
-        if not env.get("ANTHROPIC_API_KEY"):
-            return "ANTHROPIC_API_KEY is not set (in the environment or the agent's env)"
+    if agent["backend"] == "claude-code" and find_claude(agent) is None:
+        return f"'{agent.get('claude_path') or 'claude'}' is not on PATH; {INSTALL_HINT}"
+    if agent["backend"] == "anthropic" and not agent_env(agent).get("ANTHROPIC_API_KEY"):
+        return "ANTHROPIC_API_KEY is not set (in the environment or the agent's env)"
     return None
 
 

@@ -135,3 +135,17 @@ def test_two_burned_out_attempts_go_to_breakdown(project: Path) -> None:
     assert report.next_state == "incoming" and q.get_task(tid).headers["BURNED_OUT"] == "1"
     report = _settle(q.claim_task(None, "impl-1"), agent, agents_cfg, burned, 0)
     assert report.next_state == "breakdown"
+
+
+def test_the_agents_own_env_reaches_it_and_its_secrets_are_redacted(git_project: Path) -> None:
+    import yaml
+
+    write_agents(git_project, argv=["sh", "-c", 'echo "mode=$MY_AGENT_MODE key=$DEPLOY_TOKEN"'])
+    doc = yaml.safe_load((git_project / ".octopoid/agents.yaml").read_text())
+    doc["agents"][0]["env"] = {"MY_AGENT_MODE": "careful", "DEPLOY_TOKEN": "tok-from-agents-yaml"}
+    (git_project / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))
+    tid, _ = attempt("anything")
+    notes = q.get_task_notes(tid)
+    assert "mode=careful" in notes and "key=[REDACTED:DEPLOY_TOKEN]" in notes
+    log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
+    assert "tok-from-agents-yaml" not in notes + log

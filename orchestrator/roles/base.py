@@ -57,9 +57,14 @@ class LeaseKeeper:
         return task
 
 
-def agent_env(task: Task, worktree: Path, prompt_file: Path) -> dict[str, str]:
-    """The agent's environment: ours, plus where it is and which task it works on."""
-    env = dict(os.environ)
+def agent_env(agent: dict) -> dict[str, str]:
+    """Ours plus the agent's own ``env`` from agents.yaml (also what redaction must hide)."""
+    return {**os.environ, **(agent.get("env") or {})}
+
+
+def attempt_env(agent: dict, task: Task, worktree: Path, prompt_file: Path) -> dict[str, str]:
+    """The agent's environment, plus where it is and which task it works on."""
+    env = agent_env(agent)
     env.update(
         OCTOPOID_TASK_ID=task.label,
         OCTOPOID_NOTES_ID=task_label(task.id),

@@ -27,7 +27,15 @@ from ..prompts import MEMORY_HOWTO, build_prompt, render_memory, render_previous
 from ..redaction import Redactor
 from ..task_notes import stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
-from .base import LeaseKeeper, LeaseLost, Terminated, agent_env, find_agent, raise_on_sigterm
+from .base import (
+    LeaseKeeper,
+    LeaseLost,
+    Terminated,
+    agent_env,
+    attempt_env,
+    find_agent,
+    raise_on_sigterm,
+)
 
 BURN_OUT_SHARE = 0.8  # of max_turns, with no commits: the attempt is burning out
 BURN_OUT_ATTEMPTS = 2  # burned-out attempts before the task goes to breakdown
@@ -68,7 +76,7 @@ def run_attempt(task_id: str, agent_name: str) -> AttemptReport:
         cfg["notes"]["stdout_limit"],
         stdout_log_path(task_id),
         cfg["notes"]["log_cap_bytes"],
-        Redactor(),
+        Redactor(agent_env(agent)),  # the agent's own env may hold secrets too
     )
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
     try:
@@ -123,7 +131,7 @@ def _work(
         prompt_file=prompt_file,
         worktree=worktree,
         options=agent,
-        env=agent_env(task, worktree, prompt_file),
+        env=attempt_env(agent, task, worktree, prompt_file),
         timeout_seconds=agent["timeout_seconds"],
         max_turns=agent["max_turns"],
         max_budget_usd=agent.get("max_budget_usd"),
