@@ -55,12 +55,6 @@ class LostRace(OctopoidError):
     exit_code = 1
 
 
-class NotesError(OctopoidError):
-    """Retry notes could not be read or written."""
-
-    exit_code = 1
-
-
 class GitError(OctopoidError):
     """A git operation failed; the message carries git's own words."""
 

@@ -20,8 +20,9 @@ def status_summary(now: datetime | None = None) -> dict[str, Any]:
     """Counts per queue, claimed tasks with agent and lease, and the oldest waiting task."""
     now = now or utcnow()
     store = get_store()
+    tasks = {state: store.list(state) for state in TaskState if state is not S.QUARANTINE}
     claimed = []
-    for task in store.list(S.CLAIMED):
+    for task in tasks[S.CLAIMED]:
         lease = task.lease_expires
         claimed.append(
             {
@@ -31,14 +32,8 @@ def status_summary(now: datetime | None = None) -> dict[str, Any]:
                 "lease_seconds_left": int((lease - now).total_seconds()) if lease else None,
             }
         )
-    waiting = store.list(S.INCOMING)
-    oldest = min(waiting, key=lambda t: t.created or now, default=None)
-    usage = [
-        (t, *task_usage(t))
-        for state in TaskState
-        if state is not S.QUARANTINE
-        for t in (waiting if state is S.INCOMING else store.list(state))
-    ]
+    oldest = min(tasks[S.INCOMING], key=lambda t: t.created or now, default=None)
+    usage = [(t, *task_usage(t)) for listed in tasks.values() for t in listed]
     spent = [u for u in usage if u[1] or u[2]]
     return {
         "usage": {

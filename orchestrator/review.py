@@ -70,21 +70,14 @@ def task_diff(task_id: str) -> str:
     return git_utils.diff(git_utils.open_repo(), task.branch, task.id)
 
 
-def prune_worktrees(dry_run: bool = False) -> list[str]:
+def prune_worktrees() -> list[str]:
     """Remove worktrees (and branches) of tasks that are done or no longer exist."""
-    folder = config.get_worktrees_dir()
-    if not folder.is_dir():
-        return []
-    store = queue_utils.get_store()
-    repo = git_utils.open_repo()
-    removed = []
-    for path in sorted(folder.glob("TASK-*")):
-        task_id = path.name.removeprefix("TASK-")
-        if store.locate(task_id) in (None, TaskState.DONE):
-            if not dry_run:
-                git_utils.remove_worktree(repo, task_id)
-            removed.append(path.name)
-    return removed
+    finished = [name for name, state in list_worktrees() if state in ("done", "gone")]
+    if finished:
+        repo = git_utils.open_repo()
+        for name in finished:
+            git_utils.remove_worktree(repo, name.removeprefix("TASK-"))
+    return finished
 
 
 def list_worktrees() -> list[tuple[str, str]]:

@@ -74,6 +74,9 @@ def test_memory_cli(project: Path) -> None:
     assert "removed notes.TASK-5.md" in run("memory", "gc")  # TASK-5 does not exist
     assert run("memory", "remove", f"#{hits[0]['id']}").startswith("removed 1")
     assert "Tests need Redis" not in run("memory", "show")
+    run("memory", "add", "Ongoing Threads", "Flaky: retry twice")
+    assert run("memory", "remove", "flaky:  retry TWICE").startswith("removed 2")  # file + store
+    assert json.loads(run("memory", "search", "flaky", "--json")) == []
     out = run("memory", "remove", "never written", code=1)
     assert "no note matches" in out
     assert "unknown section" in run("memory", "add", "Gossip", "x", code=1)

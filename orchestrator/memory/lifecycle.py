@@ -16,8 +16,8 @@ from filelock import FileLock, Timeout
 
 from .. import config
 from ..tasks import Task, TaskState, task_label
-from .notes import NotesManager, get_notes_manager, normalize_item
-from .store import MemoryStore, content_hash, project_scope
+from .notes import NotesManager, get_notes_manager
+from .store import MemoryStore, project_scope
 
 EPHEMERAL_RE = re.compile(r"notes\.TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.(md|lock)")
 
@@ -57,11 +57,7 @@ def index_main_notes(store: MemoryStore) -> int:
     before = store.count()
     scope = project_scope()
     for entry in manager.get_all_items():
-        exists = store.db.execute(
-            "SELECT 1 FROM notes WHERE scope = ? AND content_hash = ?",
-            (scope, content_hash(entry["item"])),
-        ).fetchone()
-        if not exists:
+        if store.find_note(entry["item"], scope) is None:
             store.write_note(
                 entry["item"],
                 section=entry["section"],
@@ -113,13 +109,8 @@ def forget(target: str) -> int:
                 NotesManager().remove_exact_item(note["content"])
             return int(store.delete_note(int(target)))
         removed = int(NotesManager().remove_exact_item(target))
-        wanted = normalize_item(target)
-        for row in store.db.execute(
-            "SELECT id, content FROM notes WHERE scope = ?", (project_scope(),)
-        ).fetchall():
-            if normalize_item(row["content"]) == wanted:
-                removed += int(store.delete_note(row["id"]))
-        return removed
+        note_id = store.find_note(target, project_scope())
+        return removed + (int(store.delete_note(note_id)) if note_id is not None else 0)
     finally:
         store.close()
 

@@ -204,6 +204,14 @@ class MemoryStore:
         )
         return [_row(r) for r in rows]
 
+    def find_note(self, content: str, scope: str) -> int | None:
+        """The id of the note with this content (normalised) in ``scope``, if any."""
+        row = self.db.execute(
+            "SELECT id FROM notes WHERE scope = ? AND content_hash = ?",
+            (scope, content_hash(content)),
+        ).fetchone()
+        return row["id"] if row else None
+
     def get_note(self, note_id: int) -> dict[str, Any] | None:
         row = self.db.execute("SELECT * FROM notes WHERE id = ?", (note_id,)).fetchone()
         return _row(row) if row else None
