@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from .tasks import Task, format_time
 
-LEASE_HEADERS = ("CLAIMED_BY", "PID", "HOST", "LEASE_EXPIRES", "CLAIMED_AT")
+LEASE_HEADERS = ("CLAIMED_BY", "PID", "HOST", "LEASE_EXPIRES", "CLAIMED_AT", "STARTED_AT")
 
 
 def lease_headers(agent_name: str, pid: int, now: datetime, seconds: int) -> dict[str, object]:
@@ -24,6 +24,11 @@ def lease_headers(agent_name: str, pid: int, now: datetime, seconds: int) -> dic
         "CLAIMED_AT": format_time(now),
         "LEASE_EXPIRES": format_time(now + timedelta(seconds=seconds)),
     }
+
+
+def ever_started(task: Task) -> bool:
+    """Did a runner take this claim over? (A claim whose runner never started ran nothing.)"""
+    return "STARTED_AT" in task.headers
 
 
 def dead_since(task: Task, now: datetime, lease_seconds: int) -> datetime | None:

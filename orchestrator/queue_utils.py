@@ -17,7 +17,7 @@ from typing import Any
 
 from . import config, defaults
 from .exceptions import IllegalTransition, LostRace, TaskNotFound
-from .leases import LEASE_HEADERS, attempts_left, dead_since, lease_headers
+from .leases import LEASE_HEADERS, attempts_left, dead_since, ever_started, lease_headers
 from .redaction import redact
 from .store import FolderStore, QueueStore
 from .task_notes import (
@@ -181,7 +181,8 @@ def renew_lease(
 ) -> Task:
     """Push a claimed task's lease forward; ``IllegalTransition`` if it is no longer claimed.
 
-    ``pid`` hands the lease to another process (the runner taking over from the scheduler).
+    ``pid`` hands the lease to another process (the runner taking over from the scheduler)
+    and records when the attempt really started.
     """
     now = now or utcnow()
     seconds = lease_seconds or config.load_agents()["lease_seconds"]
@@ -191,6 +192,7 @@ def renew_lease(
         t.set_header("LEASE_EXPIRES", expires)
         if pid is not None:
             t.set_header("PID", pid)
+            t.set_header("STARTED_AT", format_time(now))
 
     try:
         return get_store().update(_id(task), S.CLAIMED, change)
@@ -393,8 +395,21 @@ def recover_dead_claim(
 ) -> Task | None:
     """A claim whose runner died: save what it printed as notes, then requeue or fail it.
 
-    Returns None when the task finished or moved meanwhile.
+    A claim no runner ever took over (the scheduler died between claiming and starting
+    one) ran nothing: it goes back with its attempt uncounted. Returns None when the task
+    finished or moved meanwhile.
     """
+    if not ever_started(task):
+        try:
+            return requeue_task(
+                task,
+                f"{why}; no runner ever started, the attempt is undone",
+                "reaper",
+                now,
+                set_headers={"ATTEMPTS": max(0, task.attempts - 1)},
+            )
+        except (IllegalTransition, TaskNotFound):
+            return None
     max_attempts = max_attempts or config.load_agents()["max_attempts"]
     archive = config.get_logs_dir() / task.label / f"attempt-{task.attempts}.log"
     salvage_output_log(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import git
@@ -177,8 +175,6 @@ def test_a_missing_api_key_is_reported(anthropic_agent, monkeypatch) -> None:
     assert report.next_state == "incoming" and api.requests == []
     assert "ANTHROPIC_API_KEY is not set" in q.get_task_notes(tid)
     assert q.get_task(tid).state is TaskState.INCOMING
-    assert json.dumps(report.__dict__)  # the runner's report stays serialisable
-    assert os.environ.get("ANTHROPIC_API_KEY") is None
 
 
 def test_an_unpriced_model_has_an_unknown_cost(anthropic_agent, git_project: Path) -> None:

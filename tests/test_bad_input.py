@@ -89,3 +89,13 @@ def test_leftover_temp_files_are_ignored_then_swept(project: Path) -> None:
     assert q.get_store().sweep(utcnow()) == 0  # too young: it may be a live write
     assert q.get_store().sweep(utcnow() + timedelta(hours=2)) == 1
     assert not (incoming / ".TASK-1.md.deadbeef.tmp").exists()
+
+
+def test_quarantine_file_moves_any_file_aside_with_its_reason(project: Path) -> None:
+    incoming = project / ".octopoid/runtime/queue/incoming"
+    (incoming / "TASK-80.md").write_text("# [TASK-80] fine, but a person says no\n")
+    target = q.quarantine_file(incoming / "TASK-80.md", "held back by hand")
+    assert target.read_text().startswith("# [TASK-80]") and not (incoming / "TASK-80.md").exists()
+    assert q.get_store().list_quarantine() == [
+        ("TASK-80.md", "held back by hand\n(from incoming/TASK-80.md)")
+    ]

@@ -48,7 +48,7 @@ def test_tail_never_splits_a_multibyte_character_across_chunks() -> None:
     for i in range(0, len(data), 3):  # chunk edges land inside characters
         buf.feed(data[i : i + 3])
     buf.close()
-    assert buf.text() == "🐙zaé🐙z"[-7:] or buf.text() == ("aé🐙z" * 2)[-7:]
+    assert buf.text() == ("aé🐙z" * 1000)[-7:]
     assert "\ufffd" not in buf.text()
 
 

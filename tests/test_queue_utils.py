@@ -187,12 +187,29 @@ def test_reaper_returns_a_dead_agents_task_and_fails_it_when_attempts_are_spent(
     now = utcnow()
     tid = q.create_task("t").id
     for attempt in (1, 2):
-        q.claim_task(None, "x", lease_seconds=60, pid=dead_pid, now=now)
+        q.claim_task(None, "x", lease_seconds=60, now=now)
+        q.renew_lease(tid, lease_seconds=60, now=now, pid=dead_pid)  # a runner took over
         assert q.reap_expired_claims(now=now + timedelta(seconds=30), max_attempts=2) == []
         reaped = q.reap_expired_claims(now=now + timedelta(seconds=61), max_attempts=2)
         assert [(t.id, s) for t, s in reaped] == [(tid, S.INCOMING if attempt == 1 else S.FAILED)]
     assert where(project, tid) == ["failed"]
     assert "attempts exhausted" in q.get_task(tid).headers["ERROR"]
+
+
+def test_a_claim_no_runner_took_over_is_requeued_with_its_attempt_undone(project: Path):
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    now = utcnow()
+    tid = q.create_task("t").id
+    q.claim_task(None, "x", lease_seconds=60, pid=int(dead.stdout), now=now)
+    ((task, state),) = q.reap_expired_claims(now=now + timedelta(seconds=61), max_attempts=1)
+    assert state is S.INCOMING and task.attempts == 0
+    assert "no runner ever started" in task.history[-1]
+    assert q.get_task_notes(tid) is None  # nothing ran, so nothing to note
 
 
 def test_reaper_leaves_a_live_owner_alone(project: Path) -> None:

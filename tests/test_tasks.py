@@ -31,6 +31,7 @@ ID_CHARS = string.ascii_letters + string.digits + "-_"
         (" 12 ", "12"),
         ("TASK-a1b2c3d4", "a1b2c3d4"),
         ("Task-fix_login-2", "fix_login-2"),
+        ("TASK-12 ", "12"),
     ],
 )
 def test_ids_accept_every_typable_form(raw: str, bare: str) -> None:
@@ -53,16 +54,12 @@ def test_ids_accept_every_typable_form(raw: str, bare: str) -> None:
         ".hidden",
         "x" * 65,
         "12.md",
-        "TASK-12 ",
         "ta sk",
         "é",
         "12\n13",
     ],
 )
 def test_ids_refuse_path_tricks_and_junk(raw: str) -> None:
-    if raw == "TASK-12 ":  # surrounding whitespace is forgiven, and that is all
-        assert normalize_task_id(raw) == "12"
-        return
     with pytest.raises(InvalidTaskId):
         normalize_task_id(raw)
 

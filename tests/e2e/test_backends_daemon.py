@@ -7,7 +7,6 @@ project-local folder (`.ci/run` does it first; this fixture does it at run time 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -141,5 +140,7 @@ def test_the_anthropic_backend_under_the_daemon(git_project: Path) -> None:
         run_daemon_until(git_project, env, lambda: q.get_task(tid).state.value == "provisional")
     assert q.get_task(tid).state.value == "provisional"
     assert (git_utils.worktree_for(tid) / "NOTES.md").exists()
-    assert "Turns: 2 | Commits: 1 | Cost: $0.00" in q.get_task_notes(tid)
-    assert os.environ.get("ANTHROPIC_API_KEY") != "sk-ant-dummy-11111111"
+    notes = q.get_task_notes(tid)
+    assert "Turns: 2 | Commits: 1 | Cost: $0.00" in notes
+    log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
+    assert "→ write_file" in log and "sk-ant-dummy-11111111" not in notes + log
