@@ -176,14 +176,19 @@ def test_reject_needs_a_reason(project: Path) -> None:
         q.reject_completion(tid, "   ")
 
 
-def test_reaper_returns_a_dead_agents_task_and_fails_it_when_attempts_are_spent(project: Path):
-    dead = subprocess.run(
+def exited_pid() -> int:
+    """The PID of a process that has already exited (an agent that died)."""
+    done = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
         text=True,
         check=True,
     )
-    dead_pid = int(dead.stdout)
+    return int(done.stdout)
+
+
+def test_reaper_returns_a_dead_agents_task_and_fails_it_when_attempts_are_spent(project: Path):
+    dead_pid = exited_pid()
     now = utcnow()
     tid = q.create_task("t").id
     for attempt in (1, 2):
@@ -197,15 +202,9 @@ def test_reaper_returns_a_dead_agents_task_and_fails_it_when_attempts_are_spent(
 
 
 def test_a_claim_no_runner_took_over_is_requeued_with_its_attempt_undone(project: Path):
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
     now = utcnow()
     tid = q.create_task("t").id
-    q.claim_task(None, "x", lease_seconds=60, pid=int(dead.stdout), now=now)
+    q.claim_task(None, "x", lease_seconds=60, pid=exited_pid(), now=now)
     ((task, state),) = q.reap_expired_claims(now=now + timedelta(seconds=61), max_attempts=1)
     assert state is S.INCOMING and task.attempts == 0
     assert "no runner ever started" in task.history[-1]
