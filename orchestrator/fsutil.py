@@ -33,8 +33,13 @@ def temp_path_for(target: Path) -> Path:
 
 def write_temp(target: Path, data: bytes, mode: int | None = None) -> Path:
     """Write ``data`` to a fsynced temp file beside ``target`` and return its path."""
-    tmp = temp_path_for(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644 if mode is None else mode)
+    return write_synced(temp_path_for(target), data, mode, exclusive=True)
+
+
+def write_synced(path: Path, data: bytes, mode: int | None = None, exclusive: bool = False) -> Path:
+    """Write ``data`` to ``path`` (created or truncated; ``exclusive``: must be new), fsynced."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(path, flags, 0o644 if mode is None else mode)
     try:
         view = memoryview(data)
         while view:
@@ -42,10 +47,10 @@ def write_temp(target: Path, data: bytes, mode: int | None = None) -> Path:
         os.fsync(fd)
     except BaseException:
         os.close(fd)
-        tmp.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
         raise
     os.close(fd)
-    return tmp
+    return path
 
 
 def atomic_write(target: Path, data: bytes | str, keep_mode: bool = True) -> None:

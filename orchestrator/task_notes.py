@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from filelock import FileLock
-
 from . import config
 from .fsutil import atomic_write
+from .locks import FileMutex
 from .redaction import redact
 from .tasks import format_time, normalize_task_id, one_line, task_label, utcnow
 
@@ -89,8 +88,8 @@ def stdout_log_path(task_id: str) -> Path:
     return config.get_notes_dir() / f"{task_label(normalize_task_id(task_id))}.stdout.log"
 
 
-def _lock(path: Path) -> FileLock:
-    return FileLock(path.with_name(path.name + ".lock"))
+def _lock(path: Path) -> FileMutex:
+    return FileMutex(path.with_name(path.name + ".lock"))
 
 
 def get_task_notes(task_id: str) -> str | None:
@@ -153,25 +152,26 @@ def salvage_output_log(
     """
     log = stdout_log_path(task_id)
     limit = config.load_config()["notes"]["stdout_limit"]
-    try:
-        with open(log, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - 4 * limit))
-            tail = f.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return False
-    dropped = max(0, size - 4 * limit)
-    append_attempt(
-        task_id,
-        agent_name,
-        f"[octopoid] {why}; its output so far:\n{tail}",
-        None,
-        0,
-        attempt=attempt,
-        dropped_chars=dropped,
-    )
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(log, archive)
+    with _lock(notes_path(task_id)):  # two salvagers of one log: the second finds none
+        try:
+            with open(log, "rb") as f:
+                size = f.seek(0, 2)
+                f.seek(max(0, size - 4 * limit))
+                tail = f.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return False
+        dropped = max(0, size - 4 * limit)
+        append_attempt(
+            task_id,
+            agent_name,
+            f"[octopoid] {why}; its output so far:\n{tail}",
+            None,
+            0,
+            attempt=attempt,
+            dropped_chars=dropped,
+        )
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(log, archive)
     return True
 
 
@@ -213,10 +213,12 @@ def notes_summary(task_id: str) -> dict[str, int]:
 def cleanup_task_notes(task_id: str) -> bool:
     """Delete a task's notes and its output log; True if the notes existed."""
     path = notes_path(task_id)
-    lock_path = path.with_name(path.name + ".lock")
-    with _lock(path):
+    lock = _lock(path)
+    lock.acquire()
+    try:
         existed = path.exists()
         path.unlink(missing_ok=True)
         stdout_log_path(task_id).unlink(missing_ok=True)
-        lock_path.unlink(missing_ok=True)  # nobody saves notes for a finished task
+    finally:
+        lock.release(remove=True)  # safe: a waiter re-checks it holds the file it locked
     return existed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 
@@ -62,13 +63,32 @@ class QueueStore(ABC):
     ) -> Task | None:
         """Atomically move a task from ``src`` to ``dst``, applying ``change`` to it.
 
-        Returns None (and changes nothing) when ``guard`` refuses the task. Raises
-        ``LostRace`` when the task is no longer in ``src``.
+        ``guard`` and ``change`` run under the task's lock on the task as it is now.
+        Returns None (and changes nothing) when ``guard`` refuses the task; an exception
+        from ``change`` also changes nothing. Raises ``LostRace`` when the task is no
+        longer in ``src``.
         """
 
     @abstractmethod
     def update(self, task_id: str, state: TaskState, change: Change) -> Task:
-        """Rewrite a task in place (same state); ``LostRace`` if it has left ``state``."""
+        """Rewrite a task in place (same state); ``LostRace`` if it has left ``state``.
+
+        ``change`` runs under the task's lock on the task as it is now; raising there (e.g.
+        ``LostClaim`` when a claim token no longer matches) changes nothing.
+        """
+
+    @abstractmethod
+    def hold(self, task_id: str, purpose: str) -> AbstractContextManager[None]:
+        """Hold a task for a workflow of several steps (an accept: merge, move, clean up).
+
+        While held, another process's ``hold`` of the same task fails at once with
+        ``TaskBusy`` naming ``purpose``; the holding process may hold it again. A crash
+        releases the hold.
+        """
+
+    @abstractmethod
+    def recover(self, task_id: str | None = None) -> list[str]:
+        """Finish or undo writes a crash interrupted (one task, or all); say what was done."""
 
     @abstractmethod
     def claim(self, role: str | None, change: Change, now: datetime) -> Task | None:
@@ -85,4 +105,4 @@ class QueueStore(ABC):
 
     @abstractmethod
     def sweep(self, now: datetime | None = None) -> int:
-        """Remove debris a crash left (old temp files); return how many were removed."""
+        """``recover`` everything, remove old debris; return how many leftovers were handled."""

@@ -119,6 +119,10 @@ class ClaimIndex:
             (str(self.folder_mtime()), str(before)),
         )
 
+    def mark_stale(self) -> None:
+        """Force a rescan at the next claim (after a crash's debris was repaired)."""
+        self._set("incoming_mtime", "")
+
     def is_stale(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
         if self._get("incoming_mtime") != str(self.folder_mtime()):

@@ -1,9 +1,16 @@
 """The folder store: one folder per state, one file per task, a rename per transition.
 
 Postfix's discipline: each folder has one meaning and a move between folders is the only
-state change. Every mover holds the task's lock (striped ``filelock`` locks), so an
-in-place rewrite can never resurrect a file another process just moved; the rename itself
-still decides every race, even against a person moving files by hand.
+state change. Every writer holds the task's lock (striped, reentrant ``FileMutex``es), and
+every write first takes the current file away by rename, so the rename decides every race,
+even against a person moving files by hand, and a lost race can never resurrect a file.
+
+A write is: the new text to a fsynced hidden ``.TASK-x.md.new`` beside the target;
+``rename(current, .TASK-x.md.old)`` beside the target (ENOENT: lost race, nothing changed);
+``rename(.new, TASK-x.md)``; unlink the ``.old``; fsync both folders. The names are fixed
+because only the lock holder writes them, so finding a crash's leftovers costs a few
+``stat`` calls: a ``.old`` means the write had decided, and ``recover`` rolls it forward.
+A task is never lost, never in two folders, and never shows old headers in a new folder.
 """
 
 from __future__ import annotations
@@ -11,14 +18,15 @@ from __future__ import annotations
 import os
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from filelock import FileLock
-
 from .. import defaults
-from ..exceptions import IllegalTransition, LostRace, TaskNotFound, TaskParseError
-from ..fsutil import atomic_write, durable_rename, fsync_dir, is_temp_name, write_temp
+from ..exceptions import IllegalTransition, LostRace, TaskBusy, TaskNotFound, TaskParseError
+from ..fsutil import atomic_write, durable_rename, fsync_dir, is_temp_name, write_synced, write_temp
+from ..locks import FileMutex
 from ..tasks import (
     FILE_RE,
     Task,
@@ -34,6 +42,7 @@ from .base import Change, Guard, QueueStore
 from .claim_index import ClaimIndex
 
 LOCK_STRIPES = 64  # bounded lock files; two tasks sharing a stripe only wait a moment
+NEW, OLD = ".new", ".old"  # a write's staged text, and the file it takes away
 
 
 class FolderStore(QueueStore):
@@ -47,9 +56,23 @@ class FolderStore(QueueStore):
     def path(self, task_id: str, state: TaskState) -> Path:
         return self.dir(state) / task_filename(task_id)
 
-    def _lock(self, key: str) -> FileLock:
-        stripe = zlib.crc32(key.encode()) % LOCK_STRIPES
-        return FileLock(self.root / ".locks" / f"{stripe:02d}.lock")
+    def _lock(self, task_id: str) -> FileMutex:
+        """The task's lock: every write to a task holds it (reentrant, so nesting is safe)."""
+        stripe = zlib.crc32(task_id.encode()) % LOCK_STRIPES
+        return FileMutex(self.root / ".locks" / f"{stripe:02d}.lock")
+
+    @contextmanager
+    def hold(self, task_id: str, purpose: str) -> Iterator[None]:
+        holder = FileMutex(self.root / ".locks" / f"hold-{task_filename(task_id)}.lock")
+        if not holder.acquire(blocking=False):
+            doing = holder.read_note() or "being reviewed"
+            raise TaskBusy(f"{task_label(task_id)} is {doing}; try again when it has finished")
+        try:
+            if holder.depth == 1:
+                holder.note(f"being {purpose} (pid {os.getpid()})")
+            yield
+        finally:
+            holder.release(remove=True)
 
     def initialize(self) -> None:
         for state in TaskState:
@@ -62,11 +85,14 @@ class FolderStore(QueueStore):
     def add(self, task: Task, state: TaskState) -> Task:
         target = self.path(task.id, state)
         with self._lock(task.id):
-            found = self.locate(task.id)
+            found = self._scan_for(task.id)
             if found is not None:
                 raise IllegalTransition(f"{task.label} already exists (in {found.value})")
-            tmp, before = self._stage(task, target, state)
+            before = self.index.folder_mtime()
+            tmp = write_temp(target, render_task(task).encode())
             try:
+                if state is TaskState.INCOMING:
+                    self.index.upsert(task, tmp.stat().st_mtime_ns)
                 os.link(tmp, target)  # fails, rather than overwrites, if the name exists
             except FileExistsError:
                 raise IllegalTransition(f"{task.label} already exists (in {state.value})") from None
@@ -79,24 +105,33 @@ class FolderStore(QueueStore):
         return task
 
     def locate(self, task_id: str) -> TaskState | None:
-        for _ in range(3):  # a task moving backwards mid-scan can be missed once
-            for state in TaskState:
-                if self.path(task_id, state).exists():
-                    return state
+        found = self._scan_for(task_id)
+        if found is None:  # mid-move, or a crash left it between folders: wait, or heal
+            with self._lock(task_id):
+                self.recover(task_id)
+                found = self._scan_for(task_id)
+        return found
+
+    def _scan_for(self, task_id: str) -> TaskState | None:
+        for state in TaskState:
+            if os.path.lexists(self.path(task_id, state)):
+                return state
         return None
 
     def get(self, task_id: str) -> Task:
         for _ in range(3):
-            for state in TaskState:
-                path = self.path(task_id, state)
-                try:
-                    return read_task_file(path, state)
-                except FileNotFoundError:
-                    continue
-                except TaskParseError as exc:
-                    if state is not TaskState.QUARANTINE:
-                        self.quarantine(path, str(exc))
-                    raise TaskParseError(f"{task_label(task_id)} is quarantined: {exc}") from None
+            state = self.locate(task_id)
+            if state is None:
+                break
+            path = self.path(task_id, state)
+            try:
+                return read_task_file(path, state)
+            except FileNotFoundError:
+                continue  # moved on between locate and read: look again
+            except TaskParseError as exc:
+                if state is not TaskState.QUARANTINE:
+                    self.quarantine(path, str(exc))
+                raise TaskParseError(f"{task_label(task_id)} is quarantined: {exc}") from None
         raise TaskNotFound(f"no task {task_label(task_id)} in any queue")
 
     def list(self, state: TaskState) -> list[Task]:
@@ -141,57 +176,102 @@ class FolderStore(QueueStore):
         change: Change,
         guard: Guard | None = None,
     ) -> Task | None:
-        src_path, dst_path = self.path(task_id, src), self.path(task_id, dst)
+        dst_path = self.path(task_id, dst)
         with self._lock(task_id):
             task = self._read_for_change(task_id, src)
             if guard is not None and not guard(task):
                 return None
             change(task)
-            if dst_path.exists():
+            if os.path.lexists(dst_path):
                 raise IllegalTransition(f"{task.label} is already in {dst.value}")
-            tmp, before = self._stage(task, dst_path, dst)
-            try:
-                os.rename(src_path, dst_path)  # the state change; it decides every race
-            except FileNotFoundError:
-                tmp.unlink(missing_ok=True)
-                raise LostRace(f"{task.label} left {src.value} before it could be moved") from None
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            os.replace(tmp, dst_path)
-            fsync_dir(dst_path.parent)
-            fsync_dir(src_path.parent)
+            self._write(task, dst)
             if src is TaskState.INCOMING:
                 self.index.remove(task_id)
-            if TaskState.INCOMING in (src, dst):
-                self.index.advance_synced(before)
-        task.state, task.path = dst, dst_path
         return task
-
-    def _stage(self, task: Task, target: Path, state: TaskState) -> tuple[Path, int]:
-        """Write the task's new text to a fsynced temp file beside ``target``.
-
-        Returns it with incoming/'s mtime before the move. A task bound for incoming gets its
-        index row now, before the rename, so the index never misses it.
-        """
-        tmp = write_temp(target, render_task(task).encode())
-        before = self.index.folder_mtime()
-        if state is TaskState.INCOMING:
-            try:
-                self.index.upsert(task, tmp.stat().st_mtime_ns)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-        return tmp, before
 
     def update(self, task_id: str, state: TaskState, change: Change) -> Task:
         with self._lock(task_id):
             task = self._read_for_change(task_id, state)
             change(task)
-            atomic_write(task.path, render_task(task))
-            if state is TaskState.INCOMING:
-                self.index.upsert(task, task.path.stat().st_mtime_ns)
+            self._write(task, state)
         return task
+
+    def _write(self, task: Task, state: TaskState) -> None:
+        """Replace ``task.path`` by the task's new text at its place in ``state``.
+
+        The current file is first renamed aside: if it is gone, another process (or a
+        person) moved it and this write is refused with ``LostRace`` before it changes
+        anything. Runs under the task's lock; see the module docstring for the crash story.
+        """
+        old, target = task.path, self.path(task.id, state)
+        staged, aside = self._debris(target)
+        index_before = self.index.folder_mtime()
+        write_synced(staged, render_task(task).encode())
+        try:
+            if state is TaskState.INCOMING:
+                self.index.upsert(task, staged.stat().st_mtime_ns)
+            os.rename(old, aside)  # the decision: whoever takes the file away first wins
+        except FileNotFoundError:
+            staged.unlink(missing_ok=True)
+            raise LostRace(f"{task.label} left {old.parent.name} before it was written") from None
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+        os.rename(staged, target)
+        os.unlink(aside)
+        fsync_dir(target.parent)
+        if old.parent != target.parent:
+            fsync_dir(old.parent)
+        if TaskState.INCOMING in (task.state, state):
+            self.index.advance_synced(index_before)
+        task.state, task.path = state, target
+
+    @staticmethod
+    def _debris(target: Path) -> tuple[Path, Path]:
+        """The fixed hidden names a write to ``target`` stages and sets aside."""
+        return target.with_name(f".{target.name}{NEW}"), target.with_name(f".{target.name}{OLD}")
+
+    def recover(self, task_id: str | None = None) -> list[str]:
+        """Finish writes a crash interrupted; return what was done, one line each.
+
+        A ``.old`` with its ``.new``: the write had decided, so the new text becomes the
+        task (roll forward). A ``.old`` alone: the task goes back in place. Without an id,
+        every folder is listed (the reaper's sweep); with one, it costs a few ``stat``s.
+        """
+        done = []
+        for state in TaskState:
+            if task_id is not None:
+                ids = [task_id] if self._debris(self.path(task_id, state))[1].exists() else []
+            else:
+                ids = [
+                    name[len(".TASK-") : -len(".md" + OLD)]
+                    for name in os.listdir(self.dir(state))
+                    if name.startswith(".TASK-") and name.endswith(".md" + OLD)
+                ]
+            for found in ids:
+                with self._lock(found):
+                    done += self._roll_forward(state, found)
+        return done
+
+    def _roll_forward(self, state: TaskState, task_id: str) -> list[str]:
+        target = self.path(task_id, state)
+        staged, aside = self._debris(target)
+        if not aside.exists():
+            return []  # finished by someone else meanwhile
+        if os.path.lexists(target):
+            os.unlink(aside)
+            outcome = "a stale copy removed"
+        elif staged.exists():
+            os.rename(staged, target)
+            os.unlink(aside)
+            outcome = "its interrupted write finished"
+        else:
+            os.rename(aside, target)
+            outcome = "put back as it was"
+        fsync_dir(target.parent)
+        if state is TaskState.INCOMING:
+            self.index.mark_stale()
+        return [f"{task_label(task_id)} in {state.value}: {outcome}"]
 
     def _read_for_change(self, task_id: str, state: TaskState) -> Task:
         path = self.path(task_id, state)
@@ -241,7 +321,8 @@ class FolderStore(QueueStore):
 
     def quarantine(self, path: Path, reason: str) -> Path:
         folder = self.dir(TaskState.QUARANTINE)
-        with self._lock(path.name):
+        match = FILE_RE.fullmatch(path.name)
+        with self._lock(match.group(1) if match else path.name):
             target, n = folder / path.name, 0
             while target.exists():
                 n += 1
@@ -253,19 +334,19 @@ class FolderStore(QueueStore):
             except FileNotFoundError:
                 error.unlink(missing_ok=True)
                 return target
-        match = FILE_RE.fullmatch(path.name)
         if match and path.parent == self.dir(TaskState.INCOMING):
             self.index.remove(match.group(1))
         return target
 
     def sweep(self, now: datetime | None = None) -> int:
+        removed = len(self.recover())
         cutoff = (now.timestamp() if now else time.time()) - defaults.STALE_TEMP_SECONDS
-        removed = 0
         for state in TaskState:
             for name in os.listdir(self.dir(state)):
                 path = self.dir(state) / name
+                stale_kind = is_temp_name(name) or name.endswith(".md" + NEW)
                 try:
-                    if is_temp_name(name) and path.stat().st_mtime < cutoff:
+                    if stale_kind and path.stat().st_mtime < cutoff:
                         path.unlink()
                         removed += 1
                 except FileNotFoundError:

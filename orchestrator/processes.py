@@ -1,0 +1,214 @@
+"""Which exact process holds a claim, and how to end everything an attempt started.
+
+A PID alone names a process only until it is reused (or the machine reboots), so a claim
+records the PID with the process's start time (``/proc/<pid>/stat``) and the boot id.
+Everything an attempt starts carries ``OCTOPOID_TASK_ID`` and ``OCTOPOID_CLAIM_TOKEN`` in
+its environment, so the processes of a claim can be found and killed even after their
+runner died and they were re-parented, or left their process group. Linux only; elsewhere
+a PID check is all there is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from functools import cache
+
+TOKEN_ENV = "OCTOPOID_CLAIM_TOKEN"
+TASK_ENV = "OCTOPOID_TASK_ID"
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+PROC = "/proc"
+
+
+@cache
+def boot_id() -> str:
+    """This boot of this machine (a reboot makes every recorded PID meaningless)."""
+    try:
+        with open(f"{PROC}/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+@cache
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot; None if there is no such process."""
+    try:
+        with open(f"{PROC}/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError:
+        return 0 if _pid_exists(pid) else None  # no /proc here: a PID check is all we have
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        return None  # exited, only waiting to be reaped
+    return int(fields[19])  # field 22 of stat; fields[0] is field 3 (state)
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """A process named so that a reused PID or a reboot cannot pass for it."""
+
+    host: str
+    boot: str
+    pid: int
+    start: int
+
+    @classmethod
+    def of(cls, pid: int | None = None) -> ProcessId:
+        pid = os.getpid() if pid is None else pid
+        return cls(hostname(), boot_id(), pid, start_ticks(pid) or 0)
+
+    def is_local(self) -> bool:
+        return self.host == hostname() and self.boot == boot_id()
+
+    def alive(self) -> bool:
+        """True while this very process runs (on this host; elsewhere: unknowable, False)."""
+        return self.is_local() and start_ticks(self.pid) == self.start
+
+    def headers(self) -> dict[str, object]:
+        return {"HOST": self.host, "BOOT_ID": self.boot, "PID": self.pid, "PID_START": self.start}
+
+    @classmethod
+    def from_headers(cls, h: dict[str, str]) -> ProcessId | None:
+        pid = h.get("PID", "")
+        if not pid.isdigit():
+            return None
+        start = h.get("PID_START", "")
+        return cls(h.get("HOST", ""), h.get("BOOT_ID", ""), int(pid), int(start or 0))
+
+
+def in_new_session_dying_with_parent() -> None:
+    """For ``preexec_fn``: a session (and process group) of its own, killed if we die."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def become_subreaper() -> bool:
+    """Adopt orphaned descendants (Linux), so none escapes by double-forking."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _children_of(pid: int) -> list[int]:
+    out = []
+    for name in os.listdir(PROC) if os.path.isdir(PROC) else ():
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{PROC}/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rfind(b")") + 2 :].split()[1]) == pid:
+            out.append(int(name))
+    return out
+
+
+def kill_descendants(pid: int | None = None) -> int:
+    """SIGKILL every descendant of ``pid`` (default: this process); how many were found."""
+    root = os.getpid() if pid is None else pid
+    killed = 0
+    for _ in range(50):  # a fork storm can add children while we look: look again
+        found, todo = [], _children_of(root)
+        while todo:
+            child = todo.pop()
+            found.append(child)
+            todo.extend(_children_of(child))
+        if not found:
+            break
+        for child in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
+        killed += len(found)
+        _reap_children()
+    return killed
+
+
+def _reap_children() -> None:
+    """Collect exited children (ours, or orphans we adopted as subreaper)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def marked_processes(**marks: str) -> list[int]:
+    """PIDs (not ours) whose environment holds every ``KEY=value`` given (an attempt's marks)."""
+    needles = [f"{key}={value}".encode() for key, value in marks.items()]
+    out = []
+    for name in os.listdir(PROC) if needles and all(marks.values()) else ():
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"{PROC}/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if all(needle in env for needle in needles):
+            out.append(int(name))
+    return out
+
+
+def kill_marked(rounds: int = 20, **marks: str) -> int:
+    """SIGKILL every process carrying ``marks`` until none is left; how many there were."""
+    killed = 0
+    for _ in range(rounds):
+        pids = marked_processes(**marks)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(pids)
+        time.sleep(0.02)
+    return killed
+
+
+def kill_claim_processes(token: str) -> int:
+    """SIGKILL every process of the attempt that holds claim ``token``."""
+    return kill_marked(**{TOKEN_ENV: token})
+
+
+def wait_gone(owner: ProcessId, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``owner`` to exit; True once it has."""
+    deadline = time.monotonic() + seconds
+    while owner.alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
