@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from . import agent_status, queue_utils, reports, review, scheduler, task_notes
+from . import agent_status, queue_utils, recovery, reports, review, scheduler, task_notes
 from .cli_memory import memory_group
 from .demo import run_demo
 from .exceptions import OctopoidError
@@ -229,9 +229,14 @@ def retry(task_id: str) -> None:
 @click.argument("task_id")
 @click.option("--reason", default="requeued by hand", show_default=True)
 def requeue(task_id: str, reason: str) -> None:
-    """Move a claimed task back to incoming (its retry notes are kept)."""
-    task = queue_utils.requeue_task(task_id, reason)
-    click.echo(f"{task.label} back in incoming")
+    """Move a claimed task back to incoming (its retry notes are kept).
+
+    The claim is taken back at once; a running attempt is told to stop, gets the shutdown
+    grace to stop its agent and save its notes, and whatever is left of it is killed. The
+    attempt counts.
+    """
+    task, how = recovery.requeue_running(task_id, reason)
+    click.echo(f"{task.label} back in incoming; {how}")
 
 
 @cli.command()

@@ -20,6 +20,10 @@ LEASE_SECONDS = 600
 #: Seconds running attempts get to finish when the scheduler shuts down, before SIGTERM.
 SHUTDOWN_GRACE_SECONDS = 30
 
+#: Seconds a runner may take beyond its agent's timeout (worktree, waiting for an earlier
+#: attempt to stop, notes) before its hard DEADLINE passes and it is killed as hung.
+RUNNER_DEADLINE_GRACE_SECONDS = 300
+
 #: Largest task file octopoid reads; bigger ones are quarantined rather than loaded.
 MAX_TASK_FILE_BYTES = 1024 * 1024
 

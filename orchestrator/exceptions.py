@@ -55,6 +55,21 @@ class LostRace(OctopoidError):
     exit_code = 1
 
 
+class LostClaim(IllegalTransition):
+    """The claim's token is not ours any more: requeued, reaped or claimed again meanwhile.
+
+    The runner that gets it stops its agent, saves its notes and touches nothing else.
+    """
+
+    exit_code = 1
+
+
+class TaskBusy(IllegalTransition):
+    """Another process holds the task for a workflow (an accept in progress)."""
+
+    exit_code = 1
+
+
 class GitError(OctopoidError):
     """A git operation failed; the message carries git's own words."""
 
@@ -81,5 +96,18 @@ class InvalidNotesId(OctopoidError):
 
 class MemoryStoreError(OctopoidError):
     """Working notes or long-term memory refused an operation (unknown section, bad id...)."""
+
+    exit_code = 1
+
+
+class InvalidInput(OctopoidError):
+    """Text from a user octopoid cannot store or act on (not UTF-8, control bytes, too long,
+    an unknown agent): refused before anything is written."""
+
+    exit_code = 2
+
+
+class NothingToShow(OctopoidError):
+    """A task has nothing to show for the request (never attempted, or done and cleaned up)."""
 
     exit_code = 1

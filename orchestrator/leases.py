@@ -1,29 +1,57 @@
-"""Claim leases and attempt accounting: when a claim is dead, how many attempts are left.
+"""Claim leases and attempt accounting: who owns a claim, when it is dead, attempts left.
 
-Pure checks over a task's headers (plus "is that PID alive here?"); ``queue_utils`` makes
-the moves they call for.
+A claim carries a lease: the agent's name, a fresh random ``CLAIM_TOKEN`` (whoever holds
+it owns the attempt; every write an owner makes checks it), the exact owning process
+(HOST, BOOT_ID, PID, PID_START) and ``LEASE_EXPIRES``. Once a runner starts the attempt it
+adds ``STARTED_AT`` and a hard ``DEADLINE``. Pure checks over a task's headers (plus "is
+that exact process alive here?"); ``queue_utils`` and ``recovery`` make the moves.
 """
 
 from __future__ import annotations
 
-import os
-import socket
+import secrets
 from datetime import UTC, datetime, timedelta
 
-from .tasks import Task, format_time
+from .processes import ProcessId
+from .tasks import Task, format_time, parse_time
 
-LEASE_HEADERS = ("CLAIMED_BY", "PID", "HOST", "LEASE_EXPIRES", "CLAIMED_AT", "STARTED_AT")
+LEASE_HEADERS = (
+    "CLAIMED_BY",
+    "CLAIM_TOKEN",
+    "HOST",
+    "BOOT_ID",
+    "PID",
+    "PID_START",
+    "CLAIMED_AT",
+    "LEASE_EXPIRES",
+    "STARTED_AT",
+    "DEADLINE",
+)
 
 
-def lease_headers(agent_name: str, pid: int, now: datetime, seconds: int) -> dict[str, object]:
-    """The headers a claim carries: who holds it, where, and until when."""
+def new_token() -> str:
+    return secrets.token_hex(8)
+
+
+def lease_headers(
+    agent_name: str, owner: ProcessId, now: datetime, seconds: int, token: str
+) -> dict[str, object]:
+    """The headers a fresh claim carries: who holds it, its token, where, and until when."""
     return {
         "CLAIMED_BY": agent_name,
-        "PID": pid,
-        "HOST": socket.gethostname(),
+        "CLAIM_TOKEN": token,
+        **owner.headers(),
         "CLAIMED_AT": format_time(now),
         "LEASE_EXPIRES": format_time(now + timedelta(seconds=seconds)),
     }
+
+
+def claim_token(task: Task) -> str:
+    return task.headers.get("CLAIM_TOKEN", "")
+
+
+def owner(task: Task) -> ProcessId | None:
+    return ProcessId.from_headers(task.headers)
 
 
 def ever_started(task: Task) -> bool:
@@ -31,11 +59,16 @@ def ever_started(task: Task) -> bool:
     return "STARTED_AT" in task.headers
 
 
-def dead_since(task: Task, now: datetime, lease_seconds: int) -> datetime | None:
-    """When a claim's lease ran out, if it has and its owner is gone; else None.
+def deadline(task: Task) -> datetime | None:
+    value = task.headers.get("DEADLINE")
+    return parse_time(value) if value else None
 
-    A claim without a lease (a crash between the claim's rename and its header rewrite)
-    counts as expiring one lease after its file was written.
+
+def dead_since(task: Task, now: datetime, lease_seconds: int) -> datetime | None:
+    """When a claim's lease ran out, if it has and its exact owner process is gone; else None.
+
+    A claim without a lease (written by hand, or by an older octopoid) counts as expiring
+    one lease after its file was written.
     """
     expires = task.lease_expires or file_time(task) + timedelta(seconds=lease_seconds)
     if expires > now or owner_alive(task):
@@ -43,28 +76,30 @@ def dead_since(task: Task, now: datetime, lease_seconds: int) -> datetime | None
     return expires
 
 
+def overdue(task: Task, now: datetime) -> bool:
+    """Past its hard deadline: the owner is hung (or its agent ignores its timeout)."""
+    limit = deadline(task)
+    return limit is not None and now > limit
+
+
 def file_time(task: Task) -> datetime:
     return datetime.fromtimestamp(task.path.stat().st_mtime, tz=UTC)
 
 
 def owner_alive(task: Task) -> bool:
-    """True when the claiming process still runs on this host (other hosts: trust the lease)."""
-    pid = task.headers.get("PID", "")
-    if task.headers.get("HOST") != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """True while the exact claiming process still runs on this host.
+
+    A claim from another host (or another boot of this one) is alive only by its lease.
+    """
+    who = owner(task)
+    return who is not None and who.alive()
 
 
 def attempts_left(task: Task, max_attempts: int) -> int:
     """Attempts a task has before failing, counting from its last human retry.
 
-    Attempts given back (``INTERRUPTED``: shutdown, rate limits) do not count.
+    Attempts given back (``INTERRUPTED``: shutdown, rate limits, a runner that never
+    started) do not count.
     """
     h = task.headers
     used = task.attempts - int(h.get("ATTEMPTS_AT_RETRY") or 0) - int(h.get("INTERRUPTED") or 0)

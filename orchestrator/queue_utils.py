@@ -4,11 +4,16 @@ Each public function is one legal transition: it checks the task is where the mo
 start, rewrites the header, appends a History line and moves the file with one durable
 rename. Illegal moves raise ``IllegalTransition``. This module knows nothing of git,
 agents or memory; it only keeps retry notes in step, as the notes plan says.
+
+Claims are fenced: a claim carries a ``CLAIM_TOKEN``, and every write made with a token (or
+with a claimed ``Task`` read earlier, which carries its token) checks it under the task's
+lock and raises ``LostClaim`` when the claim has since been requeued, reaped or claimed
+again. Any move out of provisional holds the task (``QueueStore.hold``), so it cannot
+interleave with an accept in progress. Recovery of dead claims lives in ``recovery.py``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -16,19 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from . import config, defaults
-from .exceptions import IllegalTransition, LostRace, TaskNotFound
-from .leases import LEASE_HEADERS, attempts_left, dead_since, ever_started, lease_headers
+from .exceptions import IllegalTransition, LostClaim, LostRace, TaskNotFound
+from .leases import LEASE_HEADERS, attempts_left, claim_token, lease_headers, new_token
+from .processes import ProcessId
 from .redaction import redact
 from .store import FolderStore, QueueStore
-from .task_notes import (
-    add_review_notes,
-    append_attempt,
-    cleanup_task_notes,
-    get_task_notes,
-    salvage_output_log,
-)
+from .task_notes import add_review_notes, append_attempt, cleanup_task_notes, get_task_notes
 from .tasks import (
-    ID_RE,
     Task,
     TaskState,
     format_time,
@@ -54,7 +53,6 @@ __all__ = [
     "get_task_notes",
     "list_tasks",
     "quarantine_file",
-    "reap_expired_claims",
     "recycle_to_breakdown",
     "reject_completion",
     "reject_task",
@@ -82,6 +80,26 @@ def _id(task: Task | str) -> str:
     return task.id if isinstance(task, Task) else normalize_task_id(task)
 
 
+def _token(task: Task | str, token: str | None) -> str | None:
+    """The claim token a write must match: given, or carried by a claimed ``Task`` read earlier."""
+    if token is not None:
+        return token
+    if isinstance(task, Task) and task.state is S.CLAIMED:
+        return claim_token(task) or None
+    return None
+
+
+def check_token(task: Task, token: str | None) -> None:
+    """Refuse a write by someone whose claim has since been revoked or given to another."""
+    if token is not None and (task.state is not S.CLAIMED or claim_token(task) != token):
+        raise LostClaim(
+            f"{task.label}'s claim is no longer yours (it was requeued, reaped or claimed again)"
+        )
+
+
+_PURPOSE = {S.DONE: "accepted", S.INCOMING: "rejected", S.FAILED: "failed"}
+
+
 def _transition(
     task: Task | str,
     allowed: Iterable[TaskState],
@@ -92,13 +110,15 @@ def _transition(
     set_headers: dict[str, Any] | None = None,
     drop_headers: Iterable[str] = (),
     edit: Callable[[Task], None] | None = None,
+    token: str | None = None,
 ) -> Task:
     """Move a task from one of ``allowed`` states to ``dst``; the one path every move takes.
 
     ``actor`` None means the agent holding the claim. ``edit`` sees the task as read under
-    the lock, for changes that depend on its current headers.
+    the lock, for changes that depend on its current headers. ``token`` fences the move
+    (see the module docstring); a claimed ``Task`` argument brings its own.
     """
-    task_id, now = _id(task), now or utcnow()
+    task_id, now, token = _id(task), now or utcnow(), _token(task, token)
     store = get_store()
     src = store.locate(task_id)
     if src is None:
@@ -111,6 +131,7 @@ def _transition(
         )
 
     def change(t: Task) -> None:
+        check_token(t, token)
         who = actor or t.headers.get("CLAIMED_BY") or "agent"
         if edit is not None:
             edit(t)
@@ -120,11 +141,35 @@ def _transition(
         t.add_history(now, src.value, dst.value, who, reason)
 
     try:
-        moved = store.move(task_id, src, dst, change)
+        if src is S.PROVISIONAL:
+            with store.hold(task_id, _PURPOSE.get(dst, f"moved to {dst.value}")):
+                moved = store.move(task_id, src, dst, change)
+        else:
+            moved = store.move(task_id, src, dst, change)
     except LostRace:
+        if token is not None:
+            raise LostClaim(f"{task_label(task_id)} left claimed: the claim is not yours") from None
         raise IllegalTransition(f"{task_label(task_id)} was moved by another process") from None
     assert moved is not None  # no guard given
     return moved
+
+
+def _update_claim(task: Task | str, change: Callable[[Task], None], token: str | None) -> Task:
+    """Rewrite a claimed task in place, fenced by ``token`` like a move."""
+    token = _token(task, token)
+
+    def fenced(t: Task) -> None:
+        check_token(t, token)
+        change(t)
+
+    try:
+        return get_store().update(_id(task), S.CLAIMED, fenced)
+    except LostRace:
+        if token is not None:
+            raise LostClaim(
+                f"{task_label(_id(task))} left claimed: the claim is not yours"
+            ) from None
+        raise IllegalTransition(f"{task_label(_id(task))} is no longer claimed") from None
 
 
 def create_task(title: str, **fields: Any) -> Task:
@@ -159,15 +204,19 @@ def claim_task(
     pid: int | None = None,
     now: datetime | None = None,
 ) -> Task | None:
-    """Claim the next eligible incoming task for ``agent_name``, with a lease; None if none."""
+    """Claim the next eligible incoming task for ``agent_name``, with a lease; None if none.
+
+    The claim gets a fresh ``CLAIM_TOKEN`` and names this process (or ``pid``) as owner.
+    """
     now = now or utcnow()
     seconds = lease_seconds or config.load_agents()["lease_seconds"]
+    headers = lease_headers(agent_name, ProcessId.of(pid), now, seconds, new_token())
 
     def change(t: Task) -> None:
         t.set_header("ATTEMPTS", t.attempts + 1)
-        for key, value in lease_headers(agent_name, pid or os.getpid(), now, seconds).items():
+        for key, value in headers.items():
             t.set_header(key, value)
-        t.drop_header("NOT_BEFORE")
+        t.drop_header("NOT_BEFORE", "STARTED_AT", "DEADLINE")
         t.add_history(now, S.INCOMING.value, S.CLAIMED.value, agent_name, f"attempt {t.attempts}")
 
     return get_store().claim(role_filter, change, now)
@@ -178,11 +227,14 @@ def renew_lease(
     lease_seconds: int | None = None,
     now: datetime | None = None,
     pid: int | None = None,
+    *,
+    token: str | None = None,
+    deadline_seconds: float | None = None,
 ) -> Task:
-    """Push a claimed task's lease forward; ``IllegalTransition`` if it is no longer claimed.
+    """Push a claimed task's lease forward; ``LostClaim`` if the claim is not ``token``'s.
 
-    ``pid`` hands the lease to another process (the runner taking over from the scheduler)
-    and records when the attempt really started.
+    ``pid`` hands the claim to another process (the runner taking over from the scheduler),
+    records when the attempt really started, and sets its hard ``DEADLINE``.
     """
     now = now or utcnow()
     seconds = lease_seconds or config.load_agents()["lease_seconds"]
@@ -191,16 +243,18 @@ def renew_lease(
     def change(t: Task) -> None:
         t.set_header("LEASE_EXPIRES", expires)
         if pid is not None:
-            t.set_header("PID", pid)
+            for key, value in ProcessId.of(pid).headers().items():
+                t.set_header(key, value)
             t.set_header("STARTED_AT", format_time(now))
+        if deadline_seconds is not None:
+            t.set_header("DEADLINE", format_time(now + timedelta(seconds=deadline_seconds)))
 
-    try:
-        return get_store().update(_id(task), S.CLAIMED, change)
-    except LostRace:
-        raise IllegalTransition(f"{task_label(_id(task))} is no longer claimed") from None
+    return _update_claim(task, change, token)
 
 
-def record_usage(task: Task | str, turns: int, cost_usd: float | None) -> Task:
+def record_usage(
+    task: Task | str, turns: int, cost_usd: float | None, *, token: str | None = None
+) -> Task:
     """Add an attempt's turns and cost to the claimed task's running totals."""
 
     def add(t: Task) -> None:
@@ -209,10 +263,7 @@ def record_usage(task: Task | str, turns: int, cost_usd: float | None) -> Task:
             total = float(t.headers.get("COST_USD_TOTAL") or 0) + cost_usd
             t.set_header("COST_USD_TOTAL", f"{total:.4f}")
 
-    try:
-        return get_store().update(_id(task), S.CLAIMED, add)
-    except LostRace:
-        raise IllegalTransition(f"{task_label(_id(task))} is no longer claimed") from None
+    return _update_claim(task, add, token)
 
 
 def submit_completion(
@@ -221,6 +272,8 @@ def submit_completion(
     turns: int,
     now: datetime | None = None,
     cost_usd: float | None = None,
+    *,
+    token: str | None = None,
 ) -> Task:
     """claimed -> provisional: the attempt produced work for review."""
     now = now or utcnow()
@@ -230,10 +283,11 @@ def submit_completion(
         [S.CLAIMED],
         S.PROVISIONAL,
         None,
-        f"{commits} commits, {turns} turns{cost}",
+        f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}",
         now,
         {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)},
         LEASE_HEADERS,
+        token=token,
     )
 
 
@@ -251,11 +305,12 @@ def _finish(
     reason: str,
     now: datetime | None,
     headers: dict[str, Any] | None = None,
+    token: str | None = None,
 ) -> Task:
     """Move to done and delete the retry notes: every path to done goes through here."""
     now = now or utcnow()
     headers = {**(headers or {}), "COMPLETED_AT": format_time(now)}
-    done = _transition(task, [src], S.DONE, actor, reason, now, headers, LEASE_HEADERS)
+    done = _transition(task, [src], S.DONE, actor, reason, now, headers, LEASE_HEADERS, token=token)
     cleanup_task_notes(done.id)
     return done
 
@@ -263,23 +318,46 @@ def _finish(
 def reject_completion(
     task: Task | str, reason: str, rejected_by: str = "human", now: datetime | None = None
 ) -> Task:
-    """provisional -> incoming; the reason goes into the retry notes for the next attempt."""
+    """provisional -> incoming; the reason goes into the retry notes for the next attempt.
+
+    Refused for a task an interrupted accept already merged (``MERGED``): finish that accept.
+    """
     if not reason.strip():
         raise IllegalTransition("a rejection needs a reason: the next attempt reads it")
     now = now or utcnow()
     moved = _transition(
-        task, [S.PROVISIONAL], S.INCOMING, rejected_by, reason, now, drop_headers=("SUBMITTED_AT",)
+        task,
+        [S.PROVISIONAL],
+        S.INCOMING,
+        rejected_by,
+        reason,
+        now,
+        drop_headers=("SUBMITTED_AT",),
+        edit=_refuse_if_merged,
     )
     add_review_notes(moved.id, reason, rejected_by, now)
     return moved
 
 
-def complete_task(task: Task | str, result: str = "", now: datetime | None = None) -> Task:
+def _refuse_if_merged(task: Task) -> None:
+    if task.headers.get("MERGED"):
+        raise IllegalTransition(
+            f"{task.label} was already merged by an accept that did not finish "
+            f"(commit {task.headers['MERGED'][:12]}); "
+            f"run `octopoid accept {task.label}` to finish it"
+        )
+
+
+def complete_task(
+    task: Task | str, result: str = "", now: datetime | None = None, *, token: str | None = None
+) -> Task:
     """claimed -> done directly (no review); the retry notes are deleted."""
-    return _finish(task, S.CLAIMED, None, result or "completed", now)
+    return _finish(task, S.CLAIMED, None, result or "completed", now, token=token)
 
 
-def fail_task(task: Task | str, error: str, now: datetime | None = None) -> Task:
+def fail_task(
+    task: Task | str, error: str, now: datetime | None = None, *, token: str | None = None
+) -> Task:
     """-> failed, with the error kept (one line, capped) in the ERROR header."""
     error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
     return _transition(
@@ -291,11 +369,18 @@ def fail_task(task: Task | str, error: str, now: datetime | None = None) -> Task
         now,
         {"ERROR": error},
         LEASE_HEADERS,
+        edit=_refuse_if_merged,
+        token=token,
     )
 
 
 def reject_task(
-    task: Task | str, reason: str, details: str = "", now: datetime | None = None
+    task: Task | str,
+    reason: str,
+    details: str = "",
+    now: datetime | None = None,
+    *,
+    token: str | None = None,
 ) -> Task:
     """claimed -> rejected: the agent says the task is invalid, a duplicate, already done..."""
     if reason not in REJECT_REASONS:
@@ -311,6 +396,7 @@ def reject_task(
         now,
         {"REJECT_REASON": reason, "REJECT_DETAILS": one_line(details, 500)},
         LEASE_HEADERS,
+        token=token,
     )
 
 
@@ -336,11 +422,14 @@ def requeue_task(
     *,
     counted: bool = True,
     set_headers: dict[str, Any] | None = None,
+    token: str | None = None,
 ) -> Task:
     """claimed -> incoming after a lost attempt; notes are kept.
 
-    ``counted=False`` (shutdown, rate limit) gives the attempt back: it is recorded in
-    ``INTERRUPTED`` and does not count against ``max_attempts``.
+    ``counted=False`` (shutdown, rate limit, a runner that never started) gives the attempt
+    back: it is recorded in ``INTERRUPTED`` and does not count against ``max_attempts``.
+    ``ATTEMPTS`` itself never goes down: it numbers the notes. A running attempt is stopped
+    by ``recovery.requeue_running``, which calls this.
     """
 
     def give_back(t: Task) -> None:
@@ -348,83 +437,26 @@ def requeue_task(
             t.set_header("INTERRUPTED", int(t.headers.get("INTERRUPTED") or 0) + 1)
 
     return _transition(
-        task, [S.CLAIMED], S.INCOMING, actor, reason, now, set_headers, LEASE_HEADERS, give_back
+        task,
+        [S.CLAIMED],
+        S.INCOMING,
+        actor,
+        reason,
+        now,
+        set_headers,
+        LEASE_HEADERS,
+        give_back,
+        token=token,
     )
 
 
-def recycle_to_breakdown(task: Task | str, reason: str, now: datetime | None = None) -> Task:
+def recycle_to_breakdown(
+    task: Task | str, reason: str, now: datetime | None = None, *, token: str | None = None
+) -> Task:
     """claimed -> breakdown: burned out, to be split by a breakdown role; notes are kept."""
     return _transition(
-        task, [S.CLAIMED], S.BREAKDOWN, None, reason, now, drop_headers=LEASE_HEADERS
+        task, [S.CLAIMED], S.BREAKDOWN, None, reason, now, drop_headers=LEASE_HEADERS, token=token
     )
-
-
-def reap_expired_claims(
-    now: datetime | None = None, max_attempts: int | None = None
-) -> list[tuple[Task, TaskState]]:
-    """Return claims whose lease expired and whose process is gone to incoming (or failed)."""
-    now = now or utcnow()
-    lease_seconds = config.load_agents()["lease_seconds"]
-    reaped = []
-    for task in get_store().list(S.CLAIMED):
-        expires = dead_since(task, now, lease_seconds)
-        if expires is None:
-            continue
-        who = task.headers.get("CLAIMED_BY", "?")
-        recovered = recover_dead_claim(
-            task, f"lease expired at {format_time(expires)} ({who} gone)", max_attempts, now
-        )
-        if recovered is not None:
-            reaped.append((recovered, recovered.state))
-    get_store().sweep(now)
-    _clean_notes_of_finished_tasks()
-    return reaped
-
-
-def _clean_notes_of_finished_tasks() -> None:
-    """Retry notes of done tasks: left only if a crash came between the move and the cleanup."""
-    store = get_store()
-    for path in config.get_notes_dir().glob("TASK-*.md"):
-        task_id = path.name[len("TASK-") : -len(".md")]
-        if ID_RE.fullmatch(task_id) and store.locate(task_id) is S.DONE:
-            cleanup_task_notes(task_id)
-
-
-def recover_dead_claim(
-    task: Task, why: str, max_attempts: int | None = None, now: datetime | None = None
-) -> Task | None:
-    """A claim whose runner died: save what it printed as notes, then requeue or fail it.
-
-    A claim no runner ever took over (the scheduler died between claiming and starting
-    one) ran nothing: it goes back with its attempt uncounted. Returns None when the task
-    finished or moved meanwhile.
-    """
-    if not ever_started(task):
-        try:
-            return requeue_task(
-                task,
-                f"{why}; no runner ever started, the attempt is undone",
-                "reaper",
-                now,
-                set_headers={"ATTEMPTS": max(0, task.attempts - 1)},
-            )
-        except (IllegalTransition, TaskNotFound):
-            return None
-    max_attempts = max_attempts or config.load_agents()["max_attempts"]
-    archive = config.get_logs_dir() / task.label / f"attempt-{task.attempts}.log"
-    salvage_output_log(
-        task.id,
-        task.headers.get("CLAIMED_BY", "agent"),
-        task.attempts,
-        f"the runner died: {why}",
-        archive,
-    )
-    try:
-        if attempts_left(task, max_attempts) > 0:
-            return requeue_task(task, why, "reaper", now)
-        return fail_task(task, f"attempts exhausted; {why}", now)
-    except (IllegalTransition, TaskNotFound):
-        return None
 
 
 def quarantine_file(path: Path, reason: str) -> Path:

@@ -4,10 +4,14 @@
 ``run()`` repeats passes until asked to stop. Each attempt runs in its own runner process
 (``roles/implementer.py``), started in its own session, so a scheduler restart (or crash)
 does not stop work in progress, and the reaper can tell a live runner from a dead one.
+The scheduler knows its runners by their claim tokens, gives a claim back at once when a
+runner cannot start, and kills a runner (and everything its attempt started) that outlives
+its hard deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.handlers
 import os
@@ -22,10 +26,12 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from . import config, defaults, queue_utils
+from . import config, defaults, queue_utils, recovery
 from .agent_status import is_paused, readiness_problem
-from .exceptions import ConfigError, OctopoidError, SchedulerError
+from .exceptions import ConfigError, IllegalTransition, OctopoidError, SchedulerError
 from .fsutil import atomic_write
+from .leases import claim_token
+from .processes import TASK_ENV, TOKEN_ENV, kill_claim_processes, signal_group
 from .tasks import Task, TaskState
 
 log = logging.getLogger("octopoid.scheduler")
@@ -48,7 +54,14 @@ class Runner:
     task_id: str
     agent: str
     proc: subprocess.Popen
+    token: str
+    deadline: float  # monotonic; past it the runner is hung and killed
     started: float = field(default_factory=time.monotonic)
+
+    def kill(self) -> None:
+        """The runner, its session, and every process its attempt started."""
+        signal_group(self.proc.pid, signal.SIGKILL)
+        kill_claim_processes(self.token)
 
 
 @dataclass
@@ -114,8 +127,9 @@ class Scheduler:
                     runner.proc.pid,
                     runner.task_id,
                 )
-                runner.proc.kill()
+                runner.kill()
                 runner.proc.wait()
+            kill_claim_processes(runner.token)  # nothing of an attempt outlives it
         self.runners.clear()
         self._release()
 
@@ -133,7 +147,7 @@ class Scheduler:
     def loop_once(self, now: datetime | None = None) -> PassReport:
         """Reap, collect finished runners, then claim and start work for idle agents."""
         report = PassReport()
-        for task, state in queue_utils.reap_expired_claims(now):
+        for task, state in recovery.reap_expired_claims(now):
             log.warning("reaped %s: lease expired, owner gone -> %s", task.label, state.value)
             report.reaped.append(task.label)
         self._collect_finished(report)
@@ -168,8 +182,8 @@ class Scheduler:
                 )
                 if task is None:
                     break
-                self._start_runner(task, agent["name"])
-                report.started.append((task.label, agent["name"]))
+                if self._start_runner(task, agent):
+                    report.started.append((task.label, agent["name"]))
                 room, busy = room - 1, busy + 1
 
     def _cannot_run(self, agent: dict) -> bool:
@@ -180,32 +194,62 @@ class Scheduler:
         self._warned[agent["name"]] = problem
         return problem is not None
 
-    def _start_runner(self, task: Task, agent: str) -> None:
+    def _start_runner(self, task: Task, agent: dict) -> bool:
+        """Start the attempt's runner; if it cannot start, give the claim back at once."""
         log_dir = config.get_logs_dir() / task.label
-        log_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, OCTOPOID_ROOT=str(self.root))
-        with open(log_dir / "runner.log", "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.roles.implementer", task.id, agent],
-                cwd=self.root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.runners[task.id] = Runner(task.label, agent, proc)
+        token = claim_token(task)
+        env = dict(
+            os.environ, OCTOPOID_ROOT=str(self.root), **{TOKEN_ENV: token, TASK_ENV: task.label}
+        )
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            with open(log_dir / "runner.log", "ab") as out:
+                proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "orchestrator.roles.implementer",
+                        task.id,
+                        agent["name"],
+                    ],
+                    cwd=self.root,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            log.error("cannot start a runner for %s: %s; giving the claim back", task.label, exc)
+            with contextlib.suppress(IllegalTransition):
+                queue_utils.requeue_task(
+                    task, f"the runner could not start: {exc}", "octopoid", counted=False
+                )
+            return False
+        limit = agent["timeout_seconds"] + defaults.RUNNER_DEADLINE_GRACE_SECONDS
+        self.runners[task.id] = Runner(
+            task.label, agent["name"], proc, token, time.monotonic() + limit
+        )
         log.info(
             "claimed %s for %s (attempt %d); runner %d started",
             task.label,
-            agent,
+            agent["name"],
             task.attempts,
             proc.pid,
         )
+        return True
 
     def _collect_finished(self, report: PassReport) -> None:
         for task_id, runner in list(self.runners.items()):
             code = runner.proc.poll()
+            if code is None and time.monotonic() > runner.deadline:
+                log.error(
+                    "runner %d for %s is past its deadline; killing it",
+                    runner.proc.pid,
+                    runner.task_id,
+                )
+                runner.kill()
+                code = runner.proc.wait()
             if code is None:
                 continue
             del self.runners[task_id]
@@ -213,18 +257,22 @@ class Scheduler:
             level = logging.INFO if code == 0 else logging.ERROR
             log.log(level, "runner for %s exited %d after %.1fs", runner.task_id, code, seconds)
             report.finished.append((runner.task_id, code))
+            kill_claim_processes(runner.token)  # nothing of an attempt outlives its runner
             if code != 0:
                 self._recover(task_id, runner, code)
 
     def _recover(self, task_id: str, runner: Runner, code: int) -> None:
-        """A runner that died left its task claimed: recover it now, not at lease expiry."""
+        """A runner that died left its task claimed: recover it now, not at lease expiry.
+
+        Only if the claim is still the one this runner held (its token): a claim requeued
+        by hand, or claimed again since, is somebody else's.
+        """
         try:
             task = queue_utils.get_task(task_id)
         except OctopoidError:
             return
-        ours = {str(runner.proc.pid), str(os.getpid())}
-        if task.state is TaskState.CLAIMED and task.headers.get("PID") in ours:
-            moved = queue_utils.recover_dead_claim(task, f"runner exited with status {code}")
+        if task.state is TaskState.CLAIMED and claim_token(task) == runner.token:
+            moved = recovery.recover_dead_claim(task, f"runner exited with status {code}")
             if moved is not None:
                 log.warning("recovered %s from a dead runner -> %s", task.label, moved.state.value)
 

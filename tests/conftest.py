@@ -93,3 +93,10 @@ def write_agents(root: Path, *, argv: list[str] | None = None, **top: object) ->
     }
     doc = {"lease_seconds": 30, **top, "agents": [agent]}
     (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))
+
+
+def run_claimed(task, agent: str):
+    """Run one attempt in this process for a task just claimed, as its runner would."""
+    from orchestrator.roles.implementer import run_attempt
+
+    return run_attempt(task.id, agent, task.headers["CLAIM_TOKEN"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config
+from orchestrator import config, recovery
 from orchestrator import queue_utils as q
 from orchestrator.task_notes import notes_summary, split_notes
 
@@ -153,7 +153,7 @@ def test_notes_survive_every_way_back(project: Path, path: str) -> None:
         q.requeue_task(tid)
     elif path == "reap":
         q.claim_task(None, "a", pid=2**22 + 7, lease_seconds=10)
-        assert q.reap_expired_claims(now=utcnow() + timedelta(minutes=5))
+        assert recovery.reap_expired_claims(now=utcnow() + timedelta(minutes=5))
     else:
         q.claim_task(None, "a")
         q.recycle_to_breakdown(tid, "burned out")
@@ -191,5 +191,5 @@ def test_notes_left_by_a_crash_after_done_are_cleaned_by_the_reaper(project: Pat
     q.complete_task(tid)
     q.save_task_notes(tid, "a", "written as if the cleanup had crashed", 0, 1)
     q.save_task_notes("other", "a", "a task no queue holds keeps its notes", 0, 1)
-    q.reap_expired_claims()
+    recovery.reap_expired_claims()
     assert q.get_task_notes(tid) is None and q.get_task_notes("other") is not None

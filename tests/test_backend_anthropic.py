@@ -9,9 +9,9 @@ import pytest
 
 from orchestrator import config, git_utils
 from orchestrator import queue_utils as q
-from orchestrator.roles.implementer import run_attempt
 from orchestrator.tasks import TaskState
 
+from .conftest import run_claimed
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text, tool_use
 
 KEY = "sk-ant-api03-test-key-0123456789abcdef"
@@ -41,8 +41,7 @@ def anthropic_agent(git_project: Path, monkeypatch: pytest.MonkeyPatch):
                 "prices:\n  claude-sonnet-4-6: {input_per_mtok: 3, output_per_mtok: 15}\n"
             )
             tid = q.create_task("make the greeting friendlier").id
-            q.claim_task(None, "api-1")
-            report = run_attempt(tid, "api-1")
+            report = run_claimed(q.claim_task(None, "api-1"), "api-1")
         return tid, report, api
 
     return run

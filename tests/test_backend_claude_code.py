@@ -15,10 +15,9 @@ from orchestrator.agent_status import agents_overview
 from orchestrator.backends.base import AgentRequest
 from orchestrator.backends.claude_code import ClaudeCodeBackend, StreamJsonParser
 from orchestrator.fsutil import TailBuffer
-from orchestrator.roles.implementer import run_attempt
 from orchestrator.tasks import TaskState
 
-from .conftest import HELPERS
+from .conftest import HELPERS, run_claimed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude"
 
@@ -44,8 +43,7 @@ def fake_claude(git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         tid = q.create_task(title).id
-        q.claim_task(None, "claude-1")
-        report = run_attempt(tid, "claude-1")
+        report = run_claimed(q.claim_task(None, "claude-1"), "claude-1")
         call = json.loads((tmp_path / "claude-call.json").read_text())
         return tid, report, call
 
@@ -74,7 +72,7 @@ def test_a_recorded_success_commits_and_reports_real_numbers(fake_claude) -> Non
     assert "→ Bash:" in log and "Committed hi.txt." in log and '{"type"' not in log
     task = q.get_task(tid)
     assert task.headers["TURNS_TOTAL"] == "2" and task.headers["COST_USD_TOTAL"] == "0.0200"
-    assert "1 commits, 2 turns, $0.02" in task.history[-1]
+    assert "1 commit, 2 turns, $0.02" in task.history[-1]
     (row,) = agents_overview()
     assert row["last_outcome"] == "success" and row["cost_today_usd"] == 0.02
 
@@ -132,8 +130,7 @@ def test_missing_claude_is_a_clear_error(git_project: Path) -> None:
     (row,) = agents_overview()
     assert "npm install -g @anthropic-ai/claude-code" in row["problem"]
     tid = q.create_task("t").id
-    q.claim_task(None, "c")
-    report = run_attempt(tid, "c")
+    report = run_claimed(q.claim_task(None, "c"), "c")
     assert report.next_state == "incoming"
     assert "'claude-not-installed' is not on PATH" in q.get_task_notes(tid)
     assert q.get_task(tid).state is TaskState.INCOMING

@@ -11,10 +11,10 @@ import pytest
 from orchestrator import config, git_utils
 from orchestrator import queue_utils as q
 from orchestrator.backends import AgentResult
-from orchestrator.roles.implementer import _settle, run_attempt
+from orchestrator.roles.implementer import _settle
 from orchestrator.tasks import TaskState
 
-from .conftest import write_agents
+from .conftest import run_claimed, write_agents
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def repo_with_agent(git_project: Path) -> Path:
 def attempt(title: str, **kw) -> tuple[str, object]:
     q.create_task(title, **kw)
     claimed = q.claim_task(None, "impl-1")
-    return claimed.id, run_attempt(claimed.id, "impl-1")
+    return claimed.id, run_claimed(claimed, "impl-1")
 
 
 def prompt_of(task_id: str, n: int) -> str:
@@ -53,7 +53,7 @@ def test_a_failed_attempts_output_reaches_the_next_prompt(repo_with_agent: Path)
     tid, first = attempt("fail-once please")
     assert first.next_state == "incoming" and "exit status 1" in first.reason
     assert "exit status 1" in q.get_task(tid).history[-1]
-    second = run_attempt(q.claim_task(None, "impl-1").id, "impl-1")
+    second = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert second.next_state == "provisional"
     prompt = prompt_of(tid, 2)
     assert "## Previous Agent Notes" in prompt and "CLUE: the config lives in" in prompt
@@ -64,7 +64,7 @@ def test_a_failed_attempts_output_reaches_the_next_prompt(repo_with_agent: Path)
 def test_retry_reuses_the_branch_and_keeps_earlier_commits(repo_with_agent: Path) -> None:
     tid, _ = attempt("plain")
     q.reject_completion(tid, "also add docs please")
-    report = run_attempt(q.claim_task(None, "impl-1").id, "impl-1")
+    report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert report.commits == 1  # counted from this attempt's start
     assert "also add docs please" in prompt_of(tid, 2)
     log = list(git.Repo(git_utils.worktree_for(tid)).iter_commits(max_count=3))
@@ -75,7 +75,7 @@ def test_max_attempts_ends_in_failed(repo_with_agent: Path) -> None:
     write_agents(repo_with_agent, max_attempts=2)
     tid, first = attempt("always-fail")
     assert first.next_state == "incoming"
-    second = run_attempt(q.claim_task(None, "impl-1").id, "impl-1")
+    second = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert second.next_state == "failed"
     assert "attempts exhausted" in q.get_task(tid).headers["ERROR"]
     assert "I cannot do this" in q.get_task_notes(tid)

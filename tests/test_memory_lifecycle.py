@@ -13,9 +13,8 @@ from orchestrator import queue_utils as q
 from orchestrator.cli import cli
 from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
-from orchestrator.roles.implementer import run_attempt
 
-from .conftest import write_agents
+from .conftest import run_claimed, write_agents
 
 
 def run(*args: str, env: dict | None = None, code: int = 0) -> str:
@@ -27,8 +26,7 @@ def run(*args: str, env: dict | None = None, code: int = 0) -> str:
 def test_an_agent_learns_and_accept_makes_it_project_memory(git_project: Path) -> None:
     write_agents(git_project)
     tid = q.create_task("learn about the build", context="The build is slow").id
-    q.claim_task(None, "impl-1")
-    report = run_attempt(tid, "impl-1")
+    report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert report.next_state == "provisional"
     eph = NotesManager(notes_id=f"TASK-{tid}")
     assert "The build is slow" in eph.task_context()
@@ -41,8 +39,7 @@ def test_an_agent_learns_and_accept_makes_it_project_memory(git_project: Path) -
     assert hit["tags"] == [f"TASK-{tid}"] and hit["task_id"] == f"TASK-{tid}"
     assert hit["metadata"] == {"source": f"notes.TASK-{tid}.md", "promoted_by": "alice"}
     nxt = q.create_task("speed up the build cache").id
-    q.claim_task(None, "impl-1")
-    run_attempt(nxt, "impl-1")
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     prompt = (config.get_logs_dir() / f"TASK-{nxt}" / "attempt-1.prompt.md").read_text()
     assert "## Relevant Memory" in prompt and "the build cache lives in .cache/build" in prompt
     assert MemoryStore().get_note(hit["id"])["access_count"] == 1
@@ -51,8 +48,7 @@ def test_an_agent_learns_and_accept_makes_it_project_memory(git_project: Path) -
 def test_reject_and_retry_keep_the_task_notes(git_project: Path) -> None:
     write_agents(git_project)
     tid = q.create_task("learn again").id
-    q.claim_task(None, "impl-1")
-    run_attempt(tid, "impl-1")
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     review.reject(tid, "not yet")
     assert NotesManager(notes_id=f"TASK-{tid}").count_items() == 1
 

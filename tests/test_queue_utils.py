@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator import queue_utils as q
-from orchestrator import reports
+from orchestrator import recovery, reports
 from orchestrator.exceptions import IllegalTransition, TaskNotFound
+from orchestrator.leases import attempts_left
 from orchestrator.tasks import TaskState, parse_time, read_task_file, utcnow
 
 S = TaskState
@@ -194,20 +195,22 @@ def test_reaper_returns_a_dead_agents_task_and_fails_it_when_attempts_are_spent(
     for attempt in (1, 2):
         q.claim_task(None, "x", lease_seconds=60, now=now)
         q.renew_lease(tid, lease_seconds=60, now=now, pid=dead_pid)  # a runner took over
-        assert q.reap_expired_claims(now=now + timedelta(seconds=30), max_attempts=2) == []
-        reaped = q.reap_expired_claims(now=now + timedelta(seconds=61), max_attempts=2)
+        assert recovery.reap_expired_claims(now=now + timedelta(seconds=30), max_attempts=2) == []
+        reaped = recovery.reap_expired_claims(now=now + timedelta(seconds=61), max_attempts=2)
         assert [(t.id, s) for t, s in reaped] == [(tid, S.INCOMING if attempt == 1 else S.FAILED)]
     assert where(project, tid) == ["failed"]
     assert "attempts exhausted" in q.get_task(tid).headers["ERROR"]
 
 
-def test_a_claim_no_runner_took_over_is_requeued_with_its_attempt_undone(project: Path):
+def test_a_claim_no_runner_took_over_is_requeued_with_its_attempt_given_back(project: Path):
     now = utcnow()
     tid = q.create_task("t").id
     q.claim_task(None, "x", lease_seconds=60, pid=exited_pid(), now=now)
-    ((task, state),) = q.reap_expired_claims(now=now + timedelta(seconds=61), max_attempts=1)
-    assert state is S.INCOMING and task.attempts == 0
-    assert "no runner ever started" in task.history[-1]
+    ((task, state),) = recovery.reap_expired_claims(now=now + timedelta(seconds=61), max_attempts=1)
+    assert state is S.INCOMING
+    assert task.attempts == 1 and task.headers["INTERRUPTED"] == "1"  # ATTEMPTS never goes down
+    assert attempts_left(task, 1) == 1
+    assert "no runner started" in task.history[-1]
     assert q.get_task_notes(tid) is None  # nothing ran, so nothing to note
 
 
@@ -215,7 +218,7 @@ def test_reaper_leaves_a_live_owner_alone(project: Path) -> None:
     now = utcnow()
     q.create_task("t")
     q.claim_task(None, "x", lease_seconds=60, now=now)  # owned by this (live) process
-    assert q.reap_expired_claims(now=now + timedelta(hours=1)) == []
+    assert recovery.reap_expired_claims(now=now + timedelta(hours=1)) == []
 
 
 def test_a_claim_without_lease_headers_is_reaped_by_file_age(project: Path) -> None:
@@ -223,8 +226,8 @@ def test_a_claim_without_lease_headers_is_reaped_by_file_age(project: Path) -> N
     tid = q.create_task("t").id
     queue = project / ".octopoid/runtime/queue"
     os.rename(queue / "incoming" / f"TASK-{tid}.md", queue / "claimed" / f"TASK-{tid}.md")
-    assert q.reap_expired_claims(now=utcnow()) == []
-    reaped = q.reap_expired_claims(now=utcnow() + timedelta(hours=1))
+    assert recovery.reap_expired_claims(now=utcnow()) == []
+    reaped = recovery.reap_expired_claims(now=utcnow() + timedelta(hours=1))
     assert [t.id for t, _ in reaped] == [tid] and where(project, tid) == ["incoming"]
 
 

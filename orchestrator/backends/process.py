@@ -1,19 +1,18 @@
 """Run an agent as a child process: stream its output, enforce the timeout, never leak it.
 
-The child gets its own process group (so a timeout or shutdown kills everything it
-started) and, on Linux, dies with its parent (so a runner killed with -9 leaves no agent
-working on behind its back).
+The child gets its own session and process group (so a timeout or shutdown kills
+everything it started) and, on Linux, dies with its parent. What escapes the group (a
+``setsid`` grandchild) is caught by the runner as subreaper, or by the claim token in its
+environment (``processes.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,18 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..fsutil import TailBuffer
+from ..processes import in_new_session_dying_with_parent, signal_group
 from .base import AgentRequest
 
 KILL_GRACE_SECONDS = 5.0
 TICK_SECONDS = 1.0
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass
@@ -83,7 +75,7 @@ def run_process(
             stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=in_new_session_dying_with_parent,
         )
     except OSError as exc:
         return ProcessOutcome(None, False, f"cannot run {argv[0]!r}: {exc.strerror or exc}")
@@ -140,15 +132,10 @@ def _pump(
 def _kill_group(proc: subprocess.Popen) -> None:
     """Stop the agent and everything it started: TERM, a grace period, then KILL."""
     if proc.poll() is None:
-        _signal_group(proc, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(KILL_GRACE_SECONDS)
-    _signal_group(proc, signal.SIGKILL)  # stragglers in the group, even if the leader exited
+    signal_group(proc.pid, signal.SIGKILL)  # stragglers in the group, even if the leader exited
     proc.wait()
     if proc.stdout:
         proc.stdout.close()
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)

@@ -8,10 +8,13 @@ tool runs in the worktree with a timeout: it is a convenience, not a sandbox.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ..processes import signal_group
 
 MAX_READ_CHARS = 100_000
 MAX_TOOL_OUTPUT = 20_000
@@ -171,19 +174,26 @@ class WorktreeTools:
         return "\n".join(hits) or "no matches"
 
     def run_command(self, command: str) -> str:
+        """The shell in its own process group; a timeout kills the whole group, not the shell."""
+        proc = subprocess.Popen(
+            command,
+            shell=True,
+            cwd=self.root,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                command,
-                shell=True,
-                cwd=self.root,
-                env=self.env,
-                capture_output=True,
-                timeout=self.command_timeout,
-                stdin=subprocess.DEVNULL,
-            )
+            stdout, _ = proc.communicate(timeout=self.command_timeout)
         except subprocess.TimeoutExpired:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.stdout.close()  # a child that left the group may hold the pipe: don't wait
+            proc.wait()
             raise ToolError(f"command timed out after {self.command_timeout:g}s") from None
-        out = (done.stdout + done.stderr).decode("utf-8", errors="replace")
+        signal_group(proc.pid, signal.SIGKILL)  # whatever it left running in the background
+        out = stdout.decode("utf-8", errors="replace")
         if len(out) > MAX_TOOL_OUTPUT:
             out = f"[...{len(out) - MAX_TOOL_OUTPUT} chars cut...]\n" + out[-MAX_TOOL_OUTPUT:]
-        return f"exit status {done.returncode}\n{out}"
+        return f"exit status {proc.returncode}\n{out}"

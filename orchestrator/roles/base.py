@@ -1,4 +1,4 @@
-"""What every role's attempt shares: lease keeping, shutdown signals, the agent's environment."""
+"""What every role's attempt shares: the claim it owns, stop signals, the agent's environment."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 from types import FrameType
 
 from .. import config, queue_utils
-from ..exceptions import IllegalTransition, OctopoidError
+from ..exceptions import LostClaim, OctopoidError
+from ..processes import TASK_ENV, TOKEN_ENV
+from ..recovery import STOP_SIGNAL
 from ..tasks import Task, task_label
 
 
@@ -17,43 +19,56 @@ class Terminated(OctopoidError):
     """The runner was asked to stop (SIGTERM from the scheduler's shutdown)."""
 
 
-class LeaseLost(OctopoidError):
-    """The task left claimed while the agent worked (reaped, or requeued by hand)."""
-
-
-def raise_on_sigterm() -> None:
-    """Turn the first SIGTERM into ``Terminated``; later ones are ignored while we clean up."""
+def raise_on_stop_signals() -> None:
+    """SIGTERM becomes ``Terminated`` (shutdown: the attempt is given back); the stop signal
+    of ``octopoid requeue`` becomes ``LostClaim``. Later signals are ignored while we clean up.
+    """
 
     def handler(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+        if signum == STOP_SIGNAL:
+            raise LostClaim("stopped: the claim was taken back (octopoid requeue)")
         raise Terminated("stopped: the scheduler is shutting down")
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(STOP_SIGNAL, handler)
 
 
-class LeaseKeeper:
-    """Renews a claim's lease every third of its length; raises ``LeaseLost`` if it is gone."""
+class Claim:
+    """The claim this runner owns: its token fences every write; renewed every third of a lease.
 
-    def __init__(self, task_id: str, lease_seconds: int) -> None:
+    Between renewals, ``tick`` notices within a second (a ``stat``) when the task file was
+    rewritten by someone else, and checks the token is still ours.
+    """
+
+    def __init__(self, task_id: str, token: str, lease_seconds: int) -> None:
         self.task_id = task_id
+        self.token = token
         self.lease_seconds = lease_seconds
         self._last = 0.0
+        self._seen: tuple[int, int] | None = None
+        self.task: Task | None = None
 
-    def take_over(self) -> Task:
-        """Put this process's PID on the lease (the scheduler claimed it for us)."""
-        task = self._renew(pid=os.getpid())
-        return task
+    def take_over(self, deadline_seconds: float) -> Task:
+        """Put this process on the lease (the scheduler claimed it for us) with a deadline."""
+        return self._renew(pid=os.getpid(), deadline_seconds=deadline_seconds)
 
     def tick(self) -> None:
-        if time.monotonic() - self._last >= self.lease_seconds / 3:
+        if time.monotonic() - self._last >= self.lease_seconds / 3 or self._rewritten():
             self._renew()
 
-    def _renew(self, pid: int | None = None) -> Task:
+    def _rewritten(self) -> bool:
         try:
-            task = queue_utils.renew_lease(self.task_id, self.lease_seconds, pid=pid)
-        except IllegalTransition as exc:
-            raise LeaseLost(f"lease lost: {exc}") from None
-        self._last = time.monotonic()
+            st = os.stat(self.task.path)
+        except FileNotFoundError:
+            return True
+        return (st.st_ino, st.st_mtime_ns) != self._seen
+
+    def _renew(self, **kwargs: object) -> Task:
+        task = queue_utils.renew_lease(self.task_id, self.lease_seconds, token=self.token, **kwargs)
+        st = os.stat(task.path)
+        self.task, self._seen, self._last = task, (st.st_ino, st.st_mtime_ns), time.monotonic()
         return task
 
 
@@ -63,10 +78,10 @@ def agent_env(agent: dict) -> dict[str, str]:
 
 
 def attempt_env(agent: dict, task: Task, worktree: Path, prompt_file: Path) -> dict[str, str]:
-    """The agent's environment, plus where it is and which task it works on."""
+    """The agent's environment, plus where it is and which task and claim it works on."""
     env = agent_env(agent)
     env.update(
-        OCTOPOID_TASK_ID=task.label,
+        {TOKEN_ENV: task.headers.get("CLAIM_TOKEN", ""), TASK_ENV: task.label},
         OCTOPOID_NOTES_ID=task_label(task.id),
         OCTOPOID_WORKTREE=str(worktree),
         OCTOPOID_ROOT=str(config.find_project_root()),

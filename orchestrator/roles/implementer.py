@@ -1,40 +1,54 @@
 """One attempt of one task: worktree, prompt, agent, notes, then the task's next state.
 
-Runs as its own process (``python -m orchestrator.roles.implementer TASK AGENT``) so that a
-scheduler restart does not stop the work, and the lease carries this process's PID. Retry
-notes are saved on every path out: success, failure, timeout, error and SIGTERM.
+Runs as its own process (``python -m orchestrator.roles.implementer TASK AGENT``, with the
+claim's token in ``OCTOPOID_CLAIM_TOKEN``) so that a scheduler restart does not stop the
+work, and the lease names this exact process. Every write to the task is fenced by the
+token: a runner whose claim was taken back stops its agent, saves its notes as a lost
+attempt and touches nothing else. Retry notes are saved on every path out: success,
+failure, timeout, error, SIGTERM and a lost claim. The runner adopts orphans (subreaper)
+and kills every process the attempt started before it exits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
 import sys
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from .. import agent_status, config, git_utils, queue_utils
+from .. import agent_status, config, defaults, git_utils, queue_utils, recovery
 from ..backends import AgentRequest, AgentResult, get_backend
-from ..exceptions import OctopoidError
+from ..exceptions import LostClaim, OctopoidError
 from ..fsutil import TailBuffer, atomic_write
 from ..leases import attempts_left
 from ..memory import lifecycle
 from ..memory.retrieval import relevant_notes
 from ..memory.store import MemoryStore, project_scope
+from ..processes import (
+    TASK_ENV,
+    TOKEN_ENV,
+    become_subreaper,
+    kill_claim_processes,
+    kill_descendants,
+    kill_marked,
+    marked_processes,
+)
 from ..prompts import MEMORY_HOWTO, build_prompt, render_memory, render_previous_notes
 from ..redaction import Redactor
 from ..task_notes import stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
 from .base import (
-    LeaseKeeper,
-    LeaseLost,
+    Claim,
     Terminated,
     agent_env,
     attempt_env,
     find_agent,
-    raise_on_sigterm,
+    raise_on_stop_signals,
 )
 
 BURN_OUT_SHARE = 0.8  # of max_turns, with no commits: the attempt is burning out
@@ -64,13 +78,14 @@ def instructions_for(role: str) -> str:
     return path.read_text(encoding="utf-8") if path.exists() else ""
 
 
-def run_attempt(task_id: str, agent_name: str) -> AttemptReport:
-    """Run one attempt of a task this process's scheduler claimed for ``agent_name``."""
+def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
+    """Run one attempt of a task the scheduler claimed for ``agent_name`` with ``token``."""
     task_id = normalize_task_id(task_id)
     agents_cfg, cfg = config.load_agents(), config.load_config()
     agent = find_agent(agents_cfg, agent_name)
-    lease = LeaseKeeper(task_id, agents_cfg["lease_seconds"])
-    task = lease.take_over()
+    claim = Claim(task_id, token, agents_cfg["lease_seconds"])
+    task = claim.take_over(agent["timeout_seconds"] + defaults.RUNNER_DEADLINE_GRACE_SECONDS)
+    _wait_for_earlier_attempts(task, agents_cfg["shutdown_grace_seconds"])
     log_dir = attempt_log_dir(task_id)
     output = TailBuffer(
         cfg["notes"]["stdout_limit"],
@@ -80,38 +95,72 @@ def run_attempt(task_id: str, agent_name: str) -> AttemptReport:
     )
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
     try:
-        result, commits = _work(task, agent, cfg, lease, log_dir, output)
-    except (Terminated, LeaseLost) as exc:
+        result, commits = _work(task, agent, cfg, claim, log_dir, output)
+    except (Terminated, LostClaim) as exc:
         result = AgentResult(None, "error", summary=str(exc), details={"stop": type(exc).__name__})
     except OctopoidError as exc:
         result = AgentResult(None, "error", summary=str(exc))
     finally:
-        output.feed(
-            f"\n[octopoid] attempt {task.attempts}: {result.outcome}: {result.summary}; "
-            f"{commits} commits\n".encode()
-        )
-        output.close()
-        queue_utils.save_task_notes(
-            task.id,
-            agent_name,
-            output.text(),
-            commits,
-            result.turns,
-            attempt=task.attempts,
-            dropped_chars=output.dropped_chars,
-            cost_usd=result.cost_usd,
-        )
-        os.replace(stdout_log_path(task_id), log_dir / f"attempt-{task.attempts}.log")
-    queue_utils.record_usage(task, result.turns, result.cost_usd)
-    report = _settle(task, agent, agents_cfg, result, commits)
+        kill_claim_processes(token)  # whatever the agent left running dies with the attempt
+        _save_notes(task, agent_name, result, commits, output, log_dir)
+    try:
+        queue_utils.record_usage(task, result.turns, result.cost_usd)
+        report = _settle(task, agent, agents_cfg, result, commits)
+    except LostClaim as exc:
+        result.details["stop"] = "LostClaim"
+        report = _report(task, result, commits, "(not ours any more)", str(exc))
     agent_status.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd
     )
     return report
 
 
+def _wait_for_earlier_attempts(task: Task, grace: float) -> None:
+    """Start only once every process of an earlier attempt of this task is gone.
+
+    A requeued or reaped attempt is told to stop; this is the guarantee that two agents
+    never share the worktree, whoever moved the task and however its runner died. What an
+    earlier runner streamed but never saved becomes that attempt's notes.
+    """
+    deadline = time.monotonic() + grace
+    while marked_processes(**{TASK_ENV: task.label}) and time.monotonic() < deadline:
+        time.sleep(0.1)  # this runner has started nothing yet: all of these are earlier
+    kill_marked(**{TASK_ENV: task.label})
+    if task.attempts > 1:
+        recovery.salvage_lost_output(
+            task, task.attempts - 1, "an earlier runner stopped before saving its notes"
+        )
+
+
+def _save_notes(
+    task: Task,
+    agent_name: str,
+    result: AgentResult,
+    commits: int,
+    output: TailBuffer,
+    log_dir: Path,
+) -> None:
+    output.feed(
+        f"\n[octopoid] attempt {task.attempts}: {result.outcome}: {result.summary}; "
+        f"{commits} commit{'s' * (commits != 1)}\n".encode()
+    )
+    output.close()
+    queue_utils.save_task_notes(
+        task.id,
+        agent_name,
+        output.text(),
+        commits,
+        result.turns,
+        attempt=task.attempts,
+        dropped_chars=output.dropped_chars,
+        cost_usd=result.cost_usd,
+    )
+    with contextlib.suppress(FileNotFoundError):  # a salvager may have archived it already
+        os.replace(stdout_log_path(task.id), log_dir / f"attempt-{task.attempts}.log")
+
+
 def _work(
-    task: Task, agent: dict, cfg: dict, lease: LeaseKeeper, log_dir: Path, output: TailBuffer
+    task: Task, agent: dict, cfg: dict, claim: Claim, log_dir: Path, output: TailBuffer
 ) -> tuple[AgentResult, int]:
     repo = git_utils.open_repo()
     worktree = git_utils.ensure_worktree(repo, task.id, task.branch)
@@ -135,7 +184,7 @@ def _work(
         timeout_seconds=agent["timeout_seconds"],
         max_turns=agent["max_turns"],
         max_budget_usd=agent.get("max_budget_usd"),
-        on_tick=lease.tick,
+        on_tick=claim.tick,
     )
     result = get_backend(agent["backend"]).run(request, output)
     return result, git_utils.commits_since(worktree, before)
@@ -151,22 +200,28 @@ def _memory_block(task: Task, cfg: dict) -> str:
     return render_memory(chosen)
 
 
+def _report(
+    task: Task, result: AgentResult, commits: int, state: str, reason: str
+) -> AttemptReport:
+    return AttemptReport(
+        task.label, task.attempts, result.outcome, commits, result.turns, state, reason
+    )
+
+
 def _settle(
     task: Task, agent: dict, agents_cfg: dict, result: AgentResult, commits: int
 ) -> AttemptReport:
-    """Decide and make the task's next move."""
+    """Decide and make the task's next move (each move fenced by the claim ``task`` carries)."""
     stop = result.details.get("stop")
-    reason = f"{result.outcome}: {result.summary}; {commits} commits"
+    reason = f"{result.outcome}: {result.summary}; {commits} commit{'s' * (commits != 1)}"
     burned = commits == 0 and result.turns >= BURN_OUT_SHARE * agent["max_turns"]
     burned_total = int(task.headers.get("BURNED_OUT") or 0) + burned
 
     def report(state: TaskState | str) -> AttemptReport:
         value = state.value if isinstance(state, TaskState) else state
-        return AttemptReport(
-            task.label, task.attempts, result.outcome, commits, result.turns, value, reason
-        )
+        return _report(task, result, commits, value, reason)
 
-    if stop == "LeaseLost":
+    if stop == "LostClaim":
         return report("(not ours any more)")
     if stop == "Terminated":
         queue_utils.requeue_task(task, reason, "octopoid", counted=False)
@@ -201,15 +256,23 @@ def _settle(
 def main(argv: list[str] | None = None) -> int:
     """Runner entry point: one attempt, a JSON report on stdout."""
     args = argv if argv is not None else sys.argv[1:]
-    if len(args) != 2:
-        print("usage: python -m orchestrator.roles.implementer TASK-ID AGENT-NAME", file=sys.stderr)
+    token = os.environ.get(TOKEN_ENV, "")
+    if len(args) != 2 or not token:
+        print(
+            f"usage: {TOKEN_ENV}=<claim token> python -m orchestrator.roles.implementer "
+            "TASK-ID AGENT-NAME",
+            file=sys.stderr,
+        )
         return 2
-    raise_on_sigterm()
+    raise_on_stop_signals()
+    become_subreaper()
     try:
-        report = run_attempt(args[0], args[1])
+        report = run_attempt(args[0], args[1], token)
     except OctopoidError as exc:
         print(f"octopoid runner: {exc}", file=sys.stderr)
         return exc.exit_code
+    finally:
+        kill_descendants()  # orphans the attempt left, adopted by us as subreaper
     report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps(report.__dict__), flush=True)
     return 0
