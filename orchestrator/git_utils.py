@@ -92,6 +92,25 @@ def ensure_worktree(repo: git.Repo, task_id: str, base: str) -> Path:
     return path
 
 
+def branch_tip(repo: git.Repo, name: str) -> str:
+    with _git_errors(f"git rev-parse {name}"):
+        return repo.git.rev_parse("--verify", f"refs/heads/{name}^{{commit}}")
+
+
+def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) -> bool:
+    """Did an accept merge the task into ``base`` since ``base_before``?
+
+    True when the task branch's tip is in ``base`` (merge, fast-forward) or a commit on
+    ``base`` since ``base_before`` carries the accept's message (squash).
+    """
+    branch = branch_for(task_id)
+    with _git_errors(f"git log {base}"):
+        if branch_exists(repo, branch) and repo.is_ancestor(branch, base):
+            return True
+        subjects = repo.git.log("--format=%s", f"{base_before}..refs/heads/{base}").splitlines()
+    return any(s.startswith(f"Merge {task_label(task_id)}: ") for s in subjects)
+
+
 def head_sha(path: Path) -> str:
     with _git_errors(f"git rev-parse HEAD in {path}"):
         return git.Repo(path).head.commit.hexsha

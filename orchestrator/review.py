@@ -13,6 +13,7 @@ from .exceptions import GitError, IllegalTransition
 from .memory import lifecycle
 from .memory.distill import distill
 from .memory.notes import NotesManager
+from .store import QueueStore
 from .tasks import Task, TaskState, normalize_task_id
 
 log = logging.getLogger("octopoid.review")
@@ -31,38 +32,84 @@ class Accepted:
 def accept(task_id: str, accepted_by: str = "human") -> Accepted:
     """Merge the task's branch into its base, move it to done, then remove worktree and branch.
 
-    A refused merge (conflict, dirty checkout) changes nothing: the task stays in
-    provisional. The merge comes before the move, so a crash in between is healed by
-    running accept again (the merge is then already done). Cleanup comes last and a failure
-    there is reported, not fatal: `octopoid worktrees --prune` finishes it.
+    The task is held for the whole workflow (``QueueStore.hold``): a reject, requeue or
+    second accept meanwhile fails at once saying the task is being accepted. A refused
+    merge (conflict, dirty checkout) changes nothing: the task stays in provisional. The
+    merge is recorded in a ``MERGED`` header before the move, so an accept interrupted
+    after merging is finished by the next accept (which does not merge again) and cannot
+    be rejected. Cleanup comes last; a failure there is reported, not fatal
+    (`octopoid worktrees --prune` finishes it).
     """
-    task = queue_utils.get_task(normalize_task_id(task_id))
-    if task.state is not TaskState.PROVISIONAL:
-        raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
-    strategy = config.load_config()["merge"]["strategy"]
-    merged = None
-    if strategy != "none":
-        repo = git_utils.open_repo()
-        merged = git_utils.merge_task_branch(repo, task.id, task.branch, strategy, task.title)
-    done = queue_utils.accept_completion(task, accepted_by)
-    result = Accepted(done, strategy, merged)
-    working = NotesManager(notes_id=task.label)
-    items = working.get_all_items() if working.notes_file.exists() else []
-    result.promoted = lifecycle.promote_task_notes(task.id, accepted_by)
-    result.distilled = distill(done, items, config.load_config()["memory"])
-    working.cleanup()
-    if strategy != "none":
-        try:
-            git_utils.remove_worktree(git_utils.open_repo(), task.id)
-        except GitError as exc:
-            result.cleanup_error = str(exc)
-            log.error("accepted %s but could not clean up: %s", task.label, exc)
+    task_id = normalize_task_id(task_id)
+    store = queue_utils.get_store()
+    with store.hold(task_id, "accepted"):
+        task = queue_utils.get_task(task_id)
+        if task.state is not TaskState.PROVISIONAL:
+            raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
+        strategy = config.load_config()["merge"]["strategy"]
+        merged = task.headers.get("MERGED") or None
+        if strategy != "none" and merged is None:
+            merged = _merge_once(store, task, strategy)
+        done = queue_utils.accept_completion(task.id, accepted_by)
+        result = Accepted(done, strategy, merged)
+        working = NotesManager(notes_id=task.label)
+        items = working.get_all_items() if working.notes_file.exists() else []
+        result.promoted = lifecycle.promote_task_notes(task.id, accepted_by)
+        result.distilled = distill(done, items, config.load_config()["memory"])
+        working.cleanup()
+        if strategy != "none":
+            try:
+                git_utils.remove_worktree(git_utils.open_repo(), task.id)
+            except GitError as exc:
+                result.cleanup_error = str(exc)
+                log.error("accepted %s but could not clean up: %s", task.label, exc)
     return result
 
 
+def _merge_once(store: QueueStore, task: Task, strategy: str) -> str:
+    """Merge the task's branch, journalled so an interrupted accept never merges twice.
+
+    ``MERGING`` (the base's tip before) is written before the merge and ``MERGED`` (the
+    tip after) once it is done. An accept that finds ``MERGING`` asks git whether the
+    merge already happened before merging.
+    """
+    repo = git_utils.open_repo()
+    before = task.headers.get("MERGING")
+    if before and git_utils.already_merged(repo, task.id, task.branch, before):
+        merged = git_utils.branch_tip(repo, task.branch)
+    else:
+        base_tip = git_utils.branch_tip(repo, task.branch)
+        store.update(task.id, TaskState.PROVISIONAL, lambda t: t.set_header("MERGING", base_tip))
+        merged = git_utils.merge_task_branch(repo, task.id, task.branch, strategy, task.title)
+    store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, merged))
+    return merged
+
+
+def _mark_merged(task: Task, sha: str) -> None:
+    task.drop_header("MERGING")
+    task.set_header("MERGED", sha)
+
+
 def reject(task_id: str, reason: str, rejected_by: str = "human") -> Task:
-    """Back to incoming with the reason in the notes; the branch and worktree stay for the retry."""
-    return queue_utils.reject_completion(normalize_task_id(task_id), reason, rejected_by)
+    """Back to incoming with the reason in the notes; the branch and worktree stay for the retry.
+
+    Holds the task like accept does. A task whose accept was interrupted is refused if git
+    shows its branch was already merged (finish it with accept); otherwise the unfinished
+    accept's journal is dropped and the reject goes ahead.
+    """
+    task_id = normalize_task_id(task_id)
+    store = queue_utils.get_store()
+    with store.hold(task_id, "rejected"):
+        task = queue_utils.get_task(task_id)
+        before = task.headers.get("MERGING")
+        if task.state is TaskState.PROVISIONAL and before:
+            repo = git_utils.open_repo()
+            if git_utils.already_merged(repo, task.id, task.branch, before):
+                tip = git_utils.branch_tip(repo, task.branch)
+                store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, tip))
+            else:
+                store.update(task.id, TaskState.PROVISIONAL, lambda t: t.drop_header("MERGING"))
+        return queue_utils.reject_completion(task_id, reason, rejected_by)
 
 
 def task_diff(task_id: str) -> str:
