@@ -188,7 +188,9 @@ def merge_task_branch(repo: git.Repo, task_id: str, base: str, strategy: str, ti
 def _merge_detached(repo: git.Repo, branch: str, base: str, strategy: str, message: str) -> str:
     scratch = config.get_worktrees_dir() / f".merge-{branch.replace('/', '-')}"
     if scratch.exists():
-        shutil.rmtree(scratch)
+        shutil.rmtree(scratch)  # an accept killed mid-merge left it
+    with _git_errors("git worktree prune"):
+        repo.git.worktree("prune")
     old = repo.commit(base).hexsha
     with _git_errors("git worktree add --detach"):
         repo.git.worktree("add", "--detach", str(scratch), base)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
+import git
 import pytest
 
 from orchestrator import config, reports
@@ -15,7 +19,9 @@ from orchestrator import queue_utils as q
 from orchestrator.task_notes import split_notes
 from orchestrator.tasks import TaskState, read_task_file
 
-from .conftest import child_env, helper_cmd, run_all, start_then_kill
+from .conftest import child_env, helper_cmd, run_all, start_then_kill, write_agents
+from .e2e.test_containment import AgentCounter
+from .e2e.test_daemon import OCTOPOID
 
 pytestmark = pytest.mark.slow
 
@@ -65,6 +71,7 @@ def _assert_invariant(project: Path, ids: set[str]) -> None:
 
 
 def test_kill_9_during_transitions_loses_no_task(project: Path) -> None:
+    """The state machine alone: a churner moving tasks at random, killed 25 times."""
     ids = {q.create_task(f"task {i}").id for i in range(30)}
     rng = random.Random(1234)
     for round_ in range(25):
@@ -98,3 +105,170 @@ def test_kill_9_during_a_notes_save_leaves_the_old_notes_whole(project: Path) ->
         for s in sections:  # every section present is whole
             assert s.body.count("-BEGIN") == 1 and s.body.count("-END") == 1
         assert [s.attempt for s in sections] == list(range(1, len(sections) + 1))
+
+
+class Chaos:
+    """A daemon on a git project, and random kill -9s of it, its runners, and review commands.
+
+    ``check()`` asserts the invariants after every kill: each task in exactly one folder,
+    ATTEMPTS never going down, at most one agent per task at any instant (sampled all the
+    time), and the base branch merged at most once per task.
+    """
+
+    def __init__(self, root: Path, rng: random.Random) -> None:
+        self.root, self.rng = root, rng
+        self.daemon: subprocess.Popen | None = None
+        self.attempts: dict[str, int] = {}
+        self.sampler = AgentCounter()
+        self.sampler.start()
+        self.out = open(root.parent / "chaos-daemon.out", "ab")  # noqa: SIM115
+
+    def ensure_daemon(self) -> None:
+        if self.daemon is None or self.daemon.poll() is not None:
+            self.daemon = subprocess.Popen(
+                [OCTOPOID, "scheduler", "run"],
+                cwd=self.root,
+                env=child_env(self.root) | {"OCTO_TEST_SLEEP": "0.3"},
+                stdout=self.out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill_later(self, proc: subprocess.Popen, delay: float) -> None:
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def cli(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [OCTOPOID, *args],
+            cwd=self.root,
+            env=child_env(self.root),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def one_kill(self) -> str:
+        """Kill one thing at a random moment; return what was killed."""
+        self.ensure_daemon()
+        roll = self.rng.random()
+        if roll < 0.2:
+            self.kill_later(self.daemon, self.rng.uniform(0.05, 0.6))
+            return "scheduler"
+        if roll < 0.45:
+            runners = runner_pids(self.root)
+            if runners:
+                time.sleep(self.rng.uniform(0, 0.2))
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.rng.choice(runners), signal.SIGKILL)
+                return "runner"
+        states = {
+            "accept": TaskState.PROVISIONAL,
+            "reject": TaskState.PROVISIONAL,
+            "requeue": TaskState.CLAIMED,
+            "retry": TaskState.FAILED,
+        }
+        command = self.rng.choice(list(states))
+        tasks = q.list_tasks(states[command])
+        if not tasks:
+            time.sleep(0.1)
+            return "nothing"
+        tid = self.rng.choice(tasks).id
+        args = [command, tid] + (["--reason", "chaos"] if command == "reject" else [])
+        self.kill_later(self.cli(*args), self.rng.uniform(0.05, 0.5))
+        return command
+
+    def check(self, ids: set[str]) -> None:
+        store = q.get_store()
+        queue = self.root / ".octopoid/runtime/queue"
+        for name in os.listdir(queue / TaskState.QUARANTINE.value):
+            raise AssertionError(f"quarantined: {name}")
+        for task_id in ids:
+            states = store.where(task_id)  # under the task's lock: movers cannot interleave
+            assert len(states) == 1, f"TASK-{task_id} in {states}"
+            attempts = q.get_task(task_id).attempts
+            assert attempts >= self.attempts.get(task_id, 0), f"TASK-{task_id} ATTEMPTS down"
+            self.attempts[task_id] = attempts
+        assert max(self.sampler.most.values(), default=0) <= 1, self.sampler.most
+        merges = merge_counts(self.root)
+        assert all(n == 1 for n in merges.values()), merges
+
+    def close(self) -> None:
+        self.sampler.stop()
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+            self.daemon.wait(60)
+        self.out.close()
+
+
+def runner_pids(root: Path) -> list[int]:
+    marker = f"OCTOPOID_ROOT={root}".encode()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if b"orchestrator.roles.implementer" not in f.read():
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    out.append(int(name))
+        except OSError:
+            continue
+    return out
+
+
+def merge_counts(root: Path) -> Counter:
+    subjects = git.Repo(root).git.log("--format=%s", "main").splitlines()
+    return Counter(s.split(":")[0] for s in subjects if s.startswith("Merge TASK-"))
+
+
+def test_random_kill_9s_of_daemon_runners_and_review_keep_every_invariant(git_project: Path):
+    """200 kill -9s (OCTOPOID_CHAOS_KILLS for more): scheduler, runners, accept, CLI moves.
+
+    The base branch is checked out nowhere (merges go through a scratch worktree and an
+    atomic ref update), as a kill inside `git merge` in a user's own checkout leaves git's
+    own state to clear by hand.
+    """
+    kills = int(os.environ.get("OCTOPOID_CHAOS_KILLS", "200"))
+    git.Repo(git_project).git.checkout("-b", "work")
+    write_agents(
+        git_project, max_concurrent=3, max_claimed=4, lease_seconds=4, shutdown_grace_seconds=1
+    )
+    ids = {q.create_task(f"slow chaos {i}").id for i in range(40)}
+    chaos = Chaos(git_project, random.Random(2026))
+    killed: Counter = Counter()
+    try:
+        while sum(killed.values()) - killed["nothing"] < kills:
+            killed[chaos.one_kill()] += 1
+            chaos.check(ids)
+            if q.get_store().count(TaskState.INCOMING) < 5:  # keep the agents busy
+                for t in q.list_tasks(TaskState.DONE)[:5]:
+                    ids.add(q.create_task(f"slow chaos more {t.id}").id)
+        heal(chaos, ids)
+    finally:
+        chaos.close()
+    assert killed["scheduler"] and killed["runner"] and killed["accept"], killed
+    merges = merge_counts(git_project)
+    done = {t.id for t in q.list_tasks(TaskState.DONE)}
+    assert {f"Merge TASK-{t}" for t in done} == set(merges), "merged iff done"
+
+
+def heal(chaos: Chaos, ids: set[str]) -> None:
+    """Stop the chaos, let the daemon finish, and accept everything that reaches review."""
+    chaos.ensure_daemon()
+    open_states = (TaskState.INCOMING, TaskState.CLAIMED, TaskState.PROVISIONAL)
+    deadline = time.monotonic() + 120
+    while any(q.get_store().count(s) for s in open_states):
+        assert time.monotonic() < deadline, [(t.label, t.state) for t in open_tasks()]
+        for task in q.list_tasks(TaskState.PROVISIONAL):
+            done = subprocess.run(
+                [OCTOPOID, "accept", task.id], cwd=chaos.root, env=child_env(chaos.root)
+            )
+            assert done.returncode == 0, task.id
+        time.sleep(0.2)
+    chaos.check(ids)
+
+
+def open_tasks() -> list:
+    return [t for s in (TaskState.INCOMING, TaskState.CLAIMED) for t in q.list_tasks(s)]

@@ -25,6 +25,7 @@ from .base import AgentRequest
 
 KILL_GRACE_SECONDS = 5.0
 TICK_SECONDS = 1.0
+EXIT_DRAIN_SECONDS = 0.5  # after the agent exits, output still arriving within this is kept
 
 
 @dataclass
@@ -111,9 +112,11 @@ def _pump(
     deadline: float,
     on_tick: Callable[[], None],
 ) -> bool:
-    """Copy output until EOF; True if the deadline passed first."""
+    """Copy output until EOF, or until the agent itself exited and its output went quiet
+    (a background process it left may hold the pipe open forever); True on timeout."""
     fd = proc.stdout.fileno()
     next_tick = time.monotonic() + TICK_SECONDS
+    quiet_since: float | None = None
     while True:
         now = time.monotonic()
         if now >= deadline:
@@ -121,12 +124,19 @@ def _pump(
         if now >= next_tick:
             on_tick()
             next_tick = now + TICK_SECONDS
-        ready, _, _ = select.select([fd], [], [], min(TICK_SECONDS, deadline - now))
+        if quiet_since is None and proc.poll() is not None:
+            quiet_since = now
+        if quiet_since is not None and now - quiet_since >= EXIT_DRAIN_SECONDS:
+            return False
+        wait = min(TICK_SECONDS, deadline - now, EXIT_DRAIN_SECONDS)
+        ready, _, _ = select.select([fd], [], [], wait)
         if ready:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 return False
             sink(chunk)
+            if quiet_since is not None:
+                quiet_since = time.monotonic()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -112,6 +112,12 @@ class FolderStore(QueueStore):
                 found = self._scan_for(task_id)
         return found
 
+    def where(self, task_id: str) -> list[TaskState]:
+        """Every folder holding the task, seen under its lock (a consistency check: one)."""
+        with self._lock(task_id):
+            self.recover(task_id)
+            return [s for s in TaskState if os.path.lexists(self.path(task_id, s))]
+
     def _scan_for(self, task_id: str) -> TaskState | None:
         for state in TaskState:
             if os.path.lexists(self.path(task_id, state)):

@@ -6,6 +6,9 @@
 - ``slow``: sleep OCTO_TEST_SLEEP seconds (default 30) before committing.
 - ``flood``: print OCTO_TEST_FLOOD_MB megabytes, then commit.
 - ``learn``: record a fact with `octopoid memory add`, then commit.
+- ``escape``: leave a grandchild running in a session of its own (``escape-bare``: with an
+  empty environment too, so only the runner as subreaper can find it), write its PID to
+  ``$OCTO_TEST_PIDS``, then commit.
 - anything else: write a file named after the task and commit it.
 Every run appends a line to ``$OCTO_TEST_RUNS`` (when set) so tests can count attempts.
 """
@@ -43,6 +46,11 @@ if "always-fail" in title:
     sys.exit(1)
 if "no-commit" in title:
     sys.exit(0)
+if "escape" in title:
+    env = {} if "escape-bare" in title else None
+    sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True, env=env)
+    with open(os.environ["OCTO_TEST_PIDS"], "a") as pids:
+        pids.write(f"{sleeper.pid}\n")
 if "slow" in title:
     time.sleep(float(os.environ.get("OCTO_TEST_SLEEP", "30")))
 if "flood" in title:

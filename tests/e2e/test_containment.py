@@ -1,0 +1,128 @@
+"""The real daemon: one agent per task at any instant, and nothing of an attempt survives it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from orchestrator import queue_utils as q
+from orchestrator.processes import ProcessId
+from orchestrator.tasks import TaskState
+
+from ..conftest import HELPERS, child_env
+from .test_daemon import OCTOPOID, _runner_owned, loop, state_of, wait_for
+
+pytestmark = pytest.mark.slow
+__all__ = ["loop"]  # the fixture, shared with test_daemon
+
+AGENT = str(HELPERS / "agent.py")
+
+
+def agents_per_task() -> Counter:
+    """How many scripted-agent processes run now, per task (from their environment).
+
+    A process forked by an agent (before it execs git) looks like an agent for a moment:
+    only processes whose parent is not an agent count.
+    """
+    found: dict[int, tuple[int, str]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if AGENT.encode() not in f.read():
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        task = env.get(b"OCTOPOID_TASK_ID")
+        if task:
+            ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+            found[int(name)] = (ppid, task.decode())
+    return Counter(task for ppid, task in found.values() if ppid not in found)
+
+
+class AgentCounter(threading.Thread):
+    """Samples agent processes every 10 ms; ``most`` is the largest count seen for a task."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.most: Counter = Counter()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for task, n in agents_per_task().items():
+                self.most[task] = max(self.most[task], n)
+            time.sleep(0.01)
+
+    def stop(self) -> Counter:
+        self.done.set()
+        self.join(5)
+        return self.most
+
+
+def alive(pid: int) -> bool:
+    return ProcessId.of(pid).start != 0 and ProcessId.of(pid).alive()
+
+
+def test_requeue_of_a_running_task_never_runs_two_agents(loop, git_project: Path) -> None:
+    loop(OCTO_TEST_SLEEP="4")
+    counter = AgentCounter()
+    counter.start()
+    tid = q.create_task("slow work").id
+    wait_for("the runner to start the agent", lambda: _runner_owned(tid))
+    wait_for("the agent to run", lambda: agents_per_task()[f"TASK-{tid}"] == 1)
+    done = subprocess.run(
+        [OCTOPOID, "requeue", tid, "--reason", "try again"],
+        cwd=git_project,
+        env=child_env(git_project),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "stopped and saved its notes" in done.stdout, done.stdout
+    wait_for("attempt 2 to finish", lambda: state_of(tid) == "provisional", 60)
+    assert counter.stop()[f"TASK-{tid}"] == 1  # never two agents at once
+    task = q.get_task(tid)
+    assert task.attempts == 2 and task.headers["COMMITS"] == "1"
+    notes = q.get_task_notes(tid)
+    assert "## Attempt 1" in notes and "claim was taken back" in notes
+    assert "## Attempt 2" in notes
+    logs = git_project / ".octopoid/runtime/logs" / f"TASK-{tid}" / "runner.log"
+    assert "Traceback" not in logs.read_text()
+
+
+def test_a_killed_runner_takes_its_agents_children_with_it(loop, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    loop(OCTO_TEST_SLEEP="30", OCTO_TEST_PIDS=str(pids))
+    tid = q.create_task("escape, then slow").id
+    wait_for("the agent's grandchild", lambda: pids.exists() and pids.read_text().strip())
+    escaped = int(pids.read_text().split()[0])
+    os.kill(int(_runner_owned(tid).headers["PID"]), signal.SIGKILL)
+    wait_for("the grandchild to die", lambda: not alive(escaped), 15)
+    wait_for(
+        "the task back in incoming",
+        lambda: state_of(tid) != "claimed" or q.get_task(tid).attempts > 1,
+        15,
+    )
+
+
+def test_an_orphan_with_no_marks_dies_with_its_runner(loop, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    loop(OCTO_TEST_PIDS=str(pids))
+    tid = q.create_task("escape-bare").id
+    wait_for("provisional", lambda: state_of(tid) == "provisional", 30)
+    (escaped,) = [int(p) for p in pids.read_text().split()]
+    wait_for("the bare orphan to die", lambda: not alive(escaped), 15)
+    assert q.get_task(tid).state is TaskState.PROVISIONAL

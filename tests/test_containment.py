@@ -1,0 +1,101 @@
+"""Nothing an attempt starts outlives it; a runner that cannot start or hangs frees its claim."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import agent_status, defaults, scheduler
+from orchestrator import queue_utils as q
+from orchestrator.backends.worktree_tools import ToolError, WorktreeTools
+from orchestrator.leases import attempts_left
+from orchestrator.processes import TOKEN_ENV, ProcessId, marked_processes
+from orchestrator.tasks import TaskState
+
+from .conftest import run_claimed, write_agents
+
+
+def alive(pid: int) -> bool:
+    return ProcessId.of(pid).start != 0 and ProcessId.of(pid).alive()
+
+
+def pids_in(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def test_a_grandchild_in_its_own_session_dies_with_the_attempt(git_project, tmp_path, monkeypatch):
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("OCTO_TEST_PIDS", str(pids))
+    write_agents(git_project)
+    q.create_task("escape the group")
+    report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    assert report.next_state == "provisional"
+    (escaped,) = pids_in(pids)
+    deadline = time.monotonic() + 5
+    while alive(escaped) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(escaped)
+
+
+def test_a_timed_out_shell_command_loses_its_whole_group(tmp_path):
+    tools = WorktreeTools(tmp_path, 1, dict(os.environ))
+    started = time.monotonic()
+    with pytest.raises(ToolError, match="timed out"):
+        tools.run_command("sleep 30 & echo $! > bg.pid; sleep 30")
+    assert time.monotonic() - started < 10
+    background = int((tmp_path / "bg.pid").read_text())
+    time.sleep(0.2)
+    assert not alive(background)
+
+
+def test_background_jobs_of_a_finished_shell_command_are_stopped(tmp_path):
+    tools = WorktreeTools(tmp_path, 10, dict(os.environ))
+    out = tools.run_command("(sleep 30 > /dev/null 2>&1 & echo $! > bg.pid); echo done")
+    assert "exit status 0" in out and "done" in out
+    background = int((tmp_path / "bg.pid").read_text())
+    time.sleep(0.2)
+    assert not alive(background)
+
+
+@pytest.fixture
+def sched(git_project: Path):
+    write_agents(git_project, timeout_seconds=60, shutdown_grace_seconds=1)
+    daemon = scheduler.Scheduler()
+    daemon.initialize()
+    yield daemon
+    daemon.shutdown(grace=1)
+
+
+def test_a_runner_that_cannot_start_gives_its_claim_back_at_once(sched, monkeypatch):
+    tid = q.create_task("t").id
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    report = sched.loop_once()
+    assert report.started == [] and sched.runners == {}
+    task = q.get_task(tid)
+    assert task.state is TaskState.INCOMING
+    assert attempts_left(task, 3) == 3 and "could not start" in task.history[-1]
+
+
+def test_a_hung_runner_is_killed_at_its_deadline(sched, monkeypatch, tmp_path):
+    monkeypatch.setenv("OCTO_TEST_SLEEP", "120")
+    monkeypatch.setattr(defaults, "RUNNER_DEADLINE_GRACE_SECONDS", -58)  # deadline: 2 s
+    tid = q.create_task("slow").id
+    sched.loop_once()
+    agent_status.set_paused(True)  # one attempt is all this test watches
+    (runner,) = sched.runners.values()
+    token = runner.token
+    deadline = time.monotonic() + 30
+    while marked_processes(**{TOKEN_ENV: token}) == [] and time.monotonic() < deadline:
+        time.sleep(0.05)  # the runner and its agent are up
+    while sched.runners and time.monotonic() < deadline:
+        sched.loop_once()
+        time.sleep(0.2)
+    assert sched.runners == {}
+    assert marked_processes(**{TOKEN_ENV: token}) == []
+    task = q.get_task(tid)
+    assert task.state is TaskState.INCOMING and task.attempts == 1
+    assert "runner exited with status -9" in task.history[-1]

@@ -1,0 +1,169 @@
+"""Review never half-happens: accept holds the task, and an interrupted accept heals."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import git_utils, review
+from orchestrator import queue_utils as q
+from orchestrator.exceptions import IllegalTransition
+from orchestrator.tasks import TaskState
+
+from .conftest import child_env
+from .test_review import provisional_with_commit
+
+OCTOPOID = shutil.which("octopoid") or "octopoid"
+
+
+class Crash(BaseException):
+    """kill -9 at one exact instant of an accept."""
+
+
+def merges_of(root: Path, task_id: str) -> int:
+    subjects = git.Repo(root).git.log("--format=%s", "main").splitlines()
+    return sum(1 for s in subjects if s.startswith(f"Merge TASK-{task_id}: "))
+
+
+def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
+    )
+
+
+def test_a_reject_or_second_accept_during_an_accept_is_refused(git_project, monkeypatch):
+    tid = provisional_with_commit(git_project)
+    merged, go = threading.Event(), threading.Event()
+    real_merge = git_utils.merge_task_branch
+
+    def paused_merge(*args, **kwargs):
+        sha = real_merge(*args, **kwargs)
+        merged.set()
+        go.wait(30)
+        return sha
+
+    monkeypatch.setattr(git_utils, "merge_task_branch", paused_merge)
+    accepting = threading.Thread(target=review.accept, args=(tid,))
+    accepting.start()
+    assert merged.wait(30)
+    try:
+        for args in (["reject", tid, "--reason", "no"], ["accept", tid], ["retry", tid]):
+            done = cli(git_project, *args)
+            assert done.returncode == 1, done
+            message = done.stderr.strip()
+            assert "\n" not in message and "Traceback" not in message
+            if args[0] != "retry":
+                assert f"TASK-{tid} is being accepted (pid " in message
+    finally:
+        go.set()
+        accepting.join(30)
+    assert q.get_task(tid).state is TaskState.DONE
+    assert merges_of(git_project, tid) == 1
+
+
+def interrupt_accept(tid: str, *, before_merge: bool = False, after: str = "") -> None:
+    """Run an accept that dies just before the git merge, or just after ``after``."""
+    real_merge = git_utils.merge_task_branch
+
+    def merge(*args, **kwargs):
+        if before_merge:
+            raise Crash
+        sha = real_merge(*args, **kwargs)
+        if after == "merge":
+            raise Crash
+        return sha
+
+    def die(*args, **kwargs):
+        raise Crash
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(git_utils, "merge_task_branch", merge)
+        if after == "move":
+            patch.setattr(q, "accept_completion", die)
+        with pytest.raises(Crash):
+            review.accept(tid)
+
+
+@pytest.mark.parametrize("where", ["merge", "move"])
+def test_an_accept_interrupted_after_merging_is_finished_without_merging_again(git_project, where):
+    tid = provisional_with_commit(git_project)
+    interrupt_accept(tid, after=where)
+    task = q.get_task(tid)
+    assert task.state is TaskState.PROVISIONAL and merges_of(git_project, tid) == 1
+    with pytest.raises(IllegalTransition, match=r"already merged .*octopoid accept"):
+        review.reject(tid, "changed my mind")
+    assert q.get_task(tid).state is TaskState.PROVISIONAL
+    review.accept(tid)
+    assert q.get_task(tid).state is TaskState.DONE
+    assert merges_of(git_project, tid) == 1
+
+
+def test_an_accept_interrupted_before_merging_can_still_be_rejected(git_project):
+    tid = provisional_with_commit(git_project)
+    interrupt_accept(tid, before_merge=True)
+    assert "MERGING" in q.get_task(tid).headers
+    review.reject(tid, "not yet")
+    task = q.get_task(tid)
+    assert task.state is TaskState.INCOMING and "MERGING" not in task.headers
+    assert merges_of(git_project, tid) == 0
+
+
+@pytest.mark.slow
+def test_five_concurrent_accepts_merge_once(git_project):
+    tid = provisional_with_commit(git_project)
+    procs = [
+        subprocess.Popen(
+            [OCTOPOID, "accept", tid],
+            cwd=git_project,
+            env=child_env(git_project),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(5)
+    ]
+    results = [(p.wait(60), *p.communicate()) for p in procs]
+    assert sorted(code for code, _, _ in results) == [0, 1, 1, 1, 1], results
+    for code, _, err in results:
+        if code:
+            line = err.strip()
+            assert "\n" not in line and "Traceback" not in line
+            assert "is being accepted" in line or "is in done, not provisional" in line, line
+            assert "merging" not in line  # never "merging failed and was undone"
+    assert merges_of(git_project, tid) == 1
+    assert q.get_task(tid).state is TaskState.DONE
+
+
+@pytest.mark.slow
+def test_accept_and_reject_at_the_same_instant_stay_consistent(git_project, tmp_path):
+    """Through the installed CLI, 50 times: merged and done, or not merged and in incoming."""
+    outcomes = []
+    for n in range(50):
+        tid = provisional_with_commit(git_project, f"f{n}.txt")
+        go = tmp_path / f"go-{n}"
+        wait = f"while [ ! -e {go} ]; do :; done; exec {OCTOPOID} "
+        procs = [
+            subprocess.Popen(
+                ["sh", "-c", wait + args],
+                cwd=git_project,
+                env=child_env(git_project),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for args in (f"accept {tid}", f"reject {tid} --reason race")
+        ]
+        go.touch()
+        codes = [p.wait(60) for p in procs]
+        state, merges = q.get_task(tid).state, merges_of(git_project, tid)
+        assert (state, merges) in ((TaskState.DONE, 1), (TaskState.INCOMING, 0)), (n, codes)
+        assert sorted(codes) == [0, 1], (n, codes)
+        outcomes.append(state)
+        if state is TaskState.INCOMING:  # out of the way of the next trial's claim
+            q.fail_task(tid, "trial over")
+            git_utils.remove_worktree(git_utils.open_repo(), tid)
+    assert len(outcomes) == 50
