@@ -16,10 +16,15 @@ from filelock import FileLock
 
 from . import config, queue_utils
 from .backends.claude_code import INSTALL_HINT, find_claude
-from .exceptions import OctopoidError
+from .exceptions import ConfigError, InvalidInput
 from .fsutil import atomic_write
 from .roles.base import agent_env
 from .tasks import TaskState, format_time, utcnow
+
+#: Backends that cannot report what an attempt cost (their cost is unknown, not zero).
+COSTLESS_BACKENDS = ("command",)
+#: What holds a pause: a flag (`octopoid resume` lifts it) or ``paused: true`` in agents.yaml.
+PAUSED_BY_FLAG, PAUSED_IN_CONFIG = "octopoid pause", "agents.yaml"
 
 
 def _state_file(agent: str) -> Path:
@@ -63,24 +68,51 @@ def _pause_flag(agent: str | None) -> Path:
     return runtime / "agents" / f"{agent}.paused" if agent else runtime / "paused"
 
 
-def set_paused(paused: bool, agent: str | None = None) -> None:
-    """Pause or resume the whole system, or one agent (a flag file the scheduler watches)."""
+def set_paused(paused: bool, agent: str | None = None) -> dict[str, Any]:
+    """Pause or resume the whole system, or one agent (a flag file the scheduler watches).
+
+    Returns ``pause_state()`` afterwards, so a resume can say what is still paused.
+    """
     if agent is not None:
         names = [a["name"] for a in config.load_agents()["agents"]]
         if agent not in names:
-            raise OctopoidError(f"no agent named '{agent}' (agents: {', '.join(names) or 'none'})")
+            raise InvalidInput(
+                f"no agent named {agent!r} in agents.yaml (agents: {', '.join(names) or 'none'})"
+            )
     flag = _pause_flag(agent)
     flag.parent.mkdir(parents=True, exist_ok=True)
     if paused:
         atomic_write(flag, f"paused at {utcnow().isoformat()}\n")
     else:
         flag.unlink(missing_ok=True)
+    return pause_state()
+
+
+def pause_state() -> dict[str, Any]:
+    """What is paused and what holds it: ``{"system": by, "agents": {name: by}}``.
+
+    ``by`` is None, ``PAUSED_BY_FLAG`` or ``PAUSED_IN_CONFIG`` (which wins when both hold,
+    since only an edit of agents.yaml lifts it); unpaused agents are left out.
+    """
+    agents_cfg = config.load_agents()
+    agents = {
+        a["name"]: by
+        for a in agents_cfg["agents"]
+        if (by := _paused_by(a["paused"], _pause_flag(a["name"])))
+    }
+    return {"system": _paused_by(agents_cfg["paused"], _pause_flag(None)), "agents": agents}
+
+
+def _paused_by(in_config: bool, flag: Path) -> str | None:
+    if in_config:
+        return PAUSED_IN_CONFIG
+    return PAUSED_BY_FLAG if flag.exists() else None
 
 
 def is_paused(agents_cfg: dict, agent: dict | None = None) -> bool:
     if agent is None:
-        return agents_cfg["paused"] or _pause_flag(None).exists()
-    return agent["paused"] or _pause_flag(agent["name"]).exists()
+        return _paused_by(agents_cfg["paused"], _pause_flag(None)) is not None
+    return _paused_by(agent["paused"], _pause_flag(agent["name"])) is not None
 
 
 def readiness_problem(agent: dict[str, Any]) -> str | None:
@@ -95,6 +127,9 @@ def readiness_problem(agent: dict[str, Any]) -> str | None:
 def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
     """Each agent with its state (idle, running TASK-x, paused), last outcome and today's use."""
     today = (now or utcnow()).date().isoformat()
+    problem = config.problem()
+    if problem:
+        raise ConfigError(problem)
     agents_cfg = config.load_agents()
     claimed = queue_utils.list_tasks(TaskState.CLAIMED)
     rows = []
@@ -117,7 +152,13 @@ def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
                 "last_outcome": record.get("last_outcome"),
                 "attempts_today": record.get("attempts_today", 0) if fresh else 0,
                 "turns_today": record.get("turns_today", 0) if fresh else 0,
-                "cost_today_usd": record.get("cost_today_usd", 0.0) if fresh else 0.0,
+                "cost_today_usd": _cost_today(agent, record if fresh else {}),
             }
         )
     return rows
+
+
+def _cost_today(agent: dict[str, Any], record: dict[str, Any]) -> float | None:
+    """Today's cost in USD; None (unknown) for a backend that cannot report one."""
+    cost = record.get("cost_today_usd", 0.0)
+    return None if not cost and agent["backend"] in COSTLESS_BACKENDS else cost

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -10,12 +11,32 @@ from typing import Any
 
 import click
 
-from . import agent_status, queue_utils, recovery, reports, review, scheduler, task_notes
+from . import (
+    agent_status,
+    dependencies,
+    diffs,
+    intake,
+    queue_utils,
+    recovery,
+    reports,
+    review,
+    scheduler,
+    task_notes,
+)
 from .cli_memory import memory_group
 from .demo import run_demo
-from .exceptions import OctopoidError
+from .dependencies import Blockage
+from .exceptions import ConfigError, OctopoidError
 from .scaffold import init_project
-from .tasks import PRIORITIES, Task, TaskState, normalize_task_id, render_task
+from .tasks import (
+    DEFAULT_ROLE,
+    PRIORITIES,
+    Task,
+    TaskState,
+    normalize_task_id,
+    plural,
+    render_task,
+)
 
 
 class OctopoidGroup(click.Group):
@@ -33,7 +54,7 @@ def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
-def _task_row(task: Task) -> dict[str, Any]:
+def _task_row(task: Task, blockage: Blockage | None) -> dict[str, Any]:
     return {
         "id": task.label,
         "title": task.title,
@@ -43,7 +64,16 @@ def _task_row(task: Task) -> dict[str, Any]:
         "attempts": task.attempts,
         "created": task.headers.get("CREATED"),
         "claimed_by": task.headers.get("CLAIMED_BY"),
+        "blocked_by": [label for label, _ in blockage.waiting_on] if blockage else [],
+        "stuck": blockage.stuck if blockage else None,
     }
+
+
+def _blocked_cell(blockage: Blockage | None) -> str:
+    if blockage is None:
+        return "-"
+    labels = ",".join(label for label, _ in blockage.waiting_on)
+    return f"{labels} (stuck)" if blockage.stuck else labels
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -65,46 +95,55 @@ def cli() -> None:
 
 @cli.command()
 def init() -> None:
-    """Create .octopoid/ (config, agents, prompts) and the runtime folders here."""
-    created = init_project(Path.cwd())
+    """Create .octopoid/ (config, agents, prompts) and the runtime folders here.
+
+    Run it at the top of a git work tree: every task is worked on a branch of it.
+    """
+    root = Path.cwd()
+    created = init_project(root, require_git=True)
+    for path in created:
+        click.echo(f"created {path.relative_to(root)}")
     if not created:
         click.echo("octopoid is already set up here; nothing changed.")
-        return
-    for path in created:
-        click.echo(f"created {path.relative_to(Path.cwd())}")
+    branch = intake.current_branch(root) or "none: HEAD is detached"
+    click.echo(f"new tasks start from the branch checked out here ({branch}) unless given --branch")
 
 
 @cli.command()
 @click.argument("title")
-@click.option("--role", default="implement", show_default=True, help="Which agents may claim it.")
+@click.option("--role", default=DEFAULT_ROLE, show_default=True, help="Which agents may claim it.")
 @click.option("--priority", type=click.Choice(PRIORITIES), default="P1", show_default=True)
-@click.option("--branch", default="main", show_default=True, help="Base branch for the work.")
+@click.option("--branch", help="Base branch for the work.  [default: the one checked out]")
 @click.option("--blocked-by", multiple=True, help="A task that must be done first (repeatable).")
 @click.option("--context", help="What the agent needs to know.")
-@click.option("--context-file", type=click.File("r"), help="Read the context from a file.")
+@click.option(
+    "--context-file",
+    type=click.Path(allow_dash=True, path_type=Path),
+    help="Read the context from a text file (- for stdin).",
+)
 @click.option("--criterion", multiple=True, help="An acceptance criterion (repeatable).")
 def enqueue(
     title: str,
     role: str,
     priority: str,
-    branch: str,
+    branch: str | None,
     blocked_by: tuple[str, ...],
     context: str | None,
-    context_file: Any,
+    context_file: Path | None,
     criterion: tuple[str, ...],
 ) -> None:
     """Add a task to incoming and print its id."""
-    if context and context_file:
+    if context is not None and context_file is not None:
         raise click.UsageError("give --context or --context-file, not both")
-    text = context_file.read() if context_file else (context or "")
-    task = queue_utils.create_task(
+    task = intake.enqueue(
         title,
         role=role,
         priority=priority,
         branch=branch,
-        context=text,
-        criteria=criterion,
         blocked_by=blocked_by,
+        context=context or "",
+        context_file=context_file,
+        criteria=criterion,
     )
     click.echo(task.label)
 
@@ -116,16 +155,23 @@ def enqueue(
 def list_cmd(queue: str | None, role: str | None, as_json: bool) -> None:
     """List tasks in QUEUE (default: every queue but done)."""
     states = [TaskState(queue)] if queue else [s for s in TaskState if s is not TaskState.DONE]
-    tasks = [t for s in states for t in queue_utils.list_tasks(s) if role in (None, t.role)]
+    listed = {s: queue_utils.list_tasks(s) for s in states}
+    blocked = dependencies.blocked_report(listed.get(TaskState.INCOMING, []))
+    tasks = [t for s in states for t in listed[s] if role in (None, t.role)]
     if as_json:
-        _emit_json([_task_row(t) for t in tasks])
+        _emit_json([_task_row(t, blocked.get(t.id)) for t in tasks])
         return
     if not tasks:
         click.echo("no tasks")
         return
-    rows = [["ID", "STATE", "PRI", "ROLE", "ATT", "TITLE"]]
-    rows += [[t.label, t.state.value, t.priority, t.role, str(t.attempts), t.title] for t in tasks]
+    rows = [["ID", "STATE", "PRI", "ROLE", "ATT", "BLOCKED", "TITLE"]]
+    for t in tasks:
+        cells = [t.label, t.state.value, t.priority, t.role, str(t.attempts)]
+        rows.append([*cells, _blocked_cell(blocked.get(t.id)), t.title])
     click.echo(_table(rows))
+    for t in tasks:
+        if t.id in blocked and blocked[t.id].stuck:
+            click.echo(f"{t.label} is stuck: {blocked[t.id].stuck}")
 
 
 @cli.command()
@@ -135,16 +181,21 @@ def show(task_id: str) -> None:
     task = queue_utils.get_task(task_id)
     summary = task_notes.notes_summary(task.id)
     click.echo(f"{task.label} is in {task.state.value} ({task.path})")
+    blockage = dependencies.blockage_of(task)
+    if blockage:
+        click.echo(blockage.describe())
     if summary["attempts"] or summary["reviews"]:
         click.echo(
-            f"retry notes: {summary['attempts']} attempt(s), {summary['reviews']} "
-            f"review(s) - `octopoid notes {task.label}`"
+            f"retry notes: {plural(summary['attempts'], 'attempt')}, "
+            f"{plural(summary['reviews'], 'review')} - `octopoid notes {task.label}`"
         )
     else:
         click.echo("retry notes: none")
     turns, cost = reports.task_usage(task)
     if turns or cost:
-        click.echo(f"usage: {turns} turns, ${cost:.2f} across {task.attempts} attempt(s)")
+        click.echo(
+            f"usage: {plural(turns, 'turn')}, ${cost:.2f} across {plural(task.attempts, 'attempt')}"
+        )
     click.echo()
     click.echo(render_task(task), nl=False)
 
@@ -172,6 +223,14 @@ def status(as_json: bool) -> None:
     oldest = summary["oldest_incoming"]
     if oldest:
         click.echo(f"oldest waiting: {oldest['id']}, {oldest['age_seconds']}s old")
+    blocked = summary["blocked"]
+    if blocked["count"]:
+        stuck = len(blocked["stuck"])
+        click.echo(f"blocked: {blocked['count']} waiting on other tasks, {stuck} stuck")
+        for t in blocked["stuck"]:
+            click.echo(f"  {t['id']} is stuck: {t['why']}")
+    if summary["paused"]:
+        click.echo("\n".join(f"paused: {p}" for p in _paused_list(summary["paused"])))
     usage = summary["usage"]
     if usage["tasks"]:
         click.echo(f"usage: {usage['turns']} turns, ${usage['cost_usd']:.2f} in total; most:")
@@ -179,6 +238,9 @@ def status(as_json: bool) -> None:
             click.echo(
                 f"  {t['id']:<10} {t['state']:<12} {t['turns']:>5} turns  ${t['cost_usd']:.2f}"
             )
+    if summary["config_problem"]:
+        click.echo(f"octopoid: {summary['config_problem']}", err=True)
+        sys.exit(ConfigError.exit_code)
 
 
 @cli.command()
@@ -190,6 +252,7 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
     The merge follows merge.strategy in config.yaml (merge, squash, ff-only, or none to
     leave the branch for a pull request). A conflict or a dirty checkout changes nothing.
     """
+    actor = intake.clean_text(actor, "--by")
     failures = 0
     for raw in task_ids:
         try:
@@ -213,6 +276,7 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
 @click.option("--by", "actor", default="human", show_default=True, help="Who rejects.")
 def reject(task_id: str, reason: str, actor: str) -> None:
     """Send a provisional task back to incoming, with the reason in its retry notes."""
+    reason, actor = intake.clean_text(reason, "--reason"), intake.clean_text(actor, "--by")
     task = review.reject(task_id, reason, actor)
     click.echo(f"{task.label} rejected: back in incoming; the reason is in its notes")
 
@@ -235,7 +299,7 @@ def requeue(task_id: str, reason: str) -> None:
     grace to stop its agent and save its notes, and whatever is left of it is killed. The
     attempt counts.
     """
-    task, how = recovery.requeue_running(task_id, reason)
+    task, how = recovery.requeue_running(task_id, intake.clean_text(reason, "--reason"))
     click.echo(f"{task.label} back in incoming; {how}")
 
 
@@ -259,7 +323,7 @@ def notes(task_id: str, show_path: bool) -> None:
 @click.argument("task_id")
 def diff(task_id: str) -> None:
     """Show what a task's branch changes against its base branch."""
-    click.echo(review.task_diff(task_id))
+    click.echo(diffs.task_diff(task_id))
 
 
 @cli.command()
@@ -296,7 +360,7 @@ def agents(as_json: bool) -> None:
                 r["state"],
                 last,
                 str(r["turns_today"]),
-                f"${r['cost_today_usd']:.2f}",
+                "-" if r["cost_today_usd"] is None else f"${r['cost_today_usd']:.2f}",
             ]
         )
     click.echo(_table(table))
@@ -316,9 +380,22 @@ def pause(agent: str | None) -> None:
 @cli.command()
 @click.option("--agent", help="Resume one agent instead of the whole system.")
 def resume(agent: str | None) -> None:
-    """Claim tasks again after `octopoid pause`."""
-    agent_status.set_paused(False, agent)
-    click.echo(f"resumed {agent or 'all agents'}")
+    """Claim tasks again after `octopoid pause`, and say what is still paused, if anything."""
+    still = _paused_list(agent_status.set_paused(False, agent))
+    resumed = f"resumed {agent or 'the system'}"
+    click.echo(f"{resumed}, but still paused: {', '.join(still)}" if still else resumed)
+
+
+def _paused_list(state: dict[str, Any]) -> list[str]:
+    """What is paused, each with how to lift it."""
+
+    def how(by: str, agent: str = "") -> str:
+        if by == agent_status.PAUSED_IN_CONFIG:
+            return "paused: true in agents.yaml"
+        return f"`octopoid resume{' --agent ' + agent if agent else ''}`"
+
+    paused = [f"the whole system ({how(state['system'])})"] if state["system"] else []
+    return paused + [f"{name} ({how(by, name)})" for name, by in state["agents"].items()]
 
 
 @cli.group("scheduler")
@@ -374,12 +451,15 @@ def demo(workdir: Path | None) -> None:
     Needs no API key: the agent is a scripted command shipped with octopoid. Exits 0
     only if every step really happened.
     """
-    problems = run_demo(workdir, click.echo)
-    if problems:
-        for problem in problems:
-            click.echo(f"octopoid demo: {problem}", err=True)
-        sys.exit(1)
-    click.echo("\nThe loop worked: every task is done, and the retry started from the notes.")
+    root, problems = run_demo(workdir, click.echo)
+    for problem in problems:
+        click.echo(f"octopoid demo: {problem}", err=True)
+    if not problems:
+        click.echo("\nThe loop worked: every task is done, and the retry started from the notes.")
+    click.echo(
+        f"\nThe demo project stays in {root}; remove it with: rm -rf {shlex.quote(str(root))}"
+    )
+    sys.exit(1 if problems else 0)
 
 
 cli.add_command(memory_group)

@@ -7,10 +7,11 @@ import json
 import click
 
 from .exceptions import OctopoidError
+from .intake import clean_text
 from .memory import lifecycle
 from .memory.notes import NotesManager
 from .queue_utils import get_store
-from .tasks import normalize_task_id
+from .tasks import normalize_task_id, plural, task_label
 
 
 @click.group("memory")
@@ -30,15 +31,25 @@ def memory_add(section: str, text: str, tags: tuple[str, ...], topic: str | None
     Inside an attempt (OCTOPOID_NOTES_ID set) it goes to the task's notes, which become
     project memory when the task is accepted; otherwise to notes.md and long-term memory.
     """
-    result = lifecycle.add_learning(section, text, list(tags), topic)
+    result = lifecycle.add_learning(
+        section,
+        clean_text(text, "TEXT"),
+        [clean_text(tag, "--tag") for tag in tags],
+        None if topic is None else clean_text(topic, "--topic"),
+    )
     state = "added to" if result["added"] else "already in"
     click.echo(f"{state} {result['file']} ({section})")
 
 
 @memory_group.command("show")
-@click.option("--notes-id", help="An ephemeral notes id, e.g. TASK-12 (default: notes.md).")
-def memory_show(notes_id: str | None) -> None:
-    """Print working notes: the main notes.md, or a task's ephemeral notes."""
+@click.argument("task_id", required=False)
+@click.option("--notes-id", help="Any ephemeral notes id (a task's is TASK-<id>).")
+def memory_show(task_id: str | None, notes_id: str | None) -> None:
+    """Print working notes: the main notes.md, or the task TASK_ID's own notes."""
+    if task_id is not None and notes_id is not None:
+        raise click.UsageError("give TASK_ID or --notes-id, not both")
+    if task_id is not None:
+        notes_id = task_label(normalize_task_id(task_id))
     manager = NotesManager(notes_id=notes_id)
     if not manager.notes_file.exists():
         click.echo(f"no {manager.notes_file.name} yet")
@@ -53,7 +64,8 @@ def memory_show(notes_id: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def memory_search(query: str, tags: tuple[str, ...], limit: int, as_json: bool) -> None:
     """Search long-term memory (BM25 ranked; punctuation in QUERY is fine)."""
-    hits = lifecycle.search(query, list(tags), limit)
+    query = clean_text(query, "QUERY")
+    hits = lifecycle.search(query, [clean_text(tag, "--tag") for tag in tags], limit)
     if as_json:
         click.echo(json.dumps(hits, indent=2, sort_keys=True))
         return
@@ -68,10 +80,10 @@ def memory_search(query: str, tags: tuple[str, ...], limit: int, as_json: bool) 
 @click.argument("target")
 def memory_remove(target: str) -> None:
     """Forget a note by its id (#12 -> 12) or by its exact text."""
-    removed = lifecycle.forget(target.lstrip("#"))
+    removed = lifecycle.forget(clean_text(target, "TARGET").lstrip("#"))
     if not removed:
         raise OctopoidError(f"no note matches {target!r}")
-    click.echo(f"removed {removed} note(s)")
+    click.echo(f"removed {plural(removed, 'note')}")
 
 
 @memory_group.command("promote")
@@ -79,7 +91,7 @@ def memory_remove(target: str) -> None:
 def memory_promote(task_id: str) -> None:
     """Copy a task's working notes into long-term memory now (accept does it too)."""
     count = lifecycle.promote_task_notes(normalize_task_id(task_id), "human")
-    click.echo(f"{count} new note(s) in long-term memory")
+    click.echo(f"{plural(count, 'new note')} in long-term memory")
 
 
 @memory_group.command("gc")

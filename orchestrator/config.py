@@ -79,6 +79,7 @@ def get_prompts_dir() -> Path:
 # --- schemas -------------------------------------------------------------------------------
 
 _REQUIRED = object()
+MAX_SECONDS = 30 * 24 * 3600  # a month: longer leases and timeouts are typos (and overflow)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Field:
     choices: tuple[str, ...] | None = None
     minimum: int | None = None
     items: type | None = None
+    maximum: int | None = None
 
 
 _TYPE_WORDS = {
@@ -126,7 +128,7 @@ AGENT_SCHEMA: dict[str, Any] = {
     "backend": Field(str, choices=("command", "claude-code", "anthropic")),
     "max_concurrent": Field(int, 1, minimum=1),
     "max_turns": Field(int, 50, minimum=1),
-    "timeout_seconds": Field(int, 1800, minimum=1),
+    "timeout_seconds": Field(int, 1800, minimum=1, maximum=MAX_SECONDS),
     "max_budget_usd": Field(float, None),
     "paused": Field(bool, False),
     "env": Field(dict, None, items=str),
@@ -147,8 +149,10 @@ AGENT_SCHEMA: dict[str, Any] = {
 
 AGENTS_FILE_SCHEMA: dict[str, Any] = {
     "max_attempts": Field(int, defaults.MAX_ATTEMPTS, minimum=1),
-    "lease_seconds": Field(int, defaults.LEASE_SECONDS, minimum=2),
-    "shutdown_grace_seconds": Field(int, defaults.SHUTDOWN_GRACE_SECONDS, minimum=0),
+    "lease_seconds": Field(int, defaults.LEASE_SECONDS, minimum=2, maximum=MAX_SECONDS),
+    "shutdown_grace_seconds": Field(
+        int, defaults.SHUTDOWN_GRACE_SECONDS, minimum=0, maximum=MAX_SECONDS
+    ),
     "rate_limit_backoff_seconds": Field(int, defaults.RATE_LIMIT_BACKOFF_SECONDS, minimum=0),
     "max_claimed": Field(int, 4, minimum=1),
     "max_provisional": Field(int, 20, minimum=1),
@@ -196,6 +200,8 @@ def _check_field(data: dict[str, Any], key: str, spec: Field, file: str, prefix:
         )
     if spec.minimum is not None and value < spec.minimum:
         raise ConfigError(f"{file}: '{name}' must be at least {spec.minimum}; got {value}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise ConfigError(f"{file}: '{name}' must be at most {spec.maximum}; got {value}")
     if spec.items is not None:
         entries = value.items() if isinstance(value, dict) else enumerate(value)
         for i, item in entries:
@@ -246,6 +252,20 @@ def load_config() -> dict[str, Any]:
             f"{path}: 'memory.distill_model' is required when memory.distill is anthropic"
         )
     return cfg
+
+
+def problem() -> str | None:
+    """Why the configuration cannot be used now (``config invalid: ...``), or None.
+
+    The scheduler asks at every pass and claims nothing while there is a problem; `status`
+    and `agents` show it.
+    """
+    try:
+        load_config()
+        load_agents()
+    except ConfigError as exc:
+        return f"config invalid: {exc}"
+    return None
 
 
 def load_agents() -> dict[str, Any]:

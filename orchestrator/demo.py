@@ -64,8 +64,9 @@ def configure(root: Path) -> None:
     (root / ".octopoid" / "agents.yaml").write_text(yaml.safe_dump(agents, sort_keys=False))
 
 
-def run_demo(workdir: Path | None, say: Callable[[str], None]) -> list[str]:
-    """Run the demo; return the list of problems (empty when the loop really worked)."""
+def run_demo(workdir: Path | None, say: Callable[[str], None]) -> tuple[Path, list[str]]:
+    """Run the demo; return its project folder (left for a look around) and the list of
+    problems (empty when the loop really worked)."""
     root = Path(workdir or tempfile.mkdtemp(prefix="octopoid-demo-")).resolve()
     if root.exists() and any(root.iterdir()):
         raise OctopoidError(f"{root} is not empty; the demo needs a new or empty directory")
@@ -88,7 +89,7 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> list[str]:
             say(f"accepted TASK-{tid}: merged into main ({done.merged_sha[:8]})")
     say("\nmain now:\n" + repo.git.log("--oneline", "--graph", "main"))
     problems += _check_result(root, ids)
-    return problems
+    return root, problems
 
 
 def _drive(ids: list[str], say: Callable[[str], None]) -> None:

@@ -70,6 +70,12 @@ class TaskBusy(IllegalTransition):
     exit_code = 1
 
 
+class StorageError(OctopoidError):
+    """The queue's files cannot be written (permissions, a full disk); nothing was moved."""
+
+    exit_code = 1
+
+
 class GitError(OctopoidError):
     """A git operation failed; the message carries git's own words."""
 
@@ -98,6 +104,12 @@ class MemoryStoreError(OctopoidError):
     """Working notes or long-term memory refused an operation (unknown section, bad id...)."""
 
     exit_code = 1
+
+
+class InvalidMemoryInput(MemoryStoreError):
+    """What someone asked memory to store is unusable (empty, an unknown section)."""
+
+    exit_code = 2
 
 
 class InvalidInput(OctopoidError):

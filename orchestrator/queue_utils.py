@@ -178,8 +178,10 @@ def create_task(title: str, **fields: Any) -> Task:
     ``fields`` are those of ``tasks.new_task``: role, priority, branch, context, criteria,
     blocked_by, created_by, now.
     """
+    task = new_task("0", title, **fields)  # refused input must not spend an id
     store = get_store()
-    return store.add(new_task(store.allocate_id(), title, **fields), S.INCOMING)
+    task.id = store.allocate_id()
+    return store.add(task, S.INCOMING)
 
 
 def list_tasks(queue: TaskState | str) -> list[Task]:

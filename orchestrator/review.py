@@ -112,11 +112,6 @@ def reject(task_id: str, reason: str, rejected_by: str = "human") -> Task:
         return queue_utils.reject_completion(task_id, reason, rejected_by)
 
 
-def task_diff(task_id: str) -> str:
-    task = queue_utils.get_task(normalize_task_id(task_id))
-    return git_utils.diff(git_utils.open_repo(), task.branch, task.id)
-
-
 def prune_worktrees() -> list[str]:
     """Remove worktrees (and branches) of tasks that are done or no longer exist."""
     finished = [name for name, state in list_worktrees() if state in ("done", "gone")]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .config import OCTOPOID_DIR
 from .fsutil import atomic_write
+from .intake import check_work_tree
 from .store import FolderStore
 from .tasks import TaskState
 
@@ -14,11 +15,15 @@ TEMPLATE_FILES = ("config.yaml", "agents.yaml", "prompts/implement.md")
 RUNTIME_DIRS = ("shared/notes", "memory", "worktrees", "logs", "agents")
 
 
-def init_project(root: Path) -> list[Path]:
+def init_project(root: Path, *, require_git: bool = False) -> list[Path]:
     """Create what is missing under ``root/.octopoid``; return what was created.
 
     Existing files are never overwritten, so running it twice changes nothing.
+    ``require_git`` (the CLI) first refuses a ``root`` that is not the top of a git work
+    tree, where every attempt would fail; Python callers (tests) may use a plain folder.
     """
+    if require_git:
+        check_work_tree(root)
     base = root / OCTOPOID_DIR
     created: list[Path] = []
     templates = resources.files("orchestrator") / "templates"

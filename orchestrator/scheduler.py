@@ -80,6 +80,8 @@ class Scheduler:
         self._stop = threading.Event()
         self._stopping = False
         self._warned: dict[str, str | None] = {}
+        self._config_problem: str | None = None
+        self._lock_inode = 0
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -94,6 +96,7 @@ class Scheduler:
                 "`octopoid scheduler stop` stops it"
             ) from None
         atomic_write(pid_file(), f"{os.getpid()}\n")
+        self._lock_inode = os.stat(_lock_file()).st_ino
         setup_logging()
         log.info("scheduler %d started for %s", os.getpid(), self.root)
 
@@ -145,8 +148,18 @@ class Scheduler:
     # --- the pass -----------------------------------------------------------------------
 
     def loop_once(self, now: datetime | None = None) -> PassReport:
-        """Reap, collect finished runners, then claim and start work for idle agents."""
+        """Reap, collect finished runners, then claim and start work for idle agents.
+
+        While the configuration is invalid, nothing is claimed or reaped (both need it):
+        one log line says so, and one more when it is fixed.
+        """
         report = PassReport()
+        problem = config.problem()
+        self._note_config(problem)
+        if problem:
+            self._collect_finished(report, recover=False)
+            report.skipped = problem
+            return report
         for task, state in recovery.reap_expired_claims(now):
             log.warning("reaped %s: lease expired, owner gone -> %s", task.label, state.value)
             report.reaped.append(task.label)
@@ -159,6 +172,14 @@ class Scheduler:
         if not report.skipped:
             self._dispatch(agents_cfg, report, now)
         return report
+
+    def _note_config(self, problem: str | None) -> None:
+        if problem != self._config_problem:
+            if problem:
+                log.error("%s; claiming nothing until it is fixed", problem)
+            else:
+                log.info("configuration is valid again; claiming resumes")
+        self._config_problem = problem
 
     def _blocked_reason(self, agents_cfg: dict) -> str:
         store = queue_utils.get_store()
@@ -239,7 +260,9 @@ class Scheduler:
         )
         return True
 
-    def _collect_finished(self, report: PassReport) -> None:
+    def _collect_finished(self, report: PassReport, recover: bool = True) -> None:
+        """Forget runners that exited; recover the claims of those that died (``recover``:
+        without a valid configuration, the lease reaper does it once there is one again)."""
         for task_id, runner in list(self.runners.items()):
             code = runner.proc.poll()
             if code is None and time.monotonic() > runner.deadline:
@@ -258,7 +281,7 @@ class Scheduler:
             log.log(level, "runner for %s exited %d after %.1fs", runner.task_id, code, seconds)
             report.finished.append((runner.task_id, code))
             kill_claim_processes(runner.token)  # nothing of an attempt outlives its runner
-            if code != 0:
+            if code != 0 and recover:
                 self._recover(task_id, runner, code)
 
     def _recover(self, task_id: str, runner: Runner, code: int) -> None:
@@ -291,10 +314,11 @@ class Scheduler:
             finally:
                 self._release()
             return
+        lost = None
         try:
             watched = self._watch_state()
             next_pass = 0.0
-            while not self._stop.is_set():
+            while not self._stop.is_set() and not (lost := self._runtime_lost()):
                 state = self._watch_state()
                 due = time.monotonic() >= next_pass or state != watched or self._any_finished()
                 if due:
@@ -303,7 +327,32 @@ class Scheduler:
                     next_pass = time.monotonic() + HOUSEKEEPING_SECONDS
                 self._stop.wait(WATCH_SECONDS)
         finally:
-            self.shutdown()
+            if lost:
+                log.error("%s: this scheduler stops and kills its runners", lost)
+                self._abandon()
+            else:
+                self.shutdown()
+
+    def _runtime_lost(self) -> str | None:
+        """Why this scheduler no longer owns its runtime directory, or None.
+
+        After ``rm -rf .octopoid/runtime`` (or a lock file replaced), another scheduler can
+        start: running on unseen would mean two.
+        """
+        try:
+            if os.stat(_lock_file()).st_ino == self._lock_inode:
+                return None
+        except FileNotFoundError:
+            pass
+        return f"the runtime directory {config.get_orchestrator_dir()} vanished or was replaced"
+
+    def _abandon(self) -> None:
+        """Stop at once with nothing left behind: kill every runner (its claim is gone too)."""
+        for runner in self.runners.values():
+            runner.kill()
+            runner.proc.wait()
+        self.runners.clear()
+        self._lock.release()
 
     def _guarded_pass(self) -> None:
         """One pass; an error is logged with its traceback and the daemon goes on."""

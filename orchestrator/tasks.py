@@ -2,15 +2,18 @@
 
 A task file is a title line, a block of ``KEY: value`` header lines, then ``## `` sections.
 ``parse_task`` and ``render_task`` are exact inverses on files octopoid writes. Everything a
-header holds is checked at parse time, so a task that parses can be scheduled.
+header holds is checked at parse time, so a task that parses can be scheduled. A user's
+context can never start a section: its ``## `` lines are stored escaped (``\\## ``).
 """
 
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import re
-from collections.abc import Iterable
+import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +49,44 @@ FILE_RE = re.compile(r"TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.md")
 TITLE_RE = re.compile(r"# \[TASK-([^\]\n]*)\] ?(.*)")
 HEADER_RE = re.compile(r"([A-Z][A-Z0-9_]*): ?(.*)")
 FENCE_RE = re.compile(r"(`{3,}|~{3,})")
+HEADING_RE = re.compile(r"\\*## ")  # a section heading, or one escaped any number of times
+LINE_RE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+MAX_TITLE_CHARS = 200  # one line in `octopoid list`; details belong in the context
+MAX_CRITERION_CHARS = 500
+#: A new task leaves this much of the task file limit for the headers and History lines
+#: its moves add (about 200 moves), so it is never quarantined for growing.
+NEW_TASK_ROOM_BYTES = 64 * 1024
+MAX_COUNT = 1_000_000  # attempts, turns, commits: far beyond any real task, far below overflow
+#: Headers that must be whole numbers, with their range (PID: Linux's PID_MAX_LIMIT).
+WHOLE_NUMBER_HEADERS = {
+    "ATTEMPTS": (0, MAX_COUNT),
+    "ATTEMPTS_AT_RETRY": (0, MAX_COUNT),
+    "INTERRUPTED": (0, MAX_COUNT),
+    "BURNED_OUT": (0, MAX_COUNT),
+    "TURNS_TOTAL": (0, MAX_COUNT),
+    "TURNS": (0, MAX_COUNT),
+    "COMMITS": (0, MAX_COUNT),
+    "PID": (1, 2**22 - 1),
+    "PID_START": (0, 2**63 - 1),  # clock ticks since boot
+}
+TIME_HEADERS = (
+    "CREATED",
+    "LEASE_EXPIRES",
+    "NOT_BEFORE",
+    "CLAIMED_AT",
+    "STARTED_AT",
+    "SUBMITTED_AT",
+    "COMPLETED_AT",
+    "DEADLINE",
+)
+TIME_YEARS = range(1970, 10_000)  # not before octopoid's clocks; within what datetime holds
+DECIMAL_RE = re.compile(r"[0-9]{1,15}(\.[0-9]{1,12})?")
+#: git's branch name rules (git check-ref-format), less the rare ones git enforces itself.
+BRANCH_RE = re.compile(
+    r"(?!-)(?!\.)(?!.*\.\.)(?!.*@\{)(?!.*//)(?!.*/\.)[^\x00-\x20\x7f~^:?*\[\\]+(?<![/.])(?<!\.lock)"
+)
 
 
 def normalize_task_id(raw: str) -> str:
@@ -101,6 +141,57 @@ def one_line(text: str, limit: int) -> str:
     """Collapse whitespace so a value fits one header or history line, and cap its length."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def shown(value: str) -> str:
+    """A user's value quoted for a message: escapes visible, at most about 40 characters."""
+    return repr(value if len(value) <= 40 else value[:37] + "...")
+
+
+def plural(count: int, word: str) -> str:
+    """``1 attempt``, ``2 attempts``: counts in messages read as English."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _outside_fences(lines: list[str]) -> tuple[list[bool], str | None]:
+    """For each line, whether it is outside a code fence; and the fence left open at the end.
+
+    The one fence rule of the format: parsing, escaping and unescaping all go through here.
+    """
+    flags: list[bool] = []
+    fence: str | None = None
+    for line in lines:
+        match = FENCE_RE.match(line)
+        if match and fence is None:
+            fence = match.group(1)
+        elif match and fence is not None and match.group(1).startswith(fence):
+            fence = None
+        flags.append(fence is None)
+    return flags, fence
+
+
+def escape_text(text: str) -> str:
+    """User text as stored in a section: a line outside fences that starts with ``## ``
+    (or with backslashes and ``## ``) gets one more backslash, so it cannot start a section."""
+    return _edit_headings(text, lambda line: "\\" + line)
+
+
+def unescape_text(text: str) -> str:
+    """``escape_text`` undone: one backslash off each escaped heading line outside fences."""
+    return _edit_headings(text, lambda line: line.removeprefix("\\"))
+
+
+def _edit_headings(text: str, edit: Callable[[str], str]) -> str:
+    lines = text.split("\n")
+    outside, _ = _outside_fences(lines)
+    return "\n".join(
+        edit(line) if out and HEADING_RE.match(line) else line
+        for line, out in zip(lines, outside, strict=True)
+    )
+
+
+def valid_branch_name(name: str) -> bool:
+    return BRANCH_RE.fullmatch(name) is not None
 
 
 @dataclass
@@ -164,7 +255,8 @@ class Task:
 
     @property
     def context(self) -> str:
-        return (self.section("Context") or "").strip()
+        """The Context section as the user gave it (escapes undone, outer whitespace off)."""
+        return unescape_text(self.section("Context") or "").strip()
 
     @property
     def criteria(self) -> list[str]:
@@ -212,14 +304,19 @@ def new_task(
     created_by: str = "human",
     now: datetime | None = None,
 ) -> Task:
-    """A new task as it enters incoming; bad input is ``InvalidTask``."""
-    title = one_line(title, 200)
+    """A new task as it enters incoming; bad input is ``InvalidTask`` saying what to change.
+
+    Nothing is cut short silently: a title, criterion or context over its limit is refused.
+    """
+    title = _within(title, MAX_TITLE_CHARS, "the title", "put the details in the context")
     if not title:
         raise InvalidTask("a task needs a title")
     if priority not in PRIORITIES:
         raise InvalidTask(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
     if not ID_RE.fullmatch(role):
         raise InvalidTask(f"role must be a word of letters, digits, '-' or '_', got {role!r}")
+    if not valid_branch_name(branch):
+        raise InvalidTask(f"{shown(branch)} is not a valid git branch name")
     now = now or utcnow()
     blockers = [task_label(normalize_task_id(b)) for b in blocked_by]
     task = Task(id=task_id, title=title)
@@ -234,12 +331,49 @@ def new_task(
     ):
         if value != "":
             task.set_header(key, value)
-    body = context.strip()
-    task.sections.append(("Context", f"{body}\n\n" if body else "\n"))
-    items = "".join(f"- [ ] {one_line(c, 500)}\n" for c in criteria if c.strip())
+    task.sections.append(("Context", _context_section(context)))
+    items = "".join(
+        f"- [ ] {_within(c, MAX_CRITERION_CHARS, 'a criterion', 'split it in two')}\n"
+        for c in criteria
+        if c.strip()
+    )
     task.sections.append(("Acceptance Criteria", f"{items}\n" if items else "\n"))
     task.add_history(now, "new", TaskState.INCOMING.value, created_by)
+    _check_new_size(task)
     return task
+
+
+def _within(text: str, limit: int, what: str, fix: str) -> str:
+    """``text`` on one line (whitespace collapsed); refused when longer than ``limit``."""
+    flat = " ".join(text.split())
+    if len(flat) > limit:
+        raise InvalidTask(f"{what} is {len(flat)} characters long; the limit is {limit} ({fix})")
+    return flat
+
+
+def _context_section(context: str) -> str:
+    """The Context section's text: line ends made LF, headings escaped; an open fence is refused."""
+    body = re.sub(r"\r\n?", "\n", context).strip()
+    _, open_fence = _outside_fences(body.split("\n"))
+    if open_fence:
+        raise InvalidTask(
+            f"the context opens a code fence {open_fence} that it never closes "
+            f"(add a line {open_fence} where the code ends)"
+        )
+    return f"{escape_text(body)}\n\n" if body else "\n"
+
+
+def _check_new_size(task: Task) -> None:
+    """Refuse a task too big to stay under the task file limit as its history grows."""
+    size = len(render_task(task).encode())
+    limit = defaults.MAX_TASK_FILE_BYTES - NEW_TASK_ROOM_BYTES
+    if size > limit:
+        raise InvalidTask(
+            f"the task would be {size} bytes; a new task may be at most {limit} bytes "
+            f"(task files are limited to {defaults.MAX_TASK_FILE_BYTES}, with room kept for "
+            "their history): shorten the context, or put it in a file in the repository "
+            "and name that file"
+        )
 
 
 def claim_order(task: Task) -> tuple[int, str, int, str]:
@@ -263,7 +397,7 @@ def render_task(task: Task) -> str:
 def parse_task(text: str, expected_id: str | None = None) -> Task:
     """Read a task file's text; raise ``TaskParseError`` saying what is wrong and where."""
     text = text.replace("\r\n", "\n")
-    lines = text.splitlines(keepends=True)
+    lines = LINE_RE.findall(text)  # only \n ends a line: U+2028 and friends are plain text
     if not lines:
         raise TaskParseError("the file is empty")
     task = _parse_title(lines[0].rstrip("\n"), expected_id)
@@ -310,16 +444,9 @@ def _parse_body(task: Task, lines: list[str]) -> None:
     """Split the body into a preamble and ``## `` sections, ignoring headings in code fences."""
     current: list[str] = []
     heading: str | None = None
-    fence: str | None = None
-    for line in lines:
-        fence_match = FENCE_RE.match(line)
-        if fence_match:
-            marker = fence_match.group(1)
-            if fence is None:
-                fence = marker
-            elif marker.startswith(fence):
-                fence = None
-        if fence is None and line.startswith("## "):
+    outside, _ = _outside_fences(lines)
+    for line, out in zip(lines, outside, strict=True):
+        if out and line.startswith("## "):
             _close_section(task, heading, current)
             heading, current = line[3:].rstrip("\n"), []
         else:
@@ -335,34 +462,58 @@ def _close_section(task: Task, heading: str | None, lines: list[str]) -> None:
 
 
 def _check_headers(task: Task) -> None:
-    """Refuse header values the scheduler could not act on."""
+    """Refuse header values the scheduler could not act on (the file goes to quarantine)."""
     h = task.headers
     try:
         if "PRIORITY" in h and h["PRIORITY"] not in PRIORITIES:
             raise ValueError(f"PRIORITY must be one of {', '.join(PRIORITIES)}")
         if "ROLE" in h and not ID_RE.fullmatch(h["ROLE"]):
             raise ValueError("ROLE must be a word of letters, digits, '-' or '_'")
-        if "ATTEMPTS" in h and not h["ATTEMPTS"].isdigit():
-            raise ValueError("ATTEMPTS must be a whole number")
-        for key in ("CREATED", "LEASE_EXPIRES", "NOT_BEFORE"):
-            if h.get(key):
-                parse_time(h[key])
+        if h.get("BRANCH") and not valid_branch_name(h["BRANCH"]):
+            raise ValueError(f"BRANCH must be a git branch name, got {shown(h['BRANCH'])}")
+        for key, value in h.items():
+            if value:  # an empty value counts as absent, as every reader treats it
+                _check_value(key, value)
         task.blocked_by  # noqa: B018 - validates every id listed
     except (ValueError, InvalidTaskId) as exc:
         raise TaskParseError(f"bad header: {exc}") from None
 
 
+def _check_value(key: str, value: str) -> None:
+    """A count, time or cost header holds what its readers can use, or ``ValueError``."""
+    if key in WHOLE_NUMBER_HEADERS:
+        low, high = WHOLE_NUMBER_HEADERS[key]
+        if not (value.isascii() and value.isdigit()):
+            raise ValueError(f"{key} must be a whole number, got {shown(value)}")
+        if len(value) > len(str(high)) or not low <= int(value) <= high:
+            raise ValueError(f"{key} must be from {low} to {high}, got {shown(value)}")
+    elif key in TIME_HEADERS and _year(value) not in TIME_YEARS:
+        raise ValueError(
+            f"{key} must be an ISO-8601 time between the years {TIME_YEARS.start} and "
+            f"{TIME_YEARS.stop - 1} such as 2026-01-31T12:00:00Z, got {shown(value)}"
+        )
+    elif key == "COST_USD_TOTAL" and not DECIMAL_RE.fullmatch(value):
+        raise ValueError(f"{key} must be a decimal number such as 1.25, got {shown(value)}")
+
+
+def _year(value: str) -> int | None:
+    try:
+        return parse_time(value).year
+    except (ValueError, OverflowError):  # not ISO-8601, or out of range once made UTC
+        return None
+
+
 def read_task_file(path: Path, state: TaskState | None = None) -> Task:
-    """Parse the task at ``path``; size, encoding and name problems are ``TaskParseError``."""
+    """Parse the task at ``path``; name, type, size and encoding problems are ``TaskParseError``.
+
+    Only a regular file is read: a symlink is never followed (its target's contents never
+    reach an error message), and a directory, FIFO, socket or device is refused without
+    blocking on it. ``FileNotFoundError`` means the task moved on.
+    """
     match = FILE_RE.fullmatch(path.name)
     if not match:
         raise TaskParseError(f"file name {path.name!r} is not TASK-<id>.md")
-    size = path.stat().st_size
-    if size > defaults.MAX_TASK_FILE_BYTES:
-        raise TaskParseError(
-            f"file is {size} bytes; task files are limited to {defaults.MAX_TASK_FILE_BYTES}"
-        )
-    data = path.read_bytes()
+    data = _read_regular(path)
     if b"\x00" in data:
         raise TaskParseError("file contains NUL bytes (binary data, not a task)")
     try:
@@ -372,6 +523,31 @@ def read_task_file(path: Path, state: TaskState | None = None) -> Task:
     task = parse_task(text, expected_id=match.group(1))
     task.state, task.path = state, path
     return task
+
+
+def _read_regular(path: Path) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise TaskParseError("it is a symlink; task files must be regular files") from None
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise TaskParseError(f"cannot open it: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO, socket or device"
+            raise TaskParseError(f"it is {kind}, not a regular file")
+        size = os.fstat(fd).st_size
+        if size > defaults.MAX_TASK_FILE_BYTES:
+            raise TaskParseError(
+                f"file is {size} bytes; task files are limited to {defaults.MAX_TASK_FILE_BYTES}"
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(defaults.MAX_TASK_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
 
 
 def allocate_id(queue_dir: Path) -> str:

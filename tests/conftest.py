@@ -100,3 +100,14 @@ def run_claimed(task, agent: str):
     from orchestrator.roles.implementer import run_attempt
 
     return run_attempt(task.id, agent, task.headers["CLAIM_TOKEN"])
+
+
+def exited_pid() -> int:
+    """The PID of a process that has already exited (an agent that died)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout)

@@ -10,6 +10,8 @@ from orchestrator import config, recovery
 from orchestrator import queue_utils as q
 from orchestrator.task_notes import notes_summary, split_notes
 
+from .conftest import exited_pid
+
 
 def notes_file(task_id: str) -> Path:
     return config.get_notes_dir() / f"TASK-{task_id}.md"
@@ -152,7 +154,7 @@ def test_notes_survive_every_way_back(project: Path, path: str) -> None:
         q.claim_task(None, "a")
         q.requeue_task(tid)
     elif path == "reap":
-        q.claim_task(None, "a", pid=2**22 + 7, lease_seconds=10)
+        q.claim_task(None, "a", pid=exited_pid(), lease_seconds=10)
         assert recovery.reap_expired_claims(now=utcnow() + timedelta(minutes=5))
     else:
         q.claim_task(None, "a")

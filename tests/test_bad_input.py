@@ -19,6 +19,8 @@ BAD_FILES = {
     "bad-name": ("notes.txt", b"hello"),
     "bad-priority": ("TASK-56.md", b"# [TASK-56] t\n\nPRIORITY: yesterday\n"),
     "empty": ("TASK-57.md", b""),
+    "attempts-overflow": ("TASK-58.md", b"# [TASK-58] t\n\nATTEMPTS: 9999999999999999999999\n"),
+    "bad-time": ("TASK-59.md", b"# [TASK-59] t\n\nNOT_BEFORE: 10000-01-01T00:00:00Z\n"),
 }
 REASONS = {
     "no-title": "line 1",
@@ -30,6 +32,8 @@ REASONS = {
     "bad-name": "not TASK-<id>.md",
     "bad-priority": "PRIORITY",
     "empty": "empty",
+    "attempts-overflow": "ATTEMPTS must be from 0 to 1000000",
+    "bad-time": "NOT_BEFORE must be an ISO-8601 time",
 }
 
 

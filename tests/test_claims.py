@@ -19,6 +19,8 @@ from orchestrator.processes import TOKEN_ENV, ProcessId, marked_processes
 from orchestrator.store import files
 from orchestrator.tasks import TaskState, format_time, read_task_file, utcnow
 
+from .conftest import exited_pid
+
 S = TaskState
 
 
@@ -92,7 +94,7 @@ def test_a_lease_renewal_after_a_hand_move_is_refused(project):
 def test_the_reaper_never_requeues_a_claim_made_after_it_looked(project):
     tid = q.create_task("t").id
     now = utcnow()
-    q.claim_task(None, "a", lease_seconds=10, pid=dead_pid(), now=now)
+    q.claim_task(None, "a", lease_seconds=10, pid=exited_pid(), now=now)
     (stale,) = q.list_tasks(S.CLAIMED)  # what a reaper read, unlocked
     q.requeue_task(tid, "requeued meanwhile")
     fresh = q.claim_task(None, "b", lease_seconds=600)  # claimed again by a live process
@@ -158,12 +160,6 @@ def test_sweep_rolls_forward_every_interrupted_write(project):
         crash_claim_at_rename(2)
     assert q.get_store().sweep() == 3
     assert all(where(project, t) == ["claimed"] for t in ids)
-
-
-def dead_pid() -> int:
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    return int(done.stdout)
 
 
 def _claim_owned_by(project: Path, **owner_headers: str) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from orchestrator import dependencies
 from orchestrator import queue_utils as q
 from orchestrator.cli import cli
 
@@ -23,7 +24,23 @@ def run(*args: str, ok: bool = True):
     return result
 
 
-def test_enqueue_prints_the_id_and_list_shows_it(project: Path) -> None:
+def git(cwd: Path, *args: str) -> str:
+    """Run git with an identity of its own, as a person would in a fresh repository."""
+    cmd = ["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *args]
+    return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def edit_header(root: Path, task_id: str, key: str, value: str) -> None:
+    """Change one header of an incoming task file by hand, as a person might."""
+    path = root / f".octopoid/runtime/queue/incoming/TASK-{task_id}.md"
+    lines = path.read_text().splitlines(keepends=True)
+    lines = [f"{key}: {value}\n" if ln.startswith(f"{key}:") else ln for ln in lines]
+    if not any(ln.startswith(f"{key}:") for ln in lines):
+        lines.insert(2, f"{key}: {value}\n")
+    path.write_text("".join(lines))
+
+
+def test_enqueue_prints_the_id_and_list_shows_it(git_project: Path) -> None:
     assert (
         run(
             "enqueue",
@@ -39,31 +56,32 @@ def test_enqueue_prints_the_id_and_list_shows_it(project: Path) -> None:
     )
     assert run("enqueue", "Second", "--blocked-by", "TASK-1").output == "TASK-2\n"
     table = run("list").output
-    assert table.splitlines()[0].split() == ["ID", "STATE", "PRI", "ROLE", "ATT", "TITLE"]
+    assert " ".join(table.splitlines()[0].split()) == "ID STATE PRI ROLE ATT BLOCKED TITLE"
     assert "TASK-1  incoming  P0" in table
     rows = json.loads(run("list", "incoming", "--json").output)
     assert [r["id"] for r in rows] == ["TASK-1", "TASK-2"]
     assert json.loads(run("list", "--role", "review", "--json").output) == []
 
 
-def test_context_file_is_read(project: Path, tmp_path: Path) -> None:
+def test_context_file_is_read(git_project: Path, tmp_path: Path) -> None:
     ctx = tmp_path / "ctx.md"
     ctx.write_text("Long context\nwith lines\n")
     run("enqueue", "T", "--context-file", str(ctx))
     assert q.get_task("1").context == "Long context\nwith lines"
 
 
-def test_show_mentions_notes_and_prints_the_file(project: Path) -> None:
+def test_show_mentions_notes_and_prints_the_file(git_project: Path) -> None:
     run("enqueue", "T")
     assert "retry notes: none" in run("show", "task-1").output
     q.claim_task(None, "a")
     q.save_task_notes("1", "a", "clue", 0, 1)
     out = run("show", "1").output
-    assert "TASK-1 is in claimed" in out and "1 attempt(s)" in out and "# [TASK-1] T" in out
+    assert "TASK-1 is in claimed" in out and "1 attempt, 0 reviews" in out
+    assert "# [TASK-1] T" in out
 
 
-def test_review_commands_move_tasks(project: Path) -> None:
-    (project / ".octopoid/config.yaml").write_text("merge:\n  strategy: none\n")
+def test_review_commands_move_tasks(git_project: Path) -> None:
+    (git_project / ".octopoid/config.yaml").write_text("merge:\n  strategy: none\n")
     for title in ("a", "b"):
         run("enqueue", title)
     for _ in range(2):
@@ -97,9 +115,12 @@ def test_review_commands_move_tasks(project: Path) -> None:
         (["enqueue", "   "], 2, "a task needs a title"),
         (["enqueue", "x", "--role", "two words"], 2, "role must be a word"),
         (["enqueue", "x", "--blocked-by", "../1"], 2, "invalid task id"),
+        (["enqueue", "x", "--context", "a", "--context-file", "f"], 2, "not both"),
+        (["pause", "--agent", "nosuch"], 2, "no agent named 'nosuch'"),
+        (["resume", "--agent", "nosuch"], 2, "no agent named 'nosuch'"),
     ],
 )
-def test_errors_are_one_line_and_exit_non_zero(project: Path, args, code, message) -> None:
+def test_errors_are_one_line_and_exit_non_zero(git_project: Path, args, code, message) -> None:
     run("enqueue", "T")
     result = run(*args, ok=False)
     assert result.exit_code == code, result.output
@@ -108,8 +129,8 @@ def test_errors_are_one_line_and_exit_non_zero(project: Path, args, code, messag
     assert isinstance(result.exception, SystemExit)  # a clean exit, not a crash
 
 
-def test_accept_many_reports_each_and_exits_with_the_worst(project: Path) -> None:
-    (project / ".octopoid/config.yaml").write_text("merge:\n  strategy: none\n")
+def test_accept_many_reports_each_and_exits_with_the_worst(git_project: Path) -> None:
+    (git_project / ".octopoid/config.yaml").write_text("merge:\n  strategy: none\n")
     run("enqueue", "a")
     q.submit_completion(q.claim_task(None, "x"), 1, 1)
     result = run("accept", "1", "2", "../x", ok=False)
@@ -126,6 +147,8 @@ def test_installed_executable_runs_outside_a_project(tmp_path: Path) -> None:
     proc = subprocess.run([exe, "list"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 2 and "octopoid init" in proc.stderr
     assert "Traceback" not in proc.stderr
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "first")
     steps = [["init"], ["enqueue", "From the shell"], ["list", "--json"], ["show", "TASK-1"]]
     outs = [
         subprocess.run(
@@ -136,8 +159,47 @@ def test_installed_executable_runs_outside_a_project(tmp_path: Path) -> None:
     assert outs[1] == "TASK-1\n" and json.loads(outs[2])[0]["title"] == "From the shell"
 
 
-def test_agents_lists_state_and_problems(project: Path) -> None:
-    (project / ".octopoid/agents.yaml").write_text(
+def test_init_outside_a_git_work_tree_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    env = child_env(tmp_path)
+    env.pop("OCTOPOID_ROOT")
+    env["GIT_CEILING_DIRECTORIES"] = str(tmp_path.parent)  # no repository above tmp_path
+    proc = subprocess.run(
+        [shutil.which("octopoid"), "init"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "not a git work tree" in proc.stderr and "git init" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / ".octopoid").exists()
+
+
+def test_init_below_the_top_of_a_repository_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    result = run("init", ok=False)
+    assert result.exit_code == 2 and "inside the git work tree" in result.output
+    assert not (tmp_path / "sub" / ".octopoid").exists()
+
+
+def test_a_repository_on_master_gets_tasks_based_on_master(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git(tmp_path, "init", "-q", "-b", "master")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "first")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OCTOPOID_ROOT", str(tmp_path))
+    assert "(master)" in run("init").output
+    run("enqueue", "Works on master")
+    assert q.get_task("1").branch == "master"
+    result = run("enqueue", "On a branch that is not there", "--branch", "main", ok=False)
+    assert result.exit_code == 2 and "no branch 'main'" in result.output
+    assert [t.id for t in q.list_tasks("incoming")] == ["1"]
+
+
+def test_agents_lists_state_and_problems(git_project: Path) -> None:
+    (git_project / ".octopoid/agents.yaml").write_text(
         "agents:\n  - {name: c1, role: implement, backend: claude-code,"
         " claude_path: no-such-claude}\n  - {name: s1, role: implement, backend: command,"
         ' argv: ["true"]}\n'
@@ -157,12 +219,45 @@ def test_agents_lists_state_and_problems(project: Path) -> None:
     assert [r["state"] for r in rows] == ["paused", "running TASK-1"]
 
 
-def test_show_and_status_report_usage(project: Path) -> None:
+def test_a_command_agent_cost_shows_as_unknown_not_zero(git_project: Path) -> None:
+    (git_project / ".octopoid/agents.yaml").write_text(
+        "agents:\n  - {name: c1, role: implement, backend: claude-code}\n"
+        '  - {name: s1, role: implement, backend: command, argv: ["true"]}\n'
+    )
+    rows = {r["name"]: r for r in json.loads(run("agents", "--json").output)}
+    assert rows["s1"]["cost_today_usd"] is None and rows["c1"]["cost_today_usd"] == 0.0
+    lines = run("agents").output.splitlines()
+    assert next(ln for ln in lines if ln.startswith("s1")).endswith(" -")
+    assert next(ln for ln in lines if ln.startswith("c1")).endswith("$0.00")
+
+
+def test_resume_says_what_is_still_paused(git_project: Path) -> None:
+    (git_project / ".octopoid/agents.yaml").write_text(
+        "agents:\n  - {name: a1, role: implement, backend: command, argv: [x]}\n"
+        "  - {name: a2, role: implement, backend: command, argv: [x], paused: true}\n"
+    )
+    assert run("pause", "--agent", "a1").output == "paused a1\n"
+    run("pause")
+    out = run("resume").output
+    assert out.startswith("resumed the system, but still paused:")
+    assert "a1 (`octopoid resume --agent a1`)" in out
+    assert "a2 (paused: true in agents.yaml)" in out
+    run("pause")
+    out = run("resume", "--agent", "a1").output
+    assert "the whole system (`octopoid resume`)" in out and "a1 (" not in out
+    run("resume")
+    (git_project / ".octopoid/agents.yaml").write_text(
+        "agents:\n  - {name: a1, role: implement, backend: command, argv: [x]}\n"
+    )
+    assert run("resume").output == "resumed the system\n"
+
+
+def test_show_and_status_report_usage(git_project: Path) -> None:
     run("enqueue", "t")
     task = q.claim_task(None, "a")
     q.record_usage(task, 37, 0.41)
     q.record_usage(task, 3, 0.09)
-    assert "usage: 40 turns, $0.50 across 1 attempt(s)" in run("show", "1").output
+    assert "usage: 40 turns, $0.50 across 1 attempt\n" in run("show", "1").output
     out = run("status").output
     assert "usage: 40 turns, $0.50 in total" in out and "TASK-1" in out
 
@@ -178,4 +273,107 @@ def test_diff_and_worktrees_commands(git_project: Path) -> None:
     run("accept", tid)
     assert f"removed TASK-{tid}" in run("worktrees", "--prune").output
     assert "no worktrees" in run("worktrees").output
-    assert "has no branch" in run("diff", tid, ok=False).output
+    result = run("diff", tid, ok=False)
+    assert result.exit_code == 1
+    assert result.output == f"octopoid: TASK-{tid} is done; its branch was merged and removed\n"
+
+
+def test_diff_of_a_task_never_attempted_says_so(git_project: Path) -> None:
+    run("enqueue", "t")
+    result = run("diff", "1", ok=False)
+    assert result.exit_code == 1 and "TASK-1 has no branch yet (it is in incoming)" in result.output
+
+
+def test_list_and_show_name_what_blocks_a_task(git_project: Path) -> None:
+    run("enqueue", "first")
+    run("enqueue", "second", "--blocked-by", "1")
+    run("enqueue", "third", "--blocked-by", "TASK-2", "--blocked-by", "task-1")
+    q.claim_task(None, "a")
+    lines = run("list").output.splitlines()
+    assert next(ln for ln in lines if ln.startswith("TASK-2")).split()[5] == "TASK-1"
+    assert next(ln for ln in lines if ln.startswith("TASK-3")).split()[5] == "TASK-2,TASK-1"
+    assert next(ln for ln in lines if ln.startswith("TASK-1")).split()[5] == "-"
+    assert "stuck" not in "\n".join(lines)
+    assert "blocked by TASK-1 (in claimed)\n" in run("show", "2").output
+    rows = {r["id"]: r for r in json.loads(run("list", "--json").output)}
+    assert rows["TASK-3"]["blocked_by"] == ["TASK-2", "TASK-1"] and rows["TASK-3"]["stuck"] is None
+
+
+def test_a_task_whose_blocker_failed_is_stuck_and_so_is_what_waits_on_it(
+    git_project: Path,
+) -> None:
+    run("enqueue", "first")
+    run("enqueue", "second", "--blocked-by", "1")
+    run("enqueue", "third", "--blocked-by", "2")
+    q.fail_task(q.claim_task(None, "a"), "boom")
+    out = run("list").output
+    assert "TASK-2 is stuck: TASK-1 is in failed (`octopoid retry TASK-1`)" in out
+    assert "TASK-3 is stuck: it waits on TASK-2, which is stuck" in out
+    assert "TASK-1 (in failed); stuck:" in run("show", "2").output
+    assert dependencies.blocked_summary() == {
+        "count": 2,
+        "waiting": ["TASK-2", "TASK-3"],
+        "stuck": [
+            {"id": "TASK-2", "why": "TASK-1 is in failed (`octopoid retry TASK-1`)"},
+            {"id": "TASK-3", "why": "it waits on TASK-2, which is stuck"},
+        ],
+    }
+    run("retry", "1")
+    assert "stuck" not in run("list").output
+
+
+def test_a_cycle_made_by_hand_is_named_with_its_members(git_project: Path) -> None:
+    for title in ("a", "b", "c", "d"):
+        run("enqueue", title)
+    edit_header(git_project, "1", "BLOCKED_BY", "TASK-2")
+    edit_header(git_project, "2", "BLOCKED_BY", "TASK-3")
+    edit_header(git_project, "3", "BLOCKED_BY", "TASK-1")
+    edit_header(git_project, "4", "BLOCKED_BY", "TASK-3, TASK-99")
+    out = run("list").output
+    assert "TASK-1 is stuck: its blockers form a cycle, TASK-1 → TASK-2 → TASK-3 → TASK-1" in out
+    assert "TASK-2 is stuck: its blockers form a cycle, TASK-2 → TASK-3 → TASK-1 → TASK-2" in out
+    assert "TASK-4 is stuck: TASK-99 does not exist (edit BLOCKED_BY)" in out
+    assert "TASK-3,TASK-99 (stuck)" in out
+    assert q.claim_task(None, "a") is None  # nothing runnable: the report is right to warn
+
+
+def test_enqueue_refuses_blockers_that_could_never_finish(git_project: Path) -> None:
+    run("enqueue", "first")
+    incoming = git_project / ".octopoid/runtime/queue/incoming"
+    (incoming / "TASK-7.md").write_text("not a task\n")
+    q.list_tasks("incoming")  # finds TASK-7 unreadable: quarantined
+    for blocker, message in [
+        ("TASK-2", "--blocked-by TASK-2: no such task"),
+        ("7", "--blocked-by TASK-7: that task is quarantined"),
+        ("-x", "invalid task id"),
+    ]:
+        result = run("enqueue", "later", "--blocked-by", blocker, ok=False)
+        assert result.exit_code == 2 and message in result.output, result.output
+    assert [t.id for t in q.list_tasks("incoming")] == ["1"]
+
+
+def test_memory_show_takes_a_task_id(git_project: Path) -> None:
+    run("enqueue", "t")
+    assert run("memory", "show", "TASK-1").output == "no notes.TASK-1.md yet\n"
+    env = {"OCTOPOID_NOTES_ID": "TASK-1"}
+    CliRunner().invoke(cli, ["memory", "add", "File Knowledge", "auth lives in a.py"], env=env)
+    assert "- auth lives in a.py" in run("memory", "show", "1").output
+    result = run("memory", "show", "1", "--notes-id", "TASK-1", ok=False)
+    assert result.exit_code == 2 and "not both" in result.output
+
+
+@pytest.mark.slow
+def test_demo_says_where_it_left_its_project(tmp_path: Path) -> None:
+    env = child_env(tmp_path)
+    env.pop("OCTOPOID_ROOT")
+    target = tmp_path / "the demo"
+    proc = subprocess.run(
+        [shutil.which("octopoid"), "demo", "--dir", str(target)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == f"The demo project stays in {target}; remove it with: rm -rf '{target}'"

@@ -66,7 +66,7 @@ def test_memory_cli(project: Path) -> None:
     env = {"OCTOPOID_NOTES_ID": "TASK-5"}
     assert "added to notes.TASK-5.md" in run("memory", "add", "File Knowledge", "a.py: x", env=env)
     assert "- a.py: x" in run("memory", "show", "--notes-id", "TASK-5")
-    assert "1 new note(s)" in run("memory", "promote", "TASK-5")
+    assert "1 new note in" in run("memory", "promote", "TASK-5")
     assert "removed notes.TASK-5.md" in run("memory", "gc")  # TASK-5 does not exist
     assert run("memory", "remove", f"#{hits[0]['id']}").startswith("removed 1")
     assert "Tests need Redis" not in run("memory", "show")
@@ -75,7 +75,7 @@ def test_memory_cli(project: Path) -> None:
     assert json.loads(run("memory", "search", "flaky", "--json")) == []
     out = run("memory", "remove", "never written", code=1)
     assert "no note matches" in out
-    assert "unknown section" in run("memory", "add", "Gossip", "x", code=1)
+    assert "unknown section" in run("memory", "add", "Gossip", "x", code=2)  # bad input
     assert "invalid notes id" in run("memory", "show", "--notes-id", "../x", code=2)
 
 

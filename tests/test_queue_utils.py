@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,6 +13,8 @@ from orchestrator import recovery, reports
 from orchestrator.exceptions import IllegalTransition, TaskNotFound
 from orchestrator.leases import attempts_left
 from orchestrator.tasks import TaskState, parse_time, read_task_file, utcnow
+
+from .conftest import exited_pid
 
 S = TaskState
 
@@ -175,17 +175,6 @@ def test_reject_needs_a_reason(project: Path) -> None:
     q.submit_completion(tid, 1, 1)
     with pytest.raises(IllegalTransition, match="reason"):
         q.reject_completion(tid, "   ")
-
-
-def exited_pid() -> int:
-    """The PID of a process that has already exited (an agent that died)."""
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(done.stdout)
 
 
 def test_reaper_returns_a_dead_agents_task_and_fails_it_when_attempts_are_spent(project: Path):

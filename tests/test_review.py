@@ -7,7 +7,7 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import git_utils, review
+from orchestrator import diffs, git_utils, review
 from orchestrator import queue_utils as q
 from orchestrator.exceptions import GitError, IllegalTransition, MergeRefused
 from orchestrator.tasks import TaskState
@@ -125,7 +125,7 @@ def test_reject_keeps_branch_and_worktree(git_project: Path) -> None:
 
 def test_diff_and_prune(git_project: Path) -> None:
     tid = provisional_with_commit(git_project)
-    assert "+new" in review.task_diff(tid)
+    assert "+new" in diffs.task_diff(tid)
     assert review.prune_worktrees() == []  # provisional: kept
     set_strategy(git_project, "none")
     review.accept(tid)

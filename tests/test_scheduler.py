@@ -100,11 +100,28 @@ def test_a_stale_pid_file_is_detected(git_project: Path) -> None:
     assert not scheduler.pid_file().exists()
 
 
-def test_a_bad_agents_file_is_logged_and_the_daemon_goes_on(daemon, git_project: Path) -> None:
-    (git_project / ".octopoid/agents.yaml").write_text("agents: [\n")
-    daemon._guarded_pass()  # must not raise
+@pytest.mark.parametrize(
+    ("file", "text"),
+    [
+        ("agents.yaml", "agents: [\n"),
+        ("config.yaml", "merge:\n  strategy: sometimes\n"),
+        ("config.yaml", "surprise: 1\n"),
+    ],
+)
+def test_a_broken_config_claims_nothing_and_is_logged_once(daemon, git_project, file, text):
+    tid = q.create_task("t").id
+    good = (git_project / ".octopoid" / file).read_text()
+    (git_project / ".octopoid" / file).write_text(text)
+    for _ in range(5):
+        report = daemon.loop_once()  # must not raise
+        assert report.started == [] and report.skipped.startswith("config invalid: ")
     log = (config.get_logs_dir() / "scheduler.log").read_text()
-    assert "pass failed" in log and "invalid YAML" in log
+    assert log.count("config invalid") == 1 and file in log
+    assert q.get_task(tid).state is TaskState.INCOMING and q.get_task(tid).attempts == 0
+    (git_project / ".octopoid" / file).write_text(good)
+    assert len(daemon.loop_once().started) == 1
+    assert "configuration is valid again" in (config.get_logs_dir() / "scheduler.log").read_text()
+    settle(daemon)
 
 
 @pytest.mark.slow

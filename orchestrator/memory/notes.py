@@ -17,7 +17,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from .. import config
-from ..exceptions import InvalidNotesId, MemoryStoreError
+from ..exceptions import InvalidMemoryInput, InvalidNotesId
 from ..fsutil import atomic_write
 from ..tasks import format_time, utcnow
 
@@ -53,7 +53,7 @@ def normalize_item(item: str) -> str:
 def _clean(item: str) -> str:
     text = " ".join(str(item).split())
     if not text:
-        raise MemoryStoreError("an empty item cannot be added")
+        raise InvalidMemoryInput("an empty item cannot be added")
     return text
 
 
@@ -228,9 +228,9 @@ def _known(section: str) -> str:
     for name in (*SECTIONS, TASK_CONTEXT):
         if section.strip().casefold() == name.casefold():
             if name == TASK_CONTEXT:
-                raise MemoryStoreError("Task Context is set when the notes are created")
+                raise InvalidMemoryInput("Task Context is set when the notes are created")
             return name
-    raise MemoryStoreError(f"unknown section {section!r}; sections are: {', '.join(SECTIONS)}")
+    raise InvalidMemoryInput(f"unknown section {section!r}; sections are: {', '.join(SECTIONS)}")
 
 
 def _span(lines: list[str], section: str) -> tuple[int, int] | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..exceptions import MemoryStoreError
+from ..exceptions import InvalidMemoryInput, MemoryStoreError
 from .notes import normalize_item
 
 _SCHEMA = """
@@ -124,7 +124,7 @@ class MemoryStore:
         """Store a note; the same content in the same scope reinforces the existing one."""
         content = content.strip()
         if not content:
-            raise MemoryStoreError("an empty note cannot be stored")
+            raise InvalidMemoryInput("an empty note cannot be stored")
         scope = scope or project_scope(agent)
         digest, now = content_hash(content), time.time()
         self.db.execute("BEGIN IMMEDIATE")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import agent_status, config, defaults, git_utils, queue_utils, recovery
 from ..backends import AgentRequest, AgentResult, get_backend
-from ..exceptions import LostClaim, OctopoidError
+from ..exceptions import LostClaim, OctopoidError, StorageError
 from ..fsutil import TailBuffer, atomic_write
 from ..leases import attempts_left
 from ..memory import lifecycle
@@ -109,10 +109,24 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     except LostClaim as exc:
         result.details["stop"] = "LostClaim"
         report = _report(task, result, commits, "(not ours any more)", str(exc))
+    except StorageError as exc:
+        report = _release(task, result, commits, exc)
     agent_status.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd
     )
     return report
+
+
+def _release(task: Task, result: AgentResult, commits: int, exc: StorageError) -> AttemptReport:
+    """The next move could not be written: give the claim back rather than hold it until
+    its lease expires (its work stays on the branch). If even that fails, the reaper will."""
+    print(f"octopoid runner: {exc}", file=sys.stderr)
+    try:
+        queue_utils.requeue_task(task, f"could not move the task: {exc}", "octopoid", counted=False)
+    except OctopoidError as again:
+        print(f"octopoid runner: could not give the claim back either: {again}", file=sys.stderr)
+        return _report(task, result, commits, "(still claimed)", str(exc))
+    return _report(task, result, commits, TaskState.INCOMING.value, str(exc))
 
 
 def _wait_for_earlier_attempts(task: Task, grace: float) -> None:

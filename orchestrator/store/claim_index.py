@@ -156,7 +156,7 @@ class ClaimIndex:
                     continue
                 match = FILE_RE.fullmatch(entry.name)
                 try:
-                    mtime = entry.stat().st_mtime_ns
+                    mtime = entry.stat(follow_symlinks=False).st_mtime_ns
                 except FileNotFoundError:
                     continue
                 yield (match.group(1) if match else "/" + entry.name), Path(entry.path), mtime

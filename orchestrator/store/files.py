@@ -24,7 +24,14 @@ from datetime import datetime
 from pathlib import Path
 
 from .. import defaults
-from ..exceptions import IllegalTransition, LostRace, TaskBusy, TaskNotFound, TaskParseError
+from ..exceptions import (
+    IllegalTransition,
+    LostRace,
+    StorageError,
+    TaskBusy,
+    TaskNotFound,
+    TaskParseError,
+)
 from ..fsutil import atomic_write, durable_rename, fsync_dir, is_temp_name, write_synced, write_temp
 from ..locks import FileMutex
 from ..tasks import (
@@ -43,6 +50,24 @@ from .claim_index import ClaimIndex
 
 LOCK_STRIPES = 64  # bounded lock files; two tasks sharing a stripe only wait a moment
 NEW, OLD = ".new", ".old"  # a write's staged text, and the file it takes away
+
+
+@contextmanager
+def writing(folder: Path) -> Iterator[None]:
+    """An OS error while writing the queue becomes one clear ``StorageError`` (no traceback).
+
+    ``FileNotFoundError`` passes through: in a queue it means another process moved first.
+    """
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        where = exc.filename or folder
+        raise StorageError(
+            f"cannot write the queue at {where}: {exc.strerror or exc} "
+            "(check the folder's permissions and free space)"
+        ) from None
 
 
 class FolderStore(QueueStore):
@@ -80,11 +105,12 @@ class FolderStore(QueueStore):
         (self.root / ".locks").mkdir(exist_ok=True)
 
     def allocate_id(self) -> str:
-        return allocate_id(self.root)
+        with writing(self.root):
+            return allocate_id(self.root)
 
     def add(self, task: Task, state: TaskState) -> Task:
         target = self.path(task.id, state)
-        with self._lock(task.id):
+        with writing(target.parent), self._lock(task.id):
             found = self._scan_for(task.id)
             if found is not None:
                 raise IllegalTransition(f"{task.label} already exists (in {found.value})")
@@ -183,7 +209,7 @@ class FolderStore(QueueStore):
         guard: Guard | None = None,
     ) -> Task | None:
         dst_path = self.path(task_id, dst)
-        with self._lock(task_id):
+        with writing(dst_path.parent), self._lock(task_id):
             task = self._read_for_change(task_id, src)
             if guard is not None and not guard(task):
                 return None
@@ -196,7 +222,7 @@ class FolderStore(QueueStore):
         return task
 
     def update(self, task_id: str, state: TaskState, change: Change) -> Task:
-        with self._lock(task_id):
+        with writing(self.dir(state)), self._lock(task_id):
             task = self._read_for_change(task_id, state)
             change(task)
             self._write(task, state)
@@ -328,9 +354,9 @@ class FolderStore(QueueStore):
     def quarantine(self, path: Path, reason: str) -> Path:
         folder = self.dir(TaskState.QUARANTINE)
         match = FILE_RE.fullmatch(path.name)
-        with self._lock(match.group(1) if match else path.name):
+        with writing(folder), self._lock(match.group(1) if match else path.name):
             target, n = folder / path.name, 0
-            while target.exists():
+            while os.path.lexists(target):
                 n += 1
                 target = folder / f"{path.name}.{n}"
             error = target.with_name(target.name + ".error")

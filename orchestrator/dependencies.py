@@ -1,0 +1,142 @@
+"""Which waiting tasks are blocked, by what, and which of them cannot run as things stand.
+
+A task in incoming waits until every task in its ``BLOCKED_BY`` is done. It is *stuck* when
+that cannot happen by itself: a blocker is missing, failed, rejected or quarantined; it
+waits, directly or not, on a stuck task; or its blockers form a cycle. ``enqueue`` refuses
+a blocker that does not exist, and a new task's id does not exist before it is created, so
+missing blockers and cycles come only from files edited by hand. Read-only: the faces show
+this report (`octopoid list`, `show`, `status`); nothing here moves a task.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from . import queue_utils
+from .tasks import Task, TaskState, task_label
+
+S = TaskState
+#: States a blocker does not leave by itself, with what a person can do about it.
+DEAD_ENDS = {
+    S.FAILED: "`octopoid retry {label}`",
+    S.REJECTED: "`octopoid retry {label}`",
+    S.QUARANTINE: "fix its file and move it back to incoming",
+}
+
+Pending = list[tuple[str, TaskState | None]]  # (blocker id, where it is; None: nowhere)
+
+
+@dataclass(frozen=True)
+class Blockage:
+    """Why an incoming task cannot be claimed yet."""
+
+    waiting_on: tuple[tuple[str, str], ...]  # (blocker label, its state or "missing")
+    stuck: str | None = None  # why it never will be, as things stand; None while it waits
+
+    def describe(self) -> str:
+        """``blocked by TASK-3 (in claimed), TASK-4 (missing); stuck: ...``"""
+        on = ", ".join(
+            f"{label} ({where if where == 'missing' else 'in ' + where})"
+            for label, where in self.waiting_on
+        )
+        return f"blocked by {on}" + (f"; stuck: {self.stuck}" if self.stuck else "")
+
+
+def blocked_report(incoming: list[Task] | None = None) -> dict[str, Blockage]:
+    """Every blocked task of ``incoming`` (default: the incoming queue), by id."""
+    tasks = queue_utils.list_tasks(S.INCOMING) if incoming is None else incoming
+    where = cache(queue_utils.get_store().locate)
+    waiting: dict[str, Pending] = {}
+    for task in tasks:
+        pending = [(b, where(b)) for b in task.blocked_by if where(b) is not S.DONE]
+        if pending:
+            waiting[task.id] = pending
+    stuck = _stuck(waiting)
+    return {
+        tid: Blockage(
+            tuple((task_label(b), state.value if state else "missing") for b, state in pending),
+            stuck.get(tid),
+        )
+        for tid, pending in waiting.items()
+    }
+
+
+def blockage_of(task: Task) -> Blockage | None:
+    """What ``task`` waits for, when it waits in incoming on unfinished tasks; else None."""
+    if task.state is not S.INCOMING or not task.blocked_by:
+        return None
+    return blocked_report().get(task.id)
+
+
+def blocked_summary(incoming: list[Task] | None = None) -> dict[str, Any]:
+    """For `octopoid status`: how many waiting tasks are blocked, and the stuck ones, why."""
+    report = blocked_report(incoming)
+    stuck = [{"id": task_label(t), "why": b.stuck} for t, b in report.items() if b.stuck]
+    return {"count": len(report), "waiting": [task_label(t) for t in report], "stuck": stuck}
+
+
+def _stuck(waiting: dict[str, Pending]) -> dict[str, str]:
+    """Why each stuck task is stuck: a dead-end blocker first, then cycles, then contagion."""
+    reasons = {tid: why for tid, pending in waiting.items() if (why := _dead_end(pending))}
+    edges = {
+        tid: [b for b, state in pending if state is S.INCOMING and b in waiting]
+        for tid, pending in waiting.items()
+    }
+    dependents: dict[str, list[str]] = defaultdict(list)
+    for tid, blockers in edges.items():
+        for blocker in blockers:
+            dependents[blocker].append(tid)
+    for tid, cycle in _cycles(edges, dependents).items():
+        start = cycle.index(tid)
+        loop = " → ".join(task_label(t) for t in [*cycle[start:], *cycle[: start + 1]])
+        reasons.setdefault(tid, f"its blockers form a cycle, {loop} (edit BLOCKED_BY)")
+    spread = deque(reasons)
+    while spread:
+        blocker = spread.popleft()
+        for tid in dependents[blocker]:
+            if tid not in reasons:
+                reasons[tid] = f"it waits on {task_label(blocker)}, which is stuck"
+                spread.append(tid)
+    return reasons
+
+
+def _dead_end(pending: Pending) -> str | None:
+    for blocker, state in pending:
+        label = task_label(blocker)
+        if state is None:
+            return f"{label} does not exist (edit BLOCKED_BY)"
+        if state in DEAD_ENDS:
+            return f"{label} is in {state.value} ({DEAD_ENDS[state].format(label=label)})"
+    return None
+
+
+def _cycles(edges: dict[str, list[str]], dependents: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each task on a cycle of blockers, with that cycle's members in order.
+
+    Tasks that wait on nothing inside the graph are peeled off until only cycles, and the
+    tasks behind them, are left; a walk from each leftover task then ends on a cycle.
+    """
+    left = {tid: len(blockers) for tid, blockers in edges.items()}
+    ready = [tid for tid, count in left.items() if count == 0]
+    while ready:
+        free = ready.pop()
+        del left[free]
+        for tid in dependents[free]:
+            left[tid] -= 1
+            if left[tid] == 0:
+                ready.append(tid)
+    cycles: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for start in list(left):
+        node, path = start, dict[str, int]()  # node -> its position on this walk
+        while node not in seen:
+            seen.add(node)
+            path[node] = len(path)
+            node = next(b for b in edges[node] if b in left)
+        if node in path:
+            cycle = list(path)[path[node] :]
+            cycles.update(dict.fromkeys(cycle, cycle))
+    return cycles
