@@ -329,10 +329,13 @@ def diff(task_id: str) -> None:
 @cli.command()
 @click.option("--prune", is_flag=True, help="Remove worktrees of tasks that are done or gone.")
 def worktrees(prune: bool) -> None:
-    """List task worktrees (or prune the finished ones)."""
+    """List task worktrees (or prune those of done or gone tasks).
+
+    Pruning deletes a task's branch only when its base has all of it; a branch left for a
+    pull request is kept, and the output says so.
+    """
     if prune:
-        removed = review.prune_worktrees()
-        click.echo("\n".join(f"removed {name}" for name in removed) or "nothing to prune")
+        click.echo("\n".join(review.prune_worktrees()) or "nothing to prune")
         return
     rows = review.list_worktrees()
     click.echo(_table([["WORKTREE", "TASK STATE"], *map(list, rows)]) if rows else "no worktrees")

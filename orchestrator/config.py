@@ -111,6 +111,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
     },
     "merge": {
         "strategy": Field(str, "merge", choices=("merge", "squash", "ff-only", "none")),
+        "run_hooks": Field(bool, False),
     },
     "prices": Field(dict, {}, items=dict),
     "memory": {

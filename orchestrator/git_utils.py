@@ -2,11 +2,15 @@
 
 git's own error text is never swallowed: every failure becomes a ``GitError`` carrying it.
 Operations that change the repository's administrative state (worktrees, branches, refs)
-are serialised with a lock, since two runners may start at the same moment.
+are serialised with a lock, since two runners may start at the same moment, and every ref
+octopoid moves is journalled so no attempt's containment check takes it for its agent's.
+Every git command octopoid runs has hooks and fsmonitor off (``HOOKS_OFF``): an agent may
+have planted either, and only ``merge.run_hooks: true`` lets the user's own merge hooks run.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -16,10 +20,19 @@ import git
 from filelock import FileLock
 
 from . import config
+from .containment import journal_own_change
 from .exceptions import GitError, MergeRefused
 from .tasks import task_label
 
 MERGE_STRATEGIES = ("merge", "squash", "ff-only", "none")
+#: Config given to every git command octopoid runs (git >= 2.31 reads it from the env).
+HOOKS_OFF = {
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": os.devnull,
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
+}
 
 
 def branch_for(task_id: str) -> str:
@@ -53,11 +66,17 @@ def repo_admin_lock() -> Iterator[None]:
         yield
 
 
-def open_repo(path: Path | None = None) -> git.Repo:
-    """The project's repository (default: the project root); ``GitError`` if there is none."""
+def open_repo(path: Path | None = None, hooks: bool = False) -> git.Repo:
+    """The project's repository (default: the project root); ``GitError`` if there is none.
+
+    Its git commands run with hooks off unless ``hooks``.
+    """
     where = path or config.find_project_root()
     try:
-        return git.Repo(where)
+        repo = git.Repo(where)
+        if not hooks:
+            repo.git.update_environment(**HOOKS_OFF)
+        return repo
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise GitError(f"{where} is not a git repository (run `git init` there first)") from None
 
@@ -89,6 +108,7 @@ def ensure_worktree(repo: git.Repo, task_id: str, base: str) -> Path:
             raise GitError(f"base branch '{base}' does not exist in {repo.working_dir}") from None
         with _git_errors(f"git worktree add -b {branch} {path} {base}"):
             repo.git.worktree("add", "-b", branch, str(path), base)
+        journal_own_change(f"refs/heads/{branch}", repo.commit(branch).hexsha)
     return path
 
 
@@ -111,15 +131,32 @@ def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) ->
     return any(s.startswith(f"Merge {task_label(task_id)}: ") for s in subjects)
 
 
-def head_sha(path: Path) -> str:
-    with _git_errors(f"git rev-parse HEAD in {path}"):
-        return git.Repo(path).head.commit.hexsha
+def commits_on_branch(repo: git.Repo, task_id: str, since: str) -> int:
+    """Commits on the task's branch that ``since`` does not have (wherever HEAD went)."""
+    with _git_errors(f"git rev-list {since}..{branch_for(task_id)}"):
+        return int(repo.git.rev_list("--count", f"{since}..refs/heads/{branch_for(task_id)}"))
 
 
-def commits_since(path: Path, since: str) -> int:
-    """Commits on the worktree's HEAD that ``since`` does not have."""
-    with _git_errors(f"git rev-list in {path}"):
-        return int(git.Repo(path).git.rev_list("--count", f"{since}..HEAD"))
+def commits_ahead(repo: git.Repo, task_id: str, base: str) -> int:
+    """Commits on the task's branch that its base does not have."""
+    return commits_on_branch(repo, task_id, f"refs/heads/{base}")
+
+
+def worktree_branch(task_id: str) -> str | None:
+    """The branch the task's worktree has checked out (``refs/heads/...``), None if detached."""
+    wt = open_repo(worktree_for(task_id))
+    with _git_errors("git symbolic-ref HEAD"):
+        try:
+            return wt.git.symbolic_ref("-q", "HEAD")
+        except git.GitCommandError:
+            return None
+
+
+def back_to_task_branch(task_id: str) -> None:
+    """Check the task's own branch out again in its worktree (an agent switched away)."""
+    wt = open_repo(worktree_for(task_id))
+    with _git_errors(f"git checkout {branch_for(task_id)}"):
+        wt.git.checkout("-f", branch_for(task_id))
 
 
 def remove_worktree(repo: git.Repo, task_id: str, delete_branch: bool = True) -> None:
@@ -134,6 +171,21 @@ def remove_worktree(repo: git.Repo, task_id: str, delete_branch: bool = True) ->
         if delete_branch and branch_exists(repo, branch):
             with _git_errors(f"git branch -D {branch}"):
                 repo.git.branch("-D", branch)
+            journal_own_change(f"refs/heads/{branch}", None)
+
+
+def delete_branch_if_merged(repo: git.Repo, task_id: str, base: str | None) -> bool:
+    """Delete the task's branch only when ``base`` has all of it (``git branch -d``)."""
+    branch = branch_for(task_id)
+    with repo_admin_lock():
+        if not branch_exists(repo, branch):
+            return True
+        if base is None or not branch_exists(repo, base) or not repo.is_ancestor(branch, base):
+            return False
+        with _git_errors(f"git branch -d {branch}"):
+            repo.git.update_ref("-d", f"refs/heads/{branch}")
+        journal_own_change(f"refs/heads/{branch}", None)
+    return True
 
 
 def diff(repo: git.Repo, base: str, task_id: str) -> str:
@@ -141,8 +193,8 @@ def diff(repo: git.Repo, base: str, task_id: str) -> str:
     branch = branch_for(task_id)
     if not branch_exists(repo, branch):
         raise GitError(f"{task_label(task_id)} has no branch {branch} (nothing was attempted yet?)")
-    with _git_errors(f"git diff {base}...{branch}"):
-        return repo.git.diff(f"{base}...{branch}")
+    with _git_errors(f"git diff {base}...{branch}"):  # no program an agent could configure
+        return repo.git.diff("--no-ext-diff", "--no-textconv", f"{base}...{branch}")
 
 
 def _checkout_of(repo: git.Repo, branch: str) -> Path | None:
@@ -156,12 +208,14 @@ def _checkout_of(repo: git.Repo, branch: str) -> Path | None:
     return None
 
 
-def merge_task_branch(repo: git.Repo, task_id: str, base: str, strategy: str, title: str) -> str:
+def merge_task_branch(
+    repo: git.Repo, task_id: str, base: str, strategy: str, title: str, run_hooks: bool = False
+) -> str:
     """Merge ``agent/TASK-<id>`` into ``base``; return the new tip of ``base``.
 
     Where ``base`` is checked out, the merge happens there and needs it clean; otherwise in a
     temporary worktree, and ``base`` moves only if nobody moved it meanwhile. A conflict is
-    aborted: nothing is half-merged.
+    aborted: nothing is half-merged. The user's hooks run only with ``run_hooks``.
     """
     branch = branch_for(task_id)
     if strategy not in MERGE_STRATEGIES or strategy == "none":
@@ -174,18 +228,23 @@ def merge_task_branch(repo: git.Repo, task_id: str, base: str, strategy: str, ti
     with repo_admin_lock():
         checkout = _checkout_of(repo, base)
         if checkout is not None:
-            where = git.Repo(checkout)
+            where = open_repo(checkout, hooks=run_hooks)
             if where.is_dirty(untracked_files=False):
                 raise MergeRefused(
                     f"{checkout} has uncommitted changes on {base}; commit or stash them, "
                     "then accept again"
                 )
             _merge_in(where, branch, strategy, message)
-            return where.head.commit.hexsha
-        return _merge_detached(repo, branch, base, strategy, message)
+            new = where.head.commit.hexsha
+        else:
+            new = _merge_detached(repo, branch, base, strategy, message, run_hooks)
+        journal_own_change(f"refs/heads/{base}", new)
+        return new
 
 
-def _merge_detached(repo: git.Repo, branch: str, base: str, strategy: str, message: str) -> str:
+def _merge_detached(
+    repo: git.Repo, branch: str, base: str, strategy: str, message: str, run_hooks: bool
+) -> str:
     scratch = config.get_worktrees_dir() / f".merge-{branch.replace('/', '-')}"
     if scratch.exists():
         shutil.rmtree(scratch)  # an accept killed mid-merge left it
@@ -195,7 +254,7 @@ def _merge_detached(repo: git.Repo, branch: str, base: str, strategy: str, messa
     with _git_errors("git worktree add --detach"):
         repo.git.worktree("add", "--detach", str(scratch), base)
     try:
-        where = git.Repo(scratch)
+        where = open_repo(scratch, hooks=run_hooks)
         _merge_in(where, branch, strategy, message)
         new = where.head.commit.hexsha
         with _git_errors(f"git update-ref refs/heads/{base}"):

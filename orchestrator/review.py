@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import config, git_utils, queue_utils
 from .exceptions import GitError, IllegalTransition
@@ -15,6 +16,9 @@ from .memory.distill import distill
 from .memory.notes import NotesManager
 from .store import QueueStore
 from .tasks import Task, TaskState, normalize_task_id
+
+if TYPE_CHECKING:
+    from git import Repo
 
 log = logging.getLogger("octopoid.review")
 
@@ -78,11 +82,26 @@ def _merge_once(store: QueueStore, task: Task, strategy: str) -> str:
     if before and git_utils.already_merged(repo, task.id, task.branch, before):
         merged = git_utils.branch_tip(repo, task.branch)
     else:
+        _refuse_empty(repo, task)
         base_tip = git_utils.branch_tip(repo, task.branch)
         store.update(task.id, TaskState.PROVISIONAL, lambda t: t.set_header("MERGING", base_tip))
-        merged = git_utils.merge_task_branch(repo, task.id, task.branch, strategy, task.title)
+        run_hooks = config.load_config()["merge"]["run_hooks"]
+        merged = git_utils.merge_task_branch(
+            repo, task.id, task.branch, strategy, task.title, run_hooks
+        )
     store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, merged))
     return merged
+
+
+def _refuse_empty(repo: Repo, task: Task) -> None:
+    """Accepting a branch with nothing beyond its base would mark the task done without work."""
+    if git_utils.branch_exists(repo, git_utils.branch_for(task.id)) and not (
+        git_utils.commits_ahead(repo, task.id, task.branch)
+    ):
+        raise IllegalTransition(
+            f"{task.label}'s branch has no commits beyond {task.branch}: there is nothing to "
+            f"accept; reject it with what is missing (`octopoid reject {task.label} --reason ...`)"
+        )
 
 
 def _mark_merged(task: Task, sha: str) -> None:
@@ -113,13 +132,32 @@ def reject(task_id: str, reason: str, rejected_by: str = "human") -> Task:
 
 
 def prune_worktrees() -> list[str]:
-    """Remove worktrees (and branches) of tasks that are done or no longer exist."""
+    """Remove worktrees of tasks that are done or gone; one line per worktree saying what
+    happened to it and its branch.
+
+    A branch is deleted only when its base has all of it: a branch left for a pull request
+    (``merge.strategy: none``), or one whose base is unknown, is kept and the line says why.
+    """
     finished = [name for name, state in list_worktrees() if state in ("done", "gone")]
-    if finished:
-        repo = git_utils.open_repo()
-        for name in finished:
-            git_utils.remove_worktree(repo, name.removeprefix("TASK-"))
-    return finished
+    if not finished:
+        return []
+    repo = git_utils.open_repo()
+    store = queue_utils.get_store()
+    lines = []
+    for name in finished:
+        task_id = name.removeprefix("TASK-")
+        base = store.get(task_id).branch if store.locate(task_id) else None
+        git_utils.remove_worktree(repo, task_id, delete_branch=False)
+        branch = git_utils.branch_for(task_id)
+        if git_utils.delete_branch_if_merged(repo, task_id, base):
+            lines.append(f"removed {name} and its branch")
+        elif base is None:
+            lines.append(f"removed {name}; kept {branch}: the task is gone, its base unknown")
+        else:
+            lines.append(
+                f"removed {name}; kept {branch}: not merged into {base} (for review or a PR)"
+            )
+    return lines
 
 
 def list_worktrees() -> list[tuple[str, str]]:

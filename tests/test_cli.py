@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import dependencies
+from orchestrator import dependencies, git_utils
 from orchestrator import queue_utils as q
 from orchestrator.cli import cli
 
@@ -271,8 +271,10 @@ def test_diff_and_worktrees_commands(git_project: Path) -> None:
     assert "nothing to prune" in run("worktrees", "--prune").output
     (git_project / ".octopoid/config.yaml").write_text("merge:\n  strategy: none\n")
     run("accept", tid)
-    assert f"removed TASK-{tid}" in run("worktrees", "--prune").output
+    assert f"removed TASK-{tid}; kept agent/TASK-{tid}" in run("worktrees", "--prune").output
     assert "no worktrees" in run("worktrees").output
+    assert "+new" in run("diff", tid).output  # the branch stays for its pull request
+    git_utils.open_repo().git.branch("-D", f"agent/TASK-{tid}")
     result = run("diff", tid, ok=False)
     assert result.exit_code == 1
     assert result.output == f"octopoid: TASK-{tid} is done; its branch was merged and removed\n"

@@ -130,8 +130,22 @@ def test_diff_and_prune(git_project: Path) -> None:
     set_strategy(git_project, "none")
     review.accept(tid)
     assert review.list_worktrees() == [(f"TASK-{tid}", "done")]
-    assert review.prune_worktrees() == [f"TASK-{tid}"]
+    assert review.prune_worktrees() == [
+        f"removed TASK-{tid}; kept agent/TASK-{tid}: not merged into main (for review or a PR)"
+    ]
     assert review.list_worktrees() == []
+    repo = git.Repo(git_project)
+    assert git_utils.branch_exists(repo, f"agent/TASK-{tid}")  # the PR's branch survives
+
+
+def test_prune_deletes_a_branch_only_once_its_base_has_it(git_project: Path) -> None:
+    set_strategy(git_project, "none")
+    tid = provisional_with_commit(git_project)
+    review.accept(tid)
+    repo = git.Repo(git_project)
+    repo.git.merge("--no-ff", "-m", "the PR was merged", f"agent/TASK-{tid}")
+    assert review.prune_worktrees() == [f"removed TASK-{tid} and its branch"]
+    assert not git_utils.branch_exists(repo, f"agent/TASK-{tid}")
 
 
 def test_worktree_errors_carry_gits_words(git_project: Path) -> None:

@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 import anthropic
-import git
 
 from .. import config, defaults
 from ..fsutil import TailBuffer
+from ..git_utils import open_repo
 from ..redaction import redact
 from .base import AgentRequest, AgentResult
 from .worktree_tools import TOOL_SPECS, WorktreeTools
@@ -161,7 +161,7 @@ class AnthropicBackend:
     @staticmethod
     def _commit(request: AgentRequest, summary: str, output: TailBuffer) -> None:
         summary = redact(summary)
-        repo = git.Repo(request.worktree)
+        repo = open_repo(request.worktree)  # hooks off: octopoid's commit, not the agent's
         if not repo.is_dirty(untracked_files=True):
             return
         repo.git.add("-A")

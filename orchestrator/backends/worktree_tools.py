@@ -7,6 +7,7 @@ tool runs in the worktree with a timeout: it is a convenience, not a sandbox.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -157,12 +158,8 @@ class WorktreeTools:
             regex = re.compile(pattern)
         except re.error as exc:
             raise ToolError(f"bad pattern: {exc}") from None
-        base = self.resolve(path)
-        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
         hits = []
-        for file in files:
-            if ".git" in file.relative_to(self.root).parts:
-                continue
+        for file in self._files_under(self.resolve(path)):
             try:
                 lines = file.read_text(encoding="utf-8").splitlines()
             except (UnicodeDecodeError, OSError):
@@ -172,6 +169,26 @@ class WorktreeTools:
             if len(hits) >= MAX_MATCHES:
                 return "\n".join(hits[:MAX_MATCHES]) + "\n[...more matches]"
         return "\n".join(hits) or "no matches"
+
+    def _files_under(self, base: Path) -> list[Path]:
+        """Regular files at or under ``base`` that resolve inside the worktree, outside .git.
+
+        Symlinks are not followed out: each file is resolved and checked like a path the
+        model gave, and a link that leads outside is skipped.
+        """
+        if base.is_file():
+            return [base]
+        found = []
+        for folder, dirs, names in os.walk(base):  # followlinks=False: no symlinked folders
+            dirs[:] = sorted(d for d in dirs if d != ".git")
+            for name in sorted(names):
+                try:
+                    file = self.resolve(str((Path(folder) / name).relative_to(self.root)))
+                except ToolError:
+                    continue
+                if file.is_file():
+                    found.append(file)
+        return found
 
     def run_command(self, command: str) -> str:
         """The shell in its own process group; a timeout kills the whole group, not the shell."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from .. import agent_status, config, defaults, git_utils, queue_utils, recovery
+from .. import agent_status, config, defaults, queue_utils, recovery
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..exceptions import LostClaim, OctopoidError, StorageError
 from ..fsutil import TailBuffer, atomic_write
@@ -42,6 +42,7 @@ from ..prompts import MEMORY_HOWTO, build_prompt, render_memory, render_previous
 from ..redaction import Redactor
 from ..task_notes import stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
+from . import workspace
 from .base import (
     Claim,
     Terminated,
@@ -94,14 +95,19 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         Redactor(agent_env(agent)),  # the agent's own env may hold secrets too
     )
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
+    space = None
     try:
-        result, commits = _work(task, agent, cfg, claim, log_dir, output)
+        space = workspace.prepare(task)
+        result = _work(task, agent, cfg, claim, log_dir, output, space.worktree)
     except (Terminated, LostClaim) as exc:
         result = AgentResult(None, "error", summary=str(exc), details={"stop": type(exc).__name__})
     except OctopoidError as exc:
         result = AgentResult(None, "error", summary=str(exc))
     finally:
         kill_claim_processes(token)  # whatever the agent left running dies with the attempt
+        if space is not None:
+            commits, breaches = workspace.inspect(space, task.attempts)
+            result = _contained(result, breaches, output)
         _save_notes(task, agent_name, result, commits, output, log_dir)
     try:
         queue_utils.record_usage(task, result.turns, result.cost_usd)
@@ -115,6 +121,26 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         agent_name, task.label, result.outcome, result.turns, result.cost_usd
     )
     return report
+
+
+def _contained(result: AgentResult, breaches: list[str], output: TailBuffer) -> AgentResult:
+    """An attempt that reached outside its branch fails, whatever the agent said."""
+    if not breaches:
+        return result
+    for line in breaches:
+        output.feed(f"[octopoid] {line}\n".encode())
+    summary = f"the agent reached outside its branch: {'; '.join(breaches)}"
+    return AgentResult(
+        result.exit_code,
+        "error",
+        turns=result.turns,
+        cost_usd=result.cost_usd,
+        tokens_in=result.tokens_in,
+        tokens_out=result.tokens_out,
+        session_id=result.session_id,
+        summary=summary,
+        details=result.details,
+    )
 
 
 def _release(task: Task, result: AgentResult, commits: int, exc: StorageError) -> AttemptReport:
@@ -174,11 +200,14 @@ def _save_notes(
 
 
 def _work(
-    task: Task, agent: dict, cfg: dict, claim: Claim, log_dir: Path, output: TailBuffer
-) -> tuple[AgentResult, int]:
-    repo = git_utils.open_repo()
-    worktree = git_utils.ensure_worktree(repo, task.id, task.branch)
-    before = git_utils.head_sha(worktree)
+    task: Task,
+    agent: dict,
+    cfg: dict,
+    claim: Claim,
+    log_dir: Path,
+    output: TailBuffer,
+    worktree: Path,
+) -> AgentResult:
     notes = render_previous_notes(
         queue_utils.get_task_notes(task.id), cfg["notes"]["prompt_budget"]
     )
@@ -200,8 +229,7 @@ def _work(
         max_budget_usd=agent.get("max_budget_usd"),
         on_tick=claim.tick,
     )
-    result = get_backend(agent["backend"]).run(request, output)
-    return result, git_utils.commits_since(worktree, before)
+    return get_backend(agent["backend"]).run(request, output)
 
 
 def _memory_block(task: Task, cfg: dict) -> str:

@@ -6,6 +6,9 @@
 - ``slow``: sleep OCTO_TEST_SLEEP seconds (default 30) before committing.
 - ``flood``: print OCTO_TEST_FLOOD_MB megabytes, then commit.
 - ``learn``: record a fact with `octopoid memory add`, then commit.
+- hostile, through the shell: ``plant-hook`` writes a post-merge hook into the common git
+  dir; ``hooks-path`` sets core.hooksPath in the shared config; ``switch-branch`` commits
+  on a branch of its own making; ``move-main`` points main at its commit (all then commit).
 - ``escape``: leave a grandchild running in a session of its own (``escape-bare``: with an
   empty environment too, so only the runner as subreaper can find it), write its PID to
   ``$OCTO_TEST_PIDS``, then commit.
@@ -46,6 +49,15 @@ if "always-fail" in title:
     sys.exit(1)
 if "no-commit" in title:
     sys.exit(0)
+HOSTILE = {
+    "plant-hook": 'h="$(git rev-parse --git-common-dir)/hooks/post-merge"; '
+    'printf "#!/bin/sh\\ntouch %s\\n" "$OCTO_TEST_PWNED" > "$h"; chmod +x "$h"',
+    "hooks-path": "git config core.hooksPath /tmp/octopoid-evil-hooks",
+    "switch-branch": "git checkout -q -b feature/x",
+}
+for word, script in HOSTILE.items():
+    if word in title:
+        subprocess.run(["sh", "-c", script], check=True)
 if "escape" in title:
     env = {} if "escape-bare" in title else None
     sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True, env=env)
@@ -67,4 +79,6 @@ if "learn" in title:
 if "Review — rejected" in prompt:
     print("addressing review: " + prompt.split("Review — rejected", 1)[1][:200])
 commit(f"{task}.txt", f"{task} done in attempt {os.environ['OCTOPOID_ATTEMPT']}\n")
+if "move-main" in title:
+    subprocess.run(["git", "update-ref", "refs/heads/main", "HEAD"], check=True)
 print("committed", flush=True)

@@ -1,0 +1,168 @@
+"""Agents stay in their box: hooks, config, refs and HEAD are put back; prune and accept are safe.
+
+Hostile agents do it through a shell (the command backend) and through the anthropic
+backend's tools against the local fake Messages API.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import git_utils, review
+from orchestrator import queue_utils as q
+from orchestrator.backends.worktree_tools import WorktreeTools
+from orchestrator.exceptions import IllegalTransition
+from orchestrator.roles import workspace
+from orchestrator.tasks import TaskState
+
+from .conftest import run_claimed, write_agents
+from .helpers.fake_messages_api import FakeMessagesAPI, tool_use
+from .test_review import provisional_with_commit
+
+
+@pytest.fixture
+def hostile(git_project: Path, tmp_path: Path, monkeypatch):
+    """Run one attempt of a scripted command agent whose title says what it does."""
+    write_agents(git_project)
+    monkeypatch.setenv("OCTO_TEST_PWNED", str(tmp_path / "pwned"))
+
+    def attempt(title: str):
+        tid = q.create_task(title).id
+        report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+        return tid, report, q.get_task_notes(tid)
+
+    return attempt
+
+
+def common(root: Path) -> Path:
+    return root / ".git"
+
+
+def test_a_planted_hook_is_removed_and_fails_the_attempt(hostile, git_project, tmp_path):
+    tid, report, notes = hostile("plant-hook")
+    assert report.next_state == "incoming" and report.outcome == "error"
+    assert "the agent added .git/hooks/post-merge; octopoid put it back" in notes
+    assert not (common(git_project) / "hooks/post-merge").exists()
+    kept = git_project / f".octopoid/runtime/containment/TASK-{tid}/1/hooks/post-merge"
+    assert "touch" in kept.read_text()  # what was displaced is kept, not lost
+    assert "reached outside its branch" in q.get_task(tid).history[-1]
+
+
+def test_a_hooks_path_in_the_shared_config_is_undone(hostile, git_project):
+    before = (common(git_project) / "config").read_text()
+    _, report, notes = hostile("hooks-path")
+    assert report.next_state == "incoming"
+    assert "the agent changed .git/config" in notes
+    assert (common(git_project) / "config").read_text() == before
+    assert "hooksPath" not in git.Repo(git_project).git.config("--list")
+
+
+def test_moving_main_is_undone_and_the_moved_value_kept(hostile, git_project):
+    main_before = git.Repo(git_project).commit("main").hexsha
+    tid, report, notes = hostile("move-main")
+    repo = git.Repo(git_project)
+    assert repo.commit("main").hexsha == main_before
+    assert "the agent moved refs/heads/main; octopoid put it back" in notes
+    displaced = repo.commit(f"refs/octopoid/displaced/TASK-{tid}/1/refs/heads/main")
+    assert displaced.hexsha == repo.commit(f"agent/TASK-{tid}").hexsha
+    assert report.next_state == "incoming"
+
+
+def test_work_committed_on_another_branch_goes_back_with_a_note(hostile, git_project):
+    tid, report, notes = hostile("switch-branch")
+    assert report.next_state == "incoming" and report.commits == 0
+    assert f"work was committed to feature/x, not agent/TASK-{tid}" in notes
+    assert git_utils.worktree_branch(tid) == f"refs/heads/agent/TASK-{tid}"
+    assert not git_utils.branch_exists(git.Repo(git_project), "feature/x")
+
+
+def test_an_honest_attempt_is_not_flagged(hostile):
+    _, report, notes = hostile("plain work")
+    assert report.next_state == "provisional" and report.commits == 1
+    assert "octopoid put it back" not in notes
+
+
+def test_the_user_and_other_agents_committing_meanwhile_are_not_breaches(git_project):
+    first, second = q.create_task("a").id, q.create_task("b").id
+    space = workspace.prepare(q.claim_task(None, "x"))
+    other = workspace.prepare(q.claim_task(None, "y"))  # another task starts meanwhile
+    commit(git.Repo(other.worktree), "b.txt")  # its agent commits on its own branch
+    commit(git.Repo(git_project), "user.txt")  # the user commits in their checkout
+    git.Repo(git_project).git.tag("v1")  # (a new tag is not the user's commit: flagged)
+    commits, breaches = workspace.inspect(space, 1)
+    assert commits == 0
+    assert breaches == [
+        f"the agent created refs/tags/v1; octopoid removed it "
+        f"(kept as refs/octopoid/displaced/TASK-{first}/1/refs/tags/v1)"
+    ]
+    assert second != first
+
+
+def commit(repo: git.Repo, name: str) -> None:
+    Path(repo.working_dir, name).write_text(name)
+    repo.index.add([name])
+    repo.index.commit(f"add {name}")
+
+
+def test_accept_runs_no_hook_unless_asked(git_project, tmp_path):
+    marker = tmp_path / "hook-ran"
+    hook = common(git_project) / "hooks/post-merge"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    review.accept(provisional_with_commit(git_project, "one.txt"))
+    assert not marker.exists()
+    (git_project / ".octopoid/config.yaml").write_text("merge:\n  run_hooks: true\n")
+    review.accept(provisional_with_commit(git_project, "two.txt"))
+    assert marker.exists()  # the user's own hook, opted back in
+
+
+def test_accept_refuses_a_branch_with_nothing_beyond_its_base(git_project):
+    task = q.create_task("empty")
+    q.claim_task(None, "agent")
+    git_utils.ensure_worktree(git.Repo(git_project), task.id, "main")
+    q.submit_completion(task.id, 1, 1)
+    with pytest.raises(IllegalTransition, match="no commits beyond main"):
+        review.accept(task.id)
+    assert q.get_task(task.id).state is TaskState.PROVISIONAL
+
+
+def test_search_text_never_follows_a_symlink_out_of_the_worktree(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("API_TOKEN=hunter2\n")
+    worktree = tmp_path / "wt"
+    (worktree / "docs").mkdir(parents=True)
+    (worktree / "docs/readme.md").write_text("TOKEN goes here\n")
+    (worktree / "leak.txt").symlink_to(secret)
+    (worktree / "outside").symlink_to(tmp_path)
+    tools = WorktreeTools(worktree, 5, dict(os.environ))
+    out, is_error = tools.call("search_text", {"pattern": "TOKEN"})
+    assert not is_error and "docs/readme.md:1" in out and "hunter2" not in out
+    out, is_error = tools.call("search_text", {"pattern": "TOKEN", "path": "leak.txt"})
+    assert is_error and "outside the worktree" in out
+
+
+def test_an_anthropic_agent_planting_a_hook_by_run_command_is_caught(git_project, monkeypatch):
+    plant = (
+        'h="$(git rev-parse --git-common-dir)/hooks/post-merge"; '
+        'printf "#!/bin/sh\\necho pwned\\n" > "$h"; chmod +x "$h"'
+    )
+    script = [
+        tool_use("run_command", {"command": plant}),
+        tool_use("write_file", {"path": "a.txt", "content": "work\n"}),
+        tool_use("finish", {"summary": "done"}),
+    ]
+    with FakeMessagesAPI(script) as api:
+        (git_project / ".octopoid/agents.yaml").write_text(
+            "agents:\n  - name: api-1\n    role: implement\n    backend: anthropic\n"
+            f"    model: claude-sonnet-4-6\n    base_url: {api.base_url}\n"
+        )
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-real-key")
+        tid = q.create_task("make a.txt").id
+        report = run_claimed(q.claim_task(None, "api-1"), "api-1")
+    assert report.next_state == "incoming"
+    assert not (common(git_project) / "hooks/post-merge").exists()
+    assert "the agent added .git/hooks/post-merge" in q.get_task_notes(tid)
