@@ -12,12 +12,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from . import config, queue_utils
 from .backends.claude_code import INSTALL_HINT, find_claude
 from .exceptions import ConfigError, InvalidInput
 from .fsutil import atomic_write
+from .locks import FileMutex
 from .roles.base import agent_env
 from .tasks import TaskState, format_time, utcnow
 
@@ -43,7 +42,7 @@ def record_attempt(
     now = now or utcnow()
     path = _state_file(agent)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    with FileMutex(str(path) + ".lock"):
         data = _read(path)
         day = now.date().isoformat()
         if data.get("day") != day:

@@ -104,6 +104,7 @@ _TYPE_WORDS = {
 }
 
 CONFIG_SCHEMA: dict[str, Any] = {
+    "durability": Field(str, "durable", choices=("durable", "relaxed")),
     "notes": {
         "stdout_limit": Field(int, defaults.NOTES_STDOUT_LIMIT, minimum=100),
         "prompt_budget": Field(int, defaults.NOTES_PROMPT_BUDGET, minimum=1000),

@@ -22,12 +22,14 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import git
+from typing import TYPE_CHECKING
 
 from . import config
 from .fsutil import atomic_write
 from .tasks import task_label
+
+if TYPE_CHECKING:
+    import git
 
 PROTECTED = ("config", "hooks", "info")  # in the common git dir: what can run code
 EXEMPT_PREFIXES = ("refs/remotes/", "refs/octopoid/", "refs/stash")

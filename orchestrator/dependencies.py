@@ -11,9 +11,10 @@ this report (`octopoid list`, `show`, `status`); nothing here moves a task.
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 
 from . import queue_utils
 from .tasks import Task, TaskState, task_label
@@ -27,6 +28,13 @@ DEAD_ENDS = {
 }
 
 Pending = list[tuple[str, TaskState | None]]  # (blocker id, where it is; None: nowhere)
+
+
+class HasBlockers(Protocol):
+    """A waiting task as far as blocking goes: a ``Task``, or a claim index row."""
+
+    id: str
+    blocked_by: list[str]
 
 
 @dataclass(frozen=True)
@@ -45,9 +53,10 @@ class Blockage:
         return f"blocked by {on}" + (f"; stuck: {self.stuck}" if self.stuck else "")
 
 
-def blocked_report(incoming: list[Task] | None = None) -> dict[str, Blockage]:
-    """Every blocked task of ``incoming`` (default: the incoming queue), by id."""
-    tasks = queue_utils.list_tasks(S.INCOMING) if incoming is None else incoming
+def blocked_report(incoming: Sequence[HasBlockers] | None = None) -> dict[str, Blockage]:
+    """Every blocked task of ``incoming`` (tasks, or the claim index's rows; default: the
+    incoming queue as the index knows it), by id."""
+    tasks = queue_utils.get_store().waiting() if incoming is None else incoming
     where = cache(queue_utils.get_store().locate)
     waiting: dict[str, Pending] = {}
     for task in tasks:
@@ -71,7 +80,7 @@ def blockage_of(task: Task) -> Blockage | None:
     return blocked_report().get(task.id)
 
 
-def blocked_summary(incoming: list[Task] | None = None) -> dict[str, Any]:
+def blocked_summary(incoming: Sequence[HasBlockers] | None = None) -> dict[str, Any]:
     """For `octopoid status`: how many waiting tasks are blocked, and the stuck ones, why."""
     report = blocked_report(incoming)
     stuck = [{"id": task_label(t), "why": b.stuck} for t, b in report.items() if b.stuck]

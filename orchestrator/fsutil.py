@@ -31,20 +31,24 @@ def temp_path_for(target: Path) -> Path:
     return target.with_name(f"{TEMP_PREFIX}{target.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
 
 
-def write_temp(target: Path, data: bytes, mode: int | None = None) -> Path:
+def write_temp(target: Path, data: bytes, mode: int | None = None, sync: bool = True) -> Path:
     """Write ``data`` to a fsynced temp file beside ``target`` and return its path."""
-    return write_synced(temp_path_for(target), data, mode, exclusive=True)
+    return write_synced(temp_path_for(target), data, mode, exclusive=True, sync=sync)
 
 
-def write_synced(path: Path, data: bytes, mode: int | None = None, exclusive: bool = False) -> Path:
-    """Write ``data`` to ``path`` (created or truncated; ``exclusive``: must be new), fsynced."""
+def write_synced(
+    path: Path, data: bytes, mode: int | None = None, exclusive: bool = False, sync: bool = True
+) -> Path:
+    """Write ``data`` to ``path`` (created or truncated; ``exclusive``: must be new), fsynced
+    unless ``sync`` is False (``durability: relaxed``)."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
     fd = os.open(path, flags, 0o644 if mode is None else mode)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)

@@ -16,13 +16,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-import git
-from filelock import FileLock
-
 from . import config
 from .containment import journal_own_change
 from .exceptions import GitError, MergeRefused
+from .lazy import lazy_import
+from .locks import FileMutex
 from .tasks import task_label
+
+git = lazy_import("git")  # GitPython: only commands that use git pay for it
 
 MERGE_STRATEGIES = ("merge", "squash", "ff-only", "none")
 #: Config given to every git command octopoid runs (git >= 2.31 reads it from the env).
@@ -62,7 +63,7 @@ def repo_admin_lock() -> Iterator[None]:
     """Serialise worktree/branch/ref changes across processes."""
     lock_dir = config.get_worktrees_dir()
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(lock_dir / ".git-admin.lock"):
+    with FileMutex(lock_dir / ".git-admin.lock"):
         yield
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config, defaults
-from .exceptions import IllegalTransition, LostClaim, LostRace, TaskNotFound
+from .exceptions import ConfigError, IllegalTransition, LostClaim, LostRace, TaskNotFound
 from .leases import LEASE_HEADERS, attempts_left, claim_token, lease_headers, new_token
 from .processes import ProcessId
 from .redaction import redact
@@ -65,15 +65,19 @@ __all__ = [
 
 
 @lru_cache(maxsize=8)
-def _store_for(queue_dir: str) -> FolderStore:
-    store = FolderStore(Path(queue_dir))
+def _store_for(queue_dir: str, durable: bool) -> FolderStore:
+    store = FolderStore(Path(queue_dir), durable)
     store.initialize()
     return store
 
 
 def get_store() -> QueueStore:
     """The store for the current project (looked up at call time, cached per folder)."""
-    return _store_for(str(config.get_queue_dir()))
+    try:
+        durable = config.load_config()["durability"] == "durable"
+    except ConfigError:
+        durable = True  # a broken config.yaml must not stop reading the queue
+    return _store_for(str(config.get_queue_dir()), durable)
 
 
 def _id(task: Task | str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from . import agent_status, config
 from .dependencies import blocked_summary
 from .queue_utils import get_store
-from .tasks import Task, TaskState, utcnow
+from .tasks import Task, TaskState, parse_time, task_label, utcnow
 
 S = TaskState
 
@@ -20,14 +20,18 @@ def task_usage(task: Task) -> tuple[int, float]:
 
 def status_summary(now: datetime | None = None) -> dict[str, Any]:
     """Counts per queue, claimed tasks with agent and lease, the oldest task that can run,
-    blocked and stuck tasks, what is paused, and whether the configuration is usable."""
+    blocked and stuck tasks, what is paused, and whether the configuration is usable.
+
+    Only claimed tasks are parsed: waiting tasks come from the claim index, usage from the
+    ledger, counts from the folders' listings, so the cost does not grow with done/.
+    """
     now = now or utcnow()
     store = get_store()
-    tasks = {state: store.list(state) for state in TaskState if state is not S.QUARANTINE}
-    blocked = blocked_summary(tasks[S.INCOMING])
+    waiting = store.waiting()
+    blocked = blocked_summary(waiting)
     problem = config.problem()
     claimed = []
-    for task in tasks[S.CLAIMED]:
+    for task in store.list(S.CLAIMED):
         lease = task.lease_expires
         claimed.append(
             {
@@ -37,20 +41,19 @@ def status_summary(now: datetime | None = None) -> dict[str, Any]:
                 "lease_seconds_left": int((lease - now).total_seconds()) if lease else None,
             }
         )
-    ready = [t for t in tasks[S.INCOMING] if t.label not in blocked["waiting"]]
-    oldest = min(ready, key=lambda t: t.created or now, default=None)
-    usage = [(t, *task_usage(t)) for listed in tasks.values() for t in listed]
-    spent = [u for u in usage if u[1] or u[2]]
+    ready = [w for w in waiting if task_label(w.id) not in blocked["waiting"] and w.created]
+    oldest = min(ready, key=lambda w: w.created, default=None)
+    turns, cost, most = store.usage()
     return {
         "config_problem": problem,
         "paused": None if problem else agent_status.pause_state(),
         "blocked": blocked,
         "usage": {
-            "turns": sum(turns for _, turns, _ in spent),
-            "cost_usd": round(sum(cost for _, _, cost in spent), 4),
+            "turns": turns,
+            "cost_usd": round(cost, 4),
             "tasks": [
-                {"id": t.label, "state": t.state.value, "turns": turns, "cost_usd": cost}
-                for t, turns, cost in sorted(spent, key=lambda u: -u[2])[:10]
+                {"id": task_label(tid), "state": state, "turns": t, "cost_usd": c}
+                for tid, state, t, c in most
             ],
         },
         "counts": {state.value: store.count(state) for state in TaskState},
@@ -58,8 +61,8 @@ def status_summary(now: datetime | None = None) -> dict[str, Any]:
         "oldest_incoming": None
         if oldest is None
         else {
-            "id": oldest.label,
-            "created": oldest.headers.get("CREATED"),
-            "age_seconds": int((now - (oldest.created or now)).total_seconds()),
+            "id": task_label(oldest.id),
+            "created": oldest.created,
+            "age_seconds": int((now - parse_time(oldest.created)).total_seconds()),
         },
     }

@@ -12,6 +12,7 @@ its hard deadline.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import logging.handlers
 import os
@@ -23,8 +24,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 from . import config, defaults, queue_utils, recovery
 from .agent_status import is_paused, readiness_problem
@@ -76,7 +75,7 @@ class Scheduler:
     def __init__(self) -> None:
         self.root = config.find_project_root()
         self.runners: dict[str, Runner] = {}
-        self._lock = FileLock(_lock_file(), timeout=0)
+        self._lock_fd: int | None = None  # an flock of its own fd: one scheduler per root
         self._stop = threading.Event()
         self._stopping = False
         self._warned: dict[str, str | None] = {}
@@ -88,13 +87,12 @@ class Scheduler:
     def initialize(self) -> None:
         """Take the one-scheduler-per-root lock, write the pid file, start logging."""
         _lock_file().parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._lock.acquire()
-        except Timeout:
+        self._lock_fd = _try_lock()
+        if self._lock_fd is None:
             raise SchedulerError(
                 f"a scheduler is already running for {self.root} (pid {read_pid() or '?'}); "
                 "`octopoid scheduler stop` stops it"
-            ) from None
+            )
         atomic_write(pid_file(), f"{os.getpid()}\n")
         self._lock_inode = os.stat(_lock_file()).st_ino
         setup_logging()
@@ -139,7 +137,12 @@ class Scheduler:
     def _release(self) -> None:
         pid_file().unlink(missing_ok=True)
         log.info("scheduler %d stopped", os.getpid())
-        self._lock.release()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = None
 
     def stop(self) -> None:
         """Ask ``run()`` to finish (safe from a signal handler)."""
@@ -352,7 +355,7 @@ class Scheduler:
             runner.kill()
             runner.proc.wait()
         self.runners.clear()
-        self._lock.release()
+        self._unlock()
 
     def _guarded_pass(self) -> None:
         """One pass; an error is logged with its traceback and the daemon goes on."""
@@ -418,15 +421,31 @@ def read_pid() -> int | None:
 
 def scheduler_status() -> dict:
     """Whether a scheduler holds this root's lock; a pid file without one is stale."""
-    _lock_file().parent.mkdir(parents=True, exist_ok=True)
-    probe = FileLock(_lock_file(), timeout=0)
-    try:
-        probe.acquire()
-    except Timeout:
+    if _lock_held():
         return {"running": True, "pid": read_pid(), "stale_pid_file": False}
-    probe.release()
     stale = pid_file().exists()
     return {"running": False, "pid": read_pid() if stale else None, "stale_pid_file": stale}
+
+
+def _try_lock() -> int | None:
+    """The scheduler lock on a descriptor of its own (the kernel drops it if we die), or None
+    when a process (this one included) holds it already."""
+    _lock_file().parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(_lock_file(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _lock_held() -> bool:
+    """Does a scheduler hold this root's lock? (A probe: locks and lets go at once.)"""
+    fd = _try_lock()
+    if fd is not None:
+        os.close(fd)
+    return fd is None
 
 
 def start_background(wait_seconds: float = 10.0) -> int:

@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from filelock import FileLock
-
 from . import defaults
 from .exceptions import InvalidTask, InvalidTaskId, TaskParseError
 from .fsutil import atomic_write
+from .locks import FileMutex
 from .redaction import redact
 
 
@@ -554,7 +553,7 @@ def allocate_id(queue_dir: Path) -> str:
     """The next sequential id, under a lock, never one that a queue folder already holds."""
     queue_dir.mkdir(parents=True, exist_ok=True)
     counter = queue_dir / ".last_id"
-    with FileLock(queue_dir / ".id.lock"):
+    with FileMutex(queue_dir / ".id.lock"):
         try:
             last = int(counter.read_text().strip())
         except (FileNotFoundError, ValueError):

@@ -12,9 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from .. import config
+from ..locks import FileMutex
 from ..tasks import Task, TaskState, task_label
 from .notes import NotesManager, get_notes_manager
 from .store import MemoryStore, project_scope
@@ -131,9 +130,7 @@ def gc_ephemeral(task_state: Callable[[str], TaskState | None]) -> list[str]:
             NotesManager(notes_id=f"TASK-{task_id}").cleanup()
             removed.append(path.name)
             continue
-        try:
-            with FileLock(path, timeout=0):  # never remove a lock someone holds
-                path.unlink(missing_ok=True)
-        except Timeout:
-            continue
+        lock = FileMutex(path)
+        if lock.acquire(blocking=False):  # never remove a lock someone holds
+            lock.release(remove=True)
     return removed

@@ -14,11 +14,10 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from filelock import FileLock
-
 from .. import config
 from ..exceptions import InvalidMemoryInput, InvalidNotesId
 from ..fsutil import atomic_write
+from ..locks import FileMutex
 from ..tasks import format_time, utcnow
 
 NOTES_ENV = "OCTOPOID_NOTES_ID"
@@ -195,9 +194,9 @@ class NotesManager:
         self._text = None
         return True
 
-    def _locked(self) -> FileLock:
+    def _locked(self) -> FileMutex:
         self.memory_dir.mkdir(parents=True, exist_ok=True)
-        return FileLock(self.lock_file)
+        return FileMutex(self.lock_file)
 
     def _edit(self, change: Callable[[list[str]], None]) -> None:
         with self._locked():

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..tasks import Task, TaskState
+from .claim_index import Waiting
 
 Change = Callable[[Task], None]
 Guard = Callable[[Task], bool]
@@ -98,6 +99,21 @@ class QueueStore(ABC):
         ``NOT_BEFORE`` later than ``now``. Order: priority, then creation time, then id.
         Two callers never get the same task.
         """
+
+    @abstractmethod
+    def waiting(self) -> list[Waiting]:
+        """Every incoming task's id, creation time and blockers, in claim order, read from
+        the store's index rather than the task files (for status and blocked reports)."""
+
+    @abstractmethod
+    def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
+        """(turns, USD) over all tasks, and the ``top`` tasks by cost as (id, state, turns,
+        USD), from a ledger kept at every write: its cost does not grow with done tasks."""
+
+    @abstractmethod
+    def rebuild(self) -> int:
+        """Rebuild whatever the store keeps beside the tasks (index, ledger) from the tasks
+        themselves; return how many tasks were read. For `octopoid doctor --rebuild`."""
 
     @abstractmethod
     def quarantine(self, path: Path, reason: str) -> Path:

@@ -2,24 +2,38 @@
 
 The folder stays the truth. Rows are written *before* a task is renamed into incoming and
 deleted after it leaves, so the index may briefly list a task that is gone (the claim's
-rename fails and the row is dropped) but never misses one that octopoid put there. Files
-dropped in by hand are found by a rescan whenever the folder's mtime differs from the one
-recorded after octopoid's own moves, and at least every ``INDEX_RECONCILE_SECONDS``
-(which covers a drop in the microseconds between one of our renames and its record).
+rename fails and the row is dropped) but never misses one that octopoid put there. Each
+row keeps its file's inode. Files dropped in by hand are found by a listing diff whenever
+the folder's mtime differs from the one recorded after octopoid's own moves (read before
+the move, compare-and-set after), and at least every ``INDEX_RECONCILE_SECONDS``: the
+folder's names and inodes (``scandir``, no ``stat``) against the rows, and only new names,
+or names whose inode changed (an editor's save), are read. An edit in place that keeps the
+inode is seen when the claim re-checks the file, or by ``octopoid doctor --rebuild``.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import defaults
 from ..tasks import FILE_RE, Task, claim_order
 
-SCHEMA_VERSION = 2
+
+class Waiting(NamedTuple):
+    """A waiting task as the index knows it (enough for blocked/stuck reports)."""
+
+    id: str
+    created: str
+    blocked_by: list[str]
+
+
+SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incoming (
     id TEXT PRIMARY KEY,
@@ -28,12 +42,18 @@ CREATE TABLE IF NOT EXISTS incoming (
     created TEXT NOT NULL,
     seq INTEGER NOT NULL,
     blocked_by TEXT NOT NULL,
-    mtime_ns INTEGER NOT NULL,
+    inode INTEGER NOT NULL,
     not_before INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS incoming_order ON incoming (role, rank, created, seq, id);
 CREATE INDEX IF NOT EXISTS incoming_order_any ON incoming (rank, created, seq, id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger (
+    id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    turns INTEGER NOT NULL,
+    cost REAL NOT NULL
+);
 """
 
 
@@ -41,30 +61,33 @@ class ClaimIndex:
     def __init__(self, db_path: Path, incoming_dir: Path) -> None:
         self.db_path = db_path
         self.incoming_dir = incoming_dir
-        self._conn: sqlite3.Connection | None = None
-        self._pid = 0
+        self._local = threading.local()  # a connection per thread (and per forked process)
 
     def _db(self) -> sqlite3.Connection:
-        if self._conn is None or self._pid != os.getpid():
+        conn, pid = getattr(self._local, "conn", None), getattr(self._local, "pid", 0)
+        if conn is None or pid != os.getpid():
             try:
-                self._conn = self._open()
+                conn = self._open()
             except sqlite3.DatabaseError:
                 self.db_path.unlink(missing_ok=True)  # a cache: drop it and start again
-                self._conn = self._open()
-            self._pid = os.getpid()
-        return self._conn
+                conn = self._open()
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-            conn.executescript("DROP TABLE IF EXISTS incoming; DROP TABLE IF EXISTS meta;")
+            conn.executescript(
+                "DROP TABLE IF EXISTS incoming; DROP TABLE IF EXISTS meta;"
+                "DROP TABLE IF EXISTS ledger;"
+            )
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.executescript(_SCHEMA)
         return conn
 
-    def upsert(self, task: Task, mtime_ns: int) -> None:
+    def upsert(self, task: Task, inode: int) -> None:
         rank, created, seq, task_id = claim_order(task)
         not_before = int(task.not_before.timestamp()) if task.not_before else 0
         row = (
@@ -74,7 +97,7 @@ class ClaimIndex:
             created,
             seq,
             " ".join(task.blocked_by),
-            mtime_ns,
+            inode,
             not_before,
         )
         self._db().execute("INSERT OR REPLACE INTO incoming VALUES (?,?,?,?,?,?,?,?)", row)
@@ -131,35 +154,85 @@ class ClaimIndex:
         return now - last > defaults.INDEX_RECONCILE_SECONDS
 
     def reconcile(self, read: Callable[[Path], Task | None]) -> None:
-        """Make the index match the folder: drop gone rows, (re)read new or edited files.
+        """Make the index match the folder: drop gone rows, read new (or replaced) files.
 
         ``read`` returns None for a file it could not parse (the store quarantines it).
         """
         mtime_before = self.folder_mtime()
-        on_disk = {key: (path, mtime) for key, path, mtime in self._scan()}
-        known = dict(self._db().execute("SELECT id, mtime_ns FROM incoming"))
+        on_disk = {key: (path, inode) for key, path, inode in self._scan()}
+        known = dict(self._db().execute("SELECT id, inode FROM incoming"))
         for task_id in known.keys() - on_disk.keys():
             self.remove(task_id)
-        for key, (path, mtime_ns) in on_disk.items():
-            if known.get(key) != mtime_ns:
+        for key, (path, inode) in on_disk.items():
+            if known.get(key) != inode:
                 task = read(path)
                 if task is not None:
-                    self.upsert(task, mtime_ns)
+                    self.upsert(task, inode)
         self._set("incoming_mtime", str(mtime_before))
         self._set("last_reconcile", str(time.time()))
 
     def _scan(self) -> Iterable[tuple[str, Path, int]]:
-        """(index key, path, mtime) per file; a stray name gets a key no id can have."""
+        """(index key, path, inode) per entry, from the listing alone; a stray name gets a
+        key no id can have, so it is read (and quarantined) once."""
         with os.scandir(self.incoming_dir) as entries:
             for entry in entries:
                 if entry.name.startswith("."):
                     continue
                 match = FILE_RE.fullmatch(entry.name)
-                try:
-                    mtime = entry.stat(follow_symlinks=False).st_mtime_ns
-                except FileNotFoundError:
-                    continue
-                yield (match.group(1) if match else "/" + entry.name), Path(entry.path), mtime
+                yield (
+                    (match.group(1) if match else "/" + entry.name),
+                    Path(entry.path),
+                    entry.inode(),
+                )
+
+    def waiting(self) -> list[Waiting]:
+        """Every task the index holds, in claim order, without reading a file."""
+        rows = self._db().execute(
+            "SELECT id, created, blocked_by FROM incoming ORDER BY rank, created, seq, id"
+        )
+        return [Waiting(tid, created, blocked.split()) for tid, created, blocked in rows]
+
+    # --- the usage ledger: turns and cost per task, kept at every write -------------------
+
+    def record_usage(self, task: Task, state: str) -> None:
+        turns = int(task.headers.get("TURNS_TOTAL") or 0)
+        cost = float(task.headers.get("COST_USD_TOTAL") or 0)
+        self._db().execute(
+            "INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?)", (task.id, state, turns, cost)
+        )
+
+    def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
+        """(turns, USD, the ``top`` tasks by cost) over every task that used anything."""
+        db = self._db()
+        turns, cost = db.execute(
+            "SELECT coalesce(sum(turns), 0), coalesce(sum(cost), 0) FROM ledger"
+        ).fetchone()
+        most = db.execute(
+            "SELECT id, state, turns, cost FROM ledger WHERE turns > 0 OR cost > 0 "
+            "ORDER BY cost DESC, id LIMIT ?",
+            (top,),
+        ).fetchall()
+        return turns, cost, most
+
+    def rebuild_ledger(self, tasks: Iterable[Task]) -> int:
+        """Forget the ledger and refill it from ``tasks`` (every task, read from the folders)."""
+        db = self._db()
+        db.execute("BEGIN")
+        db.execute("DELETE FROM ledger")
+        n = 0
+        for task in tasks:
+            self.record_usage(task, task.state.value)
+            n += 1
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('ledger_built', ?)", (str(time.time()),))
+        db.execute("COMMIT")
+        return n
+
+    def ledger_built(self) -> bool:
+        return self._get("ledger_built") is not None
+
+    def forget_incoming(self) -> None:
+        """Drop every row, so the next reconcile reads every waiting task again."""
+        self._db().execute("DELETE FROM incoming")
 
     def _get(self, key: str) -> str | None:
         row = self._db().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

@@ -46,7 +46,7 @@ from ..tasks import (
     task_label,
 )
 from .base import Change, Guard, QueueStore
-from .claim_index import ClaimIndex
+from .claim_index import ClaimIndex, Waiting
 
 LOCK_STRIPES = 64  # bounded lock files; two tasks sharing a stripe only wait a moment
 NEW, OLD = ".new", ".old"  # a write's staged text, and the file it takes away
@@ -71,8 +71,9 @@ def writing(folder: Path) -> Iterator[None]:
 
 
 class FolderStore(QueueStore):
-    def __init__(self, queue_dir: Path) -> None:
+    def __init__(self, queue_dir: Path, durable: bool = True) -> None:
         self.root = queue_dir
+        self.durable = durable  # False (durability: relaxed): no fsync; renames stay atomic
         self.index = ClaimIndex(queue_dir / ".claim-index.sqlite", self.dir(TaskState.INCOMING))
 
     def dir(self, state: TaskState) -> Path:
@@ -115,16 +116,17 @@ class FolderStore(QueueStore):
             if found is not None:
                 raise IllegalTransition(f"{task.label} already exists (in {found.value})")
             before = self.index.folder_mtime()
-            tmp = write_temp(target, render_task(task).encode())
+            tmp = write_temp(target, render_task(task).encode(), sync=self.durable)
             try:
                 if state is TaskState.INCOMING:
-                    self.index.upsert(task, tmp.stat().st_mtime_ns)
+                    self.index.upsert(task, tmp.stat().st_ino)
                 os.link(tmp, target)  # fails, rather than overwrites, if the name exists
             except FileExistsError:
                 raise IllegalTransition(f"{task.label} already exists (in {state.value})") from None
             finally:
                 tmp.unlink(missing_ok=True)
-            fsync_dir(target.parent)
+            self._sync_dir(target.parent)
+            self.index.record_usage(task, state.value)
             if state is TaskState.INCOMING:
                 self.index.advance_synced(before)
         task.state, task.path = state, target
@@ -238,10 +240,10 @@ class FolderStore(QueueStore):
         old, target = task.path, self.path(task.id, state)
         staged, aside = self._debris(target)
         index_before = self.index.folder_mtime()
-        write_synced(staged, render_task(task).encode())
+        write_synced(staged, render_task(task).encode(), sync=self.durable)
         try:
             if state is TaskState.INCOMING:
-                self.index.upsert(task, staged.stat().st_mtime_ns)
+                self.index.upsert(task, staged.stat().st_ino)
             os.rename(old, aside)  # the decision: whoever takes the file away first wins
         except FileNotFoundError:
             staged.unlink(missing_ok=True)
@@ -251,12 +253,17 @@ class FolderStore(QueueStore):
             raise
         os.rename(staged, target)
         os.unlink(aside)
-        fsync_dir(target.parent)
+        self._sync_dir(target.parent)
         if old.parent != target.parent:
-            fsync_dir(old.parent)
+            self._sync_dir(old.parent)
+        self.index.record_usage(task, state.value)
         if TaskState.INCOMING in (task.state, state):
             self.index.advance_synced(index_before)
         task.state, task.path = state, target
+
+    def _sync_dir(self, folder: Path) -> None:
+        if self.durable:
+            fsync_dir(folder)
 
     @staticmethod
     def _debris(target: Path) -> tuple[Path, Path]:
@@ -348,8 +355,27 @@ class FolderStore(QueueStore):
             and all(self.locate(b) is TaskState.DONE for b in task.blocked_by)
         )
         if not ok:
-            self.index.upsert(task, task.path.stat().st_mtime_ns)
+            self.index.upsert(task, task.path.stat().st_ino)
         return ok
+
+    def waiting(self) -> list[Waiting]:
+        if self.index.is_stale():
+            self.index.reconcile(self._read_or_quarantine)
+        return self.index.waiting()
+
+    def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
+        if not self.index.ledger_built():
+            self._rebuild_ledger()
+        return self.index.usage(top)
+
+    def rebuild(self) -> int:
+        self.index.forget_incoming()
+        self.index.reconcile(self._read_or_quarantine)
+        return self._rebuild_ledger()
+
+    def _rebuild_ledger(self) -> int:
+        """Read every task once (the ledger was never built here, or doctor asked)."""
+        return self.index.rebuild_ledger(t for state in TaskState for t in self.list(state))
 
     def quarantine(self, path: Path, reason: str) -> Path:
         folder = self.dir(TaskState.QUARANTINE)
