@@ -23,6 +23,7 @@ from . import (
     scheduler,
     task_notes,
 )
+from . import doctor as doctor_checks
 from .cli_memory import memory_group
 from .demo import run_demo
 from .dependencies import Blockage
@@ -339,6 +340,16 @@ def worktrees(prune: bool) -> None:
         return
     rows = review.list_worktrees()
     click.echo(_table([["WORKTREE", "TASK STATE"], *map(list, rows)]) if rows else "no worktrees")
+
+
+@cli.command()
+@click.option(
+    "--rebuild", is_flag=True, help="Also rebuild the claim index and usage ledger from the files."
+)
+def doctor(rebuild: bool) -> None:
+    """Repair what a crash left (interrupted writes) and list what needs you, with the fix."""
+    lines = doctor_checks.examine(rebuild)
+    click.echo("\n".join(lines) if lines else "all is well: nothing to repair")
 
 
 @cli.command()

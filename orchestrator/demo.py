@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import git
 import yaml
 
 from . import config, queue_utils, review
 from .exceptions import OctopoidError
+from .git_utils import git  # lazy: `octopoid list` must not load GitPython
 from .scaffold import init_project
 from .scheduler import Scheduler
 from .tasks import TaskState

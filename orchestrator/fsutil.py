@@ -57,8 +57,11 @@ def write_synced(
     return path
 
 
-def atomic_write(target: Path, data: bytes | str, keep_mode: bool = True) -> None:
-    """Replace ``target`` with ``data`` so a reader or a crash sees the old or the new file."""
+def atomic_write(
+    target: Path, data: bytes | str, keep_mode: bool = True, sync: bool = True
+) -> None:
+    """Replace ``target`` with ``data`` so a reader or a crash sees the old or the new file
+    (and, unless ``sync`` is False, so the new file survives a power cut)."""
     if isinstance(data, str):
         data = data.encode("utf-8")
     mode = None
@@ -67,13 +70,14 @@ def atomic_write(target: Path, data: bytes | str, keep_mode: bool = True) -> Non
             mode = target.stat().st_mode & 0o7777
         except FileNotFoundError:
             mode = None
-    tmp = write_temp(target, data, mode)
+    tmp = write_temp(target, data, mode, sync)
     try:
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(target.parent)
+    if sync:
+        fsync_dir(target.parent)
 
 
 def durable_rename(src: Path, dst: Path) -> None:

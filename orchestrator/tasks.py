@@ -549,7 +549,7 @@ def _read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
-def allocate_id(queue_dir: Path) -> str:
+def allocate_id(queue_dir: Path, sync: bool = True) -> str:
     """The next sequential id, under a lock, never one that a queue folder already holds."""
     queue_dir.mkdir(parents=True, exist_ok=True)
     counter = queue_dir / ".last_id"
@@ -563,7 +563,7 @@ def allocate_id(queue_dir: Path) -> str:
             (queue_dir / s.value / task_filename(str(candidate))).exists() for s in TaskState
         ):
             candidate += 1
-        atomic_write(counter, f"{candidate}\n")
+        atomic_write(counter, f"{candidate}\n", sync=sync)
     return str(candidate)
 
 

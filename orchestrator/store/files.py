@@ -104,10 +104,12 @@ class FolderStore(QueueStore):
         for state in TaskState:
             self.dir(state).mkdir(parents=True, exist_ok=True)
         (self.root / ".locks").mkdir(exist_ok=True)
+        if not self.index.ledger_built() and not any(map(self.count, TaskState)):
+            self.index.rebuild_ledger([])  # a new queue: the ledger starts complete
 
     def allocate_id(self) -> str:
         with writing(self.root):
-            return allocate_id(self.root)
+            return allocate_id(self.root, self.durable)
 
     def add(self, task: Task, state: TaskState) -> Task:
         target = self.path(task.id, state)

@@ -1,0 +1,54 @@
+"""`octopoid doctor`: repair what crashes left behind, and say what needs a person.
+
+Repairs are the ones every reader would make anyway (interrupted writes rolled forward);
+``rebuild`` also rebuilds the claim index and the usage ledger from the task files.
+Everything else is reported with the command that fixes it: nothing is moved here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from . import config
+from .dependencies import blocked_summary
+from .leases import dead_since
+from .queue_utils import get_store
+from .tasks import TaskState, utcnow
+
+S = TaskState
+
+
+def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
+    """One line per repair made or problem found; empty when all is well."""
+    now = now or utcnow()
+    store = get_store()
+    lines = [f"repaired {done}" for done in store.recover()]
+    if rebuild:
+        lines.append(f"rebuilt the claim index and usage ledger from {store.rebuild()} tasks")
+    problem = config.problem()
+    if problem:
+        lines.append(f"{problem} (nothing is claimed until it is fixed)")
+    for task in store.list(S.PROVISIONAL):
+        if "MERGING" in task.headers or "MERGED" in task.headers:
+            lines.append(
+                f"{task.label}: an accept stopped half-way; `octopoid accept {task.label}` "
+                "finishes it (it never merges twice)"
+            )
+    lease = None if problem else config.load_agents()["lease_seconds"]
+    for task in store.list(S.CLAIMED) if lease else []:
+        if dead_since(task, now, lease) is not None:
+            lines.append(
+                f"{task.label}: its runner is gone; a running scheduler requeues it, or "
+                f"`octopoid requeue {task.label}`"
+            )
+    for stuck in blocked_summary()["stuck"]:
+        lines.append(f"{stuck['id']} is stuck: {stuck['why']}")
+    quarantined = store.list_quarantine()
+    if quarantined:
+        names = ", ".join(name for name, _ in quarantined[:5])
+        more = f" and {len(quarantined) - 5} more" if len(quarantined) > 5 else ""
+        lines.append(
+            f"{len(quarantined)} unreadable file(s) in quarantine/: {names}{more} "
+            "(each with a .error saying why)"
+        )
+    return lines

@@ -1,0 +1,133 @@
+"""What keeps status and claims flat: the index's listing diff, the usage ledger, relaxed
+durability, lean imports, and `octopoid doctor`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import doctor, reports
+from orchestrator import queue_utils as q
+from orchestrator.store import files
+from orchestrator.tasks import TaskState, new_task, render_task
+
+from .conftest import child_env
+
+OCTOPOID = shutil.which("octopoid") or "octopoid"
+
+
+def drop_by_hand(root: Path, task_id: str, title: str, **fields) -> Path:
+    path = root / f".octopoid/runtime/queue/incoming/TASK-{task_id}.md"
+    path.write_text(render_task(new_task(task_id, title, **fields)))
+    return path
+
+
+def test_a_task_dropped_by_hand_is_found_and_an_editors_save_is_reread(project, monkeypatch):
+    q.create_task("made by octopoid", priority="P2")
+    assert q.get_store().waiting()[0].id == "1"  # the index is built and synced
+    reads = []
+    real = files.FolderStore._read_or_quarantine
+    monkeypatch.setattr(
+        files.FolderStore, "_read_or_quarantine", lambda s, p: reads.append(p.name) or real(s, p)
+    )
+    drop_by_hand(project, "90", "dropped in", priority="P0")
+    assert [w.id for w in q.get_store().waiting()] == ["90", "1"]
+    assert reads == ["TASK-90.md"]  # only the new name was read, not the whole folder
+    tmp = project / ".octopoid/runtime/queue/incoming/.edit"
+    tmp.write_text(render_task(new_task("1", "made by octopoid", priority="P0")))
+    os.replace(tmp, project / ".octopoid/runtime/queue/incoming/TASK-1.md")  # a new inode
+    assert q.claim_task(None, "a").id == "1"  # re-read: now P0 and older than TASK-90
+
+
+def test_status_takes_usage_from_the_ledger_without_reading_done_tasks(project, monkeypatch):
+    for title, turns in (("a", 5), ("b", 7)):
+        claim = q.claim_task(None, "x") if q.create_task(title) else None
+        q.record_usage(claim, turns, turns / 10)
+        q.complete_task(claim)
+    monkeypatch.setattr(
+        files.FolderStore,
+        "list",
+        lambda self, state: (
+            pytest.fail(f"read {state.value}") if state is not TaskState.CLAIMED else []
+        ),
+    )
+    usage = reports.status_summary()["usage"]
+    assert usage["turns"] == 12 and usage["cost_usd"] == pytest.approx(1.2)
+    assert [t["id"] for t in usage["tasks"]] == ["TASK-2", "TASK-1"]
+
+
+def test_doctor_rebuild_restores_a_lost_index_and_ledger(project):
+    claim = q.claim_task(None, "x") if q.create_task("a") else None
+    q.record_usage(claim, 3, 0.3)
+    q.requeue_task(claim, "back")
+    q.create_task("b", blocked_by=["1"])
+    db = project / ".octopoid/runtime/queue/.claim-index.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM ledger")
+        conn.execute("DELETE FROM incoming")
+    lines = doctor.examine(rebuild=True)
+    assert "rebuilt the claim index and usage ledger from 2 tasks" in lines
+    assert reports.status_summary()["usage"]["turns"] == 3
+    assert [w.id for w in q.get_store().waiting()] == ["1", "2"]
+
+
+def test_doctor_repairs_a_half_written_move_and_names_an_interrupted_accept(project):
+    tid = q.create_task("t").id
+    claimed = project / ".octopoid/runtime/queue/claimed"
+    incoming = project / ".octopoid/runtime/queue/incoming"
+    text = (incoming / f"TASK-{tid}.md").read_text()
+    (claimed / f".TASK-{tid}.md.new").write_text(text.replace("ATTEMPTS: 0", "ATTEMPTS: 1"))
+    os.rename(incoming / f"TASK-{tid}.md", claimed / f".TASK-{tid}.md.old")  # killed here
+    other = q.create_task("half accepted").id
+    q.submit_completion(q.claim_task(None, "x"), 1, 1)
+    q.get_store().update(other, TaskState.PROVISIONAL, lambda t: t.set_header("MERGED", "ab12"))
+    lines = doctor.examine()
+    assert f"repaired TASK-{tid} in claimed: its interrupted write finished" in lines
+    assert any(f"TASK-{other}: an accept stopped half-way" in line for line in lines)
+    assert q.get_task(tid).attempts == 1
+
+
+def test_relaxed_durability_never_fsyncs_but_still_moves_by_rename(project, monkeypatch):
+    (project / ".octopoid/config.yaml").write_text("durability: relaxed\n")
+    calls = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd))
+    claim = q.claim_task(None, "x") if q.create_task("t") else None
+    q.submit_completion(claim, 1, 1)
+    assert calls == []
+    assert q.get_task(claim.id).state is TaskState.PROVISIONAL
+    (project / ".octopoid/config.yaml").write_text("durability: durable\n")
+    q.accept_completion(claim.id)
+    assert calls  # the durable default fsyncs again
+
+
+def test_list_status_and_show_never_import_gitpython_or_anthropic(git_project):
+    q.create_task("t")
+    probe = (
+        "import sys; from orchestrator.cli import main; sys.argv = ['octopoid', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('git', 'anthropic', 'detect_secrets') if m in sys.modules "
+        "and type(sys.modules[m]).__name__ != '_LazyModule']  # imported, not just named\n"
+        "print('HEAVY', heavy)"
+    )
+    for args in (["list"], ["status"], ["show", "1"], ["--help"]):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *args],
+            cwd=git_project,
+            env=child_env(git_project),
+            capture_output=True,
+            text=True,
+        )
+        assert "HEAVY []" in done.stdout, (args, done.stdout[-300:], done.stderr[-500:])
+
+
+def test_the_doctor_command_says_all_is_well(git_project):
+    done = subprocess.run(
+        [OCTOPOID, "doctor"], cwd=git_project, env=child_env(git_project), capture_output=True
+    )
+    assert done.returncode == 0 and b"all is well" in done.stdout
