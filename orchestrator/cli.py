@@ -123,6 +123,12 @@ def init() -> None:
     help="Read the context from a text file (- for stdin).",
 )
 @click.option("--criterion", multiple=True, help="An acceptance criterion (repeatable).")
+@click.option(
+    "--check",
+    multiple=True,
+    help="A command that must pass on the work before review, besides config.yaml's checks "
+    "(repeatable; runs with sh -c in the task's worktree).",
+)
 def enqueue(
     title: str,
     role: str,
@@ -132,6 +138,7 @@ def enqueue(
     context: str | None,
     context_file: Path | None,
     criterion: tuple[str, ...],
+    check: tuple[str, ...],
 ) -> None:
     """Add a task to incoming and print its id."""
     if context is not None and context_file is not None:
@@ -145,6 +152,7 @@ def enqueue(
         context=context or "",
         context_file=context_file,
         criteria=criterion,
+        checks=check,
     )
     click.echo(task.label)
 
@@ -318,6 +326,22 @@ def notes(task_id: str, show_path: bool) -> None:
         click.echo(f"TASK-{task_id} has no retry notes")
         return
     click.echo(text, nl=False)
+
+
+@cli.command("checks")
+@click.argument("task_id")
+def checks_cmd(task_id: str) -> None:
+    """Run a task's checks and merge pre-check on its branch now (moves nothing)."""
+    verdict = review.recheck(task_id)
+    for result in verdict.results:
+        click.echo(result.line())
+        if not result.passed and result.output.strip():
+            click.echo(result.output.rstrip())
+    if verdict.conflicts is not None:
+        click.echo(f"merge pre-check: conflicts in {', '.join(verdict.conflicts) or '?'}")
+    else:
+        click.echo("merge pre-check: merges cleanly into its base")
+    sys.exit(0 if verdict.passed else 1)
 
 
 @cli.command()

@@ -115,6 +115,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "run_hooks": Field(bool, False),
     },
     "prices": Field(dict, {}, items=dict),
+    "checks": {
+        "commands": Field(list, [], items=str),
+        "timeout_seconds": Field(int, 600, minimum=1, maximum=MAX_SECONDS),
+    },
     "memory": {
         "budget": Field(int, 4000, minimum=0),
         "distill": Field(str, "none", choices=("none", "anthropic")),

@@ -198,6 +198,22 @@ def diff(repo: git.Repo, base: str, task_id: str) -> str:
         return repo.git.diff("--no-ext-diff", "--no-textconv", f"{base}...{branch}")
 
 
+def merge_conflicts(repo: git.Repo, task_id: str, base: str) -> list[str] | None:
+    """Files that would conflict merging the task's branch into ``base`` (None: it merges
+    cleanly). ``git merge-tree --write-tree`` touches no worktree, index or ref."""
+    status, out, err = repo.git.execute(
+        ["git", "merge-tree", "--write-tree", "--name-only", "--no-messages",
+         f"refs/heads/{base}", f"refs/heads/{branch_for(task_id)}"],
+        with_extended_output=True,
+        with_exceptions=False,
+    )  # fmt: skip
+    if status == 0:
+        return None
+    if status != 1:
+        raise GitError(f"git merge-tree failed: {' '.join(err.split()) or status}")
+    return [line for line in out.splitlines()[1:] if line.strip()]
+
+
 def _checkout_of(repo: git.Repo, branch: str) -> Path | None:
     """The worktree that has ``branch`` checked out, if any."""
     current: Path | None = None

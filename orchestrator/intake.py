@@ -158,6 +158,7 @@ def enqueue(
     context: str = "",
     context_file: Path | str | None = None,
     criteria: Iterable[str] = (),
+    checks: Iterable[str] = (),
 ) -> Task:
     """Check a new task's every field, then put it in incoming; nothing is written on error.
 
@@ -171,6 +172,7 @@ def enqueue(
         "branch": base_branch(branch, config.find_project_root()),
         "context": text,
         "criteria": [clean_text(c, "--criterion") for c in criteria],
+        "checks": [clean_text(c, "--check") for c in checks],
         "blocked_by": check_blockers(None, blocked_by),
     }
     return queue_utils.create_task(title, **fields)

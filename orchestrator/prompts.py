@@ -43,10 +43,10 @@ def budget_notes(notes: str, budget: int) -> str:
 
 
 def _shrink_order(sections: list[NotesSection]) -> list[NotesSection]:
-    """Oldest first; the newest attempt and newest review last of all."""
+    """Oldest first; the newest attempt, review and checks last of all."""
     newest = {
         kind: max((i for i, s in enumerate(sections) if s.kind == kind), default=None)
-        for kind in ("attempt", "review")
+        for kind in ("attempt", "review", "checks")
     }
     protected = {i for i in newest.values() if i is not None}
     older = [s for i, s in enumerate(sections) if i not in protected]

@@ -280,19 +280,32 @@ def submit_completion(
     cost_usd: float | None = None,
     *,
     token: str | None = None,
+    checks: Iterable[str] = (),
 ) -> Task:
-    """claimed -> provisional: the attempt produced work for review."""
+    """claimed -> provisional: the attempt produced work for review.
+
+    ``checks`` are one-line results of the checks it passed; each gets a History line.
+    """
     now = now or utcnow()
     cost = f", ${cost_usd:.2f}" if cost_usd is not None else ""
+
+    checks = list(checks)
+    passed = f"; checks: {len(checks)} passed" if checks else ""
+
+    def note_checks(t: Task) -> None:
+        for line in checks:
+            t.add_history(now, S.CLAIMED.value, S.CLAIMED.value, "checks", line)
+
     return _transition(
         task,
         [S.CLAIMED],
         S.PROVISIONAL,
         None,
-        f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}",
+        f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}{passed}",
         now,
         {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)},
         LEASE_HEADERS,
+        note_checks,
         token=token,
     )
 

@@ -6,6 +6,7 @@ These workflows span git and the queue, so they live here and not in ``queue_uti
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from .exceptions import GitError, IllegalTransition
 from .memory import lifecycle
 from .memory.distill import distill
 from .memory.notes import NotesManager
+from .roles import checks
 from .store import QueueStore
 from .tasks import Task, TaskState, normalize_task_id
 
@@ -129,6 +131,15 @@ def reject(task_id: str, reason: str, rejected_by: str = "human") -> Task:
             else:
                 store.update(task.id, TaskState.PROVISIONAL, lambda t: t.drop_header("MERGING"))
         return queue_utils.reject_completion(task_id, reason, rejected_by)
+
+
+def recheck(task_id: str) -> checks.Verdict:
+    """`octopoid checks`: the task's checks and merge pre-check on its branch, now, by hand."""
+    task = queue_utils.get_task(normalize_task_id(task_id))
+    worktree = git_utils.worktree_for(task.id)
+    if not worktree.exists():
+        raise IllegalTransition(f"{task.label} has no worktree (no attempt yet, or pruned)")
+    return checks.verify(task, worktree, dict(os.environ), config.load_config(), lambda: None)
 
 
 def prune_worktrees() -> list[str]:

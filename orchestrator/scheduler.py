@@ -31,6 +31,7 @@ from .exceptions import ConfigError, IllegalTransition, OctopoidError, Scheduler
 from .fsutil import atomic_write
 from .leases import claim_token
 from .processes import TASK_ENV, TOKEN_ENV, kill_claim_processes, signal_group
+from .roles.base import deadline_seconds
 from .tasks import Task, TaskState
 
 log = logging.getLogger("octopoid.scheduler")
@@ -250,7 +251,10 @@ class Scheduler:
                     task, f"the runner could not start: {exc}", "octopoid", counted=False
                 )
             return False
-        limit = agent["timeout_seconds"] + defaults.RUNNER_DEADLINE_GRACE_SECONDS
+        try:
+            limit = deadline_seconds(agent, task, config.load_config())
+        except OctopoidError:  # a bad CHECKS header: the runner will say so; no checks run
+            limit = agent["timeout_seconds"] + defaults.RUNNER_DEADLINE_GRACE_SECONDS
         self.runners[task.id] = Runner(
             task.label, agent["name"], proc, token, time.monotonic() + limit
         )

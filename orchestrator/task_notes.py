@@ -48,7 +48,10 @@ class NotesSection:
     def kind(self) -> str:
         if ATTEMPT_RE.match(self.heading):
             return "attempt"
-        return "review" if self.heading.startswith("Review") else "other"
+        for kind in ("review", "checks"):
+            if self.heading.lower().startswith(kind):
+                return kind
+        return "other"
 
     @property
     def attempt(self) -> int | None:
@@ -183,6 +186,13 @@ def add_review_notes(
     heading = f"Review — rejected by {who} ({format_time(now or utcnow())})"
     body = f"\n{fenced(redact(reason))}\n"
     _append(normalize_task_id(task_id), lambda _: NotesSection(heading, body))
+
+
+def add_checks_notes(task_id: str, attempt: int, body: str) -> None:
+    """Append what the checks (or the merge pre-check) said about an attempt."""
+    heading = f"Checks — attempt {attempt}"
+    text = f"\n{fenced(redact(body))}\n"
+    _append(normalize_task_id(task_id), lambda _: NotesSection(heading, text))
 
 
 def _append(task_id: str, make_section: Callable[[str], NotesSection]) -> None:

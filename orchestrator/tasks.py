@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import json
 import os
 import re
 import stat
@@ -52,6 +53,7 @@ HEADING_RE = re.compile(r"\\*## ")  # a section heading, or one escaped any numb
 LINE_RE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
+MAX_HEADER_CHARS = 1000  # a header is one line; longer values belong in a section
 MAX_TITLE_CHARS = 200  # one line in `octopoid list`; details belong in the context
 MAX_CRITERION_CHARS = 500
 #: A new task leaves this much of the task file limit for the headers and History lines
@@ -268,7 +270,7 @@ class Task:
         return [ln[2:] for ln in lines if ln.startswith("- ")]
 
     def set_header(self, key: str, value: object) -> None:
-        self.headers[key] = one_line(str(value), 1000)
+        self.headers[key] = one_line(str(value), MAX_HEADER_CHARS)
 
     def drop_header(self, *keys: str) -> None:
         for key in keys:
@@ -302,6 +304,7 @@ def new_task(
     blocked_by: Iterable[str] = (),
     created_by: str = "human",
     now: datetime | None = None,
+    checks: Iterable[str] = (),
 ) -> Task:
     """A new task as it enters incoming; bad input is ``InvalidTask`` saying what to change.
 
@@ -326,6 +329,7 @@ def new_task(
         ("CREATED", format_time(now)),
         ("CREATED_BY", created_by),
         ("BLOCKED_BY", ", ".join(blockers)),
+        ("CHECKS", _checks_header(checks)),
         ("ATTEMPTS", 0),
     ):
         if value != "":
@@ -340,6 +344,18 @@ def new_task(
     task.add_history(now, "new", TaskState.INCOMING.value, created_by)
     _check_new_size(task)
     return task
+
+
+def _checks_header(checks: Iterable[str]) -> str:
+    """The task's own checks as a JSON list (one header line), or "" for none."""
+    commands = [c.strip() for c in checks if c.strip()]
+    text = json.dumps(commands) if commands else ""
+    if len(text) > MAX_HEADER_CHARS:
+        raise InvalidTask(
+            f"the --check commands take {len(text)} characters together; the limit is "
+            f"{MAX_HEADER_CHARS} (put long checks in a script in the repository)"
+        )
+    return text
 
 
 def _within(text: str, limit: int, what: str, fix: str) -> str:

@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from .. import config, queue_utils
+from .. import config, defaults, queue_utils
 from ..exceptions import LostClaim, OctopoidError
 from ..processes import TASK_ENV, TOKEN_ENV
 from ..recovery import STOP_SIGNAL
 from ..tasks import Task, task_label
+from . import checks
 
 
 class Terminated(OctopoidError):
@@ -89,6 +90,13 @@ def attempt_env(agent: dict, task: Task, worktree: Path, prompt_file: Path) -> d
         OCTOPOID_ATTEMPT=str(task.attempts),
     )
     return env
+
+
+def deadline_seconds(agent: dict, task: Task, cfg: dict) -> float:
+    """How long a runner may take in all before it counts as hung: the agent's timeout, its
+    checks, and a grace for the rest (worktree, notes, waiting for an earlier attempt)."""
+    from_checks = checks.budget_seconds(task, cfg)
+    return agent["timeout_seconds"] + from_checks + defaults.RUNNER_DEADLINE_GRACE_SECONDS
 
 
 def find_agent(agents_cfg: dict, name: str) -> dict:

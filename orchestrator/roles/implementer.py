@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from .. import agent_status, config, defaults, queue_utils, recovery
+from .. import agent_status, config, queue_utils, recovery
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..exceptions import LostClaim, OctopoidError, StorageError
 from ..fsutil import TailBuffer, atomic_write
@@ -40,14 +40,15 @@ from ..processes import (
 )
 from ..prompts import MEMORY_HOWTO, build_prompt, render_memory, render_previous_notes
 from ..redaction import Redactor
-from ..task_notes import stdout_log_path
+from ..task_notes import add_checks_notes, stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
-from . import workspace
+from . import checks, workspace
 from .base import (
     Claim,
     Terminated,
     agent_env,
     attempt_env,
+    deadline_seconds,
     find_agent,
     raise_on_stop_signals,
 )
@@ -85,7 +86,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     agents_cfg, cfg = config.load_agents(), config.load_config()
     agent = find_agent(agents_cfg, agent_name)
     claim = Claim(task_id, token, agents_cfg["lease_seconds"])
-    task = claim.take_over(agent["timeout_seconds"] + defaults.RUNNER_DEADLINE_GRACE_SECONDS)
+    task = claim.take_over(deadline_seconds(agent, queue_utils.get_task(task_id), cfg))
     _wait_for_earlier_attempts(task, agents_cfg["shutdown_grace_seconds"])
     log_dir = attempt_log_dir(task_id)
     output = TailBuffer(
@@ -111,7 +112,10 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         _save_notes(task, agent_name, result, commits, output, log_dir)
     try:
         queue_utils.record_usage(task, result.turns, result.cost_usd)
-        report = _settle(task, agent, agents_cfg, result, commits)
+        verdict = None
+        if result.outcome == "success" and commits > 0 and space is not None:
+            verdict = _verify(task, agent, cfg, claim, space.worktree, log_dir)
+        report = _settle(task, agent, agents_cfg, result, commits, verdict)
     except LostClaim as exc:
         result.details["stop"] = "LostClaim"
         report = _report(task, result, commits, "(not ours any more)", str(exc))
@@ -121,6 +125,22 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         agent_name, task.label, result.outcome, result.turns, result.cost_usd
     )
     return report
+
+
+def _verify(
+    task: Task, agent: dict, cfg: dict, claim: Claim, worktree: Path, log_dir: Path
+) -> checks.Verdict:
+    """Checks and the merge pre-check on the attempt's work; what failed goes in the notes."""
+    prompt_file = log_dir / f"attempt-{task.attempts}.prompt.md"
+    env = attempt_env(agent, task, worktree, prompt_file)
+    try:
+        verdict = checks.verify(task, worktree, env, cfg, claim.tick)
+    except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
+        failed = checks.CheckResult("(the checks)", None, 0.0, "", str(exc))
+        verdict = checks.Verdict([failed], None)
+    if not verdict.passed:
+        add_checks_notes(task.id, task.attempts, checks.notes_text(verdict))
+    return verdict
 
 
 def _contained(result: AgentResult, breaches: list[str], output: TailBuffer) -> AgentResult:
@@ -251,7 +271,12 @@ def _report(
 
 
 def _settle(
-    task: Task, agent: dict, agents_cfg: dict, result: AgentResult, commits: int
+    task: Task,
+    agent: dict,
+    agents_cfg: dict,
+    result: AgentResult,
+    commits: int,
+    verdict: checks.Verdict | None = None,
 ) -> AttemptReport:
     """Decide and make the task's next move (each move fenced by the claim ``task`` carries)."""
     stop = result.details.get("stop")
@@ -278,10 +303,18 @@ def _settle(
             set_headers={"NOT_BEFORE": format_time(utcnow() + wait)},
         )
         return report(TaskState.INCOMING)
-    if result.outcome == "success" and commits > 0:
-        queue_utils.submit_completion(task, commits, result.turns, cost_usd=result.cost_usd)
+    if result.outcome == "success" and commits > 0 and (verdict is None or verdict.passed):
+        queue_utils.submit_completion(
+            task,
+            commits,
+            result.turns,
+            cost_usd=result.cost_usd,
+            checks=[r.line() for r in verdict.results] if verdict else [],
+        )
         return report(TaskState.PROVISIONAL)
-    if result.outcome == "success":
+    if verdict is not None:
+        reason = f"{verdict.summary()}; {commits} commit{'s' * (commits != 1)} kept on the branch"
+    elif result.outcome == "success":
         reason = f"the agent finished without committing anything ({result.summary})"
     if burned and burned_total >= BURN_OUT_ATTEMPTS:
         queue_utils.recycle_to_breakdown(task, f"burned out twice; {reason}")

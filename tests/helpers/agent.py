@@ -9,6 +9,9 @@
 - hostile, through the shell: ``plant-hook`` writes a post-merge hook into the common git
   dir; ``hooks-path`` sets core.hooksPath in the shared config; ``switch-branch`` commits
   on a branch of its own making; ``move-main`` points main at its commit (all then commit).
+- ``check-fix``: commit a test that fails with ARITH-CLUE; once the notes show the clue
+  (a failed check), fix it. ``conflict``: change README.md, commit, then (as if the user
+  did it meanwhile) commit a different change to README.md on main in the project.
 - ``escape``: leave a grandchild running in a session of its own (``escape-bare``: with an
   empty environment too, so only the runner as subreaper can find it), write its PID to
   ``$OCTO_TEST_PIDS``, then commit.
@@ -78,7 +81,21 @@ if "learn" in title:
     )
 if "Review — rejected" in prompt:
     print("addressing review: " + prompt.split("Review — rejected", 1)[1][:200])
+if "check-fix" in title:
+    fixed = "ARITH-CLUE" in prompt
+    total = 2 if fixed else 3
+    Path("test_sum.py").write_text(
+        f"def test_sum():\n    assert 1 + 1 == {total}, 'ARITH-CLUE: one plus one is two'\n"
+    )
+    subprocess.run(["git", "add", "test_sum.py"], check=True)
+if "conflict" in title:
+    Path("README.md").write_text("# changed by the agent\n")
+    subprocess.run(["git", "add", "README.md"], check=True)
 commit(f"{task}.txt", f"{task} done in attempt {os.environ['OCTOPOID_ATTEMPT']}\n")
+if "conflict" in title:
+    root = os.environ["OCTOPOID_ROOT"]
+    Path(root, "README.md").write_text("# changed on main meanwhile\n")
+    subprocess.run(["git", "-C", root, "commit", "-qam", "main moved"], check=True)
 if "move-main" in title:
     subprocess.run(["git", "update-ref", "refs/heads/main", "HEAD"], check=True)
 print("committed", flush=True)

@@ -1,0 +1,149 @@
+"""Checks before review: the project's commands run on an attempt's work, and a merge pre-check.
+
+An attempt that made commits reaches provisional only if every configured check passes in
+its worktree and its branch still merges cleanly into its base. Otherwise the attempt
+counts, the task goes back to incoming, and its retry notes get a ``## Checks`` section
+with each failing command, its exit code and the tail of its output (or the conflicting
+files), so the next attempt starts from exactly what failed.
+
+Checks come from config.yaml ``checks.commands`` plus the task's own ``CHECKS`` header (a
+JSON list, set by ``enqueue --check``). Each runs with ``sh -c`` in its own process group,
+with a timeout, its output held in a bounded tail buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import git_utils
+from ..backends.process import run_process
+from ..exceptions import InvalidTask
+from ..fsutil import TailBuffer
+from ..redaction import Redactor
+from ..tasks import Task
+
+
+@dataclass
+class CheckResult:
+    command: str
+    exit_code: int | None  # None: it timed out, or could not start
+    seconds: float
+    output: str  # the tail, redacted
+    problem: str = ""  # why it failed, when the exit code does not say
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and not self.problem
+
+    def line(self) -> str:
+        """One line for History and `octopoid show`."""
+        if self.passed:
+            return f"check `{self.command}` passed ({self.seconds:.1f}s)"
+        why = self.problem or f"exit status {self.exit_code}"
+        return f"check `{self.command}` failed: {why} ({self.seconds:.1f}s)"
+
+
+@dataclass
+class Verdict:
+    """What the checks and the merge pre-check said about one attempt's work."""
+
+    results: list[CheckResult]
+    conflicts: list[str] | None  # None: the branch merges cleanly
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.passed]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed and self.conflicts is None
+
+    def summary(self) -> str:
+        """One line for the task's History."""
+        parts = [f"checks: {len(self.results) - len(self.failed)} passed"]
+        if self.failed:
+            parts.append(f"{len(self.failed)} failed ({', '.join(r.command for r in self.failed)})")
+        if self.conflicts is not None:
+            parts.append(f"conflicts with its base in {', '.join(self.conflicts) or '?'}")
+        return ", ".join(parts)
+
+
+def verify(
+    task: Task, worktree: Path, env: dict[str, str], cfg: dict, on_tick: Callable[[], None]
+) -> Verdict:
+    """Run the task's checks in its worktree, then the merge pre-check."""
+    limit = cfg["notes"]["stdout_limit"]
+    timeout = cfg["checks"]["timeout_seconds"]
+    results = [
+        _run_one(command, worktree, env, limit, timeout, on_tick)
+        for command in commands_for(task, cfg)
+    ]
+    return Verdict(results, merge_conflicts(task))
+
+
+def budget_seconds(task: Task, cfg: dict) -> int:
+    """The longest the checks of ``task`` may take (for the runner's hard deadline)."""
+    return len(commands_for(task, cfg)) * cfg["checks"]["timeout_seconds"]
+
+
+def commands_for(task: Task, cfg: dict) -> list[str]:
+    """The project's checks, then the task's own (``CHECKS`` header, a JSON list)."""
+    return [*cfg["checks"]["commands"], *task_checks(task)]
+
+
+def task_checks(task: Task) -> list[str]:
+    raw = task.headers.get("CHECKS")
+    if not raw:
+        return []
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise InvalidTask(f"{task.label}: CHECKS must be a JSON list of commands") from None
+    if not isinstance(value, list) or not all(isinstance(c, str) and c.strip() for c in value):
+        raise InvalidTask(f"{task.label}: CHECKS must be a JSON list of commands")
+    return value
+
+
+def _run_one(
+    command: str,
+    worktree: Path,
+    env: dict[str, str],
+    limit: int,
+    timeout: float,
+    on_tick: Callable[[], None] = lambda: None,
+) -> CheckResult:
+    output = TailBuffer(limit, redact=Redactor(env))
+    started = time.monotonic()
+    done = run_process(["sh", "-c", command], worktree, env, output, timeout, on_tick=on_tick)
+    output.close()
+    seconds = time.monotonic() - started
+    problem = done.start_error or (f"timed out after {timeout:g}s" if done.timed_out else "")
+    return CheckResult(command, done.exit_code, seconds, output.text(), problem)
+
+
+def merge_conflicts(task: Task) -> list[str] | None:
+    """Files that would conflict if the branch were merged into its base now (None: clean).
+
+    ``git merge-tree --write-tree`` computes the merge without touching any worktree or ref.
+    """
+    return git_utils.merge_conflicts(git_utils.open_repo(), task.id, task.branch)
+
+
+def notes_text(verdict: Verdict) -> str:
+    """The body of a ``## Checks — attempt N`` notes section (fenced by the notes writer)."""
+    parts = []
+    conflicts = verdict.conflicts
+    for result in verdict.failed:
+        why = result.problem or f"exit status {result.exit_code}"
+        parts.append(f"$ {result.command}\n[{why}]\n{result.output.rstrip()}\n")
+    if conflicts is not None:
+        files = "\n".join(f"  {name}" for name in conflicts) or "  (git named no file)"
+        parts.append(
+            "The branch no longer merges cleanly into its base. Conflicting files:\n"
+            f"{files}\nRebase onto the base branch (git rebase) and resolve them.\n"
+        )
+    return "\n".join(parts)

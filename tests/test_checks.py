@@ -1,0 +1,101 @@
+"""Checks before review: failing checks and merge conflicts send the work back with what
+failed in the notes, so the next attempt starts from it; passing work reaches review."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import config
+from orchestrator import queue_utils as q
+from orchestrator.tasks import TaskState
+
+from .conftest import child_env, run_claimed, write_agents
+
+PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider test_sum.py"
+
+
+@pytest.fixture
+def checked(git_project: Path):
+    write_agents(git_project)
+    (git_project / ".octopoid/config.yaml").write_text(
+        "checks:\n  commands:\n    - " + json.dumps(PYTEST) + "\n  timeout_seconds: 60\n"
+    )
+    return git_project
+
+
+def attempt():
+    return run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+
+
+def test_a_failing_check_sends_the_work_back_and_the_retry_reads_why(checked):
+    tid = q.create_task("check-fix the sum").id
+    first = attempt()
+    assert first.next_state == "incoming" and first.commits == 1
+    notes = q.get_task_notes(tid)
+    assert "## Checks — attempt 1" in notes and "ARITH-CLUE: one plus one is two" in notes
+    assert "checks: 0 passed, 1 failed" in q.get_task(tid).history[-1]
+    second = attempt()
+    prompt = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-2.prompt.md").read_text()
+    assert "ARITH-CLUE: one plus one is two" in prompt  # what failed, in the next prompt
+    assert second.next_state == "provisional"
+    history = q.get_task(tid).history
+    assert any(f"check `{PYTEST}` passed" in line for line in history)
+    assert "checks: 1 passed" in history[-1]
+
+
+def test_a_check_that_times_out_fails_with_that_reason(git_project):
+    write_agents(git_project)
+    (git_project / ".octopoid/config.yaml").write_text(
+        'checks:\n  commands: ["sleep 30"]\n  timeout_seconds: 1\n'
+    )
+    tid = q.create_task("plain work").id
+    assert attempt().next_state == "incoming"
+    assert "[timed out after 1s]" in q.get_task_notes(tid)
+
+
+def test_a_task_brings_its_own_check_through_enqueue(git_project):
+    write_agents(git_project)
+    done = subprocess.run(
+        [shutil.which("octopoid") or "octopoid", "enqueue", "plain work", "--check", "false"],
+        cwd=git_project,
+        env=child_env(git_project),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    tid = done.stdout.strip().removeprefix("TASK-")
+    assert q.get_task(tid).headers["CHECKS"] == '["false"]'
+    assert attempt().next_state == "incoming"
+    assert "$ false\n[exit status 1]" in q.get_task_notes(tid)
+
+
+def test_a_branch_that_no_longer_merges_goes_back_naming_the_conflict(git_project):
+    write_agents(git_project)
+    tid = q.create_task("conflict with main").id
+    report = attempt()
+    assert report.next_state == "incoming"
+    notes = q.get_task_notes(tid)
+    assert "Conflicting files:\n  README.md" in notes and "Rebase onto the base branch" in notes
+    assert "conflicts with its base in README.md" in q.get_task(tid).history[-1]
+
+
+def test_octopoid_checks_reruns_them_by_hand(checked):
+    tid = q.create_task("check-fix the sum").id
+    attempt()
+    run = subprocess.run(
+        [shutil.which("octopoid") or "octopoid", "checks", tid],
+        cwd=checked,
+        env=child_env(checked),
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1
+    assert f"check `{PYTEST}` failed: exit status 1" in run.stdout
+    assert "ARITH-CLUE" in run.stdout and "merges cleanly" in run.stdout
+    assert q.get_task(tid).state is TaskState.INCOMING  # nothing moved
