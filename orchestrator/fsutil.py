@@ -10,8 +10,11 @@ import codecs
 import os
 import secrets
 import shutil
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .redaction import Redactor
 
 TEMP_PREFIX = "."
 TEMP_SUFFIX = ".tmp"
@@ -100,29 +103,31 @@ def is_temp_name(name: str) -> bool:
 class TailBuffer:
     """Keep the last ``limit`` characters of a byte stream in bounded memory.
 
-    Bytes are decoded incrementally, so a multi-byte character split across two chunks is
-    never cut in half. Complete lines pass through ``redact`` (when given) before they are
-    kept, so a secret never reaches the tail or the log. When ``log_path`` is given, the
-    stream is also written there, held to about ``log_cap_bytes`` by keeping its tail.
+    With ``redact``, the bytes pass through a stream of it first, so a secret never reaches
+    the tail or the log, even one split across chunks anywhere; that stream holds back an
+    unfinished line (4 KiB, a private key block 16 KiB, at most) until it can tell, and
+    ``close`` lets it go. Bytes are decoded incrementally, so a multi-byte character split
+    across two chunks is never cut in half; NUL bytes become U+FFFD. When ``log_path`` is
+    given, the (redacted) bytes are also written there, held to about ``log_cap_bytes`` by
+    keeping its tail.
     """
 
-    LINE_HOLD = 65536  # a partial line longer than this is passed on without waiting for "\n"
+    NUL_REPLACEMENT = "\ufffd".encode()  # text tools stop reading a notes file at a NUL
 
     def __init__(
         self,
         limit: int,
         log_path: Path | None = None,
         log_cap_bytes: int | None = None,
-        redact: Callable[[str], str] | None = None,
+        redact: Redactor | None = None,
     ) -> None:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         self.limit = limit
         self.dropped_chars = 0
         self.total_bytes = 0
-        self._redact = redact
+        self._stream = redact.stream() if redact else None
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
         self._closed = False
         self._chunks: list[str] = []
         self._held = 0
@@ -135,25 +140,21 @@ class TailBuffer:
         if self._closed:
             raise ValueError("feed() after close()")
         self.total_bytes += len(data)
-        pending = self._pending + self._decoder.decode(data)
-        cut = pending.rfind("\n") + 1
-        if cut == 0 and len(pending) > self.LINE_HOLD:
-            cut = len(pending)
-        self._pending = pending[cut:]
-        self._emit(pending[:cut])
+        if b"\x00" in data:
+            data = data.replace(b"\x00", self.NUL_REPLACEMENT)
+        self._emit(self._stream.push(data) if self._stream else data)
 
     def close(self) -> None:
-        """Flush a trailing partial line or character and close the log."""
+        """Flush what redaction held back and a trailing partial character; close the log."""
         if self._closed:
             return
         self._closed = True
-        self._emit(self._pending + self._decoder.decode(b"", final=True))
-        self._pending = ""
+        self._emit(self._stream.close() if self._stream else b"", final=True)
         if self._log:
             self._log.close()
 
     def text(self) -> str:
-        """The kept tail (at most ``limit`` characters), not counting an unfinished line."""
+        """The kept tail (at most ``limit`` characters), not counting what is held back."""
         self._compact()
         return "".join(self._chunks)
 
@@ -161,14 +162,16 @@ class TailBuffer:
     def log_dropped_bytes(self) -> int:
         return self._log.dropped if self._log else 0
 
-    def _emit(self, text: str) -> None:
-        if not text:
+    def _emit(self, data: bytes, final: bool = False) -> None:
+        if self._log and data:
+            self._log.write(data)
+        self._keep(self._decoder.decode(data, final))
+
+    def _keep(self, text: str) -> None:
+        if len(text) >= self.limit:  # a big chunk alone fills the tail: no join needed
+            self.dropped_chars += self._held + len(text) - self.limit
+            self._chunks, self._held = [text[-self.limit :]], self.limit
             return
-        text = text.replace("\x00", "\ufffd")
-        if self._redact:
-            text = self._redact(text)
-        if self._log:
-            self._log.write(text.encode("utf-8"))
         self._chunks.append(text)
         self._held += len(text)
         if self._held > 2 * self.limit:

@@ -1,29 +1,117 @@
 """Keep secrets out of notes, logs and task files.
 
-The values of environment variables whose names look secret, and anything shaped like an
-Anthropic key, are replaced by ``[REDACTED:<name>]`` before octopoid writes agent output.
+Replaced by ``[REDACTED:<kind>]``: the values of environment variables whose names look
+secret (kind: the name), and text shaped like a credential (kind: the shape, such as
+``github-token``), found by the regexes of Yelp's detect-secrets plugins, imported so they
+stay maintained there, and by the shapes they lack (``OWN_SHAPES``).
+
+To keep up with an agent's output (docs/performance.md), one Aho-Corasick pass looks for
+*anchors*, literal pieces that every match of a regex contains, and only the regexes whose
+anchors occur run. All of it works on UTF-8 bytes; ``RedactingStream`` redacts output that
+arrives in pieces, and says what it holds back and what it cannot catch.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
-from collections.abc import Mapping
-from functools import lru_cache
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from typing import NamedTuple
+
+import ahocorasick_rs
 
 SECRET_SUFFIXES = ("_API_KEY", "_TOKEN")
 SECRET_PARTS = ("SECRET", "PASSWORD")
-KEY_SHAPES = (re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),)
 MIN_SECRET_LEN = 6  # shorter values ("1", "true") would redact ordinary words
 
+#: Bytes of an unfinished line a stream holds back: the longest single-line secret it
+#: promises to recognise (JWT headers and URL credentials included) fits in it.
+HOLD_BYTES = 4096
+#: A private key block is held until its END line, up to this many bytes (RSA-4096: ~3.3 KiB).
+PEM_HOLD_BYTES = 16384
+#: A match is final once this many bytes follow it (an END line or token tail could still come).
+SETTLE_BYTES = 64
 
-def secret_values(environ: Mapping[str, str]) -> dict[str, str]:
-    """value -> variable name, for every variable whose name looks secret."""
-    return {
-        value: name
-        for name, value in environ.items()
-        if len(value) >= MIN_SECRET_LEN and looks_secret(name)
-    }
+
+class Rule(NamedTuple):
+    """How a regex runs: the anchors each match contains; the group that is secret (1: it
+    matches context too); and whether matches start at an anchor, so it is tried there
+    alone (sre scans ~150 MB/s for a regex without a literal start, ~1.5 GB/s with one)."""
+
+    anchors: tuple[bytes, ...]
+    group: int = 0
+    at_anchor: bool = False
+
+
+AWS = (b"aws", b"AWS", b"Aws")
+GITHUB = (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_")
+GITLAB = (b"glpat-", b"gldt-", b"glft-", b"glsoat-", b"glrt-")
+
+#: detect-secrets plugins used: (module, class, kind, a Rule for each regex of its
+#: ``denylist``). Replaced by OWN_SHAPES: BasicAuthDetector (``url-password`` also takes
+#: ``!$&*`` passwords and ``redis://:pw@``), NpmDetector (its greedy ``//.+`` hides all but
+#: the last token of a line). Left out: plugins without a literal anchor (Discord, Telegram,
+#: Mailchimp, Artifactory) or matching ordinary words (Keyword, high entropy, IBM, SoftLayer).
+UPSTREAM: tuple[tuple[str, str, str, tuple[Rule, ...]], ...] = (
+    ("aws", "AWSKeyDetector", "aws-access-key",
+        (Rule((b"AKIA", b"ASIA", b"ABIA", b"ACCA", b"A3T")), Rule(AWS, 1, True))),
+    ("github_token", "GitHubTokenDetector", "github-token", (Rule(GITHUB),)),
+    ("gitlab_token", "GitLabTokenDetector", "gitlab-token", (
+        Rule(GITLAB), Rule((b"GR1348941",)), Rule((b"glcbt-",)), Rule((b"glimt-",)),
+        Rule((b"glptt-",)), Rule((b"glagent-",)), Rule((b"gloas-",)),
+    )),
+    ("slack", "SlackDetector", "slack-token",
+        (Rule((b"xox", b"XOX", b"Xox"), 0, True), Rule((b"https://hooks.slack.com",), 0, True))),
+    ("stripe", "StripeDetector", "stripe-key", (Rule((b"sk_live_", b"rk_live_"), 0, True),)),
+    ("jwt", "JwtTokenDetector", "jwt", (Rule((b"eyJ",)),)),
+    ("openai", "OpenAIDetector", "openai-key", (Rule((b"T3BlbkFJ",)),)),
+    ("sendgrid", "SendGridDetector", "sendgrid-key", (Rule((b"SG.",)),)),
+    ("twilio", "TwilioKeyDetector", "twilio-key", (Rule((b"AC",)), Rule((b"SK",)))),
+    ("pypi_token", "PypiTokenDetector", "pypi-token", (Rule((b"pypi-AgE",)),) * 2),
+    ("square_oauth", "SquareOAuthDetector", "square-oauth", (Rule((b"sq0csp-",)),)),
+    ("azure_storage_key", "AzureStorageKeyDetector", "azure-storage-key",
+        (Rule((b"AccountKey=",)),)),
+)  # fmt: skip
+
+PEM_NL = rb"(?:\r?\n|(?:\\r)?\\n)"  # a newline, or an escaped one inside a JSON string
+PEM_TAG = rb"[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+PEM_END = rb"[ \t]*-----END" + PEM_TAG
+PEM_EOL = rb"(?=\r?\n|\\[rn]|\r?$|\\$)"  # $: the end of a window may cut a newline
+PEM_LINE = (  # a header, base64 or nothing, then the end of the line
+    rb"[ \t]*(?:(?:[A-Za-z][A-Za-z-]*:[^\r\n\\]*|[A-Za-z0-9+/=]+)[ \t]*)?" + PEM_EOL
+)
+PEM_BODY = (
+    rb"(?:" + PEM_NL + rb"(?!" + PEM_END + rb")" + PEM_LINE + rb")*(?:" + PEM_NL + PEM_END + rb")?"
+)
+
+#: Shapes detect-secrets lacks: (kind, regex, Rule).
+OWN_SHAPES: tuple[tuple[str, bytes, Rule], ...] = (
+    ("anthropic-key", rb"sk-ant-[A-Za-z0-9_\-]{8,}", Rule((b"sk-",))),
+    ("openai-key",
+     rb"sk-(?<![A-Za-z0-9_\-]sk-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{32,}", Rule((b"sk-",))),
+    ("github-token", rb"github_pat_[A-Za-z0-9_]{22,}", Rule((b"github_pat_",))),
+    ("google-api-key", rb"AIza[0-9A-Za-z_\-]{35}", Rule((b"AIza",))),
+    ("npm-token", rb"npm_[A-Za-z0-9]{36}", Rule((b"npm_",))),
+    ("npm-token", rb"_authToken=[ \t]*([^\s'\"]+)", Rule((b"_authToken=",), 1)),  # .npmrc
+    ("aws-secret-key",
+     rb"(?i:(?:aws_?)?secret_?access_?key)['\"]?[ \t]*[:=][ \t]*['\"]?"
+     rb"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
+     Rule((*AWS, b"secret_access", b"SECRET_ACCESS", b"SecretAccess", b"secretAccess"), 1, True)),
+    ("url-password", rb"://[^\s:/@]*:((?![{$<])[^\s/]+)@", Rule((b"://",), 1)),  # not {pw}
+    ("bearer-token", rb"(?:Bearer|bearer|BEARER)[ \t]+([A-Za-z0-9_.~+/\-]{16,}=*)",
+     Rule((b"Bearer", b"bearer", b"BEARER"), 1, True)),
+    ("private-key", rb"-----BEGIN" + PEM_TAG + PEM_BODY, Rule((b"PRIVATE KEY",))),
+)  # fmt: skip
+
+TOKEN_TAIL = re.compile(rb"[A-Za-z0-9_\-+/=.]*")  # "." joins the parts of a JWT
+TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.")
+#: What follows a key block cut off at a stream's hold limit, swallowed with it: the rest
+#: of its line, then its base64 and header lines through END.
+PEM_REST = re.compile(rb"(?:" + PEM_END + rb"|[^\r\n\\]*" + PEM_BODY + rb")")
+PEM_CLOSED = re.compile(rb"-----END" + PEM_TAG + rb"$")
 
 
 def looks_secret(name: str) -> bool:
@@ -32,33 +120,307 @@ def looks_secret(name: str) -> bool:
     return upper.endswith(SECRET_SUFFIXES) or any(part in upper for part in SECRET_PARTS)
 
 
+def secret_env(environ: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """(name, value) of every variable whose name looks secret and value is long enough."""
+    return frozenset(
+        (name, value)
+        for name, value in environ.items()
+        if len(value) >= MIN_SECRET_LEN and looks_secret(name)
+    )
+
+
+def secret_values(environ: Mapping[str, str]) -> dict[bytes, str]:
+    """UTF-8 value -> variable name; a multi-line value line by line, as streams let go of
+    output at line ends."""
+    return {
+        line.encode("utf-8", "surrogateescape"): name
+        for name, value in secret_env(environ)
+        for line in value.splitlines()
+        if len(line) >= MIN_SECRET_LEN
+    }
+
+
+class Span(NamedTuple):
+    """A secret found: the bytes to replace, and where the match that found it starts."""
+
+    start: int
+    end: int
+    kind: str
+    match: int  # before ``start`` when context (``://user:``, ``Bearer``) is matched too
+
+
+@dataclass(frozen=True)
+class Detector:
+    """One regex for one kind of secret, run only where one of its anchors occurs."""
+
+    kind: str
+    regex: re.Pattern[bytes]
+    rule: Rule
+
+    def spans(self, data: bytes, starts: set[int] | None = None) -> Iterator[Span]:
+        """Its matches; with ``starts``, only those starting there (``rule.at_anchor``)."""
+        if starts is None:
+            matches: Iterable[re.Match[bytes] | None] = self.regex.finditer(data)
+        else:
+            matches = (self.regex.match(data, start) for start in sorted(starts))
+        for match in filter(None, matches):
+            start, end = match.span(self.rule.group)
+            if start < end:
+                yield Span(start, extend_token(data, end), self.kind, match.start())
+
+
+def extend_token(data: bytes, end: int) -> int:
+    """Where the token ending at ``end`` really ends: upstream regexes fix lengths that
+    real tokens outgrow, and the JWT regex stops before the signature."""
+    if data[end - 1] not in TOKEN_BYTES:
+        return end
+    return TOKEN_TAIL.match(data, end).end()
+
+
+class Scanner:
+    """Finds secrets in bytes: one Aho-Corasick pass picks the detectors worth running."""
+
+    def __init__(self, detectors: Sequence[Detector]) -> None:
+        self._detectors = tuple(detectors)
+        owners: dict[bytes, set[int]] = {}
+        for index, detector in enumerate(detectors):
+            for anchor in detector.rule.anchors:
+                owners.setdefault(anchor, set()).add(index)
+        anchors = list(owners)
+        where = [hidden_starts(anchor, owners) for anchor in anchors]
+        self._targets = [set(found) for found in where]
+        self._placed = [
+            {i: offsets for i, offsets in found.items() if detectors[i].rule.at_anchor}
+            for found in where
+        ]
+        self._always = {i for i, detector in enumerate(detectors) if not detector.rule.anchors}
+        leftmost = ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST
+        self._gate = ahocorasick_rs.BytesAhoCorasick(anchors, matchkind=leftmost)
+
+    def spans(self, data: bytes) -> list[Span]:
+        """Every match, in detector order (which names a secret two detectors find)."""
+        run, starts = self._plan(data)
+        detectors = self._detectors
+        return [span for i in sorted(run) for span in detectors[i].spans(data, starts.get(i))]
+
+    def _plan(self, data: bytes) -> tuple[set[int], dict[int, set[int]]]:
+        """The detectors to run on ``data``, and where to try those run at their anchors."""
+        hits = self._gate.find_matches_as_indexes(data)
+        run = self._always.union(*(self._targets[a] for a in {a for a, _, _ in hits}))
+        placed: dict[int, list[int]] = {}
+        for anchor, start in [(a, start) for a, start, _ in hits if self._placed[a]]:
+            placed.setdefault(anchor, []).append(start)
+        starts: dict[int, set[int]] = {}
+        for anchor, positions in placed.items():
+            for index, offsets in self._placed[anchor].items():
+                for offset in offsets:
+                    starts.setdefault(index, set()).update(map(offset.__add__, positions))
+        return run, starts
+
+
+def hidden_starts(outer: bytes, owners: Mapping[bytes, set[int]]) -> dict[int, set[int]]:
+    """For a hit on ``outer``: each detector it must run, and at which offsets in the hit
+    that detector's anchors can start. The gate reports hits without overlap, so an anchor
+    starting inside a hit (``AKIA`` on the last letter of ``ACCA``) is never reported."""
+    found: dict[int, set[int]] = {}
+    for inner, detectors in owners.items():
+        offsets = {
+            i
+            for i in range(len(outer))
+            if outer.startswith(inner, i) or inner.startswith(outer[i:])
+        }
+        for index in detectors if offsets else ():
+            found.setdefault(index, set()).update(offsets)
+    return found
+
+
+def upstream_detectors() -> list[Detector]:
+    """detect-secrets' regexes as bytes; a regex added upstream runs on every chunk until
+    it is given a Rule (tests/test_redaction.py notices)."""
+    found = []
+    for module, name, kind, rules in UPSTREAM:
+        plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), name)
+        for index, pattern in enumerate(plugin.denylist):
+            rule = rules[index] if index < len(rules) else Rule(())
+            regex = re.compile(pattern.pattern.encode("ascii"), pattern.flags & ~re.UNICODE)
+            found.append(Detector(kind, regex, rule))
+    return found
+
+
+def own_detectors() -> list[Detector]:
+    return [Detector(kind, re.compile(pattern), rule) for kind, pattern, rule in OWN_SHAPES]
+
+
+@lru_cache(maxsize=1)
+def shape_scanner() -> Scanner:
+    """Built on first redaction, not at import: detect-secrets takes ~0.15 s to import."""
+    return Scanner(upstream_detectors() + own_detectors())
+
+
+def merge(spans: list[Span]) -> list[Span]:
+    """Sorted, overlaps joined; at equal starts the earlier span (env before shape) names it."""
+    merged: list[Span] = []
+    for span in sorted(spans, key=lambda span: span.start):
+        last = merged[-1] if merged else None
+        if last and span.start < last.end:
+            end, match = max(last.end, span.end), min(last.match, span.match)
+            merged[-1] = last._replace(end=end, match=match)
+        else:
+            merged.append(span)
+    return merged
+
+
+def apply(data: bytes, spans: Sequence[Span]) -> bytes:
+    """``data`` with every span replaced by its marker."""
+    parts, pos = [], 0
+    for start, end, kind, _ in spans:
+        parts += (data[pos:start], f"[REDACTED:{kind}]".encode())
+        pos = end
+    parts.append(data[pos:])
+    return b"".join(parts)
+
+
 class Redactor:
-    """A compiled redaction for one environment; build once, apply to every chunk."""
+    """The redaction for one environment; build once, apply to every text or stream."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        secrets = secret_values(os.environ if environ is None else environ)
-        self._names = secrets
-        alternatives = [re.escape(v) for v in sorted(secrets, key=len, reverse=True)]
-        alternatives += [shape.pattern for shape in KEY_SHAPES]
-        self._pattern = re.compile("|".join(alternatives))
+        self._values = secret_values(os.environ if environ is None else environ)
+        self.hold = max(HOLD_BYTES, max(map(len, self._values), default=0) + SETTLE_BYTES)
 
     def __call__(self, text: str) -> str:
-        return self._pattern.sub(self._replace, text)
+        if not text:
+            return text
+        data = text.encode("utf-8", "surrogatepass")
+        return apply(data, self.spans(data)).decode("utf-8", "surrogatepass")
 
-    def _replace(self, match: re.Match[str]) -> str:
-        return f"[REDACTED:{self._names.get(match.group(0), 'api-key')}]"
+    def stream(self) -> RedactingStream:
+        """A fresh stream for one output (it keeps what it holds back between pushes)."""
+        return RedactingStream(self.spans, self.hold)
+
+    def spans(self, data: bytes) -> list[Span]:
+        found = [
+            Span(start, extend_token(data, end), name, start)
+            for search, name in self._searches
+            for _, start, end in search.find_matches_as_indexes(data)
+        ]
+        return merge(found + shape_scanner().spans(data))
+
+    @cached_property
+    def _searches(self) -> list[tuple[ahocorasick_rs.BytesAhoCorasick, str]]:
+        """One search per value: alone, a literal is found at memmem speed, and no value
+        can hide another."""
+        return [(ahocorasick_rs.BytesAhoCorasick([v]), name) for v, name in self._values.items()]
+
+
+class RedactingStream:
+    """Redacts output that arrives in pieces cut anywhere, even inside a character.
+
+    A push lets go of everything up to the last newline, or all but the last ``hold``
+    bytes of a longer line, never cutting through a secret: a match that could still grow
+    (fewer than SETTLE_BYTES after it) is held from its start, a private key block until
+    its END line. Memory stays bounded: a match that outgrows its hold (``hold``, or
+    PEM_HOLD_BYTES for a key block) is redacted as far as it goes, and the rest of its
+    token, or of the key's base64 lines, is swallowed as it arrives. Not caught: a shape
+    that needs more than ``hold`` bytes to be recognised (a JWT header or URL credentials
+    over 4 KiB) on a line still unfinished after that many bytes.
+    """
+
+    def __init__(self, spans: Callable[[bytes], list[Span]], hold: int) -> None:
+        self._spans = spans
+        self._hold = hold
+        self._held = b""
+        self._swallow: re.Pattern[bytes] | None = None
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def push(self, data: bytes) -> bytes:
+        """The redacted output that is safe to let go; the rest is held for the next push."""
+        window = self._held + data
+        if self._swallow:
+            window = self._swallowed(window, final=False)
+            if self._swallow:  # maybe still inside the secret: hold the rest until it can tell
+                self._held = window
+                return b""
+        cut, spans = self._cut(window)
+        self._held = window[cut:]
+        return apply(window[:cut], spans)
+
+    def close(self) -> bytes:
+        """Everything still held, redacted."""
+        window = self._swallowed(self._held, final=True) if self._swallow else self._held
+        self._held = b""
+        return apply(window, self._spans(window))
+
+    def _cut(self, window: bytes) -> tuple[int, list[Span]]:
+        size = len(window)
+        cut = max(window.rfind(b"\n") + 1, size - self._hold)
+        done: list[Span] = []
+        for span in self._spans(window):
+            if span.match >= cut:
+                break
+            if span.end + SETTLE_BYTES > size:  # it could still grow
+                if size - span.match <= self._budget(span.kind):  # hold it, to match it whole
+                    return max(span.match, done[-1].end if done else 0), done
+                self._swallow = rest_of(span, window)  # past its hold: swallow what follows
+                return span.end, [*done, span]
+            done.append(span)
+            cut = max(cut, span.end)
+        return cut, done
+
+    def _budget(self, kind: str) -> int:
+        return PEM_HOLD_BYTES if kind == "private-key" else self._hold
+
+    def _swallowed(self, window: bytes, final: bool) -> bytes:
+        """``window`` less what continues the secret that was cut off before it."""
+        match = self._swallow.match(window)
+        rest = window[match.end() :]
+        if final or not still_inside(self._swallow, match, rest):
+            self._swallow = None
+        return rest
+
+
+def rest_of(span: Span, window: bytes) -> re.Pattern[bytes] | None:
+    """What may still follow a secret that was cut off where ``window`` ends."""
+    if span.kind == "private-key":
+        closed = PEM_CLOSED.search(window, max(span.match, span.end - 100), span.end)
+        return None if closed else PEM_REST
+    return TOKEN_TAIL if span.end == len(window) else None
+
+
+def still_inside(swallow: re.Pattern[bytes], match: re.Match[bytes], rest: bytes) -> bool:
+    """Whether what follows a swallowed piece may still be the secret: nothing follows yet,
+    or a key block's END line may be arriving in pieces."""
+    if not rest:
+        return True
+    pem_open = swallow is PEM_REST and not PEM_CLOSED.search(match.group())
+    return pem_open and len(rest) < SETTLE_BYTES
+
+
+_ALSO_HIDDEN: dict[str, str] = {}
+
+
+def hide_also(environ: Mapping[str, str]) -> None:
+    """Secrets this process must hide wherever it redacts with the default environment too:
+    a runner adds its agent's own ``env`` from agents.yaml, which its environment lacks."""
+    _ALSO_HIDDEN.update(environ)
 
 
 def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """``text`` with secret values from ``environ`` (default: this process's) replaced.
+    """``text`` with secrets redacted, by value from ``environ`` (default: this process's,
+    plus ``hide_also``'s) and by shape.
 
-    The compiled pattern is cached per set of secrets, so the hot paths that call this
-    for every header (claims, moves) pay a dictionary scan, not a regex compile.
+    The Redactor is cached per set of secrets, so the hot paths that call this for every
+    header (claims, moves) pay a dictionary scan, not a compile.
     """
-    secrets = secret_values(os.environ if environ is None else environ)
-    return _cached(frozenset(secrets.items()))(text)
+    if not text:
+        return text
+    if environ is None:
+        return _cached(secret_env(os.environ) | secret_env(_ALSO_HIDDEN))(text)
+    return _cached(secret_env(environ))(text)
 
 
 @lru_cache(maxsize=16)
 def _cached(secrets: frozenset[tuple[str, str]]) -> Redactor:
-    return Redactor({name: value for value, name in secrets})
+    return Redactor(dict(secrets))

@@ -87,6 +87,34 @@ def test_secrets_split_across_chunks_are_redacted_in_tail_and_log(tmp_path: Path
     assert "[REDACTED:ANTHROPIC_API_KEY]" in buf.text()
 
 
+def test_without_redaction_output_reaches_the_tail_at_once() -> None:
+    buf = TailBuffer(100)
+    buf.feed(b"no newline yet")
+    assert buf.text() == "no newline yet"
+
+
+def test_with_redaction_an_unfinished_line_waits_until_close(tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    buf = TailBuffer(100, log_path=log, redact=Redactor({}))
+    buf.feed(b"done\ntoken ghp_")
+    assert buf.text() == "done\n"  # the rest could be the start of a secret
+    buf.feed(b"A1b2" * 9 + b" ok")
+    buf.close()
+    assert buf.text() == log.read_text() == "done\ntoken [REDACTED:github-token] ok"
+
+
+def test_a_secret_split_inside_a_multibyte_character_is_redacted(tmp_path: Path) -> None:
+    secret = "ghp_" + "Zz9" * 12
+    data = f"é🐙{secret}🐙é\n".encode()
+    for cut in range(1, len(data)):
+        log = tmp_path / f"{cut}.log"
+        buf = TailBuffer(1000, log_path=log, redact=Redactor({}))
+        buf.feed(data[:cut])
+        buf.feed(data[cut:])
+        buf.close()
+        assert buf.text() == log.read_text() == "é🐙[REDACTED:github-token]🐙é\n", cut
+
+
 def test_redaction_leaves_short_and_innocent_values() -> None:
     env = {"SOME_TOKEN": "1", "PATH": "/usr/bin", "MY_SECRET_THING": "correcthorse"}
     assert redact("1 /usr/bin correcthorse", env) == "1 /usr/bin [REDACTED:MY_SECRET_THING]"

@@ -1,0 +1,183 @@
+"""Fake secrets in 35 real shapes, and ordinary output that must survive redaction.
+
+The secrets are built at test time from a seeded random, in the right alphabet and length,
+so none sits in the repo for a secret scanner to flag. Each one appears in the context it
+would have in an agent's output (a curl line, an .npmrc, a JSON string, an env dump).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import string
+import uuid
+from dataclasses import dataclass
+
+ALNUM = string.ascii_letters + string.digits
+URLSAFE = ALNUM + "-_"
+UPPER = string.ascii_uppercase + string.digits
+HEX = "0123456789abcdef"
+PASSWORD = ALNUM + "!$&*()+,;=%~"
+PRIVATE = "PRIVATE"  # kept apart from "KEY" so this file holds no key header to flag
+
+
+@dataclass(frozen=True)
+class FakeSecret:
+    name: str  # what it imitates
+    kind: str  # the marker it must become: [REDACTED:<kind>]
+    text: str  # how it appears in output
+    secret: str  # the part of ``text`` that must not survive, nor any 12 characters of it
+
+
+class Maker:
+    """Random strings of a given alphabet and length, from one seed."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def __call__(self, length: int, alphabet: str = ALNUM) -> str:
+        return "".join(self.rng.choice(alphabet) for _ in range(length))
+
+    def b64(self, length: int, urlsafe: bool = False) -> str:
+        data = self.rng.randbytes(length)
+        encoded = base64.urlsafe_b64encode(data) if urlsafe else base64.b64encode(data)
+        return encoded.decode().rstrip("=") if urlsafe else encoded.decode()
+
+
+def fake_secrets(seed: int = 7) -> list[FakeSecret]:
+    """35 fake secrets, each in its context."""
+    r = Maker(seed)
+    found = [*tokens(r), *cloud_keys(r), *urls_with_passwords(r), *key_blocks(r)]
+    return [
+        FakeSecret(name, kind, text.format(s=secret), secret) for name, kind, text, secret in found
+    ]
+
+
+DIGITS = string.digits
+
+
+def tokens(r: Maker) -> list[tuple[str, str, str, str]]:
+    slack_bot = f"xoxb-{r(12, DIGITS)}-{r(13, DIGITS)}-{r(24)}"
+    slack_user = f"xoxp-{r(12, DIGITS)}-{r(12, DIGITS)}-{r(13, DIGITS)}-{r(32, HEX)}"
+    legacy_npm = str(uuid.UUID(int=r.rng.getrandbits(128)))
+    return [
+        ("github classic", "github-token", "git push (token {s}) ok", "ghp_" + r(36)),
+        ("github oauth", "github-token", '{{"access_token": "{s}"}}', "gho_" + r(36)),
+        ("github fine-grained", "github-token", "GH_TOKEN={s}", f"github_pat_{r(22)}_{r(59)}"),
+        ("openai legacy", "openai-key", "key: {s}", f"sk-{r(20)}T3BlbkFJ{r(20)}"),
+        ("openai project", "openai-key", 'OpenAI(api_key="{s}")', "sk-proj-" + r(156, URLSAFE)),
+        ("anthropic", "anthropic-key", "x-api-key: {s}", f"sk-ant-api03-{r(93, URLSAFE)}AA"),
+        ("slack bot", "slack-token", "SLACK_BOT={s}", slack_bot),
+        ("slack user", "slack-token", "token {s}", slack_user),
+        ("stripe secret", "stripe-key", "stripe.api_key = '{s}'", "sk_live_" + r(99)),
+        ("stripe restricted", "stripe-key", "STRIPE_KEY={s}", "rk_live_" + r(24)),
+        ("jwt after bearer", "jwt", "Authorization: Bearer {s}", jwt(r)),
+        ("opaque bearer", "bearer-token", "curl -H 'Authorization: Bearer {s}'", r(40, URLSAFE)),
+        ("npm", "npm-token", "//registry.npmjs.org/:_authToken={s}", "npm_" + r(36)),
+        ("npm legacy", "npm-token", "//registry.npmjs.org/:_authToken={s}", legacy_npm),
+        ("sendgrid", "sendgrid-key", "SENDGRID={s}", f"SG.{r(22, URLSAFE)}.{r(43, URLSAFE)}"),
+        ("twilio api key", "twilio-key", "TWILIO_API_KEY_SID={s}", "SK" + r(32, HEX)),
+        ("gitlab", "gitlab-token", "https://oauth2:{s}@gitlab.com/g/p.git", "glpat-" + r(20)),
+        ("pypi", "pypi-token", "password = {s}", "pypi-AgEIcHlwaS5vcmc" + r(140, URLSAFE)),
+        ("square", "square-oauth", "SQUARE_SECRET={s}", "sq0csp-" + r(43, URLSAFE)),
+    ]
+
+
+def cloud_keys(r: Maker) -> list[tuple[str, str, str, str]]:
+    webhook = f"https://hooks.slack.com/services/T{r(8, UPPER)}/B{r(10, UPPER)}/{r(24)}"
+    azure = "DefaultEndpointsProtocol=https;AccountName=acct;{s};EndpointSuffix=core.windows.net"
+    return [
+        ("aws access key id", "aws-access-key", "aws_access_key_id = {s}", "AKIA" + r(16, UPPER)),
+        ("aws secret key", "aws-secret-key", "aws_secret_access_key = {s}", r(40, ALNUM + "/+")),
+        ("aws sts json", "aws-secret-key", '"SecretAccessKey": "{s}",', r(40, ALNUM + "/+")),
+        ("google api key", "google-api-key", "maps/api/js?key={s}", "AIza" + r(35, URLSAFE)),
+        ("azure storage", "azure-storage-key", azure, "AccountKey=" + r.b64(66)),
+        ("slack webhook", "slack-token", "curl -X POST {s} -d @msg.json", webhook),
+    ]
+
+
+def urls_with_passwords(r: Maker) -> list[tuple[str, str, str, str]]:
+    return [
+        ("postgres", "url-password", "postgres://app:{s}@db.internal:5432/app", r(20, PASSWORD)),
+        ("mysql", "url-password", "mysql://root:{s}@localhost:3306/shop", r(16, PASSWORD)),
+        ("mongodb", "url-password", "mongodb+srv://admin:{s}@c0.ab1cd.mongodb.net/p", r(24)),
+        ("redis", "url-password", "REDIS_URL=redis://:{s}@cache.internal:6379/0", r(32, HEX)),
+    ]
+
+
+def key_blocks(r: Maker) -> list[tuple[str, str, str, str]]:
+    in_json = pem("RSA", r.b64(600), 64).replace("\n", "\\n")
+    return [
+        ("pem rsa", "private-key", "{s}", pem("RSA", r.b64(1190), 64)),
+        ("pem ec", "private-key", "{s}", pem("EC", r.b64(121), 64)),
+        ("openssh", "private-key", "{s}", pem("OPENSSH", r.b64(400), 70)),
+        ("pkcs8 encrypted", "private-key", "{s}", pem("ENCRYPTED", r.b64(1250), 64)),
+        ("pgp", "private-key", "{s}", pgp(r)),
+        ("pem in json", "private-key", '{{"type": "tool_result", "content": "{s}\\n"}}', in_json),
+    ]
+
+
+def pem(label: str, body: str, width: int) -> str:
+    lines = [body[i : i + width] for i in range(0, len(body), width)]
+    tag = f"{label} {PRIVATE} KEY-----"
+    return "\n".join([f"-----BEGIN {tag}", *lines, f"-----END {tag}"])
+
+
+def pgp(r: Maker) -> str:
+    tag = f"PGP {PRIVATE} KEY BLOCK-----"
+    body = r.b64(900)
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    return "\n".join(
+        [f"-----BEGIN {tag}", "Version: GnuPG v2", "", *lines, "=" + r(4), f"-----END {tag}"]
+    )
+
+
+def jwt(r: Maker) -> str:
+    def part(claims: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+
+    payload = {"sub": r(12), "name": "Ada", "iat": 1700000000 + r.rng.randrange(10**6)}
+    return f"{part({'alg': 'HS256', 'typ': 'JWT'})}.{part(payload)}.{r.b64(32, urlsafe=True)}"
+
+
+def ordinary_output(seed: int = 11) -> str:
+    """Agent output with no secret in it: code, a diff, a traceback, ids and an image."""
+    r = Maker(seed)
+    shas = [r(40, HEX) for _ in range(3)]
+    uuids = [str(uuid.UUID(int=r.rng.getrandbits(128))) for _ in range(3)]
+    image = base64.b64encode(b"\x89PNG\r\n\x1a\n" + r.rng.randbytes(3000)).decode()
+    lines = "\n".join(image[i : i + 76] for i in range(0, len(image), 76))
+    ids = {f"sha{i + 1}": sha for i, sha in enumerate(shas)}
+    ids.update({f"uuid{i + 1}": u for i, u in enumerate(uuids)})
+    return ORDINARY.format(image=lines, **ids)
+
+
+ORDINARY = """\
+tool_use: edit src/app.py -> ok ✓ 🐙 café naïve 日本語
+commit {sha1}
+Author: Ada Lovelace <ada@example.com>
+Merge: {sha2} {sha3}
+
+diff --git a/orchestrator/queue_utils.py b/orchestrator/queue_utils.py
+index {sha2}..{sha3} 100644
+--- a/orchestrator/queue_utils.py
++++ b/orchestrator/queue_utils.py
+@@ -12,7 +12,8 @@ def claim_task(role: str | None, agent: str) -> Task | None:
+-    task = store.claim(role, agent, lease_seconds=LEASE_SECONDS)
++    task = store.claim(role, agent, lease_seconds=cfg["lease_seconds"])  # TASK-42
++    password = os.environ["DB_PASSWORD"]  # read at run time, never logged
+     headers = {{"Authorization": f"Bearer {{token}}", "Accept": "application/json"}}
+     url = f"postgres://{{user}}:{{password}}@{{host}}/app"
+Traceback (most recent call last):
+  File "/home/dev/project/tests/test_queue.py", line 88, in test_claim_respects_blockers
+    assert q.claim_task(None, "impl-1").id == "task-12"
+AssertionError: assert 'task-13' == 'task-12'
+fetching https://github.com/octopoid/octopoid/pull/57 and http://localhost:8080/health
+request ids {uuid1} {uuid2} {uuid3}
+AWS_REGION=eu-west-1 AWS_PROFILE=dev TASK_ACCESS=rw python -m pytest -q -k "not slow"
+the access key id is read from AWS_ACCESS_KEY_ID; see https://docs.aws.amazon.com/
+data:image/png;base64,
+{image}
+=== 3 passed, 1 skipped in 0.42s ===
+"""
