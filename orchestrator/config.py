@@ -115,6 +115,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "run_hooks": Field(bool, False),
     },
     "prices": Field(dict, {}, items=dict),
+    "breakdown": {
+        "approve": Field(bool, False),
+    },
     "checks": {
         "commands": Field(list, [], items=str),
         "timeout_seconds": Field(int, 600, minimum=1, maximum=MAX_SECONDS),

@@ -1,10 +1,11 @@
 """`octopoid demo`: the whole loop on a scratch repository, with a scripted agent.
 
 It makes a small git repository, runs ``init``, enqueues three tasks and runs the real
-scheduler (real runner processes, real worktrees, real retry notes). One task fails on its
-first attempt after printing a clue; the second attempt finds that clue in its prompt and
-commits. Then it accepts everything and shows the merged history. It exits non-zero
-unless every step really happened.
+scheduler (real runner processes, real worktrees, real retry notes, a real check). One
+task fails on its first attempt after printing a clue; another commits work the project's
+check rejects. Each second attempt finds what went wrong in its prompt and commits the
+fix. Then it accepts everything and shows the merged history. It exits non-zero unless
+every step really happened.
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ TASKS = [
     ("Make the clock use UTC", "clock.now() returns local time; the tests expect UTC."),
 ]
 DEADLINE_SECONDS = 90
+CHECK = """\
+from pathlib import Path
+
+if Path("farewell.py").exists():
+    from farewell import farewell
+
+    got = farewell("Ann")
+    want = "Goodbye, Ann."
+    assert got == want, f"CHECK-CLUE: farewell('Ann') must be {want!r}, not {got!r}"
+print("check passed")
+"""
 
 
 def make_repo(root: Path) -> git.Repo:
@@ -41,7 +53,8 @@ def make_repo(root: Path) -> git.Repo:
     (root / "clock.py").write_text(
         "from datetime import datetime\n\n\ndef now() -> datetime:\n    return datetime.now()\n"
     )
-    repo.index.add(["clock.py"])
+    (root / "check.py").write_text(CHECK)
+    repo.index.add(["clock.py", "check.py"])
     repo.index.commit("a small project")
     return repo
 
@@ -62,6 +75,8 @@ def configure(root: Path) -> None:
         ],
     }
     (root / ".octopoid" / "agents.yaml").write_text(yaml.safe_dump(agents, sort_keys=False))
+    checks = {"checks": {"commands": [f"{sys.executable} check.py"], "timeout_seconds": 30}}
+    (root / ".octopoid" / "config.yaml").write_text(yaml.safe_dump(checks, sort_keys=False))
 
 
 def run_demo(workdir: Path | None, say: Callable[[str], None]) -> tuple[Path, list[str]]:
@@ -81,7 +96,7 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> tuple[Path, li
     for tid, (title, _) in zip(ids, TASKS, strict=True):
         say(f"enqueued TASK-{tid}: {title}")
     _drive(ids, say)
-    problems = _check_retry(ids[2], say)
+    problems = _check_retry(ids[2], say) + _check_checks(ids[1], say)
     say("")
     for tid in ids:
         if queue_utils.get_task(tid).state is TaskState.PROVISIONAL:
@@ -143,6 +158,18 @@ def _check_retry(tid: str, say: Callable[[str], None]) -> list[str]:
     return []
 
 
+def _check_checks(tid: str, say: Callable[[str], None]) -> list[str]:
+    prompt_file = config.get_logs_dir() / f"TASK-{tid}" / "attempt-2.prompt.md"
+    if not prompt_file.exists() or "CHECK-CLUE: " not in prompt_file.read_text():
+        return [f"TASK-{tid}'s second prompt does not carry what the check said"]
+    clue = prompt_file.read_text().rsplit("CHECK-CLUE: ", 1)[1].split("\n", 1)[0]
+    say(
+        f"\nTASK-{tid}'s first attempt failed the project's check (config.yaml checks); its "
+        f"second prompt carried what the check said (## Checks):\n    CHECK-CLUE: {clue}"
+    )
+    return []
+
+
 def _check_result(root: Path, ids: list[str]) -> list[str]:
     problems = []
     for tid in ids:
@@ -156,4 +183,6 @@ def _check_result(root: Path, ids: list[str]) -> list[str]:
             problems.append(f"{name} is not on main")
     if "timezone.utc" not in (root / "clock.py").read_text():
         problems.append("clock.py was not fixed on main")
+    if "Goodbye" not in (root / "farewell.py").read_text():
+        problems.append("farewell.py on main is not the version the check accepts")
     return problems

@@ -2,7 +2,9 @@
 
 It reads its prompt like a real agent would. For the clock task its first attempt finds
 the cause, prints a clue, and runs out of time; the second attempt reads that clue in
-``## Previous Agent Notes`` and uses it to commit the fix.
+``## Previous Agent Notes`` and uses it to commit the fix. For the farewell task its first
+attempt commits a version the project's check rejects; the second reads what the check
+said (a ``## Checks`` section of the notes) and commits the right one.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 GREETING = 'def greet(name: str) -> str:\n    return f"Hello, {name}!"\n'
 FAREWELL = 'def farewell(name: str) -> str:\n    return f"Goodbye, {name}."\n'
+FAREWELL_FIRST_TRY = 'def farewell(name: str) -> str:\n    return f"Bye {name}"\n'
 CLOCK_FIX = (
     "from datetime import datetime, timezone\n\n\n"
     "def now() -> datetime:\n    return datetime.now(timezone.utc)\n"
@@ -35,8 +38,12 @@ def main() -> int:
     print(f"[demo agent] {task}: {title}")
     if "greeting" in title:
         commit("greeting.py", GREETING, f"{task}: add greeting module")
+    elif "farewell" in title and "CHECK-CLUE" not in prompt:
+        commit("farewell.py", FAREWELL_FIRST_TRY, f"{task}: add farewell module")
     elif "farewell" in title:
-        commit("farewell.py", FAREWELL, f"{task}: add farewell module")
+        clue = prompt.rsplit("CHECK-CLUE: ", 1)[1].split("\n", 1)[0]  # the message, not the source
+        print(f"the project's check said: {clue}")
+        commit("farewell.py", FAREWELL, f"{task}: farewell as the check asks")
     elif "clock" in title and "## Previous Agent Notes" not in prompt:
         print("reading clock.py ... it calls datetime.now() with no timezone")
         print("reading tests ... they expect UTC")

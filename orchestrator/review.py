@@ -15,7 +15,7 @@ from .exceptions import GitError, IllegalTransition
 from .memory import lifecycle
 from .memory.distill import distill
 from .memory.notes import NotesManager
-from .roles import checks
+from .roles import breakdown, checks
 from .store import QueueStore
 from .tasks import Task, TaskState, normalize_task_id
 
@@ -52,6 +52,12 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
         task = queue_utils.get_task(task_id)
         if task.state is not TaskState.PROVISIONAL:
             raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
+        if "PROPOSED_SPLIT" in task.headers:
+            raise IllegalTransition(
+                f"{task.label} holds a proposed breakdown, not work to merge: "
+                f"`octopoid approve {task.label}` creates its subtasks, `octopoid reject` "
+                "sends it back to breakdown"
+            )
         strategy = config.load_config()["merge"]["strategy"]
         merged = task.headers.get("MERGED") or None
         if strategy != "none" and merged is None:
@@ -122,6 +128,8 @@ def reject(task_id: str, reason: str, rejected_by: str = "human") -> Task:
     store = queue_utils.get_store()
     with store.hold(task_id, "rejected"):
         task = queue_utils.get_task(task_id)
+        if task.state is TaskState.PROVISIONAL and "PROPOSED_SPLIT" in task.headers:
+            return queue_utils.reject_proposal(task_id, reason, rejected_by)
         before = task.headers.get("MERGING")
         if task.state is TaskState.PROVISIONAL and before:
             repo = git_utils.open_repo()
@@ -131,6 +139,20 @@ def reject(task_id: str, reason: str, rejected_by: str = "human") -> Task:
             else:
                 store.update(task.id, TaskState.PROVISIONAL, lambda t: t.drop_header("MERGING"))
         return queue_utils.reject_completion(task_id, reason, rejected_by)
+
+
+def approve(task_id: str, approved_by: str = "human") -> list[Task]:
+    """Create the subtasks a held breakdown proposes, re-point its dependants, finish it."""
+    task_id = normalize_task_id(task_id)
+    with queue_utils.get_store().hold(task_id, "approved"):
+        task = queue_utils.get_task(task_id)
+        if task.state is not TaskState.PROVISIONAL or "PROPOSED_SPLIT" not in task.headers:
+            raise IllegalTransition(f"{task.label} holds no proposed breakdown to approve")
+
+        def finish(t: Task, headers: dict[str, str]) -> Task:
+            return queue_utils.approve_split(t.id, headers["SPLIT_INTO"], approved_by)
+
+        return breakdown.split(task, breakdown.proposed(task), finish)
 
 
 def recheck(task_id: str) -> checks.Verdict:

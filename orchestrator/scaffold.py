@@ -11,7 +11,7 @@ from .intake import check_work_tree
 from .store import FolderStore
 from .tasks import TaskState
 
-TEMPLATE_FILES = ("config.yaml", "agents.yaml", "prompts/implement.md")
+TEMPLATE_FILES = ("config.yaml", "agents.yaml", "prompts/implement.md", "prompts/breakdown.md")
 RUNTIME_DIRS = ("shared/notes", "memory", "worktrees", "logs", "agents")
 
 

@@ -12,7 +12,6 @@ its hard deadline.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import logging.handlers
 import os
@@ -23,7 +22,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from . import config, defaults, queue_utils, recovery
 from .agent_status import is_paused, readiness_problem
@@ -32,21 +30,21 @@ from .fsutil import atomic_write
 from .leases import claim_token
 from .processes import TASK_ENV, TOKEN_ENV, kill_claim_processes, signal_group
 from .roles.base import deadline_seconds
+from .scheduler_control import (
+    RUNNER_STOP_SECONDS,
+    lock_file,
+    pid_file,
+    read_pid,
+    setup_logging,
+    try_lock,
+)
 from .tasks import Task, TaskState
 
 log = logging.getLogger("octopoid.scheduler")
 
 WATCH_SECONDS = 0.25  # how often the idle loop looks for new work (a stat or two)
 HOUSEKEEPING_SECONDS = 5.0  # a full pass at least this often (lease reaping)
-RUNNER_STOP_SECONDS = 15.0  # after SIGTERM, a runner's time to save notes and requeue
-
-
-def pid_file() -> Path:
-    return config.get_orchestrator_dir() / "scheduler.pid"
-
-
-def _lock_file() -> Path:
-    return config.get_orchestrator_dir() / "scheduler.lock"
+BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
 
 
 @dataclass
@@ -87,15 +85,15 @@ class Scheduler:
 
     def initialize(self) -> None:
         """Take the one-scheduler-per-root lock, write the pid file, start logging."""
-        _lock_file().parent.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = _try_lock()
+        lock_file().parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = try_lock()
         if self._lock_fd is None:
             raise SchedulerError(
                 f"a scheduler is already running for {self.root} (pid {read_pid() or '?'}); "
                 "`octopoid scheduler stop` stops it"
             )
         atomic_write(pid_file(), f"{os.getpid()}\n")
-        self._lock_inode = os.stat(_lock_file()).st_ino
+        self._lock_inode = os.stat(lock_file()).st_ino
         setup_logging()
         log.info("scheduler %d started for %s", os.getpid(), self.root)
 
@@ -202,14 +200,23 @@ class Scheduler:
                 continue
             busy = sum(1 for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"])
             while room > 0 and busy < agent["max_concurrent"]:
-                task = queue_utils.claim_task(
-                    agent["role"], agent["name"], lease_seconds=agents_cfg["lease_seconds"], now=now
-                )
+                task = self._claim_for(agent, agents_cfg["lease_seconds"], now)
                 if task is None:
                     break
                 if self._start_runner(task, agent):
                     report.started.append((task.label, agent["name"]))
                 room, busy = room - 1, busy + 1
+
+    @staticmethod
+    def _claim_for(agent: dict, lease_seconds: int, now: datetime | None) -> Task | None:
+        """Breakdown agents take burned-out tasks from breakdown/; others, their role's."""
+        if agent["role"] == BREAKDOWN_ROLE:
+            return queue_utils.claim_breakdown_task(
+                agent["name"], lease_seconds=lease_seconds, now=now
+            )
+        return queue_utils.claim_task(
+            agent["role"], agent["name"], lease_seconds=lease_seconds, now=now
+        )
 
     def _cannot_run(self, agent: dict) -> bool:
         """Skip an agent that cannot run at all (no claude binary, no API key), saying so once."""
@@ -347,7 +354,7 @@ class Scheduler:
         start: running on unseen would mean two.
         """
         try:
-            if os.stat(_lock_file()).st_ino == self._lock_inode:
+            if os.stat(lock_file()).st_ino == self._lock_inode:
                 return None
         except FileNotFoundError:
             pass
@@ -391,114 +398,3 @@ class Scheduler:
 
     def _any_finished(self) -> bool:
         return any(r.proc.poll() is not None for r in self.runners.values())
-
-
-def setup_logging(console: bool = False) -> None:
-    """Scheduler log: rotated file under logs/, and stderr when run in the foreground."""
-    logger = logging.getLogger("octopoid")
-    logger.setLevel(logging.INFO)
-    logs = config.get_logs_dir()
-    logs.mkdir(parents=True, exist_ok=True)
-    target = str(logs / "scheduler.log")
-    if not any(getattr(h, "baseFilename", None) == target for h in logger.handlers):
-        handler = logging.handlers.RotatingFileHandler(target, maxBytes=5 << 20, backupCount=3)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-    if console and not any(
-        isinstance(h, logging.StreamHandler) and not hasattr(h, "baseFilename")
-        for h in logger.handlers
-    ):
-        stream = logging.StreamHandler()
-        stream.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-        logger.addHandler(stream)
-
-
-# --- background control (octopoid scheduler start|stop|status) ----------------------------
-
-
-def read_pid() -> int | None:
-    try:
-        return int(pid_file().read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def scheduler_status() -> dict:
-    """Whether a scheduler holds this root's lock; a pid file without one is stale."""
-    if _lock_held():
-        return {"running": True, "pid": read_pid(), "stale_pid_file": False}
-    stale = pid_file().exists()
-    return {"running": False, "pid": read_pid() if stale else None, "stale_pid_file": stale}
-
-
-def _try_lock() -> int | None:
-    """The scheduler lock on a descriptor of its own (the kernel drops it if we die), or None
-    when a process (this one included) holds it already."""
-    _lock_file().parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(_lock_file(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _lock_held() -> bool:
-    """Does a scheduler hold this root's lock? (A probe: locks and lets go at once.)"""
-    fd = _try_lock()
-    if fd is not None:
-        os.close(fd)
-    return fd is None
-
-
-def start_background(wait_seconds: float = 10.0) -> int:
-    """Start ``octopoid scheduler run`` detached; return its pid once it holds the lock."""
-    status = scheduler_status()
-    if status["running"]:
-        raise SchedulerError(f"a scheduler is already running (pid {status['pid']})")
-    root = config.find_project_root()
-    logs = config.get_logs_dir()
-    logs.mkdir(parents=True, exist_ok=True)
-    with open(logs / "scheduler.out", "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "scheduler", "run"],
-            cwd=root,
-            env=dict(os.environ, OCTOPOID_ROOT=str(root)),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SchedulerError(
-                f"the scheduler exited at once (status {proc.returncode}); "
-                f"see {logs / 'scheduler.out'}"
-            )
-        if scheduler_status()["running"] and read_pid() == proc.pid:
-            return proc.pid
-        time.sleep(0.1)
-    raise SchedulerError(f"the scheduler did not start within {wait_seconds:g}s")
-
-
-def stop_background() -> int:
-    """SIGTERM the running scheduler and wait for it to finish its graceful shutdown."""
-    wait_seconds = config.load_agents()["shutdown_grace_seconds"] + RUNNER_STOP_SECONDS + 5
-    status = scheduler_status()
-    if not status["running"] or not status["pid"]:
-        if status["stale_pid_file"]:
-            pid_file().unlink(missing_ok=True)
-        raise SchedulerError(
-            "no scheduler is running"
-            + (" (removed a stale pid file)" if status["stale_pid_file"] else "")
-        )
-    pid = status["pid"]
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-        if not scheduler_status()["running"]:
-            return pid
-        time.sleep(0.2)
-    raise SchedulerError(f"scheduler {pid} is still shutting down after {wait_seconds:g}s")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import agent_status, config, scheduler
+from orchestrator import agent_status, config, scheduler, scheduler_control
 from orchestrator import queue_utils as q
 from orchestrator.exceptions import OctopoidError, SchedulerError
 from orchestrator.tasks import TaskState
@@ -83,7 +83,7 @@ def test_backpressure_stops_claiming_while_reviews_pile_up(git_project: Path) ->
 def test_a_second_scheduler_on_the_same_root_refuses(daemon) -> None:
     with pytest.raises(SchedulerError, match="already running"):
         scheduler.Scheduler().initialize()
-    assert scheduler.scheduler_status() == {
+    assert scheduler_control.scheduler_status() == {
         "running": True,
         "pid": os.getpid(),
         "stale_pid_file": False,
@@ -91,13 +91,13 @@ def test_a_second_scheduler_on_the_same_root_refuses(daemon) -> None:
 
 
 def test_a_stale_pid_file_is_detected(git_project: Path) -> None:
-    scheduler.pid_file().parent.mkdir(parents=True, exist_ok=True)
-    scheduler.pid_file().write_text("999999\n")
-    status = scheduler.scheduler_status()
+    scheduler_control.pid_file().parent.mkdir(parents=True, exist_ok=True)
+    scheduler_control.pid_file().write_text("999999\n")
+    status = scheduler_control.scheduler_status()
     assert status == {"running": False, "pid": 999999, "stale_pid_file": True}
     with pytest.raises(SchedulerError, match="stale pid file"):
-        scheduler.stop_background()
-    assert not scheduler.pid_file().exists()
+        scheduler_control.stop_background()
+    assert not scheduler_control.pid_file().exists()
 
 
 @pytest.mark.parametrize(
@@ -173,7 +173,7 @@ def test_run_once_starts_work_and_exits(git_project: Path) -> None:
     while q.get_task(tid).state is not TaskState.PROVISIONAL and time.monotonic() < deadline:
         time.sleep(0.1)
     assert q.get_task(tid).state is TaskState.PROVISIONAL
-    assert scheduler.scheduler_status()["running"] is False
+    assert scheduler_control.scheduler_status()["running"] is False
 
 
 def test_an_agent_that_cannot_run_is_skipped_and_logged_once(git_project: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import config
 from ..locks import FileMutex
+from ..redaction import redact
 from ..tasks import Task, TaskState, task_label
 from .notes import NotesManager, get_notes_manager
 from .store import MemoryStore, project_scope
@@ -68,7 +69,8 @@ def index_main_notes(store: MemoryStore) -> int:
 
 def add_learning(section: str, text: str, tags: list[str], topic: str | None) -> dict[str, Any]:
     """`octopoid memory add`: into the task's notes when OCTOPOID_NOTES_ID is set, else into
-    the main notes and long-term memory."""
+    the main notes and long-term memory. Secrets are redacted first: memory reaches prompts."""
+    text = redact(text)
     manager = get_notes_manager()
     added = manager.add_item(section, text)
     note_id = None

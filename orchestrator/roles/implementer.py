@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import agent_status, config, queue_utils, recovery
 from ..backends import AgentRequest, AgentResult, get_backend
-from ..exceptions import LostClaim, OctopoidError, StorageError
+from ..exceptions import InvalidTask, LostClaim, OctopoidError, StorageError
 from ..fsutil import TailBuffer, atomic_write
 from ..leases import attempts_left
 from ..memory import lifecycle
@@ -39,10 +39,10 @@ from ..processes import (
     marked_processes,
 )
 from ..prompts import MEMORY_HOWTO, build_prompt, render_memory, render_previous_notes
-from ..redaction import Redactor
-from ..task_notes import add_checks_notes, stdout_log_path
+from ..redaction import Redactor, hide_also, redact
+from ..task_notes import add_notes_section, stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
-from . import checks, workspace
+from . import breakdown, checks, workspace
 from .base import (
     Claim,
     Terminated,
@@ -85,6 +85,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     task_id = normalize_task_id(task_id)
     agents_cfg, cfg = config.load_agents(), config.load_config()
     agent = find_agent(agents_cfg, agent_name)
+    hide_also(agent.get("env") or {})  # History, ERROR and runner.log hide them too
     claim = Claim(task_id, token, agents_cfg["lease_seconds"])
     task = claim.take_over(deadline_seconds(agent, queue_utils.get_task(task_id), cfg))
     _wait_for_earlier_attempts(task, agents_cfg["shutdown_grace_seconds"])
@@ -112,10 +113,13 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         _save_notes(task, agent_name, result, commits, output, log_dir)
     try:
         queue_utils.record_usage(task, result.turns, result.cost_usd)
-        verdict = None
-        if result.outcome == "success" and commits > 0 and space is not None:
-            verdict = _verify(task, agent, cfg, claim, space.worktree, log_dir)
-        report = _settle(task, agent, agents_cfg, result, commits, verdict)
+        if task.headers.get("PHASE") == "breakdown":
+            report = _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
+        else:
+            verdict = None
+            if result.outcome == "success" and commits > 0 and space is not None:
+                verdict = _verify(task, agent, cfg, claim, space.worktree, log_dir)
+            report = _settle(task, agent, agents_cfg, result, commits, verdict)
     except LostClaim as exc:
         result.details["stop"] = "LostClaim"
         report = _report(task, result, commits, "(not ours any more)", str(exc))
@@ -125,6 +129,36 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         agent_name, task.label, result.outcome, result.turns, result.cost_usd
     )
     return report
+
+
+def _settle_breakdown(
+    task: Task, agents_cfg: dict, cfg: dict, result: AgentResult, commits: int, log_dir: Path
+) -> AttemptReport:
+    """A breakdown attempt: split the task as the agent proposed, or say why not."""
+    stop = result.details.get("stop")
+    if stop == "LostClaim":
+        return _report(task, result, commits, "(not ours any more)", result.summary)
+    answer = breakdown.answer_text(log_dir / f"attempt-{task.attempts}.log")
+    try:
+        if stop or result.outcome != "success":
+            raise InvalidTask(f"the agent did not finish: {result.outcome}: {result.summary}")
+        subtasks = breakdown.parse_answer(answer)
+        if cfg["breakdown"]["approve"]:
+            breakdown.check(task, subtasks)
+            queue_utils.propose_split(task, breakdown.proposal_text(subtasks))
+            why = f"{len(subtasks)} subtasks proposed; waiting for `octopoid approve`"
+            return _report(task, result, commits, TaskState.PROVISIONAL.value, why)
+        created = breakdown.split(task, subtasks)
+    except InvalidTask as exc:
+        why = f"the breakdown was refused: {exc}"
+        add_notes_section(task.id, f"Breakdown — attempt {task.attempts}", why)
+        if int(task.headers.get("BREAKDOWN_ATTEMPTS") or 0) < agents_cfg["max_attempts"]:
+            queue_utils.recycle_to_breakdown(task, why)
+            return _report(task, result, commits, TaskState.BREAKDOWN.value, why)
+        queue_utils.fail_task(task, f"breakdown attempts exhausted; {why}")
+        return _report(task, result, commits, TaskState.FAILED.value, why)
+    labels = ", ".join(t.label for t in created)
+    return _report(task, result, commits, TaskState.DONE.value, f"split into {labels}")
 
 
 def _verify(
@@ -139,7 +173,7 @@ def _verify(
         failed = checks.CheckResult("(the checks)", None, 0.0, "", str(exc))
         verdict = checks.Verdict([failed], None)
     if not verdict.passed:
-        add_checks_notes(task.id, task.attempts, checks.notes_text(verdict))
+        add_notes_section(task.id, f"Checks — attempt {task.attempts}", checks.notes_text(verdict))
     return verdict
 
 
@@ -166,11 +200,11 @@ def _contained(result: AgentResult, breaches: list[str], output: TailBuffer) -> 
 def _release(task: Task, result: AgentResult, commits: int, exc: StorageError) -> AttemptReport:
     """The next move could not be written: give the claim back rather than hold it until
     its lease expires (its work stays on the branch). If even that fails, the reaper will."""
-    print(f"octopoid runner: {exc}", file=sys.stderr)
+    print(redact(f"octopoid runner: {exc}"), file=sys.stderr)
     try:
         queue_utils.requeue_task(task, f"could not move the task: {exc}", "octopoid", counted=False)
     except OctopoidError as again:
-        print(f"octopoid runner: could not give the claim back either: {again}", file=sys.stderr)
+        print(redact(f"octopoid runner: could not give the claim back: {again}"), file=sys.stderr)
         return _report(task, result, commits, "(still claimed)", str(exc))
     return _report(task, result, commits, TaskState.INCOMING.value, str(exc))
 
@@ -232,9 +266,11 @@ def _work(
         queue_utils.get_task_notes(task.id), cfg["notes"]["prompt_budget"]
     )
     lifecycle.seed_task_notes(task)
-    prompt = build_prompt(
-        instructions_for(task.role), task, notes, _memory_block(task, cfg), MEMORY_HOWTO
-    )
+    if task.headers.get("PHASE") == "breakdown":
+        role, howto = "breakdown", breakdown.ANSWER_FORMAT
+    else:
+        role, howto = task.role, MEMORY_HOWTO
+    prompt = build_prompt(instructions_for(role), task, notes, _memory_block(task, cfg), howto)
     prompt_file = log_dir / f"attempt-{task.attempts}.prompt.md"
     atomic_write(prompt_file, prompt)
     request = AgentRequest(
@@ -344,12 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = run_attempt(args[0], args[1], token)
     except OctopoidError as exc:
-        print(f"octopoid runner: {exc}", file=sys.stderr)
+        print(redact(f"octopoid runner: {exc}"), file=sys.stderr)
         return exc.exit_code
     finally:
         kill_descendants()  # orphans the attempt left, adopted by us as subreaper
     report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps(report.__dict__), flush=True)
+    print(redact(json.dumps(report.__dict__)), flush=True)
     return 0
 
 
