@@ -15,12 +15,14 @@ from . import (
     agent_status,
     dependencies,
     diffs,
+    importer,
     intake,
     queue_utils,
     recovery,
     reports,
     review,
     scheduler,
+    scheduler_control,
     task_notes,
 )
 from . import doctor as doctor_checks
@@ -214,7 +216,7 @@ def show(task_id: str) -> None:
 def status(as_json: bool) -> None:
     """Tasks per queue, running claims with their lease, and the oldest waiting task."""
     summary = reports.status_summary()
-    summary["scheduler"] = scheduler.scheduler_status()
+    summary["scheduler"] = scheduler_control.scheduler_status()
     if as_json:
         _emit_json(summary)
         return
@@ -288,6 +290,18 @@ def reject(task_id: str, reason: str, actor: str) -> None:
     reason, actor = intake.clean_text(reason, "--reason"), intake.clean_text(actor, "--by")
     task = review.reject(task_id, reason, actor)
     click.echo(f"{task.label} rejected: back in incoming; the reason is in its notes")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--by", "actor", default="human", show_default=True, help="Who approves.")
+def approve(task_id: str, actor: str) -> None:
+    """Create the subtasks of a proposed breakdown (breakdown.approve: true in config.yaml).
+
+    `octopoid reject TASK-N --reason ...` sends the proposal back to breakdown instead.
+    """
+    created = review.approve(task_id, intake.clean_text(actor, "--by"))
+    click.echo(f"created {', '.join(t.label for t in created)}; they run in order")
 
 
 @cli.command()
@@ -446,7 +460,7 @@ def scheduler_group() -> None:
 def scheduler_run(once: bool) -> None:
     """Run in the foreground until Ctrl-C or SIGTERM (graceful: attempts get to finish)."""
     daemon = scheduler.Scheduler()
-    scheduler.setup_logging(console=True)
+    scheduler_control.setup_logging(console=True)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: daemon.stop())
     daemon.run(once=once)
@@ -455,19 +469,19 @@ def scheduler_run(once: bool) -> None:
 @scheduler_group.command("start")
 def scheduler_start() -> None:
     """Start the scheduler in the background (logs: .octopoid/runtime/logs/)."""
-    click.echo(f"scheduler started (pid {scheduler.start_background()})")
+    click.echo(f"scheduler started (pid {scheduler_control.start_background()})")
 
 
 @scheduler_group.command("stop")
 def scheduler_stop() -> None:
     """Stop the background scheduler gracefully, requeueing unfinished attempts."""
-    click.echo(f"scheduler {scheduler.stop_background()} stopped")
+    click.echo(f"scheduler {scheduler_control.stop_background()} stopped")
 
 
 @scheduler_group.command("status")
 def scheduler_status() -> None:
     """Is a scheduler running for this project?"""
-    status = scheduler.scheduler_status()
+    status = scheduler_control.scheduler_status()
     if status["running"]:
         click.echo(f"running (pid {status['pid']})")
     elif status["stale_pid_file"]:
@@ -498,6 +512,24 @@ def demo(workdir: Path | None) -> None:
         f"\nThe demo project stays in {root}; remove it with: rm -rf {shlex.quote(str(root))}"
     )
     sys.exit(1 if problems else 0)
+
+
+@cli.command("import-octopoid")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def import_octopoid(path: Path) -> None:
+    """Import the queue of an octopoid checkout at PATH (.orchestrator/shared/queue).
+
+    Ids, headers, History and retry notes are kept; claimed tasks wait in incoming again
+    and escalated ones go to breakdown. PATH is only read; running it again changes nothing.
+    """
+    report = importer.import_octopoid(path)
+    for line in report.imported:
+        click.echo(f"imported {line}")
+    imported = plural(len(report.imported), "task")
+    click.echo(f"{imported} imported, {len(report.already)} already here")
+    if report.problems:
+        click.echo(f"could not map {plural(len(report.problems), 'thing')}:")
+        click.echo("\n".join(f"  {problem}" for problem in report.problems))
 
 
 cli.add_command(memory_group)

@@ -14,26 +14,40 @@ interleave with an accept in progress. Recovery of dead claims lives in ``recove
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import config, defaults
-from .exceptions import ConfigError, IllegalTransition, LostClaim, LostRace, TaskNotFound
+from . import config, defaults, task_notes
+from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
+from .exceptions import (
+    ConfigError,
+    IllegalTransition,
+    InvalidTask,
+    LostClaim,
+    LostRace,
+    TaskNotFound,
+    TaskParseError,
+)
 from .leases import LEASE_HEADERS, attempts_left, claim_token, lease_headers, new_token
 from .processes import ProcessId
 from .redaction import redact
 from .store import FolderStore, QueueStore
-from .task_notes import add_review_notes, append_attempt, cleanup_task_notes, get_task_notes
+from .task_notes import add_review_notes, append_attempt, fenced
 from .tasks import (
+    DEFAULT_BRANCH,
+    DEFAULT_PRIORITY,
+    DEFAULT_ROLE,
     Task,
     TaskState,
     format_time,
     new_task,
     normalize_task_id,
     one_line,
+    shown,
     task_label,
     utcnow,
 )
@@ -42,8 +56,10 @@ S = TaskState
 REJECT_REASONS = ("invalid", "duplicate", "already_implemented", "out_of_scope", "other")
 
 __all__ = [
+    "NOTES_STDOUT_LIMIT",
     "accept_completion",
     "attempts_left",
+    "claim_breakdown_task",
     "claim_task",
     "cleanup_task_notes",
     "complete_task",
@@ -61,6 +77,7 @@ __all__ = [
     "retry_task",
     "save_task_notes",
     "submit_completion",
+    "task_id_of",
 ]
 
 
@@ -176,16 +193,91 @@ def _update_claim(task: Task | str, change: Callable[[Task], None], token: str |
         raise IllegalTransition(f"{task_label(_id(task))} is no longer claimed") from None
 
 
-def create_task(title: str, **fields: Any) -> Task:
-    """Enqueue a new task in incoming with the next sequential id.
+#: Characters of agent output kept per attempt in the retry notes (octopoid's name for
+#: ``defaults.NOTES_STDOUT_LIMIT``; a project's config.yaml ``notes.stdout_limit`` overrides).
+NOTES_STDOUT_LIMIT = defaults.NOTES_STDOUT_LIMIT
 
-    ``fields`` are those of ``tasks.new_task``: role, priority, branch, context, criteria,
-    blocked_by, created_by, now.
+#: octopoid's reject_task reason codes that this project spells differently.
+OCTOPOID_REJECT_REASONS = {"invalid_task": "invalid", "blocked": "other"}
+
+
+def create_task(
+    title: str,
+    role: str = DEFAULT_ROLE,
+    context: str = "",
+    acceptance_criteria: Iterable[str] | str | None = None,
+    priority: str = DEFAULT_PRIORITY,
+    branch: str = DEFAULT_BRANCH,
+    created_by: str = "human",
+    blocked_by: Iterable[str] | str | None = None,
+    project_id: str | None = None,
+    queue: TaskState | str = S.INCOMING,
+    **fields: Any,
+) -> Task | Path:
+    """Enqueue a new task with the next sequential id, in incoming (or breakdown).
+
+    octopoid's signature, positional or by name. Called octopoid's way, with
+    ``acceptance_criteria`` (a list, or one string of lines), it returns the task file's
+    ``Path``, as octopoid did; called this project's way, with ``criteria=`` or none, the
+    ``Task``. ``blocked_by`` may be octopoid's comma-separated string; ``project_id`` is kept
+    as a ``PROJECT`` header, and octopoid's ``checks`` (names of its gatekeeper checks, not
+    commands) as ``OCTOPOID_CHECKS``. ``fields`` are the rest of ``tasks.new_task``'s:
+    criteria, checks (commands), now.
     """
-    task = new_task("0", title, **fields)  # refused input must not spend an id
+    octopoid_checks: list[str] = []
+    if acceptance_criteria is not None:
+        if "criteria" in fields:
+            raise TypeError("create_task() got both acceptance_criteria= and criteria=")
+        fields["criteria"] = _criteria_lines(acceptance_criteria)
+        octopoid_checks = list(fields.pop("checks", None) or [])
+    state = _new_task_state(queue)
+    task = new_task(  # refused input must not spend an id
+        "0",
+        title,
+        role=role,
+        context=context,
+        priority=priority,
+        branch=branch,
+        created_by=created_by,
+        blocked_by=_blocker_list(blocked_by),
+        **fields,
+    )
+    if project_id:
+        task.set_header("PROJECT", project_id)
+    if octopoid_checks:
+        task.set_header("OCTOPOID_CHECKS", ",".join(octopoid_checks))
+    if state is not S.INCOMING:
+        task.sections = [(h, c) for h, c in task.sections if h != "History"]
+        task.add_history(task.created or utcnow(), "new", state.value, created_by)
     store = get_store()
     task.id = store.allocate_id()
-    return store.add(task, S.INCOMING)
+    added = store.add(task, state)
+    if acceptance_criteria is None:
+        return added
+    assert added.path is not None  # the store sets it
+    return added.path
+
+
+def _new_task_state(queue: TaskState | str) -> TaskState:
+    """Where a new task may start: incoming, or (octopoid's ``queue="breakdown"``) breakdown."""
+    if queue in (S.INCOMING.value, S.BREAKDOWN.value):
+        return TaskState(queue)
+    raise InvalidTask(f"a new task goes to incoming or breakdown, not {shown(str(queue))}")
+
+
+def _blocker_list(blocked_by: Iterable[str] | str | None) -> list[str]:
+    """Blockers as a list; octopoid gave them as one comma-separated string, or "None"."""
+    if blocked_by is None or blocked_by == "None":
+        return []
+    if isinstance(blocked_by, str):
+        return [part for part in re.split(r"[,\s]+", blocked_by) if part]
+    return list(blocked_by)
+
+
+def _criteria_lines(criteria: Iterable[str] | str) -> list[str]:
+    """octopoid's acceptance criteria without the ``- [ ]`` boxes it let callers include."""
+    lines = criteria.splitlines() if isinstance(criteria, str) else list(criteria)
+    return [re.sub(r"^\s*- \[[ xX]\]\s*", "", line) for line in lines if line.strip()]
 
 
 def list_tasks(queue: TaskState | str) -> list[Task]:
@@ -272,10 +364,11 @@ def record_usage(
     return _update_claim(task, add, token)
 
 
+@octopoid_form(commits_count="commits", turns_used="turns")
 def submit_completion(
-    task: Task | str,
-    commits: int,
-    turns: int,
+    task: TaskRef,
+    commits: int = 0,
+    turns: int | None = 0,
     now: datetime | None = None,
     cost_usd: float | None = None,
     *,
@@ -285,8 +378,9 @@ def submit_completion(
     """claimed -> provisional: the attempt produced work for review.
 
     ``checks`` are one-line results of the checks it passed; each gets a History line.
+    ``turns`` None (octopoid's "not known") counts as 0.
     """
-    now = now or utcnow()
+    now, turns = now or utcnow(), turns or 0
     cost = f", ${cost_usd:.2f}" if cost_usd is not None else ""
 
     checks = list(checks)
@@ -310,10 +404,12 @@ def submit_completion(
     )
 
 
+@octopoid_form(validator="accepted_by")
 def accept_completion(
-    task: Task | str, accepted_by: str = "human", now: datetime | None = None
+    task: TaskRef, accepted_by: str | None = "human", now: datetime | None = None
 ) -> Task:
-    """provisional -> done; the retry notes are deleted."""
+    """provisional -> done; the retry notes are deleted. ``accepted_by`` None is "human"."""
+    accepted_by = accepted_by or "human"
     return _finish(task, S.PROVISIONAL, accepted_by, "accepted", now, {"ACCEPTED_BY": accepted_by})
 
 
@@ -334,13 +430,16 @@ def _finish(
     return done
 
 
+@octopoid_form(validator="rejected_by", accepted_by="rejected_by")
 def reject_completion(
-    task: Task | str, reason: str, rejected_by: str = "human", now: datetime | None = None
+    task: TaskRef, reason: str, rejected_by: str | None = "human", now: datetime | None = None
 ) -> Task:
     """provisional -> incoming; the reason goes into the retry notes for the next attempt.
 
     Refused for a task an interrupted accept already merged (``MERGED``): finish that accept.
+    ``rejected_by`` None (octopoid's default) is "human".
     """
+    rejected_by = rejected_by or "human"
     if not reason.strip():
         raise IllegalTransition("a rejection needs a reason: the next attempt reads it")
     now = now or utcnow()
@@ -367,15 +466,22 @@ def _refuse_if_merged(task: Task) -> None:
         )
 
 
+@octopoid_form()
 def complete_task(
-    task: Task | str, result: str = "", now: datetime | None = None, *, token: str | None = None
+    task: TaskRef,
+    result: str | None = "",
+    now: datetime | None = None,
+    *,
+    token: str | None = None,
+    headers: dict[str, Any] | None = None,
 ) -> Task:
     """claimed -> done directly (no review); the retry notes are deleted."""
-    return _finish(task, S.CLAIMED, None, result or "completed", now, token=token)
+    return _finish(task, S.CLAIMED, None, result or "completed", now, headers, token=token)
 
 
+@octopoid_form()
 def fail_task(
-    task: Task | str, error: str, now: datetime | None = None, *, token: str | None = None
+    task: TaskRef, error: str, now: datetime | None = None, *, token: str | None = None
 ) -> Task:
     """-> failed, with the error kept (one line, capped) in the ERROR header."""
     error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
@@ -393,33 +499,43 @@ def fail_task(
     )
 
 
+@octopoid_form()
 def reject_task(
-    task: Task | str,
+    task: TaskRef,
     reason: str,
-    details: str = "",
+    details: str | None = "",
+    rejected_by: str | None = None,
     now: datetime | None = None,
     *,
     token: str | None = None,
 ) -> Task:
-    """claimed -> rejected: the agent says the task is invalid, a duplicate, already done..."""
-    if reason not in REJECT_REASONS:
+    """claimed -> rejected: the agent says the task is invalid, a duplicate, already done...
+
+    ``rejected_by`` None means the agent holding the claim. octopoid's codes are read as
+    ours (``OCTOPOID_REJECT_REASONS``); one read as ``other`` keeps its name in the details.
+    """
+    code = OCTOPOID_REJECT_REASONS.get(reason, reason)
+    if code not in REJECT_REASONS:
         raise IllegalTransition(f"reject reason must be one of {', '.join(REJECT_REASONS)}")
-    details = redact(details)
-    why = f"{reason}: {details}" if details else reason
+    details = redact(details or "")
+    if code != reason and code == "other":
+        details = f"{reason}: {details}" if details else reason
+    why = f"{code}: {details}" if details else code
     return _transition(
         task,
         [S.CLAIMED],
         S.REJECTED,
-        None,
+        rejected_by,
         why,
         now,
-        {"REJECT_REASON": reason, "REJECT_DETAILS": one_line(details, 500)},
+        {"REJECT_REASON": code, "REJECT_DETAILS": one_line(details, 500)},
         LEASE_HEADERS,
         token=token,
     )
 
 
-def retry_task(task: Task | str, actor: str = "human", now: datetime | None = None) -> Task:
+@octopoid_form()
+def retry_task(task: TaskRef, actor: str = "human", now: datetime | None = None) -> Task:
     """failed/rejected -> incoming with a fresh set of attempts; notes are kept."""
     return _transition(
         task,
@@ -433,8 +549,9 @@ def retry_task(task: Task | str, actor: str = "human", now: datetime | None = No
     )
 
 
+@octopoid_form()
 def requeue_task(
-    task: Task | str,
+    task: TaskRef,
     reason: str = "requeued",
     actor: str = "human",
     now: datetime | None = None,
@@ -469,13 +586,107 @@ def requeue_task(
     )
 
 
+@octopoid_form(recycled_answer)
 def recycle_to_breakdown(
-    task: Task | str, reason: str, now: datetime | None = None, *, token: str | None = None
+    task: TaskRef,
+    reason: str = "too_large",
+    now: datetime | None = None,
+    *,
+    token: str | None = None,
 ) -> Task:
-    """claimed -> breakdown: burned out, to be split by a breakdown role; notes are kept."""
+    """claimed -> breakdown: burned out (or a breakdown attempt failed), to be split by a
+    breakdown role; notes are kept."""
     return _transition(
-        task, [S.CLAIMED], S.BREAKDOWN, None, reason, now, drop_headers=LEASE_HEADERS, token=token
+        task,
+        [S.CLAIMED],
+        S.BREAKDOWN,
+        None,
+        reason,
+        now,
+        drop_headers=(*LEASE_HEADERS, "PHASE"),
+        token=token,
     )
+
+
+def propose_split(task: Task | str, proposal: str, now: datetime | None = None) -> Task:
+    """claimed -> provisional: a breakdown agent's subtasks, held for a person to approve
+    (``breakdown.approve: true``); they are kept in a ``## Proposed Subtasks`` section."""
+    count = proposal.count('"title"')
+
+    def hold(t: Task) -> None:
+        t.sections = [(h, c) for h, c in t.sections if h != "Proposed Subtasks"]
+        t.sections.append(("Proposed Subtasks", f"{fenced(proposal, 'subtasks')}\n"))
+
+    return _transition(
+        task,
+        [S.CLAIMED],
+        S.PROVISIONAL,
+        None,
+        f"proposes {count} subtasks; `octopoid approve` creates them",
+        now,
+        {"PROPOSED_SPLIT": count, "SUBMITTED_AT": format_time(now or utcnow())},
+        (*LEASE_HEADERS, "PHASE"),
+        hold,
+    )
+
+
+def approve_split(task: Task | str, split_into: str, approved_by: str = "human") -> Task:
+    """provisional -> done for an approved breakdown, once its subtasks exist."""
+    headers = {"SPLIT_INTO": split_into, "ACCEPTED_BY": approved_by}
+    return _finish(task, S.PROVISIONAL, approved_by, f"split into {split_into}", None, headers)
+
+
+def reject_proposal(task: Task | str, reason: str, rejected_by: str = "human") -> Task:
+    """provisional -> breakdown: a person refused the proposed split; the reason goes into
+    the notes for the next breakdown attempt."""
+
+    def drop(t: Task) -> None:
+        t.sections = [(h, c) for h, c in t.sections if h != "Proposed Subtasks"]
+
+    moved = _transition(
+        task,
+        [S.PROVISIONAL],
+        S.BREAKDOWN,
+        rejected_by,
+        reason,
+        drop_headers=("PROPOSED_SPLIT", "SUBMITTED_AT"),
+        edit=drop,
+    )
+    add_review_notes(moved.id, reason, rejected_by)
+    return moved
+
+
+def claim_breakdown_task(
+    agent_name: str,
+    *,
+    lease_seconds: int | None = None,
+    pid: int | None = None,
+    now: datetime | None = None,
+) -> Task | None:
+    """breakdown -> claimed for a breakdown agent (``PHASE: breakdown``); None if none waits.
+
+    Oldest first; the claim is fenced and owned exactly like an implementation claim.
+    """
+    now = now or utcnow()
+    seconds = lease_seconds or config.load_agents()["lease_seconds"]
+    headers = lease_headers(agent_name, ProcessId.of(pid), now, seconds, new_token())
+
+    def change(t: Task) -> None:
+        t.set_header("ATTEMPTS", t.attempts + 1)
+        t.set_header("BREAKDOWN_ATTEMPTS", int(t.headers.get("BREAKDOWN_ATTEMPTS") or 0) + 1)
+        t.set_header("PHASE", "breakdown")
+        for key, value in headers.items():
+            t.set_header(key, value)
+        t.drop_header("STARTED_AT", "DEADLINE")
+        t.add_history(now, S.BREAKDOWN.value, S.CLAIMED.value, agent_name, "to break down")
+
+    store = get_store()
+    for candidate in store.list(S.BREAKDOWN):
+        try:
+            return store.move(candidate.id, S.BREAKDOWN, S.CLAIMED, change)
+        except (LostRace, TaskParseError):
+            continue  # another breakdown agent took it, or it was unreadable (quarantined)
+    return None
 
 
 def quarantine_file(path: Path, reason: str) -> Path:
@@ -483,18 +694,33 @@ def quarantine_file(path: Path, reason: str) -> Path:
     return get_store().quarantine(path, reason)
 
 
+def get_task_notes(task_id: TaskRef) -> str | None:
+    """The task's retry notes, or None when it has none (seed API)."""
+    return task_notes.get_task_notes(task_id_of(task_id))
+
+
+def cleanup_task_notes(task_id: TaskRef) -> bool:
+    """Delete the task's retry notes and output log; True if the notes existed (seed API)."""
+    return task_notes.cleanup_task_notes(task_id_of(task_id))
+
+
 def save_task_notes(
-    task_id: str,
+    task_id: TaskRef,
     agent_name: str,
     stdout: str,
-    commits: int,
-    turns: int,
+    commits: int = 0,
+    turns: int = 0,
     **extra: Any,
 ) -> None:
-    """Append an attempt to the task's retry notes, numbered by its ``ATTEMPTS`` header."""
+    """Append an attempt to the task's retry notes, numbered by its ``ATTEMPTS`` header.
+
+    Needs only ``config.get_notes_dir()``: with no queue to ask (no project found), the
+    attempt is numbered from the notes themselves.
+    """
+    task_id = task_id_of(task_id)
     if "attempt" not in extra:
         try:
             extra["attempt"] = get_task(task_id).attempts or None
-        except TaskNotFound:
+        except (TaskNotFound, ConfigError):
             extra["attempt"] = None
     append_attempt(task_id, agent_name, stdout, commits, turns, **extra)

@@ -4,6 +4,10 @@ The file is ``shared/notes/TASK-<id>.md``: a title, then one section per attempt
 review rejection). Agent output sits inside a code fence longer than any backtick run in
 it, so a ``## Attempt`` line printed by an agent can never pose as a section. Saves take
 ``TASK-<id>.md.lock`` and replace the file atomically: a crash leaves the old notes whole.
+
+Only ``config.get_notes_dir()`` is needed, as in octopoid: with no project found (or a
+config.yaml that does not load), the documented defaults (``defaults.py``) apply, so notes
+are saved whatever else is wrong.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from . import config
+from . import config, defaults
+from .exceptions import ConfigError
 from .fsutil import atomic_write
 from .locks import FileMutex
 from .redaction import redact
@@ -83,12 +88,28 @@ def split_notes(text: str) -> tuple[str, list[NotesSection]]:
     return "".join(head), sections
 
 
+def notes_dir() -> Path:
+    """``config.get_notes_dir()``, created if missing (a caller may point it at a new folder)."""
+    folder = config.get_notes_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def notes_path(task_id: str) -> Path:
-    return config.get_notes_dir() / f"{task_label(normalize_task_id(task_id))}.md"
+    return notes_dir() / f"{task_label(normalize_task_id(task_id))}.md"
 
 
 def stdout_log_path(task_id: str) -> Path:
-    return config.get_notes_dir() / f"{task_label(normalize_task_id(task_id))}.stdout.log"
+    return notes_dir() / f"{task_label(normalize_task_id(task_id))}.stdout.log"
+
+
+def stdout_limit() -> int:
+    """Characters of output kept per attempt: config.yaml's ``notes.stdout_limit``, or
+    ``defaults.NOTES_STDOUT_LIMIT`` when there is no project config to read."""
+    try:
+        return int(config.load_config()["notes"]["stdout_limit"])
+    except ConfigError:
+        return defaults.NOTES_STDOUT_LIMIT
 
 
 def _lock(path: Path) -> FileMutex:
@@ -130,7 +151,7 @@ def append_attempt(
     truncation marker tells the whole story.
     """
     task_id = normalize_task_id(task_id)
-    limit = config.load_config()["notes"]["stdout_limit"]
+    limit = stdout_limit()
     meta = f"Turns: {turns} | Commits: {'unknown' if commits is None else commits}"
     if cost_usd is not None:
         meta += f" | Cost: ${cost_usd:.2f}"
@@ -154,7 +175,7 @@ def salvage_output_log(
     to ``archive`` (so the next attempt starts a fresh one). False if there was no log.
     """
     log = stdout_log_path(task_id)
-    limit = config.load_config()["notes"]["stdout_limit"]
+    limit = stdout_limit()
     with _lock(notes_path(task_id)):  # two salvagers of one log: the second finds none
         try:
             with open(log, "rb") as f:
@@ -188,9 +209,9 @@ def add_review_notes(
     _append(normalize_task_id(task_id), lambda _: NotesSection(heading, body))
 
 
-def add_checks_notes(task_id: str, attempt: int, body: str) -> None:
-    """Append what the checks (or the merge pre-check) said about an attempt."""
-    heading = f"Checks — attempt {attempt}"
+def add_notes_section(task_id: str, heading: str, body: str) -> None:
+    """Append a section octopoid wrote about an attempt (what the checks said, why a
+    breakdown answer was refused), fenced like agent output."""
     text = f"\n{fenced(redact(body))}\n"
     _append(normalize_task_id(task_id), lambda _: NotesSection(heading, text))
 
