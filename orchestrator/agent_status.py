@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from . import config, queue_utils
-from .backends.claude_code import INSTALL_HINT, find_claude
 from .exceptions import ConfigError, InvalidInput
 from .fsutil import atomic_write
+from .lazy import lazy_import
 from .locks import FileMutex
-from .roles.base import agent_env
 from .tasks import TaskState, format_time, utcnow
+
+# Needed only to say whether an agent can run: `status` does not pay for them.
+claude_code = lazy_import("orchestrator.backends.claude_code")
+roles_base = lazy_import("orchestrator.roles.base")
 
 #: Backends that cannot report what an attempt cost (their cost is unknown, not zero).
 COSTLESS_BACKENDS = ("command",)
@@ -116,9 +119,11 @@ def is_paused(agents_cfg: dict, agent: dict | None = None) -> bool:
 
 def readiness_problem(agent: dict[str, Any]) -> str | None:
     """Why this agent cannot run at all (so the scheduler skips it), or None."""
-    if agent["backend"] == "claude-code" and find_claude(agent) is None:
-        return f"'{agent.get('claude_path') or 'claude'}' is not on PATH; {INSTALL_HINT}"
-    if agent["backend"] == "anthropic" and not agent_env(agent).get("ANTHROPIC_API_KEY"):
+    if agent["backend"] == "claude-code" and claude_code.find_claude(agent) is None:
+        return (
+            f"'{agent.get('claude_path') or 'claude'}' is not on PATH; {claude_code.INSTALL_HINT}"
+        )
+    if agent["backend"] == "anthropic" and not roles_base.agent_env(agent).get("ANTHROPIC_API_KEY"):
         return "ANTHROPIC_API_KEY is not set (in the environment or the agent's env)"
     return None
 

@@ -14,22 +14,16 @@ import click
 from . import (
     agent_status,
     dependencies,
-    diffs,
-    importer,
     intake,
     queue_utils,
-    recovery,
     reports,
-    review,
-    scheduler,
     scheduler_control,
     task_notes,
 )
-from . import doctor as doctor_checks
 from .cli_memory import memory_group
-from .demo import run_demo
 from .dependencies import Blockage
 from .exceptions import ConfigError, OctopoidError
+from .lazy import lazy_import
 from .scaffold import init_project
 from .tasks import (
     DEFAULT_ROLE,
@@ -40,6 +34,15 @@ from .tasks import (
     plural,
     render_task,
 )
+
+# Only the commands that use these pay to import them (`list` and `status` start faster).
+demo_run = lazy_import("orchestrator.demo")
+diffs = lazy_import("orchestrator.diffs")
+doctor_checks = lazy_import("orchestrator.doctor")
+importer = lazy_import("orchestrator.importer")
+recovery = lazy_import("orchestrator.recovery")
+review = lazy_import("orchestrator.review")
+scheduler = lazy_import("orchestrator.scheduler")
 
 
 class OctopoidGroup(click.Group):
@@ -503,7 +506,7 @@ def demo(workdir: Path | None) -> None:
     Needs no API key: the agent is a scripted command shipped with octopoid. Exits 0
     only if every step really happened.
     """
-    root, problems = run_demo(workdir, click.echo)
+    root, problems = demo_run.run_demo(workdir, click.echo)
     for problem in problems:
         click.echo(f"octopoid demo: {problem}", err=True)
     if not problems:

@@ -252,6 +252,21 @@ def own_detectors() -> list[Detector]:
 
 
 @lru_cache(maxsize=1)
+def anchor_gate() -> ahocorasick_rs.BytesAhoCorasick:
+    """Every shape's anchors, from this module's own tables: text without any of them needs
+    no shape scanner, so most text (a History line, a claim) never imports detect-secrets."""
+    rules = [rule for *_, rules in UPSTREAM for rule in rules] + [r for *_, r in OWN_SHAPES]
+    anchors = sorted({anchor for rule in rules for anchor in rule.anchors})
+    return ahocorasick_rs.BytesAhoCorasick(anchors)
+
+
+def shape_spans(data: bytes) -> list[Span]:
+    if not anchor_gate().find_matches_as_indexes(data, overlapping=False):
+        return []
+    return shape_scanner().spans(data)
+
+
+@lru_cache(maxsize=1)
 def shape_scanner() -> Scanner:
     """Built on first redaction, not at import: detect-secrets takes ~0.15 s to import."""
     return Scanner(upstream_detectors() + own_detectors())
@@ -303,7 +318,7 @@ class Redactor:
             for search, name in self._searches
             for _, start, end in search.find_matches_as_indexes(data)
         ]
-        return merge(found + shape_scanner().spans(data))
+        return merge(found + shape_spans(data))
 
     @cached_property
     def _searches(self) -> list[tuple[ahocorasick_rs.BytesAhoCorasick, str]]:

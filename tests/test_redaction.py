@@ -280,16 +280,18 @@ def test_an_anchor_hidden_by_another_still_runs_its_detectors() -> None:
                 assert all(start in starts[i] for i in placed), (outer, inner)
 
 
-def test_building_a_redactor_or_redacting_nothing_does_not_import_detect_secrets() -> None:
+def test_only_text_with_a_secrets_anchor_imports_detect_secrets() -> None:
     code = (
         "import sys\n"
         "import orchestrator.cli\n"
         "from orchestrator.redaction import Redactor, redact\n"
         "Redactor({'A_TOKEN': 'abcdefgh'}); redact('')\n"
         "print('detect_secrets' in sys.modules)\n"
-        "redact('x')\n"
+        "redact('incoming -> claimed (impl-1: attempt 1)')\n"  # a History line: no anchor
+        "print('detect_secrets' in sys.modules)\n"
+        "redact('id AKIA0123456789ABCDEF')\n"
         "print('detect_secrets' in sys.modules)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert out.stdout.split() == ["False", "True"], out.stderr
+    assert out.stdout.split() == ["False", "False", "True"], out.stderr

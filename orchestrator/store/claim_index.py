@@ -4,9 +4,9 @@ The folder stays the truth. Rows are written *before* a task is renamed into inc
 deleted after it leaves, so the index may briefly list a task that is gone (the claim's
 rename fails and the row is dropped) but never misses one that octopoid put there. Each
 row keeps its file's inode. Files dropped in by hand are found by a listing diff whenever
-the folder's mtime differs from the one recorded after octopoid's own moves (read before
-the move, compare-and-set after), and at least every ``INDEX_RECONCILE_SECONDS``: the
-folder's names and inodes (``scandir``, no ``stat``) against the rows, and only new names,
+the folder's mtime is none that octopoid recorded after its own writes, and in the
+scheduler's housekeeping every ``INDEX_RECONCILE_SECONDS``: the folder's names and inodes
+(``scandir``, no ``stat``) against the rows, and only new names,
 or names whose inode changed (an editor's save), are read. An edit in place that keeps the
 inode is seen when the claim re-checks the file, or by ``octopoid doctor --rebuild``.
 """
@@ -33,7 +33,8 @@ class Waiting(NamedTuple):
     blocked_by: list[str]
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+OWN_MTIMES = 64  # recent own writes to recognise incoming/ by (any number of writers)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incoming (
     id TEXT PRIMARY KEY,
@@ -48,6 +49,7 @@ CREATE TABLE IF NOT EXISTS incoming (
 CREATE INDEX IF NOT EXISTS incoming_order ON incoming (role, rank, created, seq, id);
 CREATE INDEX IF NOT EXISTS incoming_order_any ON incoming (rank, created, seq, id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS own_mtimes (mtime_ns INTEGER PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS ledger (
     id TEXT PRIMARY KEY,
     state TEXT NOT NULL,
@@ -81,7 +83,7 @@ class ClaimIndex:
         if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
             conn.executescript(
                 "DROP TABLE IF EXISTS incoming; DROP TABLE IF EXISTS meta;"
-                "DROP TABLE IF EXISTS ledger;"
+                "DROP TABLE IF EXISTS ledger; DROP TABLE IF EXISTS own_mtimes;"
             )
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.executescript(_SCHEMA)
@@ -130,28 +132,47 @@ class ClaimIndex:
     def folder_mtime(self) -> int:
         return self.incoming_dir.stat().st_mtime_ns
 
-    def advance_synced(self, before: int) -> None:
-        """After one of octopoid's own moves, record incoming/'s new mtime as seen.
+    def note_own_write(self, before: int) -> None:
+        """After one of octopoid's own writes in incoming/, remember the folder's new mtime as
+        ours, if its mtime ``before`` the write was known (ours, or seen by a reconcile).
 
-        Only when the recorded mtime was ``before`` (the folder's mtime just before the
-        move): if anything else changed the folder first, the index stays stale and the
-        next claim rescans, so a file dropped in by hand is never hidden by our own move.
+        A set of known mtimes rather than one value, so any number of processes writing at
+        once keep the index synced. A file dropped in by hand gives the folder an unknown
+        mtime, and every later write leaves it unknown until a claim rescans; a drop during
+        one of our writes (between reading ``before`` and the rename, a few ms) is caught by
+        the housekeeping reconcile (``due_for_reconcile``).
         """
-        self._db().execute(
-            "UPDATE meta SET value = ? WHERE key = 'incoming_mtime' AND value = ?",
-            (str(self.folder_mtime()), str(before)),
+        if not self.known_mtime(before):
+            return
+        db = self._db()
+        db.execute(
+            "INSERT OR REPLACE INTO own_mtimes VALUES (?, ?)", (self.folder_mtime(), time.time())
         )
+        db.execute(
+            "DELETE FROM own_mtimes WHERE mtime_ns NOT IN "
+            "(SELECT mtime_ns FROM own_mtimes ORDER BY at DESC LIMIT ?)",
+            (OWN_MTIMES,),
+        )
+
+    def known_mtime(self, mtime: int) -> bool:
+        if self._get("incoming_mtime") == str(mtime):
+            return True
+        row = self._db().execute("SELECT 1 FROM own_mtimes WHERE mtime_ns = ?", (mtime,))
+        return row.fetchone() is not None
 
     def mark_stale(self) -> None:
         """Force a rescan at the next claim (after a crash's debris was repaired)."""
         self._set("incoming_mtime", "")
+        self._db().execute("DELETE FROM own_mtimes")
 
-    def is_stale(self, now: float | None = None) -> bool:
+    def is_stale(self) -> bool:
+        """Has anyone but octopoid changed incoming/ since the index last saw it?"""
+        return not self.known_mtime(self.folder_mtime())
+
+    def due_for_reconcile(self, now: float | None = None) -> bool:
+        """Time for the housekeeping rescan that catches a drop hidden behind our writes."""
         now = time.time() if now is None else now
-        if self._get("incoming_mtime") != str(self.folder_mtime()):
-            return True
-        last = float(self._get("last_reconcile") or 0)
-        return now - last > defaults.INDEX_RECONCILE_SECONDS
+        return now - float(self._get("last_reconcile") or 0) > defaults.INDEX_RECONCILE_SECONDS
 
     def reconcile(self, read: Callable[[Path], Task | None]) -> None:
         """Make the index match the folder: drop gone rows, read new (or replaced) files.

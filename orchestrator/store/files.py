@@ -130,7 +130,7 @@ class FolderStore(QueueStore):
             self._sync_dir(target.parent)
             self.index.record_usage(task, state.value)
             if state is TaskState.INCOMING:
-                self.index.advance_synced(before)
+                self.index.note_own_write(before)
         task.state, task.path = state, target
         return task
 
@@ -175,7 +175,8 @@ class FolderStore(QueueStore):
         return sorted(tasks, key=claim_order)
 
     def count(self, state: TaskState) -> int:
-        return sum(1 for path in self._files(state) if FILE_RE.fullmatch(path.name))
+        """Task files in the folder, from its listing alone (status must not scale with it)."""
+        return sum(1 for name in os.listdir(self.dir(state)) if FILE_RE.fullmatch(name))
 
     def list_quarantine(self) -> list[tuple[str, str]]:
         """(file name, reason) for every quarantined file."""
@@ -241,7 +242,7 @@ class FolderStore(QueueStore):
         """
         old, target = task.path, self.path(task.id, state)
         staged, aside = self._debris(target)
-        index_before = self.index.folder_mtime()
+        before = self.index.folder_mtime()
         write_synced(staged, render_task(task).encode(), sync=self.durable)
         try:
             if state is TaskState.INCOMING:
@@ -260,7 +261,7 @@ class FolderStore(QueueStore):
             self._sync_dir(old.parent)
         self.index.record_usage(task, state.value)
         if TaskState.INCOMING in (task.state, state):
-            self.index.advance_synced(index_before)
+            self.index.note_own_write(before)
         task.state, task.path = state, target
 
     def _sync_dir(self, folder: Path) -> None:
@@ -399,6 +400,8 @@ class FolderStore(QueueStore):
         return target
 
     def sweep(self, now: datetime | None = None) -> int:
+        if self.index.due_for_reconcile(now.timestamp() if now else None):
+            self.index.reconcile(self._read_or_quarantine)  # a drop hidden behind our writes
         removed = len(self.recover())
         cutoff = (now.timestamp() if now else time.time()) - defaults.STALE_TEMP_SECONDS
         for state in TaskState:
