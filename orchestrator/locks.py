@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -27,21 +28,30 @@ class _Held:
     def __init__(self) -> None:
         self.thread_lock = threading.RLock()
         self.depth = 0
-        self.fd: int | None = None
+        self.fd: int | None = None  # open while held; kept open after (``idle_fd``) to reuse
+        self.idle_fd: int | None = None
+        self.pid = os.getpid()
 
 
 def _held(path: str) -> _Held:
     with _registry_guard:
         held = _registry.get(path)
-        if held is None:
+        if held is None or held.pid != os.getpid():  # a forked child starts afresh
             held = _registry[path] = _Held()
         return held
 
 
-def _lock_fd(path: str, blocking: bool) -> int | None:
-    """Open and flock ``path``; None when ``blocking`` is False and someone else holds it."""
+def _lock_fd(path: str, blocking: bool, reuse: int | None = None) -> int | None:
+    """Open (or ``reuse`` an open descriptor of) ``path`` and flock it; None when
+    ``blocking`` is False and someone else holds it. Opening costs more than locking
+    (creating an inode ~0.5 ms on some disks), so a lock kept for reuse is opened once."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = (
+            reuse
+            if reuse is not None
+            else os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        )
+        reuse = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -58,6 +68,25 @@ def _lock_fd(path: str, blocking: bool) -> int | None:
         os.close(fd)  # the holder before us removed the file: lock the new one
 
 
+MAX_IDLE = 128  # unlocked descriptors kept open for reuse, per process (the rest are closed)
+_idle: OrderedDict[str, None] = OrderedDict()
+
+
+def _keep_idle(path: str, held: _Held, fd: int) -> None:
+    """Keep ``fd`` open for the next acquire of ``path``, closing the least recently used
+    beyond ``MAX_IDLE`` (task locks are many; a long-running scheduler must not leak fds)."""
+    held.idle_fd = fd
+    with _registry_guard:
+        _idle[path] = None
+        _idle.move_to_end(path)
+        while len(_idle) > MAX_IDLE:
+            old, _ = _idle.popitem(last=False)
+            other = _registry.get(old)
+            if other is not None and other.idle_fd is not None:
+                os.close(other.idle_fd)
+                other.idle_fd = None
+
+
 class FileMutex:
     """An exclusive lock on ``path``, reentrant per thread, across processes."""
 
@@ -70,8 +99,11 @@ class FileMutex:
         if not held.thread_lock.acquire(blocking):
             return False
         if held.depth == 0:
+            with _registry_guard:  # _keep_idle may close idle descriptors from other threads
+                idle, held.idle_fd = held.idle_fd, None
+                _idle.pop(self.path, None)
             try:
-                fd = _lock_fd(self.path, blocking)
+                fd = _lock_fd(self.path, blocking, idle)
             except BaseException:
                 held.thread_lock.release()
                 raise
@@ -91,7 +123,10 @@ class FileMutex:
             if remove:
                 with suppress(FileNotFoundError):
                     os.unlink(self.path)
-            os.close(fd)  # closing the last descriptor drops the flock
+                os.close(fd)  # closing the last descriptor drops the flock
+            else:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                _keep_idle(self.path, held, fd)
         held.thread_lock.release()
 
     @property

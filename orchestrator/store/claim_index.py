@@ -132,18 +132,15 @@ class ClaimIndex:
     def folder_mtime(self) -> int:
         return self.incoming_dir.stat().st_mtime_ns
 
-    def note_own_write(self, before: int) -> None:
-        """After one of octopoid's own writes in incoming/, remember the folder's new mtime as
-        ours, if its mtime ``before`` the write was known (ours, or seen by a reconcile).
+    def note_own_write(self) -> None:
+        """After one of octopoid's own writes in incoming/, remember the folder's mtime as ours.
 
-        A set of known mtimes rather than one value, so any number of processes writing at
-        once keep the index synced. A file dropped in by hand gives the folder an unknown
-        mtime, and every later write leaves it unknown until a claim rescans; a drop during
-        one of our writes (between reading ``before`` and the rename, a few ms) is caught by
-        the housekeeping reconcile (``due_for_reconcile``).
+        A set of recent mtimes rather than one value, so any number of processes writing at
+        once keep the index synced (a claim under a steady producer never rescans). A file
+        dropped in by hand gives the folder an mtime nobody recorded, and the next claim
+        rescans, unless one of our writes came after it: then the scheduler's housekeeping
+        reconcile finds it within ``INDEX_RECONCILE_SECONDS`` (``due_for_reconcile``).
         """
-        if not self.known_mtime(before):
-            return
         db = self._db()
         db.execute(
             "INSERT OR REPLACE INTO own_mtimes VALUES (?, ?)", (self.folder_mtime(), time.time())
@@ -180,31 +177,29 @@ class ClaimIndex:
         ``read`` returns None for a file it could not parse (the store quarantines it).
         """
         mtime_before = self.folder_mtime()
-        on_disk = {key: (path, inode) for key, path, inode in self._scan()}
+        on_disk = {key: (name, inode) for key, name, inode in self._scan()}
         known = dict(self._db().execute("SELECT id, inode FROM incoming"))
         for task_id in known.keys() - on_disk.keys():
             self.remove(task_id)
-        for key, (path, inode) in on_disk.items():
+        for key, (name, inode) in on_disk.items():
             if known.get(key) != inode:
-                task = read(path)
+                task = read(self.incoming_dir / name)
                 if task is not None:
                     self.upsert(task, inode)
         self._set("incoming_mtime", str(mtime_before))
         self._set("last_reconcile", str(time.time()))
 
-    def _scan(self) -> Iterable[tuple[str, Path, int]]:
-        """(index key, path, inode) per entry, from the listing alone; a stray name gets a
-        key no id can have, so it is read (and quarantined) once."""
+    def _scan(self) -> Iterable[tuple[str, str, int]]:
+        """(index key, file name, inode) per entry, from the listing alone (no ``stat``, no
+        ``Path`` objects: 50k of those cost more than the listing); a stray name gets a key
+        no id can have, so it is read (and quarantined) once."""
         with os.scandir(self.incoming_dir) as entries:
             for entry in entries:
-                if entry.name.startswith("."):
+                name = entry.name
+                if name.startswith("."):
                     continue
-                match = FILE_RE.fullmatch(entry.name)
-                yield (
-                    (match.group(1) if match else "/" + entry.name),
-                    Path(entry.path),
-                    entry.inode(),
-                )
+                match = FILE_RE.fullmatch(name)
+                yield (match.group(1) if match else "/" + name), name, entry.inode()
 
     def waiting(self) -> list[Waiting]:
         """Every task the index holds, in claim order, without reading a file."""

@@ -117,7 +117,6 @@ class FolderStore(QueueStore):
             found = self._scan_for(task.id)
             if found is not None:
                 raise IllegalTransition(f"{task.label} already exists (in {found.value})")
-            before = self.index.folder_mtime()
             tmp = write_temp(target, render_task(task).encode(), sync=self.durable)
             try:
                 if state is TaskState.INCOMING:
@@ -127,10 +126,10 @@ class FolderStore(QueueStore):
                 raise IllegalTransition(f"{task.label} already exists (in {state.value})") from None
             finally:
                 tmp.unlink(missing_ok=True)
+            if state is TaskState.INCOMING:  # at once: a claim checking now must know it
+                self.index.note_own_write()
             self._sync_dir(target.parent)
             self.index.record_usage(task, state.value)
-            if state is TaskState.INCOMING:
-                self.index.note_own_write(before)
         task.state, task.path = state, target
         return task
 
@@ -242,7 +241,6 @@ class FolderStore(QueueStore):
         """
         old, target = task.path, self.path(task.id, state)
         staged, aside = self._debris(target)
-        before = self.index.folder_mtime()
         write_synced(staged, render_task(task).encode(), sync=self.durable)
         try:
             if state is TaskState.INCOMING:
@@ -256,12 +254,12 @@ class FolderStore(QueueStore):
             raise
         os.rename(staged, target)
         os.unlink(aside)
+        if TaskState.INCOMING in (task.state, state):  # at once: a claim checking now must know
+            self.index.note_own_write()
         self._sync_dir(target.parent)
         if old.parent != target.parent:
             self._sync_dir(old.parent)
         self.index.record_usage(task, state.value)
-        if TaskState.INCOMING in (task.state, state):
-            self.index.note_own_write(before)
         task.state, task.path = state, target
 
     def _sync_dir(self, folder: Path) -> None:
