@@ -18,6 +18,7 @@ moved from elsewhere (``git update-ref``, ``git branch -f``) leaves no such entr
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ class Snapshot:
     taken: float
     files: dict[str, tuple[int, bytes]] = field(default_factory=dict)  # path -> (mode, data)
     refs: dict[str, str] = field(default_factory=dict)  # refname -> object id
+    worktrees: set[str] = field(default_factory=set)  # paths of the worktrees there were
 
 
 def common_dir(repo: git.Repo) -> Path:
@@ -60,11 +62,15 @@ def take(repo: git.Repo, task_id: str) -> Snapshot:
     for name in PROTECTED:
         snap.files.update(_read_tree(base, base / name))
     snap.refs = _refs(repo, task_id)
+    snap.worktrees = set(_worktrees(repo))
     return snap
 
 
 def _read_tree(base: Path, top: Path) -> dict[str, tuple[int, bytes]]:
-    """Every file (and symlink, as its target) at or under ``top``, keyed by path."""
+    """Every file (and symlink, as its target) at or under ``top``, keyed by path.
+
+    An unreadable file is recorded by its mode alone, so a change to it still shows.
+    """
     out: dict[str, tuple[int, bytes]] = {}
     paths = [top] if not top.is_dir() or top.is_symlink() else sorted(top.rglob("*"))
     for path in paths:
@@ -73,10 +79,13 @@ def _read_tree(base: Path, top: Path) -> dict[str, tuple[int, bytes]]:
         except FileNotFoundError:
             continue
         rel = str(path.relative_to(base))
-        if stat.S_ISLNK(st.st_mode):
-            out[rel] = (st.st_mode, os.readlink(path).encode())
-        elif stat.S_ISREG(st.st_mode):
-            out[rel] = (st.st_mode, path.read_bytes())
+        try:
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = (st.st_mode, os.readlink(path).encode())
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = (st.st_mode, path.read_bytes())
+        except OSError:
+            out[rel] = (st.st_mode, b"\0unreadable")
     return out
 
 
@@ -92,6 +101,7 @@ def check_and_restore(repo: git.Repo, task_id: str, attempt: int, snap: Snapshot
     keep = config.get_orchestrator_dir() / "containment" / task_label(task_id) / str(attempt)
     breaches = _restore_files(common_dir(repo), snap, keep)
     breaches += _restore_refs(repo, task_id, attempt, snap)
+    breaches += _restore_worktrees(repo, snap)
     return breaches
 
 
@@ -103,25 +113,41 @@ def _restore_files(base: Path, snap: Snapshot, keep: Path) -> list[str]:
     for rel in sorted(now.keys() | snap.files.keys()):
         if now.get(rel) == snap.files.get(rel):
             continue
-        path = base / rel
-        if rel in now:  # keep what is displaced: it may be someone's own edit
-            kept = keep / rel
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            kept.write_bytes(now[rel][1])
-            path.unlink()
-        if rel in snap.files:
-            mode, data = snap.files[rel]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if stat.S_ISLNK(mode):
-                os.symlink(data.decode(), path)
-            else:
-                atomic_write(path, data, keep_mode=False)
-                os.chmod(path, stat.S_IMODE(mode))
         what = (
             "changed" if rel in now and rel in snap.files else "added" if rel in now else "removed"
         )
+        try:
+            _put_back(base / rel, now.get(rel), snap.files.get(rel), keep / rel)
+        except OSError as exc:  # reported, and the rest is still put back
+            breaches.append(f"the agent {what} .git/{rel}; octopoid could not put it back: {exc}")
+            continue
         breaches.append(f"the agent {what} .git/{rel}; octopoid put it back")
     return breaches
+
+
+def _put_back(
+    path: Path, now: tuple[int, bytes] | None, then: tuple[int, bytes] | None, kept: Path
+) -> None:
+    """Keep what is at ``path`` under ``kept`` (it may be someone's own edit), then write
+    back what was there (or nothing). Whatever stands in the way, a directory included, is
+    moved aside first."""
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    if now is not None:
+        kept.write_bytes(now[1])
+    if os.path.lexists(path):
+        aside = kept.with_name(kept.name + ".displaced")
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(path, aside)
+        if not os.path.isdir(aside):
+            os.unlink(aside)
+    if then is not None:
+        mode, data = then
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if stat.S_ISLNK(mode):
+            os.symlink(data.decode(), path)
+        else:
+            atomic_write(path, data, keep_mode=False)
+            os.chmod(path, stat.S_IMODE(mode))
 
 
 def _restore_refs(repo: git.Repo, task_id: str, attempt: int, snap: Snapshot) -> list[str]:
@@ -130,7 +156,8 @@ def _restore_refs(repo: git.Repo, task_id: str, attempt: int, snap: Snapshot) ->
     breaches = []
     for ref in sorted(now.keys() | snap.refs.keys()):
         old, new = snap.refs.get(ref), now.get(ref)
-        if old == new or own.get(ref, "") == (new or "-") or _made_in_its_worktree(repo, ref, new):
+        exempt = own.get(ref, "") == (new or "-") or _made_in_its_worktree(repo, ref, new, snap)
+        if old == new or exempt:
             continue
         if new is not None:
             keep = f"refs/octopoid/displaced/{task_label(task_id)}/{attempt}/{ref}"
@@ -146,19 +173,57 @@ def _restore_refs(repo: git.Repo, task_id: str, attempt: int, snap: Snapshot) ->
     return breaches
 
 
-def _made_in_its_worktree(repo: git.Repo, ref: str, new: str | None) -> bool:
-    """Did a commit, merge or reset in a worktree that has ``ref`` checked out move it?"""
+def _worktrees(repo: git.Repo) -> dict[str, str | None]:
+    """Every worktree's path and the branch it has checked out."""
+    out = {}
+    for block in repo.git.worktree("list", "--porcelain").split("\n\n"):
+        fields = dict(f.split(" ", 1) for f in block.splitlines() if " " in f)
+        if "worktree" in fields:
+            out[fields["worktree"]] = fields.get("branch")
+    return out
+
+
+def _made_in_its_worktree(repo: git.Repo, ref: str, new: str | None, snap: Snapshot) -> bool:
+    """Did a commit, merge or reset in a worktree that has ``ref`` checked out move it?
+
+    Only worktrees that were there before the attempt (or octopoid's own task worktrees)
+    count. A task worktree counts by its HEAD log; another (the user's checkout) also needs
+    its index to hold the new tip's tree, which a real commit leaves and a ref moved from
+    elsewhere (``update-ref``, ``reset --soft``, even run from inside it) does not.
+    """
     if new is None or not ref.startswith("refs/heads/"):
         return False
-    base = common_dir(repo)
-    for line in repo.git.worktree("list", "--porcelain").split("\n\n"):
-        fields = dict(f.split(" ", 1) for f in line.splitlines() if " " in f)
-        if fields.get("branch") != ref:
+    base, tasks = common_dir(repo), config.get_worktrees_dir().resolve()
+    for path, branch in _worktrees(repo).items():
+        ours = tasks in Path(path).resolve().parents
+        if branch != ref or not (ours or path in snap.worktrees):
             continue
-        gitdir = _worktree_gitdir(base, Path(fields["worktree"]))
-        if _last_log_entry(gitdir / "logs" / "HEAD") == new:
+        if _last_log_entry(_worktree_gitdir(base, Path(path)) / "logs" / "HEAD") != new:
+            continue
+        if ours or _index_holds(repo, path, new):
             return True
     return False
+
+
+def _index_holds(repo: git.Repo, worktree: str, commit: str) -> bool:
+    status = repo.git.execute(
+        ["git", "-C", worktree, "diff", "--cached", "--quiet", commit],
+        with_exceptions=False,
+        with_extended_output=True,
+    )[0]
+    return status == 0
+
+
+def _restore_worktrees(repo: git.Repo, snap: Snapshot) -> list[str]:
+    """A worktree the agent added outside octopoid's (a place to move branches from) goes."""
+    tasks = config.get_worktrees_dir().resolve()
+    breaches = []
+    for path in _worktrees(repo).keys() - snap.worktrees:
+        if tasks in Path(path).resolve().parents:
+            continue  # another task started meanwhile
+        repo.git.worktree("remove", "--force", path)
+        breaches.append(f"the agent added the worktree {path}; octopoid removed it")
+    return breaches
 
 
 def _worktree_gitdir(base: Path, worktree: Path) -> Path:

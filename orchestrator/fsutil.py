@@ -126,6 +126,8 @@ class TailBuffer:
         self.limit = limit
         self.dropped_chars = 0
         self.total_bytes = 0
+        self.redactor = redact  # for text a caller shortens before feeding it (a clip must
+        # not cut a secret down to a prefix the stream no longer recognises)
         self._stream = redact.stream() if redact else None
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._closed = False

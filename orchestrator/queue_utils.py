@@ -314,7 +314,7 @@ def claim_task(
         t.set_header("ATTEMPTS", t.attempts + 1)
         for key, value in headers.items():
             t.set_header(key, value)
-        t.drop_header("NOT_BEFORE", "STARTED_AT", "DEADLINE")
+        t.drop_header("NOT_BEFORE", "STARTED_AT", "DEADLINE", "PHASE")
         t.add_history(now, S.INCOMING.value, S.CLAIMED.value, agent_name, f"attempt {t.attempts}")
 
     return get_store().claim(role_filter, change, now)
@@ -606,6 +606,22 @@ def recycle_to_breakdown(
         drop_headers=(*LEASE_HEADERS, "PHASE"),
         token=token,
     )
+
+
+def release_claim(
+    task: Task,
+    reason: str,
+    actor: str = "octopoid",
+    now: datetime | None = None,
+    *,
+    counted: bool = True,
+    token: str | None = None,
+) -> Task:
+    """Give a claim back where it came from: breakdown/ for a breakdown claim (``PHASE``),
+    else incoming (see ``requeue_task`` for ``counted``)."""
+    if task.headers.get("PHASE") == "breakdown":
+        return recycle_to_breakdown(task, reason, now, token=token)
+    return requeue_task(task, reason, actor, now, counted=counted, token=token)
 
 
 def propose_split(task: Task | str, proposal: str, now: datetime | None = None) -> Task:

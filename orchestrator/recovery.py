@@ -66,7 +66,7 @@ def recover_dead_claim(
         kill_claim_processes(token)  # orphans of a dead runner die before the claim goes back
     try:
         if not ever_started(task):
-            return queue_utils.requeue_task(
+            return queue_utils.release_claim(
                 task,
                 f"{why}; no runner started, the attempt is given back",
                 "reaper",
@@ -129,7 +129,7 @@ def requeue_running(task_id: str, reason: str, actor: str = "human") -> tuple[Ta
     task = queue_utils.get_task(normalize_task_id(task_id))
     if task.state is not S.CLAIMED:
         raise IllegalTransition(f"{task.label} is in {task.state.value}, not claimed")
-    moved = queue_utils.requeue_task(task, reason, actor)
+    moved = queue_utils.release_claim(task, reason, actor)
     runner = owner(task)
     if not ever_started(task) or runner is None or not runner.alive():
         salvage_lost_output(moved, task.attempts, f"requeued by {actor} after its runner was gone")

@@ -432,7 +432,9 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     if not text:
         return text
     if environ is None:
-        return _cached(secret_env(os.environ) | secret_env(_ALSO_HIDDEN))(text)
+        environ = {**os.environ}
+        for name, value in _ALSO_HIDDEN.items():  # a name both set: hide both values
+            environ[name if environ.get(name, value) == value else f"AGENT_{name}"] = value
     return _cached(secret_env(environ))(text)
 
 

@@ -254,7 +254,7 @@ class Scheduler:
         except OSError as exc:
             log.error("cannot start a runner for %s: %s; giving the claim back", task.label, exc)
             with contextlib.suppress(IllegalTransition):
-                queue_utils.requeue_task(
+                queue_utils.release_claim(
                     task, f"the runner could not start: {exc}", "octopoid", counted=False
                 )
             return False

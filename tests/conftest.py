@@ -16,6 +16,14 @@ from orchestrator.scaffold import init_project
 HELPERS = Path(__file__).parent / "helpers"
 
 
+@pytest.fixture(autouse=True)
+def _no_hidden_secrets_between_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner run in-process adds its agent's env to redaction; tests must not share it."""
+    from orchestrator import redaction
+
+    monkeypatch.setattr(redaction, "_ALSO_HIDDEN", {})
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An initialised octopoid project in a temp dir; every API call below uses it."""

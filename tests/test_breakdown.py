@@ -4,16 +4,17 @@ answer fails cleanly with the reason in the notes."""
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from orchestrator import queue_utils as q
-from orchestrator import review, scheduler
+from orchestrator import recovery, review, scheduler
 from orchestrator.exceptions import IllegalTransition
-from orchestrator.tasks import TaskState
+from orchestrator.tasks import TaskState, utcnow
 
-from .conftest import HELPERS, run_claimed, write_agents
+from .conftest import HELPERS, exited_pid, run_claimed, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 
 S = TaskState
@@ -148,3 +149,11 @@ def test_a_held_proposal_waits_for_approve_and_reject_sends_it_back(breakdown_ag
     assert [t.title for t in created] == ["add the parser", "add the printer", "wire them up"]
     assert q.get_task(tid).state is S.DONE
     assert q.get_task(dependant).blocked_by == [created[-1].id]
+
+
+def test_a_breakdown_claim_given_back_returns_to_breakdown(breakdown_agent):
+    tid, _ = burned_out()
+    q.claim_breakdown_task("bd-1", pid=exited_pid(), lease_seconds=10)
+    reaped = recovery.reap_expired_claims(now=utcnow() + timedelta(seconds=11))
+    assert [(t.id, s) for t, s in reaped] == [(tid, S.BREAKDOWN)]
+    assert "PHASE" not in q.get_task(tid).headers

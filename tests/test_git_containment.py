@@ -72,6 +72,41 @@ def test_moving_main_is_undone_and_the_moved_value_kept(hostile, git_project):
     assert report.next_state == "incoming"
 
 
+@pytest.mark.parametrize("how", ["fake-commit", "dir-swap"])
+def test_moving_main_from_inside_the_users_checkout_or_behind_a_directory_is_undone(
+    hostile, git_project, how
+):
+    main_before = git.Repo(git_project).commit("main").hexsha
+    _, report, notes = hostile(f"{how} work")
+    assert report.next_state == "incoming"
+    assert git.Repo(git_project).commit("main").hexsha == main_before
+    assert "the agent moved refs/heads/main; octopoid put it back" in notes
+    hooks = common(git_project) / "hooks"
+    assert not (hooks / "post-commit").exists()
+    assert (hooks / "applypatch-msg.sample").is_file()  # the directory is gone, the file back
+
+
+def test_a_worktree_of_the_agents_own_cannot_move_a_branch(
+    hostile, git_project, tmp_path, monkeypatch
+):
+    repo = git.Repo(git_project)
+    repo.git.branch("release")
+    monkeypatch.setenv("OCTO_TEST_SIDE", str(tmp_path / "side"))
+    _, report, notes = hostile("side-worktree work")
+    assert report.next_state == "incoming"
+    assert repo.commit("release").hexsha == repo.commit("main").hexsha  # put back
+    assert f"the agent added the worktree {tmp_path / 'side'}" in notes
+    assert str(tmp_path / "side") not in repo.git.worktree("list")
+
+
+def test_a_check_that_plants_a_hook_is_caught_after_the_checks(hostile, git_project):
+    (git_project / ".octopoid/config.yaml").write_text('checks:\n  commands: ["sh check.sh"]\n')
+    _, report, notes = hostile("check-plant work")
+    assert report.next_state == "incoming"
+    assert not (common(git_project) / "hooks/post-merge").exists()
+    assert "(containment)" in notes and "the agent added .git/hooks/post-merge" in notes
+
+
 def test_work_committed_on_another_branch_goes_back_with_a_note(hostile, git_project):
     tid, report, notes = hostile("switch-branch")
     assert report.next_state == "incoming" and report.commits == 0

@@ -58,6 +58,14 @@ def claude_argv(executable: str, request: AgentRequest) -> list[str]:
     return argv + list(agent.get("extra_args") or [])
 
 
+def _shown(tool_input: object) -> str:
+    """A tool call's input as text, values unescaped (JSON escaping would hide a secret's
+    value from redaction by value)."""
+    if isinstance(tool_input, dict):
+        return ", ".join(f"{key}={value}" for key, value in tool_input.items())
+    return json.dumps(tool_input, ensure_ascii=False)
+
+
 class StreamJsonParser:
     """Turns claude's NDJSON stream into readable text and a final tally."""
 
@@ -110,6 +118,11 @@ class StreamJsonParser:
     def _text(self, raw: bytes) -> None:
         self.output.feed(raw.rstrip(b"\n") + b"\n")
 
+    def _clip(self, text: str, limit: int) -> str:
+        """Redacted first, then shortened: a cut must not leave a secret's unrecognisable head."""
+        redactor = self.output.redactor
+        return (redactor(text) if redactor else text)[:limit]
+
     def _say(self, text: str) -> None:
         self.output.feed((text.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
 
@@ -126,8 +139,7 @@ class StreamJsonParser:
                 self.last_text = block["text"]
                 self._say(block["text"])
             elif block.get("type") == "tool_use":
-                args = json.dumps(block.get("input"), ensure_ascii=False)
-                self._say(f"→ {block.get('name')}: {args[:300]}")
+                self._say(f"→ {block.get('name')}: {self._clip(_shown(block.get('input')), 300)}")
 
     def _on_user(self, event: dict[str, Any]) -> None:
         for block in (event.get("message") or {}).get("content") or []:
@@ -138,7 +150,7 @@ class StreamJsonParser:
                         str(c.get("text", "")) for c in content if isinstance(c, dict)
                     )
                 mark = "✗" if block.get("is_error") else "←"
-                self._say(f"{mark} {str(content)[:500]}")
+                self._say(f"{mark} {self._clip(str(content), 500)}")
 
     def _on_result(self, event: dict[str, Any]) -> None:
         self.result = event

@@ -37,9 +37,9 @@ def promote_task_notes(
         return 0
     store = store or MemoryStore()
     before = store.count()
-    for entry in manager.get_all_items():
+    for entry in manager.get_all_items():  # an agent may have edited the file directly
         store.write_note(
-            entry["item"],
+            redact(entry["item"]),
             section=entry["section"],
             tags=[task_label(task_id)],
             scope=project_scope(),

@@ -118,7 +118,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         else:
             verdict = None
             if result.outcome == "success" and commits > 0 and space is not None:
-                verdict = _verify(task, agent, cfg, claim, space.worktree, log_dir)
+                verdict = _verify(task, agent, cfg, claim, space, log_dir)
             report = _settle(task, agent, agents_cfg, result, commits, verdict)
     except LostClaim as exc:
         result.details["stop"] = "LostClaim"
@@ -162,16 +162,24 @@ def _settle_breakdown(
 
 
 def _verify(
-    task: Task, agent: dict, cfg: dict, claim: Claim, worktree: Path, log_dir: Path
+    task: Task, agent: dict, cfg: dict, claim: Claim, space: workspace.Workspace, log_dir: Path
 ) -> checks.Verdict:
-    """Checks and the merge pre-check on the attempt's work; what failed goes in the notes."""
+    """Checks and the merge pre-check on the attempt's work; what failed goes in the notes.
+
+    The checks run the agent's code, so containment is checked again after them.
+    """
     prompt_file = log_dir / f"attempt-{task.attempts}.prompt.md"
-    env = attempt_env(agent, task, worktree, prompt_file)
+    env = attempt_env(agent, task, space.worktree, prompt_file)
     try:
-        verdict = checks.verify(task, worktree, env, cfg, claim.tick)
+        verdict = checks.verify(task, space.worktree, env, cfg, claim.tick)
     except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
         failed = checks.CheckResult("(the checks)", None, 0.0, "", str(exc))
         verdict = checks.Verdict([failed], None)
+    kill_claim_processes(claim.token)  # nothing a check started outlives it either
+    breaches = workspace.recheck(space, task.attempts)
+    if breaches:
+        why = "; ".join(breaches)
+        verdict.results.append(checks.CheckResult("(containment)", None, 0.0, "", why))
     if not verdict.passed:
         add_notes_section(task.id, f"Checks — attempt {task.attempts}", checks.notes_text(verdict))
     return verdict
@@ -202,7 +210,7 @@ def _release(task: Task, result: AgentResult, commits: int, exc: StorageError) -
     its lease expires (its work stays on the branch). If even that fails, the reaper will."""
     print(redact(f"octopoid runner: {exc}"), file=sys.stderr)
     try:
-        queue_utils.requeue_task(task, f"could not move the task: {exc}", "octopoid", counted=False)
+        queue_utils.release_claim(task, f"could not move the task: {exc}", counted=False)
     except OctopoidError as again:
         print(redact(f"octopoid runner: could not give the claim back: {again}"), file=sys.stderr)
         return _report(task, result, commits, "(still claimed)", str(exc))

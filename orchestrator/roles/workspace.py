@@ -48,5 +48,15 @@ def inspect(space: Workspace, attempt: int) -> tuple[int, list[str]]:
         with git_utils.repo_admin_lock():
             breaches += containment.check_and_restore(repo, space.task_id, attempt, space.snapshot)
         return git_utils.commits_on_branch(repo, space.task_id, space.start), breaches
-    except OctopoidError as exc:
+    except (OctopoidError, OSError) as exc:  # the attempt then fails: nothing is trusted
         return 0, [*breaches, f"the repository could not be checked: {exc}"]
+
+
+def recheck(space: Workspace, attempt: int) -> list[str]:
+    """After the checks ran the agent's code: anything it changed outside the branch."""
+    try:
+        with git_utils.repo_admin_lock():
+            repo = git_utils.open_repo()
+            return containment.check_and_restore(repo, space.task_id, attempt, space.snapshot)
+    except (OctopoidError, OSError) as exc:
+        return [f"the repository could not be checked after the checks: {exc}"]

@@ -12,6 +12,10 @@
 - ``check-fix``: commit a test that fails with ARITH-CLUE; once the notes show the clue
   (a failed check), fix it. ``conflict``: change README.md, commit, then (as if the user
   did it meanwhile) commit a different change to README.md on main in the project.
+- after committing: ``move-main`` points main at its commit; ``fake-commit`` does it from
+  inside the user's checkout; ``side-worktree`` adds a worktree of its own to move a branch
+  from; ``dir-swap`` plants a hook, moves main and turns a hook file into a directory;
+  ``check-plant`` commits a check.sh that plants a hook when the checks run it.
 - ``escape``: leave a grandchild running in a session of its own (``escape-bare``: with an
   empty environment too, so only the runner as subreaper can find it), write its PID to
   ``$OCTO_TEST_PIDS``, then commit.
@@ -96,6 +100,22 @@ if "conflict" in title:
     root = os.environ["OCTOPOID_ROOT"]
     Path(root, "README.md").write_text("# changed on main meanwhile\n")
     subprocess.run(["git", "-C", root, "commit", "-qam", "main moved"], check=True)
-if "move-main" in title:
-    subprocess.run(["git", "update-ref", "refs/heads/main", "HEAD"], check=True)
+AFTER_COMMIT = {  # hostile acts that need the agent's commit
+    "move-main": "git update-ref refs/heads/main HEAD",
+    "fake-commit": 'git -C "$OCTOPOID_ROOT" update-ref refs/heads/main "$(git rev-parse HEAD)"',
+    "side-worktree": 'git worktree add -q -f "$OCTO_TEST_SIDE" release && '
+    'git -C "$OCTO_TEST_SIDE" reset -q --soft "$(git rev-parse HEAD)"',
+    "dir-swap": 'c="$(git rev-parse --git-common-dir)"; git update-ref refs/heads/main HEAD; '
+    'printf "#!/bin/sh\\n" > "$c/hooks/post-commit"; chmod +x "$c/hooks/post-commit"; '
+    'rm -f "$c/hooks/applypatch-msg.sample"; mkdir "$c/hooks/applypatch-msg.sample"',
+}
+for word, script in AFTER_COMMIT.items():
+    if word in title:
+        subprocess.run(["sh", "-c", script], check=True)
+if "check-plant" in title:
+    Path("check.sh").write_text(
+        'cp "$0" "$(git rev-parse --git-common-dir)/hooks/post-merge"; exit 0\n'
+    )
+    subprocess.run(["git", "add", "check.sh"], check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "a check"], check=True)
 print("committed", flush=True)
