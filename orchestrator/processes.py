@@ -148,12 +148,16 @@ def kill_descendants(pid: int | None = None) -> int:
             todo.extend(_children_of(child))
         if not found:
             break
-        for child in found:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(child, signal.SIGKILL)
-        killed += len(found)
+        killed += _sigkill(found)
         _reap_children()
     return killed
+
+
+def _sigkill(pids: list[int]) -> int:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)
 
 
 def _reap_children() -> None:
@@ -191,10 +195,7 @@ def kill_marked(rounds: int = 20, **marks: str) -> int:
         pids = marked_processes(**marks)
         if not pids:
             break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        killed += len(pids)
+        killed += _sigkill(pids)
         time.sleep(0.02)
     return killed
 

@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_status import TIME, octopoid_script  # the same console script and RSS probe
+
 from orchestrator.scaffold import init_project
 from orchestrator.tasks import TaskState, new_task, render_task
 
@@ -40,17 +42,6 @@ HEAVY = {
     "anthropic": ("anthropic",),
 }
 IMPORT_LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \| *(\S+)\s*$")
-TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None  # for peak RSS
-
-
-def octopoid_script() -> str:
-    beside = Path(sys.executable).parent / "octopoid"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("octopoid")
-    if found is None:
-        sys.exit("no octopoid console script: pip install -e '.[bench]'")
-    return found
 
 
 def clean_env(**extra: str) -> dict[str, str]:
