@@ -225,9 +225,10 @@ def _wait_for_earlier_attempts(task: Task, grace: float) -> None:
     earlier runner streamed but never saved becomes that attempt's notes.
     """
     deadline = time.monotonic() + grace
-    while marked_processes(**{TASK_ENV: task.label}) and time.monotonic() < deadline:
+    marks = {TASK_ENV: task.label, config.ROOT_ENV: str(config.find_project_root())}
+    while marked_processes(**marks) and time.monotonic() < deadline:
         time.sleep(0.1)  # this runner has started nothing yet: all of these are earlier
-    kill_marked(**{TASK_ENV: task.label})
+    kill_marked(**marks)
     if task.attempts > 1:
         recovery.salvage_lost_output(
             task, task.attempts - 1, "an earlier runner stopped before saving its notes"
