@@ -131,3 +131,18 @@ def test_the_doctor_command_says_all_is_well(git_project):
         [OCTOPOID, "doctor"], cwd=git_project, env=child_env(git_project), capture_output=True
     )
     assert done.returncode == 0 and b"all is well" in done.stdout
+
+
+def test_a_task_added_while_the_index_rescans_stays_claimable(project):
+    q.create_task("first")
+    store = q.get_store()
+    real_scan = type(store.index)._scan
+
+    def scan_then_add(index):
+        yield from real_scan(index)  # the listing is taken; then another process adds one
+        q.create_task("added meanwhile")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(store.index), "_scan", scan_then_add)
+        store.index.reconcile(store._read_or_quarantine)
+    assert [w.id for w in store.waiting()] == ["1", "2"]

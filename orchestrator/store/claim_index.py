@@ -180,7 +180,8 @@ class ClaimIndex:
         on_disk = {key: (name, inode) for key, name, inode in self._scan()}
         known = dict(self._db().execute("SELECT id, inode FROM incoming"))
         for task_id in known.keys() - on_disk.keys():
-            self.remove(task_id)
+            if not os.path.lexists(self.incoming_dir / f"TASK-{task_id}.md"):
+                self.remove(task_id)  # (a row written after the listing: its file came too)
         for key, (name, inode) in on_disk.items():
             if known.get(key) != inode:
                 task = read(self.incoming_dir / name)
