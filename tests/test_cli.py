@@ -362,20 +362,3 @@ def test_memory_show_takes_a_task_id(git_project: Path) -> None:
     assert "- auth lives in a.py" in run("memory", "show", "1").output
     result = run("memory", "show", "1", "--notes-id", "TASK-1", ok=False)
     assert result.exit_code == 2 and "not both" in result.output
-
-
-@pytest.mark.slow
-def test_demo_says_where_it_left_its_project(tmp_path: Path) -> None:
-    env = child_env(tmp_path)
-    env.pop("OCTOPOID_ROOT")
-    target = tmp_path / "the demo"
-    proc = subprocess.run(
-        [shutil.which("octopoid"), "demo", "--dir", str(target)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    last = proc.stdout.strip().splitlines()[-1]
-    assert last == f"The demo project stays in {target}; remove it with: rm -rf '{target}'"

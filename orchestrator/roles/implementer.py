@@ -12,6 +12,7 @@ and kills every process the attempt started before it exits.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -192,17 +193,7 @@ def _contained(result: AgentResult, breaches: list[str], output: TailBuffer) -> 
     for line in breaches:
         output.feed(f"[octopoid] {line}\n".encode())
     summary = f"the agent reached outside its branch: {'; '.join(breaches)}"
-    return AgentResult(
-        result.exit_code,
-        "error",
-        turns=result.turns,
-        cost_usd=result.cost_usd,
-        tokens_in=result.tokens_in,
-        tokens_out=result.tokens_out,
-        session_id=result.session_id,
-        summary=summary,
-        details=result.details,
-    )
+    return dataclasses.replace(result, outcome="error", summary=summary)
 
 
 def _release(task: Task, result: AgentResult, commits: int, exc: StorageError) -> AttemptReport:

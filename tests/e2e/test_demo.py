@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.slow
 def test_demo_runs_the_whole_loop(tmp_path: Path) -> None:
     env = child_env(tmp_path)
     env.pop("OCTOPOID_ROOT")
-    target = tmp_path / "demo"
+    target = tmp_path / "the demo"  # a space: the rm line must quote it
     proc = subprocess.run(
         [shutil.which("octopoid"), "demo", "--dir", str(target)],
         env=env,
@@ -26,6 +27,11 @@ def test_demo_runs_the_whole_loop(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
+    last = out.strip().splitlines()[-1]  # it says where it left its project, and how to go
+    assert (
+        last
+        == f"The demo project stays in {target}; remove it with: rm -rf {shlex.quote(str(target))}"
+    )
     assert "TASK-3  claimed → incoming" in out and "retry notes saved" in out
     assert "second prompt carried the first attempt's notes" in out
     assert "Merge TASK-3: Make the clock use UTC" in out
