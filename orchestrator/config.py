@@ -8,7 +8,6 @@ was expected.
 
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,7 +29,7 @@ def find_project_root(start: Path | None = None) -> Path:
     """The nearest directory at or above ``start`` (default: cwd) holding ``.octopoid/``."""
     env = os.environ.get(ROOT_ENV)
     if env:
-        return Path(env).resolve()
+        return _resolved(env)
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
         if (candidate / OCTOPOID_DIR).is_dir():
@@ -38,6 +37,11 @@ def find_project_root(start: Path | None = None) -> Path:
     raise ConfigError(
         f"no {OCTOPOID_DIR}/ directory in {here} or any parent; run `octopoid init` first"
     )
+
+
+@lru_cache(maxsize=8)
+def _resolved(path: str) -> Path:
+    return Path(path).resolve()
 
 
 def get_octopoid_dir() -> Path:
@@ -221,19 +225,18 @@ def _check_field(data: dict[str, Any], key: str, spec: Field, file: str, prefix:
     return float(value) if spec.type is float else value
 
 
-def _read_yaml(path: Path) -> Any:
-    """The parsed file; re-read only when its size or mtime changed (claims read it often)."""
+def _stamp(path: Path) -> tuple[int, int]:
+    """(mtime_ns, size) of a config file, (0, -1) when it is missing: the cache key."""
     try:
         stat = path.stat()
     except FileNotFoundError:
-        return None
+        return 0, -1
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
-    return copy.deepcopy(_parse_yaml(path, stat.st_mtime_ns, stat.st_size))
+    return stat.st_mtime_ns, stat.st_size
 
 
-@lru_cache(maxsize=32)
-def _parse_yaml(path: Path, mtime_ns: int, size: int) -> Any:
+def _parse_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -250,9 +253,18 @@ def _parse_yaml(path: Path, mtime_ns: int, size: int) -> Any:
 
 
 def load_config() -> dict[str, Any]:
-    """``.octopoid/config.yaml``, validated, defaults filled in (a missing file is all defaults)."""
+    """``.octopoid/config.yaml``, validated, defaults filled in (a missing file is all defaults).
+
+    Parsed and validated again only when the file's size or mtime changed (claims ask
+    often); the result is shared between callers, so treat it as read-only.
+    """
     path = get_octopoid_dir() / "config.yaml"
-    cfg = validate(_read_yaml(path), CONFIG_SCHEMA, str(path))
+    return _load_config(path, *_stamp(path))
+
+
+@lru_cache(maxsize=8)
+def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
+    cfg = validate(_parse_yaml(path), CONFIG_SCHEMA, str(path))
     for model, price in cfg["prices"].items():
         price_schema = {key: Field(float) for key in PRICE_KEYS}
         cfg["prices"][model] = validate(price, price_schema, str(path), f"prices.{model}.")
@@ -278,9 +290,17 @@ def problem() -> str | None:
 
 
 def load_agents() -> dict[str, Any]:
-    """``.octopoid/agents.yaml``, validated; each agent gets its defaults; names are unique."""
+    """``.octopoid/agents.yaml``, validated; each agent gets its defaults; names are unique.
+
+    Cached like ``load_config``: read-only.
+    """
     path = get_octopoid_dir() / "agents.yaml"
-    data = validate(_read_yaml(path), AGENTS_FILE_SCHEMA, str(path))
+    return _load_agents(path, *_stamp(path))
+
+
+@lru_cache(maxsize=8)
+def _load_agents(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
+    data = validate(_parse_yaml(path), AGENTS_FILE_SCHEMA, str(path))
     agents, seen = [], set()
     for i, raw in enumerate(data["agents"]):
         agent = validate(raw, AGENT_SCHEMA, str(path), f"agents[{i}].")

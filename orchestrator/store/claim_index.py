@@ -17,7 +17,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,6 +36,7 @@ class Waiting(NamedTuple):
 
 SCHEMA_VERSION = 4
 OWN_MTIMES = 64  # recent own writes to recognise incoming/ by (any number of writers)
+OWN_MTIMES_TRIM = 16  # a process trims the older ones every this many own writes
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS incoming (
     id TEXT PRIMARY KEY,
@@ -140,16 +142,31 @@ class ClaimIndex:
         dropped in by hand gives the folder an mtime nobody recorded, and the next claim
         rescans, unless one of our writes came after it: then the scheduler's housekeeping
         reconcile finds it within ``INDEX_RECONCILE_SECONDS`` (``due_for_reconcile``).
+        Old mtimes are trimmed every ``OWN_MTIMES_TRIM`` writes of a process, not at each.
         """
         db = self._db()
         db.execute(
             "INSERT OR REPLACE INTO own_mtimes VALUES (?, ?)", (self.folder_mtime(), time.time())
         )
-        db.execute(
-            "DELETE FROM own_mtimes WHERE mtime_ns NOT IN "
-            "(SELECT mtime_ns FROM own_mtimes ORDER BY at DESC LIMIT ?)",
-            (OWN_MTIMES,),
-        )
+        self._own_writes = getattr(self, "_own_writes", 0) + 1
+        if self._own_writes % OWN_MTIMES_TRIM == 0:
+            db.execute(
+                "DELETE FROM own_mtimes WHERE mtime_ns NOT IN "
+                "(SELECT mtime_ns FROM own_mtimes ORDER BY at DESC LIMIT ?)",
+                (OWN_MTIMES,),
+            )
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Several index changes committed at once (one SQLite commit per queue write)."""
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     def known_mtime(self, mtime: int) -> bool:
         if self._get("incoming_mtime") == str(mtime):

@@ -221,8 +221,6 @@ class FolderStore(QueueStore):
             if os.path.lexists(dst_path):
                 raise IllegalTransition(f"{task.label} is already in {dst.value}")
             self._write(task, dst)
-            if src is TaskState.INCOMING:
-                self.index.remove(task_id)
         return task
 
     def update(self, task_id: str, state: TaskState, change: Change) -> Task:
@@ -254,12 +252,15 @@ class FolderStore(QueueStore):
             raise
         os.rename(staged, target)
         os.unlink(aside)
-        if TaskState.INCOMING in (task.state, state):  # at once: a claim checking now must know
-            self.index.note_own_write()
+        with self.index.transaction():  # at once: a claim checking now must know
+            if task.state is TaskState.INCOMING and state is not TaskState.INCOMING:
+                self.index.remove(task.id)
+            if TaskState.INCOMING in (task.state, state):
+                self.index.note_own_write()
+            self.index.record_usage(task, state.value)
         self._sync_dir(target.parent)
         if old.parent != target.parent:
             self._sync_dir(old.parent)
-        self.index.record_usage(task, state.value)
         task.state, task.path = state, target
 
     def _sync_dir(self, folder: Path) -> None:
