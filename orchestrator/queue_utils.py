@@ -351,12 +351,19 @@ def renew_lease(
 
 
 def record_usage(
-    task: Task | str, turns: int, cost_usd: float | None, *, token: str | None = None
+    task: Task | str,
+    turns: int,
+    cost_usd: float | None,
+    *,
+    tokens: int = 0,
+    token: str | None = None,
 ) -> Task:
-    """Add an attempt's turns and cost to the claimed task's running totals."""
+    """Add an attempt's turns, tokens (in + out) and cost to the claimed task's totals."""
 
     def add(t: Task) -> None:
         t.set_header("TURNS_TOTAL", int(t.headers.get("TURNS_TOTAL") or 0) + turns)
+        if tokens:
+            t.set_header("TOKENS_TOTAL", int(t.headers.get("TOKENS_TOTAL") or 0) + tokens)
         if cost_usd is not None:
             total = float(t.headers.get("COST_USD_TOTAL") or 0) + cost_usd
             t.set_header("COST_USD_TOTAL", f"{total:.4f}")

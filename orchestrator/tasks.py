@@ -67,6 +67,7 @@ WHOLE_NUMBER_HEADERS = {
     "INTERRUPTED": (0, MAX_COUNT),
     "BURNED_OUT": (0, MAX_COUNT),
     "TURNS_TOTAL": (0, MAX_COUNT),
+    "TOKENS_TOTAL": (0, 2**53),
     "TURNS": (0, MAX_COUNT),
     "COMMITS": (0, MAX_COUNT),
     "PID": (1, 2**22 - 1),

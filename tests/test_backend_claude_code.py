@@ -72,6 +72,7 @@ def test_a_recorded_success_commits_and_reports_real_numbers(fake_claude) -> Non
     assert "→ Bash:" in log and "Committed hi.txt." in log and '{"type"' not in log
     task = q.get_task(tid)
     assert task.headers["TURNS_TOTAL"] == "2" and task.headers["COST_USD_TOTAL"] == "0.0200"
+    assert task.headers["TOKENS_TOTAL"] == "2400"  # the recorded result: 2000 in, 400 out
     assert "1 commit, 2 turns, $0.02" in task.history[-1]
     (row,) = agents_overview()
     assert row["last_outcome"] == "success" and row["cost_today_usd"] == 0.02

@@ -113,7 +113,8 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
             result = _contained(result, breaches, output)
         _save_notes(task, agent_name, result, commits, output, log_dir)
     try:
-        queue_utils.record_usage(task, result.turns, result.cost_usd)
+        tokens = result.tokens_in + result.tokens_out
+        queue_utils.record_usage(task, result.turns, result.cost_usd, tokens=tokens)
         if task.headers.get("PHASE") == "breakdown":
             report = _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
         else:
