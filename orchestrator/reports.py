@@ -8,6 +8,7 @@ from typing import Any
 from . import agent_status, config
 from .dependencies import blocked_summary
 from .queue_utils import get_store
+from .store.claim_index import Waiting
 from .tasks import Task, TaskState, parse_time, task_label, utcnow
 
 S = TaskState
@@ -18,16 +19,19 @@ def task_usage(task: Task) -> tuple[int, float]:
     return int(task.headers.get("TURNS_TOTAL") or 0), float(task.headers.get("COST_USD_TOTAL") or 0)
 
 
-def status_summary(now: datetime | None = None) -> dict[str, Any]:
+def status_summary(
+    now: datetime | None = None, waiting: list[Waiting] | None = None
+) -> dict[str, Any]:
     """Counts per queue, claimed tasks with agent and lease, the oldest task that can run,
     blocked and stuck tasks, what is paused, and whether the configuration is usable.
 
     Only claimed tasks are parsed: waiting tasks come from the claim index, usage from the
     ledger, counts from the folders' listings, so the cost does not grow with done/.
+    ``waiting``: the claim index's rows when the caller has read them already.
     """
     now = now or utcnow()
     store = get_store()
-    waiting = store.waiting()
+    waiting = store.waiting() if waiting is None else waiting
     blocked = blocked_summary(waiting)
     problem = config.problem()
     claimed = []

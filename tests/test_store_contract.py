@@ -133,3 +133,14 @@ def test_sweep_only_removes_old_debris(store: QueueStore) -> None:
     add(store)
     assert store.sweep(utcnow() + timedelta(days=1)) == 0
     assert store.count(S.INCOMING) == 1
+
+
+def test_recent_names_the_last_tasks_into_a_state_newest_first(store: QueueStore) -> None:
+    ids = [add(store, f"t{i}").id for i in range(4)]
+    for task_id in (ids[2], ids[0], ids[3]):
+        store.move(task_id, S.INCOMING, S.DONE, lambda t: None)
+    assert store.recent(S.DONE, 2) == [ids[3], ids[0]]
+    assert store.recent(S.DONE) == [ids[3], ids[0], ids[2]]
+    assert store.recent(S.INCOMING) == [ids[1]]
+    store.rebuild()  # rebuilt from the folders alone, it still knows which is which
+    assert set(store.recent(S.DONE)) == {ids[0], ids[2], ids[3]}

@@ -111,6 +111,11 @@ class QueueStore(ABC):
         USD), from a ledger kept at every write: its cost does not grow with done tasks."""
 
     @abstractmethod
+    def recent(self, state: TaskState, limit: int = 10) -> list[str]:
+        """Ids of the ``limit`` tasks that moved into ``state`` last, newest first (cheap:
+        the board shows recently done tasks with 50k in done)."""
+
+    @abstractmethod
     def rebuild(self) -> int:
         """Rebuild whatever the store keeps beside the tasks (index, ledger) from the tasks
         themselves; return how many tasks were read. For `octopoid doctor --rebuild`."""

@@ -34,7 +34,7 @@ class Waiting(NamedTuple):
     blocked_by: list[str]
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 OWN_MTIMES = 64  # recent own writes to recognise incoming/ by (any number of writers)
 OWN_MTIMES_TRIM = 16  # a process trims the older ones every this many own writes
 _SCHEMA = """
@@ -56,8 +56,10 @@ CREATE TABLE IF NOT EXISTS ledger (
     id TEXT PRIMARY KEY,
     state TEXT NOT NULL,
     turns INTEGER NOT NULL,
-    cost REAL NOT NULL
+    cost REAL NOT NULL,
+    moved REAL NOT NULL
 );
+CREATE INDEX IF NOT EXISTS ledger_recent ON ledger (state, moved);
 """
 
 
@@ -226,14 +228,21 @@ class ClaimIndex:
         )
         return [Waiting(tid, created, blocked.split()) for tid, created, blocked in rows]
 
-    # --- the usage ledger: turns and cost per task, kept at every write -------------------
+    # --- the usage ledger: turns, cost, state and last move per task, kept at every write ---
 
-    def record_usage(self, task: Task, state: str) -> None:
+    def record_usage(self, task: Task, state: str, moved: float | None = None) -> None:
+        """The task's totals and state after a write (``moved``: when; default now)."""
         turns = int(task.headers.get("TURNS_TOTAL") or 0)
         cost = float(task.headers.get("COST_USD_TOTAL") or 0)
-        self._db().execute(
-            "INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?)", (task.id, state, turns, cost)
+        row = (task.id, state, turns, cost, time.time() if moved is None else moved)
+        self._db().execute("INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?, ?)", row)
+
+    def recent(self, state: str, limit: int) -> list[str]:
+        rows = self._db().execute(
+            "SELECT id FROM ledger WHERE state = ? ORDER BY moved DESC, id DESC LIMIT ?",
+            (state, limit),
         )
+        return [task_id for (task_id,) in rows]
 
     def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
         """(turns, USD, the ``top`` tasks by cost) over every task that used anything."""
@@ -255,7 +264,11 @@ class ClaimIndex:
         db.execute("DELETE FROM ledger")
         n = 0
         for task in tasks:
-            self.record_usage(task, task.state.value)
+            try:
+                moved = task.path.stat().st_mtime if task.path else None
+            except FileNotFoundError:
+                moved = None
+            self.record_usage(task, task.state.value, moved)
             n += 1
         db.execute("INSERT OR REPLACE INTO meta VALUES ('ledger_built', ?)", (str(time.time()),))
         db.execute("COMMIT")

@@ -366,9 +366,16 @@ class FolderStore(QueueStore):
         return self.index.waiting()
 
     def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
+        return self._ledger().usage(top)
+
+    def recent(self, state: TaskState, limit: int = 10) -> list[str]:
+        return self._ledger().recent(state.value, limit)
+
+    def _ledger(self) -> ClaimIndex:
+        """The index with its ledger built (read from the folders once; then kept by writes)."""
         if not self.index.ledger_built():
             self._rebuild_ledger()
-        return self.index.usage(top)
+        return self.index
 
     def rebuild(self) -> int:
         self.index.forget_incoming()
