@@ -198,6 +198,17 @@ def diff(repo: git.Repo, base: str, task_id: str) -> str:
         return repo.git.diff("--no-ext-diff", "--no-textconv", f"{base}...{branch}")
 
 
+def file_text(repo: git.Repo, ref: str, path: str) -> str | None:
+    """``path``'s text at ``ref`` (None: no such file there, or not a file)."""
+    status, out, _ = repo.git.execute(
+        ["git", "cat-file", "blob", f"{ref}:{path}"],
+        with_extended_output=True,
+        with_exceptions=False,
+        stdout_as_string=False,
+    )
+    return out.decode("utf-8", errors="replace") if status == 0 else None
+
+
 def merge_conflicts(repo: git.Repo, task_id: str, base: str) -> list[str] | None:
     """Files that would conflict merging the task's branch into ``base`` (None: it merges
     cleanly). ``git merge-tree --write-tree`` touches no worktree, index or ref."""

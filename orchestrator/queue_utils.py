@@ -15,7 +15,7 @@ interleave with an accept in progress. Recovery of dead claims lives in ``recove
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -36,7 +36,7 @@ from .leases import LEASE_HEADERS, attempts_left, claim_token, lease_headers, ne
 from .processes import ProcessId
 from .redaction import redact
 from .store import FolderStore, QueueStore
-from .task_notes import add_review_notes, append_attempt, fenced
+from .task_notes import LineComment, add_review_notes, append_attempt, fenced, restore_notes
 from .tasks import (
     DEFAULT_BRANCH,
     DEFAULT_PRIORITY,
@@ -439,29 +439,54 @@ def _finish(
 
 @octopoid_form(validator="rejected_by", accepted_by="rejected_by")
 def reject_completion(
-    task: TaskRef, reason: str, rejected_by: str | None = "human", now: datetime | None = None
+    task: TaskRef,
+    reason: str,
+    rejected_by: str | None = "human",
+    now: datetime | None = None,
+    *,
+    comments: Sequence[LineComment] = (),
 ) -> Task:
-    """provisional -> incoming; the reason goes into the retry notes for the next attempt.
+    """provisional -> incoming; the reason (and ``comments`` on lines of the branch) go into
+    the retry notes for the next attempt.
 
     Refused for a task an interrupted accept already merged (``MERGED``): finish that accept.
     ``rejected_by`` None (octopoid's default) is "human".
     """
-    rejected_by = rejected_by or "human"
     if not reason.strip():
         raise IllegalTransition("a rejection needs a reason: the next attempt reads it")
-    now = now or utcnow()
-    moved = _transition(
-        task,
-        [S.PROVISIONAL],
-        S.INCOMING,
-        rejected_by,
-        reason,
-        now,
-        drop_headers=("SUBMITTED_AT",),
-        edit=_refuse_if_merged,
+    return _reject_to(
+        task, S.INCOMING, reason, rejected_by or "human", now, comments, edit=_refuse_if_merged
     )
-    add_review_notes(moved.id, reason, rejected_by, now)
-    return moved
+
+
+def _reject_to(
+    task: TaskRef,
+    dst: TaskState,
+    reason: str,
+    rejected_by: str,
+    now: datetime | None,
+    comments: Sequence[LineComment] = (),
+    drop_headers: tuple[str, ...] = ("SUBMITTED_AT",),
+    edit: Callable[[Task], None] | None = None,
+) -> Task:
+    """A rejection: its notes are written first, so a crash between the two cannot lose the
+    reason (at worst a retried reject writes it twice), and taken back if the move fails."""
+    now = now or utcnow()
+    before = add_review_notes(_id(task), reason, rejected_by, now, comments)
+    try:
+        return _transition(
+            task,
+            [S.PROVISIONAL],
+            dst,
+            rejected_by,
+            reason,
+            now,
+            drop_headers=drop_headers,
+            edit=edit,
+        )
+    except BaseException:
+        restore_notes(_id(task), before)
+        raise
 
 
 def _refuse_if_merged(task: Task) -> None:
@@ -666,17 +691,15 @@ def reject_proposal(task: Task | str, reason: str, rejected_by: str = "human") -
     def drop(t: Task) -> None:
         t.sections = [(h, c) for h, c in t.sections if h != "Proposed Subtasks"]
 
-    moved = _transition(
+    return _reject_to(
         task,
-        [S.PROVISIONAL],
         S.BREAKDOWN,
-        rejected_by,
         reason,
+        rejected_by,
+        None,
         drop_headers=("PROPOSED_SPLIT", "SUBMITTED_AT"),
         edit=drop,
     )
-    add_review_notes(moved.id, reason, rejected_by)
-    return moved
 
 
 def claim_breakdown_task(

@@ -7,22 +7,25 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import config, git_utils, queue_utils
-from .exceptions import GitError, IllegalTransition
+from . import config, git_utils, intake, queue_utils
+from .exceptions import GitError, IllegalTransition, InvalidInput
 from .memory import lifecycle
 from .memory.distill import distill
 from .memory.notes import NotesManager
 from .roles import breakdown, checks
 from .store import QueueStore
-from .tasks import Task, TaskState, normalize_task_id
+from .task_notes import LineComment
+from .tasks import MAX_COUNT, Task, TaskState, normalize_task_id, shown
 
 if TYPE_CHECKING:
     from git import Repo
 
 log = logging.getLogger("octopoid.review")
+MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs it
 
 
 @dataclass
@@ -117,19 +120,29 @@ def _mark_merged(task: Task, sha: str) -> None:
     task.set_header("MERGED", sha)
 
 
-def reject(task_id: str, reason: str, rejected_by: str = "human") -> Task:
-    """Back to incoming with the reason in the notes; the branch and worktree stay for the retry.
+def reject(
+    task_id: str,
+    reason: str,
+    rejected_by: str = "human",
+    comments: Sequence[LineComment] = (),
+) -> Task:
+    """Back to incoming with the reason (and line comments) in the notes; the branch and
+    worktree stay for the retry.
 
-    Holds the task like accept does. A task whose accept was interrupted is refused if git
-    shows its branch was already merged (finish it with accept); otherwise the unfinished
-    accept's journal is dropped and the reject goes ahead.
+    Holds the task like accept does. Every comment must name a line of a file on the task's
+    branch (its text goes into the notes with it); otherwise nothing is done. A task whose
+    accept was interrupted is refused if git shows its branch was already merged (finish it
+    with accept); otherwise the unfinished accept's journal is dropped and the reject goes on.
     """
     task_id = normalize_task_id(task_id)
     store = queue_utils.get_store()
     with store.hold(task_id, "rejected"):
         task = queue_utils.get_task(task_id)
         if task.state is TaskState.PROVISIONAL and "PROPOSED_SPLIT" in task.headers:
+            if comments:
+                raise InvalidInput(f"{task.label} proposes a split: it has no lines to comment")
             return queue_utils.reject_proposal(task_id, reason, rejected_by)
+        located = _with_code(task, comments)
         before = task.headers.get("MERGING")
         if task.state is TaskState.PROVISIONAL and before:
             repo = git_utils.open_repo()
@@ -138,7 +151,53 @@ def reject(task_id: str, reason: str, rejected_by: str = "human") -> Task:
                 store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, tip))
             else:
                 store.update(task.id, TaskState.PROVISIONAL, lambda t: t.drop_header("MERGING"))
-        return queue_utils.reject_completion(task_id, reason, rejected_by)
+        return queue_utils.reject_completion(task_id, reason, rejected_by, comments=located)
+
+
+def parse_line_comment(spec: str) -> LineComment:
+    """``PATH:LINE:TEXT`` (``--comment`` and the review page's form) as a ``LineComment``;
+    ``InvalidInput`` for anything else. The path must be relative and stay in the tree."""
+    spec = intake.clean_text(spec, "--comment")
+    path, _, rest = spec.partition(":")
+    line, colon, text = rest.partition(":")
+    if not colon:
+        raise InvalidInput(f"--comment {shown(spec)} is not PATH:LINE:TEXT")
+    if not (line.isascii() and line.isdigit() and 0 < int(line) <= MAX_COUNT):
+        raise InvalidInput(f"--comment {shown(spec)}: the line must be a number from 1")
+    if not text.strip():
+        raise InvalidInput(f"--comment {shown(spec)} has no text after PATH:LINE:")
+    parts = path.split("/")
+    if not path or len(path) > MAX_PATH_CHARS or "\n" in path or "\r" in path:
+        raise InvalidInput(f"--comment {shown(spec)}: no usable file path before the first ':'")
+    if path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise InvalidInput(
+            f"--comment {shown(spec)}: the path must be relative to the repository, "
+            "without '.', '..' or empty parts"
+        )
+    return LineComment(path, int(line), text.strip())
+
+
+def _with_code(task: Task, comments: Sequence[LineComment]) -> list[LineComment]:
+    """The comments with the line of code each is about, from the task's branch."""
+    if not comments:
+        return []
+    repo = git_utils.open_repo()
+    branch = git_utils.branch_for(task.id)
+    if not git_utils.branch_exists(repo, branch):
+        raise InvalidInput(f"{task.label} has no branch {branch} to comment on")
+    located = []
+    for comment in comments:
+        text = git_utils.file_text(repo, f"refs/heads/{branch}", comment.path)
+        if text is None:
+            raise InvalidInput(f"{comment.path} is not a file on {branch}")
+        lines = text.splitlines()
+        if comment.line > len(lines):
+            raise InvalidInput(
+                f"{comment.path} has {len(lines)} lines on {branch}; "
+                f"line {comment.line} is past its end"
+            )
+        located.append(replace(comment, code=lines[comment.line - 1]))
+    return located
 
 
 def approve(task_id: str, approved_by: str = "human") -> list[Task]:

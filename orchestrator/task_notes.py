@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -118,10 +118,7 @@ def _lock(path: Path) -> FileMutex:
 
 def get_task_notes(task_id: str) -> str | None:
     """The task's notes, or None when it has none."""
-    try:
-        return notes_path(task_id).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return None
+    return _read(notes_path(task_id))
 
 
 def tail_with_marker(text: str, limit: int, already_dropped: int = 0) -> str:
@@ -199,14 +196,55 @@ def salvage_output_log(
     return True
 
 
+@dataclass(frozen=True)
+class LineComment:
+    """A reviewer's comment on one line of the task's branch; ``code`` is that line's text."""
+
+    path: str
+    line: int
+    text: str
+    code: str = ""
+
+
 def add_review_notes(
-    task_id: str, reason: str, rejected_by: str, now: datetime | None = None
-) -> None:
-    """Append the reviewer's reject reason, so the next attempt reads it."""
+    task_id: str,
+    reason: str,
+    rejected_by: str,
+    now: datetime | None = None,
+    comments: Sequence[LineComment] = (),
+) -> str | None:
+    """Append the reviewer's reject reason, and a ``Review Comments`` section for line
+    comments, so the next attempt reads them. Returns the notes as they were before (None:
+    there were none), so a rejection whose move fails can take them back (``restore_notes``).
+    """
     who = one_line(rejected_by, 80) or "reviewer"
-    heading = f"Review — rejected by {who} ({format_time(now or utcnow())})"
-    body = f"\n{fenced(redact(reason))}\n"
-    _append(normalize_task_id(task_id), lambda _: NotesSection(heading, body))
+    stamp = format_time(now or utcnow())
+    sections = [
+        NotesSection(f"Review — rejected by {who} ({stamp})", f"\n{fenced(redact(reason))}\n")
+    ]
+    if comments:
+        body = "".join(
+            f"\n### {c.path}, line {c.line}\n{fenced(redact(c.code), 'text')}"
+            f"{fenced(redact(c.text), 'comment')}"
+            for c in comments
+        )
+        sections.append(NotesSection(f"Review Comments — {who} ({stamp})", body + "\n"))
+    path = notes_path(task_id)
+    with _lock(path):
+        before = _read(path)
+        current = before if before is not None else _new_notes(task_id)
+        atomic_write(path, current + "".join(section.render() for section in sections))
+    return before
+
+
+def restore_notes(task_id: str, before: str | None) -> None:
+    """Put back the notes ``add_review_notes`` found (the move they explained failed)."""
+    path = notes_path(task_id)
+    with _lock(path):
+        if before is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write(path, before)
 
 
 def add_notes_section(task_id: str, heading: str, body: str) -> None:
@@ -220,11 +258,21 @@ def _append(task_id: str, make_section: Callable[[str], NotesSection]) -> None:
     """Add a section under the task's notes lock; ``make_section`` sees the current text."""
     path = notes_path(task_id)
     with _lock(path):
-        try:
-            current = path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            current = f"# Agent Notes: {task_label(task_id)}\n\n"
+        current = _read(path)
+        if current is None:
+            current = _new_notes(task_id)
         atomic_write(path, current + make_section(current).render())
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+
+
+def _new_notes(task_id: str) -> str:
+    return f"# Agent Notes: {task_label(task_id)}\n\n"
 
 
 def _next_attempt_number(current: str) -> int:
