@@ -13,6 +13,7 @@ import click
 
 from . import (
     agent_status,
+    config,
     dependencies,
     intake,
     queue_utils,
@@ -287,12 +288,27 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
 @cli.command()
 @click.argument("task_id")
 @click.option("--reason", required=True, help="What to fix; the next attempt reads it.")
+@click.option(
+    "--comment",
+    "comments",
+    multiple=True,
+    metavar="PATH:LINE:TEXT",
+    help="A comment on one line of the task's branch, e.g. 'src/a.py:42:handle None' "
+    "(repeatable). It goes into the notes with the line it is about.",
+)
 @click.option("--by", "actor", default="human", show_default=True, help="Who rejects.")
-def reject(task_id: str, reason: str, actor: str) -> None:
-    """Send a provisional task back to incoming, with the reason in its retry notes."""
+def reject(task_id: str, reason: str, comments: tuple[str, ...], actor: str) -> None:
+    """Send a provisional task back to incoming, with the reason in its retry notes.
+
+    A bad --comment (no such file or line on the branch) rejects nothing.
+    """
     reason, actor = intake.clean_text(reason, "--reason"), intake.clean_text(actor, "--by")
-    task = review.reject(task_id, reason, actor)
-    click.echo(f"{task.label} rejected: back in incoming; the reason is in its notes")
+    parsed = [review.parse_line_comment(spec) for spec in comments]
+    task = review.reject(task_id, reason, actor, parsed)
+    noted = (
+        f"the reason and {plural(len(parsed), 'line comment')} are" if parsed else "the reason is"
+    )
+    click.echo(f"{task.label} rejected: back in incoming; {noted} in its notes")
 
 
 @cli.command()
@@ -533,6 +549,37 @@ def import_octopoid(path: Path) -> None:
     if report.problems:
         click.echo(f"could not map {plural(len(report.problems), 'thing')}:")
         click.echo("\n".join(f"  {problem}" for problem in report.problems))
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
+              help="Port (0: any free one).")  # fmt: skip
+@click.option(
+    "--token",
+    envvar="OCTOPOID_WEB_TOKEN",
+    help="Access token (default: a new random one). Required for a --host that is not "
+    "loopback. Also read from OCTOPOID_WEB_TOKEN.",
+)
+def web(host: str, port: int, token: str | None) -> None:
+    """Serve the review page: board, diffs with line comments, accept and reject.
+
+    Prints the URL to open; it holds the access token, which every request needs. Ctrl-C
+    stops it. Needs the web extra: pip install 'octopoid[web]'.
+    """
+    config.get_queue_dir()  # no project here: one clear line, before anything starts
+    try:
+        from .web import server
+    except ModuleNotFoundError as exc:
+        if (exc.name or "orchestrator").startswith("orchestrator"):
+            raise
+        click.echo(
+            f"octopoid: octopoid web needs the web extra: pip install 'octopoid[web]' "
+            f"(missing: {exc.name})",
+            err=True,
+        )
+        sys.exit(2)
+    server.serve(host, port, token, lambda url: click.echo(f"octopoid web: open {url}"))
 
 
 cli.add_command(memory_group)

@@ -209,6 +209,7 @@ class _CappedLog:
 
     def write(self, data: bytes) -> None:
         self._file.write(data)
+        self._file.flush()  # readers follow it live (`octopoid web`'s log tail)
         self._size += len(data)
         if self.cap is not None and self._size > self.cap:
             self._keep_tail()

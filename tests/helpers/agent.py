@@ -19,6 +19,9 @@
 - ``escape``: leave a grandchild running in a session of its own (``escape-bare``: with an
   empty environment too, so only the runner as subreaper can find it), write its PID to
   ``$OCTO_TEST_PIDS``, then commit.
+- ``tick``: print ``tick N`` OCTO_TEST_TICKS times (default 8), OCTO_TEST_TICK_SECONDS apart
+  (default 0.4), for a live log to follow. ``app-file``: also commit a small ``app.py``.
+- ``xss``: print HTML that would run script if a page did not escape it, and commit it.
 - anything else: write a file named after the task and commit it.
 Every run appends a line to ``$OCTO_TEST_RUNS`` (when set) so tests can count attempts.
 """
@@ -85,6 +88,19 @@ if "learn" in title:
     )
 if "Review — rejected" in prompt:
     print("addressing review: " + prompt.split("Review — rejected", 1)[1][:200])
+if "tick" in title:
+    for i in range(int(os.environ.get("OCTO_TEST_TICKS", "8"))):
+        print(f"tick {i}", flush=True)
+        time.sleep(float(os.environ.get("OCTO_TEST_TICK_SECONDS", "0.4")))
+if "app-file" in title:
+    Path("app.py").write_text(
+        "def greet(name):\n    return 'hello ' + name\n\n\ndef main():\n    print(greet(None))\n"
+    )
+    subprocess.run(["git", "add", "app.py"], check=True)
+if "xss" in title:
+    print("<script>alert('log')</script><img src=x onerror=alert('log-img')>", flush=True)
+    Path("xss.html").write_text("<script>alert('diff')</script>\n<img src=x onerror=alert(2)>\n")
+    subprocess.run(["git", "add", "xss.html"], check=True)
 if "check-fix" in title:
     fixed = "ARITH-CLUE" in prompt
     total = 2 if fixed else 3

@@ -1,0 +1,272 @@
+"""What the review page shows, gathered from the functions the CLI uses (read-only).
+
+The board's counts are `octopoid status`'s own (``reports.status_summary``); its lists read
+only the small folders (claimed, provisional, failed, rejected, breakdown), the claim index
+for waiting tasks and the ledger for recently done ones, so it stays quick at 50k done.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .. import config, diffs, git_utils, queue_utils, reports, task_notes
+from ..exceptions import ConfigError, NothingToShow, OctopoidError, TaskNotFound
+from ..tasks import Task, TaskState, parse_time, task_label, utcnow
+from .diffview import DiffView, render_diff
+
+S = TaskState
+SHOWN = 50  # tasks per board group; the rest are counted
+RECENT_DONE = 10
+TEXT_LIMIT = 256 * 1024  # characters of a prompt, notes or log shown; the tail is kept
+
+
+@dataclass
+class Card:
+    id: str
+    title: str
+    state: str
+    facts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Group:
+    key: str
+    title: str
+    hint: str
+    cards: list[Card]
+    total: int
+
+    @property
+    def more(self) -> int:
+        return self.total - len(self.cards)
+
+
+def _ago(moment: str | None, now: datetime) -> str:
+    if not moment:
+        return "?"
+    try:
+        seconds = int((now - parse_time(moment)).total_seconds())
+    except ValueError:
+        return "?"
+    if seconds < 120:
+        return f"{seconds}s"
+    return f"{seconds // 60}m" if seconds < 7200 else f"{seconds // 3600}h"
+
+
+def _usage_facts(task: Task) -> list[str]:
+    turns, cost = reports.task_usage(task)
+    facts = [f"attempt {task.attempts}"]
+    if turns:
+        facts.append(f"{turns} turns")
+    if cost:
+        facts.append(f"${cost:.2f}")
+    return facts
+
+
+def _card(task: Task, *facts: str) -> Card:
+    return Card(task.label, task.title, task.state.value if task.state else "?", list(facts))
+
+
+def _read_some(ids: list[str]) -> list[Task]:
+    """The tasks of ``ids`` that can still be read (one may move while the page is drawn)."""
+    found = []
+    for task_id in ids:
+        try:
+            found.append(queue_utils.get_task(task_id))
+        except OctopoidError:
+            continue
+    return found
+
+
+def board(now: datetime | None = None) -> dict[str, Any]:
+    """The board: counts as `octopoid status` prints them, and tasks grouped by what they
+    need from the user."""
+    now = now or utcnow()
+    store = queue_utils.get_store()
+    waiting = store.waiting()
+    summary = reports.status_summary(now, waiting)
+    review, proposals = [], []
+    for task in store.list(S.PROVISIONAL):
+        chosen = proposals if "PROPOSED_SPLIT" in task.headers else review
+        chosen.append(task)
+    review_cards = [
+        _card(t, *_usage_facts(t), f"submitted {_ago(t.headers.get('SUBMITTED_AT'), now)} ago")
+        for t in review
+    ]
+    attention = [_card(t, *_usage_facts(t), "proposed split: approve or reject") for t in proposals]
+    for state in (S.FAILED, S.REJECTED, S.BREAKDOWN):
+        attention += [_card(t, *_usage_facts(t)) for t in store.list(state)]
+    running = [
+        _card(
+            t,
+            t.headers.get("CLAIMED_BY", "?"),
+            *_usage_facts(t),
+            f"lease taken {_ago(t.headers.get('CLAIMED_AT'), now)} ago",
+        )
+        for t in store.list(S.CLAIMED)
+    ]
+    blocked_ids = set(summary["blocked"]["waiting"])
+    stuck = {s["id"]: s["why"] for s in summary["blocked"]["stuck"]}
+    ready = [w for w in waiting if task_label(w.id) not in blocked_ids]
+    blocked = [w for w in waiting if task_label(w.id) in blocked_ids]
+    blockers = {w.id: w.blocked_by for w in blocked}
+    ready_cards = [_card(t, t.priority) for t in _read_some([w.id for w in ready[:SHOWN]])]
+    blocked_cards = [
+        _card(t, stuck.get(t.label) or "blocked by " + ", ".join(map(task_label, blockers[t.id])))
+        for t in _read_some([w.id for w in blocked[:SHOWN]])
+    ]
+    done_cards = [_card(t, *_usage_facts(t)) for t in _read_some(store.recent(S.DONE, RECENT_DONE))]
+    groups = [
+        Group("review", "Needs review", "accept or reject", review_cards[:SHOWN], len(review)),
+        Group(
+            "attention",
+            "Failed / Rejected / Breakdown",
+            "retry, or read the notes",
+            attention[:SHOWN],
+            len(attention),
+        ),
+        Group("running", "Running", "agents at work", running[:SHOWN], len(running)),
+        Group("waiting", "Waiting", "in claim order", ready_cards, len(ready)),
+        Group("blocked", "Blocked", "waiting on other tasks", blocked_cards, len(blocked)),
+        Group("done", "Recently done", "", done_cards, summary["counts"][S.DONE.value]),
+    ]
+    return {"counts": summary["counts"], "groups": groups, "problem": summary["config_problem"]}
+
+
+# --- one task ----------------------------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    number: int
+    prompt: str | None
+    log: str | None
+    live: bool = False
+
+
+def _tail(path: Path, limit: int = TEXT_LIMIT) -> str | None:
+    """The last ``limit`` characters of a text file (None when it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - limit * 4))
+            text = f.read().decode("utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    return text[-limit:] if len(text) > limit else text
+
+
+def attempts(task: Task) -> list[Attempt]:
+    """Each attempt's prompt and log, and the live log of the one running now."""
+    folder = config.get_logs_dir() / task.label
+    found = []
+    for number in range(1, task.attempts + 1):
+        prompt = _tail(folder / f"attempt-{number}.prompt.md")
+        log = _tail(folder / f"attempt-{number}.log")
+        live = task.state is S.CLAIMED and number == task.attempts
+        if live:
+            log = live_log(task.id)
+        if prompt is not None or log is not None or live:
+            found.append(Attempt(number, prompt, log, live))
+    return found
+
+
+def live_log(task_id: str) -> str:
+    """What the running attempt has printed so far (redacted as it was written)."""
+    return _tail(task_notes.stdout_log_path(task_id), 64 * 1024) or ""
+
+
+def _max_attempts() -> int | None:
+    try:
+        return int(config.load_agents()["max_attempts"])
+    except ConfigError:
+        return None
+
+
+def _duration(task: Task, now: datetime) -> str:
+    """How long the latest attempt ran: from its claim to the next move in History (or to
+    now while it runs)."""
+    moves = []
+    for line in task.history:
+        stamp, _, rest = line.partition("  ")
+        try:
+            moves.append((parse_time(stamp), rest.split("  ", 1)[0]))
+        except ValueError:
+            continue
+    claims = [i for i, (_, move) in enumerate(moves) if move.endswith("→ claimed")]
+    if not claims:
+        return "-"
+    start = moves[claims[-1]][0]
+    end = moves[claims[-1] + 1][0] if claims[-1] + 1 < len(moves) else now
+    seconds = max(0, int((end - start).total_seconds()))
+    return f"{seconds // 60}m {seconds % 60}s" if seconds >= 60 else f"{seconds}s"
+
+
+@dataclass
+class BranchFacts:
+    exists: bool
+    ahead: int = 0
+    behind: int = 0
+    conflicts: list[str] | None = None
+    problem: str = ""
+    commits: list[str] = field(default_factory=list)  # "abc1234 subject", newest first
+
+
+def branch_facts(task: Task) -> BranchFacts:
+    """How far the branch is ahead of and behind its base, and whether it would merge."""
+    try:
+        repo = git_utils.open_repo()
+        branch = git_utils.branch_for(task.id)
+        if not git_utils.branch_exists(repo, branch):
+            return BranchFacts(False)
+        ahead = git_utils.commits_ahead(repo, task.id, task.branch)
+        behind = int(repo.git.rev_list("--count", f"refs/heads/{branch}..refs/heads/{task.branch}"))
+        conflicts = git_utils.merge_conflicts(repo, task.id, task.branch)
+        log = repo.git.log(
+            "--format=%h %s", f"-{SHOWN}", f"refs/heads/{task.branch}..refs/heads/{branch}"
+        )
+        return BranchFacts(True, ahead, behind, conflicts, commits=log.splitlines())
+    except Exception as exc:  # a git failure must not take the page down: say it instead
+        return BranchFacts(False, problem=str(exc).splitlines()[0] if str(exc) else repr(exc))
+
+
+def task_page(task_id: str, now: datetime | None = None) -> dict[str, Any]:
+    """Everything the task page shows; ``TaskNotFound``/``InvalidTaskId`` for a bad id."""
+    now = now or utcnow()
+    task = queue_utils.get_task(task_id)
+    turns, cost = reports.task_usage(task)
+    facts = {
+        "state": task.state.value if task.state else "?",
+        "attempt": task.attempts,
+        "max_attempts": _max_attempts(),
+        "turns": turns,
+        "tokens": int(task.headers.get("TOKENS_TOTAL") or 0),
+        "cost": cost,
+        "duration": _duration(task, now),
+        "commits": task.headers.get("COMMITS", "-"),
+        "branch": task.branch,
+    }
+    diff: DiffView | None = None
+    diff_note = ""
+    try:
+        diff = render_diff(diffs.task_diff(task.id))
+    except (NothingToShow, TaskNotFound) as exc:
+        diff_note = str(exc)
+    except OctopoidError as exc:
+        diff_note = f"no diff: {exc}"
+    return {
+        "task": task,
+        "facts": facts,
+        "git": branch_facts(task),
+        "diff": diff,
+        "diff_note": diff_note,
+        "notes": task_notes.get_task_notes(task.id) or "",
+        "attempts": attempts(task),
+        "history": task.history,
+        "needs_review": task.state is S.PROVISIONAL,
+        "live_log": live_log(task.id) if task.state is S.CLAIMED else "",
+    }

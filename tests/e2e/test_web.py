@@ -1,0 +1,167 @@
+"""The review page in a real headless Chromium (Debian's), driven by Playwright, against a
+real `octopoid web` and a real scheduler running the scripted agent.
+
+Chromium comes from `apt-get install -y chromium` (.ci/run installs it); Playwright's own
+browser download is not used. Without /usr/bin/chromium these tests skip, unless
+OCTOPOID_REQUIRE_BROWSER=1 (set by .ci/run) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import config
+from orchestrator import queue_utils as q
+
+from ..conftest import write_agents
+from ..web_server import start_web
+from .test_daemon import Daemon, state_of, wait_for
+
+pytestmark = pytest.mark.slow
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",  # as root, Chromium refuses to start with its sandbox
+    "--disable-gpu",
+    "--disable-background-networking",  # this machine's network is closed
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("OCTOPOID_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def site(git_project: Path, tmp_path: Path):
+    """The project with a command agent, `octopoid web` and a scheduler daemon running."""
+    runs = tmp_path / "runs.txt"
+    runs.touch()
+    write_agents(git_project, lease_seconds=10, shutdown_grace_seconds=1)
+    server = start_web(git_project)
+    daemon = Daemon(git_project, runs, {"OCTO_TEST_TICK_SECONDS": "0.5"})
+    yield server
+    daemon.stop()
+    server.stop()
+
+
+@pytest.fixture
+def page(browser, site):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.dialogs = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.goto(site.url)
+    yield page
+    context.close()
+
+
+def task_id_of(page) -> str:
+    return page.url.split("/tasks/TASK-", 1)[1].split("?", 1)[0]
+
+
+def shoot(page, name: str, tmp_path: Path) -> None:
+    """A screenshot in the test's folder; with OCTOPOID_SCREENSHOTS=DIR, also into DIR
+    (`OCTOPOID_SCREENSHOTS=docs/images pytest tests/e2e/test_web.py` refreshes the README's)."""
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=False)
+    assert path.stat().st_size > 10_000
+    target = os.environ.get("OCTOPOID_SCREENSHOTS")
+    if target:
+        shutil.copy(path, Path(target) / path.name)
+
+
+def test_enqueue_watch_comment_reject_retry_accept(page, git_project: Path, tmp_path) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.locator("#group-review h2")).to_contain_text("Needs review")
+    page.locator("details.enqueue summary").click()
+    page.fill("input[name=title]", "tick app-file greet people")
+    page.fill("textarea[name=context]", "Write greet() in app.py.")
+    page.fill("textarea[name=criteria]", "greet(None) does not crash")
+    page.click("#enqueue-form button[type=submit]")
+    expect(page.locator(".done")).to_contain_text("Queued")
+    task_id = task_id_of(page)
+
+    # The live log follows the running agent without reloading the page.
+    wait_for("the claim", lambda: state_of(task_id) == "claimed", timeout=30)
+    page.goto(page.url.split("?")[0])
+    page.evaluate("window.stillTheSamePage = true")
+    expect(page.locator("#live-log")).to_contain_text("tick 1", timeout=15_000)
+    expect(page.locator("#live-log")).to_contain_text("tick 4", timeout=15_000)
+    assert page.evaluate("window.stillTheSamePage") is True
+    shoot(page, "task-running", tmp_path)
+
+    # When the attempt ends the page reloads itself into review, diff first.
+    expect(page.locator("#state")).to_have_text("provisional", timeout=30_000)
+    app = page.locator('section.file[data-path="app.py"]')
+    expect(app).to_be_visible()
+    expect(page.locator("#merge-check")).to_have_text("merges cleanly")
+    for line, text in (("2", "handle None: greet(None) crashes"), ("6", "do not pass None")):
+        app.locator(f'td.commentable[data-line="{line}"]').click()
+        page.fill("tr.comment-editor textarea", text)
+        page.click("tr.comment-editor button.add-comment")
+    expect(page.locator("#comments li")).to_have_count(2)
+    shoot(page, "task-review", tmp_path)
+    page.fill("#reject-form textarea[name=reason]", "greet must handle None")
+    page.click("#reject-form button.reject")
+    expect(page.locator(".done")).to_contain_text("Rejected")
+
+    # The next attempt's prompt carries both comments, with the code line they are about.
+    wait_for("attempt 2", lambda: q.get_task(task_id).attempts == 2, timeout=30)
+    wait_for("review again", lambda: state_of(task_id) == "provisional", timeout=60)
+    page.goto(f"{page.url.split('?')[0]}?tab=attempt-2")
+    prompt = page.locator("#prompt-2")
+    expect(prompt).to_contain_text("## Previous Agent Notes")
+    for text in ("handle None: greet(None) crashes", "do not pass None", "return 'hello ' + name"):
+        expect(prompt).to_contain_text(text)
+    on_disk = (config.get_logs_dir() / f"TASK-{task_id}" / "attempt-2.prompt.md").read_text()
+    assert "do not pass None" in on_disk
+
+    page.goto("/".join(page.url.split("/")[:3]) + "/")
+    expect(page.locator("#group-review")).to_contain_text(f"TASK-{task_id}")
+    shoot(page, "board", tmp_path)
+    page.click(f"#group-review a:text('TASK-{task_id}')")
+    page.click("#accept-form button.accept")
+    expect(page.locator(".done")).to_contain_text("Accepted")
+    assert state_of(task_id) == "done"
+    assert "app.py" in git.Repo(git_project).heads.main.commit.tree
+    assert page.dialogs == []
+
+
+def test_agent_html_is_shown_as_text_and_never_runs(page, git_project: Path) -> None:
+    from playwright.sync_api import expect
+
+    task = q.create_task("xss <img src=x onerror=alert('title')> <script>alert(1)</script>")
+    wait_for("review", lambda: state_of(task.id) == "provisional", timeout=60)
+    base = "/".join(page.url.split("/")[:3])
+    page.goto(base + "/")
+    expect(page.locator("#group-review")).to_contain_text("<script>alert(1)</script>")
+    for tab in ("diff", "notes", "attempt-1", "history"):
+        page.goto(f"{base}/tasks/{task.label}?tab={tab}")
+        page.wait_for_load_state("load")
+    page.goto(f"{base}/tasks/{task.label}?tab=attempt-1")
+    expect(page.locator("#log-1")).to_contain_text("<script>alert('log')</script>")
+    page.goto(f"{base}/tasks/{task.label}?tab=diff")
+    expect(page.locator("#commits")).to_contain_text("<script>alert(1)</script>")
+    expect(page.locator('section.file[data-path="xss.html"]')).to_contain_text("onerror=alert(2)")
+    assert page.locator("img").count() == 0  # no agent-made element exists at all
+    assert page.evaluate("document.scripts.length") == 2  # htmx and review.js, nothing else
+    assert page.dialogs == []

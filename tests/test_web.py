@@ -1,0 +1,201 @@
+"""The review page over real HTTP: a real `octopoid web` process, urllib as the client.
+
+Auth (token, CSRF, where it may listen), the actions calling the CLI's own functions, the
+enqueue form's validation, and hostile ids. The browser tests are in tests/e2e/test_web.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orchestrator import queue_utils as q
+from orchestrator.tasks import TaskState
+
+from .conftest import child_env, run_claimed, write_agents
+from .web_server import OCTOPOID, Client, start_web
+
+
+@pytest.fixture
+def web(git_project: Path):
+    write_agents(git_project)
+    server = start_web(git_project)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(web) -> Client:
+    client = Client(web.base)
+    client.login(web.token)
+    return client
+
+
+def provisional_task(title: str = "plain work") -> str:
+    """A task that went through a real attempt (scripted agent) and waits for review."""
+    task = q.create_task(title)
+    claimed = q.claim_task(None, "impl-1")
+    assert claimed.id == task.id
+    run_claimed(claimed, "impl-1")
+    assert q.get_store().locate(task.id) is TaskState.PROVISIONAL
+    return task.id
+
+
+def test_every_request_without_the_token_is_forbidden(web) -> None:
+    anonymous = Client(web.base)
+    for path in ("/", "/board", "/static/htmx.min.js", "/tasks/TASK-1", "/pygments.css"):
+        status, _, body = anonymous.request(path)
+        assert status == 403, path
+        assert "token" in body
+    status, _, _ = anonymous.request("/?token=" + "x" * len(web.token))
+    assert status == 403
+
+
+def test_the_token_becomes_a_cookie_and_leaves_the_url(web) -> None:
+    client = Client(web.base)
+    status, headers, _ = client.request(f"/tasks/TASK-1?tab=diff&token={web.token}")
+    assert status == 303
+    assert headers["location"] == "/tasks/TASK-1?tab=diff"
+    cookie = headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    status, headers, page = client.request("/")
+    assert status == 200 and "Needs review" in page
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_post_without_the_right_csrf_token_changes_nothing(git_project, client) -> None:
+    task_id = provisional_task()
+    for form in ({}, {"csrf": "0" * 64}):
+        status, _, body = client.request(f"/tasks/TASK-{task_id}/accept", form)
+        assert status == 403 and "CSRF" in body
+    assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
+    status, _, _ = client.request("/enqueue", {"title": "sneaky"})
+    assert status == 403
+    assert q.list_tasks(TaskState.INCOMING) == []
+
+
+def test_accept_from_the_page_merges_like_the_cli(git_project, client) -> None:
+    import git
+
+    task_id = provisional_task()
+    status, headers, _ = client.request(f"/tasks/TASK-{task_id}/accept", {"csrf": client.csrf()})
+    assert status == 303 and headers["location"] == f"/tasks/TASK-{task_id}?done=accepted"
+    assert q.get_store().locate(task_id) is TaskState.DONE
+    assert f"TASK-{task_id}.txt" in git.Repo(git_project).head.commit.tree
+    _, _, page = client.request(headers["location"])
+    assert "Accepted: merged" in page and ">done<" in page
+
+
+def test_a_refused_action_is_shown_on_the_page_not_a_traceback(git_project, client) -> None:
+    task_id = provisional_task()
+    csrf = client.csrf()
+    status, _, page = client.request(f"/tasks/TASK-{task_id}/reject", {"csrf": csrf, "reason": ""})
+    assert status == 400 and "needs a reason" in page
+    status, _, page = client.request(f"/tasks/TASK-{task_id}/retry", {"csrf": csrf})
+    assert status == 409 and "Traceback" not in page
+    assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
+
+
+def test_reject_with_line_comments_writes_them_into_the_notes(git_project, client) -> None:
+    task_id = provisional_task()
+    form = [
+        ("csrf", client.csrf()),
+        ("reason", "see the comments"),
+        ("comment", f"TASK-{task_id}.txt:1:say which attempt"),
+        ("comment", f"TASK-{task_id}.txt:1:and why"),
+    ]
+    status, headers, _ = client.request(f"/tasks/TASK-{task_id}/reject", form)
+    assert status == 303, headers
+    notes = (git_project / ".octopoid/runtime/shared/notes" / f"TASK-{task_id}.md").read_text()
+    assert "## Review Comments" in notes
+    assert "say which attempt" in notes and "and why" in notes
+    assert q.get_store().locate(task_id) is TaskState.INCOMING
+
+
+def test_a_bad_line_comment_refuses_the_whole_reject(git_project, client) -> None:
+    task_id = provisional_task()
+    form = {"csrf": client.csrf(), "reason": "r", "comment": "../../etc/passwd:1:x"}
+    status, _, page = client.request(f"/tasks/TASK-{task_id}/reject", form)
+    assert status == 400 and "Traceback" not in page
+    assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
+
+
+def test_enqueue_from_the_page_checks_like_the_cli(git_project, client) -> None:
+    csrf = client.csrf()
+    form = {
+        "csrf": csrf,
+        "title": "add a greeting",
+        "context": "## Not a section\nkeep it short",
+        "criteria": "prints hello\n\nexits 0",
+        "priority": "P0",
+        "blocked_by": "",
+        "branch": "",
+    }
+    status, headers, _ = client.request("/enqueue", form)
+    assert status == 303
+    (task,) = q.list_tasks(TaskState.INCOMING)
+    assert headers["location"] == f"/tasks/{task.label}?done=enqueued"
+    assert task.priority == "P0" and task.criteria == ["prints hello", "exits 0"]
+    assert task.context == "## Not a section\nkeep it short"
+    for bad, says in (
+        ({"title": "x\x1b[31m"}, "control character"),
+        ({"blocked_by": "TASK-999"}, "TASK-999"),
+        ({"priority": "P9"}, "priority"),
+        ({"branch": "no-such-branch"}, "no-such-branch"),
+        ({"title": "   "}, "title"),
+    ):
+        status, _, page = client.request("/enqueue", {**form, **bad})
+        assert status == 400, bad
+        assert says in page and "Traceback" not in page
+    assert len(q.list_tasks(TaskState.INCOMING)) == 1
+
+
+@pytest.mark.parametrize(
+    "path", ["/tasks/..%2F..%2Fetc%2Fpasswd", "/tasks/TASK-1;id", "/tasks/%00", "/tasks/TASK-99"]
+)
+def test_a_hostile_or_unknown_id_gets_a_clear_page(client, path: str) -> None:
+    status, _, page = client.request(path)
+    assert status in (400, 404)
+    assert "Traceback" not in page and "root:" not in page
+
+
+def test_board_counts_are_the_status_command_s(git_project, client) -> None:
+    import json
+
+    provisional_task()
+    q.create_task("waiting one")
+    status = subprocess.run(
+        [OCTOPOID, "status", "--json"], env=child_env(git_project), capture_output=True, text=True
+    )
+    counts = json.loads(status.stdout)["counts"]
+    _, _, page = client.request("/board")
+    for state, n in counts.items():
+        assert f'<td data-state="{state}">{n}</td>' in page
+
+
+def test_listening_beyond_loopback_needs_an_explicit_token(git_project) -> None:
+    env = child_env(git_project)
+    for args, says in (
+        (["--host", "0.0.0.0"], "without --token"),
+        (["--host", "127.0.0.1", "--token", "short"], "at least 16"),
+    ):
+        done = subprocess.run(
+            [OCTOPOID, "web", *args], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 2, done
+        assert says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_chosen_token_lets_it_listen_on_all_interfaces(git_project) -> None:
+    server = start_web(git_project, "--host", "0.0.0.0", "--token", "a-long-shared-secret-1")
+    try:
+        assert server.token == "a-long-shared-secret-1"
+        client = Client(server.base.replace("0.0.0.0", "127.0.0.1"))
+        assert client.request("/")[0] == 403
+        client.login(server.token)
+        assert client.request("/")[0] == 200
+    finally:
+        server.stop()
