@@ -107,6 +107,7 @@ _TYPE_WORDS = {
     dict: "a mapping",
 }
 
+NOTIFY_EVENTS = ("needs_review", "failed", "breakdown", "scheduler_stopped")
 CONFIG_SCHEMA: dict[str, Any] = {
     "durability": Field(str, "durable", choices=("durable", "relaxed")),
     "notes": {
@@ -125,6 +126,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "checks": {
         "commands": Field(list, [], items=str),
         "timeout_seconds": Field(int, 600, minimum=1, maximum=MAX_SECONDS),
+    },
+    "notify": {
+        "urls": Field(list, [], items=str),
+        "events": Field(list, list(NOTIFY_EVENTS), items=str),
     },
     "memory": {
         "budget": Field(int, 4000, minimum=0),
@@ -268,6 +273,11 @@ def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     for model, price in cfg["prices"].items():
         price_schema = {key: Field(float) for key in PRICE_KEYS}
         cfg["prices"][model] = validate(price, price_schema, str(path), f"prices.{model}.")
+    unknown = [e for e in cfg["notify"]["events"] if e not in NOTIFY_EVENTS]
+    if unknown:
+        raise ConfigError(
+            f"{path}: 'notify.events' has {unknown[0]!r}; choose from {', '.join(NOTIFY_EVENTS)}"
+        )
     if cfg["memory"]["distill"] == "anthropic" and not cfg["memory"]["distill_model"]:
         raise ConfigError(
             f"{path}: 'memory.distill_model' is required when memory.distill is anthropic"

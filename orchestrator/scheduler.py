@@ -28,6 +28,7 @@ from .agent_status import is_paused, readiness_problem
 from .exceptions import ConfigError, IllegalTransition, OctopoidError, SchedulerError
 from .fsutil import atomic_write
 from .leases import claim_token
+from .notify import Alerts
 from .processes import TASK_ENV, TOKEN_ENV, kill_claim_processes, signal_group
 from .roles.base import deadline_seconds
 from .scheduler_control import (
@@ -80,6 +81,7 @@ class Scheduler:
         self._warned: dict[str, str | None] = {}
         self._config_problem: str | None = None
         self._lock_inode = 0
+        self._alerts: Alerts | None = None  # from initialize(): tasks present then are old news
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -95,6 +97,7 @@ class Scheduler:
         atomic_write(pid_file(), f"{os.getpid()}\n")
         self._lock_inode = os.stat(lock_file()).st_ino
         setup_logging()
+        self._alerts = Alerts()
         log.info("scheduler %d started for %s", os.getpid(), self.root)
 
     def shutdown(self, grace: float | None = None) -> None:
@@ -131,11 +134,14 @@ class Scheduler:
                 runner.proc.wait()
             kill_claim_processes(runner.token)  # nothing of an attempt outlives it
         self.runners.clear()
-        self._release()
+        self._release("it was asked to stop (attempts still running were requeued)")
 
-    def _release(self) -> None:
+    def _release(self, why: str | None = None) -> None:
+        """Give up the pid file and lock; ``why`` (a real stop, not `run --once`) is alerted."""
         pid_file().unlink(missing_ok=True)
         log.info("scheduler %d stopped", os.getpid())
+        if self._alerts is not None and why:
+            self._alerts.stopped(why)
         self._unlock()
 
     def _unlock(self) -> None:
@@ -166,6 +172,8 @@ class Scheduler:
             log.warning("reaped %s: lease expired, owner gone -> %s", task.label, state.value)
             report.reaped.append(task.label)
         self._collect_finished(report)
+        if self._alerts is not None:
+            self._alerts.look()
         if self._stopping:
             report.skipped = "stopping"
             return report
@@ -343,7 +351,7 @@ class Scheduler:
         finally:
             if lost:
                 log.error("%s: this scheduler stops and kills its runners", lost)
-                self._abandon()
+                self._abandon(lost)
             else:
                 self.shutdown()
 
@@ -360,12 +368,14 @@ class Scheduler:
             pass
         return f"the runtime directory {config.get_orchestrator_dir()} vanished or was replaced"
 
-    def _abandon(self) -> None:
+    def _abandon(self, lost: str) -> None:
         """Stop at once with nothing left behind: kill every runner (its claim is gone too)."""
         for runner in self.runners.values():
             runner.kill()
             runner.proc.wait()
         self.runners.clear()
+        if self._alerts is not None:
+            self._alerts.stopped(f"{lost}; its runners were killed")
         self._unlock()
 
     def _guarded_pass(self) -> None:
