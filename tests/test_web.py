@@ -7,6 +7,7 @@ enqueue form's validation, and hostile ids. The browser tests are in tests/e2e/t
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,16 @@ def test_a_chosen_token_lets_it_listen_on_all_interfaces(git_project) -> None:
         assert client.request("/")[0] == 200
     finally:
         server.stop()
+
+
+def test_without_the_web_extra_it_says_which_to_install(git_project) -> None:
+    blocked = (
+        "import sys; sys.modules['starlette'] = None; "  # as if the extra were not installed
+        "from orchestrator.cli import main; sys.argv = ['octopoid', 'web']; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked], env=child_env(git_project), capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "pip install 'octopoid[web]'" in done.stderr and "starlette" in done.stderr
+    assert "Traceback" not in done.stderr
