@@ -106,16 +106,15 @@ def create_app(token: str) -> Starlette:
 
     async def act(request: Request) -> Response:
         form = await form_of(request)
-        action = request.path_params["action"]
+        if request.path_params["action"] not in ACTIONS:
+            return PlainTextResponse("no such action", status_code=404)
+        do, done = ACTIONS[request.path_params["action"]]
         try:
             task_id = normalize_task_id(request.path_params["task_id"])
-            await run_in_threadpool(ACTIONS[action], task_id, form)
-        except KeyError:
-            return PlainTextResponse("no such action", status_code=404)
+            await run_in_threadpool(do, task_id, form)
         except OctopoidError as exc:
-            return task_page(request, _status_of(exc), error=str(exc))
-        label = f"TASK-{task_id}"
-        return RedirectResponse(f"/tasks/{label}?done={DONE_KEY[action]}", status_code=303)
+            return await run_in_threadpool(task_page, request, _status_of(exc), str(exc))
+        return RedirectResponse(f"/tasks/TASK-{task_id}?done={done}", status_code=303)
 
     async def enqueue(request: Request) -> Response:
         form = await form_of(request)
@@ -123,7 +122,10 @@ def create_app(token: str) -> Starlette:
         try:
             task = await run_in_threadpool(_enqueue, fields)
         except OctopoidError as exc:
-            return board_page(request, _status_of(exc), form=fields, error=str(exc))
+            status, error = _status_of(exc), str(exc)
+            return await run_in_threadpool(
+                lambda: board_page(request, status, form=fields, error=error)
+            )
         return RedirectResponse(f"/tasks/{task.label}?done=enqueued", status_code=303)
 
     def stylesheet(request: Request) -> Response:
@@ -179,8 +181,12 @@ def _requeue(task_id: str, form: FormData) -> None:
     recovery.requeue_running(task_id, reason)
 
 
-ACTIONS = {"accept": _accept, "reject": _reject, "retry": _retry, "requeue": _requeue}
-DONE_KEY = {"accept": "accepted", "reject": "rejected", "retry": "retried", "requeue": "requeued"}
+ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
+    "accept": (_accept, "accepted"),
+    "reject": (_reject, "rejected"),
+    "retry": (_retry, "retried"),
+    "requeue": (_requeue, "requeued"),
+}
 ENQUEUE_FIELDS = ("title", "context", "criteria", "priority", "blocked_by", "branch")
 
 
