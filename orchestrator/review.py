@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("octopoid.review")
 MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs it
+MAX_COMMENT_CHARS = 4000  # one line comment; the notes' prompt budget is ~12k in all
 
 
 @dataclass
@@ -166,6 +167,8 @@ def parse_line_comment(spec: str) -> LineComment:
         raise InvalidInput(f"--comment {shown(spec)}: the line must be a number from 1")
     if not text.strip():
         raise InvalidInput(f"--comment {shown(spec)} has no text after PATH:LINE:")
+    if len(text) > MAX_COMMENT_CHARS:
+        raise InvalidInput(f"--comment on {path}:{line} is over {MAX_COMMENT_CHARS} characters")
     parts = path.split("/")
     if not path or len(path) > MAX_PATH_CHARS or "\n" in path or "\r" in path:
         raise InvalidInput(f"--comment {shown(spec)}: no usable file path before the first ':'")

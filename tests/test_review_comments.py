@@ -70,6 +70,7 @@ def test_comments_reach_the_next_attempt_s_prompt(git_project: Path, reviewed: s
         ("app.py:3:   ", "no text"),
         ("app.py", "PATH:LINE:TEXT"),
         ("app.py:1:\x1b[31m", "control character"),
+        ("app.py:1:" + "x" * 4001, "over 4000 characters"),
     ],
 )
 def test_a_bad_comment_rejects_nothing(git_project, reviewed, comment: str, says: str) -> None:

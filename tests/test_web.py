@@ -100,6 +100,19 @@ def test_a_refused_action_is_shown_on_the_page_not_a_traceback(git_project, clie
     assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
 
 
+def test_an_action_racing_a_cli_review_is_refused_cleanly(git_project, client) -> None:
+    """A person accepting from the CLI holds the task; the page's reject waits for nothing
+    and changes nothing, and says why."""
+    task_id = provisional_task()
+    csrf = client.csrf()
+    with q.get_store().hold(task_id, "accepted"):
+        form = {"csrf": csrf, "reason": "no"}
+        status, _, page = client.request(f"/tasks/TASK-{task_id}/reject", form)
+        assert status == 409 and "is being accepted" in page
+    assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
+    assert "## Review" not in (q.get_task_notes(task_id) or "")
+
+
 def test_reject_with_line_comments_writes_them_into_the_notes(git_project, client) -> None:
     task_id = provisional_task()
     form = [

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import config, diffs, git_utils, queue_utils, reports, task_notes
 from ..exceptions import ConfigError, NothingToShow, OctopoidError, TaskNotFound
+from ..redaction import redact
 from ..tasks import Task, TaskState, parse_time, task_label, utcnow
 from .diffview import DiffView, render_diff
 
@@ -229,7 +230,8 @@ def branch_facts(task: Task) -> BranchFacts:
         log = repo.git.log(
             "--format=%h %s", f"-{SHOWN}", f"refs/heads/{task.branch}..refs/heads/{branch}"
         )
-        return BranchFacts(True, ahead, behind, conflicts, commits=log.splitlines())
+        commits = redact(log).splitlines()  # an agent's commit message may hold a secret
+        return BranchFacts(True, ahead, behind, conflicts, commits=commits)
     except Exception as exc:  # a git failure must not take the page down: say it instead
         return BranchFacts(False, problem=str(exc).splitlines()[0] if str(exc) else repr(exc))
 
