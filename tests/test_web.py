@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import config
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
@@ -226,3 +227,15 @@ def test_without_the_web_extra_it_says_which_to_install(git_project) -> None:
     assert done.returncode == 2
     assert "pip install 'octopoid[web]'" in done.stderr and "starlette" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_secret_in_an_agent_s_commit_message_is_not_shown(git_project, client) -> None:
+    task_id = provisional_task()
+    worktree = config.get_worktrees_dir() / f"TASK-{task_id}"
+    key = "AKIA" + "Q3XRT7YP2LMN4VWZ"
+    subprocess.run(
+        ["git", "-C", str(worktree), "commit", "-q", "--allow-empty", "-m", f"use {key}"],
+        check=True,
+    )
+    _, _, page = client.request(f"/tasks/TASK-{task_id}")
+    assert "use " in page and key not in page
