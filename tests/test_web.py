@@ -204,6 +204,24 @@ def test_listening_beyond_loopback_needs_an_explicit_token(git_project) -> None:
         assert says in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_port_in_use_is_one_clear_line(git_project) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = subprocess.run(
+            [OCTOPOID, "web", "--port", port],
+            env=child_env(git_project),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert done.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_chosen_token_lets_it_listen_on_all_interfaces(git_project) -> None:
     server = start_web(git_project, "--host", "0.0.0.0", "--token", "a-long-shared-secret-1")
     try:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import uvicorn
 
+from ..exceptions import InvalidInput
 from .app import create_app
 from .security import check_listen, new_token
 
@@ -19,7 +20,11 @@ def serve(host: str, port: int, token: str | None, announce: Callable[[str], Non
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:  # port taken, an address this machine does not have, a bad name
+        sock.close()
+        raise InvalidInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.listen(128)
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     announce(f"http://{shown}:{sock.getsockname()[1]}/?token={token}")
