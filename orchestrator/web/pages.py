@@ -106,7 +106,7 @@ def board(now: datetime | None = None) -> dict[str, Any]:
             t,
             t.headers.get("CLAIMED_BY", "?"),
             *_usage_facts(t),
-            f"lease taken {_ago(t.headers.get('CLAIMED_AT'), now)} ago",
+            f"claimed {_ago(t.headers.get('CLAIMED_AT'), now)} ago",
         )
         for t in store.list(S.CLAIMED)
     ]
