@@ -293,8 +293,10 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
     "comments",
     multiple=True,
     metavar="PATH:LINE:TEXT",
-    help="A comment on one line of the task's branch, e.g. 'src/a.py:42:handle None' "
-    "(repeatable). It goes into the notes with the line it is about.",
+    help="A comment on one line of a file on the task's branch (agent/TASK-<id>), e.g. "
+    "'src/a.py:42:handle None': PATH relative to the repository, LINE numbered from 1 as "
+    "in the file on the branch, then the text (it may hold colons). Repeatable. Each goes "
+    "into the notes with the line it is about.",
 )
 @click.option("--by", "actor", default="human", show_default=True, help="Who rejects.")
 def reject(task_id: str, reason: str, comments: tuple[str, ...], actor: str) -> None:

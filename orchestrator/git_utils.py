@@ -205,6 +205,7 @@ def file_text(repo: git.Repo, ref: str, path: str) -> str | None:
         with_extended_output=True,
         with_exceptions=False,
         stdout_as_string=False,
+        strip_newline_in_stdout=False,  # the file as it is: its last line may be empty
     )
     return out.decode("utf-8", errors="replace") if status == 0 else None
 

@@ -19,9 +19,9 @@ MARKUP_SLACK = 120  # room for the marker and fences a shortened section gains
 def budget_notes(notes: str, budget: int) -> str:
     """Fit retry notes into ``budget`` characters.
 
-    The newest attempt and the newest review stay whole; older sections are shortened
-    oldest first (keeping each one's heading and the end of its text, where conclusions
-    are), and the block says how much was left out.
+    The newest attempt and the newest rejection (reason and line comments) stay whole;
+    older sections are shortened oldest first (keeping each one's heading and the end of
+    its text, where conclusions are), and the block says how much was left out.
     """
     if len(notes) <= budget:
         return notes
@@ -43,12 +43,15 @@ def budget_notes(notes: str, budget: int) -> str:
 
 
 def _shrink_order(sections: list[NotesSection]) -> list[NotesSection]:
-    """Oldest first; the newest attempt, review and checks last of all."""
+    """Oldest first; the newest attempt, checks and rejection (its reason and the line
+    comments that follow it) last of all."""
     newest = {
-        kind: max((i for i, s in enumerate(sections) if s.kind == kind), default=None)
-        for kind in ("attempt", "review", "checks")
+        s.kind: i for i, s in enumerate(sections) if s.kind != "other" and not s.is_review_comments
     }
-    protected = {i for i in newest.values() if i is not None}
+    protected = set(newest.values())
+    after_reason = newest.get("review", len(sections)) + 1
+    if after_reason < len(sections) and sections[after_reason].is_review_comments:
+        protected.add(after_reason)
     older = [s for i, s in enumerate(sections) if i not in protected]
     return older + [sections[i] for i in sorted(protected)]
 

@@ -36,7 +36,7 @@ from .leases import LEASE_HEADERS, attempts_left, claim_token, lease_headers, ne
 from .processes import ProcessId
 from .redaction import redact
 from .store import FolderStore, QueueStore
-from .task_notes import LineComment, add_review_notes, append_attempt, fenced, restore_notes
+from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
 from .tasks import (
     DEFAULT_BRANCH,
     DEFAULT_PRIORITY,
@@ -469,10 +469,21 @@ def _reject_to(
     drop_headers: tuple[str, ...] = ("SUBMITTED_AT",),
     edit: Callable[[Task], None] | None = None,
 ) -> Task:
-    """A rejection: its notes are written first, so a crash between the two cannot lose the
-    reason (at worst a retried reject writes it twice), and taken back if the move fails."""
-    now = now or utcnow()
-    before = add_review_notes(_id(task), reason, rejected_by, now, comments)
+    """A rejection: its notes are written before the move, so a kill between the two
+    cannot lose the reason (the task stays in provisional; at worst a repeated reject
+    writes it twice). If the move is refused, exactly those notes are taken back; if it
+    fails after the task reached ``dst`` (the rename decided, a later step raised), they stay.
+    """
+    now, task_id = now or utcnow(), _id(task)
+    added = add_review_notes(task_id, reason, rejected_by, now, comments)
+    read_in_provisional = False
+
+    def edit_and_mark(t: Task) -> None:
+        nonlocal read_in_provisional
+        if edit is not None:
+            edit(t)
+        read_in_provisional = True
+
     try:
         return _transition(
             task,
@@ -482,10 +493,11 @@ def _reject_to(
             reason,
             now,
             drop_headers=drop_headers,
-            edit=edit,
+            edit=edit_and_mark,
         )
     except BaseException:
-        restore_notes(_id(task), before)
+        if not read_in_provisional or get_store().locate(task_id) is not dst:
+            take_back_notes(task_id, added)
         raise
 
 

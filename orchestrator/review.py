@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("octopoid.review")
 MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs it
 MAX_COMMENT_CHARS = 4000  # one line comment; the notes' prompt budget is ~12k in all
+MAX_CODE_CHARS = 500  # of the commented line quoted in the notes (a minified file is one line)
 
 
 @dataclass
@@ -193,14 +194,26 @@ def _with_code(task: Task, comments: Sequence[LineComment]) -> list[LineComment]
         text = git_utils.file_text(repo, f"refs/heads/{branch}", comment.path)
         if text is None:
             raise InvalidInput(f"{comment.path} is not a file on {branch}")
-        lines = text.splitlines()
+        lines = _git_lines(text)
         if comment.line > len(lines):
             raise InvalidInput(
                 f"{comment.path} has {len(lines)} lines on {branch}; "
                 f"line {comment.line} is past its end"
             )
-        located.append(replace(comment, code=lines[comment.line - 1]))
+        code = lines[comment.line - 1]
+        if len(code) > MAX_CODE_CHARS:
+            code = f"{code[:MAX_CODE_CHARS]} [...{len(code) - MAX_CODE_CHARS} more chars]"
+        located.append(replace(comment, code=code))
     return located
+
+
+def _git_lines(text: str) -> list[str]:
+    """A file's lines as git and its diffs number them: split at line feeds only (not at
+    form feeds or U+2028 as ``str.splitlines`` does), a carriage return before one dropped."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def approve(task_id: str, approved_by: str = "human") -> list[Task]:

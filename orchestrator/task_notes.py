@@ -28,6 +28,7 @@ from .tasks import format_time, normalize_task_id, one_line, task_label, utcnow
 
 BACKTICK_RUN_RE = re.compile(r"`+")
 ATTEMPT_RE = re.compile(r"Attempt (\d+) — ")
+REVIEW_COMMENTS = "Review Comments"  # heading of a rejection's line comments (kind "review")
 
 
 def fence_for(text: str) -> str:
@@ -57,6 +58,10 @@ class NotesSection:
             if self.heading.lower().startswith(kind):
                 return kind
         return "other"
+
+    @property
+    def is_review_comments(self) -> bool:
+        return self.heading.startswith(REVIEW_COMMENTS + " ")
 
     @property
     def attempt(self) -> int | None:
@@ -156,9 +161,10 @@ def append_attempt(
     who = one_line(agent_name, 80) or "agent"
     stamp = format_time(now or utcnow())
 
-    def section(current: str) -> NotesSection:
+    def section(current: str) -> str:
         number = attempt or _next_attempt_number(current)
-        return NotesSection(f"Attempt {number} — {who} ({stamp})", f"{meta}\n\n{fenced(output)}\n")
+        heading = f"Attempt {number} — {who} ({stamp})"
+        return NotesSection(heading, f"{meta}\n\n{fenced(output)}\n").render()
 
     _append(task_id, section)
 
@@ -212,10 +218,13 @@ def add_review_notes(
     rejected_by: str,
     now: datetime | None = None,
     comments: Sequence[LineComment] = (),
-) -> str | None:
+) -> str:
     """Append the reviewer's reject reason, and a ``Review Comments`` section for line
-    comments, so the next attempt reads them. Returns the notes as they were before (None:
-    there were none), so a rejection whose move fails can take them back (``restore_notes``).
+    comments, so the next attempt reads them. Every text (path, code line, comment) is
+    redacted and fenced: none of it can pose as a section.
+
+    Returns the text appended, so a rejection whose move fails can take exactly it back
+    (``take_back_notes``) without touching anything written since.
     """
     who = one_line(rejected_by, 80) or "reviewer"
     stamp = format_time(now or utcnow())
@@ -224,44 +233,48 @@ def add_review_notes(
     ]
     if comments:
         body = "".join(
-            f"\n### {c.path}, line {c.line}\n{fenced(redact(c.code), 'text')}"
+            f"\n### {redact(c.path)}, line {c.line}\n{fenced(redact(c.code), 'text')}"
             f"{fenced(redact(c.text), 'comment')}"
             for c in comments
         )
-        sections.append(NotesSection(f"Review Comments — {who} ({stamp})", body + "\n"))
-    path = notes_path(task_id)
-    with _lock(path):
-        before = _read(path)
-        current = before if before is not None else _new_notes(task_id)
-        atomic_write(path, current + "".join(section.render() for section in sections))
-    return before
+        sections.append(NotesSection(f"{REVIEW_COMMENTS} — {who} ({stamp})", body + "\n"))
+    added = "".join(section.render() for section in sections)
+    _append(normalize_task_id(task_id), lambda _: added)
+    return added
 
 
-def restore_notes(task_id: str, before: str | None) -> None:
-    """Put back the notes ``add_review_notes`` found (the move they explained failed)."""
+def take_back_notes(task_id: str, added: str) -> None:
+    """Remove what ``add_review_notes`` appended (the move it explained failed); sections
+    saved since stay. Notes left with nothing but their title are deleted."""
+    task_id = normalize_task_id(task_id)
     path = notes_path(task_id)
     with _lock(path):
-        if before is None:
-            path.unlink(missing_ok=True)
+        current = _read(path)
+        at = -1 if current is None else current.rfind(added)
+        if at < 0:
+            return
+        rest = current[:at] + current[at + len(added) :]
+        if rest == _new_notes(task_id):
+            path.unlink()
         else:
-            atomic_write(path, before)
+            atomic_write(path, rest)
 
 
 def add_notes_section(task_id: str, heading: str, body: str) -> None:
     """Append a section octopoid wrote about an attempt (what the checks said, why a
     breakdown answer was refused), fenced like agent output."""
     text = f"\n{fenced(redact(body))}\n"
-    _append(normalize_task_id(task_id), lambda _: NotesSection(heading, text))
+    _append(normalize_task_id(task_id), lambda _: NotesSection(heading, text).render())
 
 
-def _append(task_id: str, make_section: Callable[[str], NotesSection]) -> None:
-    """Add a section under the task's notes lock; ``make_section`` sees the current text."""
+def _append(task_id: str, make_sections: Callable[[str], str]) -> None:
+    """Add sections under the task's notes lock; ``make_sections`` sees the current text."""
     path = notes_path(task_id)
     with _lock(path):
         current = _read(path)
         if current is None:
             current = _new_notes(task_id)
-        atomic_write(path, current + make_section(current).render())
+        atomic_write(path, current + make_sections(current))
 
 
 def _read(path: Path) -> str | None:
@@ -281,11 +294,12 @@ def _next_attempt_number(current: str) -> int:
 
 
 def notes_summary(task_id: str) -> dict[str, int]:
-    """How many attempt and review sections a task's notes hold."""
+    """How many attempts and rejections a task's notes hold (a rejection's line comments
+    are part of it, not one more)."""
     _, sections = split_notes(get_task_notes(task_id) or "")
     return {
         "attempts": sum(1 for s in sections if s.kind == "attempt"),
-        "reviews": sum(1 for s in sections if s.kind == "review"),
+        "reviews": sum(1 for s in sections if s.kind == "review" and not s.is_review_comments),
     }
 
 

@@ -5,14 +5,17 @@ they are about, and the next attempt's real prompt carries them."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from orchestrator import config, review
+from orchestrator import config, git_utils, review
 from orchestrator import queue_utils as q
-from orchestrator.exceptions import InvalidInput, LostRace
-from orchestrator.task_notes import LineComment, split_notes
+from orchestrator.exceptions import IllegalTransition, InvalidInput, LostRace, StorageError
+from orchestrator.prompts import budget_notes
+from orchestrator.store.files import FolderStore
+from orchestrator.task_notes import LineComment, append_attempt, notes_summary, split_notes
 from orchestrator.tasks import TaskState
 
 from .conftest import child_env, run_claimed, write_agents
@@ -68,6 +71,8 @@ def test_comments_reach_the_next_attempt_s_prompt(git_project: Path, reviewed: s
         ("app.py:0:x", "number from 1"),
         ("app.py:x:y", "number from 1"),
         ("app.py:3:   ", "no text"),
+        ("app.py:3:", "no text"),
+        (":3:x", "no usable file path"),
         ("app.py", "PATH:LINE:TEXT"),
         ("app.py:1:\x1b[31m", "control character"),
         ("app.py:1:" + "x" * 4001, "over 4000 characters"),
@@ -117,3 +122,103 @@ def test_a_proposed_split_takes_no_line_comments(reviewed: str) -> None:
     with pytest.raises(InvalidInput, match="proposes a split"):
         review.reject(reviewed, "r", "alice", [LineComment("app.py", 1, "x")])
     assert q.get_store().locate(reviewed) is TaskState.PROVISIONAL
+
+
+def test_a_refused_move_takes_back_only_its_own_notes(reviewed: str) -> None:
+    """A section saved meanwhile (a runner's) stays; only the reject's sections go."""
+    before = q.get_task_notes(reviewed)
+
+    def others_write_then_refused(*args, **kwargs):
+        append_attempt(reviewed, "impl-9", "written meanwhile", 0, 1, attempt=9)
+        raise IllegalTransition("refused")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(q, "_transition", others_write_then_refused)
+        with pytest.raises(IllegalTransition):
+            review.reject(reviewed, "the reason", "alice", [LineComment("app.py", 1, "c")])
+    notes = q.get_task_notes(reviewed)
+    assert notes.startswith(before) and "written meanwhile" in notes
+    assert "the reason" not in notes and "Review" not in notes
+
+
+def test_a_task_not_in_provisional_gets_no_notes(reviewed: str) -> None:
+    review.reject(reviewed, "first")
+    before = q.get_task_notes(reviewed)
+    with pytest.raises(IllegalTransition, match="not provisional"):
+        q.reject_completion(reviewed, "second", comments=[LineComment("app.py", 1, "c")])
+    assert q.get_task_notes(reviewed) == before
+
+
+def test_a_failure_after_the_move_decided_keeps_the_notes(reviewed: str) -> None:
+    """The rename decided (the task is in incoming) and a later step raised: the reason
+    must stay with the task, not be taken back."""
+
+    def sync_fails(self, folder):
+        raise OSError("fsync failed")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(FolderStore, "_sync_dir", sync_fails)
+        with pytest.raises(StorageError, match="fsync failed"):
+            review.reject(reviewed, "the reason", "alice", [LineComment("app.py", 1, "c")])
+    assert q.get_store().locate(reviewed) is TaskState.INCOMING
+    notes = q.get_task_notes(reviewed)
+    assert "the reason" in notes and "Review Comments" in notes
+
+
+def test_kill_9_between_notes_and_move_keeps_the_reason(git_project: Path, reviewed: str) -> None:
+    """A reject killed right after writing its notes leaves the task in provisional with
+    the reason and comments saved; a second reject then goes through."""
+    script = (
+        "import os, signal, sys\n"
+        "from orchestrator import queue_utils as q, review\n"
+        "q._transition = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "review.reject(sys.argv[1], 'the reason', 'alice',"
+        " [review.parse_line_comment('app.py:1:see here')])\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", script, reviewed], env=child_env(git_project), timeout=60
+    )
+    assert killed.returncode == -9
+    assert q.get_store().locate(reviewed) is TaskState.PROVISIONAL
+    notes = q.get_task_notes(reviewed)
+    assert "the reason" in notes and "see here" in notes
+    assert reject_cli(git_project, reviewed).returncode == 0
+    assert q.get_store().locate(reviewed) is TaskState.INCOMING
+
+
+def test_lines_are_numbered_as_git_numbers_them(reviewed: str) -> None:
+    """Form feeds and U+2028 do not end a line for git (nor for the diff the reviewer saw);
+    CRLF line ends are not part of the quoted code. A very long line is quoted capped."""
+    worktree = git_utils.worktree_for(reviewed)
+    text = "one\r\n\x0c\r\nthree \u2028 still three\r\n" + "x" * 3000 + "\nlast"
+    (worktree / "odd.txt").write_bytes(text.encode())
+    repo = git_utils.open_repo(worktree)
+    repo.index.add(["odd.txt"])
+    repo.index.commit("odd lines")
+    review.reject(
+        reviewed,
+        "r",
+        "alice",
+        [review.parse_line_comment(spec) for spec in ("odd.txt:3:a", "odd.txt:4:b", "odd.txt:5:c")],
+    )
+    (section,) = [s for s in split_notes(q.get_task_notes(reviewed))[1] if s.is_review_comments]
+    assert "```text\nthree \u2028 still three\n```" in section.body
+    assert "[...2500 more chars]" in section.body and "x" * 501 not in section.body
+    assert "```text\nlast\n```" in section.body
+    with pytest.raises(InvalidInput, match="has 5 lines"):
+        review.reject(reviewed, "r", "alice", [LineComment("odd.txt", 6, "past the end")])
+
+
+def test_one_rejection_with_comments_counts_once_and_stays_whole_in_the_prompt(
+    reviewed: str,
+) -> None:
+    """As the next prompt sees the notes: the attempt, then the rejection. Fitting them to
+    a budget shortens the attempt's output before the reviewer's reason or comments."""
+    append_attempt(reviewed, "impl-1", "o" * 3000, 0, 1, attempt=1)  # the attempt's long output
+    comment = LineComment("app.py", 1, "COMMENT-START " + "c" * 3000)
+    review.reject(reviewed, "REASON-START " + "r" * 3000, "alice", [comment])
+    assert notes_summary(reviewed) == {"attempts": 2, "reviews": 1}
+    notes = q.get_task_notes(reviewed)
+    fitted = budget_notes(notes, len(notes) - 1500)
+    assert "older notes left out" in fitted and "o" * 2000 not in fitted
+    assert "REASON-START " + "r" * 3000 in fitted and "COMMENT-START " + "c" * 3000 in fitted
