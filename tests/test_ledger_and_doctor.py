@@ -8,6 +8,8 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -145,4 +147,50 @@ def test_a_task_added_while_the_index_rescans_stays_claimable(project):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(type(store.index), "_scan", scan_then_add)
         store.index.reconcile(store._read_or_quarantine)
+    assert [w.id for w in store.waiting()] == ["1", "2"]
+
+
+PAUSED_CREATE = r"""
+import os, sys, time
+from pathlib import Path
+from orchestrator import queue_utils as q
+from orchestrator.store.claim_index import ClaimIndex
+
+go = Path(sys.argv[1])
+real = ClaimIndex.note_own_write
+
+def paused(self):
+    while not go.exists():  # the task is linked into incoming/; its mtime not yet recorded
+        time.sleep(0.01)
+    real(self)
+
+ClaimIndex.note_own_write = paused
+q.create_task("in flight")
+"""
+
+
+def test_a_claim_waits_for_a_write_in_flight_rather_than_rescan_the_folder(project, tmp_path):
+    q.create_task("first")
+    store = q.get_store()
+    assert not store.index.is_stale()
+    go = tmp_path / "go"
+    child = subprocess.Popen([sys.executable, "-c", PAUSED_CREATE, str(go)], env=child_env(project))
+    incoming = project / ".octopoid/runtime/queue/incoming"
+    try:
+        for _ in range(500):
+            if (incoming / "TASK-2.md").exists() or child.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert (incoming / "TASK-2.md").exists(), "the child never linked its task"
+        answer: list[bool] = []
+        checker = threading.Thread(target=lambda: answer.append(store.index.is_stale()))
+        checker.start()
+        checker.join(0.5)
+        assert checker.is_alive(), "the claim did not wait for the write in flight"
+        go.touch()
+        checker.join(30)
+        assert answer == [False]  # the write recorded its mtime: no rescan needed
+    finally:
+        go.touch()
+        assert child.wait(30) == 0
     assert [w.id for w in store.waiting()] == ["1", "2"]

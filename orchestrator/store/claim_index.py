@@ -4,7 +4,9 @@ The folder stays the truth. Rows are written *before* a task is renamed into inc
 deleted after it leaves, so the index may briefly list a task that is gone (the claim's
 rename fails and the row is dropped) but never misses one that octopoid put there. Each
 row keeps its file's inode. Files dropped in by hand are found by a listing diff whenever
-the folder's mtime is none that octopoid recorded after its own writes, and in the
+the folder's mtime is none that octopoid recorded after its own writes (a write holds the
+``WriterGate`` shared until it has recorded its mtime, so a write in flight is waited for,
+not mistaken for a hand-made change), and in the
 scheduler's housekeeping every ``INDEX_RECONCILE_SECONDS``: the folder's names and inodes
 (``scandir``, no ``stat``) against the rows, and only new names,
 or names whose inode changed (an editor's save), are read. An edit in place that keeps the
@@ -13,6 +15,7 @@ inode is seen when the claim re-checks the file, or by ``octopoid doctor --rebui
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import threading
@@ -63,11 +66,55 @@ CREATE INDEX IF NOT EXISTS ledger_recent ON ledger (state, moved);
 """
 
 
+class WriterGate:
+    """A readers-writer ``flock``: octopoid's writes to incoming/ hold it shared, from their
+    first change there until the folder's new mtime is recorded; a claim that finds an
+    mtime nobody recorded takes it exclusively and looks again, so it rescans only for a
+    change made outside octopoid. Threads of a process share one shared hold (counted)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._guard = threading.Lock()
+        self._holders = 0
+        self._fd: int | None = None
+        self._pid = 0
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._guard:
+            if self._pid != os.getpid():  # a forked child opens its own
+                self._fd, self._holders, self._pid = self._open(), 0, os.getpid()
+            if self._holders == 0:
+                fcntl.flock(self._fd, fcntl.LOCK_SH)
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._holders -= 1
+                if self._holders == 0:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Wait for every write in flight (never call it while this thread writes)."""
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
 class ClaimIndex:
     def __init__(self, db_path: Path, incoming_dir: Path) -> None:
         self.db_path = db_path
         self.incoming_dir = incoming_dir
         self._local = threading.local()  # a connection per thread (and per forked process)
+        self.writes = WriterGate(db_path.with_name(db_path.name + ".writers"))
 
     def _db(self) -> sqlite3.Connection:
         conn, pid = getattr(self._local, "conn", None), getattr(self._local, "pid", 0)
@@ -183,7 +230,10 @@ class ClaimIndex:
 
     def is_stale(self) -> bool:
         """Has anyone but octopoid changed incoming/ since the index last saw it?"""
-        return not self.known_mtime(self.folder_mtime())
+        if self.known_mtime(self.folder_mtime()):
+            return False
+        with self.writes.exclusive():  # a write in flight records its mtime first
+            return not self.known_mtime(self.folder_mtime())
 
     def due_for_reconcile(self, now: float | None = None) -> bool:
         """Time for the housekeeping rescan that catches a drop hidden behind our writes."""

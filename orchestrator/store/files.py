@@ -19,7 +19,7 @@ import os
 import time
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from pathlib import Path
 
@@ -117,21 +117,28 @@ class FolderStore(QueueStore):
             found = self._scan_for(task.id)
             if found is not None:
                 raise IllegalTransition(f"{task.label} already exists (in {found.value})")
-            tmp = write_temp(target, render_task(task).encode(), sync=self.durable)
-            try:
-                if state is TaskState.INCOMING:
-                    self.index.upsert(task, tmp.stat().st_ino)
-                os.link(tmp, target)  # fails, rather than overwrites, if the name exists
-            except FileExistsError:
-                raise IllegalTransition(f"{task.label} already exists (in {state.value})") from None
-            finally:
-                tmp.unlink(missing_ok=True)
-            if state is TaskState.INCOMING:  # at once: a claim checking now must know it
-                self.index.note_own_write()
+            with self._gated(state):
+                tmp = write_temp(target, render_task(task).encode(), sync=self.durable)
+                try:
+                    if state is TaskState.INCOMING:
+                        self.index.upsert(task, tmp.stat().st_ino)
+                    os.link(tmp, target)  # fails, rather than overwrites, if the name exists
+                except FileExistsError:
+                    raise IllegalTransition(
+                        f"{task.label} already exists (in {state.value})"
+                    ) from None
+                finally:
+                    tmp.unlink(missing_ok=True)
+                if state is TaskState.INCOMING:  # at once: a claim checking now must know it
+                    self.index.note_own_write()
             self._sync_dir(target.parent)
             self.index.record_usage(task, state.value)
         task.state, task.path = state, target
         return task
+
+    def _gated(self, *states: TaskState) -> AbstractContextManager[None]:
+        """The claim index's writer gate, held while a write changes incoming/."""
+        return self.index.writes.shared() if TaskState.INCOMING in states else nullcontext()
 
     def locate(self, task_id: str) -> TaskState | None:
         found = self._scan_for(task_id)
@@ -239,25 +246,28 @@ class FolderStore(QueueStore):
         """
         old, target = task.path, self.path(task.id, state)
         staged, aside = self._debris(target)
-        write_synced(staged, render_task(task).encode(), sync=self.durable)
-        try:
-            if state is TaskState.INCOMING:
-                self.index.upsert(task, staged.stat().st_ino)
-            os.rename(old, aside)  # the decision: whoever takes the file away first wins
-        except FileNotFoundError:
-            staged.unlink(missing_ok=True)
-            raise LostRace(f"{task.label} left {old.parent.name} before it was written") from None
-        except BaseException:
-            staged.unlink(missing_ok=True)
-            raise
-        os.rename(staged, target)
-        os.unlink(aside)
-        with self.index.transaction():  # at once: a claim checking now must know
-            if task.state is TaskState.INCOMING and state is not TaskState.INCOMING:
-                self.index.remove(task.id)
-            if TaskState.INCOMING in (task.state, state):
-                self.index.note_own_write()
-            self.index.record_usage(task, state.value)
+        with self._gated(task.state, state):
+            write_synced(staged, render_task(task).encode(), sync=self.durable)
+            try:
+                if state is TaskState.INCOMING:
+                    self.index.upsert(task, staged.stat().st_ino)
+                os.rename(old, aside)  # the decision: whoever takes the file away first wins
+            except FileNotFoundError:
+                staged.unlink(missing_ok=True)
+                raise LostRace(
+                    f"{task.label} left {old.parent.name} before it was written"
+                ) from None
+            except BaseException:
+                staged.unlink(missing_ok=True)
+                raise
+            os.rename(staged, target)
+            os.unlink(aside)
+            with self.index.transaction():  # at once: a claim checking now must know
+                if task.state is TaskState.INCOMING and state is not TaskState.INCOMING:
+                    self.index.remove(task.id)
+                if TaskState.INCOMING in (task.state, state):
+                    self.index.note_own_write()
+                self.index.record_usage(task, state.value)
         self._sync_dir(target.parent)
         if old.parent != target.parent:
             self._sync_dir(old.parent)
