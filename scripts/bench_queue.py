@@ -26,7 +26,8 @@ slow: the steady mode claims back to back once a claim takes longer than 1/rate)
   index and is reported apart), then one process creates tasks (``create_task``) at a
   steady rate while this one claims at the same rate; claim latency p50/p99 per depth.
   Targets: p50 <= 2 ms and p99 <= 10 ms at the deepest queue, and its p50 <= 1.5x the p50
-  of the shallowest.
+  of the shallowest. Each claim is followed by its floor: the same file operations alone
+  (``skeleton_claim``) timed in a scratch folder under the same producer.
 - ``restart``: the deepest queue, index built, then its ``last_reconcile`` aged past the
   60 s reconcile period, and a fresh Python process's first claim timed (after imports).
   A fresh process with a fresh index is the control. Target <= 50 ms.
@@ -468,16 +469,65 @@ def build_index(root: Path) -> float:
     return time.perf_counter() - start
 
 
-def timed_claims(claims: int, rate: float | None) -> list[float]:
+def timed_claims(claims: int, rate: float | None, floor: Path | None = None) -> list:
+    """Claim latencies; with ``floor``, each claim is paired with a timed skeleton claim
+    (``skeleton_claim``) in that scratch folder, before it on odd ticks and after it on even
+    ones (the producer's rhythm must not favour either), as (claim, skeleton) pairs."""
     samples, due = [], time.perf_counter()
-    for _ in range(claims):
+
+    def claim() -> float:
         start = time.perf_counter()
         assert q.claim_task(None, "bench") is not None
-        samples.append(time.perf_counter() - start)
+        return time.perf_counter() - start
+
+    def skeleton(i: int) -> float:
+        start = time.perf_counter()
+        skeleton_claim(floor, i)
+        return time.perf_counter() - start
+
+    for i in range(claims):
+        if floor is None:
+            samples.append(claim())
+        elif i % 2:
+            took = skeleton(i)
+            samples.append((claim(), took))
+        else:
+            took = claim()
+            samples.append((took, skeleton(i)))
         if rate:
             due = max(due + 1 / rate, time.perf_counter())
             time.sleep(max(0.0, due - time.perf_counter()))
     return samples
+
+
+def skeleton_floor(claims: int) -> Path:
+    """A scratch queue of ``claims`` fsynced task-sized files for ``skeleton_claim``."""
+    scratch = Path(tempfile.mkdtemp(prefix="claim-floor-", dir=os.environ.get("BENCH_DIR")))
+    for name in ("incoming", "claimed"):
+        (scratch / name).mkdir()
+    for i in range(claims):
+        (scratch / "incoming" / f"TASK-{i}.md").write_bytes(b"x" * 700)
+    os.sync()
+    return scratch
+
+
+def skeleton_claim(scratch: Path, i: int) -> None:
+    """Exactly a durable claim's file operations and nothing else: the new text staged and
+    fsynced beside the target, the current file renamed aside, the staged file renamed in,
+    the aside unlinked, both folders fsynced. Its latency is the floor of a claim here."""
+    incoming, claimed = scratch / "incoming", scratch / "claimed"
+    staged, aside = claimed / f".TASK-{i}.md.new", incoming / f".TASK-{i}.md.old"
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, b"x" * 800)
+    os.fsync(fd)
+    os.close(fd)
+    os.rename(incoming / f"TASK-{i}.md", aside)
+    os.rename(staged, claimed / f"TASK-{i}.md")
+    os.unlink(aside)
+    for folder in (claimed, incoming):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        os.fsync(fd)
+        os.close(fd)
 
 
 def count_rescans() -> list[int] | None:
@@ -508,10 +558,13 @@ def steady_depth(depth: int, args: argparse.Namespace) -> dict:
         producer = spawn.Process(target=_producer, args=(str(root), args.rate, ready, stop, out))
         producer.start()
         assert ready.wait(60), "the producer did not start"
+        floor = skeleton_floor(args.claims)
         start = time.perf_counter()
-        samples = timed_claims(args.claims, args.rate)
+        pairs = timed_claims(args.claims, args.rate, floor)
         elapsed = time.perf_counter() - start
         stop.set()
+        shutil.rmtree(floor, ignore_errors=True)
+        samples, skeleton = [c for c, _ in pairs], [f for _, f in pairs]
         made, create_p50 = out.get(timeout=60)
         producer.join(60)
         return {
@@ -521,6 +574,8 @@ def steady_depth(depth: int, args: argparse.Namespace) -> dict:
             "p50": statistics.median(samples),
             "p99": percentile(samples, 99),
             "max": max(samples),
+            "floor_p50": statistics.median(skeleton),
+            "floor_p99": percentile(skeleton, 99),
             "made_rate": made / elapsed,
             "create_p50": create_p50,
             "rescans": rescans[0] if rescans else None,
@@ -535,14 +590,19 @@ def run_steady(args: argparse.Namespace, results: dict) -> None:
         f"\nClaim latency, steady producer: {args.claims} claims at {args.rate:g}/s per depth "
         f"while another process creates tasks at {args.rate:g}/s"
     )
-    head = f"{'waiting':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'index build s':>15}"
-    print(head + f"{'rescans':>9}{'created /s':>12}{'create p50 ms':>15}{'files written s':>17}")
+    head = f"{'waiting':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+    head += f"{'floor p50':>11}{'floor p99':>11}"
+    print(head + f"{'index build s':>15}{'rescans':>9}{'created /s':>12}{'create p50 ms':>15}")
     for r in rows:
         line = f"{r['depth']:>9}{r['p50'] * 1e3:>9.2f}{r['p99'] * 1e3:>9.2f}{r['max'] * 1e3:>9.2f}"
+        line += f"{r['floor_p50'] * 1e3:>11.2f}{r['floor_p99'] * 1e3:>11.2f}"
         line += f"{r['build']:>15.2f}{'?' if r['rescans'] is None else r['rescans']:>9}"
-        line += f"{r['made_rate']:>12.1f}{r['create_p50'] * 1e3:>15.2f}"
-        print(line + f"{r['fill']:>17.1f}")
+        print(line + f"{r['made_rate']:>12.1f}{r['create_p50'] * 1e3:>15.2f}")
     print("rescans: claims (of those timed) that re-listed incoming/ because the index was stale")
+    print(
+        "floor: right after each claim, the same file operations alone (stage+fsync, rename "
+        "aside, rename in, unlink, fsync both folders) in a scratch folder on the same disk"
+    )
     results["steady"] = rows
 
 
@@ -700,6 +760,8 @@ def summary(results: dict) -> None:
         ratio = deep["p50"] / shallow["p50"]
         versus = f"claim p50 {deep['depth']:,} / p50 {shallow['depth']:,}"
         add(versus, f"{ratio:.2f}x", "<= 1.5x", ratio <= 1.5)
+        floor = f"{deep['floor_p50'] * 1e3:.2f} ms"
+        rows.append(("  its floor: the claim's file operations alone, p50", floor, "", "info"))
     if "restart" in results:
         value = results["restart"]
         name = f"first claim after restart, {results['restart_depth']:,} waiting, index stale"
