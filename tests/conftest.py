@@ -119,3 +119,28 @@ def exited_pid() -> int:
         check=True,
     )
     return int(done.stdout)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One throwaway PostgreSQL server for the session (tests/pg_server.py). Without the
+    binaries the tests using it skip, unless OCTOPOID_REQUIRE_POSTGRES=1 (CI) fails them."""
+    from .pg_server import PgServer, find_bin
+
+    if find_bin("initdb") is None or find_bin("pg_ctl") is None:
+        if os.environ.get("OCTOPOID_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL's initdb is not installed (apt-get install postgresql)")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    server = PgServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+_databases = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def pg_dsn(pg_server) -> str:
+    """A new empty database on the session's server, for this test alone."""
+    return pg_server.create_database(f"t{os.getpid()}_{next(_databases)}")

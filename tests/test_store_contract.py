@@ -1,4 +1,4 @@
-"""The QueueStore contract: every store (the folder store now, PostgreSQL later) passes this.
+"""The QueueStore contract: every store (the folder store and PostgreSQL) passes this.
 
 Add a store by adding a factory to STORES; nothing else here may know which store it tests.
 """
@@ -24,12 +24,24 @@ def folder_store(tmp_path: Path) -> QueueStore:
     return store
 
 
-STORES: dict[str, Callable[[Path], QueueStore]] = {"folder": folder_store}
+def postgres_store(request: pytest.FixtureRequest) -> QueueStore:
+    from orchestrator.store.postgres import PostgresStore
+
+    store = PostgresStore(request.getfixturevalue("pg_dsn"))
+    store.initialize()
+    request.addfinalizer(store.close)
+    return store
+
+
+STORES: dict[str, Callable[[pytest.FixtureRequest], QueueStore]] = {
+    "folder": lambda request: folder_store(request.getfixturevalue("tmp_path")),
+    "postgres": postgres_store,
+}
 
 
 @pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> QueueStore:
-    return STORES[request.param](tmp_path)
+def store(request: pytest.FixtureRequest) -> QueueStore:
+    return STORES[request.param](request)
 
 
 def add(store: QueueStore, title: str = "t", **fields) -> Task:
