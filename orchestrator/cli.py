@@ -18,6 +18,7 @@ from . import (
     intake,
     queue_utils,
     reports,
+    scaffold,
     scheduler_control,
     task_notes,
 )
@@ -25,7 +26,6 @@ from .cli_memory import memory_group
 from .dependencies import Blockage
 from .exceptions import ConfigError, OctopoidError
 from .lazy import lazy_import
-from .scaffold import init_project
 from .tasks import (
     DEFAULT_ROLE,
     PRIORITIES,
@@ -101,17 +101,27 @@ def cli() -> None:
 
 
 @cli.command()
-def init() -> None:
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    help="Keep the queue in PostgreSQL (postgresql://user@host/db) instead of folders: "
+    "creates its schema and names it in config.yaml (never the password).",
+)
+def init(store_url: str | None) -> None:
     """Create .octopoid/ (config, agents, prompts) and the runtime folders here.
 
     Run it at the top of a git work tree: every task is worked on a branch of it.
     """
     root = Path.cwd()
-    created = init_project(root, require_git=True)
+    created = scaffold.init_project(root, require_git=True)
     for path in created:
         click.echo(f"created {path.relative_to(root)}")
-    if not created:
+    if not created and not store_url:
         click.echo("octopoid is already set up here; nothing changed.")
+    if store_url:
+        for line in scaffold.use_postgres(root, store_url):
+            click.echo(line)
     branch = intake.current_branch(root) or "none: HEAD is detached"
     click.echo(f"new tasks start from the branch checked out here ({branch}) unless given --branch")
 
@@ -469,6 +479,17 @@ def _paused_list(state: dict[str, Any]) -> list[str]:
 
     paused = [f"the whole system ({how(state['system'])})"] if state["system"] else []
     return paused + [f"{name} ({how(by, name)})" for name, by in state["agents"].items()]
+
+
+@cli.group("db")
+def db_group() -> None:
+    """The PostgreSQL queue's schema (store.backend: postgres)."""
+
+
+@db_group.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the octopoid schema in the configured database (idempotent)."""
+    click.echo(queue_utils.upgrade_store())
 
 
 @cli.group("scheduler")

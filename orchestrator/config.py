@@ -107,9 +107,14 @@ _TYPE_WORDS = {
     dict: "a mapping",
 }
 
+DATABASE_URL_ENV = "OCTOPOID_DATABASE_URL"
 NOTIFY_EVENTS = ("needs_review", "failed", "breakdown", "scheduler_stopped")
 CONFIG_SCHEMA: dict[str, Any] = {
     "durability": Field(str, "durable", choices=("durable", "relaxed")),
+    "store": {
+        "backend": Field(str, "folder", choices=("folder", "postgres")),
+        "dsn": Field(str, None),  # without its password: that comes from the environment
+    },
     "notes": {
         "stdout_limit": Field(int, defaults.NOTES_STDOUT_LIMIT, minimum=100),
         "prompt_budget": Field(int, defaults.NOTES_PROMPT_BUDGET, minimum=1000),
@@ -278,11 +283,32 @@ def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: 'notify.events' has {unknown[0]!r}; choose from {', '.join(NOTIFY_EVENTS)}"
         )
+    if cfg["store"]["backend"] == "postgres" and not (
+        cfg["store"]["dsn"] or os.environ.get(DATABASE_URL_ENV)
+    ):
+        raise ConfigError(
+            f"{path}: 'store.backend' is postgres but neither 'store.dsn' nor "
+            f"{DATABASE_URL_ENV} names the database"
+        )
     if cfg["memory"]["distill"] == "anthropic" and not cfg["memory"]["distill_model"]:
         raise ConfigError(
             f"{path}: 'memory.distill_model' is required when memory.distill is anthropic"
         )
     return cfg
+
+
+def store_choice() -> tuple[str, str | None]:
+    """("folder", None) or ("postgres", DSN). ``OCTOPOID_DATABASE_URL`` wins over config.yaml
+    (so a password need never be written there); a broken config.yaml falls back to the
+    environment alone, and then to the folder store, so the queue stays readable."""
+    url = os.environ.get(DATABASE_URL_ENV)
+    try:
+        store = load_config()["store"]
+    except ConfigError:
+        return ("postgres", url) if url else ("folder", None)
+    if url:
+        return "postgres", url
+    return store["backend"], store["dsn"]
 
 
 def problem() -> str | None:

@@ -26,6 +26,7 @@ from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
 from .exceptions import (
     ConfigError,
     IllegalTransition,
+    InvalidInput,
     InvalidTask,
     LostClaim,
     LostRace,
@@ -82,19 +83,48 @@ __all__ = [
 
 
 @lru_cache(maxsize=8)
-def _store_for(queue_dir: str, durable: bool) -> FolderStore:
-    store = FolderStore(Path(queue_dir), durable)
+def _store_for(where: str, durable: bool, backend: str = "folder") -> QueueStore:
+    if backend == "postgres":
+        from .store.postgres import PostgresStore  # psycopg only for those who use it
+
+        store: QueueStore = PostgresStore(where)
+    else:
+        store = FolderStore(Path(where), durable)
     store.initialize()
     return store
 
 
 def get_store() -> QueueStore:
-    """The store for the current project (looked up at call time, cached per folder)."""
+    """The store for the current project (looked up at call time, cached per folder or
+    database): the folder queue, or PostgreSQL when config.yaml or the environment says."""
+    backend, dsn = config.store_choice()
+    if backend == "postgres" and dsn:
+        return _store_for(dsn, True, "postgres")
     try:
         durable = config.load_config()["durability"] == "durable"
     except ConfigError:
         durable = True  # a broken config.yaml must not stop reading the queue
     return _store_for(str(config.get_queue_dir()), durable)
+
+
+def upgrade_store() -> str:
+    """Create or migrate the configured PostgreSQL schema; say what was done."""
+    backend, dsn = config.store_choice()
+    if backend != "postgres" or not dsn:
+        raise InvalidInput(
+            "this project keeps its queue in folders (no store.backend: postgres in "
+            f"config.yaml, no {config.DATABASE_URL_ENV}): there is no database to upgrade"
+        )
+    from .store.postgres import MIGRATIONS, PostgresStore
+
+    store = PostgresStore(dsn)
+    try:
+        applied = store.upgrade()
+    finally:
+        store.close()
+    if not applied:
+        return f"the octopoid schema is up to date (version {len(MIGRATIONS)})"
+    return f"applied migration(s) {', '.join(map(str, applied))}: now version {len(MIGRATIONS)}"
 
 
 def _id(task: Task | str) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from pathlib import Path
 
+from . import config
 from .config import OCTOPOID_DIR
+from .exceptions import ConfigError, InvalidInput
 from .fsutil import atomic_write
 from .intake import check_work_tree
 from .store import FolderStore
@@ -47,3 +50,56 @@ def init_project(root: Path, *, require_git: bool = False) -> list[Path]:
     queue.initialize()
     created.extend(missing)
     return created
+
+
+def use_postgres(root: Path, url: str) -> list[str]:
+    """Point the project at a PostgreSQL queue: create or migrate its schema, then add a
+    ``store:`` section to config.yaml naming the database *without* its password (which
+    belongs in ``OCTOPOID_DATABASE_URL``, ``PGPASSWORD`` or ``~/.pgpass``). Returns what
+    was done, one line each."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from .store.postgres import MIGRATIONS, PostgresStore, redact_dsn
+
+    try:
+        parts = conninfo_to_dict(url)
+    except Exception:
+        raise InvalidInput("--store: not a PostgreSQL URL (postgresql://user@host/db)") from None
+    path = root / OCTOPOID_DIR / "config.yaml"
+    try:
+        if config.load_config()["store"]["backend"] == "postgres":
+            raise InvalidInput(f"{path} already names a PostgreSQL store; edit it by hand")
+    except ConfigError as exc:
+        raise InvalidInput(str(exc)) from None
+    store = PostgresStore(url)
+    try:
+        applied = store.upgrade()
+    finally:
+        store.close()
+    password = parts.pop("password", None)
+    shown = make_conninfo("", **parts) if "://" not in url else _url_without_password(url)
+    text = path.read_text(encoding="utf-8")
+    block = f"\nstore:\n  backend: postgres\n  dsn: {json.dumps(shown)}\n"
+    atomic_write(path, text.rstrip("\n") + "\n" + block)
+    done = [
+        f"database schema: version {len(MIGRATIONS)}"
+        + (f" (applied {', '.join(map(str, applied))})" if applied else " (already there)"),
+        f"config.yaml: store.backend postgres, dsn {redact_dsn(shown, url)}",
+    ]
+    if password:
+        done.append(
+            "the password was not written to config.yaml: set OCTOPOID_DATABASE_URL (or "
+            "PGPASSWORD, or ~/.pgpass) on every machine"
+        )
+    return done
+
+
+def _url_without_password(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    split = urlsplit(url)
+    if split.password is None:
+        return url
+    host = split.hostname or ""
+    netloc = (split.username or "") + "@" + host + (f":{split.port}" if split.port else "")
+    return urlunsplit(split._replace(netloc=netloc))

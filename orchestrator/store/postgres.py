@@ -101,14 +101,16 @@ class PostgresStore(QueueStore):
         """The pool, opened on first use and again in a forked child (pools don't fork)."""
         with self._guard:
             if self._pool is None or self._pid != os.getpid():
+                import psycopg
                 from psycopg_pool import ConnectionPool
 
-                self._pool = ConnectionPool(
-                    self.dsn, min_size=1, max_size=self.max_connections, open=False
-                )
-                with self._errors():
-                    self._pool.open(wait=True, timeout=30)
-                self._pid = os.getpid()
+                with self._errors():  # one plain connection first: an error at once, not
+                    psycopg.connect(self.dsn, connect_timeout=10).close()  # a pool's retries
+                    pool = ConnectionPool(
+                        self.dsn, min_size=1, max_size=self.max_connections, open=False
+                    )
+                    pool.open(wait=True, timeout=30)
+                self._pool, self._pid = pool, os.getpid()
             return self._pool
 
     @contextmanager
@@ -119,10 +121,12 @@ class PostgresStore(QueueStore):
         try:
             yield
         except psycopg.Error as exc:
-            message = redact_dsn(str(exc).strip() or type(exc).__name__, self.dsn)
-            raise StorageError(f"the PostgreSQL queue failed: {message}") from None
+            message = " ".join(str(exc).split()) or type(exc).__name__  # libpq's are multi-line
+            raise StorageError(
+                f"the PostgreSQL queue failed: {redact_dsn(message, self.dsn)}"
+            ) from None
         except TimeoutError as exc:  # the pool could not connect in time
-            message = redact_dsn(str(exc), self.dsn)
+            message = redact_dsn(" ".join(str(exc).split()), self.dsn)
             raise StorageError(f"cannot reach the PostgreSQL queue: {message}") from None
 
     @contextmanager

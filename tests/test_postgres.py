@@ -1,0 +1,163 @@
+"""The PostgreSQL store beyond the contract: real processes racing, holds that die with
+their process, the CLI's setup commands, and a password that never shows."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import queue_utils as q
+from orchestrator import reports
+from orchestrator.exceptions import StorageError, TaskBusy
+from orchestrator.store.postgres import PostgresStore
+from orchestrator.tasks import TaskState
+
+from .conftest import child_env, helper_cmd, make_git_repo
+
+OCTOPOID = shutil.which("octopoid") or "octopoid"
+
+
+@pytest.fixture
+def pg_project(project: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project whose queue is a fresh PostgreSQL database (via OCTOPOID_DATABASE_URL)."""
+    monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
+    return project
+
+
+def test_a_whole_lifecycle_runs_on_postgres_and_leaves_no_queue_files(pg_project: Path) -> None:
+    task = q.create_task("hello", priority="P0")
+    claimed = q.claim_task(None, "agent")
+    assert claimed.id == task.id and claimed.attempts == 1
+    q.record_usage(claimed, 3, 0.25)
+    q.submit_completion(claimed, 1, 3)
+    q.accept_completion(task.id)
+    assert q.get_task(task.id).state is TaskState.DONE
+    summary = reports.status_summary()
+    assert summary["counts"]["done"] == 1 and summary["usage"]["turns"] == 3
+    queue = pg_project / ".octopoid/runtime/queue"
+    assert not any(p.name.startswith("TASK-") for p in queue.rglob("*"))
+
+
+def test_eight_processes_claim_300_tasks_exactly_once(pg_project: Path, tmp_path: Path) -> None:
+    ids = {q.create_task(f"task {i}", priority=f"P{i % 4}").id for i in range(300)}
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            helper_cmd("claimer", f"claimer-{n}", str(go)),
+            env=child_env(pg_project),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(8)
+    ]
+    time.sleep(0.5)
+    go.touch()
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    claimed = [line for out in outputs for line in out.split()]
+    assert len(claimed) == len(set(claimed)) == 300 and set(claimed) == ids
+    assert sum(1 for out in outputs if out.strip()) > 1  # the work really was shared
+    assert q.get_store().count(TaskState.CLAIMED) == 300
+
+
+HOLDER = r"""
+import sys, time
+from orchestrator import queue_utils as q
+with q.get_store().hold(sys.argv[1], "accepted"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_hold_is_busy_for_others_and_dies_with_its_process(pg_project: Path) -> None:
+    task = q.create_task("held")
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, task.id],
+        env=child_env(pg_project),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "held"
+        busy = rf"being accepted \(pid {child.pid}\)"
+        with pytest.raises(TaskBusy, match=busy), q.get_store().hold(task.id, "rejected"):
+            pytest.fail("two processes held one task")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    for _ in range(100):  # the server notices the dead session at once, or nearly
+        try:
+            with q.get_store().hold(task.id, "rejected"):
+                break  # the hold is ours now
+        except TaskBusy:
+            time.sleep(0.05)
+    else:
+        pytest.fail("the dead process's hold was never released")
+
+
+def test_a_hold_may_be_taken_again_by_its_holder(pg_project: Path) -> None:
+    task = q.create_task("nested")
+    store = q.get_store()
+    with store.hold(task.id, "accepted"), store.hold(task.id, "rejected"):
+        assert store.locate(task.id) is TaskState.INCOMING
+
+
+def test_init_store_keeps_the_password_out_of_config_and_db_upgrade_is_idempotent(
+    pg_server, tmp_path: Path
+) -> None:
+    dsn = pg_server.create_database("initstore")
+    root = tmp_path / "repo"
+    root.mkdir()
+    make_git_repo(root)
+    url = dsn.replace("postgresql://octopoid@", "postgresql://octopoid:hunter2-sekrit@")
+    env = {k: v for k, v in os.environ.items() if k not in ("OCTOPOID_ROOT",)}
+    env.pop("OCTOPOID_DATABASE_URL", None)
+    done = subprocess.run(
+        [OCTOPOID, "init", "--store", url], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "hunter2-sekrit" not in done.stdout + done.stderr
+    assert "database schema: version 1 (applied 1)" in done.stdout
+    assert "password was not written" in done.stdout
+    config_text = (root / ".octopoid/config.yaml").read_text()
+    assert "hunter2-sekrit" not in config_text and "backend: postgres" in config_text
+    again = subprocess.run(
+        [OCTOPOID, "db", "upgrade"], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert again.returncode == 0 and "up to date (version 1)" in again.stdout
+    made = subprocess.run(
+        [OCTOPOID, "enqueue", "from the CLI"], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    assert PostgresStore(dsn).count(TaskState.INCOMING) == 1  # it went to the database
+
+
+def test_an_unreachable_database_is_one_line_without_the_password(project: Path) -> None:
+    env = child_env(project)
+    env["OCTOPOID_DATABASE_URL"] = "postgresql://me:hunter2-sekrit@/nodb?host=/nonexistent"
+    done = subprocess.run([OCTOPOID, "list"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr and "hunter2-sekrit" not in done.stderr + done.stdout
+    assert "PostgreSQL" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_row_edited_into_nonsense_is_quarantined_not_lost(pg_project: Path) -> None:
+    import psycopg
+
+    task = q.create_task("to be broken")
+    with psycopg.connect(os.environ["OCTOPOID_DATABASE_URL"]) as conn:
+        conn.execute("UPDATE octopoid.tasks SET body = 'junk' WHERE id = %s", (task.id,))
+    assert q.claim_task(None, "agent") is None  # skipped and quarantined, not a crash
+    ((name, reason),) = q.get_store().list_quarantine()
+    assert name == f"TASK-{task.id}.md" and "from incoming" in reason
+    with pytest.raises(StorageError, match="newer than this octopoid knows"):
+        with psycopg.connect(os.environ["OCTOPOID_DATABASE_URL"]) as conn:
+            conn.execute("INSERT INTO octopoid.migrations (version) VALUES (99)")
+        PostgresStore(os.environ["OCTOPOID_DATABASE_URL"]).upgrade()
