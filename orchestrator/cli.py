@@ -481,6 +481,32 @@ def _paused_list(state: dict[str, Any]) -> list[str]:
     return paused + [f"{name} ({how(by, name)})" for name, by in state["agents"].items()]
 
 
+@cli.command("export")
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+def export_cmd(dest: Path) -> None:
+    """Write the whole queue (any store) to DEST as <state>/TASK-<id>.md files.
+
+    DEST must be new or empty. With `octopoid import` it moves a queue between the folder
+    store and PostgreSQL; quarantined entries stay behind.
+    """
+    from .store.transfer import export_queue
+
+    click.echo("\n".join(export_queue(queue_utils.get_store(), dest).lines("exported")))
+
+
+@cli.command("import")
+@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def import_cmd(source: Path) -> None:
+    """Load a folder queue (SOURCE/<state>/TASK-<id>.md) into this project's store.
+
+    Ids and states are kept; a task whose id already exists here, or a file that does not
+    parse, is named and skipped.
+    """
+    from .store.transfer import import_queue
+
+    click.echo("\n".join(import_queue(queue_utils.get_store(), source).lines("imported")))
+
+
 @cli.group("db")
 def db_group() -> None:
     """The PostgreSQL queue's schema (store.backend: postgres)."""

@@ -161,3 +161,53 @@ def test_a_row_edited_into_nonsense_is_quarantined_not_lost(pg_project: Path) ->
         with psycopg.connect(os.environ["OCTOPOID_DATABASE_URL"]) as conn:
             conn.execute("INSERT INTO octopoid.migrations (version) VALUES (99)")
         PostgresStore(os.environ["OCTOPOID_DATABASE_URL"]).upgrade()
+
+
+def test_export_import_export_round_trips_byte_for_byte_between_stores(
+    project: Path, pg_dsn: str, tmp_path: Path
+) -> None:
+    made = [q.create_task(f"task {i}", priority=f"P{i % 4}") for i in range(6)]
+    claimed = q.claim_task(None, "agent")
+    q.submit_completion(claimed, 1, 1)
+    q.accept_completion(claimed.id)
+    q.claim_task(None, "agent")  # one left claimed, with its lease headers
+    env = child_env(project)
+    first, second = tmp_path / "from-folders", tmp_path / "from-postgres"
+    out = subprocess.run([OCTOPOID, "export", str(first)], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and "exported 6 task(s)" in out.stdout, out.stderr
+    env["OCTOPOID_DATABASE_URL"] = pg_dsn
+    for argv in (["import", str(first)], ["export", str(second)]):
+        out = subprocess.run([OCTOPOID, *argv], env=env, capture_output=True, text=True)
+        assert out.returncode == 0 and "6 task(s)" in out.stdout, out.stderr
+    files = sorted(p.relative_to(first) for p in first.rglob("TASK-*.md"))
+    assert files == sorted(p.relative_to(second) for p in second.rglob("TASK-*.md"))
+    assert len(files) == len(made)
+    for rel in files:
+        assert (first / rel).read_bytes() == (second / rel).read_bytes()
+    again = subprocess.run(
+        [OCTOPOID, "import", str(first)], env=env, capture_output=True, text=True
+    )
+    assert again.returncode == 0 and "imported 0 task(s)" in again.stdout
+    assert again.stdout.count("already exists") == 6  # named and skipped, not duplicated
+    store = PostgresStore(pg_dsn)
+    assert store.allocate_id() == "7"  # ids allocated after an import skip the imported ones
+    store.close()
+
+
+def test_import_names_and_skips_an_unreadable_file_and_refuses_a_non_queue(
+    pg_project: Path, tmp_path: Path
+) -> None:
+    from orchestrator.exceptions import InvalidInput
+    from orchestrator.store.transfer import import_queue
+
+    source = tmp_path / "queue"
+    (source / "incoming").mkdir(parents=True)
+    (source / "incoming" / "TASK-5.md").write_bytes(b"\x00binary")
+    (source / "incoming" / "TASK-6.md").write_text("# [TASK-6] fine\n\nPRIORITY: P1\n")
+    report = import_queue(q.get_store(), source)
+    assert report.counts["incoming"] == 1 and q.get_task("6").title == "fine"
+    assert report.skipped == [
+        "skipped incoming/TASK-5.md: file contains NUL bytes (binary data, not a task)"
+    ]
+    with pytest.raises(InvalidInput, match="has no queue folders"):
+        import_queue(q.get_store(), tmp_path / "nothing-here")

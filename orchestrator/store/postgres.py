@@ -228,6 +228,11 @@ class PostgresStore(QueueStore):
                 cur.execute("SELECT 1 FROM octopoid.tasks WHERE id = %s", (candidate,))
                 if cur.fetchone() is None:
                     return candidate
+                cur.execute(  # tasks added with their own ids (an import): jump past them
+                    "SELECT setval('octopoid.task_ids', GREATEST(%s::bigint, "
+                    "(SELECT coalesce(max(seq), 0) FROM octopoid.tasks)))",
+                    (candidate,),
+                )
 
     def add(self, task: Task, state: TaskState) -> Task:
         with self._tx() as cur:
