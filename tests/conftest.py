@@ -66,6 +66,25 @@ def start_then_kill(root: Path, argv: list[str], delay: float) -> None:
     proc.wait()
 
 
+def race_claimers(root: Path, go: Path, n: int = 8, timeout: float = 240) -> list[str]:
+    """Start ``n`` claimer processes (tests/helpers/claimer.py) against ``root``, release
+    them together, and return each one's output: the ids it claimed, one per line."""
+    procs = [
+        subprocess.Popen(
+            helper_cmd("claimer", f"claimer-{i}", str(go)),
+            env=child_env(root),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
+    time.sleep(0.5)  # let every interpreter start, then release them together
+    go.touch()
+    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    return outputs
+
+
 def make_git_repo(root: Path) -> None:
     """A repository on ``main`` with one commit, octopoid's runtime ignored."""
     import git

@@ -19,7 +19,14 @@ from orchestrator import queue_utils as q
 from orchestrator.task_notes import split_notes
 from orchestrator.tasks import TaskState, read_task_file
 
-from .conftest import child_env, helper_cmd, run_all, start_then_kill, write_agents
+from .conftest import (
+    child_env,
+    helper_cmd,
+    race_claimers,
+    run_all,
+    start_then_kill,
+    write_agents,
+)
 from .e2e.test_containment import AgentCounter
 from .e2e.test_daemon import OCTOPOID
 
@@ -28,20 +35,7 @@ pytestmark = pytest.mark.slow
 
 def test_eight_processes_claim_500_tasks_exactly_once(project: Path, tmp_path: Path) -> None:
     ids = {q.create_task(f"task {i}", priority=f"P{i % 4}").id for i in range(500)}
-    go = tmp_path / "go"
-    procs = [
-        subprocess.Popen(
-            helper_cmd("claimer", f"claimer-{n}", str(go)),
-            env=child_env(project),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(8)
-    ]
-    time.sleep(0.5)  # let every interpreter start, then release them together
-    go.touch()
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+    outputs = race_claimers(project, tmp_path / "go")
     claimed = [line for out in outputs for line in out.split()]
     assert len(claimed) == len(set(claimed)) == 500
     assert set(claimed) == ids

@@ -19,7 +19,7 @@ from orchestrator.exceptions import StorageError, TaskBusy
 from orchestrator.store.postgres import PostgresStore
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, helper_cmd, make_git_repo
+from .conftest import child_env, make_git_repo, race_claimers
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 
@@ -47,20 +47,7 @@ def test_a_whole_lifecycle_runs_on_postgres_and_leaves_no_queue_files(pg_project
 
 def test_eight_processes_claim_300_tasks_exactly_once(pg_project: Path, tmp_path: Path) -> None:
     ids = {q.create_task(f"task {i}", priority=f"P{i % 4}").id for i in range(300)}
-    go = tmp_path / "go"
-    procs = [
-        subprocess.Popen(
-            helper_cmd("claimer", f"claimer-{n}", str(go)),
-            env=child_env(pg_project),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(8)
-    ]
-    time.sleep(0.5)
-    go.touch()
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+    outputs = race_claimers(pg_project, tmp_path / "go")
     claimed = [line for out in outputs for line in out.split()]
     assert len(claimed) == len(set(claimed)) == 300 and set(claimed) == ids
     assert sum(1 for out in outputs if out.strip()) > 1  # the work really was shared
