@@ -83,6 +83,11 @@ def overdue(task: Task, now: datetime) -> bool:
 
 
 def file_time(task: Task) -> datetime:
+    """When the task was last written: its file's mtime, or (PostgreSQL keeps no file) its
+    CREATED time, which is earlier and so never keeps a dead claim longer."""
+    if task.path is None:
+        created = task.headers.get("CREATED")
+        return parse_time(created) if created else datetime.now(UTC)
     return datetime.fromtimestamp(task.path.stat().st_mtime, tz=UTC)
 
 

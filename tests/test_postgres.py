@@ -198,3 +198,28 @@ def test_import_names_and_skips_an_unreadable_file_and_refuses_a_non_queue(
     ]
     with pytest.raises(InvalidInput, match="has no queue folders"):
         import_queue(q.get_store(), tmp_path / "nothing-here")
+
+
+def test_the_scheduler_runs_attempts_from_postgres_to_review(
+    git_project: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import scheduler
+
+    from .conftest import write_agents
+
+    monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)  # runners inherit it
+    write_agents(git_project, max_concurrent=2, max_claimed=3)
+    ids = [q.create_task(f"t{i}").id for i in range(3)]
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            sched.loop_once()
+            if all(q.get_store().locate(t) is TaskState.PROVISIONAL for t in ids):
+                break
+            time.sleep(0.05)
+    finally:
+        sched.shutdown(grace=10)
+    assert [q.get_store().locate(t) for t in ids] == [TaskState.PROVISIONAL] * 3
+    assert q.get_task(ids[0]).headers.get("COMMITS") is not None

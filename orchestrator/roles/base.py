@@ -60,6 +60,10 @@ class Claim:
             self._renew()
 
     def _rewritten(self) -> bool:
+        """Has someone rewritten the task file since our renewal (renew now to find out)?
+        A store without files (PostgreSQL) renews on the timer alone."""
+        if self.task.path is None:
+            return False
         try:
             st = os.stat(self.task.path)
         except FileNotFoundError:
@@ -68,8 +72,10 @@ class Claim:
 
     def _renew(self, **kwargs: object) -> Task:
         task = queue_utils.renew_lease(self.task_id, self.lease_seconds, token=self.token, **kwargs)
-        st = os.stat(task.path)
-        self.task, self._seen, self._last = task, (st.st_ino, st.st_mtime_ns), time.monotonic()
+        if task.path is not None:
+            st = os.stat(task.path)
+            self._seen = (st.st_ino, st.st_mtime_ns)
+        self.task, self._last = task, time.monotonic()
         return task
 
 
