@@ -29,8 +29,11 @@ def agents_per_task() -> Counter:
     """How many scripted-agent processes run now, per task (from their environment).
 
     A process forked by an agent (before it execs git) looks like an agent for a moment:
-    only processes whose parent is not an agent count.
+    only processes whose parent is not an agent count. Only agents working inside this
+    test's project (``OCTOPOID_ROOT``) count: another test run on the machine may be
+    running its own TASK-1.
     """
+    root = os.path.realpath(os.environ["OCTOPOID_ROOT"]) + os.sep
     found: dict[int, tuple[int, str]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -43,6 +46,8 @@ def agents_per_task() -> Counter:
                 env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read()
+            if not os.path.realpath(f"/proc/{name}/cwd").startswith(root):
+                continue
         except OSError:
             continue
         task = env.get(b"OCTOPOID_TASK_ID")
