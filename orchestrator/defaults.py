@@ -36,6 +36,11 @@ MAX_HISTORY_REASON_CHARS = 200
 #: Seconds between full rescans of incoming/ that catch files dropped in by hand.
 INDEX_RECONCILE_SECONDS = 60
 
+#: Seconds a claim waits for writes in flight to record incoming/'s mtime before it rescans
+#: anyway (a writer holds the gate for a millisecond; a stopped or hostile holder of the
+#: gate file must not stall every claim).
+WRITER_GATE_WAIT_SECONDS = 2.0
+
 #: Seconds after which a leftover temp file in a queue folder is a crash's debris.
 STALE_TEMP_SECONDS = 3600
 

@@ -194,3 +194,41 @@ def test_a_claim_waits_for_a_write_in_flight_rather_than_rescan_the_folder(proje
         go.touch()
         assert child.wait(30) == 0
     assert [w.id for w in store.waiting()] == ["1", "2"]
+
+
+GATE_SQUATTER = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_SH)  # a hostile (or stopped) process holding the gate for ever
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_process_squatting_on_the_writer_gate_delays_claims_but_never_stalls_them(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import defaults
+
+    monkeypatch.setattr(defaults, "WRITER_GATE_WAIT_SECONDS", 0.3)
+    q.create_task("first", priority="P2")
+    store = q.get_store()
+    squatter = subprocess.Popen(
+        [sys.executable, "-c", GATE_SQUATTER, str(store.index.writes.path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert squatter.stdout.readline().strip() == "holding"
+        drop_by_hand(project, "90", "dropped in", priority="P0")
+        got: list[str] = []
+        started = time.monotonic()
+        claimer = threading.Thread(target=lambda: got.append(q.claim_task(None, "a").id))
+        claimer.start()
+        claimer.join(10)
+        assert not claimer.is_alive(), "the claim stalled behind the squatter"
+        assert got == ["90"]  # rescanned after the wait, so the dropped task was found
+        assert time.monotonic() - started >= 0.3
+    finally:
+        squatter.kill()
+        squatter.wait(10)

@@ -99,14 +99,25 @@ class WriterGate:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Wait for every write in flight (never call it while this thread writes)."""
+    def quiet(self) -> Iterator[bool]:
+        """Hold the gate exclusively for the block (no write in flight, none starting), after
+        waiting at most ``WRITER_GATE_WAIT_SECONDS``; yields False, not holding it, when it
+        stayed taken that long. Never enter it while this thread writes."""
         fd = self._open()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            deadline = time.monotonic() + defaults.WRITER_GATE_WAIT_SECONDS
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        yield False
+                        return
+                    time.sleep(0.0005)
+            yield True
         finally:
-            os.close(fd)
+            os.close(fd)  # drops the lock
 
 
 class ClaimIndex:
@@ -232,7 +243,9 @@ class ClaimIndex:
         """Has anyone but octopoid changed incoming/ since the index last saw it?"""
         if self.known_mtime(self.folder_mtime()):
             return False
-        with self.writes.exclusive():  # a write in flight records its mtime first
+        with self.writes.quiet() as quiet:  # writes in flight record their mtimes first
+            if not quiet:  # held too long: rescan rather than stall behind a stopped holder
+                return True
             return not self.known_mtime(self.folder_mtime())
 
     def due_for_reconcile(self, now: float | None = None) -> bool:
