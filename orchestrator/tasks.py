@@ -529,7 +529,7 @@ def read_task_file(path: Path, state: TaskState | None = None) -> Task:
     match = FILE_RE.fullmatch(path.name)
     if not match:
         raise TaskParseError(f"file name {path.name!r} is not TASK-<id>.md")
-    data = _read_regular(path)
+    data = read_regular(path)
     if b"\x00" in data:
         raise TaskParseError("file contains NUL bytes (binary data, not a task)")
     try:
@@ -541,7 +541,9 @@ def read_task_file(path: Path, state: TaskState | None = None) -> Task:
     return task
 
 
-def _read_regular(path: Path) -> bytes:
+def read_regular(path: Path) -> bytes:
+    """A regular file's bytes, read without following a symlink or blocking on a FIFO and
+    at most ``MAX_TASK_FILE_BYTES``; anything else is ``TaskParseError`` saying what it is."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as exc:

@@ -223,3 +223,29 @@ def test_the_scheduler_runs_attempts_from_postgres_to_review(
         sched.shutdown(grace=10)
     assert [q.get_store().locate(t) for t in ids] == [TaskState.PROVISIONAL] * 3
     assert q.get_task(ids[0]).headers.get("COMMITS") is not None
+
+
+def test_quarantine_into_postgres_never_reads_a_fifo_and_never_drops_a_big_file(
+    pg_project: Path, tmp_path: Path
+) -> None:
+    from orchestrator import defaults
+
+    store = q.get_store()
+    fifo = tmp_path / "TASK-7.md"
+    os.mkfifo(fifo)  # opening it for reading would block for ever
+    big = tmp_path / "TASK-8.md"
+    big.write_bytes(b"x" * (defaults.MAX_TASK_FILE_BYTES + 1))
+    small = tmp_path / "TASK-9.md"
+    small.write_bytes(b"junk \xff")
+    for path in (fifo, big, small):
+        store.quarantine(path, "unreadable")
+    assert not fifo.exists() and not small.exists()
+    assert big.stat().st_size == defaults.MAX_TASK_FILE_BYTES + 1  # left where it was
+    reasons = dict(store.list_quarantine())
+    assert "FIFO" in reasons["TASK-7.md"] and "limited to" in reasons["TASK-8.md"]
+    assert reasons["TASK-9.md"].startswith("unreadable\n")
+    import psycopg
+
+    with psycopg.connect(os.environ["OCTOPOID_DATABASE_URL"]) as conn:
+        kept = conn.execute("SELECT body FROM octopoid.quarantine WHERE name = 'TASK-9.md'")
+        assert bytes(kept.fetchone()[0]) == b"junk \xff"

@@ -17,9 +17,10 @@ lock): ``octopoid init --store URL`` and ``octopoid db upgrade`` call it.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,15 @@ from ..exceptions import (
     TaskNotFound,
     TaskParseError,
 )
-from ..tasks import Task, TaskState, claim_order, parse_task, render_task, task_label
+from ..tasks import (
+    Task,
+    TaskState,
+    claim_order,
+    parse_task,
+    read_regular,
+    render_task,
+    task_label,
+)
 from .base import Change, Guard, QueueStore
 from .claim_index import Waiting
 
@@ -436,13 +445,16 @@ class PostgresStore(QueueStore):
         return n
 
     def quarantine(self, path: Path, reason: str) -> Path:
-        """Keep an unreadable file's bytes and the reason in the database; remove the file."""
+        """Keep an unreadable file's bytes and the reason in the database, then remove the
+        file. What cannot be kept whole (too large) stays where it is; a symlink, FIFO or
+        device is never followed or read, only named and removed."""
         try:
-            data = path.read_bytes() if not path.is_symlink() else b""
+            data, kept = read_regular(path), True
         except FileNotFoundError:
             return path
-        except OSError as exc:
-            data = f"(unreadable: {exc.strerror})".encode()
+        except TaskParseError as exc:
+            data, kept = b"", False
+            reason = f"{reason} (its bytes are not kept here: {exc})"
         with self._tx() as cur:
             cur.execute(
                 "INSERT INTO octopoid.quarantine (name, reason, body) VALUES (%s, %s, %s) "
@@ -450,7 +462,9 @@ class PostgresStore(QueueStore):
                 (path.name, f"{reason}\n(from {path.parent.name}/{path.name})", data),
             )
             n = cur.fetchone()[0]
-        path.unlink(missing_ok=True)
+        with suppress(FileNotFoundError):
+            if kept or not stat.S_ISREG(os.lstat(path).st_mode):
+                path.unlink()
         return Path(f"postgres:quarantine/{n}/{path.name}")
 
     def sweep(self, now: datetime | None = None) -> int:
