@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import NamedTuple
+from urllib.parse import unquote
 
 import ahocorasick_rs
 
@@ -120,13 +121,24 @@ def looks_secret(name: str) -> bool:
     return upper.endswith(SECRET_SUFFIXES) or any(part in upper for part in SECRET_PARTS)
 
 
+#: The password of a URL with credentials (``scheme://user:password@host``), e.g. the
+#: ``OCTOPOID_DATABASE_URL`` every agent inherits: its password alone must not leak either.
+URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*:([^@/\s]+)@")
+
+
 def secret_env(environ: Mapping[str, str]) -> frozenset[tuple[str, str]]:
-    """(name, value) of every variable whose name looks secret and value is long enough."""
-    return frozenset(
-        (name, value)
-        for name, value in environ.items()
-        if len(value) >= MIN_SECRET_LEN and looks_secret(name)
-    )
+    """(name, value) of every variable whose name looks secret and value is long enough,
+    and (name:password, password) of every variable holding a URL with a password, the
+    password also as it reads percent-decoded."""
+    found = set()
+    for name, value in environ.items():
+        if len(value) >= MIN_SECRET_LEN and looks_secret(name):
+            found.add((name, value))
+        elif (match := URL_PASSWORD.match(value)) is not None:
+            forms = {f"{name}:password": match.group(1)}  # a name per form: callers key by it
+            forms[f"{name}:password-decoded"] = unquote(match.group(1))
+            found.update((k, v) for k, v in forms.items() if len(v) >= MIN_SECRET_LEN)
+    return frozenset(found)
 
 
 def secret_values(environ: Mapping[str, str]) -> dict[bytes, str]:

@@ -17,7 +17,7 @@ from orchestrator import queue_utils as q
 from orchestrator import reports
 from orchestrator.exceptions import StorageError, TaskBusy
 from orchestrator.store.postgres import PostgresStore
-from orchestrator.tasks import TaskState
+from orchestrator.tasks import TaskState, render_task
 
 from .conftest import child_env, make_git_repo, race_claimers
 
@@ -249,3 +249,41 @@ def test_quarantine_into_postgres_never_reads_a_fifo_and_never_drops_a_big_file(
     with psycopg.connect(os.environ["OCTOPOID_DATABASE_URL"]) as conn:
         kept = conn.execute("SELECT body FROM octopoid.quarantine WHERE name = 'TASK-9.md'")
         assert bytes(kept.fetchone()[0]) == b"junk \xff"
+
+
+LEAKY_AGENT = (
+    "import os, sys\n"
+    "from urllib.parse import urlsplit\n"
+    "print('the password is', urlsplit(os.environ['OCTOPOID_DATABASE_URL']).password)\n"
+    "sys.exit(1)\n"
+)
+
+
+def test_an_agent_printing_the_database_password_leaks_it_nowhere(
+    git_project: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator import scheduler
+
+    from .conftest import write_agents
+
+    url = pg_dsn.replace("postgresql://octopoid@", "postgresql://octopoid:hunter2-sekrit@")
+    monkeypatch.setenv("OCTOPOID_DATABASE_URL", url)  # trust auth: the password is unused
+    write_agents(git_project, argv=[sys.executable, "-c", LEAKY_AGENT])
+    task = q.create_task("print what you know")
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not q.get_task_notes(task.id):
+            sched.loop_once()
+            time.sleep(0.05)
+    finally:
+        sched.shutdown(grace=10)
+    notes = q.get_task_notes(task.id)
+    assert "the password is [REDACTED:OCTOPOID_DATABASE_URL:password" in notes
+    logs = git_project / ".octopoid/runtime/logs"
+    written = [p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()]
+    assert written and not any("hunter2-sekrit" in text for text in [notes, *written])
+    store = PostgresStore(pg_dsn)
+    assert "hunter2-sekrit" not in render_task(store.get(task.id))  # the row's text
+    store.close()
