@@ -115,16 +115,9 @@ def upgrade_store() -> str:
             "this project keeps its queue in folders (no store.backend: postgres in "
             f"config.yaml, no {config.DATABASE_URL_ENV}): there is no database to upgrade"
         )
-    from .store.postgres import MIGRATIONS, PostgresStore
+    from .store.postgres import upgrade_database
 
-    store = PostgresStore(dsn)
-    try:
-        applied = store.upgrade()
-    finally:
-        store.close()
-    if not applied:
-        return f"the octopoid schema is up to date (version {len(MIGRATIONS)})"
-    return f"applied migration(s) {', '.join(map(str, applied))}: now version {len(MIGRATIONS)}"
+    return upgrade_database(dsn)
 
 
 def _id(task: Task | str) -> str:

@@ -59,7 +59,7 @@ def use_postgres(root: Path, url: str) -> list[str]:
     was done, one line each."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from .store.postgres import MIGRATIONS, PostgresStore, redact_dsn
+    from .store.postgres import upgrade_database
 
     try:
         parts = conninfo_to_dict(url)
@@ -71,35 +71,15 @@ def use_postgres(root: Path, url: str) -> list[str]:
             raise InvalidInput(f"{path} already names a PostgreSQL store; edit it by hand")
     except ConfigError as exc:
         raise InvalidInput(str(exc)) from None
-    store = PostgresStore(url)
-    try:
-        applied = store.upgrade()
-    finally:
-        store.close()
+    done = [upgrade_database(url)]
     password = parts.pop("password", None)
-    shown = make_conninfo("", **parts) if "://" not in url else _url_without_password(url)
-    text = path.read_text(encoding="utf-8")
-    block = f"\nstore:\n  backend: postgres\n  dsn: {json.dumps(shown)}\n"
-    atomic_write(path, text.rstrip("\n") + "\n" + block)
-    done = [
-        f"database schema: version {len(MIGRATIONS)}"
-        + (f" (applied {', '.join(map(str, applied))})" if applied else " (already there)"),
-        f"config.yaml: store.backend postgres, dsn {redact_dsn(shown, url)}",
-    ]
+    dsn = make_conninfo("", **parts)  # key=value form: every part but the password
+    block = f"store:\n  backend: postgres\n  dsn: {json.dumps(dsn)}\n"
+    atomic_write(path, f"{path.read_text(encoding='utf-8').rstrip()}\n\n{block}")
+    done.append(f"config.yaml: store.backend postgres, dsn {dsn}")
     if password:
         done.append(
             "the password was not written to config.yaml: set OCTOPOID_DATABASE_URL (or "
             "PGPASSWORD, or ~/.pgpass) on every machine"
         )
     return done
-
-
-def _url_without_password(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    split = urlsplit(url)
-    if split.password is None:
-        return url
-    host = split.hostname or ""
-    netloc = (split.username or "") + "@" + host + (f":{split.port}" if split.port else "")
-    return urlunsplit(split._replace(netloc=netloc))

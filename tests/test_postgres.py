@@ -111,7 +111,7 @@ def test_init_store_keeps_the_password_out_of_config_and_db_upgrade_is_idempoten
     )
     assert done.returncode == 0, done.stderr
     assert "hunter2-sekrit" not in done.stdout + done.stderr
-    assert "database schema: version 1 (applied 1)" in done.stdout
+    assert "applied migration(s) 1: now version 1" in done.stdout
     assert "password was not written" in done.stdout
     config_text = (root / ".octopoid/config.yaml").read_text()
     assert "hunter2-sekrit" not in config_text and "backend: postgres" in config_text

@@ -95,6 +95,18 @@ def redact_dsn(text: str, dsn: str) -> str:
     return text.replace(str(password), "***") if password else text
 
 
+def upgrade_database(dsn: str) -> str:
+    """Create or migrate the octopoid schema at ``dsn``; one line saying what was done."""
+    store = PostgresStore(dsn)
+    try:
+        applied = store.upgrade()
+    finally:
+        store.close()
+    if not applied:
+        return f"the octopoid schema is up to date (version {len(MIGRATIONS)})"
+    return f"applied migration(s) {', '.join(map(str, applied))}: now version {len(MIGRATIONS)}"
+
+
 class PostgresStore(QueueStore):
     def __init__(self, dsn: str, max_connections: int = 8) -> None:
         self.dsn = dsn
