@@ -39,7 +39,7 @@ class PgServer:
     def _run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
         if self.user is not None:
             uid, gid = self.user.pw_uid, self.user.pw_gid
-            kw["preexec_fn"] = lambda: (os.setgid(gid), os.setuid(uid))
+            kw["preexec_fn"] = lambda: (os.setgroups([]), os.setgid(gid), os.setuid(uid))
         env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8", "TZ": "UTC"}
         return subprocess.run(argv, capture_output=True, text=True, env=env, **kw)
 

@@ -80,6 +80,7 @@ MIGRATIONS: list[str] = [
     """,
 ]
 _COLUMNS = "state, body, role, rank, created, seq, blocked_by, not_before, turns, cost"
+_VALUES = ", ".join(["%s"] * len(_COLUMNS.split(",")))
 _CLAIM_ORDER = "rank, created, seq, id"
 _UPGRADE_LOCK = 0x6F63746F  # "octo": one upgrader at a time
 
@@ -231,10 +232,13 @@ class PostgresStore(QueueStore):
             (f"TASK-{task_id}.md", f"{why}\n(from {state.value})", body.encode()),
         )
 
-    def _save(self, cur: Any, task: Task, state: TaskState) -> None:
+    def _save(self, cur: Any, task: Task, state: TaskState, moved: bool = True) -> None:
+        """Write the task's row; ``moved`` False keeps its time of last move (a rebuild)."""
+        columns, values = _COLUMNS, _VALUES
+        if moved:
+            columns, values = f"{columns}, moved", f"{values}, clock_timestamp()"
         cur.execute(
-            f"UPDATE octopoid.tasks SET ({_COLUMNS}, moved) = "
-            "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, clock_timestamp()) WHERE id = %s",
+            f"UPDATE octopoid.tasks SET ({columns}) = ({values}) WHERE id = %s",
             (*self._row(task, state), task.id),
         )
         task.state, task.path = state, None
@@ -258,9 +262,8 @@ class PostgresStore(QueueStore):
     def add(self, task: Task, state: TaskState) -> Task:
         with self._tx() as cur:
             cur.execute(
-                f"INSERT INTO octopoid.tasks (id, {_COLUMNS}) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING "
-                "RETURNING 1",
+                f"INSERT INTO octopoid.tasks (id, {_COLUMNS}) VALUES (%s, {_VALUES}) "
+                "ON CONFLICT (id) DO NOTHING RETURNING 1",
                 (task.id, *self._row(task, state)),
             )
             if cur.fetchone() is None:
@@ -446,14 +449,9 @@ class PostgresStore(QueueStore):
             cur.execute("SELECT id, state, body FROM octopoid.tasks FOR UPDATE")
             for task_id, state, body in cur.fetchall():
                 task = self._task(cur, task_id, TaskState(state), body)
-                if isinstance(task, TaskParseError):
-                    continue
-                cur.execute(
-                    f"UPDATE octopoid.tasks SET ({_COLUMNS}) = "
-                    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) WHERE id = %s",
-                    (*self._row(task, TaskState(state)), task_id),
-                )
-                n += 1
+                if isinstance(task, Task):
+                    self._save(cur, task, task.state, moved=False)
+                    n += 1
         return n
 
     def quarantine(self, path: Path, reason: str) -> Path:
