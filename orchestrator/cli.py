@@ -364,7 +364,7 @@ def notes(task_id: str, show_path: bool) -> None:
     """Print a task's retry notes (what earlier attempts left for the next one)."""
     task_id = normalize_task_id(task_id)
     if show_path:
-        click.echo(task_notes.notes_path(task_id))
+        click.echo(task_notes.notes_location(task_id))
         return
     text = task_notes.get_task_notes(task_id)
     if text is None:
@@ -484,27 +484,31 @@ def _paused_list(state: dict[str, Any]) -> list[str]:
 @cli.command("export")
 @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
 def export_cmd(dest: Path) -> None:
-    """Write the whole queue (any store) to DEST as <state>/TASK-<id>.md files.
+    """Write the whole queue (any store) to DEST as <state>/TASK-<id>.md files, and each
+    task's retry notes as notes/TASK-<id>.md.
 
     DEST must be new or empty. With `octopoid import` it moves a queue between the folder
     store and PostgreSQL; quarantined entries stay behind.
     """
     from .store.transfer import export_queue
 
-    click.echo("\n".join(export_queue(queue_utils.get_store(), dest).lines("exported")))
+    report = export_queue(queue_utils.get_store(), dest, task_notes.get_task_notes)
+    click.echo("\n".join(report.lines("exported")))
 
 
 @cli.command("import")
 @click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def import_cmd(source: Path) -> None:
-    """Load a folder queue (SOURCE/<state>/TASK-<id>.md) into this project's store.
+    """Load a folder queue (SOURCE/<state>/TASK-<id>.md, notes/TASK-<id>.md) into this
+    project's store.
 
     Ids and states are kept; a task whose id already exists here, or a file that does not
     parse, is named and skipped.
     """
     from .store.transfer import import_queue
 
-    click.echo("\n".join(import_queue(queue_utils.get_store(), source).lines("imported")))
+    report = import_queue(queue_utils.get_store(), source, task_notes.put_notes)
+    click.echo("\n".join(report.lines("imported")))
 
 
 @cli.group("db")

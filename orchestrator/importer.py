@@ -22,7 +22,6 @@ from typing import Any
 
 from . import defaults, dependencies, queue_utils, task_notes
 from .exceptions import InvalidInput, InvalidTaskId, OctopoidError, TaskParseError
-from .fsutil import atomic_write
 from .leases import LEASE_HEADERS
 from .redaction import redact
 from .task_notes import NotesSection, fenced
@@ -503,11 +502,8 @@ def _write_notes(
         return
     sections = convert_notes(text or "", task.label) + reviews
     notes = f"# Agent Notes: {task.label}\n\n" + "".join(s.render() for s in sections)
-    path = task_notes.notes_path(task.id)
-    if _read(path) not in (None, notes):
+    if not task_notes.put_notes(task.id, notes):
         report.problems.append(f"{task.label}: kept the notes already here; octopoid's not added")
-        return
-    atomic_write(path, notes)
 
 
 def _report_stuck(report: ImportReport) -> None:

@@ -85,11 +85,10 @@ __all__ = [
 @lru_cache(maxsize=8)
 def _store_for(where: str, durable: bool, backend: str = "folder") -> QueueStore:
     if backend == "postgres":
-        from .store.postgres import PostgresStore  # psycopg only for those who use it
+        from .store.postgres import shared_store  # psycopg only for those who use it
 
-        store: QueueStore = PostgresStore(where)
-    else:
-        store = FolderStore(Path(where), durable)
+        return shared_store(where)
+    store = FolderStore(Path(where), durable)
     store.initialize()
     return store
 

@@ -17,7 +17,7 @@ from . import config, queue_utils
 from .exceptions import IllegalTransition, TaskNotFound
 from .leases import attempts_left, claim_token, dead_since, ever_started, overdue, owner
 from .processes import kill_claim_processes, signal_group, wait_gone
-from .task_notes import cleanup_task_notes, salvage_output_log
+from .task_notes import cleanup_task_notes, noted_task_ids, salvage_output_log
 from .tasks import ID_RE, Task, TaskState, format_time, normalize_task_id, utcnow
 
 log = logging.getLogger("octopoid.recovery")
@@ -145,7 +145,6 @@ def requeue_running(task_id: str, reason: str, actor: str = "human") -> tuple[Ta
 def _clean_notes_of_finished_tasks() -> None:
     """Retry notes of done tasks: left only if a crash came between the move and the cleanup."""
     store = queue_utils.get_store()
-    for path in config.get_notes_dir().glob("TASK-*.md"):
-        task_id = path.name[len("TASK-") : -len(".md")]
+    for task_id in noted_task_ids():
         if ID_RE.fullmatch(task_id) and store.locate(task_id) is S.DONE:
             cleanup_task_notes(task_id)

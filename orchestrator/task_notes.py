@@ -7,7 +7,8 @@ it, so a ``## Attempt`` line printed by an agent can never pose as a section. Sa
 
 Only ``config.get_notes_dir()`` is needed, as in octopoid: with no project found (or a
 config.yaml that does not load), the documented defaults (``defaults.py``) apply, so notes
-are saved whatever else is wrong.
+are saved whatever else is wrong. When the queue lives in PostgreSQL the notes do too
+(``notes_book``): the same text, as rows, so a retry on another machine reads them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from . import config, defaults
 from .exceptions import ConfigError
@@ -121,9 +123,86 @@ def _lock(path: Path) -> FileMutex:
     return FileMutex(path.with_name(path.name + ".lock"))
 
 
+class NotesFiles:
+    """Retry notes as files in ``shared/notes`` (the folder store's book)."""
+
+    def read(self, task_id: str) -> str | None:
+        return _read(notes_path(task_id))
+
+    def append(self, task_id: str, title: str, make_sections: Callable[[str], str]) -> None:
+        path = notes_path(task_id)
+        with _lock(path):
+            current = _read(path) or title
+            atomic_write(path, current + make_sections(current))
+
+    def take_back(self, task_id: str, added: str, title: str) -> None:
+        path = notes_path(task_id)
+        with _lock(path):
+            current = _read(path)
+            at = -1 if current is None else current.rfind(added)
+            if at < 0:
+                return
+            rest = current[:at] + current[at + len(added) :]
+            if rest == title:
+                path.unlink()
+            else:
+                atomic_write(path, rest)
+
+    def put(self, task_id: str, text: str) -> bool:
+        path = notes_path(task_id)
+        with _lock(path):
+            current = _read(path)
+            if current is None:
+                atomic_write(path, text)
+        return current in (None, text)
+
+    def remove(self, task_id: str) -> bool:
+        path = notes_path(task_id)
+        lock = _lock(path)
+        lock.acquire()
+        try:
+            existed = path.exists()
+            path.unlink(missing_ok=True)
+        finally:
+            lock.release(remove=True)  # safe: a waiter re-checks it holds the file it locked
+        return existed
+
+    def task_ids(self) -> list[str]:
+        return sorted(p.name[len("TASK-") : -len(".md")] for p in notes_dir().glob("TASK-*.md"))
+
+
+def notes_book() -> Any:
+    """Where retry notes live: PostgreSQL when the queue does (so an attempt on any machine
+    reads what the others left), else the notes folder. Both keep the same text."""
+    backend, dsn = config.store_choice()
+    if backend == "postgres" and dsn:
+        from .store.postgres import PostgresNotes, shared_store
+
+        return PostgresNotes(shared_store(dsn))
+    return NotesFiles()
+
+
+def notes_location(task_id: str) -> str:
+    """Where a task's notes are kept, for ``octopoid notes --path``."""
+    task_id = normalize_task_id(task_id)
+    if isinstance(notes_book(), NotesFiles):
+        return str(notes_path(task_id))
+    return f"PostgreSQL: octopoid.notes rows with task_id '{task_id}'"
+
+
 def get_task_notes(task_id: str) -> str | None:
     """The task's notes, or None when it has none."""
-    return _read(notes_path(task_id))
+    return notes_book().read(normalize_task_id(task_id))
+
+
+def put_notes(task_id: str, text: str) -> bool:
+    """Give a task these notes if it has none (an import); False if other notes were kept."""
+    return notes_book().put(normalize_task_id(task_id), text)
+
+
+def noted_task_ids() -> list[str]:
+    """The ids of every task that has notes."""
+    return notes_book().task_ids()
 
 
 def tail_with_marker(text: str, limit: int, already_dropped: int = 0) -> str:
@@ -247,17 +326,7 @@ def take_back_notes(task_id: str, added: str) -> None:
     """Remove what ``add_review_notes`` appended (the move it explained failed); sections
     saved since stay. Notes left with nothing but their title are deleted."""
     task_id = normalize_task_id(task_id)
-    path = notes_path(task_id)
-    with _lock(path):
-        current = _read(path)
-        at = -1 if current is None else current.rfind(added)
-        if at < 0:
-            return
-        rest = current[:at] + current[at + len(added) :]
-        if rest == _new_notes(task_id):
-            path.unlink()
-        else:
-            atomic_write(path, rest)
+    notes_book().take_back(task_id, added, _new_notes(task_id))
 
 
 def add_notes_section(task_id: str, heading: str, body: str) -> None:
@@ -269,12 +338,7 @@ def add_notes_section(task_id: str, heading: str, body: str) -> None:
 
 def _append(task_id: str, make_sections: Callable[[str], str]) -> None:
     """Add sections under the task's notes lock; ``make_sections`` sees the current text."""
-    path = notes_path(task_id)
-    with _lock(path):
-        current = _read(path)
-        if current is None:
-            current = _new_notes(task_id)
-        atomic_write(path, current + make_sections(current))
+    notes_book().append(task_id, _new_notes(task_id), make_sections)
 
 
 def _read(path: Path) -> str | None:
@@ -305,13 +369,7 @@ def notes_summary(task_id: str) -> dict[str, int]:
 
 def cleanup_task_notes(task_id: str) -> bool:
     """Delete a task's notes and its output log; True if the notes existed."""
-    path = notes_path(task_id)
-    lock = _lock(path)
-    lock.acquire()
-    try:
-        existed = path.exists()
-        path.unlink(missing_ok=True)
-        stdout_log_path(task_id).unlink(missing_ok=True)
-    finally:
-        lock.release(remove=True)  # safe: a waiter re-checks it holds the file it locked
+    task_id = normalize_task_id(task_id)
+    existed = notes_book().remove(task_id)
+    stdout_log_path(task_id).unlink(missing_ok=True)
     return existed

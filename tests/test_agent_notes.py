@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,28 @@ from orchestrator.task_notes import notes_summary, split_notes
 from .conftest import exited_pid
 
 
+@pytest.fixture(autouse=True, params=["folder", "postgres"])
+def book(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs twice: notes in the notes folder, and in PostgreSQL."""
+    if request.param == "postgres":
+        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+    return request.param
+
+
 def notes_file(task_id: str) -> Path:
     return config.get_notes_dir() / f"TASK-{task_id}.md"
+
+
+def kept(task_id: str) -> bool:
+    """Whether the task's notes are stored, looked at where they live (not through octopoid)."""
+    dsn = os.environ.get("OCTOPOID_DATABASE_URL")
+    if not dsn:
+        return notes_file(task_id).exists()
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        query = "SELECT count(*) FROM octopoid.notes WHERE task_id = %s"
+        return conn.execute(query, (task_id,)).fetchone()[0] > 0
 
 
 def test_save_and_read_notes(project: Path) -> None:
@@ -24,7 +45,7 @@ def test_save_and_read_notes(project: Path) -> None:
     assert "## Attempt 1 — impl-agent-1 (" in notes
     assert "Turns: 12 | Commits: 0" in notes
     assert "I found the bug in auth.py" in notes
-    assert notes_file("abc123").exists()
+    assert kept("abc123")
 
 
 def test_notes_append_multiple_attempts(project: Path) -> None:
@@ -38,7 +59,7 @@ def test_notes_append_multiple_attempts(project: Path) -> None:
 def test_cleanup_deletes_notes(project: Path) -> None:
     q.save_task_notes("abc123", "a", "out", 0, 1)
     assert q.cleanup_task_notes("abc123") is True
-    assert not notes_file("abc123").exists()
+    assert not kept("abc123")
     assert q.get_task_notes("abc123") is None
 
 
@@ -54,7 +75,7 @@ def test_accept_completion_cleans_notes(project: Path) -> None:
     assert q.get_task_notes(tid) is not None  # provisional keeps them
     q.accept_completion(tid)
     assert q.get_task_notes(tid) is None
-    assert not notes_file(tid).exists()
+    assert not kept(tid)
 
 
 def test_notes_truncate_long_stdout(project: Path) -> None:
@@ -97,11 +118,12 @@ def test_attempts_of_a_task_no_queue_holds_are_numbered_by_the_notes(project: Pa
     assert [s.attempt for s in sections] == [1, 2]
 
 
-def test_multibyte_output_is_cut_on_characters(project: Path) -> None:
+def test_multibyte_output_is_cut_on_characters(project: Path, book: str) -> None:
     q.save_task_notes("1", "a", "é" * 5000 + "🐙" * 10, 0, 1)
     notes = q.get_task_notes("1")
     assert "🐙" * 10 in notes and "\ufffd" not in notes
-    assert notes_file("1").read_bytes().decode("utf-8")  # valid UTF-8 on disk
+    if book == "folder":
+        assert notes_file("1").read_bytes().decode("utf-8")  # valid UTF-8 on disk
 
 
 def test_secrets_are_redacted_before_saving(project: Path, monkeypatch) -> None:

@@ -150,6 +150,52 @@ def test_a_row_edited_into_nonsense_is_quarantined_not_lost(pg_project: Path) ->
         PostgresStore(os.environ["OCTOPOID_DATABASE_URL"]).upgrade()
 
 
+APPENDER = r"""
+import sys
+from orchestrator import queue_utils as q
+for i in range(5):
+    q.save_task_notes(sys.argv[1], f"agent-{sys.argv[2]}", f"output {sys.argv[2]}.{i}", 0, 1)
+"""
+
+
+def test_notes_saved_on_one_machine_are_read_on_another(
+    pg_project: Path, tmp_path: Path, pg_dsn: str
+) -> None:
+    from orchestrator.scaffold import init_project
+
+    task = q.create_task("shared")
+    q.claim_task(None, "agent-a")
+    q.save_task_notes(task.id, "agent-a", "tried the parser; the bug is in lexer.py", 2, 9)
+    other = tmp_path / "machine-b"
+    other.mkdir()
+    init_project(other)  # a second checkout with its own (empty) notes folder
+    env = child_env(other) | {"OCTOPOID_DATABASE_URL": pg_dsn}
+    out = subprocess.run(
+        [OCTOPOID, "notes", task.id], env=env, capture_output=True, text=True, cwd=other
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip("\n") == q.get_task_notes(task.id).rstrip("\n")
+    assert "the bug is in lexer.py" in out.stdout and "## Attempt 1 — agent-a" in out.stdout
+    assert not any((other / ".octopoid/runtime/shared/notes").glob("TASK-*"))
+    assert not any((pg_project / ".octopoid/runtime/shared/notes").glob("TASK-*.md"))
+
+
+def test_six_processes_appending_notes_at_once_lose_none(pg_project: Path) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", APPENDER, "notes-race", str(n)],
+                         env=child_env(pg_project))
+        for n in range(6)
+    ]  # fmt: skip
+    assert all(proc.wait(timeout=120) == 0 for proc in procs)
+    from orchestrator.task_notes import split_notes
+
+    head, sections = split_notes(q.get_task_notes("notes-race"))
+    assert head == "# Agent Notes: TASK-notes-race\n\n"
+    assert sorted(s.attempt for s in sections) == list(range(1, 31))  # numbered, none twice
+    bodies = "".join(s.body for s in sections)
+    assert all(f"output {n}.{i}" in bodies for n in range(6) for i in range(5))
+
+
 def test_export_import_export_round_trips_byte_for_byte_between_stores(
     project: Path, pg_dsn: str, tmp_path: Path
 ) -> None:
@@ -157,7 +203,8 @@ def test_export_import_export_round_trips_byte_for_byte_between_stores(
     claimed = q.claim_task(None, "agent")
     q.submit_completion(claimed, 1, 1)
     q.accept_completion(claimed.id)
-    q.claim_task(None, "agent")  # one left claimed, with its lease headers
+    left = q.claim_task(None, "agent")  # one left claimed, with its lease headers
+    q.save_task_notes(left.id, "agent", "half done; ```` a fence in the output", 0, 2)
     env = child_env(project)
     first, second = tmp_path / "from-folders", tmp_path / "from-postgres"
     out = subprocess.run([OCTOPOID, "export", str(first)], env=env, capture_output=True, text=True)
@@ -168,7 +215,7 @@ def test_export_import_export_round_trips_byte_for_byte_between_stores(
         assert out.returncode == 0 and "6 task(s)" in out.stdout, out.stderr
     files = sorted(p.relative_to(first) for p in first.rglob("TASK-*.md"))
     assert files == sorted(p.relative_to(second) for p in second.rglob("TASK-*.md"))
-    assert len(files) == len(made)
+    assert len(files) == len(made) + 1 and Path(f"notes/TASK-{left.id}.md") in files
     for rel in files:
         assert (first / rel).read_bytes() == (second / rel).read_bytes()
     again = subprocess.run(
@@ -191,13 +238,13 @@ def test_import_names_and_skips_an_unreadable_file_and_refuses_a_non_queue(
     (source / "incoming").mkdir(parents=True)
     (source / "incoming" / "TASK-5.md").write_bytes(b"\x00binary")
     (source / "incoming" / "TASK-6.md").write_text("# [TASK-6] fine\n\nPRIORITY: P1\n")
-    report = import_queue(q.get_store(), source)
+    report = import_queue(q.get_store(), source, q.task_notes.put_notes)
     assert report.counts["incoming"] == 1 and q.get_task("6").title == "fine"
     assert report.skipped == [
         "skipped incoming/TASK-5.md: file contains NUL bytes (binary data, not a task)"
     ]
     with pytest.raises(InvalidInput, match="has no queue folders"):
-        import_queue(q.get_store(), tmp_path / "nothing-here")
+        import_queue(q.get_store(), tmp_path / "nothing-here", q.task_notes.put_notes)
 
 
 def test_the_scheduler_runs_attempts_from_postgres_to_review(

@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,16 @@ MIGRATIONS: list[str] = [
     CREATE SEQUENCE octopoid.task_ids;
     CREATE TABLE octopoid.holds (id text PRIMARY KEY, purpose text NOT NULL);
     """,
+    # 2: retry notes, a row per saved piece (title, attempt, review), read in order
+    """
+    CREATE TABLE octopoid.notes (
+        task_id text NOT NULL,
+        n bigserial,
+        section text NOT NULL,
+        at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        PRIMARY KEY (task_id, n)
+    );
+    """,
 ]
 _COLUMNS = "state, body, role, rank, created, seq, blocked_by, not_before, turns, cost"
 _VALUES = ", ".join(["%s"] * len(_COLUMNS.split(",")))
@@ -106,6 +117,14 @@ def upgrade_database(dsn: str) -> str:
     if not applied:
         return f"the octopoid schema is up to date (version {len(MIGRATIONS)})"
     return f"applied migration(s) {', '.join(map(str, applied))}: now version {len(MIGRATIONS)}"
+
+
+@lru_cache(maxsize=4)
+def shared_store(dsn: str) -> PostgresStore:
+    """This process's store (and pool) for ``dsn``, its schema checked once."""
+    store = PostgresStore(dsn)
+    store.initialize()
+    return store
 
 
 class PostgresStore(QueueStore):
@@ -479,3 +498,79 @@ class PostgresStore(QueueStore):
 
     def sweep(self, now: datetime | None = None) -> int:
         return 0  # no debris: every change is one transaction
+
+
+class PostgresNotes:
+    """Retry notes as rows of ``octopoid.notes``: the title, then one row per saved piece
+    (an attempt, a rejection). The text read is the rows joined in order, the same text the
+    notes file would hold, so prompts and ``octopoid notes`` do not depend on the store.
+    Writers of one task's notes are serialised by a transaction-scoped advisory lock."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    @staticmethod
+    def _lock(cur: Any, task_id: str) -> None:
+        cur.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"octopoid:notes:{task_id}",)
+        )
+
+    @staticmethod
+    def _rows(cur: Any, task_id: str) -> list[tuple[int, str]]:
+        cur.execute(
+            "SELECT n, section FROM octopoid.notes WHERE task_id = %s ORDER BY n", (task_id,)
+        )
+        return cur.fetchall()
+
+    def read(self, task_id: str) -> str | None:
+        with self.store._tx() as cur:
+            rows = self._rows(cur, task_id)
+        return "".join(section for _, section in rows) if rows else None
+
+    def append(self, task_id: str, title: str, make_sections: Callable[[str], str]) -> None:
+        with self.store._tx() as cur:
+            self._lock(cur, task_id)
+            rows = self._rows(cur, task_id)
+            pieces = [] if rows else [title]
+            current = "".join(section for _, section in rows) or title
+            pieces.append(make_sections(current))
+            for piece in pieces:
+                cur.execute(
+                    "INSERT INTO octopoid.notes (task_id, section) VALUES (%s, %s)",
+                    (task_id, piece),
+                )
+
+    def take_back(self, task_id: str, added: str, title: str) -> None:
+        with self.store._tx() as cur:
+            self._lock(cur, task_id)
+            rows = self._rows(cur, task_id)
+            mine = [n for n, section in rows if section == added]
+            if not mine:
+                return
+            cur.execute(
+                "DELETE FROM octopoid.notes WHERE task_id = %s AND n = %s", (task_id, mine[-1])
+            )
+            if [section for n, section in rows if n != mine[-1]] == [title]:
+                cur.execute("DELETE FROM octopoid.notes WHERE task_id = %s", (task_id,))
+
+    def put(self, task_id: str, text: str) -> bool:
+        with self.store._tx() as cur:
+            self._lock(cur, task_id)
+            rows = self._rows(cur, task_id)
+            if not rows:
+                cur.execute(
+                    "INSERT INTO octopoid.notes (task_id, section) VALUES (%s, %s)",
+                    (task_id, text),
+                )
+        return not rows or "".join(section for _, section in rows) == text
+
+    def remove(self, task_id: str) -> bool:
+        with self.store._tx() as cur:
+            self._lock(cur, task_id)
+            cur.execute("DELETE FROM octopoid.notes WHERE task_id = %s RETURNING 1", (task_id,))
+            return cur.fetchone() is not None
+
+    def task_ids(self) -> list[str]:
+        with self.store._tx() as cur:
+            cur.execute("SELECT DISTINCT task_id FROM octopoid.notes ORDER BY task_id")
+            return [task_id for (task_id,) in cur.fetchall()]
