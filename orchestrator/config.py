@@ -9,6 +9,7 @@ was expected.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -108,6 +109,8 @@ _TYPE_WORDS = {
 }
 
 DATABASE_URL_ENV = "OCTOPOID_DATABASE_URL"
+# a git remote's name (never an option: it is passed to git as an argument)
+REMOTE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 NOTIFY_EVENTS = ("needs_review", "failed", "breakdown", "scheduler_stopped")
 CONFIG_SCHEMA: dict[str, Any] = {
     "durability": Field(str, "durable", choices=("durable", "relaxed")),
@@ -123,6 +126,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "merge": {
         "strategy": Field(str, "merge", choices=("merge", "squash", "ff-only", "none")),
         "run_hooks": Field(bool, False),
+    },
+    "git": {
+        "remote": Field(str, None),  # branches travel through it (several machines)
     },
     "prices": Field(dict, {}, items=dict),
     "breakdown": {
@@ -290,6 +296,9 @@ def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
             f"{path}: 'store.backend' is postgres but neither 'store.dsn' nor "
             f"{DATABASE_URL_ENV} names the database"
         )
+    remote = cfg["git"]["remote"]
+    if remote is not None and not REMOTE_RE.fullmatch(remote):
+        raise ConfigError(f"{path}: 'git.remote' is {remote!r}, not a remote's name (like origin)")
     if cfg["memory"]["distill"] == "anthropic" and not cfg["memory"]["distill_model"]:
         raise ConfigError(
             f"{path}: 'memory.distill_model' is required when memory.distill is anthropic"

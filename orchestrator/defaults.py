@@ -58,3 +58,7 @@ MODEL_PRICES = {
     "claude-sonnet-4-5": (3.0, 15.0),
     "claude-haiku-4-5": (1.0, 5.0),
 }
+
+#: Waits between tries of an attempt's push of its branch to ``git.remote`` (a remote
+#: that is down for a few seconds should not strand the work on one machine).
+PUSH_BACKOFF_SECONDS = (1.0, 3.0)

@@ -6,13 +6,18 @@ are serialised with a lock, since two runners may start at the same moment, and 
 octopoid moves is journalled so no attempt's containment check takes it for its agent's.
 Every git command octopoid runs has hooks and fsmonitor off (``HOOKS_OFF``): an agent may
 have planted either, and only ``merge.run_hooks: true`` lets the user's own merge hooks run.
+
+With ``git.remote`` set, branches travel between machines through that remote: an attempt
+starts from the remote's copy of its branch (or of the base), pushes its branch after, and
+an accept merges onto the remote's base and lands by a plain push, which the remote refuses
+if the base moved meanwhile (a compare-and-swap: the accept fetches and merges again).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -34,6 +39,14 @@ HOOKS_OFF = {
     "GIT_CONFIG_KEY_1": "core.fsmonitor",
     "GIT_CONFIG_VALUE_1": "false",
 }
+
+
+PUSH_TRIES = 3  # a push refused because the remote's base moved: fetch, merge again
+
+
+def full_ref(name: str) -> str:
+    """A branch name as its ref; a full ref (``refs/remotes/origin/main``) as it is."""
+    return name if name.startswith("refs/") else f"refs/heads/{name}"
 
 
 def branch_for(task_id: str) -> str:
@@ -114,8 +127,91 @@ def ensure_worktree(repo: git.Repo, task_id: str, base: str) -> Path:
 
 
 def branch_tip(repo: git.Repo, name: str) -> str:
+    """The commit ``name`` points at: a local branch, or a full ref (``refs/remotes/...``)."""
     with _git_errors(f"git rev-parse {name}"):
-        return repo.git.rev_parse("--verify", f"refs/heads/{name}^{{commit}}")
+        return repo.git.rev_parse("--verify", f"{full_ref(name)}^{{commit}}")
+
+
+# --- branches through a remote (git.remote) -------------------------------------------------
+
+
+def remote_name() -> str | None:
+    """config.yaml's ``git.remote`` (checked to be a name): where branches travel, or None."""
+    return config.load_config()["git"]["remote"]
+
+
+def remote_ref(remote: str, branch: str) -> str:
+    return f"refs/remotes/{remote}/{branch}"
+
+
+def fetch_branches(repo: git.Repo, remote: str, branches: list[str]) -> dict[str, str]:
+    """Fetch those of ``branches`` the remote has into ``refs/remotes/<remote>/``; return
+    {branch: commit} for them (a branch not pushed yet is simply absent)."""
+    wanted = [f"refs/heads/{b}" for b in branches]
+    with _git_errors(f"git ls-remote {remote}"):
+        listing = repo.git.ls_remote("--heads", remote, *wanted)
+    found = {}
+    for line in listing.splitlines():
+        sha, _, ref = line.partition("\t")
+        if ref in wanted:
+            found[ref.removeprefix("refs/heads/")] = sha
+    if found:
+        specs = [f"+refs/heads/{b}:{remote_ref(remote, b)}" for b in found]
+        with _git_errors(f"git fetch {remote}"):
+            repo.git.fetch("--no-tags", remote, *specs)
+    return found
+
+
+def adopt(repo: git.Repo, branch: str, sha: str) -> bool:
+    """Move the local ``branch`` up to ``sha`` (another machine's work) when that only adds
+    to it; True if the branch is now at ``sha``. A branch with commits of its own here, or
+    checked out with changes, is left alone. Callers hold ``repo_admin_lock``."""
+    ref = f"refs/heads/{branch}"
+    tip = branch_tip(repo, branch) if branch_exists(repo, branch) else None
+    if tip == sha:
+        return True
+    if tip is not None and not repo.is_ancestor(tip, sha):
+        return False
+    checkout = _checkout_of(repo, branch) if tip else None
+    if checkout is not None:
+        where = open_repo(checkout)
+        if where.is_dirty(untracked_files=False):
+            return False
+        with _git_errors(f"git merge --ff-only (in {checkout})"):
+            where.git.merge("--ff-only", sha)
+    else:
+        with _git_errors(f"git update-ref {ref}"):
+            repo.git.update_ref(ref, sha, tip or "")
+    journal_own_change(ref, sha)
+    return True
+
+
+def sync_task_branch(repo: git.Repo, remote: str, task_id: str, base: str) -> str:
+    """Before an attempt: the task's branch brought up to the remote's copy (an attempt on
+    another machine pushed it). Returns where a new branch should start: the remote's
+    base when it has one (what other machines merged), else the local base."""
+    branch = branch_for(task_id)
+    with repo_admin_lock():
+        found = fetch_branches(repo, remote, [base, branch])
+        if branch in found:
+            adopt(repo, branch, found[branch])
+    return remote_ref(remote, base) if base in found else base
+
+
+def push_task_branch(repo: git.Repo, remote: str, task_id: str) -> None:
+    """Publish the task's branch. Not forced: a stale attempt cannot overwrite work another
+    machine pushed since."""
+    branch = branch_for(task_id)
+    with _git_errors(f"git push {remote} {branch}"):
+        repo.git.push("--porcelain", remote, f"refs/heads/{branch}:refs/heads/{branch}")
+
+
+def delete_remote_branch(repo: git.Repo, remote: str, task_id: str) -> None:
+    """Remove the task's branch from the remote once merged (if it was ever pushed)."""
+    branch = branch_for(task_id)
+    if branch in fetch_branches(repo, remote, [branch]):
+        with _git_errors(f"git push {remote} --delete {branch}"):
+            repo.git.push(remote, "--delete", f"refs/heads/{branch}")
 
 
 def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) -> bool:
@@ -128,7 +224,7 @@ def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) ->
     with _git_errors(f"git log {base}"):
         if branch_exists(repo, branch) and repo.is_ancestor(branch, base):
             return True
-        subjects = repo.git.log("--format=%s", f"{base_before}..refs/heads/{base}").splitlines()
+        subjects = repo.git.log("--format=%s", f"{base_before}..{full_ref(base)}").splitlines()
     return any(s.startswith(f"Merge {task_label(task_id)}: ") for s in subjects)
 
 
@@ -140,7 +236,7 @@ def commits_on_branch(repo: git.Repo, task_id: str, since: str) -> int:
 
 def commits_ahead(repo: git.Repo, task_id: str, base: str) -> int:
     """Commits on the task's branch that its base does not have."""
-    return commits_on_branch(repo, task_id, f"refs/heads/{base}")
+    return commits_on_branch(repo, task_id, full_ref(base))
 
 
 def worktree_branch(task_id: str) -> str | None:
@@ -215,7 +311,7 @@ def merge_conflicts(repo: git.Repo, task_id: str, base: str) -> list[str] | None
     cleanly). ``git merge-tree --write-tree`` touches no worktree, index or ref."""
     status, out, err = repo.git.execute(
         ["git", "merge-tree", "--write-tree", "--name-only", "--no-messages",
-         f"refs/heads/{base}", f"refs/heads/{branch_for(task_id)}"],
+         full_ref(base), f"refs/heads/{branch_for(task_id)}"],
         with_extended_output=True,
         with_exceptions=False,
     )  # fmt: skip
@@ -266,31 +362,86 @@ def merge_task_branch(
             _merge_in(where, branch, strategy, message)
             new = where.head.commit.hexsha
         else:
-            new = _merge_detached(repo, branch, base, strategy, message, run_hooks)
+
+            def update(old: str, new: str) -> None:
+                with _git_errors(f"git update-ref refs/heads/{base}"):
+                    repo.git.update_ref(f"refs/heads/{base}", new, old)
+
+            new = _merge_detached(repo, branch, base, strategy, message, run_hooks, update)
         journal_own_change(f"refs/heads/{base}", new)
         return new
 
 
 def _merge_detached(
-    repo: git.Repo, branch: str, base: str, strategy: str, message: str, run_hooks: bool
+    repo: git.Repo,
+    branch: str,
+    start: str,
+    strategy: str,
+    message: str,
+    run_hooks: bool,
+    land: Callable[[str, str], None],
 ) -> str:
+    """Merge ``branch`` onto ``start`` in a scratch worktree; ``land(old, new)`` moves the
+    base (a ref update guarded by its old value, or a push)."""
     scratch = config.get_worktrees_dir() / f".merge-{branch.replace('/', '-')}"
     if scratch.exists():
         shutil.rmtree(scratch)  # an accept killed mid-merge left it
     with _git_errors("git worktree prune"):
         repo.git.worktree("prune")
-    old = repo.commit(base).hexsha
+    old = repo.commit(start).hexsha
     with _git_errors("git worktree add --detach"):
-        repo.git.worktree("add", "--detach", str(scratch), base)
+        repo.git.worktree("add", "--detach", str(scratch), old)
     try:
         where = open_repo(scratch, hooks=run_hooks)
         _merge_in(where, branch, strategy, message)
         new = where.head.commit.hexsha
-        with _git_errors(f"git update-ref refs/heads/{base}"):
-            repo.git.update_ref(f"refs/heads/{base}", new, old)
+        land(old, new)
         return new
     finally:
         repo.git.worktree("remove", "--force", str(scratch))
+
+
+def merge_onto_remote(
+    repo: git.Repo,
+    remote: str,
+    task_id: str,
+    base: str,
+    strategy: str,
+    title: str,
+    run_hooks: bool = False,
+) -> str:
+    """Merge the task's branch onto the remote's ``base`` and push it; the new tip.
+
+    The push is a compare-and-swap: if another machine landed something meanwhile the
+    remote refuses it, and the merge is made again on the new base (``PUSH_TRIES`` times).
+    The local ``base`` follows when it can (``adopt``).
+    """
+    branch = branch_for(task_id)
+    message = f"Merge {task_label(task_id)}: {title}"
+
+    def push(old: str, new: str) -> None:
+        with _git_errors(f"git push {remote} {base}"):
+            repo.git.push("--porcelain", remote, f"{new}:refs/heads/{base}")
+
+    tries = 0
+    while True:
+        tries += 1
+        with repo_admin_lock():
+            old = fetch_branches(repo, remote, [base]).get(base)
+            if old is None:
+                raise GitError(f"the remote {remote} has no branch '{base}' to merge into")
+            try:
+                new = _merge_detached(
+                    repo, branch, remote_ref(remote, base), strategy, message, run_hooks, push
+                )
+            except GitError:
+                moved = fetch_branches(repo, remote, [base]).get(base) != old
+                if not moved or tries >= PUSH_TRIES:
+                    raise
+                continue  # another machine landed first: merge onto its base
+            with suppress(GitError):
+                adopt(repo, base, new)
+            return new
 
 
 def _merge_in(where: git.Repo, branch: str, strategy: str, message: str) -> None:

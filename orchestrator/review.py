@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from . import config, git_utils, intake, queue_utils
-from .exceptions import GitError, IllegalTransition, InvalidInput
+from .exceptions import GitError, IllegalTransition, InvalidInput, MergeRefused
 from .memory import lifecycle
 from .memory.distill import distill
 from .memory.notes import NotesManager
@@ -76,7 +76,10 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
         working.cleanup()
         if strategy != "none":
             try:
-                git_utils.remove_worktree(git_utils.open_repo(), task.id)
+                repo, remote = git_utils.open_repo(), git_utils.remote_name()
+                git_utils.remove_worktree(repo, task.id)
+                if remote is not None:
+                    git_utils.delete_remote_branch(repo, remote, task.id)
             except GitError as exc:
                 result.cleanup_error = str(exc)
                 log.error("accepted %s but could not clean up: %s", task.label, exc)
@@ -88,28 +91,47 @@ def _merge_once(store: QueueStore, task: Task, strategy: str) -> str:
 
     ``MERGING`` (the base's tip before) is written before the merge and ``MERGED`` (the
     tip after) once it is done. An accept that finds ``MERGING`` asks git whether the
-    merge already happened before merging.
+    merge already happened before merging. With ``git.remote`` the base is the remote's:
+    the branch is fetched (it may have been pushed from another machine), merged onto the
+    remote's base and pushed (``git_utils.merge_onto_remote``).
     """
     repo = git_utils.open_repo()
+    remote = git_utils.remote_name()
+    base = task.branch
+    if remote is not None:
+        branch = git_utils.branch_for(task.id)
+        with git_utils.repo_admin_lock():
+            found = git_utils.fetch_branches(repo, remote, [task.branch, branch])
+            if branch in found and not git_utils.adopt(repo, branch, found[branch]):
+                raise MergeRefused(
+                    f"{branch} here and on {remote} have both moved on: push or reset one of "
+                    "them, then accept again"
+                )
+        base = git_utils.remote_ref(remote, task.branch)
     before = task.headers.get("MERGING")
-    if before and git_utils.already_merged(repo, task.id, task.branch, before):
-        merged = git_utils.branch_tip(repo, task.branch)
+    if before and git_utils.already_merged(repo, task.id, base, before):
+        merged = git_utils.branch_tip(repo, base)
     else:
-        _refuse_empty(repo, task)
-        base_tip = git_utils.branch_tip(repo, task.branch)
+        _refuse_empty(repo, task, base)
+        base_tip = git_utils.branch_tip(repo, base)
         store.update(task.id, TaskState.PROVISIONAL, lambda t: t.set_header("MERGING", base_tip))
         run_hooks = config.load_config()["merge"]["run_hooks"]
-        merged = git_utils.merge_task_branch(
-            repo, task.id, task.branch, strategy, task.title, run_hooks
-        )
+        if remote is not None:
+            merged = git_utils.merge_onto_remote(
+                repo, remote, task.id, task.branch, strategy, task.title, run_hooks
+            )
+        else:
+            merged = git_utils.merge_task_branch(
+                repo, task.id, task.branch, strategy, task.title, run_hooks
+            )
     store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, merged))
     return merged
 
 
-def _refuse_empty(repo: Repo, task: Task) -> None:
+def _refuse_empty(repo: Repo, task: Task, base: str) -> None:
     """Accepting a branch with nothing beyond its base would mark the task done without work."""
     if git_utils.branch_exists(repo, git_utils.branch_for(task.id)) and not (
-        git_utils.commits_ahead(repo, task.id, task.branch)
+        git_utils.commits_ahead(repo, task.id, base)
     ):
         raise IllegalTransition(
             f"{task.label}'s branch has no commits beyond {task.branch}: there is nothing to "

@@ -112,6 +112,8 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
             commits, breaches = workspace.inspect(space, task.attempts)
             result = _contained(result, breaches, output)
         _save_notes(task, agent_name, result, commits, output, log_dir)
+        if space is not None:
+            _publish(task, space, commits)
     try:
         tokens = result.tokens_in + result.tokens_out
         queue_utils.record_usage(task, result.turns, result.cost_usd, tokens=tokens)
@@ -185,6 +187,15 @@ def _verify(
     if not verdict.passed:
         add_notes_section(task.id, f"Checks — attempt {task.attempts}", checks.notes_text(verdict))
     return verdict
+
+
+def _publish(task: Task, space: workspace.Workspace, commits: int) -> None:
+    """Push the branch when the attempt added to it; what went wrong with the remote goes in
+    the notes (the next attempt, on any machine, reads why it starts where it does)."""
+    pushed = workspace.publish(space) if commits > 0 else None
+    problems = [p for p in (space.remote_problem, pushed) if p]
+    if problems:
+        add_notes_section(task.id, f"Branch — attempt {task.attempts}", "\n".join(problems))
 
 
 def _contained(result: AgentResult, breaches: list[str], output: TailBuffer) -> AgentResult:

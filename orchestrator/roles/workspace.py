@@ -4,15 +4,20 @@ Before the agent runs, the repository's protected state is snapshotted (``contai
 After it (once every process of the attempt is dead): the worktree must still be on the
 task's own branch, anything the agent changed outside it is put back, and only then are
 the attempt's commits counted, on the task's branch itself.
+
+With ``git.remote`` set, the branch is first brought up to the remote's copy (an attempt on
+another machine pushed it) and is pushed after the attempt (``publish``). An unreachable
+remote does not stop the attempt: it works from the local branch and the notes say so.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import containment, git_utils
-from ..exceptions import OctopoidError
+from .. import containment, defaults, git_utils
+from ..exceptions import GitError, OctopoidError
 from ..tasks import Task
 
 
@@ -22,16 +27,42 @@ class Workspace:
     worktree: Path
     start: str  # the task branch's tip before the agent ran
     snapshot: containment.Snapshot
+    remote: str | None = None  # git.remote: where the branch is published
+    remote_problem: str | None = None  # why the remote's copy could not be fetched
 
 
 def prepare(task: Task) -> Workspace:
     """The task's worktree on its branch, and the repository's state to hold the agent to."""
     repo = git_utils.open_repo()
-    worktree = git_utils.ensure_worktree(repo, task.id, task.branch)
+    remote, problem, base = git_utils.remote_name(), None, task.branch
+    if remote is not None:
+        try:
+            base = git_utils.sync_task_branch(repo, remote, task.id, task.branch)
+        except GitError as exc:
+            problem = f"could not fetch from {remote}; this attempt starts from here: {exc}"
+    worktree = git_utils.ensure_worktree(repo, task.id, base)
     with git_utils.repo_admin_lock():
         snapshot = containment.take(repo, task.id)
     start = git_utils.branch_tip(repo, git_utils.branch_for(task.id))
-    return Workspace(task.id, worktree, start, snapshot)
+    return Workspace(task.id, worktree, start, snapshot, remote, problem)
+
+
+def publish(space: Workspace) -> str | None:
+    """Push the task's branch to ``git.remote``, retrying with backoff; None when pushed
+    (or there is no remote), else why not, for the notes. The work stays on the local
+    branch either way, and the next push (or an accept here) carries it."""
+    if space.remote is None:
+        return None
+    error = ""
+    for delay in (*defaults.PUSH_BACKOFF_SECONDS, None):
+        try:
+            git_utils.push_task_branch(git_utils.open_repo(), space.remote, space.task_id)
+            return None
+        except GitError as exc:
+            error = str(exc)
+        if delay is not None:
+            time.sleep(delay)
+    return f"the branch was not pushed to {space.remote}: {error}"
 
 
 def inspect(space: Workspace, attempt: int) -> tuple[int, list[str]]:

@@ -1,0 +1,149 @@
+"""Branches through a git remote (``git.remote``): two clones of one bare repository share
+one PostgreSQL queue, as two machines would. Real git, real agent subprocesses."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import queue_utils as q
+from orchestrator import review
+from orchestrator.scaffold import init_project
+from orchestrator.tasks import TaskState
+
+from .conftest import make_git_repo, run_claimed, write_agents
+
+# A pre-receive hook on the remote that, at the first push to main, lands another commit on
+# main first (as another machine's accept would), so that push is refused mid-flight.
+RACING_HOOK = """#!/bin/sh
+while read old new ref; do
+  if [ "$ref" = refs/heads/main ] && [ ! -e "$RACE_MARK" ]; then
+    touch "$RACE_MARK"
+    unset GIT_QUARANTINE_PATH GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES
+    c=$(git commit-tree -p "$old" -m "landed meanwhile by another machine" "$old^{tree}")
+    git update-ref refs/heads/main "$c" "$old"
+  fi
+done
+"""
+
+
+class Machines:
+    """Clones ``a`` and ``b`` of ``origin`` (bare); ``on(x)`` makes x the current project."""
+
+    def __init__(self, tmp: Path, monkeypatch: pytest.MonkeyPatch, dsn: str) -> None:
+        seed = tmp / "seed"
+        seed.mkdir()
+        make_git_repo(seed)
+        self.origin = tmp / "origin.git"
+        git.Repo.clone_from(seed, self.origin, bare=True)
+        self.monkeypatch = monkeypatch
+        monkeypatch.setenv("OCTOPOID_DATABASE_URL", dsn)
+        monkeypatch.setenv("GIT_AUTHOR_NAME", "Test User")
+        monkeypatch.setenv("GIT_AUTHOR_EMAIL", "test@example.invalid")
+        monkeypatch.setenv("GIT_COMMITTER_NAME", "Test User")
+        monkeypatch.setenv("GIT_COMMITTER_EMAIL", "test@example.invalid")
+        self.roots = {}
+        for name in ("a", "b"):
+            root = tmp / name
+            git.Repo.clone_from(self.origin, root)
+            init_project(root)
+            (root / ".octopoid/config.yaml").write_text("git:\n  remote: origin\n")
+            write_agents(root)
+            self.roots[name] = root
+
+    def on(self, name: str) -> Path:
+        self.monkeypatch.setenv("OCTOPOID_ROOT", str(self.roots[name]))
+        self.monkeypatch.chdir(self.roots[name])
+        return self.roots[name]
+
+    def remote_branch(self, name: str) -> str | None:
+        refs = {r.path: r.commit.hexsha for r in git.Repo(self.origin).references}
+        return refs.get(f"refs/heads/{name}")
+
+
+@pytest.fixture
+def machines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> Machines:
+    return Machines(tmp_path, monkeypatch, pg_dsn)
+
+
+def attempt(machines: Machines, name: str, task_id: str) -> str:
+    machines.on(name)
+    claimed = q.claim_task(None, "impl-1")
+    assert claimed is not None and claimed.id == task_id
+    return run_claimed(claimed, "impl-1").next_state
+
+
+def test_a_retry_on_another_machine_continues_the_pushed_branch_and_accept_lands_it(
+    machines: Machines,
+) -> None:
+    machines.on("a")
+    task = q.create_task("feature")
+    branch = f"agent/TASK-{task.id}"
+    assert attempt(machines, "a", task.id) == "provisional"
+    first = machines.remote_branch(branch)
+    assert first is not None  # the attempt on a pushed its branch
+
+    review.reject(task.id, "also say which attempt", "bob")  # on b, which never had it
+    assert attempt(machines, "b", task.id) == "provisional"
+    b_repo = git.Repo(machines.roots["b"])
+    second = b_repo.commit(branch)
+    assert b_repo.is_ancestor(first, second) and second.hexsha != first  # built on a's work
+    assert machines.remote_branch(branch) == second.hexsha
+    prompt = (machines.roots["b"] / ".octopoid/runtime/logs").rglob("attempt-2.prompt.md")
+    assert "## Attempt 1" in next(prompt).read_text()  # a's notes, from the database
+
+    machines.on("a")
+    done = review.accept(task.id, "alice")
+    assert done.task.state is TaskState.DONE and done.cleanup_error is None
+    main = git.Repo(machines.origin).commit("main")
+    assert main.message.startswith(f"Merge TASK-{task.id}: feature")
+    assert git.Repo(machines.origin).is_ancestor(second.hexsha, main.hexsha)
+    assert machines.remote_branch(branch) is None  # merged, so removed from the remote
+    assert git.Repo(machines.roots["a"]).commit("main") == main  # a's main followed
+
+
+def test_an_accept_whose_push_loses_a_race_merges_again_onto_the_new_base(
+    machines: Machines, tmp_path: Path
+) -> None:
+    hook = machines.origin / "hooks" / "pre-receive"
+    hook.write_text(RACING_HOOK)
+    hook.chmod(hook.stat().st_mode | stat.S_IXUSR)
+    machines.monkeypatch.setenv("RACE_MARK", str(tmp_path / "raced"))
+    machines.on("b")
+    task = q.create_task("raced")
+    assert attempt(machines, "b", task.id) == "provisional"
+    review.accept(task.id, "carol")
+    assert (tmp_path / "raced").exists()  # the hook did land a commit first
+    origin = git.Repo(machines.origin)
+    main = origin.commit("main")
+    assert main.message.startswith(f"Merge TASK-{task.id}: raced")
+    assert main.parents[0].message.strip() == "landed meanwhile by another machine"
+    assert q.get_task(task.id).state is TaskState.DONE
+
+
+def test_an_unreachable_remote_does_not_stop_the_attempt_and_the_notes_say_why(
+    machines: Machines,
+) -> None:
+    root = machines.on("a")
+    moved = machines.origin.with_name("gone.git")
+    machines.origin.rename(moved)
+    task = q.create_task("offline")
+    assert attempt(machines, "a", task.id) == "provisional"  # the work is kept locally
+    notes = q.get_task_notes(task.id)
+    assert "could not fetch from origin" in notes and "not pushed to origin" in notes
+    assert git.Repo(root).commit(f"agent/TASK-{task.id}")  # the commit is on the branch here
+    moved.rename(machines.origin)
+    review.accept(task.id, "alice")  # the remote is back: accept pushes the merged base
+    assert git.Repo(machines.origin).commit("main").message.startswith(f"Merge TASK-{task.id}")
+
+
+def test_a_remote_name_that_could_be_an_option_is_refused_by_config(project: Path) -> None:
+    from orchestrator import config
+    from orchestrator.exceptions import ConfigError
+
+    (project / ".octopoid/config.yaml").write_text("git:\n  remote: --upload-pack=touch x\n")
+    with pytest.raises(ConfigError, match="not a remote's name"):
+        config.load_config()
