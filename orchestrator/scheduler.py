@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -77,6 +78,7 @@ class Scheduler:
         self.runners: dict[str, Runner] = {}
         self._lock_fd: int | None = None  # an flock of its own fd: one scheduler per root
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and by the store's watch (NOTIFY)
         self._stopping = False
         self._warned: dict[str, str | None] = {}
         self._config_problem: str | None = None
@@ -152,6 +154,7 @@ class Scheduler:
     def stop(self) -> None:
         """Ask ``run()`` to finish (safe from a signal handler)."""
         self._stop.set()
+        self._wake.set()
 
     # --- the pass -----------------------------------------------------------------------
 
@@ -337,23 +340,36 @@ class Scheduler:
                 self._release()
             return
         lost = None
+        stop_watching = self._watch_store()
         try:
             watched = self._watch_state()
             next_pass = 0.0
             while not self._stop.is_set() and not (lost := self._runtime_lost()):
                 state = self._watch_state()
+                woken = self._wake.is_set()
                 due = time.monotonic() >= next_pass or state != watched or self._any_finished()
-                if due:
+                if due or woken:
+                    self._wake.clear()  # a change during the pass wakes the next one
                     watched = state
                     self._guarded_pass()
                     next_pass = time.monotonic() + HOUSEKEEPING_SECONDS
-                self._stop.wait(WATCH_SECONDS)
+                self._wake.wait(WATCH_SECONDS)
         finally:
+            stop_watching()
             if lost:
                 log.error("%s: this scheduler stops and kills its runners", lost)
                 self._abandon(lost)
             else:
                 self.shutdown()
+
+    def _watch_store(self) -> Callable[[], None]:
+        """Be woken by the store when tasks are added or moved elsewhere (PostgreSQL's
+        LISTEN/NOTIFY: another machine's enqueue starts an agent here at once)."""
+        try:
+            return queue_utils.get_store().watch(self._wake.set)
+        except OctopoidError as exc:  # the database is down: housekeeping passes still run
+            log.error("cannot watch the queue for changes: %s", exc)
+            return lambda: None
 
     def _runtime_lost(self) -> str | None:
         """Why this scheduler no longer owns its runtime directory, or None.

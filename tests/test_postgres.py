@@ -334,3 +334,39 @@ def test_an_agent_printing_the_database_password_leaks_it_nowhere(
     store = PostgresStore(pg_dsn)
     assert "hunter2-sekrit" not in render_task(store.get(task.id))  # the row's text
     store.close()
+
+
+def test_an_idle_scheduler_is_woken_by_an_enqueue_from_another_machine(
+    git_project: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With housekeeping passes an hour apart and no file changing here, only PostgreSQL's
+    NOTIFY can make this scheduler look: the task must still start."""
+    import threading
+
+    from orchestrator import scheduler
+
+    from .conftest import write_agents
+
+    monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
+    monkeypatch.setattr(scheduler, "HOUSEKEEPING_SECONDS", 3600.0)
+    write_agents(git_project)
+    sched = scheduler.Scheduler()
+    daemon = threading.Thread(target=sched.run)
+    daemon.start()
+    try:
+        time.sleep(1.0)  # its first pass has found nothing to do
+        elsewhere = subprocess.run(  # another process; only the database changes
+            [sys.executable, "-c", "from orchestrator import queue_utils as q; "
+             "print(q.create_task('from elsewhere').id)"],
+            env=child_env(git_project) | {"OCTOPOID_ROOT": str(git_project)},
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        task_id = elsewhere.stdout.strip()
+        deadline = time.monotonic() + 60
+        while q.get_store().locate(task_id) is TaskState.INCOMING:
+            assert time.monotonic() < deadline, "the scheduler never woke up"
+            time.sleep(0.05)
+    finally:
+        sched.stop()
+        daemon.join(60)
+    assert q.get_store().locate(task_id) in (TaskState.CLAIMED, TaskState.PROVISIONAL)

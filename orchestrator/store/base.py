@@ -127,3 +127,9 @@ class QueueStore(ABC):
     @abstractmethod
     def sweep(self, now: datetime | None = None) -> int:
         """``recover`` everything, remove old debris; return how many leftovers were handled."""
+
+    def watch(self, on_change: Callable[[], None]) -> Callable[[], None]:
+        """Call ``on_change`` (from another thread) whenever a task is added or moved, for a
+        store whose changes the scheduler cannot see in the file system; returns a function
+        that stops watching. The folder store needs none: the scheduler watches mtimes."""
+        return lambda: None

@@ -96,6 +96,15 @@ _CLAIM_ORDER = "rank, created, seq, id"
 _UPGRADE_LOCK = 0x6F63746F  # "octo": one upgrader at a time
 
 
+CHANNEL = "octopoid_queue"  # NOTIFY'd with the new state whenever a task is added or moved
+
+
+def _announce(cur: Any, state: TaskState) -> None:
+    """Wake idle schedulers (``watch``) when this transaction commits; PostgreSQL folds
+    identical notifications of one transaction into one."""
+    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, state.value))
+
+
 def redact_dsn(text: str, dsn: str) -> str:
     """``text`` with the DSN's password (if any) replaced, for errors and logs."""
     from psycopg.conninfo import conninfo_to_dict
@@ -290,6 +299,7 @@ class PostgresStore(QueueStore):
                 found = cur.fetchone()
                 where = found[0] if found else "another transaction"
                 raise IllegalTransition(f"{task.label} already exists (in {where})")
+            _announce(cur, state)
         task.state, task.path = state, None
         return task
 
@@ -346,6 +356,8 @@ class PostgresStore(QueueStore):
                     return None
                 change(task)
                 self._save(cur, task, dst)
+                if dst is not src:
+                    _announce(cur, dst)
         if isinstance(task, TaskParseError):  # its quarantine has committed
             raise task
         return task
@@ -402,6 +414,33 @@ class PostgresStore(QueueStore):
                 local.conn = psycopg.connect(self.dsn, autocommit=True)
             local.pid, local.depths = os.getpid(), {}
         return local.conn, local.depths
+
+    def watch(self, on_change: Callable[[], None]) -> Callable[[], None]:
+        """LISTEN on ``CHANNEL`` in a thread of its own, calling ``on_change`` for each
+        notification. A lost connection is retried with backoff; ``on_change`` is also
+        called on reconnecting (changes may have been missed meanwhile)."""
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=self._listen, args=(on_change, stop), name="octopoid-listen", daemon=True
+        )
+        thread.start()
+        return stop.set
+
+    def _listen(self, on_change: Callable[[], None], stop: threading.Event) -> None:
+        import psycopg
+
+        delay = 0.0
+        while not stop.wait(delay):
+            try:
+                with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    delay = 0.0
+                    on_change()
+                    while not stop.is_set():
+                        for _ in conn.notifies(timeout=1.0):
+                            on_change()
+            except psycopg.Error:
+                delay = min(30.0, max(1.0, delay * 2))
 
     def recover(self, task_id: str | None = None) -> list[str]:
         return []  # a transaction that a crash interrupted never happened: nothing to finish
