@@ -109,6 +109,8 @@ _TYPE_WORDS = {
 }
 
 DATABASE_URL_ENV = "OCTOPOID_DATABASE_URL"
+#: Seconds a process waits for an unreachable PostgreSQL before failing (runners get it)
+DATABASE_WAIT_ENV = "OCTOPOID_DATABASE_WAIT_SECONDS"
 # a git remote's name (never an option: it is passed to git as an argument)
 REMOTE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 NOTIFY_EVENTS = ("needs_review", "failed", "breakdown", "scheduler_stopped")

@@ -62,3 +62,11 @@ MODEL_PRICES = {
 #: Waits between tries of an attempt's push of its branch to ``git.remote`` (a remote
 #: that is down for a few seconds should not strand the work on one machine).
 PUSH_BACKOFF_SECONDS = (1.0, 3.0)
+
+#: Seconds a PostgreSQL store waits for its pool to reconnect when the server is down
+#: (a restart, a failover) before a move fails with a StorageError.
+DATABASE_WAIT_SECONDS = 30.0
+#: What a runner waits (``OCTOPOID_DATABASE_WAIT_SECONDS``, set by the scheduler), its first
+#: connection included: its agent's work and notes should survive an outage of minutes,
+#: while an interactive command says at once that the database is down.
+RUNNER_DATABASE_WAIT_SECONDS = 300.0

@@ -242,7 +242,10 @@ class Scheduler:
         log_dir = config.get_logs_dir() / task.label
         token = claim_token(task)
         env = dict(
-            os.environ, OCTOPOID_ROOT=str(self.root), **{TOKEN_ENV: token, TASK_ENV: task.label}
+            os.environ,
+            OCTOPOID_ROOT=str(self.root),
+            **{TOKEN_ENV: token, TASK_ENV: task.label},
+            **{config.DATABASE_WAIT_ENV: str(defaults.RUNNER_DATABASE_WAIT_SECONDS)},
         )
         try:
             log_dir.mkdir(parents=True, exist_ok=True)

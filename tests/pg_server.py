@@ -58,18 +58,26 @@ class PgServer:
         )  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed: {done.stderr[-800:]}")
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the server on its existing data (after ``start`` made it, or ``pause``)."""
         options = (
             f"-c listen_addresses='' -c unix_socket_directories='{self.sock}' "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             "-c max_connections=200 -c shared_buffers=64MB"
         )
         done = self._run(
-            [pg_ctl, "-D", str(self.data), "-o", options, "-l", str(self.root / "log"),
-             "-w", "-t", "60", "start"]
+            [find_bin("pg_ctl"), "-D", str(self.data), "-o", options,
+             "-l", str(self.root / "log"), "-w", "-t", "60", "start"]
         )  # fmt: skip
         if done.returncode != 0:
             log = (self.root / "log").read_text(errors="replace")[-800:]
             raise RuntimeError(f"pg_ctl start failed: {done.stderr[-400:]} {log}")
+
+    def pause(self) -> None:
+        """Stop the server, dropping every connection, and keep its data (an outage)."""
+        self._run([find_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"])
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"postgresql://octopoid@/{dbname}?host={self.sock}"

@@ -370,3 +370,38 @@ def test_an_idle_scheduler_is_woken_by_an_enqueue_from_another_machine(
         sched.stop()
         daemon.join(60)
     assert q.get_store().locate(task_id) in (TaskState.CLAIMED, TaskState.PROVISIONAL)
+
+
+def test_an_attempt_outlives_a_database_restart_and_keeps_its_notes_and_move(
+    git_project: Path, pg_server, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server goes down while the agent works and comes back after the agent has
+    finished: the runner's notes and its move to review wait for it, nothing is lost."""
+    from orchestrator import scheduler
+
+    from .conftest import write_agents
+
+    monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
+    monkeypatch.setenv("OCTO_TEST_SLEEP", "3")
+    write_agents(git_project, lease_seconds=60)
+    task = q.create_task("slow")
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    try:
+        sched.loop_once()
+        assert q.get_store().locate(task.id) is TaskState.CLAIMED
+        pg_server.pause()
+        try:
+            time.sleep(6)  # the agent finishes while the server is down
+            runner = next(iter(sched.runners.values()))
+            assert runner.proc.poll() is None  # its runner waits for the database
+        finally:
+            pg_server.resume()
+        deadline = time.monotonic() + 60
+        while q.get_store().locate(task.id) is not TaskState.PROVISIONAL:
+            assert time.monotonic() < deadline, q.get_store().locate(task.id)
+            time.sleep(0.1)
+    finally:
+        sched.shutdown(grace=10)
+    notes = q.get_task_notes(task.id)
+    assert "## Attempt 1" in notes and "committed" in notes

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import FrameType
 
 from .. import config, defaults, queue_utils
-from ..exceptions import LostClaim, OctopoidError
+from ..exceptions import LostClaim, OctopoidError, StorageError
 from ..processes import TASK_ENV, TOKEN_ENV
 from ..recovery import STOP_SIGNAL
 from ..tasks import Task, task_label
@@ -56,8 +56,15 @@ class Claim:
         return self._renew(pid=os.getpid(), deadline_seconds=deadline_seconds)
 
     def tick(self) -> None:
+        """Renew when due. A store that cannot be reached (the database restarting) is
+        retried at the next tick while the lease lasts; past it the claim is lost."""
         if time.monotonic() - self._last >= self.lease_seconds / 3 or self._rewritten():
-            self._renew()
+            try:
+                self._renew()
+            except StorageError as exc:
+                if time.monotonic() - self._last >= self.lease_seconds:
+                    why = f"the lease ran out while the queue was unreachable: {exc}"
+                    raise LostClaim(why) from None
 
     def _rewritten(self) -> bool:
         """Has someone rewritten the task file since our renewal (renew now to find out)?

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
@@ -26,6 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .. import defaults
+from ..config import DATABASE_WAIT_ENV
 from ..exceptions import (
     IllegalTransition,
     LostRace,
@@ -144,6 +147,7 @@ class PostgresStore(QueueStore):
         self._pid = 0
         self._guard = threading.Lock()
         self._local = threading.local()  # the hold connection and depths, per thread
+        self.wait_seconds = float(os.environ.get(DATABASE_WAIT_ENV) or 0)
 
     # --- connections --------------------------------------------------------------------
 
@@ -151,17 +155,38 @@ class PostgresStore(QueueStore):
         """The pool, opened on first use and again in a forked child (pools don't fork)."""
         with self._guard:
             if self._pool is None or self._pid != os.getpid():
-                import psycopg
                 from psycopg_pool import ConnectionPool
 
-                with self._errors():  # one plain connection first: an error at once, not
-                    psycopg.connect(self.dsn, connect_timeout=10).close()  # a pool's retries
-                    pool = ConnectionPool(
-                        self.dsn, min_size=1, max_size=self.max_connections, open=False
+                self._first_connection()  # an error at once, not after a pool's retries
+                with self._errors():
+                    pool = ConnectionPool(  # a connection is checked before each use:
+                        self.dsn,  # one the server dropped (a restart) is replaced
+                        min_size=1,
+                        max_size=self.max_connections,
+                        open=False,
+                        check=ConnectionPool.check_connection,
                     )
                     pool.open(wait=True, timeout=30)
                 self._pool, self._pid = pool, os.getpid()
             return self._pool
+
+    def _first_connection(self) -> None:
+        """Connect once: a process with patience (``DATABASE_WAIT_ENV``: a runner) retries
+        with backoff for that long; any other fails at once with the reason."""
+        import psycopg
+
+        deadline = time.monotonic() + self.wait_seconds
+        delay = 0.5
+        while True:
+            try:
+                with self._errors():
+                    psycopg.connect(self.dsn, connect_timeout=10).close()
+                return
+            except StorageError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -181,9 +206,20 @@ class PostgresStore(QueueStore):
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
-        """A cursor in one transaction (committed at the end, rolled back on error)."""
+        """A cursor in one transaction (committed at the end, rolled back on error).
+
+        While the server is unreachable, waits up to ``DATABASE_WAIT_SECONDS`` for the pool
+        to reconnect (it retries with backoff), so a restart or a short outage delays a
+        runner's moves and notes instead of failing them.
+        """
         pool = self._connections()
-        with self._errors(), pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        wait = max(self.wait_seconds, defaults.DATABASE_WAIT_SECONDS)
+        with (
+            self._errors(),
+            pool.connection(timeout=wait) as conn,
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
             yield cur
 
     def close(self) -> None:
