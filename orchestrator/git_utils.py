@@ -16,7 +16,9 @@ if the base moved meanwhile (a compare-and-swap: the accept fetches and merges a
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -41,7 +43,7 @@ HOOKS_OFF = {
 }
 
 
-PUSH_TRIES = 3  # a push refused because the remote's base moved: fetch, merge again
+PUSH_TRIES = 10  # a push refused because the remote's base moved: fetch, merge again
 
 
 def full_ref(name: str) -> str:
@@ -121,7 +123,9 @@ def ensure_worktree(repo: git.Repo, task_id: str, base: str) -> Path:
         except (git.BadName, ValueError):
             raise GitError(f"base branch '{base}' does not exist in {repo.working_dir}") from None
         with _git_errors(f"git worktree add -b {branch} {path} {base}"):
-            repo.git.worktree("add", "-b", branch, str(path), base)
+            # --no-track: a branch started from the remote's base must not write an
+            # upstream into .git/config (a change another attempt's check would flag)
+            repo.git.worktree("add", "--no-track", "-b", branch, str(path), base)
         journal_own_change(f"refs/heads/{branch}", repo.commit(branch).hexsha)
     return path
 
@@ -423,9 +427,7 @@ def merge_onto_remote(
         with _git_errors(f"git push {remote} {base}"):
             repo.git.push("--porcelain", remote, f"{new}:refs/heads/{base}")
 
-    tries = 0
-    while True:
-        tries += 1
+    for tries in range(1, PUSH_TRIES + 1):
         with repo_admin_lock():
             old = fetch_branches(repo, remote, [base]).get(base)
             if old is None:
@@ -434,14 +436,17 @@ def merge_onto_remote(
                 new = _merge_detached(
                     repo, branch, remote_ref(remote, base), strategy, message, run_hooks, push
                 )
+                with suppress(GitError):
+                    adopt(repo, base, new)
+                return new
             except GitError:
                 moved = fetch_branches(repo, remote, [base]).get(base) != old
-                if not moved or tries >= PUSH_TRIES:
+                if not moved or tries == PUSH_TRIES:
                     raise
-                continue  # another machine landed first: merge onto its base
-            with suppress(GitError):
-                adopt(repo, base, new)
-            return new
+        # another machine landed first: after a jittered pause (two accepters must not
+        # keep colliding), merge again onto its base
+        time.sleep(random.uniform(0, 0.05 * tries))
+    raise AssertionError("the loop returns or raises")
 
 
 def _merge_in(where: git.Repo, branch: str, strategy: str, message: str) -> None:

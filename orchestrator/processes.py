@@ -37,9 +37,14 @@ def boot_id() -> str:
         return ""
 
 
+HOST_ENV = "OCTOPOID_HOST"
+
+
 @cache
 def hostname() -> str:
-    return socket.gethostname()
+    """This machine's name in claims; ``OCTOPOID_HOST`` overrides it where two machines
+    could share one (containers from one image, or two "machines" on one box in tests)."""
+    return os.environ.get(HOST_ENV) or socket.gethostname()
 
 
 def start_ticks(pid: int) -> int | None:

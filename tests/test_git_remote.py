@@ -85,6 +85,8 @@ def test_a_retry_on_another_machine_continues_the_pushed_branch_and_accept_lands
     assert attempt(machines, "a", task.id) == "provisional"
     first = machines.remote_branch(branch)
     assert first is not None  # the attempt on a pushed its branch
+    config = (machines.roots["a"] / ".git" / "config").read_text()
+    assert "agent/" not in config  # no upstream written: the shared config is left alone
 
     review.reject(task.id, "also say which attempt", "bob")  # on b, which never had it
     assert attempt(machines, "b", task.id) == "provisional"
