@@ -422,6 +422,11 @@ def merge_onto_remote(
     """
     branch = branch_for(task_id)
     message = f"Merge {task_label(task_id)}: {title}"
+    if not branch_exists(repo, branch):
+        raise GitError(
+            f"{task_label(task_id)} has no branch {branch} here or on {remote}: its attempt "
+            "ran on a machine that could not push it; accept it there"
+        )
 
     def push(old: str, new: str) -> None:
         with _git_errors(f"git push {remote} {base}"):

@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator import queue_utils as q
 from orchestrator import review
+from orchestrator.exceptions import GitError
 from orchestrator.scaffold import init_project
 from orchestrator.tasks import TaskState
 
@@ -138,6 +139,11 @@ def test_an_unreachable_remote_does_not_stop_the_attempt_and_the_notes_say_why(
     assert "could not fetch from origin" in notes and "not pushed to origin" in notes
     assert git.Repo(root).commit(f"agent/TASK-{task.id}")  # the commit is on the branch here
     moved.rename(machines.origin)
+    machines.on("b")
+    with pytest.raises(GitError, match="could not push it; accept it there"):
+        review.accept(task.id, "bob")  # b never saw the branch: nothing changes
+    assert q.get_task(task.id).state is TaskState.PROVISIONAL
+    machines.on("a")
     review.accept(task.id, "alice")  # the remote is back: accept pushes the merged base
     assert git.Repo(machines.origin).commit("main").message.startswith(f"Merge TASK-{task.id}")
 
