@@ -166,39 +166,51 @@ def fetch_branches(repo: git.Repo, remote: str, branches: list[str]) -> dict[str
     return found
 
 
-def adopt(repo: git.Repo, branch: str, sha: str) -> bool:
-    """Move the local ``branch`` up to ``sha`` (another machine's work) when that only adds
-    to it; True if the branch is now at ``sha``. A branch with commits of its own here, or
-    checked out with changes, is left alone. Callers hold ``repo_admin_lock``."""
+def adopt(repo: git.Repo, branch: str, sha: str, replace: bool = False) -> bool:
+    """Move the local ``branch`` to ``sha`` (another machine's work); True if it has it.
+
+    Without ``replace`` only a fast-forward is made, and a branch checked out with changes
+    is left alone (the user's base). With ``replace`` (a task's branch: the remote's copy is
+    what the last attempt pushed) a diverged local tip is kept as
+    ``refs/octopoid/replaced/<branch>`` and the task's worktree is reset to ``sha``.
+    Callers hold ``repo_admin_lock``.
+    """
     ref = f"refs/heads/{branch}"
     tip = branch_tip(repo, branch) if branch_exists(repo, branch) else None
     if tip == sha:
         return True
-    if tip is not None and not repo.is_ancestor(tip, sha):
-        return False
-    checkout = _checkout_of(repo, branch) if tip else None
-    if checkout is not None:
-        where = open_repo(checkout)
-        if where.is_dirty(untracked_files=False):
+    with _git_errors(f"moving {branch} to {sha[:12]}"):
+        if tip is not None and repo.is_ancestor(sha, tip):
+            return True  # ahead of it already (work not pushed yet): nothing to take
+        forward = tip is None or repo.is_ancestor(tip, sha)
+        if not forward and not replace:
             return False
-        with _git_errors(f"git merge --ff-only (in {checkout})"):
-            where.git.merge("--ff-only", sha)
-    else:
-        with _git_errors(f"git update-ref {ref}"):
+        if not forward:
+            repo.git.update_ref(f"refs/octopoid/replaced/{branch}", tip)
+        checkout = _checkout_of(repo, branch) if tip else None
+        if checkout is not None:
+            where = open_repo(checkout)
+            if replace:
+                where.git.reset("--hard", sha)
+            elif where.is_dirty(untracked_files=False):
+                return False
+            else:
+                where.git.merge("--ff-only", sha)
+        else:
             repo.git.update_ref(ref, sha, tip or "")
     journal_own_change(ref, sha)
     return True
 
 
 def sync_task_branch(repo: git.Repo, remote: str, task_id: str, base: str) -> str:
-    """Before an attempt: the task's branch brought up to the remote's copy (an attempt on
-    another machine pushed it). Returns where a new branch should start: the remote's
+    """Before an attempt: the task's branch set to the remote's copy (the last attempt that
+    pushed, on any machine). Returns where a new branch should start: the remote's
     base when it has one (what other machines merged), else the local base."""
     branch = branch_for(task_id)
     with repo_admin_lock():
         found = fetch_branches(repo, remote, [base, branch])
         if branch in found:
-            adopt(repo, branch, found[branch])
+            adopt(repo, branch, found[branch], replace=True)
     return remote_ref(remote, base) if base in found else base
 
 
@@ -402,7 +414,8 @@ def _merge_detached(
         land(old, new)
         return new
     finally:
-        repo.git.worktree("remove", "--force", str(scratch))
+        with suppress(git.GitCommandError):  # else the next accept removes it (above)
+            repo.git.worktree("remove", "--force", str(scratch))
 
 
 def merge_onto_remote(

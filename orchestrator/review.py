@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from . import config, git_utils, intake, queue_utils
-from .exceptions import GitError, IllegalTransition, InvalidInput, MergeRefused
+from .exceptions import GitError, IllegalTransition, InvalidInput
 from .memory import lifecycle
 from .memory.distill import distill
 from .memory.notes import NotesManager
@@ -102,11 +102,8 @@ def _merge_once(store: QueueStore, task: Task, strategy: str) -> str:
         branch = git_utils.branch_for(task.id)
         with git_utils.repo_admin_lock():
             found = git_utils.fetch_branches(repo, remote, [task.branch, branch])
-            if branch in found and not git_utils.adopt(repo, branch, found[branch]):
-                raise MergeRefused(
-                    f"{branch} here and on {remote} have both moved on: push or reset one of "
-                    "them, then accept again"
-                )
+            if branch in found:  # what the last attempt pushed is what is merged
+                git_utils.adopt(repo, branch, found[branch], replace=True)
         base = git_utils.remote_ref(remote, task.branch)
     before = task.headers.get("MERGING")
     if before and git_utils.already_merged(repo, task.id, base, before):

@@ -155,3 +155,29 @@ def test_a_remote_name_that_could_be_an_option_is_refused_by_config(project: Pat
     (project / ".octopoid/config.yaml").write_text("git:\n  remote: --upload-pack=touch x\n")
     with pytest.raises(ConfigError, match="not a remote's name"):
         config.load_config()
+
+
+def test_accept_merges_what_the_last_attempt_pushed_over_a_stale_local_branch(
+    machines: Machines,
+) -> None:
+    machines.on("a")
+    task = q.create_task("diverged")
+    branch = f"agent/TASK-{task.id}"
+    b_root = machines.roots["b"]
+    b_repo = git.Repo(b_root)  # b's killed attempt left a commit of its own, never pushed
+    b_repo.git.branch(branch, "main")
+    b_repo.git.checkout(branch)
+    (b_root / "stale.txt").write_text("from an attempt that was killed\n")
+    b_repo.index.add(["stale.txt"])
+    stale = b_repo.index.commit("stale work")
+    b_repo.git.checkout("main")
+    assert attempt(machines, "a", task.id) == "provisional"
+    pushed = machines.remote_branch(branch)
+
+    machines.on("b")
+    review.accept(task.id, "bob")
+    main = git.Repo(machines.origin).commit("main")
+    assert git.Repo(machines.origin).is_ancestor(pushed, main.hexsha)
+    assert "stale.txt" not in [item.path for item in main.tree.traverse()]
+    kept = b_repo.commit(f"refs/octopoid/replaced/{branch}")
+    assert kept == stale  # the replaced tip is kept, not lost

@@ -1,0 +1,167 @@
+"""Two machines, one queue: two clones with different HOST identities, one PostgreSQL, one
+bare git remote, two real schedulers and two reviewers, 200 tasks. One machine's scheduler
+and runners are killed with SIGKILL mid-run; the other reaps its claims after their lease
+and finishes them. Every task is done and merged exactly once; no task ever runs twice at
+the same time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from itertools import pairwise
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import queue_utils as q
+from orchestrator.processes import TOKEN_ENV
+from orchestrator.tasks import TaskState
+
+from .conftest import HELPERS, child_env, write_agents
+from .test_git_remote import Machines
+
+OCTOPOID = shutil.which("octopoid") or "octopoid"
+TASKS = 200
+
+# The scripted agent, wrapped to log when each attempt starts and ends (for overlap checks).
+TIMED_AGENT = """
+import os, subprocess, sys, time
+log = os.environ["OCTO_TEST_TIMES"]
+task = os.environ["OCTOPOID_TASK_ID"]
+with open(log, "a") as f:
+    f.write(f"start {task} {os.environ['OCTOPOID_HOST']} {time.time():.6f}\\n")
+code = subprocess.run([sys.executable, sys.argv[1]]).returncode
+with open(log, "a") as f:
+    f.write(f"end {task} {os.environ['OCTOPOID_HOST']} {time.time():.6f}\\n")
+sys.exit(code)
+"""
+
+# A reviewer on one machine: accepts the provisional tasks of its parity until all are done.
+REVIEWER = """
+import sys, time
+from orchestrator import queue_utils as q, review
+from orchestrator.exceptions import OctopoidError
+from orchestrator.tasks import TaskState
+parity, total, deadline = int(sys.argv[1]), int(sys.argv[2]), time.monotonic() + 400
+while time.monotonic() < deadline and q.get_store().count(TaskState.DONE) < total:
+    for task in q.get_store().list(TaskState.PROVISIONAL):
+        if int(task.id) % 2 == parity:
+            try:
+                review.accept(task.id, f"reviewer-{parity}")
+            except OctopoidError as exc:
+                print(f"{task.label}: {exc}", file=sys.stderr, flush=True)
+    time.sleep(0.2)
+"""
+
+
+def _processes_of(root: Path) -> list[int]:
+    """PIDs of runners and agents started for ``root`` (they carry a claim token)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"OCTOPOID_ROOT={root}".encode() in env and any(
+            e.startswith(f"{TOKEN_ENV}=".encode()) for e in env
+        ):
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_two_machines_run_200_tasks_exactly_once_through_a_kill_9(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str
+) -> None:
+    machines = Machines(tmp_path, monkeypatch, pg_dsn)
+    agent = tmp_path / "timed_agent.py"
+    agent.write_text(TIMED_AGENT)
+    times = tmp_path / "times.log"
+    for root in machines.roots.values():
+        write_agents(
+            root,
+            argv=[sys.executable, str(agent), str(HELPERS / "agent.py")],
+            max_concurrent=3,
+            lease_seconds=4,
+            max_claimed=12,
+            max_provisional=1000,
+        )
+    machines.on("a")
+    ids = [q.create_task(f"change {i}").id for i in range(TASKS)]
+    env = {
+        name: child_env(root) | {"OCTOPOID_HOST": f"machine-{name}", "OCTO_TEST_TIMES": str(times)}
+        for name, root in machines.roots.items()
+    }
+    schedulers = {
+        name: subprocess.Popen(
+            [OCTOPOID, "scheduler", "run"], env=env[name], cwd=root, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for name, root in machines.roots.items()
+    }  # fmt: skip
+    said = {name: tmp_path / f"reviewer-{name}.err" for name in machines.roots}
+    reviewers = [
+        subprocess.Popen(
+            [sys.executable, "-c", REVIEWER, str(parity), str(TASKS)], env=env[name],
+            cwd=machines.roots[name], stderr=said[name].open("w"),
+        )
+        for parity, name in enumerate(("a", "b"))
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while q.get_store().count(TaskState.DONE) < 40 or not _processes_of(machines.roots["b"]):
+            assert time.monotonic() < deadline, "the machines made no progress"
+            time.sleep(0.1)
+        os.killpg(schedulers["b"].pid, signal.SIGKILL)
+        victims = _processes_of(machines.roots["b"])
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        killed_at = time.time()
+        schedulers["b"].wait()
+        for reviewer, name in zip(reviewers, said, strict=True):
+            assert reviewer.wait(timeout=400) == 0, said[name].read_text()[-2000:]
+    finally:
+        for proc in schedulers.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for proc in reviewers:
+            proc.kill()
+    assert victims, "machine b had nothing running when it was killed"
+
+    states = Counter(q.get_store().locate(t) for t in ids)
+    assert states == {TaskState.DONE: TASKS}, states
+    origin = git.Repo(machines.origin)
+    subjects = origin.git.log("--format=%s", "main").splitlines()
+    merges = Counter(s.split(":")[0] for s in subjects if s.startswith("Merge TASK-"))
+    assert sorted(merges) == sorted(f"Merge TASK-{t}" for t in ids)
+    assert set(merges.values()) == {1}  # every branch merged once
+    assert not [r for r in origin.references if r.path.startswith("refs/heads/agent/")]
+
+    runs: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    open_runs: dict[str, tuple[float, str]] = {}
+    for line in times.read_text().splitlines():
+        kind, task, host, at = line.split()
+        if kind == "end":
+            start, host = open_runs.pop(task)
+            runs[task].append((start, float(at), host))
+            continue
+        if task in open_runs:  # only an attempt killed with machine b may never have ended
+            start, dead = open_runs.pop(task)
+            assert dead == "machine-b" and float(at) >= killed_at, f"{task} ran twice at once"
+            runs[task].append((start, killed_at, dead))
+        open_runs[task] = (float(at), host)
+    assert all(host == "machine-b" for _, host in open_runs.values()), open_runs
+    reaped = [t for t, rs in runs.items() if len({h for _, _, h in rs}) == 2]
+    assert reaped, "no claim of machine b was taken over by machine a"
+    for task, attempts in runs.items():
+        attempts.sort()
+        for (_, end, _), (start, _, _) in pairwise(attempts):
+            assert start >= end, f"{task} ran twice at once"
