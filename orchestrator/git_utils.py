@@ -148,9 +148,8 @@ def remote_ref(remote: str, branch: str) -> str:
     return f"refs/remotes/{remote}/{branch}"
 
 
-def fetch_branches(repo: git.Repo, remote: str, branches: list[str]) -> dict[str, str]:
-    """Fetch those of ``branches`` the remote has into ``refs/remotes/<remote>/``; return
-    {branch: commit} for them (a branch not pushed yet is simply absent)."""
+def remote_heads(repo: git.Repo, remote: str, branches: list[str]) -> dict[str, str]:
+    """{branch: commit} for those of ``branches`` the remote has (``git ls-remote``)."""
     wanted = [f"refs/heads/{b}" for b in branches]
     with _git_errors(f"git ls-remote {remote}"):
         listing = repo.git.ls_remote("--heads", remote, *wanted)
@@ -159,9 +158,20 @@ def fetch_branches(repo: git.Repo, remote: str, branches: list[str]) -> dict[str
         sha, _, ref = line.partition("\t")
         if ref in wanted:
             found[ref.removeprefix("refs/heads/")] = sha
+    return found
+
+
+def fetch_branches(repo: git.Repo, remote: str, branches: list[str]) -> dict[str, str]:
+    """Fetch those of ``branches`` the remote has into ``refs/remotes/<remote>/``; return
+    {branch: commit} for them (a branch not pushed yet is simply absent).
+
+    Under ``repo_admin_lock``: a fetch reads every worktree's HEAD, and one that
+    ``git worktree add`` is making at that moment holds a placeholder (a "bad object").
+    """
+    found = remote_heads(repo, remote, branches)
     if found:
         specs = [f"+refs/heads/{b}:{remote_ref(remote, b)}" for b in found]
-        with _git_errors(f"git fetch {remote}"):
+        with repo_admin_lock(), _git_errors(f"git fetch {remote}"):
             repo.git.fetch("--no-tags", remote, *specs)
     return found
 
@@ -225,7 +235,7 @@ def push_task_branch(repo: git.Repo, remote: str, task_id: str) -> None:
 def delete_remote_branch(repo: git.Repo, remote: str, task_id: str) -> None:
     """Remove the task's branch from the remote once merged (if it was ever pushed)."""
     branch = branch_for(task_id)
-    if branch in fetch_branches(repo, remote, [branch]):
+    if branch in remote_heads(repo, remote, [branch]):
         with _git_errors(f"git push {remote} --delete {branch}"):
             repo.git.push(remote, "--delete", f"refs/heads/{branch}")
 
