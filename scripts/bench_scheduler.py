@@ -1,8 +1,12 @@
 """Scheduler benchmark: enqueue-to-start latency, idle CPU, and per-attempt overhead.
 
 Run by hand:  python scripts/bench_scheduler.py [--tasks 50] [--idle 60] [--attempts 40]
+              [--postgres]
 Each part starts the real daemon (`octopoid scheduler run`) on a scratch git repository
 with a command agent that does (almost) nothing, so what is measured is octopoid itself.
+``--postgres`` keeps the queue in a throwaway PostgreSQL server (tests/pg_server.py, a
+fresh database per part): tasks are enqueued by this process, so only the database's
+NOTIFY can wake the idle daemon, as when another machine enqueues.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ import yaml
 from orchestrator import queue_utils as q
 from orchestrator.scaffold import init_project
 from orchestrator.tasks import TaskState
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+DATABASE = None  # a tests.pg_server.PgServer with --postgres
 
 # The agent records when it started, then makes an empty commit so the attempt succeeds.
 AGENT = r"""
@@ -56,6 +63,12 @@ def scratch(concurrency: int) -> Path:
         ],
     }
     (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(agents))
+    if DATABASE is not None:
+        from orchestrator.store.postgres import upgrade_database
+
+        dsn = DATABASE.create_database(f"bench_{root.name.replace('-', '_')}")
+        upgrade_database(dsn)
+        os.environ["OCTOPOID_DATABASE_URL"] = dsn
     os.environ["OCTOPOID_ROOT"] = str(root)
     os.environ["BENCH_STARTS"] = str(root / "starts.txt")
     return root
@@ -136,7 +149,23 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=50)
     parser.add_argument("--idle", type=int, default=60)
     parser.add_argument("--attempts", type=int, default=40)
+    parser.add_argument("--postgres", action="store_true", help="the queue in PostgreSQL")
     args = parser.parse_args()
+    if args.postgres:
+        global DATABASE
+        from tests.pg_server import PgServer
+
+        DATABASE = PgServer()
+        DATABASE.start()
+    try:
+        report(args)
+    finally:
+        if DATABASE is not None:
+            DATABASE.stop()
+
+
+def report(args: argparse.Namespace) -> None:
+    print(f"queue: {'PostgreSQL' if args.postgres else 'folders'}")
     p50, p95 = bench_latency(args.tasks)
     idle = bench_idle(args.idle)
     one = bench_overhead(args.attempts, 1)
