@@ -405,3 +405,115 @@ def test_an_attempt_outlives_a_database_restart_and_keeps_its_notes_and_move(
         sched.shutdown(grace=10)
     notes = q.get_task_notes(task.id)
     assert "## Attempt 1" in notes and "committed" in notes
+
+
+CORPUS = [
+    "The login flow lives in auth.py and calls token_refresh when the session expires",
+    "Deploys run from the release branch after the changelog is updated",
+    "Database migrations are applied with alembic upgrade head in CI",
+    "The payment webhook handler is in billing/webhooks.py and retries three times",
+    "Use UTC everywhere; the scheduler compares timestamps across machines",
+    "Tests that touch the network are marked slow and skipped locally",
+    "The cache layer wraps redis; keys expire after ten minutes",
+    "Front-end assets are built with vite into static/dist",
+    "Logging goes through structlog with JSON output in production",
+    "The CLI entry point is orchestrator/cli.py built on click",
+    "Billing invoices are generated nightly by a cron job",
+    "Auth tokens are signed with the key in the secrets manager, never in the repo",
+    "Retry notes keep the last 3000 characters of an attempt's output",
+    "The webhook signature is checked before the payload is parsed",
+    "Docker images are pinned by digest in the deploy manifests",
+    "Search results are ranked by BM25 in SQLite's FTS5",
+    "Rate limits on the API are 100 requests per minute per token",
+    "The session cookie is HttpOnly and SameSite strict",
+    "Feature flags live in config/flags.yaml and are read at start-up",
+    "Email sending goes through a queue so requests never wait on SMTP",
+    "Image uploads are resized by a worker before they are stored",
+    "The admin dashboard needs the staff role",
+    "Timezone bugs came from naive datetimes; always pass tzinfo",
+    "Migrations must be backwards compatible for one release",
+    "Payments are idempotent by the request key the client sends",
+    "The refresh token rotates on every use",
+    "Static files are served by the CDN, not the app",
+    "Profiling showed JSON parsing dominates the webhook handler",
+    "Cron jobs log their start and end to the ops channel",
+    "The README's test command is what CI runs",
+]
+QUERIES = [
+    "fix the payment webhook retries in billing/webhooks.py",
+    "token refresh fails when the session expires",
+    "database migration broke the release",
+    "timestamps wrong across timezones",
+    "deploy pinned docker images",
+    "cache keys expire too early",
+]
+
+
+def test_memory_search_ranks_like_the_sqlite_store(project: Path, pg_dsn: str) -> None:
+    """The same notes in both memories: for every query the best note is the same and
+    the top three share at least two."""
+    from orchestrator.memory.postgres import PostgresMemoryStore
+    from orchestrator.memory.store import MemoryStore
+    from orchestrator.store.postgres import shared_store, upgrade_database
+
+    upgrade_database(pg_dsn)
+    sqlite, pg = MemoryStore(project / "memory.db"), PostgresMemoryStore(shared_store(pg_dsn))
+    for note in CORPUS:
+        sqlite.write_note(note, scope="notes:x:p")
+        pg.write_note(note, scope="notes:x:p")
+    for query in QUERIES:
+        ours = [h["content"] for h in pg.search_notes(query, limit=3)]
+        theirs = [h["content"] for h in sqlite.search_notes(query, limit=3)]
+        assert ours[0] == theirs[0], (query, ours, theirs)
+        assert len(set(ours) & set(theirs)) >= 2, (query, ours, theirs)
+    sqlite.close()
+
+
+def test_what_one_machine_learned_is_found_by_another(
+    pg_project: Path, tmp_path: Path, pg_dsn: str
+) -> None:
+    """`octopoid memory add` in one clone, `octopoid memory search` in another clone with a
+    different folder name: one memory, in the database."""
+    from orchestrator.scaffold import init_project
+
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    init_project(other)
+    env = {
+        root: child_env(root) | {"OCTOPOID_DATABASE_URL": pg_dsn} for root in (pg_project, other)
+    }
+    added = subprocess.run(
+        [OCTOPOID, "memory", "add", "Important Facts", "The flaky test needs TZ=UTC set"],
+        env=env[pg_project], cwd=pg_project, capture_output=True, text=True,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    found = subprocess.run(
+        [OCTOPOID, "memory", "search", "flaky test timezone UTC", "--json"],
+        env=env[other], cwd=other, capture_output=True, text=True,
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    assert "The flaky test needs TZ=UTC set" in found.stdout
+
+
+WRITER = r"""
+import sys
+from orchestrator.memory.store import open_memory
+memory = open_memory()
+for _ in range(5):
+    memory.write_note("Run the linter before pushing", tags=[f"w{sys.argv[1]}"], scope="s")
+"""
+
+
+def test_processes_writing_the_same_note_at_once_reinforce_one_note(pg_project: Path) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(n)], env=child_env(pg_project))
+        for n in range(6)
+    ]
+    assert all(proc.wait(timeout=120) == 0 for proc in procs)
+    from orchestrator.memory.store import open_memory
+
+    memory = open_memory()
+    assert memory.count() == 1
+    (note,) = memory.get_recent_notes()
+    assert sorted(note["tags"]) == [f"w{n}" for n in range(6)]
+    assert note["importance"] == pytest.approx(1.0)  # 0.5 + 29 reinforcements, capped

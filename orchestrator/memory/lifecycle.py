@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..locks import FileMutex
 from ..redaction import redact
 from ..tasks import Task, TaskState, task_label
 from .notes import NotesManager, get_notes_manager
-from .store import MemoryStore, project_scope
+from .store import open_memory, project_scope
+
+if TYPE_CHECKING:
+    from .store import Memory
 
 EPHEMERAL_RE = re.compile(r"notes\.TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.(md|lock)")
 
@@ -29,13 +32,13 @@ def seed_task_notes(task: Task) -> NotesManager:
 
 
 def promote_task_notes(
-    task_id: str, promoted_by: str = "octopoid", store: MemoryStore | None = None
+    task_id: str, promoted_by: str = "octopoid", store: Memory | None = None
 ) -> int:
     """Copy a task's ephemeral items into long-term memory; return how many were new."""
     manager = NotesManager(notes_id=task_label(task_id))
     if not manager.notes_file.exists():
         return 0
-    store = store or MemoryStore()
+    store = store or open_memory()
     before = store.count()
     for entry in manager.get_all_items():  # an agent may have edited the file directly
         store.write_note(
@@ -49,7 +52,7 @@ def promote_task_notes(
     return store.count() - before
 
 
-def index_main_notes(store: MemoryStore) -> int:
+def index_main_notes(store: Memory) -> int:
     """Make the store hold every item of ``notes.md`` (hand edits included); return new ones."""
     manager = NotesManager()
     if not manager.notes_file.exists():
@@ -75,7 +78,7 @@ def add_learning(section: str, text: str, tags: list[str], topic: str | None) ->
     added = manager.add_item(section, text)
     note_id = None
     if not manager.is_ephemeral:
-        store = MemoryStore()
+        store = open_memory()
         note_id = store.write_note(
             text,
             section=section,
@@ -90,7 +93,7 @@ def add_learning(section: str, text: str, tags: list[str], topic: str | None) ->
 
 def search(query: str, tags: list[str], limit: int) -> list[dict[str, Any]]:
     """`octopoid memory search`: long-term memory, with notes.md's items indexed first."""
-    store = MemoryStore()
+    store = open_memory()
     try:
         index_main_notes(store)
         return store.search_notes(query, tags=tags or None, limit=limit)
@@ -100,7 +103,7 @@ def search(query: str, tags: list[str], limit: int) -> list[dict[str, Any]]:
 
 def forget(target: str) -> int:
     """`octopoid memory remove`: a note id, or an item's text (from notes.md and the store)."""
-    store = MemoryStore()
+    store = open_memory()
     try:
         if target.isdigit():
             note = store.get_note(int(target))

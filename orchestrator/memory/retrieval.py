@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..tasks import Task
-from .store import MemoryStore
+
+if TYPE_CHECKING:
+    from .store import Memory
 
 DEFAULT_BUDGET = 4000  # characters of memory one prompt may carry
 RELATIVE_CUTOFF = 0.3  # keep notes scoring at least this share of the best match
@@ -22,7 +24,7 @@ def task_query(task: Task) -> str:
 
 
 def relevant_notes(
-    task: Task, store: MemoryStore, *, scope: str | None = None, budget: int = DEFAULT_BUDGET
+    task: Task, store: Memory, *, scope: str | None = None, budget: int = DEFAULT_BUDGET
 ) -> list[dict[str, Any]]:
     """Pinned notes first, then the best matches above the cut-off, until the budget is spent.
 

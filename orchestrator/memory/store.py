@@ -15,11 +15,14 @@ import re
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..exceptions import InvalidMemoryInput, MemoryStoreError
 from .notes import normalize_item
+
+if TYPE_CHECKING:
+    from .postgres import PostgresMemoryStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (
@@ -68,9 +71,18 @@ def content_hash(content: str) -> str:
 
 
 def project_scope(agent: str = "octopoid", global_: bool = False) -> str:
-    """``notes:<agent>:<project>``, the project being the root folder's name."""
-    where = "global" if global_ else config.find_project_root().name
-    return f"notes:{agent}:{where}"
+    """``notes:<agent>:<project>``: the project is the root folder's name, or with the queue
+    in PostgreSQL (clones on several machines, named as each likes) the database's name."""
+    return f"notes:{agent}:{'global' if global_ else project_name()}"
+
+
+def project_name() -> str:
+    backend, dsn = config.store_choice()
+    if backend == "postgres" and dsn:
+        from psycopg.conninfo import conninfo_to_dict
+
+        return str(conninfo_to_dict(dsn).get("dbname") or "postgres")
+    return config.find_project_root().name
 
 
 def fts_query(text: str) -> str:
@@ -185,7 +197,7 @@ class MemoryStore:
         match = fts_query(query)
         if not match:
             return []
-        where, args = self._filters(agent, scope, tags, topic, session_id)
+        where, args = filters("?", "instr", agent, scope, tags, topic, session_id)
         rows = self.db.execute(
             "SELECT notes.*, -bm25(notes_fts) AS score FROM notes_fts "
             "JOIN notes ON notes.id = notes_fts.rowid "
@@ -194,10 +206,10 @@ class MemoryStore:
         )
         return [_row(r) for r in rows]
 
-    def get_recent_notes(self, *, limit: int = 10, **filters: Any) -> list[dict[str, Any]]:
+    def get_recent_notes(self, *, limit: int = 10, **given: Any) -> list[dict[str, Any]]:
         """Newest first; ``filters`` as for ``search_notes`` (agent, scope, tags, topic,
         session_id)."""
-        where, args = self._filters(**filters)
+        where, args = filters("?", "instr", **given)
         rows = self.db.execute(
             f"SELECT * FROM notes WHERE 1 {where} ORDER BY updated DESC, id DESC LIMIT ?",
             [*args, limit],
@@ -217,7 +229,7 @@ class MemoryStore:
         return _row(row) if row else None
 
     def pinned_notes(self, scope: str | None = None) -> list[dict[str, Any]]:
-        where, args = self._filters(scope=scope)
+        where, args = filters("?", "instr", scope=scope)
         rows = self.db.execute(
             f"SELECT * FROM notes WHERE pinned = 1 {where} ORDER BY importance DESC, updated DESC",
             args,
@@ -277,28 +289,44 @@ class MemoryStore:
         """Raise ``sqlite3.DatabaseError`` if the FTS index disagrees with the notes."""
         self.db.execute("INSERT INTO notes_fts(notes_fts, rank) VALUES ('integrity-check', 1)")
 
-    @staticmethod
-    def _filters(
-        agent: str | None = None,
-        scope: str | None = None,
-        tags: Any = None,
-        topic: str | None = None,
-        session_id: str | None = None,
-    ) -> tuple[str, list[Any]]:
-        clauses, args = [], []
-        for column, value in (
-            ("agent", agent),
-            ("scope", scope),
-            ("topic", topic),
-            ("session_id", session_id),
-        ):
-            if value is not None:
-                clauses.append(f"AND notes.{column} = ?")
-                args.append(value)
-        for tag in _tags(tags).split():
-            clauses.append("AND instr(' ' || notes.tags || ' ', ?) > 0")
-            args.append(f" {tag} ")
-        return " ".join(clauses), args
+
+def filters(
+    mark: str,
+    find: str,
+    agent: str | None = None,
+    scope: str | None = None,
+    tags: Any = None,
+    topic: str | None = None,
+    session_id: str | None = None,
+) -> tuple[str, list[Any]]:
+    """``AND ...`` clauses and their arguments for the search filters, in a dialect's
+    placeholder (``?``, ``%s``) and substring function (``instr``, ``strpos``)."""
+    clauses, args = [], []
+    for column, value in (
+        ("agent", agent),
+        ("scope", scope),
+        ("topic", topic),
+        ("session_id", session_id),
+    ):
+        if value is not None:
+            clauses.append(f"AND notes.{column} = {mark}")
+            args.append(value)
+    for tag in _tags(tags).split():
+        clauses.append(f"AND {find}(' ' || notes.tags || ' ', {mark}) > 0")
+        args.append(f" {tag} ")
+    return " ".join(clauses), args
+
+
+def open_memory() -> Memory:
+    """Long-term memory where the queue is: PostgreSQL (shared by every machine on the
+    queue) or this project's SQLite file."""
+    backend, dsn = config.store_choice()
+    if backend == "postgres" and dsn:
+        from ..store.postgres import shared_store
+        from .postgres import PostgresMemoryStore
+
+        return PostgresMemoryStore(shared_store(dsn))
+    return MemoryStore()
 
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
@@ -308,3 +336,7 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
     out["pinned"] = bool(out["pinned"])
     out.pop("content_hash", None)
     return out
+
+
+if TYPE_CHECKING:
+    Memory = MemoryStore | PostgresMemoryStore  # what open_memory gives: the same methods

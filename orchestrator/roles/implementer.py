@@ -29,7 +29,7 @@ from ..fsutil import TailBuffer, atomic_write
 from ..leases import attempts_left
 from ..memory import lifecycle
 from ..memory.retrieval import relevant_notes
-from ..memory.store import MemoryStore, project_scope
+from ..memory.store import open_memory, project_scope
 from ..processes import (
     TASK_ENV,
     TOKEN_ENV,
@@ -301,7 +301,7 @@ def _work(
 
 
 def _memory_block(task: Task, cfg: dict) -> str:
-    store = MemoryStore()
+    store = open_memory()
     try:
         lifecycle.index_main_notes(store)
         chosen = relevant_notes(task, store, scope=project_scope(), budget=cfg["memory"]["budget"])

@@ -92,6 +92,31 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (task_id, n)
     );
     """,
+    # 3: long-term memory (memory/postgres.py), searched through a generated tsvector
+    """
+    CREATE TABLE octopoid.memory (
+        id bigserial PRIMARY KEY,
+        content text NOT NULL,
+        section text,
+        topic text,
+        tags text NOT NULL DEFAULT '',
+        agent text NOT NULL,
+        scope text NOT NULL,
+        task_id text,
+        session_id text,
+        metadata text NOT NULL DEFAULT '{}',
+        created double precision NOT NULL,
+        updated double precision NOT NULL,
+        content_hash text NOT NULL,
+        importance double precision NOT NULL DEFAULT 0.5,
+        pinned integer NOT NULL DEFAULT 0,
+        access_count integer NOT NULL DEFAULT 0,
+        search tsvector GENERATED ALWAYS AS (to_tsvector('english',
+            content || ' ' || coalesce(topic, '') || ' ' || tags)) STORED,
+        UNIQUE (scope, content_hash)
+    );
+    CREATE INDEX memory_search ON octopoid.memory USING gin (search);
+    """,
 ]
 _COLUMNS = "state, body, role, rank, created, seq, blocked_by, not_before, turns, cost"
 _VALUES = ", ".join(["%s"] * len(_COLUMNS.split(",")))
