@@ -205,7 +205,8 @@ def show(task_id: str) -> None:
     """Print a task: where it is, its notes, and its file."""
     task = queue_utils.get_task(task_id)
     summary = task_notes.notes_summary(task.id)
-    click.echo(f"{task.label} is in {task.state.value} ({task.path})")
+    where = task.path or "a row in PostgreSQL"
+    click.echo(f"{task.label} is in {task.state.value} ({where})")
     blockage = dependencies.blockage_of(task)
     if blockage:
         click.echo(blockage.describe())

@@ -16,7 +16,7 @@ import pytest
 from orchestrator import queue_utils as q
 from orchestrator import reports
 from orchestrator.exceptions import StorageError, TaskBusy
-from orchestrator.store.postgres import PostgresStore
+from orchestrator.store.postgres import MIGRATIONS, PostgresStore
 from orchestrator.tasks import TaskState, render_task
 
 from .conftest import child_env, make_git_repo, race_claimers
@@ -111,14 +111,18 @@ def test_init_store_keeps_the_password_out_of_config_and_db_upgrade_is_idempoten
     )
     assert done.returncode == 0, done.stderr
     assert "hunter2-sekrit" not in done.stdout + done.stderr
-    assert "applied migration(s) 1: now version 1" in done.stdout
+    latest = len(MIGRATIONS)
+    assert (
+        f"applied migration(s) {', '.join(map(str, range(1, latest + 1)))}: now version {latest}"
+        in done.stdout
+    )
     assert "password was not written" in done.stdout
     config_text = (root / ".octopoid/config.yaml").read_text()
     assert "hunter2-sekrit" not in config_text and "backend: postgres" in config_text
     again = subprocess.run(
         [OCTOPOID, "db", "upgrade"], cwd=root, env=env, capture_output=True, text=True
     )
-    assert again.returncode == 0 and "up to date (version 1)" in again.stdout
+    assert again.returncode == 0 and f"up to date (version {latest})" in again.stdout
     made = subprocess.run(
         [OCTOPOID, "enqueue", "from the CLI"], cwd=root, env=env, capture_output=True, text=True
     )

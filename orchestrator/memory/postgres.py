@@ -18,7 +18,16 @@ from typing import Any
 
 from ..exceptions import InvalidMemoryInput, MemoryStoreError
 from ..store.postgres import PostgresStore
-from .store import REINFORCE_STEP, WORD_RE, _row, _tags, content_hash, filters, project_scope
+from .store import (
+    REINFORCE_STEP,
+    WORD_RE,
+    _row,
+    _tags,
+    content_hash,
+    filters,
+    note_changes,
+    project_scope,
+)
 
 MAX_QUERY_WORDS = 64  # a task's text can be long; its first distinct words are plenty
 
@@ -175,22 +184,9 @@ class PostgresMemoryStore:
     ) -> bool:
         import psycopg
 
-        changes: dict[str, Any] = {}
-        if content is not None:
-            changes.update(content=content.strip(), content_hash=content_hash(content))
-        if tags is not None:
-            changes["tags"] = _tags(tags)
-        if topic is not None:
-            changes["topic"] = topic
-        if importance is not None:
-            changes["importance"] = importance
-        if pinned is not None:
-            changes["pinned"] = int(pinned)
-        if metadata is not None:
-            changes["metadata"] = json.dumps(metadata)
+        changes = note_changes(content, tags, topic, importance, pinned, metadata)
         if not changes:
             return self.get_note(note_id) is not None
-        changes["updated"] = time.time()
         sets = ", ".join(f"{key} = %s" for key in changes)
         with self.store._tx() as cur:
             try:

@@ -250,22 +250,9 @@ class MemoryStore:
         pinned: bool | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> bool:
-        changes: dict[str, Any] = {}
-        if content is not None:
-            changes.update(content=content.strip(), content_hash=content_hash(content))
-        if tags is not None:
-            changes["tags"] = _tags(tags)
-        if topic is not None:
-            changes["topic"] = topic
-        if importance is not None:
-            changes["importance"] = importance
-        if pinned is not None:
-            changes["pinned"] = int(pinned)
-        if metadata is not None:
-            changes["metadata"] = json.dumps(metadata)
+        changes = note_changes(content, tags, topic, importance, pinned, metadata)
         if not changes:
             return self.get_note(note_id) is not None
-        changes["updated"] = time.time()
         sets = ", ".join(f"{key} = ?" for key in changes)
         try:
             cur = self.db.execute(
@@ -288,6 +275,33 @@ class MemoryStore:
     def integrity_check(self) -> None:
         """Raise ``sqlite3.DatabaseError`` if the FTS index disagrees with the notes."""
         self.db.execute("INSERT INTO notes_fts(notes_fts, rank) VALUES ('integrity-check', 1)")
+
+
+def note_changes(
+    content: str | None,
+    tags: Any,
+    topic: str | None,
+    importance: float | None,
+    pinned: bool | None,
+    metadata: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The columns ``update_note`` sets for the fields given (none: an empty dict)."""
+    changes: dict[str, Any] = {}
+    if content is not None:
+        changes.update(content=content.strip(), content_hash=content_hash(content))
+    if tags is not None:
+        changes["tags"] = _tags(tags)
+    if topic is not None:
+        changes["topic"] = topic
+    if importance is not None:
+        changes["importance"] = importance
+    if pinned is not None:
+        changes["pinned"] = int(pinned)
+    if metadata is not None:
+        changes["metadata"] = json.dumps(metadata)
+    if changes:
+        changes["updated"] = time.time()
+    return changes
 
 
 def filters(
