@@ -50,6 +50,25 @@ def claim_token(task: Task) -> str:
     return task.headers.get("CLAIM_TOKEN", "")
 
 
+LEASE_FENCE = "@"  # never in a token (hex)
+
+
+def reaper_fence(task: Task) -> str | None:
+    """The claim's token and the lease the reaper saw run out. A move made with it fails
+    if the claim was renewed since: its runner came back (a database outage, a machine
+    that was suspended) between the reaper's look and its move."""
+    token = claim_token(task)
+    return f"{token}{LEASE_FENCE}{task.headers.get('LEASE_EXPIRES', '')}" if token else None
+
+
+def fence_holds(task: Task, fence: str) -> bool:
+    """Whether ``fence`` (a claim token, or a ``reaper_fence``) still names the task's claim."""
+    token, fenced, lease = fence.partition(LEASE_FENCE)
+    if claim_token(task) != token:
+        return False
+    return not fenced or task.headers.get("LEASE_EXPIRES", "") == lease
+
+
 def owner(task: Task) -> ProcessId | None:
     return ProcessId.from_headers(task.headers)
 

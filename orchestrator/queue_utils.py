@@ -33,7 +33,14 @@ from .exceptions import (
     TaskNotFound,
     TaskParseError,
 )
-from .leases import LEASE_HEADERS, attempts_left, claim_token, lease_headers, new_token
+from .leases import (
+    LEASE_HEADERS,
+    attempts_left,
+    claim_token,
+    fence_holds,
+    lease_headers,
+    new_token,
+)
 from .processes import ProcessId
 from .redaction import redact
 from .store import FolderStore, QueueStore
@@ -134,7 +141,7 @@ def _token(task: Task | str, token: str | None) -> str | None:
 
 def check_token(task: Task, token: str | None) -> None:
     """Refuse a write by someone whose claim has since been revoked or given to another."""
-    if token is not None and (task.state is not S.CLAIMED or claim_token(task) != token):
+    if token is not None and (task.state is not S.CLAIMED or not fence_holds(task, token)):
         raise LostClaim(
             f"{task.label}'s claim is no longer yours (it was requeued, reaped or claimed again)"
         )

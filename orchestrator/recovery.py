@@ -15,7 +15,15 @@ from datetime import datetime
 
 from . import config, queue_utils
 from .exceptions import IllegalTransition, TaskNotFound
-from .leases import attempts_left, claim_token, dead_since, ever_started, overdue, owner
+from .leases import (
+    attempts_left,
+    claim_token,
+    dead_since,
+    ever_started,
+    overdue,
+    owner,
+    reaper_fence,
+)
 from .processes import kill_claim_processes, signal_group, wait_gone
 from .task_notes import cleanup_task_notes, noted_task_ids, salvage_output_log
 from .tasks import ID_RE, Task, TaskState, format_time, normalize_task_id, utcnow
@@ -59,11 +67,11 @@ def recover_dead_claim(
     """A claim whose runner is gone: save what it printed as notes, then requeue or fail it.
 
     A claim no runner ever took over ran nothing: it goes back with its attempt given back.
-    Returns None when the claim moved on meanwhile (the token no longer matches).
+    Returns None when the claim moved on meanwhile (another token, or a renewed lease).
     """
-    token = claim_token(task) or None
-    if token:
-        kill_claim_processes(token)  # orphans of a dead runner die before the claim goes back
+    if claim_token(task):
+        kill_claim_processes(claim_token(task))  # a dead runner's orphans die first
+    token = reaper_fence(task)  # a claim renewed since it was read is not ours to move
     try:
         if not ever_started(task):
             return queue_utils.release_claim(

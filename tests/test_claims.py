@@ -104,6 +104,25 @@ def test_the_reaper_never_requeues_a_claim_made_after_it_looked(project):
     assert now_task.headers["CLAIM_TOKEN"] == fresh.headers["CLAIM_TOKEN"]
 
 
+@pytest.mark.parametrize("store", ["folder", "postgres"])
+def test_the_reaper_never_requeues_a_claim_renewed_after_it_looked(
+    project, store, request, monkeypatch
+):
+    """Its runner was away past the lease (a database outage, a suspended machine) and
+    renewed between the reaper's look and its move: the claim stays with the runner."""
+    if store == "postgres":
+        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+    tid = q.create_task("t").id
+    past = utcnow() - timedelta(seconds=60)
+    claimed = q.claim_task(None, "a", lease_seconds=10, pid=exited_pid(), now=past)
+    (stale,) = q.list_tasks(S.CLAIMED)  # what a reaper read: the lease ran out 50 s ago
+    token = claimed.headers["CLAIM_TOKEN"]
+    q.renew_lease(tid, 600, token=token)  # the runner is back
+    assert recovery.recover_dead_claim(stale, "lease expired") is None
+    now_task = q.get_task(tid)
+    assert now_task.state is S.CLAIMED and now_task.headers["CLAIM_TOKEN"] == token
+
+
 class Crash(BaseException):
     """Stands for kill -9 at one exact instant: nothing after it runs."""
 
