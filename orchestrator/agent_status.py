@@ -134,7 +134,7 @@ def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
     problem = config.problem()
     if problem:
         raise ConfigError(problem)
-    agents_cfg = config.load_agents()
+    agents_cfg, cfg = config.load_agents(), config.load_config()
     claimed = queue_utils.list_tasks(TaskState.CLAIMED)
     rows = []
     for agent in agents_cfg["agents"]:
@@ -150,6 +150,8 @@ def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
                 "name": agent["name"],
                 "role": agent["role"],
                 "backend": agent["backend"],
+                "sandbox": cfg["sandbox"]["mode"],
+                "network": network_of(agent, cfg),
                 "state": state,
                 "problem": readiness_problem(agent),
                 "last_task": record.get("last_task"),
@@ -160,6 +162,13 @@ def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def network_of(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """What network the agent's box has: host, none, or host because nothing walls it in."""
+    if cfg["sandbox"]["mode"] == "none":
+        return "host (no sandbox)"
+    return (agent.get("sandbox") or {}).get("network") or cfg["sandbox"]["network"]
 
 
 def _cost_today(agent: dict[str, Any], record: dict[str, Any]) -> float | None:

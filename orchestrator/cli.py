@@ -18,6 +18,7 @@ from . import (
     intake,
     queue_utils,
     reports,
+    sandbox,
     scaffold,
     scheduler_control,
     task_notes,
@@ -124,6 +125,7 @@ def init(store_url: str | None) -> None:
             click.echo(line)
     branch = intake.current_branch(root) or "none: HEAD is detached"
     click.echo(f"new tasks start from the branch checked out here ({branch}) unless given --branch")
+    click.echo(sandbox.describe()["summary"])
 
 
 @cli.command()
@@ -241,6 +243,8 @@ def status(as_json: bool) -> None:
         if daemon["running"]
         else "scheduler: not running (`octopoid scheduler start`)"
     )
+    if summary["sandbox"]:
+        click.echo(summary["sandbox"]["summary"])
     click.echo(_table([[k, str(v)] for k, v in summary["counts"].items()]))
     for c in summary["claimed"]:
         left = c["lease_seconds_left"]
@@ -433,7 +437,7 @@ def agents(as_json: bool) -> None:
     if not rows:
         click.echo("no agents in .octopoid/agents.yaml")
         return
-    table = [["NAME", "ROLE", "BACKEND", "STATE", "LAST", "TURNS", "COST TODAY"]]
+    table = [["NAME", "ROLE", "BACKEND", "NETWORK", "STATE", "LAST", "TURNS", "COST TODAY"]]
     for r in rows:
         last = f"{r['last_task']} {r['last_outcome']}" if r["last_task"] else "-"
         table.append(
@@ -441,6 +445,7 @@ def agents(as_json: bool) -> None:
                 r["name"],
                 r["role"],
                 r["backend"],
+                r["network"],
                 r["state"],
                 last,
                 str(r["turns_today"]),
@@ -448,6 +453,7 @@ def agents(as_json: bool) -> None:
             ]
         )
     click.echo(_table(table))
+    click.echo(sandbox.describe()["summary"])
     for r in rows:
         if r["problem"]:
             click.echo(f"{r['name']} cannot run: {r['problem']}", err=True)
@@ -532,7 +538,7 @@ def scheduler_group() -> None:
 @click.option("--once", is_flag=True, help="One pass (reap, claim, start attempts), then exit.")
 def scheduler_run(once: bool) -> None:
     """Run in the foreground until Ctrl-C or SIGTERM (graceful: attempts get to finish)."""
-    daemon = scheduler.Scheduler()
+    daemon = scheduler.Scheduler(own_process=True)
     scheduler_control.setup_logging(console=True)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: daemon.stop())

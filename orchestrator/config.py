@@ -144,6 +144,11 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "urls": Field(list, [], items=str),
         "events": Field(list, list(NOTIFY_EVENTS), items=str),
     },
+    "sandbox": {  # docs/security.md; `sandbox: none` is short for `sandbox: {mode: none}`
+        "mode": Field(str, "bwrap", choices=("bwrap", "none")),
+        "network": Field(str, "host", choices=("host", "none")),  # for the checks
+        "expose": Field(list, [], items=str),  # host paths every box sees read-only
+    },
     "memory": {
         "budget": Field(int, 4000, minimum=0),
         "distill": Field(str, "none", choices=("none", "anthropic")),
@@ -164,6 +169,10 @@ AGENT_SCHEMA: dict[str, Any] = {
     "paused": Field(bool, False),
     "env": Field(dict, None, items=str),
     "model": Field(str, None),
+    "sandbox": {  # the project's sandbox.network and .expose, for this agent
+        "network": Field(str, None, choices=("host", "none")),
+        "expose": Field(list, [], items=str),
+    },
     # command
     "argv": Field(list, None, items=str),
     # claude-code
@@ -282,7 +291,10 @@ def load_config() -> dict[str, Any]:
 
 @lru_cache(maxsize=8)
 def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
-    cfg = validate(_parse_yaml(path), CONFIG_SCHEMA, str(path))
+    data = _parse_yaml(path)
+    if isinstance(data, dict) and isinstance(data.get("sandbox"), str):
+        data["sandbox"] = {"mode": data["sandbox"]}
+    cfg = validate(data, CONFIG_SCHEMA, str(path))
     for model, price in cfg["prices"].items():
         price_schema = {key: Field(float) for key in PRICE_KEYS}
         cfg["prices"][model] = validate(price, price_schema, str(path), f"prices.{model}.")

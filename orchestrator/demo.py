@@ -1,7 +1,8 @@
 """`octopoid demo`: the whole loop on a scratch repository, with a scripted agent.
 
 It makes a small git repository, runs ``init``, enqueues three tasks and runs the real
-scheduler (real runner processes, real worktrees, real retry notes, a real check). One
+scheduler (real runner processes, each attempt in its own clone behind bubblewrap where it
+works, real retry notes, a real check). One
 task fails on its first attempt after printing a clue; another commits work the project's
 check rejects. Each second attempt finds what went wrong in its prompt and commits the
 fix. Then it accepts everything and shows the merged history. It exits non-zero unless
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from . import config, queue_utils, review
+from . import config, demo_agent, queue_utils, review, sandbox
 from .exceptions import OctopoidError
 from .git_utils import git  # lazy: `octopoid list` must not load GitPython
 from .scaffold import init_project
@@ -59,7 +60,9 @@ def make_repo(root: Path) -> git.Repo:
     return repo
 
 
-def configure(root: Path) -> None:
+def configure(root: Path) -> str:
+    """The demo's agents.yaml and config.yaml; what the sandbox is (bubblewrap where it
+    works; elsewhere the scripted agent, which octopoid ships, runs unsandboxed)."""
     agents = {
         "lease_seconds": 60,
         "shutdown_grace_seconds": 5,
@@ -68,15 +71,20 @@ def configure(root: Path) -> None:
                 "name": "demo-agent",
                 "role": "implement",
                 "backend": "command",
-                "argv": [sys.executable, "-m", "orchestrator.demo_agent"],
+                "argv": [sys.executable, demo_agent.__file__],
                 "max_concurrent": 2,
                 "timeout_seconds": 60,
             }
         ],
     }
     (root / ".octopoid" / "agents.yaml").write_text(yaml.safe_dump(agents, sort_keys=False))
-    checks = {"checks": {"commands": [f"{sys.executable} check.py"], "timeout_seconds": 30}}
-    (root / ".octopoid" / "config.yaml").write_text(yaml.safe_dump(checks, sort_keys=False))
+    walls = "none" if sandbox.bwrap.probe()[0] else "bwrap"
+    settings = {
+        "sandbox": walls,
+        "checks": {"commands": [f"{sys.executable} check.py"], "timeout_seconds": 30},
+    }
+    (root / ".octopoid" / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    return walls
 
 
 def run_demo(workdir: Path | None, say: Callable[[str], None]) -> tuple[Path, list[str]]:
@@ -90,8 +98,13 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> tuple[Path, li
     say(f"demo project: {root}")
     repo = make_repo(root)
     init_project(root)
-    configure(root)
-    say("ran `octopoid init`; agent: a scripted command agent (no API key needed)\n")
+    walls = configure(root)
+    say("ran `octopoid init`; agent: a scripted command agent (no API key needed)")
+    if walls == "bwrap":
+        say("sandbox: bwrap; each attempt works in its own clone behind bubblewrap\n")
+    else:
+        say(f"sandbox: none; bubblewrap cannot run here ({sandbox.bwrap.probe()[0]}), so the")
+        say("scripted agent runs unsandboxed; real agents would not start without it\n")
     ids = [queue_utils.create_task(title, context=ctx).id for title, ctx in TASKS]
     for tid, (title, _) in zip(ids, TASKS, strict=True):
         say(f"enqueued TASK-{tid}: {title}")
@@ -103,7 +116,7 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> tuple[Path, li
             done = review.accept(tid, "demo reviewer")
             say(f"accepted TASK-{tid}: merged into main ({done.merged_sha[:8]})")
     say("\nmain now:\n" + repo.git.log("--oneline", "--graph", "main"))
-    problems += _check_result(root, ids)
+    problems += _check_result(root, ids) + _check_walls(ids, walls)
     return root, problems
 
 
@@ -168,6 +181,16 @@ def _check_checks(tid: str, say: Callable[[str], None]) -> list[str]:
         f"second prompt carried what the check said (## Checks):\n    CHECK-CLUE: {clue}"
     )
     return []
+
+
+def _check_walls(ids: list[str], walls: str) -> list[str]:
+    """Every attempt ran in the sandbox the demo announced (its log's first line says)."""
+    problems = []
+    for tid in ids:
+        for log in sorted((config.get_logs_dir() / f"TASK-{tid}").glob("attempt-*.log")):
+            if not log.read_text().startswith(f"[octopoid] sandbox: {walls};"):
+                problems.append(f"{log.name} of TASK-{tid} did not run with sandbox: {walls}")
+    return problems
 
 
 def _check_result(root: Path, ids: list[str]) -> list[str]:

@@ -27,6 +27,7 @@ DEAD_ENDS = {
     S.QUARANTINE: "fix its file and move it back to incoming",
 }
 
+HAND_DONE = "move it back where it was and finish it with octopoid"
 Pending = list[tuple[str, TaskState | None]]  # (blocker id, where it is; None: nowhere)
 
 
@@ -56,11 +57,12 @@ class Blockage:
 def blocked_report(incoming: Sequence[HasBlockers] | None = None) -> dict[str, Blockage]:
     """Every blocked task of ``incoming`` (tasks, or the claim index's rows; default: the
     incoming queue as the index knows it), by id."""
-    tasks = queue_utils.get_store().waiting() if incoming is None else incoming
-    where = cache(queue_utils.get_store().locate)
+    store = queue_utils.get_store()
+    tasks = store.waiting() if incoming is None else incoming
+    where, released = cache(store.locate), cache(store.released)
     waiting: dict[str, Pending] = {}
     for task in tasks:
-        pending = [(b, where(b)) for b in task.blocked_by if where(b) is not S.DONE]
+        pending = [(b, where(b)) for b in task.blocked_by if not released(b)]
         if pending:
             waiting[task.id] = pending
     stuck = _stuck(waiting)
@@ -119,6 +121,8 @@ def _dead_end(pending: Pending) -> str | None:
             return f"{label} does not exist (edit BLOCKED_BY)"
         if state in DEAD_ENDS:
             return f"{label} is in {state.value} ({DEAD_ENDS[state].format(label=label)})"
+        if state is S.DONE:  # and not released: no move of octopoid's put it there
+            return f"{label} was put into done/ by hand, so it releases nothing ({HAND_DONE})"
     return None
 
 

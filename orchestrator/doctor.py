@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from . import config
+from . import config, sandbox
 from .dependencies import blocked_summary
 from .leases import dead_since
-from .queue_utils import get_store
+from .queue_utils import get_store, unfenced_submit
 from .tasks import TaskState, utcnow
 
 S = TaskState
+
+
+def _sandbox() -> list[str]:
+    """The walls: unusable (no agent starts) or absent (agents are trusted) is reported."""
+    walls = sandbox.describe()
+    if not walls["usable"] or walls["mode"] == "none":
+        return [walls["summary"]]
+    return []
 
 
 def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
@@ -28,11 +36,18 @@ def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
     problem = config.problem()
     if problem:
         lines.append(f"{problem} (nothing is claimed until it is fixed)")
+    else:
+        lines += _sandbox()
     for task in store.list(S.PROVISIONAL):
         if "MERGING" in task.headers or "MERGED" in task.headers:
             lines.append(
                 f"{task.label}: an accept stopped half-way; `octopoid accept {task.label}` "
                 "finishes it (it never merges twice)"
+            )
+        elif "PROPOSED_SPLIT" not in task.headers and (why := unfenced_submit(task)):
+            lines.append(
+                f"{task.label} is in provisional/ but {why}: accept refuses it; "
+                f"`octopoid reject {task.label} --reason ...` sends it back for an attempt"
             )
     lease = None if problem else config.load_agents()["lease_seconds"]
     for task in store.list(S.CLAIMED) if lease else []:

@@ -123,3 +123,10 @@ class NothingToShow(OctopoidError):
     """A task has nothing to show for the request (never attempted, or done and cleaned up)."""
 
     exit_code = 1
+
+
+class SandboxError(OctopoidError):
+    """An attempt's sandbox cannot be made here (bubblewrap missing or refused); no agent
+    runs unsandboxed unless config.yaml says `sandbox: none`."""
+
+    exit_code = 1

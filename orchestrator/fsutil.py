@@ -95,6 +95,25 @@ def durable_rename(src: Path, dst: Path) -> None:
         fsync_dir(src.parent)
 
 
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and all under it, whoever made it: links are unlinked, never
+    followed, and a folder made unwritable is opened up first. Missing is not an error."""
+
+    def open_up(func: object, name: str, exc_info: object) -> None:
+        for folder in (os.path.dirname(name), name):
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                os.chmod(folder, 0o700)
+        if os.path.isdir(name) and not os.path.islink(name):
+            shutil.rmtree(name)
+        elif os.path.lexists(name):
+            os.unlink(name)
+
+    if os.path.islink(path) or os.path.isfile(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path, onerror=open_up)
+
+
 def is_temp_name(name: str) -> bool:
     """True for the hidden temp files ``write_temp`` makes (crash debris if left over)."""
     return name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)

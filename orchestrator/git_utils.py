@@ -1,9 +1,8 @@
-"""Git through GitPython: task worktrees and branches, commit counts, merges.
+"""Git through GitPython: task branches and worktrees, commit counts, merges.
 
 git's own error text is never swallowed: every failure becomes a ``GitError`` carrying it.
 Operations that change the repository's administrative state (worktrees, branches, refs)
-are serialised with a lock, since two runners may start at the same moment, and every ref
-octopoid moves is journalled so no attempt's containment check takes it for its agent's.
+are serialised with a lock, since two runners may start at the same moment.
 Every git command octopoid runs has hooks and fsmonitor off (``HOOKS_OFF``): an agent may
 have planted either, and only ``merge.run_hooks: true`` lets the user's own merge hooks run.
 
@@ -24,8 +23,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from . import config
-from .containment import journal_own_change
 from .exceptions import GitError, MergeRefused
+from .fsutil import remove_tree
 from .lazy import lazy_import
 from .locks import FileMutex
 from .tasks import task_label
@@ -66,7 +65,7 @@ def _git_message(exc: git.GitError) -> str:
 
 
 @contextmanager
-def _git_errors(action: str) -> Iterator[None]:
+def git_errors(action: str) -> Iterator[None]:
     try:
         yield
     except git.GitError as exc:  # also GitCommandNotFound: no git on PATH
@@ -101,38 +100,52 @@ def branch_exists(repo: git.Repo, name: str) -> bool:
     return f"refs/heads/{name}" in {ref.path for ref in repo.references}
 
 
-def ensure_worktree(repo: git.Repo, task_id: str, base: str) -> Path:
-    """The task's worktree on ``agent/TASK-<id>``; made from ``base`` the first time.
-
-    A retry reuses the branch, so earlier attempts' commits are kept.
-    """
-    path, branch = worktree_for(task_id), branch_for(task_id)
-    with repo_admin_lock():
-        if (path / ".git").exists():
-            return path
-        if path.exists():
-            shutil.rmtree(path)  # a half-made worktree from a crash
-        with _git_errors("git worktree prune"):
-            repo.git.worktree("prune")
-        if branch_exists(repo, branch):
-            with _git_errors(f"git worktree add {path} {branch}"):
-                repo.git.worktree("add", str(path), branch)
-            return path
+def ensure_branch(repo: git.Repo, task_id: str, base: str) -> str:
+    """Make ``agent/TASK-<id>`` from ``base`` unless it exists (a retry keeps earlier
+    attempts' commits); its tip. Callers hold ``repo_admin_lock``."""
+    branch = branch_for(task_id)
+    if not branch_exists(repo, branch):
         try:
-            repo.commit(base)
+            start = repo.commit(base).hexsha
         except (git.BadName, ValueError):
             raise GitError(f"base branch '{base}' does not exist in {repo.working_dir}") from None
-        with _git_errors(f"git worktree add -b {branch} {path} {base}"):
+        with git_errors(f"git branch {branch} {base}"):
             # --no-track: a branch started from the remote's base must not write an
             # upstream into .git/config (a change another attempt's check would flag)
-            repo.git.worktree("add", "--no-track", "-b", branch, str(path), base)
-        journal_own_change(f"refs/heads/{branch}", repo.commit(branch).hexsha)
+            repo.git.branch("--no-track", branch, start)
+    return branch_tip(repo, branch)
+
+
+def ensure_worktree(repo: git.Repo, task_id: str, base: str) -> Path:
+    """The task's worktree on ``agent/TASK-<id>`` (``sandbox: none``); the branch is made
+    from ``base`` the first time, so a retry keeps earlier attempts' commits."""
+    path = worktree_for(task_id)
+    with repo_admin_lock():
+        if (path / ".git").is_file():
+            return path
+        remove_tree(path)  # a half-made worktree from a crash, or a sandboxed attempt's clone
+        with git_errors("git worktree prune"):
+            repo.git.worktree("prune")
+        ensure_branch(repo, task_id, base)
+        with git_errors(f"git worktree add {path} {branch_for(task_id)}"):
+            repo.git.worktree("add", str(path), branch_for(task_id))
     return path
+
+
+def user_identity(repo: git.Repo) -> tuple[str, str] | None:
+    """The user's ``user.name`` and ``user.email`` as git resolves them here, if both set."""
+    values = []
+    for key in ("user.name", "user.email"):
+        status, out, _ = repo.git.execute(
+            ["git", "config", "--get", key], with_extended_output=True, with_exceptions=False
+        )
+        values.append(out.strip() if status == 0 else "")
+    return (values[0], values[1]) if all(values) else None
 
 
 def branch_tip(repo: git.Repo, name: str) -> str:
     """The commit ``name`` points at: a local branch, or a full ref (``refs/remotes/...``)."""
-    with _git_errors(f"git rev-parse {name}"):
+    with git_errors(f"git rev-parse {name}"):
         return repo.git.rev_parse("--verify", f"{full_ref(name)}^{{commit}}")
 
 
@@ -151,7 +164,7 @@ def remote_ref(remote: str, branch: str) -> str:
 def remote_heads(repo: git.Repo, remote: str, branches: list[str]) -> dict[str, str]:
     """{branch: commit} for those of ``branches`` the remote has (``git ls-remote``)."""
     wanted = [f"refs/heads/{b}" for b in branches]
-    with _git_errors(f"git ls-remote {remote}"):
+    with git_errors(f"git ls-remote {remote}"):
         listing = repo.git.ls_remote("--heads", remote, *wanted)
     found = {}
     for line in listing.splitlines():
@@ -171,7 +184,7 @@ def fetch_branches(repo: git.Repo, remote: str, branches: list[str]) -> dict[str
     found = remote_heads(repo, remote, branches)
     if found:
         specs = [f"+refs/heads/{b}:{remote_ref(remote, b)}" for b in found]
-        with repo_admin_lock(), _git_errors(f"git fetch {remote}"):
+        with repo_admin_lock(), git_errors(f"git fetch {remote}"):
             repo.git.fetch("--no-tags", remote, *specs)
     return found
 
@@ -189,7 +202,7 @@ def adopt(repo: git.Repo, branch: str, sha: str, replace: bool = False) -> bool:
     tip = branch_tip(repo, branch) if branch_exists(repo, branch) else None
     if tip == sha:
         return True
-    with _git_errors(f"moving {branch} to {sha[:12]}"):
+    with git_errors(f"moving {branch} to {sha[:12]}"):
         if tip is not None and repo.is_ancestor(sha, tip):
             return True  # ahead of it already (work not pushed yet): nothing to take
         forward = tip is None or repo.is_ancestor(tip, sha)
@@ -208,7 +221,6 @@ def adopt(repo: git.Repo, branch: str, sha: str, replace: bool = False) -> bool:
                 where.git.merge("--ff-only", sha)
         else:
             repo.git.update_ref(ref, sha, tip or "")
-    journal_own_change(ref, sha)
     return True
 
 
@@ -228,7 +240,7 @@ def push_task_branch(repo: git.Repo, remote: str, task_id: str) -> None:
     """Publish the task's branch. Not forced: a stale attempt cannot overwrite work another
     machine pushed since."""
     branch = branch_for(task_id)
-    with _git_errors(f"git push {remote} {branch}"):
+    with git_errors(f"git push {remote} {branch}"):
         repo.git.push("--porcelain", remote, f"refs/heads/{branch}:refs/heads/{branch}")
 
 
@@ -236,7 +248,7 @@ def delete_remote_branch(repo: git.Repo, remote: str, task_id: str) -> None:
     """Remove the task's branch from the remote once merged (if it was ever pushed)."""
     branch = branch_for(task_id)
     if branch in remote_heads(repo, remote, [branch]):
-        with _git_errors(f"git push {remote} --delete {branch}"):
+        with git_errors(f"git push {remote} --delete {branch}"):
             repo.git.push(remote, "--delete", f"refs/heads/{branch}")
 
 
@@ -247,7 +259,7 @@ def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) ->
     ``base`` since ``base_before`` carries the accept's message (squash).
     """
     branch = branch_for(task_id)
-    with _git_errors(f"git log {base}"):
+    with git_errors(f"git log {base}"):
         if branch_exists(repo, branch) and repo.is_ancestor(branch, base):
             return True
         subjects = repo.git.log("--format=%s", f"{base_before}..{full_ref(base)}").splitlines()
@@ -256,8 +268,19 @@ def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) ->
 
 def commits_on_branch(repo: git.Repo, task_id: str, since: str) -> int:
     """Commits on the task's branch that ``since`` does not have (wherever HEAD went)."""
-    with _git_errors(f"git rev-list {since}..{branch_for(task_id)}"):
+    with git_errors(f"git rev-list {since}..{branch_for(task_id)}"):
         return int(repo.git.rev_list("--count", f"{since}..refs/heads/{branch_for(task_id)}"))
+
+
+def changed_paths(repo: git.Repo, task_id: str, base: str, *paths: str) -> list[str]:
+    """Paths at or under ``paths`` that the task's branch changes since it left ``base``."""
+    branch = branch_for(task_id)
+    with git_errors(f"git diff {base}...{branch}"):
+        out = repo.git.diff(
+            "--no-ext-diff", "--no-renames", "--name-only", "-z",
+            f"{full_ref(base)}...refs/heads/{branch}", "--", *paths,
+        )  # fmt: skip
+    return [name for name in out.split("\0") if name]
 
 
 def commits_ahead(repo: git.Repo, task_id: str, base: str) -> int:
@@ -268,7 +291,7 @@ def commits_ahead(repo: git.Repo, task_id: str, base: str) -> int:
 def worktree_branch(task_id: str) -> str | None:
     """The branch the task's worktree has checked out (``refs/heads/...``), None if detached."""
     wt = open_repo(worktree_for(task_id))
-    with _git_errors("git symbolic-ref HEAD"):
+    with git_errors("git symbolic-ref HEAD"):
         try:
             return wt.git.symbolic_ref("-q", "HEAD")
         except git.GitCommandError:
@@ -278,7 +301,7 @@ def worktree_branch(task_id: str) -> str | None:
 def back_to_task_branch(task_id: str) -> None:
     """Check the task's own branch out again in its worktree (an agent switched away)."""
     wt = open_repo(worktree_for(task_id))
-    with _git_errors(f"git checkout {branch_for(task_id)}"):
+    with git_errors(f"git checkout {branch_for(task_id)}"):
         wt.git.checkout("-f", branch_for(task_id))
 
 
@@ -286,15 +309,15 @@ def remove_worktree(repo: git.Repo, task_id: str, delete_branch: bool = True) ->
     """Remove the task's worktree (and its branch); missing pieces are not an error."""
     path, branch = worktree_for(task_id), branch_for(task_id)
     with repo_admin_lock():
-        if path.exists():
-            with _git_errors(f"git worktree remove {path}"):
+        if (path / ".git").is_file():
+            with git_errors(f"git worktree remove {path}"):
                 repo.git.worktree("remove", "--force", str(path))
-        with _git_errors("git worktree prune"):
+        remove_tree(path)  # a sandboxed attempt's clone (or what a removal left)
+        with git_errors("git worktree prune"):
             repo.git.worktree("prune")
         if delete_branch and branch_exists(repo, branch):
-            with _git_errors(f"git branch -D {branch}"):
+            with git_errors(f"git branch -D {branch}"):
                 repo.git.branch("-D", branch)
-            journal_own_change(f"refs/heads/{branch}", None)
 
 
 def delete_branch_if_merged(repo: git.Repo, task_id: str, base: str | None) -> bool:
@@ -305,9 +328,8 @@ def delete_branch_if_merged(repo: git.Repo, task_id: str, base: str | None) -> b
             return True
         if base is None or not branch_exists(repo, base) or not repo.is_ancestor(branch, base):
             return False
-        with _git_errors(f"git branch -d {branch}"):
+        with git_errors(f"git branch -d {branch}"):
             repo.git.update_ref("-d", f"refs/heads/{branch}")
-        journal_own_change(f"refs/heads/{branch}", None)
     return True
 
 
@@ -316,7 +338,7 @@ def diff(repo: git.Repo, base: str, task_id: str) -> str:
     branch = branch_for(task_id)
     if not branch_exists(repo, branch):
         raise GitError(f"{task_label(task_id)} has no branch {branch} (nothing was attempted yet?)")
-    with _git_errors(f"git diff {base}...{branch}"):  # no program an agent could configure
+    with git_errors(f"git diff {base}...{branch}"):  # no program an agent could configure
         return repo.git.diff("--no-ext-diff", "--no-textconv", f"{base}...{branch}")
 
 
@@ -390,11 +412,10 @@ def merge_task_branch(
         else:
 
             def update(old: str, new: str) -> None:
-                with _git_errors(f"git update-ref refs/heads/{base}"):
+                with git_errors(f"git update-ref refs/heads/{base}"):
                     repo.git.update_ref(f"refs/heads/{base}", new, old)
 
             new = _merge_detached(repo, branch, base, strategy, message, run_hooks, update)
-        journal_own_change(f"refs/heads/{base}", new)
         return new
 
 
@@ -412,10 +433,10 @@ def _merge_detached(
     scratch = config.get_worktrees_dir() / f".merge-{branch.replace('/', '-')}"
     if scratch.exists():
         shutil.rmtree(scratch)  # an accept killed mid-merge left it
-    with _git_errors("git worktree prune"):
+    with git_errors("git worktree prune"):
         repo.git.worktree("prune")
     old = repo.commit(start).hexsha
-    with _git_errors("git worktree add --detach"):
+    with git_errors("git worktree add --detach"):
         repo.git.worktree("add", "--detach", str(scratch), old)
     try:
         where = open_repo(scratch, hooks=run_hooks)
@@ -452,7 +473,7 @@ def merge_onto_remote(
         )
 
     def push(old: str, new: str) -> None:
-        with _git_errors(f"git push {remote} {base}"):
+        with git_errors(f"git push {remote} {base}"):
             repo.git.push("--porcelain", remote, f"{new}:refs/heads/{base}")
 
     for tries in range(1, PUSH_TRIES + 1):

@@ -26,6 +26,7 @@ LEASE_HEADERS = (
     "LEASE_EXPIRES",
     "STARTED_AT",
     "DEADLINE",
+    "PROGRESS",
 )
 
 

@@ -2,16 +2,18 @@
 
 A PID alone names a process only until it is reused (or the machine reboots), so a claim
 records the PID with the process's start time (``/proc/<pid>/stat``) and the boot id.
-Everything an attempt starts carries ``OCTOPOID_TASK_ID`` and ``OCTOPOID_CLAIM_TOKEN`` in
-its environment, so the processes of a claim can be found and killed even after their
-runner died and they were re-parented, or left their process group. Linux only; elsewhere
-a PID check is all there is.
+A runner carries its claim's ``OCTOPOID_CLAIM_TOKEN`` in its environment, and everything
+its attempt starts carries ``OCTOPOID_TASK_ID`` and ``OCTOPOID_CLAIM_MARK`` (a digest of
+the token: the agent never sees the token itself), so the processes of a claim can be
+found and killed even after their runner died and they were re-parented, or left their
+process group. Linux only; elsewhere a PID check is all there is.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import os
 import signal
 import socket
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 
 TOKEN_ENV = "OCTOPOID_CLAIM_TOKEN"
+MARK_ENV = "OCTOPOID_CLAIM_MARK"
 TASK_ENV = "OCTOPOID_TASK_ID"
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -176,11 +179,18 @@ def _reap_children() -> None:
             return
 
 
-def marked_processes(**marks: str) -> list[int]:
-    """PIDs (not ours) whose environment holds every ``KEY=value`` given (an attempt's marks)."""
-    needles = [f"{key}={value}".encode() for key, value in marks.items()]
+def claim_mark(token: str) -> str:
+    """What marks an attempt's processes: a digest of its claim token, not the token."""
+    return hashlib.sha256(token.encode()).hexdigest()[:32]
+
+
+def marked_processes(*alternatives: dict[str, str], **marks: str) -> list[int]:
+    """PIDs (not ours) whose environment holds every ``KEY=value`` of ``marks`` (or of any
+    one of ``alternatives``): an attempt's processes."""
+    choices = [[f"{k}={v}".encode() for k, v in m.items()] for m in (*alternatives, marks) if m]
+    choices = [needles for needles in choices if all(n.split(b"=", 1)[1] for n in needles)]
     out = []
-    for name in os.listdir(PROC) if needles and all(marks.values()) else ():
+    for name in os.listdir(PROC) if choices else ():
         if not name.isdigit() or int(name) == os.getpid():
             continue
         try:
@@ -188,16 +198,17 @@ def marked_processes(**marks: str) -> list[int]:
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        if all(needle in env for needle in needles):
+        if any(all(needle in env for needle in needles) for needles in choices):
             out.append(int(name))
     return out
 
 
-def kill_marked(rounds: int = 20, **marks: str) -> int:
-    """SIGKILL every process carrying ``marks`` until none is left; how many there were."""
+def kill_marked(*alternatives: dict[str, str], rounds: int = 20, **marks: str) -> int:
+    """SIGKILL every process carrying ``marks`` (or any of ``alternatives``) until none is
+    left; how many there were."""
     killed = 0
     for _ in range(rounds):
-        pids = marked_processes(**marks)
+        pids = marked_processes(*alternatives, **marks)
         if not pids:
             break
         killed += _sigkill(pids)
@@ -206,8 +217,38 @@ def kill_marked(rounds: int = 20, **marks: str) -> int:
 
 
 def kill_claim_processes(token: str) -> int:
-    """SIGKILL every process of the attempt that holds claim ``token``."""
-    return kill_marked(**{TOKEN_ENV: token})
+    """SIGKILL every process of the attempt that holds claim ``token``: its runner's
+    helpers (the token) and its agent's (the mark)."""
+    return kill_marked({TOKEN_ENV: token}, {MARK_ENV: claim_mark(token)})
+
+
+def adopted_children(runners: set[int]) -> tuple[list[int], list[int]]:
+    """(orphans, exited) among this process's children that are not ``runners``.
+
+    This process is a subreaper: what a dead runner's attempt left is re-parented here.
+    Orphans are live children it did not start, outside every runner's session (a runner's
+    own helpers, a git command, finish their work); exited ones wait to be reaped."""
+    orphans, exited = [], []
+    for pid in _children_of(os.getpid()):
+        if pid in runners:
+            continue
+        try:
+            with open(f"{PROC}/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] in (b"Z", b"X"):
+            exited.append(pid)
+        elif int(fields[3]) not in runners:  # field 6: the session id
+            orphans.append(pid)
+    return orphans, exited
+
+
+def reap(pids: list[int]) -> None:
+    """Collect these exited children (never any other: a runner's exit is its Popen's)."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def wait_gone(owner: ProcessId, seconds: float) -> bool:

@@ -41,7 +41,7 @@ from .leases import (
     lease_headers,
     new_token,
 )
-from .processes import ProcessId
+from .processes import ProcessId, claim_mark
 from .redaction import redact
 from .store import FolderStore, QueueStore
 from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
@@ -400,6 +400,11 @@ def record_usage(
     return _update_claim(task, add, token)
 
 
+def report_progress(task: Task | str, text: str, *, token: str | None = None) -> Task:
+    """What the running agent says it is doing (one line, from its channel): ``PROGRESS``."""
+    return _update_claim(task, lambda t: t.set_header("PROGRESS", text), token)
+
+
 @octopoid_form(commits_count="commits", turns_used="turns")
 def submit_completion(
     task: TaskRef,
@@ -414,9 +419,14 @@ def submit_completion(
     """claimed -> provisional: the attempt produced work for review.
 
     ``checks`` are one-line results of the checks it passed; each gets a History line.
-    ``turns`` None (octopoid's "not known") counts as 0.
+    ``turns`` None (octopoid's "not known") counts as 0. A submit fenced by the claim's
+    token (the runner's) is marked ``SUBMITTED_CLAIM``: accept takes nothing else.
     """
     now, turns = now or utcnow(), turns or 0
+    token = _token(task, token)
+    headers: dict[str, Any] = {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)}
+    if token:
+        headers["SUBMITTED_CLAIM"] = claim_mark(token)[:16]
     cost = f", ${cost_usd:.2f}" if cost_usd is not None else ""
 
     checks = list(checks)
@@ -433,11 +443,21 @@ def submit_completion(
         None,
         f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}{passed}",
         now,
-        {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)},
+        headers,
         LEASE_HEADERS,
         note_checks,
         token=token,
     )
+
+
+def unfenced_submit(task: Task) -> str | None:
+    """Why ``task`` (in provisional) did not come from a runner's fenced submit, or None."""
+    if "SUBMITTED_CLAIM" not in task.headers:
+        return "it was not submitted with its claim's token (moved there by hand, or by a script)"
+    arrivals = [src for src, dst in task.moves() if dst == S.PROVISIONAL.value]
+    if arrivals[-1:] != [S.CLAIMED.value]:
+        return "its History has no move from claimed by the runner that submitted it"
+    return None
 
 
 @octopoid_form(validator="accepted_by")
@@ -495,7 +515,7 @@ def _reject_to(
     rejected_by: str,
     now: datetime | None,
     comments: Sequence[LineComment] = (),
-    drop_headers: tuple[str, ...] = ("SUBMITTED_AT",),
+    drop_headers: tuple[str, ...] = ("SUBMITTED_AT", "SUBMITTED_CLAIM"),
     edit: Callable[[Task], None] | None = None,
 ) -> Task:
     """A rejection: its notes are written before the move, so a kill between the two

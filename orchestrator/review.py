@@ -6,12 +6,12 @@ These workflows span git and the queue, so they live here and not in ``queue_uti
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import config, git_utils, intake, queue_utils
+from . import config, git_utils, intake, queue_utils, sandbox
+from .config import OCTOPOID_DIR
 from .exceptions import GitError, IllegalTransition, InvalidInput
 from .memory import lifecycle
 from .memory.distill import distill
@@ -28,6 +28,7 @@ log = logging.getLogger("octopoid.review")
 MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs it
 MAX_COMMENT_CHARS = 4000  # one line comment; the notes' prompt budget is ~12k in all
 MAX_CODE_CHARS = 500  # of the commented line quoted in the notes (a minified file is one line)
+RUNTIME_PATH = f"{OCTOPOID_DIR}/runtime"  # octopoid's state: no branch brings files there
 
 
 @dataclass
@@ -62,6 +63,13 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
                 f"{task.label} holds a proposed breakdown, not work to merge: "
                 f"`octopoid approve {task.label}` creates its subtasks, `octopoid reject` "
                 "sends it back to breakdown"
+            )
+        unfenced = queue_utils.unfenced_submit(task)
+        if unfenced and "MERGED" not in task.headers:
+            raise IllegalTransition(
+                f"{task.label} was not submitted by a runner: {unfenced}. Accept takes only "
+                f"work an attempt brought back; `octopoid reject {task.label} --reason ...` "
+                "sends it back for one"
             )
         strategy = config.load_config()["merge"]["strategy"]
         merged = task.headers.get("MERGED") or None
@@ -126,13 +134,21 @@ def _merge_once(store: QueueStore, task: Task, strategy: str) -> str:
 
 
 def _refuse_empty(repo: Repo, task: Task, base: str) -> None:
-    """Accepting a branch with nothing beyond its base would mark the task done without work."""
-    if git_utils.branch_exists(repo, git_utils.branch_for(task.id)) and not (
-        git_utils.commits_ahead(repo, task.id, base)
-    ):
+    """Accepting a branch with nothing beyond its base would mark the task done without work;
+    one that writes into ``.octopoid/runtime/`` would plant queue state by merging."""
+    if not git_utils.branch_exists(repo, git_utils.branch_for(task.id)):
+        return
+    if not git_utils.commits_ahead(repo, task.id, base):
         raise IllegalTransition(
             f"{task.label}'s branch has no commits beyond {task.branch}: there is nothing to "
             f"accept; reject it with what is missing (`octopoid reject {task.label} --reason ...`)"
+        )
+    changed = git_utils.changed_paths(repo, task.id, base, OCTOPOID_DIR)
+    runtime = [p for p in changed if p == OCTOPOID_DIR or p.startswith(f"{RUNTIME_PATH}/")]
+    if runtime:
+        raise IllegalTransition(
+            f"{task.label}'s branch changes {', '.join(runtime[:3])}: a merge would write "
+            f"octopoid's runtime state ({RUNTIME_PATH}/); it is never merged, reject it"
         )
 
 
@@ -250,12 +266,11 @@ def approve(task_id: str, approved_by: str = "human") -> list[Task]:
 
 
 def recheck(task_id: str) -> checks.Verdict:
-    """`octopoid checks`: the task's checks and merge pre-check on its branch, now, by hand."""
+    """`octopoid checks`: the task's checks and merge pre-check on its branch, now, by hand,
+    in a box as an attempt's checks run (``sandbox.checks_box``)."""
     task = queue_utils.get_task(normalize_task_id(task_id))
-    worktree = git_utils.worktree_for(task.id)
-    if not worktree.exists():
-        raise IllegalTransition(f"{task.label} has no worktree (no attempt yet, or pruned)")
-    return checks.verify(task, worktree, dict(os.environ), config.load_config(), lambda: None)
+    with sandbox.checks_box(task) as box:
+        return checks.verify(task, box, config.load_config(), lambda: None)
 
 
 def prune_worktrees() -> list[str]:

@@ -24,13 +24,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import config, defaults, queue_utils, recovery
+from . import config, defaults, queue_utils, recovery, sandbox
 from .agent_status import is_paused, readiness_problem
 from .exceptions import ConfigError, IllegalTransition, OctopoidError, SchedulerError
 from .fsutil import atomic_write
 from .leases import claim_token
 from .notify import Alerts
-from .processes import TASK_ENV, TOKEN_ENV, kill_claim_processes, signal_group
+from .processes import (
+    TASK_ENV,
+    TOKEN_ENV,
+    adopted_children,
+    become_subreaper,
+    kill_claim_processes,
+    reap,
+    signal_group,
+)
 from .roles.base import deadline_seconds
 from .scheduler_control import (
     RUNNER_STOP_SECONDS,
@@ -46,6 +54,7 @@ log = logging.getLogger("octopoid.scheduler")
 
 WATCH_SECONDS = 0.25  # how often the idle loop looks for new work (a stat or two)
 HOUSEKEEPING_SECONDS = 5.0  # a full pass at least this often (lease reaping)
+RUNNER_PIDS_KEPT = 10_000  # runners remembered, so their helpers are not taken for orphans
 BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
 
 
@@ -73,7 +82,11 @@ class PassReport:
 
 
 class Scheduler:
-    def __init__(self) -> None:
+    def __init__(self, own_process: bool = False) -> None:
+        """``own_process``: this process is the daemon and nothing else (`scheduler run`), so
+        it becomes a subreaper and kills what dead runners' attempts leave re-parented to it;
+        a scheduler run by other code (tests, the demo) leaves that process's children be."""
+        self.own_process = own_process
         self.root = config.find_project_root()
         self.runners: dict[str, Runner] = {}
         self._lock_fd: int | None = None  # an flock of its own fd: one scheduler per root
@@ -84,6 +97,9 @@ class Scheduler:
         self._config_problem: str | None = None
         self._lock_inode = 0
         self._alerts: Alerts | None = None  # from initialize(): tasks present then are old news
+        self._subreaper = False  # run(): orphans of dead runners come to us, and die
+        self._runner_pids: dict[int, None] = {}  # every runner started (their helpers live)
+        self._next_sweep = 0.0
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -184,6 +200,7 @@ class Scheduler:
         report.skipped = self._blocked_reason(agents_cfg)
         if not report.skipped:
             self._dispatch(agents_cfg, report, now)
+        self._sweep()
         return report
 
     def _note_config(self, problem: str | None) -> None:
@@ -194,10 +211,29 @@ class Scheduler:
                 log.info("configuration is valid again; claiming resumes")
         self._config_problem = problem
 
+    def _sweep(self) -> None:
+        """What dead runners' attempts left: containment settled, clones removed (at most
+        every ``HOUSEKEEPING_SECONDS``, after the claims: it is nobody's wait)."""
+        if time.monotonic() < self._next_sweep:
+            return
+        self._next_sweep = time.monotonic() + HOUSEKEEPING_SECONDS
+        store = queue_utils.get_store()
+        for line in sandbox.sweep(lambda tid: store.locate(tid) is TaskState.CLAIMED):
+            log.warning("after a dead runner: %s", line)
+
     def _blocked_reason(self, agents_cfg: dict) -> str:
         store = queue_utils.get_store()
         if is_paused(agents_cfg):
             return "paused"
+        walls = sandbox.problem()
+        if walls != self._warned.get("(sandbox)"):
+            if walls:
+                log.error("%s", walls)
+            elif "(sandbox)" in self._warned:
+                log.info("the sandbox works again; claiming resumes")
+            self._warned["(sandbox)"] = walls
+        if walls:
+            return walls
         waiting = store.count(TaskState.PROVISIONAL)
         if waiting >= agents_cfg["max_provisional"]:
             return f"backpressure: {waiting} tasks wait for review (max_provisional)"
@@ -279,6 +315,9 @@ class Scheduler:
         self.runners[task.id] = Runner(
             task.label, agent["name"], proc, token, time.monotonic() + limit
         )
+        self._runner_pids[proc.pid] = None
+        while len(self._runner_pids) > RUNNER_PIDS_KEPT:
+            del self._runner_pids[next(iter(self._runner_pids))]
         log.info(
             "claimed %s for %s (attempt %d); runner %d started",
             task.label,
@@ -311,6 +350,20 @@ class Scheduler:
             kill_claim_processes(runner.token)  # nothing of an attempt outlives its runner
             if code != 0 and recover:
                 self._recover(task_id, runner, code)
+        self._kill_orphans()
+
+    def _kill_orphans(self) -> None:
+        """Processes a dead runner's attempt left (``setsid env -i`` included: no mark, no
+        group) were re-parented to this scheduler, a subreaper: they die here."""
+        if not self._subreaper:
+            return
+        orphans, exited = adopted_children(set(self._runner_pids))
+        for pid in orphans:
+            log.warning("killing process %d: left by an attempt whose runner died", pid)
+            signal_group(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        reap([*orphans, *exited])
 
     def _recover(self, task_id: str, runner: Runner, code: int) -> None:
         """A runner that died left its task claimed: recover it now, not at lease expiry.
@@ -343,6 +396,7 @@ class Scheduler:
                 self._release()
             return
         lost = None
+        self._subreaper = self.own_process and become_subreaper()
         stop_watching = self._watch_store()
         try:
             watched = self._watch_state()

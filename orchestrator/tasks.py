@@ -270,6 +270,16 @@ class Task:
         lines = (self.section("History") or "").splitlines()
         return [ln[2:] for ln in lines if ln.startswith("- ")]
 
+    def moves(self) -> list[tuple[str, str]]:
+        """(from, to) of every move its History records, oldest first."""
+        out = []
+        for line in self.history:
+            parts = line.split("  ")
+            if len(parts) > 2 and " → " in parts[1]:
+                src, _, dst = parts[1].partition(" → ")
+                out.append((src, dst))
+        return out
+
     def set_header(self, key: str, value: object) -> None:
         self.headers[key] = one_line(str(value), MAX_HEADER_CHARS)
 

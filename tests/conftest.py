@@ -122,6 +122,52 @@ def write_agents(root: Path, *, argv: list[str] | None = None, **top: object) ->
     (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))
 
 
+def set_config(root: Path, **sections: object) -> None:
+    """Set top-level keys of the project's config.yaml (``sandbox="none"``, ``checks={...}``),
+    keeping the others."""
+    import yaml
+
+    path = root / ".octopoid/config.yaml"
+    doc = yaml.safe_load(path.read_text()) or {}
+    doc.update(sections)
+    path.write_text(yaml.safe_dump(doc))
+
+
+def branch_file(root: Path, task_id: str, path: str) -> str:
+    """``path`` as the task's branch holds it (its workspace is gone once the attempt ends)."""
+    import git
+
+    return git.Repo(root).git.show(f"agent/TASK-{task_id}:{path}")
+
+
+def branch_head(root: Path, task_id: str):
+    """The tip commit of the task's branch in the user's repository."""
+    import git
+
+    return git.Repo(root).commit(f"agent/TASK-{task_id}")
+
+
+def commit_on_branch(root: Path, task_id: str, files: dict[str, bytes], message: str) -> None:
+    """Commit ``files`` onto the task's branch, as a later attempt would have (in a scratch
+    worktree: the attempt's own clone is gone)."""
+    import tempfile
+
+    import git
+
+    repo = git.Repo(root)
+    with tempfile.TemporaryDirectory() as scratch:
+        where = Path(scratch) / "wt"
+        repo.git.worktree("add", "-q", str(where), f"agent/TASK-{task_id}")
+        try:
+            for name, data in files.items():
+                (where / name).write_bytes(data)
+            wt = git.Repo(where)
+            wt.git.add("-A")
+            wt.git.commit("-q", "--allow-empty", "-m", message)
+        finally:
+            repo.git.worktree("remove", "--force", str(where))
+
+
 def run_claimed(task, agent: str):
     """Run one attempt in this process for a task just claimed, as its runner would."""
     from orchestrator.roles.implementer import run_attempt

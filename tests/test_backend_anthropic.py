@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-import git
 import pytest
 
 from orchestrator import config, git_utils
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .conftest import run_claimed
+from .conftest import branch_file, branch_head, run_claimed
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text, tool_use
 
 KEY = "sk-ant-api03-test-key-0123456789abcdef"
@@ -68,11 +68,10 @@ def test_the_loop_edits_files_and_commits_on_finish(anthropic_agent) -> None:
         ]
     )
     assert report.next_state == "provisional" and report.commits == 1 and report.turns == 4
-    head = git.Repo(worktree(tid)).head.commit
-    assert head.summary == "Friendlier greeting in src/greet.py"
-    assert (
-        worktree(tid) / "src/greet.py"
-    ).read_text() == "def greet():\n    return 'hello, friend'\n"
+    root = config.find_project_root()
+    assert branch_head(root, tid).summary == "Friendlier greeting in src/greet.py"
+    assert branch_head(root, tid).committer.email == f"task-{tid}@agents.octopoid.invalid"
+    assert branch_file(root, tid, "src/greet.py") == "def greet():\n    return 'hello, friend'"
     notes = q.get_task_notes(tid)
     assert "Turns: 4 | Commits: 1 | Cost: $0.02" in notes  # 4 x (1000 in, 200 out) at 3/15
     assert "→ write_file" in notes or "Friendlier greeting" in notes
@@ -162,10 +161,11 @@ def test_the_api_key_never_reaches_notes_or_logs(anthropic_agent) -> None:
     )
     log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
     task_file = q.get_task(tid).path.read_text()
-    commit = git.Repo(worktree(tid)).head.commit.message
+    commit = branch_head(config.find_project_root(), tid).message
     for text_ in (q.get_task_notes(tid) or "", log, task_file, commit):
         assert KEY not in text_
     assert "[REDACTED:ANTHROPIC_API_KEY]" in log
+    assert re.search(r"^key is\s*$", log, re.M)  # the API call is the runner's: no key in the box
 
 
 def test_a_missing_api_key_is_reported(anthropic_agent, monkeypatch) -> None:

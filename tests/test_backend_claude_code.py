@@ -15,6 +15,7 @@ from orchestrator.agent_status import agents_overview
 from orchestrator.backends.base import AgentRequest
 from orchestrator.backends.claude_code import ClaudeCodeBackend, StreamJsonParser
 from orchestrator.fsutil import TailBuffer
+from orchestrator.sandbox.box import Box
 from orchestrator.tasks import TaskState
 
 from .conftest import HELPERS, run_claimed
@@ -31,7 +32,6 @@ def fake_claude(git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     exe.write_text(f'#!/bin/sh\nexec {sys.executable} {HELPERS / "fake_claude.py"} "$@"\n')
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_CLAUDE_LOG", str(tmp_path / "claude-call.json"))
     (git_project / ".octopoid/agents.yaml").write_text(
         "agents:\n  - name: claude-1\n    role: implement\n    backend: claude-code\n"
         "    max_turns: 5\n    max_budget_usd: 2.5\n    model: claude-sonnet-4-5\n"
@@ -44,8 +44,12 @@ def fake_claude(git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
             monkeypatch.setenv(key, value)
         tid = q.create_task(title).id
         report = run_claimed(q.claim_task(None, "claude-1"), "claude-1")
-        call = json.loads((tmp_path / "claude-call.json").read_text())
-        return tid, report, call
+        calls = [ln for ln in attempt_log(tid).splitlines() if ln.startswith("FAKE_CLAUDE_CALL")]
+        return (
+            tid,
+            report,
+            json.loads(calls[0].removeprefix("FAKE_CLAUDE_CALL ")) if calls else None,
+        )
 
     return run
 
@@ -176,9 +180,8 @@ def test_backend_reports_a_timeout(tmp_path: Path) -> None:
         task_id="TASK-9",
         prompt="x",
         prompt_file=tmp_path / "p",
-        worktree=tmp_path,
+        box=Box(tmp_path, tmp_path, dict(os.environ)),
         options={"claude_path": str(hung)},
-        env=dict(os.environ),
         timeout_seconds=1,
         max_turns=3,
     )

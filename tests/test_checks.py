@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import git
 import pytest
 
 from orchestrator import config
@@ -78,6 +79,10 @@ def test_a_task_brings_its_own_check_through_enqueue(git_project):
 def test_a_branch_that_no_longer_merges_goes_back_naming_the_conflict(git_project):
     write_agents(git_project)
     tid = q.create_task("conflict with main").id
+    repo = git.Repo(git_project)
+    repo.git.branch(f"agent/TASK-{tid}", "main")  # an earlier attempt's branch, then main moved
+    (git_project / "README.md").write_text("# changed on main meanwhile\n")
+    repo.git.commit("-qam", "main moved")
     report = attempt()
     assert report.next_state == "incoming"
     notes = q.get_task_notes(tid)

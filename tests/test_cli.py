@@ -209,7 +209,8 @@ def test_agents_lists_state_and_problems(git_project: Path) -> None:
     result = CliRunner().invoke(cli, ["agents"])
     assert result.exit_code == 0
     lines = result.output.splitlines()
-    assert lines[0].split()[:4] == ["NAME", "ROLE", "BACKEND", "STATE"]
+    assert lines[0].split()[:5] == ["NAME", "ROLE", "BACKEND", "NETWORK", "STATE"]
+    assert "sandbox: bwrap; each attempt works in its own clone" in result.output
     assert any(ln.startswith("c1") and " idle " in ln for ln in lines)
     assert any(ln.startswith("s1") and "running TASK-1" in ln for ln in lines)
     assert "c1 cannot run: 'no-such-claude' is not on PATH" in result.output
@@ -217,6 +218,7 @@ def test_agents_lists_state_and_problems(git_project: Path) -> None:
     run("pause", "--agent", "c1")
     rows = json.loads(run("agents", "--json").output)
     assert [r["state"] for r in rows] == ["paused", "running TASK-1"]
+    assert {(r["sandbox"], r["network"]) for r in rows} == {("bwrap", "host")}
 
 
 def test_a_command_agent_cost_shows_as_unknown_not_zero(git_project: Path) -> None:

@@ -16,7 +16,7 @@ from orchestrator.leases import attempts_left
 from orchestrator.processes import TOKEN_ENV, ProcessId, marked_processes
 from orchestrator.tasks import TaskState
 
-from .conftest import run_claimed, write_agents
+from .conftest import run_claimed, set_config, write_agents
 
 
 def alive(pid: int) -> bool:
@@ -28,8 +28,10 @@ def pids_in(path: Path) -> list[int]:
 
 
 def test_a_grandchild_in_its_own_session_dies_with_the_attempt(git_project, tmp_path, monkeypatch):
+    """Without a sandbox (with one, the box's PID namespace ends everything it held)."""
     pids = tmp_path / "pids"
     monkeypatch.setenv("OCTO_TEST_PIDS", str(pids))
+    set_config(git_project, sandbox="none")
     write_agents(git_project)
     q.create_task("escape the group")
     report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")

@@ -1,7 +1,9 @@
-"""Agents stay in their box: hooks, config, refs and HEAD are put back; prune and accept are safe.
+"""``sandbox: none``: hooks, config, refs and HEAD an agent changes are put back.
 
-Hostile agents do it through a shell (the command backend) and through the anthropic
-backend's tools against the local fake Messages API.
+The old containment, kept for machines without bubblewrap: hostile agents act through a
+shell (the command backend) and through the anthropic backend's tools against the local
+fake Messages API. With ``sandbox: bwrap`` none of this is reachable
+(tests/e2e/test_hostile_agents.py).
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import git_utils, review
+from orchestrator import config, git_utils, review
 from orchestrator import queue_utils as q
 from orchestrator.backends.worktree_tools import WorktreeTools
 from orchestrator.exceptions import IllegalTransition
-from orchestrator.roles import workspace
+from orchestrator.sandbox.trusted import TrustedWorkspace
 from orchestrator.tasks import TaskState
 
-from .conftest import run_claimed, write_agents
+from .conftest import run_claimed, set_config, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, tool_use
 from .test_review import provisional_with_commit
 
@@ -27,6 +29,7 @@ from .test_review import provisional_with_commit
 @pytest.fixture
 def hostile(git_project: Path, tmp_path: Path, monkeypatch):
     """Run one attempt of a scripted command agent whose title says what it does."""
+    set_config(git_project, sandbox="none")
     write_agents(git_project)
     monkeypatch.setenv("OCTO_TEST_PWNED", str(tmp_path / "pwned"))
 
@@ -100,7 +103,7 @@ def test_a_worktree_of_the_agents_own_cannot_move_a_branch(
 
 
 def test_a_check_that_plants_a_hook_is_caught_after_the_checks(hostile, git_project):
-    (git_project / ".octopoid/config.yaml").write_text('checks:\n  commands: ["sh check.sh"]\n')
+    set_config(git_project, checks={"commands": ["sh check.sh"]})
     _, report, notes = hostile("check-plant work")
     assert report.next_state == "incoming"
     assert not (common(git_project) / "hooks/post-merge").exists()
@@ -121,20 +124,41 @@ def test_an_honest_attempt_is_not_flagged(hostile):
     assert "octopoid put it back" not in notes
 
 
+def prepare(git_project: Path) -> TrustedWorkspace:
+    cfg = config.load_config()
+    task = q.claim_task(None, "x")
+    return TrustedWorkspace(task, {"name": "x"}, cfg, task.headers["CLAIM_TOKEN"], [])
+
+
 def test_the_user_and_other_agents_committing_meanwhile_are_not_breaches(git_project):
-    first, second = q.create_task("a").id, q.create_task("b").id
-    space = workspace.prepare(q.claim_task(None, "x"))
-    other = workspace.prepare(q.claim_task(None, "y"))  # another task starts meanwhile
+    set_config(git_project, sandbox="none")
+    q.create_task("a"), q.create_task("b")
+    space, other = prepare(git_project), prepare(git_project)  # another task starts meanwhile
     commit(git.Repo(other.worktree), "b.txt")  # its agent commits on its own branch
     commit(git.Repo(git_project), "user.txt")  # the user commits in their checkout
-    git.Repo(git_project).git.tag("v1")  # (a new tag is not the user's commit: flagged)
-    commits, breaches = workspace.inspect(space, 1)
-    assert commits == 0
-    assert breaches == [
-        f"the agent created refs/tags/v1; octopoid removed it "
-        f"(kept as refs/octopoid/displaced/TASK-{first}/1/refs/tags/v1)"
+    git.Repo(git_project).git.tag("v1")  # and tags it: none of the attempt's work in either
+    back = space.bring_back()
+    assert back.commits == 0 and back.breaches == []
+    assert git.Repo(git_project).commit("v1") == git.Repo(git_project).commit("main")
+    for each in (space, other):
+        each.close()
+
+
+def test_a_branch_made_with_the_agents_commits_is_removed(git_project):
+    set_config(git_project, sandbox="none")
+    tid = q.create_task("a").id
+    space = prepare(git_project)
+    wt = git.Repo(space.worktree)
+    commit(wt, "work.txt")  # the attempt's own commit (its committer is the attempt's)
+    wt.git.branch("release", "HEAD")  # ... then a branch to carry it past review
+    back = space.bring_back()
+    kept = f"refs/octopoid/displaced/TASK-{tid}/1/refs/heads/release"
+    assert back.breaches == [
+        f"the agent created refs/heads/release with this attempt's commits; octopoid removed it "
+        f"(kept as {kept})"
     ]
-    assert second != first
+    assert not git_utils.branch_exists(git.Repo(git_project), "release")
+    space.close()
 
 
 def commit(repo: git.Repo, name: str) -> None:
@@ -156,10 +180,10 @@ def test_accept_runs_no_hook_unless_asked(git_project, tmp_path):
 
 
 def test_accept_refuses_a_branch_with_nothing_beyond_its_base(git_project):
-    task = q.create_task("empty")
-    q.claim_task(None, "agent")
+    q.create_task("empty")
+    task = q.claim_task(None, "agent")
     git_utils.ensure_worktree(git.Repo(git_project), task.id, "main")
-    q.submit_completion(task.id, 1, 1)
+    q.submit_completion(task, 1, 1)
     with pytest.raises(IllegalTransition, match="no commits beyond main"):
         review.accept(task.id)
     assert q.get_task(task.id).state is TaskState.PROVISIONAL
@@ -190,6 +214,7 @@ def test_an_anthropic_agent_planting_a_hook_by_run_command_is_caught(git_project
         tool_use("write_file", {"path": "a.txt", "content": "work\n"}),
         tool_use("finish", {"summary": "done"}),
     ]
+    set_config(git_project, sandbox="none")
     with FakeMessagesAPI(script) as api:
         (git_project / ".octopoid/agents.yaml").write_text(
             "agents:\n  - name: api-1\n    role: implement\n    backend: anthropic\n"

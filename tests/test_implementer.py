@@ -14,7 +14,7 @@ from orchestrator.backends import AgentResult
 from orchestrator.roles.implementer import _settle
 from orchestrator.tasks import TaskState
 
-from .conftest import run_claimed, write_agents
+from .conftest import branch_file, run_claimed, write_agents
 
 
 @pytest.fixture
@@ -41,8 +41,8 @@ def test_a_committing_agent_lands_in_provisional(repo_with_agent: Path) -> None:
     prompt = prompt_of(tid, 1)
     assert "You are an implementer agent" in prompt and "Do the thing in app.py" in prompt
     assert "## Previous Agent Notes" not in prompt and "## History" not in prompt
-    worktree = git_utils.worktree_for(tid)
-    assert git.Repo(worktree).active_branch.name == f"agent/TASK-{tid}"
+    assert branch_file(repo_with_agent, tid, f"TASK-{tid}.txt").endswith("attempt 1")
+    assert not git_utils.worktree_for(tid).exists()  # the attempt's clone went with it
     assert "committed" in q.get_task_notes(tid)
     log = config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log"
     assert "working on" in log.read_text()
@@ -67,7 +67,7 @@ def test_retry_reuses_the_branch_and_keeps_earlier_commits(repo_with_agent: Path
     report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert report.commits == 1  # counted from this attempt's start
     assert "also add docs please" in prompt_of(tid, 2)
-    log = list(git.Repo(git_utils.worktree_for(tid)).iter_commits(max_count=3))
+    log = list(git.Repo(repo_with_agent).iter_commits(f"agent/TASK-{tid}", max_count=3))
     assert len(log) == 3  # initial + two attempts
 
 
@@ -113,16 +113,21 @@ def test_timeout_stops_the_agent_and_says_so(git_project: Path) -> None:
     assert "timed out after 1s" in q.get_task_notes(tid)
 
 
-def test_placeholders_are_filled_in(git_project: Path, tmp_path: Path) -> None:
-    out = tmp_path / "args.txt"
-    script = f"import sys; d = {{'k': 1}}; open({str(out)!r}, 'w').write(' '.join(sys.argv[1:]))"
+def test_placeholders_are_filled_in(git_project: Path) -> None:
+    script = (
+        "import sys; d = {'k': 1}; print('ARGS', *sys.argv[1:4]); "
+        "print('PROMPT', open(sys.argv[3]).read()[:28])"
+    )
     write_agents(
         git_project, argv=[sys.executable, "-c", script, "{task_id}", "{worktree}", "{prompt_file}"]
     )
     tid, _ = attempt("anything")
-    task_arg, worktree_arg, prompt_arg = out.read_text().split()
-    assert task_arg == f"TASK-{tid}" and worktree_arg == str(git_utils.worktree_for(tid))
-    assert Path(prompt_arg).read_text().startswith("You are an implementer agent")
+    notes = q.get_task_notes(tid)
+    task_arg, worktree_arg, prompt_arg = notes.split("ARGS ", 1)[1].split("\n", 1)[0].split()
+    assert task_arg == f"TASK-{tid}"
+    assert worktree_arg == str(git_project)  # the box shows its clone at the project's path
+    assert prompt_arg == "/run/octopoid/prompt.md"  # the box's copy of the prompt
+    assert "PROMPT You are an implementer agent" in notes
 
 
 def test_two_burned_out_attempts_go_to_breakdown(project: Path) -> None:

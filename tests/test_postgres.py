@@ -304,13 +304,13 @@ def test_quarantine_into_postgres_never_reads_a_fifo_and_never_drops_a_big_file(
 
 LEAKY_AGENT = (
     "import os, sys\n"
-    "from urllib.parse import urlsplit\n"
-    "print('the password is', urlsplit(os.environ['OCTOPOID_DATABASE_URL']).password)\n"
+    "print('the database is', os.environ.get('OCTOPOID_DATABASE_URL', 'not mine to know'))\n"
+    "print('the password is', os.environ.get('PGPASSWORD', 'not mine either'))\n"
     "sys.exit(1)\n"
 )
 
 
-def test_an_agent_printing_the_database_password_leaks_it_nowhere(
+def test_an_agent_never_gets_the_database_url_or_password(
     git_project: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from orchestrator import scheduler
@@ -319,6 +319,7 @@ def test_an_agent_printing_the_database_password_leaks_it_nowhere(
 
     url = pg_dsn.replace("postgresql://octopoid@", "postgresql://octopoid:hunter2-sekrit@")
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", url)  # trust auth: the password is unused
+    monkeypatch.setenv("PGPASSWORD", "hunter2-sekrit")
     write_agents(git_project, argv=[sys.executable, "-c", LEAKY_AGENT])
     task = q.create_task("print what you know")
     sched = scheduler.Scheduler()
@@ -331,7 +332,8 @@ def test_an_agent_printing_the_database_password_leaks_it_nowhere(
     finally:
         sched.shutdown(grace=10)
     notes = q.get_task_notes(task.id)
-    assert "the password is [REDACTED:OCTOPOID_DATABASE_URL:password" in notes
+    assert "the database is not mine to know" in notes
+    assert "the password is not mine either" in notes
     logs = git_project / ".octopoid/runtime/logs"
     written = [p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()]
     assert written and not any("hunter2-sekrit" in text for text in [notes, *written])

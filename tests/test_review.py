@@ -14,9 +14,11 @@ from orchestrator.tasks import TaskState
 
 
 def provisional_with_commit(root: Path, filename: str = "feature.txt", text: str = "new\n") -> str:
-    """A task in provisional whose branch has one commit, made as an agent would."""
-    task = q.create_task(f"add {filename}")
-    q.claim_task(None, "agent")
+    """A task in provisional whose branch has one commit, made and submitted as a runner would
+    (the claimed task carries its token: a fenced submit)."""
+    created = q.create_task(f"add {filename}")
+    task = q.claim_task(None, "agent")
+    assert task.id == created.id
     repo = git.Repo(root)
     worktree = git_utils.ensure_worktree(repo, task.id, "main")
     (worktree / filename).write_text(text)
@@ -24,7 +26,7 @@ def provisional_with_commit(root: Path, filename: str = "feature.txt", text: str
     wt.index.add([filename])
     wt.index.commit(f"agent work on {filename}")
     q.save_task_notes(task.id, "agent", "did it", 1, 1)
-    q.submit_completion(task.id, 1, 1)
+    q.submit_completion(task, 1, 1)
     return task.id
 
 
@@ -94,13 +96,13 @@ def test_dirty_base_checkout_is_refused(git_project: Path) -> None:
 def test_base_not_checked_out_is_merged_without_touching_the_checkout(git_project: Path) -> None:
     repo = git.Repo(git_project)
     repo.git.branch("release")
-    task = q.create_task("on release", branch="release")
-    q.claim_task(None, "a")
+    q.create_task("on release", branch="release")
+    task = q.claim_task(None, "a")
     worktree = git_utils.ensure_worktree(repo, task.id, "release")
     (worktree / "r.txt").write_text("r\n")
     git.Repo(worktree).index.add(["r.txt"])
     git.Repo(worktree).index.commit("release work")
-    q.submit_completion(task.id, 1, 1)
+    q.submit_completion(task, 1, 1)
     main_before = repo.head.commit.hexsha
     review.accept(task.id)
     assert repo.head.commit.hexsha == main_before and not (git_project / "r.txt").exists()

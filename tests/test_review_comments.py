@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config, git_utils, review
+from orchestrator import config, review
 from orchestrator import queue_utils as q
 from orchestrator.exceptions import IllegalTransition, InvalidInput, LostRace, StorageError
 from orchestrator.prompts import budget_notes
@@ -18,7 +18,7 @@ from orchestrator.store.files import FolderStore
 from orchestrator.task_notes import LineComment, append_attempt, notes_summary, split_notes
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, run_claimed, write_agents
+from .conftest import child_env, commit_on_branch, run_claimed, write_agents
 from .web_server import OCTOPOID
 
 
@@ -189,12 +189,8 @@ def test_kill_9_between_notes_and_move_keeps_the_reason(git_project: Path, revie
 def test_lines_are_numbered_as_git_numbers_them(reviewed: str) -> None:
     """Form feeds and U+2028 do not end a line for git (nor for the diff the reviewer saw);
     CRLF line ends are not part of the quoted code. A very long line is quoted capped."""
-    worktree = git_utils.worktree_for(reviewed)
     text = "one\r\n\x0c\r\nthree \u2028 still three\r\n" + "x" * 3000 + "\nlast"
-    (worktree / "odd.txt").write_bytes(text.encode())
-    repo = git_utils.open_repo(worktree)
-    repo.index.add(["odd.txt"])
-    repo.index.commit("odd lines")
+    commit_on_branch(config.find_project_root(), reviewed, {"odd.txt": text.encode()}, "odd lines")
     review.reject(
         reviewed,
         "r",

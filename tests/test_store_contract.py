@@ -149,8 +149,13 @@ def test_sweep_only_removes_old_debris(store: QueueStore) -> None:
 
 def test_recent_names_the_last_tasks_into_a_state_newest_first(store: QueueStore) -> None:
     ids = [add(store, f"t{i}").id for i in range(4)]
-    for task_id in (ids[2], ids[0], ids[3]):
-        store.move(task_id, S.INCOMING, S.DONE, lambda t: None)
+    for task_id in (ids[2], ids[0], ids[3]):  # as every move of octopoid's does: History
+        store.move(
+            task_id,
+            S.INCOMING,
+            S.DONE,
+            lambda t: t.add_history(utcnow(), "incoming", "done", "test"),
+        )
     assert store.recent(S.DONE, 2) == [ids[3], ids[0]]
     assert store.recent(S.DONE) == [ids[3], ids[0], ids[2]]
     assert store.recent(S.INCOMING) == [ids[1]]

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, run_claimed, write_agents
+from .conftest import child_env, commit_on_branch, run_claimed, write_agents
 from .web_server import OCTOPOID, Client, start_web
 
 
@@ -249,11 +248,7 @@ def test_without_the_web_extra_it_says_which_to_install(git_project) -> None:
 
 def test_a_secret_in_an_agent_s_commit_message_is_not_shown(git_project, client) -> None:
     task_id = provisional_task()
-    worktree = config.get_worktrees_dir() / f"TASK-{task_id}"
     key = "AKIA" + "Q3XRT7YP2LMN4VWZ"
-    subprocess.run(
-        ["git", "-C", str(worktree), "commit", "-q", "--allow-empty", "-m", f"use {key}"],
-        check=True,
-    )
+    commit_on_branch(git_project, task_id, {}, f"use {key}")
     _, _, page = client.request(f"/tasks/TASK-{task_id}")
     assert "use " in page and key not in page

@@ -1,6 +1,8 @@
 """The ``anthropic`` backend: a tool-using agent loop on the official SDK's Messages API.
 
-Turns, tokens and cost are counted per response (prices from config.yaml ``prices`` or
+The conversation with the API stays in the runner (with the key); the tools run in the
+attempt's box, served by ``worktree_tools.py`` there (``ToolServer``). Turns, tokens and
+cost are counted per response (prices from config.yaml ``prices`` or
 ``defaults.MODEL_PRICES``); the loop stops at ``finish``, max turns, timeout or budget.
 Transient HTTP errors are retried by the SDK; an overload or rate limit that outlasts
 those retries is reported as ``rate_limited``, so the task is retried later without
@@ -9,24 +11,94 @@ spending an attempt. On ``finish``, uncommitted work is committed with the summa
 
 from __future__ import annotations
 
+import contextlib
 import json
+import select
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anthropic
 
 from .. import config, defaults
 from ..fsutil import TailBuffer
-from ..git_utils import open_repo
+from ..processes import in_new_session_dying_with_parent, signal_group
 from ..redaction import redact
+from ..sandbox.box import Box
+from . import worktree_tools
 from .base import AgentRequest, AgentResult
-from .worktree_tools import TOOL_SPECS, WorktreeTools
+from .worktree_tools import COMMIT, TOOL_SPECS
 
 SYSTEM = (
-    "You are a software engineer working in a git worktree. Use the tools to read, change "
-    "and test the code. Paths are relative to the worktree. When the task is done, call "
+    "You are a software engineer working in a git repository. Use the tools to read, change "
+    "and test the code. Paths are relative to the repository. When the task is done, call "
     "finish with a short summary; uncommitted changes are then committed for you."
 )
+TOOL_NAMES = {spec["name"] for spec in TOOL_SPECS}
+#: Keys the tools' box never gets: the API call is the runner's, not the tools'.
+API_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+SERVER_GRACE_SECONDS = 30.0  # beyond a command's own timeout, before the server is stuck
+
+
+class ToolServer:
+    """``worktree_tools.py`` running in the box; restarted if it dies (the agent can kill
+    it with run_command) or stops answering."""
+
+    def __init__(self, box: Box, command_timeout: float) -> None:
+        self.box = box
+        self.timeout = command_timeout
+        self.env = {k: v for k, v in box.env.items() if k not in API_KEYS}
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> subprocess.Popen:
+        script = self.box.carry(Path(worktree_tools.__file__))
+        argv = [sys.executable, "-I", "-S", str(script), str(self.box.workspace), str(self.timeout)]
+        return subprocess.Popen(
+            self.box.wrap(argv),
+            cwd=self.box.cwd,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            preexec_fn=in_new_session_dying_with_parent,
+        )
+
+    def call(self, name: str, arguments: Any) -> tuple[str, bool]:
+        """(text, is_error) of one tool call; the model's mistakes are tool errors."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self.proc = self._start()
+        line = json.dumps({"name": name, "input": arguments}).encode() + b"\n"
+        try:
+            self.proc.stdin.write(line)
+            self.proc.stdin.flush()
+            reply = _read_line(self.proc, self.timeout + SERVER_GRACE_SECONDS)
+            answer = json.loads(reply)
+            return str(answer["text"]), bool(answer["is_error"])
+        except (OSError, ValueError, KeyError, TypeError, TimeoutError):
+            self.close()
+            return "the tool server in the sandbox stopped; it is restarted at the next call", True
+
+    def close(self) -> None:
+        if self.proc is not None:
+            signal_group(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()
+            self.proc = None
+
+
+def _read_line(proc: subprocess.Popen, seconds: float) -> bytes:
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    if not ready:
+        raise TimeoutError
+    line = proc.stdout.readline()
+    if not line:
+        raise OSError("the tool server closed its output")
+    return line
 
 
 def price_per_token(model: str) -> tuple[float, float] | None:
@@ -68,16 +140,33 @@ class _Tally:
 
 
 class AnthropicBackend:
+    def programs(self, options: dict) -> list[str]:
+        return []  # the tool server runs on this Python, which every box shows
+
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
         agent = request.options
-        key = request.env.get("ANTHROPIC_API_KEY")
+        key = request.box.env.get("ANTHROPIC_API_KEY")
         tally = _Tally(agent["model"])
         if not key:
             return tally.result("error", "ANTHROPIC_API_KEY is not set")
         client = anthropic.Anthropic(
-            api_key=key, base_url=agent.get("base_url") or request.env.get("ANTHROPIC_BASE_URL")
+            api_key=key, base_url=agent.get("base_url") or request.box.env.get("ANTHROPIC_BASE_URL")
         )
-        tools = WorktreeTools(request.worktree, agent["command_timeout_seconds"], request.env)
+        tools = ToolServer(request.box, agent["command_timeout_seconds"])
+        try:
+            return self._loop(client, request, tally, tools, output)
+        finally:
+            tools.close()
+
+    def _loop(
+        self,
+        client: anthropic.Anthropic,
+        request: AgentRequest,
+        tally: _Tally,
+        tools: ToolServer,
+        output: TailBuffer,
+    ) -> AgentResult:
+        agent = request.options
         deadline = time.monotonic() + request.timeout_seconds
         messages: list[dict[str, Any]] = [{"role": "user", "content": request.prompt}]
         while True:
@@ -103,7 +192,9 @@ class AnthropicBackend:
             tally.add(response.usage)
             finished = self._turn(response, messages, tools, output)
             if finished is not None:
-                self._commit(request, finished, output)
+                committed, is_error = tools.call(COMMIT, {"summary": redact(finished)})
+                if committed:
+                    _say(output, f"[{'commit failed' if is_error else 'committed'}: {committed}]")
                 return tally.result("success", finished)
 
     @staticmethod
@@ -123,7 +214,7 @@ class AnthropicBackend:
         self,
         response: Any,
         messages: list[dict[str, Any]],
-        tools: WorktreeTools,
+        tools: ToolServer,
         output: TailBuffer,
     ) -> str | None:
         """Log a response, run its tool calls; the finish summary ends the loop."""
@@ -140,8 +231,10 @@ class AnthropicBackend:
                 if block.name == "finish":
                     finished = str((block.input or {}).get("summary") or "finished")
                     text, is_error = "ok", False
-                else:
+                elif block.name in TOOL_NAMES:
                     text, is_error = tools.call(block.name, block.input)
+                else:
+                    text, is_error = f"unknown tool {block.name!r}", True
                 _say(output, f"{'✗' if is_error else '←'} {text[:300]}")
                 results.append(
                     {
@@ -157,26 +250,6 @@ class AnthropicBackend:
         if finished is None:
             messages.append({"role": "user", "content": results})
         return finished
-
-    @staticmethod
-    def _commit(request: AgentRequest, summary: str, output: TailBuffer) -> None:
-        summary = redact(summary)
-        repo = open_repo(request.worktree)  # hooks off: octopoid's commit, not the agent's
-        if not repo.is_dirty(untracked_files=True):
-            return
-        repo.git.add("-A")
-        identity = []
-        with repo.config_reader() as cfg:
-            if not cfg.get_value("user", "email", ""):
-                identity = [
-                    "-c",
-                    "user.name=octopoid agent",
-                    "-c",
-                    "user.email=agent@octopoid.invalid",
-                ]
-        message = summary.strip().splitlines()[0][:72] if summary.strip() else "octopoid agent"
-        repo.git.execute(["git", *identity, "commit", "-q", "-m", message, "-m", summary])
-        _say(output, f"[committed: {message}]")
 
 
 def _say(output: TailBuffer, text: str) -> None:

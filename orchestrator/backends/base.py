@@ -1,7 +1,8 @@
 """What every agent backend takes and returns.
 
-A backend runs one agent on one prompt in one worktree and reports what happened. It never
-moves tasks: the implementer decides what the result means for the queue.
+A backend runs one agent on one prompt in one box (``sandbox.Box``: its workspace, its
+environment, and the wrapper every process it starts goes through) and reports what
+happened. It never moves tasks: the implementer decides what the result means for the queue.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..fsutil import TailBuffer
+from ..sandbox.box import Box
 
 OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited")
 
@@ -22,10 +24,9 @@ class AgentRequest:
 
     task_id: str
     prompt: str
-    prompt_file: Path
-    worktree: Path
+    prompt_file: Path  # where the box sees it
+    box: Box
     options: dict  # the agent's entry in agents.yaml, validated
-    env: dict[str, str]
     timeout_seconds: float
     max_turns: int
     max_budget_usd: float | None = None
@@ -52,6 +53,10 @@ class AgentResult:
 
 
 class Backend(Protocol):
+    def programs(self, options: dict) -> list[str]:
+        """The programs it will start for an agent with ``options`` (the box must show them)."""
+        ...
+
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
         """Run the agent to the end (or its limits), streaming its output into ``output``."""
         ...

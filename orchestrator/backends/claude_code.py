@@ -202,6 +202,10 @@ def _number(value: Any) -> float | None:
 
 
 class ClaudeCodeBackend:
+    def programs(self, options: dict) -> list[str]:
+        found = find_claude(options)
+        return [found] if found else []
+
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
         executable = find_claude(request.options)
         if executable is None:

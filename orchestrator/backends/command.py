@@ -16,7 +16,7 @@ def expand_argv(argv: list[str], request: AgentRequest) -> list[str]:
     """Fill in the three placeholders; any other braces (inline code, awk) are left alone."""
     values = {
         "{prompt_file}": str(request.prompt_file),
-        "{worktree}": str(request.worktree),
+        "{worktree}": str(request.box.workspace),
         "{task_id}": request.task_id,
     }
     out = []
@@ -28,6 +28,11 @@ def expand_argv(argv: list[str], request: AgentRequest) -> list[str]:
 
 
 class CommandBackend:
+    def programs(self, options: dict) -> list[str]:
+        """Its program, and any absolute path in its argv (a script the box must show)."""
+        argv = options["argv"]
+        return [argv[0], *(arg for arg in argv[1:] if arg.startswith("/"))]
+
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
         argv = expand_argv(request.options["argv"], request)
         done = run_agent_process(argv, request, output)

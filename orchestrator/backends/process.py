@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -41,20 +42,30 @@ def run_agent_process(
     output: TailBuffer,
     on_chunk: Callable[[bytes], None] | None = None,
 ) -> ProcessOutcome:
-    """Run ``argv`` for ``request`` in its worktree, prompt on stdin, until exit or timeout.
+    """Run ``argv`` for ``request`` in its box, prompt on stdin, until exit or timeout.
 
-    Raw output goes to ``on_chunk`` (a parser) or straight into ``output``.
+    Raw output goes to ``on_chunk`` (a parser) or straight into ``output``. A program that
+    does not exist is said so plainly (the box would only say that it could not exec it).
     """
+    missing = _missing(argv[0], request.box.cwd, request.box.env.get("PATH"))
+    if missing:
+        return ProcessOutcome(None, False, missing)
     return run_process(
-        argv,
-        request.worktree,
-        request.env,
+        request.box.wrap(argv),
+        request.box.cwd,
+        request.box.env,
         output,
         request.timeout_seconds,
         request.prompt.encode(),
         request.on_tick,
         on_chunk,
     )
+
+
+def _missing(program: str, cwd: Path, path: str | None) -> str | None:
+    """Why ``program`` cannot be run from ``cwd`` with ``path``, or None if it can."""
+    found = shutil.which(program if "/" not in program else str(cwd / program), path=path)
+    return None if found else f"cannot run {program!r}: no such program (or not executable)"
 
 
 def run_process(

@@ -1,22 +1,29 @@
-"""The anthropic backend's tools, every path confined to the task's worktree.
+"""The anthropic backend's tools, served from inside the attempt's box.
 
-A path is resolved (symlinks included) and must stay inside the worktree and outside
+The runner keeps the API conversation; every tool call (files and shell alike) is carried
+out by this file running as a small server *in the box*, one JSON object per line on its
+stdin and stdout (``serve``), so the tools reach exactly what the agent's box reaches.
+Standard library only: the box runs it on the runner's Python with ``-I -S``.
+
+A path is resolved (symlinks included) and must stay inside the workspace and outside
 ``.git``; anything else is refused and reported to the model as a tool error. The shell
-tool runs in the worktree with a timeout: it is a convenience, not a sandbox.
+runs in the workspace with a timeout, in its own process group.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..processes import signal_group
-
+COMMIT = "octopoid_commit"  # the runner's, never the model's: commit what finish left
 MAX_READ_CHARS = 100_000
 MAX_TOOL_OUTPUT = 20_000
 MAX_MATCHES = 200
@@ -82,6 +89,11 @@ TOOL_SPECS: list[dict[str, Any]] = [
 ]
 
 
+def signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
 class WorktreeTools:
     def __init__(self, worktree: Path, command_timeout: float, env: dict[str, str]) -> None:
         self.root = worktree.resolve()
@@ -94,6 +106,7 @@ class WorktreeTools:
             "list_dir": self.list_dir,
             "search_text": self.search_text,
             "run_command": self.run_command,
+            COMMIT: self.commit,
         }
 
     def call(self, name: str, arguments: Any) -> tuple[str, bool]:
@@ -214,3 +227,44 @@ class WorktreeTools:
         if len(out) > MAX_TOOL_OUTPUT:
             out = f"[...{len(out) - MAX_TOOL_OUTPUT} chars cut...]\n" + out[-MAX_TOOL_OUTPUT:]
         return f"exit status {proc.returncode}\n{out}"
+
+    def commit(self, summary: str) -> str:
+        """Commit what the agent left uncommitted, with ``summary`` as the message (no hook:
+        octopoid's commit, not the agent's); what was committed, or that nothing was."""
+        status = self._git("status", "--porcelain")
+        if not status.strip():
+            return ""
+        self._git("add", "-A")
+        subject = summary.strip().splitlines()[0][:72] if summary.strip() else "octopoid agent"
+        self._git("commit", "-q", "--no-verify", "-m", subject, "-m", summary)
+        return subject
+
+    def _git(self, *args: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false", *args],
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=self.command_timeout,
+        )
+        if done.returncode != 0:
+            raise ToolError(f"git {args[0]} failed: {done.stderr.strip()[-500:]}")
+        return done.stdout
+
+
+def serve(root: Path, command_timeout: float) -> None:
+    """Answer tool calls, one JSON line each way, until stdin closes."""
+    tools = WorktreeTools(root, command_timeout, dict(os.environ))
+    for line in sys.stdin:
+        try:
+            call = json.loads(line)
+            text, is_error = tools.call(call["name"], call["input"])
+        except (ValueError, KeyError, TypeError):
+            text, is_error = "a tool call is an object with a name and an input", True
+        sys.stdout.write(json.dumps({"text": text, "is_error": is_error}) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    serve(Path(sys.argv[1]), float(sys.argv[2]))

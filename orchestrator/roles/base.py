@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 from types import FrameType
 
-from .. import config, defaults, queue_utils
+from .. import defaults, queue_utils
 from ..exceptions import LostClaim, OctopoidError, StorageError
-from ..processes import TASK_ENV, TOKEN_ENV
 from ..recovery import STOP_SIGNAL
-from ..tasks import Task, task_label
+from ..tasks import Task
 from . import checks
 
 
@@ -87,27 +85,14 @@ class Claim:
 
 
 def agent_env(agent: dict) -> dict[str, str]:
-    """Ours plus the agent's own ``env`` from agents.yaml (also what redaction must hide)."""
+    """Ours plus the agent's own ``env`` from agents.yaml: what redaction must hide (the
+    box's environment is ``sandbox.box.environment``)."""
     return {**os.environ, **(agent.get("env") or {})}
-
-
-def attempt_env(agent: dict, task: Task, worktree: Path, prompt_file: Path) -> dict[str, str]:
-    """The agent's environment, plus where it is and which task and claim it works on."""
-    env = agent_env(agent)
-    env.update(
-        {TOKEN_ENV: task.headers.get("CLAIM_TOKEN", ""), TASK_ENV: task.label},
-        OCTOPOID_NOTES_ID=task_label(task.id),
-        OCTOPOID_WORKTREE=str(worktree),
-        OCTOPOID_ROOT=str(config.find_project_root()),
-        OCTOPOID_PROMPT_FILE=str(prompt_file),
-        OCTOPOID_ATTEMPT=str(task.attempts),
-    )
-    return env
 
 
 def deadline_seconds(agent: dict, task: Task, cfg: dict) -> float:
     """How long a runner may take in all before it counts as hung: the agent's timeout, its
-    checks, and a grace for the rest (worktree, notes, waiting for an earlier attempt)."""
+    checks, and a grace for the rest (workspace, notes, waiting for an earlier attempt)."""
     from_checks = checks.budget_seconds(task, cfg)
     return agent["timeout_seconds"] + from_checks + defaults.RUNNER_DEADLINE_GRACE_SECONDS
 

@@ -1,10 +1,10 @@
 """Checks before review: the project's commands run on an attempt's work, and a merge pre-check.
 
-An attempt that made commits reaches provisional only if every configured check passes in
-its worktree and its branch still merges cleanly into its base. Otherwise the attempt
-counts, the task goes back to incoming, and its retry notes get a ``## Checks`` section
-with each failing command, its exit code and the tail of its output (or the conflicting
-files), so the next attempt starts from exactly what failed.
+An attempt that made commits reaches provisional only if every configured check passes on
+its work (in a box: ``sandbox.Workspace.check_box``) and its branch still merges cleanly
+into its base. Otherwise the attempt counts, the task goes back to incoming, and its retry
+notes get a ``## Checks`` section with each failing command, its exit code and the tail of
+its output (or the conflicting files), so the next attempt starts from exactly what failed.
 
 Checks come from config.yaml ``checks.commands`` plus the task's own ``CHECKS`` header (a
 JSON list, set by ``enqueue --check``). Each runs with ``sh -c`` in its own process group,
@@ -17,13 +17,13 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from .. import git_utils
 from ..backends.process import run_process
 from ..exceptions import InvalidTask
 from ..fsutil import TailBuffer
 from ..redaction import Redactor
+from ..sandbox.box import Box
 from ..tasks import Task
 
 
@@ -72,15 +72,12 @@ class Verdict:
         return ", ".join(parts)
 
 
-def verify(
-    task: Task, worktree: Path, env: dict[str, str], cfg: dict, on_tick: Callable[[], None]
-) -> Verdict:
-    """Run the task's checks in its worktree, then the merge pre-check."""
+def verify(task: Task, box: Box, cfg: dict, on_tick: Callable[[], None]) -> Verdict:
+    """Run the task's checks in ``box`` (the attempt's work), then the merge pre-check."""
     limit = cfg["notes"]["stdout_limit"]
     timeout = cfg["checks"]["timeout_seconds"]
     results = [
-        _run_one(command, worktree, env, limit, timeout, on_tick)
-        for command in commands_for(task, cfg)
+        _run_one(command, box, limit, timeout, on_tick) for command in commands_for(task, cfg)
     ]
     return Verdict(results, merge_conflicts(task))
 
@@ -109,16 +106,12 @@ def task_checks(task: Task) -> list[str]:
 
 
 def _run_one(
-    command: str,
-    worktree: Path,
-    env: dict[str, str],
-    limit: int,
-    timeout: float,
-    on_tick: Callable[[], None] = lambda: None,
+    command: str, box: Box, limit: int, timeout: float, on_tick: Callable[[], None]
 ) -> CheckResult:
-    output = TailBuffer(limit, redact=Redactor(env))
+    output = TailBuffer(limit, redact=Redactor(box.env))
     started = time.monotonic()
-    done = run_process(["sh", "-c", command], worktree, env, output, timeout, on_tick=on_tick)
+    argv = box.wrap(["sh", "-c", command])
+    done = run_process(argv, box.cwd, box.env, output, timeout, on_tick=on_tick)
     output.close()
     seconds = time.monotonic() - started
     problem = done.start_error or (f"timed out after {timeout:g}s" if done.timed_out else "")

@@ -1,5 +1,6 @@
-"""One attempt of one task: worktree, prompt, agent, notes, then the task's next state.
+"""One attempt of one task: workspace, prompt, agent, notes, then the task's next state.
 
+The workspace and its walls come from ``sandbox`` (``prepare``); this module only decides.
 Runs as its own process (``python -m orchestrator.roles.implementer TASK AGENT``, with the
 claim's token in ``OCTOPOID_CLAIM_TOKEN``) so that a scheduler restart does not stop the
 work, and the lease names this exact process. Every write to the task is fenced by the
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from .. import agent_status, config, queue_utils, recovery
+from .. import agent_status, config, queue_utils, recovery, sandbox
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..exceptions import InvalidTask, LostClaim, OctopoidError, StorageError
 from ..fsutil import TailBuffer, atomic_write
@@ -41,14 +42,14 @@ from ..processes import (
 )
 from ..prompts import MEMORY_HOWTO, build_prompt, render_memory, render_previous_notes
 from ..redaction import Redactor, hide_also, redact
+from ..sandbox.workspace import BroughtBack, Workspace
 from ..task_notes import add_notes_section, stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
-from . import breakdown, checks, workspace
+from . import breakdown, checks
 from .base import (
     Claim,
     Terminated,
     agent_env,
-    attempt_env,
     deadline_seconds,
     find_agent,
     raise_on_stop_signals,
@@ -56,6 +57,7 @@ from .base import (
 
 BURN_OUT_SHARE = 0.8  # of max_turns, with no commits: the attempt is burning out
 BURN_OUT_ATTEMPTS = 2  # burned-out attempts before the task goes to breakdown
+PROGRESS_EVERY_SECONDS = 5.0  # a chatty agent's progress costs a task write this often
 
 
 @dataclass
@@ -100,8 +102,10 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
     space = None
     try:
-        space = workspace.prepare(task)
-        result = _work(task, agent, cfg, claim, log_dir, output, space.worktree)
+        backend = get_backend(agent["backend"])
+        space = sandbox.prepare(task, agent, cfg, token, backend.programs(agent))
+        output.feed(f"{space.banner}\n".encode())
+        result = _work(task, agent, cfg, claim, log_dir, output, space)
     except (Terminated, LostClaim) as exc:
         result = AgentResult(None, "error", summary=str(exc), details={"stop": type(exc).__name__})
     except OctopoidError as exc:
@@ -109,30 +113,47 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     finally:
         kill_claim_processes(token)  # whatever the agent left running dies with the attempt
         if space is not None:
-            commits, breaches = workspace.inspect(space, task.attempts)
-            result = _contained(result, breaches, output)
+            back = space.bring_back()
+            commits, result = back.commits, _contained(result, back, output)
         _save_notes(task, agent_name, result, commits, output, log_dir)
         if space is not None:
             _publish(task, space, commits)
     try:
-        tokens = result.tokens_in + result.tokens_out
-        queue_utils.record_usage(task, result.turns, result.cost_usd, tokens=tokens)
-        if task.headers.get("PHASE") == "breakdown":
-            report = _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
-        else:
-            verdict = None
-            if result.outcome == "success" and commits > 0 and space is not None:
-                verdict = _verify(task, agent, cfg, claim, space, log_dir)
-            report = _settle(task, agent, agents_cfg, result, commits, verdict)
+        report = _next_move(task, agent, agents_cfg, cfg, claim, result, commits, space, log_dir)
     except LostClaim as exc:
         result.details["stop"] = "LostClaim"
         report = _report(task, result, commits, "(not ours any more)", str(exc))
     except StorageError as exc:
         report = _release(task, result, commits, exc)
+    finally:
+        if space is not None:
+            space.close()
     agent_status.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd
     )
     return report
+
+
+def _next_move(
+    task: Task,
+    agent: dict,
+    agents_cfg: dict,
+    cfg: dict,
+    claim: Claim,
+    result: AgentResult,
+    commits: int,
+    space: Workspace | None,
+    log_dir: Path,
+) -> AttemptReport:
+    """Record the usage, run the checks when there is work to check, then move the task."""
+    tokens = result.tokens_in + result.tokens_out
+    queue_utils.record_usage(task, result.turns, result.cost_usd, tokens=tokens)
+    if task.headers.get("PHASE") == "breakdown":
+        return _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
+    verdict = None
+    if result.outcome == "success" and commits > 0 and space is not None:
+        verdict = _verify(task, cfg, claim, space)
+    return _settle(task, agent, agents_cfg, result, commits, verdict)
 
 
 def _settle_breakdown(
@@ -165,22 +186,20 @@ def _settle_breakdown(
     return _report(task, result, commits, TaskState.DONE.value, f"split into {labels}")
 
 
-def _verify(
-    task: Task, agent: dict, cfg: dict, claim: Claim, space: workspace.Workspace, log_dir: Path
-) -> checks.Verdict:
+def _verify(task: Task, cfg: dict, claim: Claim, space: Workspace) -> checks.Verdict:
     """Checks and the merge pre-check on the attempt's work; what failed goes in the notes.
 
-    The checks run the agent's code, so containment is checked again after them.
+    The checks run the agent's code: in a box of their own with ``sandbox: bwrap``, and
+    followed by another containment check with ``sandbox: none``.
     """
-    prompt_file = log_dir / f"attempt-{task.attempts}.prompt.md"
-    env = attempt_env(agent, task, space.worktree, prompt_file)
     try:
-        verdict = checks.verify(task, space.worktree, env, cfg, claim.tick)
+        with space.check_box() as box:
+            verdict = checks.verify(task, box, cfg, claim.tick)
     except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
         failed = checks.CheckResult("(the checks)", None, 0.0, "", str(exc))
         verdict = checks.Verdict([failed], None)
     kill_claim_processes(claim.token)  # nothing a check started outlives it either
-    breaches = workspace.recheck(space, task.attempts)
+    breaches = space.recheck()
     if breaches:
         why = "; ".join(breaches)
         verdict.results.append(checks.CheckResult("(containment)", None, 0.0, "", why))
@@ -189,22 +208,22 @@ def _verify(
     return verdict
 
 
-def _publish(task: Task, space: workspace.Workspace, commits: int) -> None:
+def _publish(task: Task, space: Workspace, commits: int) -> None:
     """Push the branch when the attempt added to it; what went wrong with the remote goes in
     the notes (the next attempt, on any machine, reads why it starts where it does)."""
-    pushed = workspace.publish(space) if commits > 0 else None
-    problems = [p for p in (space.remote_problem, pushed) if p]
+    problems = [p for p in (space.remote_problem, space.publish(commits)) if p]
     if problems:
         add_notes_section(task.id, f"Branch — attempt {task.attempts}", "\n".join(problems))
 
 
-def _contained(result: AgentResult, breaches: list[str], output: TailBuffer) -> AgentResult:
-    """An attempt that reached outside its branch fails, whatever the agent said."""
-    if not breaches:
-        return result
-    for line in breaches:
+def _contained(result: AgentResult, back: BroughtBack, output: TailBuffer) -> AgentResult:
+    """What octopoid found bringing the work back goes into the output (and so the notes);
+    an attempt that reached outside its branch fails, whatever the agent said."""
+    for line in (*back.remarks, *back.breaches):
         output.feed(f"[octopoid] {line}\n".encode())
-    summary = f"the agent reached outside its branch: {'; '.join(breaches)}"
+    if not back.breaches:
+        return result
+    summary = f"the agent reached outside its branch: {'; '.join(back.breaches)}"
     return dataclasses.replace(result, outcome="error", summary=summary)
 
 
@@ -224,7 +243,7 @@ def _wait_for_earlier_attempts(task: Task, grace: float) -> None:
     """Start only once every process of an earlier attempt of this task is gone.
 
     A requeued or reaped attempt is told to stop; this is the guarantee that two agents
-    never share the worktree, whoever moved the task and however its runner died. What an
+    never share the workspace, whoever moved the task and however its runner died. What an
     earlier runner streamed but never saved becomes that attempt's notes.
     """
     deadline = time.monotonic() + grace
@@ -272,7 +291,7 @@ def _work(
     claim: Claim,
     log_dir: Path,
     output: TailBuffer,
-    worktree: Path,
+    space: Workspace,
 ) -> AgentResult:
     notes = render_previous_notes(
         queue_utils.get_task_notes(task.id), cfg["notes"]["prompt_budget"]
@@ -283,19 +302,30 @@ def _work(
     else:
         role, howto = task.role, MEMORY_HOWTO
     prompt = build_prompt(instructions_for(role), task, notes, _memory_block(task, cfg), howto)
-    prompt_file = log_dir / f"attempt-{task.attempts}.prompt.md"
-    atomic_write(prompt_file, prompt)
+    atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt)
+    prompt_file = space.write_prompt(prompt)
+    space.box.env["OCTOPOID_PROMPT_FILE"] = str(prompt_file)
+
+    shown = [0.0]  # when the last progress line was written
+
+    def tick() -> None:
+        claim.tick()
+        if time.monotonic() - shown[0] >= PROGRESS_EVERY_SECONDS:
+            progress = space.take_progress()
+            if progress is not None:
+                queue_utils.report_progress(task, progress, token=claim.token)
+                shown[0] = time.monotonic()
+
     request = AgentRequest(
         task_id=task.label,
         prompt=prompt,
         prompt_file=prompt_file,
-        worktree=worktree,
+        box=space.box,
         options=agent,
-        env=attempt_env(agent, task, worktree, prompt_file),
         timeout_seconds=agent["timeout_seconds"],
         max_turns=agent["max_turns"],
         max_budget_usd=agent.get("max_budget_usd"),
-        on_tick=claim.tick,
+        on_tick=tick,
     )
     return get_backend(agent["backend"]).run(request, output)
 

@@ -300,6 +300,11 @@ class ClaimIndex:
         row = (task.id, state, turns, cost, time.time() if moved is None else moved)
         self._db().execute("INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?, ?)", row)
 
+    def state_of(self, task_id: str) -> str | None:
+        """Where octopoid's last write left the task (a hand move does not change it)."""
+        row = self._db().execute("SELECT state FROM ledger WHERE id = ?", (task_id,)).fetchone()
+        return row[0] if row else None
+
     def recent(self, state: str, limit: int) -> list[str]:
         rows = self._db().execute(
             "SELECT id FROM ledger WHERE state = ? ORDER BY moved DESC, id DESC LIMIT ?",
@@ -321,7 +326,10 @@ class ClaimIndex:
         return turns, cost, most
 
     def rebuild_ledger(self, tasks: Iterable[Task]) -> int:
-        """Forget the ledger and refill it from ``tasks`` (every task, read from the folders)."""
+        """Forget the ledger and refill it from ``tasks`` (every task, read from the folders).
+
+        A task's state is where its History's last move put it: a file moved by hand
+        keeps the state octopoid left it in (it is not done for its dependants)."""
         db = self._db()
         db.execute("BEGIN")
         db.execute("DELETE FROM ledger")
@@ -331,7 +339,8 @@ class ClaimIndex:
                 moved = task.path.stat().st_mtime if task.path else None
             except FileNotFoundError:
                 moved = None
-            self.record_usage(task, task.state.value, moved)
+            moves = task.moves()
+            self.record_usage(task, moves[-1][1] if moves else task.state.value, moved)
             n += 1
         db.execute("INSERT OR REPLACE INTO meta VALUES ('ledger_built', ?)", (str(time.time()),))
         db.execute("COMMIT")

@@ -342,7 +342,7 @@ class FolderStore(QueueStore):
             for *key, blockers in batch:
                 after = tuple(key)
                 task_id = key[3]
-                if not all(self.locate(b) is TaskState.DONE for b in blockers):
+                if not all(self.released(b) for b in blockers):
                     continue
                 try:
                     task = self.move(
@@ -359,12 +359,17 @@ class FolderStore(QueueStore):
                     return task
         return None
 
+    def released(self, task_id: str) -> bool:
+        """Done, and the ledger (written at every move of ours) says a move put it there."""
+        done = TaskState.DONE
+        return self.locate(task_id) is done and self._ledger().state_of(task_id) == done.value
+
     def _still_eligible(self, task: Task, role: str | None, now: datetime) -> bool:
         """Re-check a candidate against its file (a person may have edited it)."""
         ok = (
             (role is None or task.role == role)
             and (task.not_before is None or task.not_before <= now)
-            and all(self.locate(b) is TaskState.DONE for b in task.blocked_by)
+            and all(self.released(b) for b in task.blocked_by)
         )
         if not ok:
             self.index.upsert(task, task.path.stat().st_ino)

@@ -135,7 +135,13 @@ def board(now: datetime | None = None) -> dict[str, Any]:
         Group("blocked", "Blocked", "waiting on other tasks", blocked_cards, len(blocked)),
         Group("done", "Recently done", "", done_cards, summary["counts"][S.DONE.value]),
     ]
-    return {"counts": summary["counts"], "groups": groups, "problem": summary["config_problem"]}
+    walls = summary["sandbox"]
+    return {
+        "counts": summary["counts"],
+        "groups": groups,
+        "problem": summary["config_problem"],
+        "sandbox": walls,
+    }
 
 
 # --- one task ----------------------------------------------------------------------------

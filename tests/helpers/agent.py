@@ -10,8 +10,7 @@
   dir; ``hooks-path`` sets core.hooksPath in the shared config; ``switch-branch`` commits
   on a branch of its own making; ``move-main`` points main at its commit (all then commit).
 - ``check-fix``: commit a test that fails with ARITH-CLUE; once the notes show the clue
-  (a failed check), fix it. ``conflict``: change README.md, commit, then (as if the user
-  did it meanwhile) commit a different change to README.md on main in the project.
+  (a failed check), fix it. ``conflict``: change README.md and commit.
 - after committing: ``move-main`` points main at its commit; ``fake-commit`` does it from
   inside the user's checkout; ``side-worktree`` adds a worktree of its own to move a branch
   from; ``dir-swap`` plants a hook, moves main and turns a hook file into a directory;
@@ -112,13 +111,10 @@ if "conflict" in title:
     Path("README.md").write_text("# changed by the agent\n")
     subprocess.run(["git", "add", "README.md"], check=True)
 commit(f"{task}.txt", f"{task} done in attempt {os.environ['OCTOPOID_ATTEMPT']}\n")
-if "conflict" in title:
-    root = os.environ["OCTOPOID_ROOT"]
-    Path(root, "README.md").write_text("# changed on main meanwhile\n")
-    subprocess.run(["git", "-C", root, "commit", "-qam", "main moved"], check=True)
 AFTER_COMMIT = {  # hostile acts that need the agent's commit
     "move-main": "git update-ref refs/heads/main HEAD",
-    "fake-commit": 'git -C "$OCTOPOID_ROOT" update-ref refs/heads/main "$(git rev-parse HEAD)"',
+    "fake-commit": 'root="$(dirname "$(git rev-parse --path-format=absolute --git-common-dir)")"; '
+    'git -C "$root" update-ref refs/heads/main "$(git rev-parse HEAD)"',
     "side-worktree": 'git worktree add -q -f "$OCTO_TEST_SIDE" release && '
     'git -C "$OCTO_TEST_SIDE" reset -q --soft "$(git rev-parse HEAD)"',
     "dir-swap": 'c="$(git rev-parse --git-common-dir)"; git update-ref refs/heads/main HEAD; '

@@ -1,8 +1,10 @@
 """A stand-in for the `claude` CLI that replays a recorded stream-json session.
 
-It records its argv and stdin (the prompt) in $FAKE_CLAUDE_LOG, then prints the lines of
-$FAKE_CLAUDE_SESSION. Bash tool calls in the recording are really run in the current
-directory, so a replayed session that committed commits again. Knobs:
+It prints its argv and stdin (the prompt) as one ``FAKE_CLAUDE_CALL {json}`` line (it
+may run in a box, whose writes outside its workspace no test can see; the line lands in
+the attempt's log), then prints the lines of $FAKE_CLAUDE_SESSION. Bash tool calls in the
+recording are really run in the current directory, so a replayed session that committed
+commits again. Knobs:
 FAKE_CLAUDE_DIE_AFTER=N (SIGKILL itself after N lines), FAKE_CLAUDE_GARBAGE=1 (mix in
 non-JSON lines, unknown events, and cut the last line short), FAKE_CLAUDE_FLOOD_MB=N
 (stream N MB of assistant text before the result).
@@ -15,9 +17,8 @@ import subprocess
 import sys
 
 prompt = sys.stdin.read()
-with open(os.environ["FAKE_CLAUDE_LOG"], "w") as log:
-    json.dump({"argv": sys.argv[1:], "prompt": prompt}, log)
 out = sys.stdout
+out.write(f"FAKE_CLAUDE_CALL {json.dumps({'argv': sys.argv[1:], 'prompt': prompt})}\n")
 with open(os.environ["FAKE_CLAUDE_SESSION"]) as session:
     lines = session.read().splitlines()
 die_after = int(os.environ.get("FAKE_CLAUDE_DIE_AFTER", "0"))

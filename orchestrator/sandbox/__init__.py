@@ -1,0 +1,123 @@
+"""Where an attempt runs: walls around the agent and around every check that runs its code.
+
+``sandbox: bwrap`` (the default, config.yaml): each attempt works in its own clone behind
+bubblewrap and reaches octopoid only through its channel (``walled.py``). ``sandbox:
+none``: the old worktree with best-effort containment, for machines where bubblewrap
+cannot run; agents are then trusted with the user's account (``trusted.py``). Where
+``bwrap`` is configured but cannot run, no agent starts (``problem``).
+
+Roles ask for a workspace (``prepare``) and never build a box themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import config
+from ..fsutil import remove_tree
+from ..lazy import lazy_import
+from . import bwrap
+
+if TYPE_CHECKING:
+    from ..tasks import Task
+    from .box import Box
+    from .workspace import Workspace
+
+# What makes and checks workspaces is imported when an attempt needs it: `octopoid status`
+# asks only whether there are walls.
+containment = lazy_import("orchestrator.sandbox.containment")
+trusted = lazy_import("orchestrator.sandbox.trusted")
+walled = lazy_import("orchestrator.sandbox.walled")
+workspace = lazy_import("orchestrator.sandbox.workspace")
+
+MODES = ("bwrap", "none")
+
+
+def mode() -> str:
+    return config.load_config()["sandbox"]["mode"]
+
+
+def problem() -> str | None:
+    """Why no agent may start because of the sandbox (bwrap configured but unusable)."""
+    if mode() == "none":
+        return None
+    why, _ = bwrap.probe()
+    if why is None:
+        return None
+    return (
+        f"sandbox unavailable: {why}. No agent starts until bubblewrap works here, or "
+        "config.yaml says `sandbox: none` (agents then run unsandboxed, trusted with your account)"
+    )
+
+
+def describe() -> dict[str, Any]:
+    """What every face says about the walls: mode, whether agents can start, one line."""
+    current = mode()
+    why = problem()
+    if why is not None:
+        line = why
+    elif current == "bwrap":
+        line = (
+            "sandbox: bwrap; each attempt works in its own clone behind bubblewrap and "
+            "reaches octopoid only through its channel"
+        )
+    else:
+        line = (
+            f"sandbox: none; agents are NOT sandboxed: they run as {getpass.getuser()} and "
+            "are trusted with that whole account (the queue, your checkout, your files)"
+        )
+    return {"mode": current, "usable": why is None, "summary": line}
+
+
+def prepare(task: Task, agent: dict, cfg: dict, token: str, programs: list[str]) -> Workspace:
+    """The workspace for one attempt of ``task`` by ``agent``, its box and channel ready.
+
+    ``programs`` are what the backend will run (their folders must be visible in the box);
+    ``token`` the claim's (its digest marks the attempt's processes).
+    """
+    if cfg["sandbox"]["mode"] == "none":
+        return trusted.TrustedWorkspace(task, agent, cfg, token, programs)
+    return walled.WalledWorkspace(task, agent, cfg, token, programs)
+
+
+def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:
+    """A box to run ``task``'s checks on its branch now (`octopoid checks`)."""
+    token = secrets.token_hex(16)  # no claim: a mark of its own for the check's processes
+    if mode() == "none":
+        return trusted.checks_box(task, token)
+    return walled.checks_box(task, config.load_config(), token)
+
+
+def sweep(is_running: Callable[[str], bool]) -> list[str]:
+    """What attempts left when their runner died: ``sandbox: none`` snapshots are checked
+    (what the agent changed is put back and written into its notes), clones of tasks not
+    running, checks clones and channel folders of dead processes removed. One line each."""
+    lines = []
+    for task_id, attempt, breaches in containment.settle_orphans():
+        if breaches:
+            lines.append(f"TASK-{task_id} attempt {attempt}: {'; '.join(breaches)}")
+    folder = config.get_worktrees_dir()
+    for path in sorted(folder.glob("TASK-*")) if folder.is_dir() else []:
+        is_clone = (path / ".git").is_dir() and not (path / ".git").is_symlink()
+        if is_clone and not is_running(path.name.removeprefix("TASK-")):
+            remove_tree(path)
+            lines.append(f"removed the clone of {path.name} (its runner is gone)")
+    root = config.find_project_root()
+    for path in [*walled.stale_checks_clones(), *workspace.stale_channel_folders(root)]:
+        remove_tree(path)
+    return lines
+
+
+__all__ = [
+    "MODES",
+    "checks_box",
+    "describe",
+    "mode",
+    "prepare",
+    "problem",
+    "sweep",
+]

@@ -1,0 +1,207 @@
+"""A box: where an attempt's processes run, what they see of the host, and their environment.
+
+With ``sandbox: bwrap`` a box is a bwrap command line (``bwrap.py``) around every process
+octopoid starts for the attempt; with ``sandbox: none`` it is the bare folder. Either way
+the processes get the same environment: the host's without octopoid's own variables or the
+store's credentials, the agent's ``env`` from agents.yaml, the attempt's ``OCTOPOID_*``
+values, and ``octopoid`` on PATH as the channel's client (``channel.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..processes import MARK_ENV, TASK_ENV, claim_mark
+from ..tasks import Task, task_label
+from .bwrap import CHANNEL_INSIDE, Mounts, command_line, is_hidden
+
+#: Host variables a box never inherits: octopoid's own (its root, the database URL and
+#: its wait, the web token) and libpq's (a password, a password file, a service file).
+SCRUBBED_PREFIXES = ("OCTOPOID_", "PG")
+#: Inherited with ``sandbox: none`` only: they point at host sockets a box cannot reach.
+HOST_SOCKET_VARS = ("SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
+TEMP_VARS = ("TMPDIR", "TMP", "TEMP")
+CLIENT_NAME = "octopoid"
+CLIENT_SCRIPT = Path(__file__).with_name("client.py")
+CHANNEL_ENV = "OCTOPOID_CHANNEL"
+SOCKET_NAME = "channel.sock"
+#: The committer of every commit an agent makes: provenance in `git log`, and how the
+#: ``sandbox: none`` containment tells the agent's commits from the user's.
+COMMITTER_NAME = "octopoid agent"
+
+
+def committer_email(task_id: str) -> str:
+    return f"{task_label(task_id).lower()}@agents.octopoid.invalid"
+
+
+@dataclass
+class Box:
+    """Where processes of one attempt run: ``wrap`` an argv, start it from ``cwd`` (a host
+    folder) with ``env``; it works in ``workspace`` (the path as it sees it)."""
+
+    workspace: Path
+    cwd: Path
+    env: dict[str, str]
+    prefix: list[str] = field(default_factory=list)  # bwrap ... --, or nothing
+    channel: Path | None = None  # the channel folder (as the box sees it)
+    channel_host: Path | None = None  # the same folder on the host
+
+    @property
+    def sandboxed(self) -> bool:
+        return bool(self.prefix)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return [*self.prefix, *argv]
+
+    def carry(self, file: Path) -> Path:
+        """Make ``file`` (one of octopoid's scripts) readable in the box; where it is there."""
+        assert self.channel_host is not None and self.channel is not None
+        lib = self.channel_host / "lib"
+        lib.mkdir(exist_ok=True)
+        shutil.copyfile(file, lib / file.name)
+        return self.channel / "lib" / file.name
+
+
+def environment(
+    host: dict[str, str],
+    agent_env: dict[str, str],
+    task: Task,
+    token: str,
+    values: dict[str, str],
+    sandboxed: bool,
+    author: tuple[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of every process of an attempt (see the module docstring).
+
+    Its commits' committer is the attempt (``committer_email``); their author is ``author``
+    (the user's identity: a box's private home has no git config) unless the agent's
+    ``env`` names another."""
+    drop = (*HOST_SOCKET_VARS, *TEMP_VARS) if sandboxed else ()
+    env = {k: v for k, v in host.items() if not k.startswith(SCRUBBED_PREFIXES) and k not in drop}
+    env.update(agent_env)
+    env.update(
+        {TASK_ENV: task.label, MARK_ENV: claim_mark(token)},
+        OCTOPOID_NOTES_ID=task.label,
+        OCTOPOID_ATTEMPT=str(task.attempts),
+        OCTOPOID_SANDBOX="bwrap" if sandboxed else "none",
+        **values,
+    )
+    env.setdefault("GIT_COMMITTER_NAME", COMMITTER_NAME)
+    env.setdefault("GIT_COMMITTER_EMAIL", committer_email(task.id))
+    if author is not None:
+        env.setdefault("GIT_AUTHOR_NAME", author[0])
+        env.setdefault("GIT_AUTHOR_EMAIL", author[1])
+    if sandboxed:
+        env["TMPDIR"] = "/tmp"
+    return env
+
+
+def with_client(env: dict[str, str], channel: Path) -> dict[str, str]:
+    """``octopoid`` on PATH is the channel's client; ``OCTOPOID_CHANNEL`` its socket."""
+    path = env.get("PATH", os.defpath)
+    return {**env, "PATH": f"{channel / 'bin'}{os.pathsep}{path}"}
+
+
+def write_client(channel_host: Path) -> None:
+    """``bin/octopoid`` in the channel folder: the client (``client.py``, copied beside it)
+    run by this Python, isolated (``-I -S``: no site-packages, no PYTHON* variables) so it
+    works in any box, wherever the box shows the folder."""
+    (channel_host / "bin").mkdir(exist_ok=True)
+    (channel_host / "lib").mkdir(exist_ok=True)
+    shutil.copyfile(CLIENT_SCRIPT, channel_host / "lib" / CLIENT_SCRIPT.name)
+    script = channel_host / "bin" / CLIENT_NAME
+    script.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -I -S "${{0%/bin/*}}/lib/{CLIENT_SCRIPT.name}" "$@"\n'
+    )
+    script.chmod(0o755)
+
+
+def exposures(
+    programs: Iterable[str], extra: Iterable[str], hidden: tuple[Path, ...]
+) -> list[Path]:
+    """Host paths a box must see read-only although they lie where it sees nothing: this
+    Python (the client and tool scripts run on it), each program's folder (and, for a
+    script, its interpreter's installation), what ``sandbox.expose`` names, and where
+    ``/etc/resolv.conf`` points (systemd-resolved keeps it under /run)."""
+    python = Path(os.path.realpath(sys.executable)).parent.parent
+    wanted = [Path(sys.prefix), Path(sys.base_prefix), python]
+    for program in programs:
+        wanted += _program_paths(program)
+    wanted += [Path(p).expanduser() for p in extra]
+    wanted.append(Path("/etc/resolv.conf").resolve())
+    out: list[Path] = []
+    for path in wanted:
+        for p in (path.absolute(), Path(os.path.realpath(path))):
+            if p.exists() and is_hidden(p, hidden) and p not in out:
+                out.append(p)
+    return out
+
+
+def _program_paths(program: str) -> list[Path]:
+    """A program's folder (as named and resolved; a folder named itself) and, when it
+    starts with ``#!``, its interpreter's installation (``#!/usr/bin/env node``: node's)."""
+    found = program if "/" in program else shutil.which(program)
+    if found is None or not os.path.exists(found):
+        return []
+    path = Path(found).absolute()
+    real = Path(os.path.realpath(path))
+    if real.is_dir():
+        return [path, real]
+    paths = [path.parent, real.parent]
+    try:
+        with open(real, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return paths
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    if words:
+        interpreter = words[1] if words[0] == "/usr/bin/env" and len(words) > 1 else words[0]
+        located = shutil.which(interpreter)
+        if located:
+            paths.append(Path(os.path.realpath(located)).parent.parent)
+    return paths
+
+
+def folder_name(root: Path, task_id: str | None = None) -> str:
+    """The start of an attempt's channel folder name: the project's and the task's digests
+    (short: a socket's path is limited to 108 bytes). Without a task, the project's part."""
+    name = f"octopoid-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
+    if task_id is None:
+        return name
+    return f"{name}{hashlib.sha256(task_label(task_id).encode()).hexdigest()[:8]}-"
+
+
+def bwrap_box(
+    bwrap: str,
+    userns: bool,
+    workspace: Path,
+    inside: Path,
+    hide: tuple[Path, ...],
+    read_only: tuple[tuple[Path, Path], ...],
+    network: bool,
+    env: dict[str, str],
+    channel_host: Path | None,
+) -> Box:
+    """A box behind bwrap whose workspace appears at ``inside`` and the channel folder (if
+    any) at /run/octopoid."""
+    if channel_host is not None:
+        read_only = (*read_only, (channel_host, CHANNEL_INSIDE))
+        env = with_client(env, CHANNEL_INSIDE)
+        env[CHANNEL_ENV] = str(CHANNEL_INSIDE / SOCKET_NAME)
+    mounts = Mounts(workspace, inside, hide, read_only, network)
+    argv = command_line(bwrap, mounts, userns)
+    channel = CHANNEL_INSIDE if channel_host is not None else None
+    return Box(inside, workspace, env, argv, channel, channel_host)
+
+
+def bare_box(workspace: Path, env: dict[str, str], channel_host: Path) -> Box:
+    """``sandbox: none``: the folder itself; the channel at its host path."""
+    env = with_client(env, channel_host)
+    env[CHANNEL_ENV] = str(channel_host / SOCKET_NAME)
+    return Box(workspace, workspace, env, [], channel_host, channel_host)

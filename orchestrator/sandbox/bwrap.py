@@ -1,0 +1,120 @@
+"""The bubblewrap command line around an attempt's processes, and whether bwrap works here.
+
+A box sees the host's file system read-only, with its own mount, PID, IPC and UTS
+namespaces (and network, unless the agent's ``sandbox.network`` is ``host``), no
+capabilities, no further user namespaces, and dies with the process that started it.
+Hidden behind empty tmpfs mounts: ``HIDDEN`` (homes, temp folders, ``/run`` with its
+sockets), the user's ``$HOME`` and the project checkout with its ``.git`` and
+``.octopoid/runtime``. Writable: only the task's workspace and the box's own tmpfs.
+
+``command_line`` is a pure function of a ``Mounts``; ``usable()`` runs a real box once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Where to find bwrap when it is not on PATH as ``bwrap`` (or to point at another one).
+BWRAP_ENV = "OCTOPOID_BWRAP"
+#: Always replaced by an empty tmpfs: people's files, temp folders, and /run (sockets of
+#: the user's database, docker, ssh-agent) that a read-only view would still let it reach.
+HIDDEN = (Path("/home"), Path("/root"), Path("/tmp"), Path("/var/tmp"), Path("/run"))
+#: Inside every box: the channel folder, the user's git objects (the clone's alternates).
+CHANNEL_INSIDE = Path("/run/octopoid")
+OBJECTS_INSIDE = Path("/run/octopoid-objects")
+PROBE_TTL_SECONDS = 60.0  # a bwrap installed (or a sysctl changed) is noticed this soon
+PROBE_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """What one box is made of (host paths, absolute and resolved)."""
+
+    workspace: Path  # the task's files: the only writable host folder
+    inside: Path  # where the workspace appears in the box (the project's own path)
+    hide: tuple[Path, ...] = ()  # beyond HIDDEN: $HOME, the project checkout
+    read_only: tuple[tuple[Path, Path], ...] = ()  # (host, inside): tools, objects, channel
+    network: bool = True  # share the host's network (False: loopback of its own only)
+    writable: bool = True  # False: the workspace too is read-only (reading a clone back)
+
+
+def find_bwrap() -> str | None:
+    return shutil.which(os.environ.get(BWRAP_ENV) or "bwrap")
+
+
+def command_line(bwrap: str, mounts: Mounts, userns: bool = True) -> list[str]:
+    """The bwrap argv (to which the command is appended) for ``mounts``.
+
+    Mount operations are ordered by the depth of where they land, so a bind inside a
+    hidden folder (a toolchain under ``/root``, the workspace under ``/tmp``) comes after
+    the tmpfs that hides its parent, and the workspace after anything above it.
+    """
+    argv = [bwrap, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "octopoid"]
+    if userns:  # no capability to undo a mount, and no namespace in which to get one back
+        argv += ["--unshare-user", "--disable-userns"]
+    if not mounts.network:
+        argv.append("--unshare-net")
+    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    ops: list[tuple[int, int, list[str]]] = []
+    for path in dict.fromkeys((*HIDDEN, *mounts.hide)):
+        ops.append((len(path.parts), 0, ["--tmpfs", str(path)]))
+    for host, inside in mounts.read_only:
+        ops.append((len(inside.parts), 1, ["--ro-bind", str(host), str(inside)]))
+    bind = "--bind" if mounts.writable else "--ro-bind"
+    ops.append((len(mounts.inside.parts), 1, [bind, str(mounts.workspace), str(mounts.inside)]))
+    for _, _, op in sorted(ops, key=lambda o: (o[0], o[1])):
+        argv += op
+    return [*argv, "--chdir", str(mounts.inside), "--"]
+
+
+def hidden_roots(extra: tuple[Path, ...] = ()) -> tuple[Path, ...]:
+    return (*HIDDEN, *extra)
+
+
+def is_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
+    return any(path == h or h in path.parents for h in hidden)
+
+
+_probe: tuple[float, str | None, bool] | None = None  # (when, problem, userns)
+
+
+def probe(now: float | None = None) -> tuple[str | None, bool]:
+    """(why bwrap cannot run a box here or None, whether user namespaces work), cached
+    for ``PROBE_TTL_SECONDS``. Tried with a user namespace first: as root without one,
+    bwrap still drops every capability (``--cap-drop ALL``)."""
+    global _probe
+    now = time.monotonic() if now is None else now
+    if _probe is not None and now - _probe[0] < PROBE_TTL_SECONDS:
+        return _probe[1], _probe[2]
+    problem, userns = _run_probe()
+    _probe = (now, problem, userns)
+    return problem, userns
+
+
+def _run_probe() -> tuple[str | None, bool]:
+    bwrap = find_bwrap()
+    if bwrap is None:
+        name = os.environ.get(BWRAP_ENV) or "bwrap"
+        return f"{name} is not installed (Debian/Ubuntu: apt-get install bubblewrap)", False
+    root = Path("/")
+    mounts = Mounts(workspace=root, inside=Path("/run/octopoid-probe"), writable=False)
+    error = ""
+    for userns in (True, False):
+        try:
+            done = subprocess.run(
+                [*command_line(bwrap, mounts, userns), "true"],
+                capture_output=True,
+                timeout=PROBE_TIMEOUT_SECONDS,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{bwrap} could not be run: {exc}", False
+        if done.returncode == 0:
+            return None, userns
+        error = " ".join(done.stderr.decode(errors="replace").split())[:300]
+    return f"{bwrap} cannot make a sandbox here: {error or 'it failed'}", False

@@ -1,0 +1,189 @@
+"""``sandbox: bwrap``: the attempt works in a clone of its own, behind bubblewrap.
+
+The clone (``clone.py``) appears in the box at the project's own path, so what the agent
+and the checks run finds its code where it expects it: an editable install of the project
+imports the clone, not the user's checkout (which the box cannot see). The agent's
+processes die with the box; the work comes back as data (``clone.read_back``); the clone
+is removed when the attempt ends. The checks run in a fresh clone of what came back, so
+they judge exactly what review will see, not files the agent left uncommitted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+from .. import config, git_utils
+from ..exceptions import GitError, SandboxError
+from ..fsutil import remove_tree
+from ..processes import ProcessId
+from ..tasks import Task
+from . import clone
+from .box import COMMITTER_NAME, Box, bwrap_box, environment, exposures
+from .bwrap import HIDDEN, Mounts, command_line, find_bwrap, probe
+from .workspace import BroughtBack, Workspace, base_for
+
+CHECKS_PREFIX = ".checks-"
+
+
+def _walls() -> tuple[str, bool]:
+    """bwrap's path and whether it makes user namespaces; ``SandboxError`` if it cannot run."""
+    problem, userns = probe()
+    bwrap = find_bwrap()
+    if problem is not None or bwrap is None:
+        raise SandboxError(f"the sandbox cannot be made: {problem}")
+    return bwrap, userns
+
+
+def _hidden() -> tuple[Path, ...]:
+    """What a box must not see besides ``HIDDEN``: the user's home and the checkout."""
+    home = Path(os.path.expanduser("~")).resolve()
+    return (home, config.find_project_root())
+
+
+def _author(repo: object) -> tuple[str, str]:
+    """Who authors the agent's commits: the user, as their repository says (a box's home
+    has no git config); an anonymous agent when the user has no identity either."""
+    return git_utils.user_identity(repo) or (COMMITTER_NAME, "agent@octopoid.invalid")
+
+
+def _read_only(programs: list[str], expose: list[str], repo: object) -> tuple:
+    hidden = (*HIDDEN, *_hidden())
+    runtime = config.get_orchestrator_dir()
+    shown = [
+        (p, p)
+        for p in exposures(programs, expose, hidden)
+        if p != runtime and runtime not in p.parents
+    ]
+    return (*shown, *clone.object_mounts(repo))
+
+
+class WalledWorkspace(Workspace):
+    def __init__(self, task: Task, agent: dict, cfg: dict, token: str, programs: list[str]):
+        self.clone_path = git_utils.worktree_for(task.id)
+        self.token = token
+        super().__init__(task)
+        try:
+            self._make(agent, cfg, token, programs)
+        except BaseException:
+            self.close()
+            raise
+
+    def _make(self, agent: dict, cfg: dict, token: str, programs: list[str]) -> None:
+        self.bwrap, self.userns = _walls()
+        repo = git_utils.open_repo()
+        base, self.remote, self.remote_problem = base_for(self.task)
+        git_utils.remove_worktree(repo, self.task.id, delete_branch=False)  # a leftover
+        with git_utils.repo_admin_lock():
+            self.start = git_utils.ensure_branch(repo, self.task.id, base)
+        base_sha = git_utils.branch_tip(repo, base)
+        clone.make(repo, self.task.id, self.task.branch, base_sha, self.clone_path)
+        own = agent.get("sandbox") or {}
+        network = (own.get("network") or cfg["sandbox"]["network"]) == "host"
+        expose = [*cfg["sandbox"]["expose"], *(own.get("expose") or [])]
+        root = config.find_project_root()
+        env = environment(
+            dict(os.environ), agent.get("env") or {}, self.task, token,
+            {"OCTOPOID_WORKTREE": str(root)}, True, _author(repo),
+        )  # fmt: skip
+        self.box = bwrap_box(
+            self.bwrap, self.userns, self.clone_path, root, _hidden(),
+            _read_only(programs, expose, repo), network, env, self.channel_host,
+        )  # fmt: skip
+        self.banner = (
+            f"[octopoid] sandbox: bwrap; the agent works in its own clone (seen at {root}), "
+            f"network {'host' if network else 'none'}; octopoid only through its channel"
+        )
+
+    def bring_back(self) -> BroughtBack:
+        """Read the clone's branch back as data and move the task's branch to it."""
+        repo = git_utils.open_repo()
+        branch = git_utils.branch_for(self.task.id)
+        remarks = []
+        head = clone.head_of(self.clone_path)
+        if head != f"refs/heads/{branch}":
+            remarks.append(
+                f"the clone's HEAD was on {head or 'something unreadable'}, not {branch}: "
+                f"only {branch} is brought back"
+            )
+        readback = Mounts(
+            workspace=self.clone_path,
+            inside=self.clone_path,
+            hide=_hidden(),
+            read_only=clone.object_mounts(repo),
+            network=False,
+            writable=False,
+        )
+        try:
+            sha = clone.read_back(
+                repo, self.task.id, self.clone_path, command_line(self.bwrap, readback, self.userns)
+            )
+        except GitError as exc:
+            return BroughtBack(0, remarks=[*remarks, f"nothing came back from the clone: {exc}"])
+        remarks += _move_branch(repo, branch, sha)
+        return BroughtBack(git_utils.commits_on_branch(repo, self.task.id, self.start), [], remarks)
+
+    def check_box(self) -> contextlib.AbstractContextManager[Box]:
+        return checks_box(self.task, config.load_config(), self.token)
+
+    def close(self) -> None:
+        super().close()
+        remove_tree(self.clone_path)
+
+
+def _move_branch(repo: object, branch: str, sha: str) -> list[str]:
+    """Point the task's branch at what the attempt left; a tip it does not contain (the
+    agent rewrote its branch) is kept as ``refs/octopoid/replaced/<branch>``."""
+    with git_utils.repo_admin_lock(), git_utils.git_errors(f"moving {branch} to {sha[:12]}"):
+        tip = git_utils.branch_tip(repo, branch)
+        if tip == sha:
+            return []
+        remarks = []
+        if not repo.is_ancestor(tip, sha):
+            repo.git.update_ref(f"refs/octopoid/replaced/{branch}", tip)
+            remarks.append(
+                f"the attempt rewrote {branch}; its earlier tip {tip[:12]} is kept as "
+                f"refs/octopoid/replaced/{branch}"
+            )
+        repo.git.update_ref(f"refs/heads/{branch}", sha, tip)
+    return remarks
+
+
+@contextlib.contextmanager
+def checks_box(task: Task, cfg: dict, token: str) -> Iterator[Box]:
+    """A fresh clone of the task's branch in a box for its checks: the project's network and
+    ``sandbox.expose``, the host's environment without the agent's ``env`` (its keys are
+    not the checks'), no channel. Removed afterwards."""
+    bwrap, userns = _walls()
+    repo = git_utils.open_repo()
+    branch = git_utils.branch_for(task.id)
+    if not git_utils.branch_exists(repo, branch):
+        raise SandboxError(f"{task.label} has no branch {branch} to check (no attempt yet?)")
+    me = ProcessId.of()
+    name = f"{CHECKS_PREFIX}{me.pid}-{me.start}-{secrets.token_hex(3)}-{task.label}"
+    path = config.get_worktrees_dir() / name
+    try:
+        clone.make(repo, task.id, task.branch, git_utils.branch_tip(repo, task.branch), path)
+        root = config.find_project_root()
+        network = cfg["sandbox"]["network"] == "host"
+        read_only = _read_only([], cfg["sandbox"]["expose"], repo)
+        values = {"OCTOPOID_WORKTREE": str(root)}
+        env = environment(dict(os.environ), {}, task, token, values, True, _author(repo))
+        yield bwrap_box(bwrap, userns, path, root, _hidden(), read_only, network, env, None)
+    finally:
+        remove_tree(path)
+
+
+def stale_checks_clones() -> Iterator[Path]:
+    """Checks clones whose process is gone (``sandbox.sweep``)."""
+    for path in config.get_worktrees_dir().glob(f"{CHECKS_PREFIX}*"):
+        pid, start = [*path.name.removeprefix(CHECKS_PREFIX).split("-"), "", ""][:2]
+        if not (pid.isdigit() and start.isdigit()):
+            yield path
+            continue
+        owner = ProcessId.of(int(pid))
+        if owner.start != int(start) or not owner.alive():
+            yield path

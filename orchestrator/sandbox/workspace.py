@@ -1,0 +1,148 @@
+"""What both kinds of workspace share: the task's branch, the channel, the remote.
+
+A ``Workspace`` is made by ``sandbox.prepare`` for one attempt and lives until ``close``.
+``walled.py`` (``sandbox: bwrap``) and ``trusted.py`` (``sandbox: none``) differ in where
+the agent works and how its work comes back; the channel folder (socket, client, prompt)
+and the branch's trip through ``git.remote`` are the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import config, defaults, git_utils
+from ..exceptions import GitError
+from ..fsutil import remove_tree
+from ..processes import ProcessId
+from ..tasks import Task
+from .box import Box, folder_name, write_client
+from .channel import ChannelServer
+
+OWNER_FILE = "owner"
+PROMPT_FILE = "prompt.md"
+
+
+@dataclass
+class BroughtBack:
+    """The attempt's work as octopoid found it once every process of it was dead."""
+
+    commits: int
+    breaches: list[str] = field(default_factory=list)  # it reached outside: the attempt fails
+    remarks: list[str] = field(default_factory=list)  # worth the notes, not a failure
+
+
+def base_for(task: Task) -> tuple[str, str | None, str | None]:
+    """(where a new branch starts, git.remote, why the remote's copy could not be fetched).
+
+    With ``git.remote`` the task's branch is first brought up to the remote's copy (an
+    attempt on another machine pushed it) and a new branch starts from the remote's base.
+    """
+    remote, base = git_utils.remote_name(), task.branch
+    if remote is None:
+        return base, None, None
+    try:
+        base = git_utils.sync_task_branch(git_utils.open_repo(), remote, task.id, task.branch)
+    except GitError as exc:
+        return base, remote, f"could not fetch from {remote}; this attempt starts from here: {exc}"
+    return base, remote, None
+
+
+class Workspace(ABC):
+    """One attempt's place to work; subclasses make ``box`` and bring the work back."""
+
+    task: Task
+    box: Box
+    start: str  # the task branch's tip before the agent ran
+    remote: str | None
+    remote_problem: str | None
+    banner: str  # the first line of the attempt's log: what walls there are
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.channel_host = _channel_folder(task)
+        self.channel = ChannelServer(self.channel_host, task.id, self._progress).start()
+        self.progress: str | None = None
+
+    def _progress(self, text: str) -> None:
+        self.progress = text
+
+    def take_progress(self) -> str | None:
+        """The latest progress line the agent reported since the last call, if any."""
+        text, self.progress = self.progress, None
+        return text
+
+    def write_prompt(self, text: str) -> Path:
+        """Put the prompt where the box reads it; its path there."""
+        (self.channel_host / PROMPT_FILE).write_text(text, encoding="utf-8")
+        assert self.box.channel is not None
+        return self.box.channel / PROMPT_FILE
+
+    @abstractmethod
+    def bring_back(self) -> BroughtBack:
+        """The attempt's commits on its branch (and what went wrong), its processes gone."""
+
+    @abstractmethod
+    def check_box(self) -> contextlib.AbstractContextManager[Box]:
+        """A box in which the checks run the attempt's work."""
+
+    def recheck(self) -> list[str]:
+        """After the checks: what they changed outside the workspace (``sandbox: none``)."""
+        return []
+
+    def publish(self, commits: int) -> str | None:
+        """Push the branch to ``git.remote`` when the attempt added to it, retrying with
+        backoff; None when pushed (or nothing to do), else why not, for the notes. The work
+        stays on the local branch either way, and the next push (or an accept here) carries it.
+        """
+        if self.remote is None or commits == 0:
+            return None
+        error = ""
+        for delay in (*defaults.PUSH_BACKOFF_SECONDS, None):
+            try:
+                git_utils.push_task_branch(git_utils.open_repo(), self.remote, self.task.id)
+                return None
+            except GitError as exc:
+                error = str(exc)
+            if delay is not None:
+                time.sleep(delay)
+        return f"the branch was not pushed to {self.remote}: {error}"
+
+    def close(self) -> None:
+        self.channel.close()
+        remove_tree(self.channel_host)
+
+
+def _channel_folder(task: Task) -> Path:
+    """A new private folder for the channel's socket, client and prompt; leftovers of this
+    task's earlier attempts (a runner killed before its cleanup) go first."""
+    prefix = folder_name(config.find_project_root(), task.id)
+    tmp = Path(tempfile.gettempdir())
+    for old in tmp.glob(f"{prefix}*"):
+        if not _owner_alive(old):
+            remove_tree(old)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=tmp))
+    me = ProcessId.of()
+    (folder / OWNER_FILE).write_text(f"{me.host} {me.boot} {me.pid} {me.start}\n")
+    write_client(folder)
+    return folder
+
+
+def _owner_alive(folder: Path) -> bool:
+    try:
+        host, boot, pid, start = (folder / OWNER_FILE).read_text().split()
+        return ProcessId(host, boot, int(pid), int(start)).alive()
+    except (OSError, ValueError):
+        return False
+
+
+def stale_channel_folders(root: Path) -> Iterator[Path]:
+    """Channel folders of this project whose runner is gone (``sandbox.sweep``)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{folder_name(root)}*"):
+        if folder.is_dir() and not folder.is_symlink() and not _owner_alive(folder):
+            yield folder
