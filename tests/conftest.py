@@ -186,6 +186,19 @@ def exited_pid() -> int:
     return int(done.stdout)
 
 
+@pytest.fixture
+def bwrap_ok() -> None:
+    """bubblewrap can make a box here. Without it the tests using it skip, unless
+    OCTOPOID_REQUIRE_BWRAP=1 (CI) fails them."""
+    from orchestrator.sandbox.bwrap import probe
+
+    problem, _ = probe()
+    if problem is not None:
+        if os.environ.get("OCTOPOID_REQUIRE_BWRAP") == "1":
+            pytest.fail(problem)
+        pytest.skip(problem)
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """One throwaway PostgreSQL server for the session (tests/pg_server.py). Without the

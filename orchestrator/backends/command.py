@@ -7,6 +7,8 @@ command cannot report turns or cost, so those are 0 and unknown.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..fsutil import TailBuffer
 from .base import AgentRequest, AgentResult
 from .process import run_agent_process
@@ -29,9 +31,10 @@ def expand_argv(argv: list[str], request: AgentRequest) -> list[str]:
 
 class CommandBackend:
     def programs(self, options: dict) -> list[str]:
-        """Its program, and any absolute path in its argv (a script the box must show)."""
+        """Its program, and each file its argv names by absolute path (a script it runs):
+        the box must show them. A folder named in argv is not shown (``sandbox.expose``)."""
         argv = options["argv"]
-        return [argv[0], *(arg for arg in argv[1:] if arg.startswith("/"))]
+        return [argv[0], *(arg for arg in argv[1:] if arg.startswith("/") and Path(arg).is_file())]
 
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
         argv = expand_argv(request.options["argv"], request)

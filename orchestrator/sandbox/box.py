@@ -123,12 +123,17 @@ def write_client(channel_host: Path) -> None:
 
 
 def exposures(
-    programs: Iterable[str], extra: Iterable[str], hidden: tuple[Path, ...]
+    programs: Iterable[str],
+    extra: Iterable[str],
+    hidden: tuple[Path, ...],
+    forbidden: tuple[Path, ...] = (),
 ) -> list[Path]:
     """Host paths a box must see read-only although they lie where it sees nothing: this
     Python (the client and tool scripts run on it), each program's folder (and, for a
     script, its interpreter's installation), what ``sandbox.expose`` names, and where
-    ``/etc/resolv.conf`` points (systemd-resolved keeps it under /run)."""
+    ``/etc/resolv.conf`` points (systemd-resolved keeps it under /run). Never one of
+    ``forbidden`` or anything in it (octopoid's runtime, the user's .git): a folder above
+    them is shown with the workspace bound over the checkout."""
     python = Path(os.path.realpath(sys.executable)).parent.parent
     wanted = [Path(sys.prefix), Path(sys.base_prefix), python]
     for program in programs:
@@ -138,21 +143,20 @@ def exposures(
     out: list[Path] = []
     for path in wanted:
         for p in (path.absolute(), Path(os.path.realpath(path))):
-            if p.exists() and is_hidden(p, hidden) and p not in out:
+            inside = any(p == f or f in p.parents for f in forbidden)
+            if p.exists() and is_hidden(p, hidden) and not inside and p not in out:
                 out.append(p)
     return out
 
 
 def _program_paths(program: str) -> list[Path]:
-    """A program's folder (as named and resolved; a folder named itself) and, when it
+    """What a box needs to run ``program``: its folder (as named and resolved) and, when it
     starts with ``#!``, its interpreter's installation (``#!/usr/bin/env node``: node's)."""
     found = program if "/" in program else shutil.which(program)
-    if found is None or not os.path.exists(found):
+    if found is None or not os.path.isfile(found):
         return []
     path = Path(found).absolute()
     real = Path(os.path.realpath(path))
-    if real.is_dir():
-        return [path, real]
     paths = [path.parent, real.parent]
     try:
         with open(real, "rb") as f:

@@ -81,24 +81,24 @@ def is_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
     return any(path == h or h in path.parents for h in hidden)
 
 
-_probe: tuple[float, str | None, bool] | None = None  # (when, problem, userns)
+_probes: dict[str | None, tuple[float, str | None, bool]] = {}  # bwrap -> (when, why, userns)
 
 
 def probe(now: float | None = None) -> tuple[str | None, bool]:
     """(why bwrap cannot run a box here or None, whether user namespaces work), cached
-    for ``PROBE_TTL_SECONDS``. Tried with a user namespace first: as root without one,
-    bwrap still drops every capability (``--cap-drop ALL``)."""
-    global _probe
+    for ``PROBE_TTL_SECONDS`` per bwrap binary. Tried with a user namespace first: as root
+    without one, bwrap still drops every capability (``--cap-drop ALL``)."""
     now = time.monotonic() if now is None else now
-    if _probe is not None and now - _probe[0] < PROBE_TTL_SECONDS:
-        return _probe[1], _probe[2]
-    problem, userns = _run_probe()
-    _probe = (now, problem, userns)
+    bwrap = find_bwrap()
+    seen = _probes.get(bwrap)
+    if seen is not None and now - seen[0] < PROBE_TTL_SECONDS:
+        return seen[1], seen[2]
+    problem, userns = _run_probe(bwrap)
+    _probes[bwrap] = (now, problem, userns)
     return problem, userns
 
 
-def _run_probe() -> tuple[str | None, bool]:
-    bwrap = find_bwrap()
+def _run_probe(bwrap: str | None) -> tuple[str | None, bool]:
     if bwrap is None:
         name = os.environ.get(BWRAP_ENV) or "bwrap"
         return f"{name} is not installed (Debian/Ubuntu: apt-get install bubblewrap)", False

@@ -38,6 +38,7 @@ from ..tasks import one_line, render_task
 from .box import SOCKET_NAME
 
 MAX_LINE_BYTES = 64 * 1024
+DRAIN_BYTES = 1 << 20  # of an overlong request read (and dropped) before closing
 MAX_CONNECTIONS = 8
 IDLE_SECONDS = 600.0
 MAX_TEXT_CHARS = 4000  # one remembered item, as one review comment
@@ -116,6 +117,8 @@ class ChannelServer:
                         return
                     if len(line) > MAX_LINE_BYTES:
                         _send(conn, _error(None, INVALID_REQUEST, "request line too long"))
+                        conn.shutdown(socket.SHUT_WR)
+                        lines.read(DRAIN_BYTES)  # let the client read why before it is cut off
                         return
                     if line.strip():
                         _send(conn, self.handle(line))

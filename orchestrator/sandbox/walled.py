@@ -51,13 +51,13 @@ def _author(repo: object) -> tuple[str, str]:
 
 
 def _read_only(programs: list[str], expose: list[str], repo: object) -> tuple:
+    """What a box sees read-only beyond the host's visible parts: the tools it runs, what
+    ``sandbox.expose`` names, and the user's objects; never octopoid's runtime, the
+    user's .git or the checkout as a whole."""
     hidden = (*HIDDEN, *_hidden())
-    runtime = config.get_orchestrator_dir()
-    shown = [
-        (p, p)
-        for p in exposures(programs, expose, hidden)
-        if p != runtime and runtime not in p.parents
-    ]
+    root = config.find_project_root()
+    forbidden = (config.get_orchestrator_dir(), Path(repo.common_dir).resolve())
+    shown = [(p, p) for p in exposures(programs, expose, hidden, forbidden) if p != root]
     return (*shown, *clone.object_mounts(repo))
 
 

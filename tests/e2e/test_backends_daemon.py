@@ -12,14 +12,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import git
 import pytest
 import yaml
 
-from orchestrator import config, git_utils
+from orchestrator import config
 from orchestrator import queue_utils as q
 
-from ..conftest import child_env
+from ..conftest import branch_file, branch_head, child_env
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 
 pytestmark = pytest.mark.slow
@@ -112,9 +111,8 @@ def test_the_real_claude_cli_commits_and_reports_turns_and_cost(
         run_daemon_until(git_project, env, lambda: q.get_task(tid).state.value == "provisional")
     task = q.get_task(tid)
     assert task.state.value == "provisional", (git_project.parent / "daemon.out").read_text()
-    assert (git_utils.worktree_for(tid) / "hello.txt").read_text() == "hello\n"
-    head = git.Repo(git_utils.worktree_for(tid)).head.commit
-    assert head.summary == "add hello.txt"
+    assert branch_file(git_project, tid, "hello.txt") == "hello"
+    assert branch_head(git_project, tid).summary == "add hello.txt"
     assert len(api.requests) >= 2 and api.requests[0]["stream"] is True
     assert "add hello.txt" in str(api.requests[0]["messages"][0])  # our prompt arrived
     notes = q.get_task_notes(tid)
@@ -139,7 +137,7 @@ def test_the_anthropic_backend_under_the_daemon(git_project: Path) -> None:
         tid = q.create_task("write the notes file").id
         run_daemon_until(git_project, env, lambda: q.get_task(tid).state.value == "provisional")
     assert q.get_task(tid).state.value == "provisional"
-    assert (git_utils.worktree_for(tid) / "NOTES.md").exists()
+    assert branch_file(git_project, tid, "NOTES.md") == "written by the loop"
     notes = q.get_task_notes(tid)
     assert "Turns: 2 | Commits: 1 | Cost: $0.00" in notes
     log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()

@@ -16,7 +16,7 @@ from orchestrator import queue_utils as q
 from orchestrator.processes import ProcessId
 from orchestrator.tasks import TaskState
 
-from ..conftest import HELPERS, child_env
+from ..conftest import HELPERS, child_env, set_config
 from .test_daemon import OCTOPOID, _runner_owned, loop, state_of, wait_for
 
 pytestmark = pytest.mark.slow
@@ -108,7 +108,11 @@ def test_requeue_of_a_running_task_never_runs_two_agents(loop, git_project: Path
     assert "Traceback" not in logs.read_text()
 
 
-def test_a_killed_runner_takes_its_agents_children_with_it(loop, tmp_path: Path) -> None:
+def test_a_killed_runner_takes_its_agents_children_with_it(
+    loop, git_project: Path, tmp_path: Path
+) -> None:
+    """``sandbox: none`` (a box's processes end with its PID namespace: test_hostile_agents)."""
+    set_config(git_project, sandbox="none")
     pids = tmp_path / "pids"
     loop(OCTO_TEST_SLEEP="30", OCTO_TEST_PIDS=str(pids))
     tid = q.create_task("escape, then slow").id
@@ -123,7 +127,11 @@ def test_a_killed_runner_takes_its_agents_children_with_it(loop, tmp_path: Path)
     )
 
 
-def test_an_orphan_with_no_marks_dies_with_its_runner(loop, tmp_path: Path) -> None:
+def test_an_orphan_with_no_marks_dies_with_its_runner(
+    loop, git_project: Path, tmp_path: Path
+) -> None:
+    """``sandbox: none``: only the runner as subreaper can find it."""
+    set_config(git_project, sandbox="none")
     pids = tmp_path / "pids"
     loop(OCTO_TEST_PIDS=str(pids))
     tid = q.create_task("escape-bare").id

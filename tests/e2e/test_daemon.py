@@ -74,6 +74,16 @@ class Daemon:
         return code
 
 
+def agent_runs() -> Counter:
+    """How many times the scripted agent started, per task: the attempt logs in which it
+    said it was working (an agent in a box writes nowhere else the test can read)."""
+    found: Counter = Counter()
+    for log in config.get_logs_dir().glob("TASK-*/attempt-*.log"):
+        if "\nworking on TASK-" in log.read_text(errors="replace"):
+            found[log.parent.name] += 1
+    return found
+
+
 @pytest.fixture
 def loop(git_project: Path, tmp_path: Path):
     """A repo with a command agent; yields a function that starts the daemon on it."""
@@ -88,7 +98,7 @@ def loop(git_project: Path, tmp_path: Path):
         daemons.append(Daemon(git_project, runs, env))
         return daemons[-1]
 
-    start.runs = lambda: Counter(line.split()[0] for line in runs.read_text().splitlines())
+    start.runs = agent_runs
     yield start
     for d in daemons:
         if d.proc.poll() is None:

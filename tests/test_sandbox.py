@@ -1,0 +1,224 @@
+"""The sandbox's parts: the bwrap command line, a real box's walls, the clone read back as
+data, the environment a box gets, and whether agents may start at all."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import config, doctor, sandbox
+from orchestrator import queue_utils as q
+from orchestrator.exceptions import GitError
+from orchestrator.sandbox import bwrap as walls
+from orchestrator.sandbox import clone
+from orchestrator.sandbox.box import environment
+from orchestrator.sandbox.bwrap import Mounts, command_line
+from orchestrator.scheduler import Scheduler
+
+from .conftest import run_claimed, set_config, write_agents
+
+
+def test_binds_land_after_the_tmpfs_that_hides_their_parent() -> None:
+    tool = Path("/root/.pyenv/versions/3.11.7")
+    mounts = Mounts(
+        workspace=Path("/srv/proj/.octopoid/runtime/worktrees/TASK-1"),
+        inside=Path("/srv/proj"),
+        hide=(Path("/srv/proj"), Path("/root")),
+        read_only=((tool, tool), (Path("/srv/proj/.git/objects"), Path("/run/octopoid-objects"))),
+        network=False,
+    )
+    argv = command_line("bwrap", mounts, userns=True)
+    assert argv[-3:] == ["--chdir", "/srv/proj", "--"]
+    assert {"--unshare-net", "--unshare-user", "--disable-userns", "--die-with-parent"} <= set(argv)
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
+
+    def at(*op: str) -> int:
+        return next(i for i in range(len(argv)) if argv[i : i + len(op)] == list(op))
+
+    assert (
+        at("--ro-bind", "/", "/") < at("--tmpfs", "/root") < at("--ro-bind", str(tool), str(tool))
+    )
+    assert at("--tmpfs", "/run") < at(
+        "--ro-bind", "/srv/proj/.git/objects", "/run/octopoid-objects"
+    )
+    assert at("--tmpfs", "/srv/proj") < at("--bind", str(mounts.workspace), "/srv/proj")
+    assert "--unshare-net" not in command_line("bwrap", Mounts(Path("/w"), Path("/w")), False)
+
+
+def test_the_box_environment_carries_no_octopoid_secret_or_path(project: Path) -> None:
+    host = {
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "OCTOPOID_ROOT": "/srv/proj",
+        "OCTOPOID_DATABASE_URL": "postgresql://o:pw@db/q",
+        "OCTOPOID_CLAIM_TOKEN": "tok",
+        "PGPASSWORD": "pw",
+        "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
+        "TMPDIR": "/home/me/tmp",
+    }
+    task = q.create_task("seven")
+    env = environment(host, {"MY_KEY": "k"}, task, "tok", {"OCTOPOID_WORKTREE": "/srv/proj"}, True)
+    assert not {"OCTOPOID_ROOT", "OCTOPOID_DATABASE_URL", "PGPASSWORD", "SSH_AUTH_SOCK"} & set(env)
+    assert "tok" not in env.values() and env["OCTOPOID_CLAIM_MARK"] != "tok"
+    assert env["MY_KEY"] == "k" and env["TMPDIR"] == "/tmp" and env["OCTOPOID_TASK_ID"] == "TASK-1"
+    assert env["GIT_COMMITTER_EMAIL"] == "task-1@agents.octopoid.invalid"
+    trusted = environment(host, {}, task, "tok", {}, False)
+    assert trusted["SSH_AUTH_SOCK"] == host["SSH_AUTH_SOCK"]  # sandbox: none hides nothing
+    assert "OCTOPOID_DATABASE_URL" not in trusted
+
+
+PROBE = r"""
+import os, socket, subprocess, sys
+root, runtime, home, runner = sys.argv[1:5]
+def attempt(what, fn):
+    try:
+        fn()
+        print("CAN", what)
+    except Exception as exc:
+        print("CANNOT", what, type(exc).__name__)
+attempt("list-runtime", lambda: os.listdir(runtime))
+attempt("read-home", lambda: os.listdir(os.path.join(home, ".ssh")))
+attempt("read-users-git", lambda: open(os.path.join(root, ".git", "users-own")).read())
+attempt("write-etc", lambda: open("/etc/octopoid-was-here", "w"))
+attempt("write-own-tmp", lambda: open("/tmp/octopoid-probe-marker", "w").write("x"))
+attempt("signal-runner", lambda: os.kill(int(runner), 0))
+attempt("write-workspace", lambda: open("probe.txt", "w").write("x"))
+attempt("reach-network", lambda: socket.create_connection(("127.0.0.1", int(sys.argv[5])), 2))
+subprocess.Popen(["setsid", "sleep", "31337"])
+print("PROCESSES", len([p for p in os.listdir("/proc") if p.isdigit()]))
+"""
+
+
+def test_a_box_sees_only_its_workspace_and_leaves_nothing_running(
+    git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bwrap_ok: None
+) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_test").write_text("PRIVATE")
+    monkeypatch.setenv("HOME", str(home))
+    listener = __import__("socket").create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    runtime = config.get_orchestrator_dir()
+    (git_project / ".git" / "users-own").write_text("the user's, not the clone's")
+    argv = [
+        sys.executable,
+        "-c",
+        PROBE,
+        str(git_project),
+        str(runtime),
+        str(home),
+        str(os.getpid()),
+    ]
+    write_agents(git_project, argv=[*argv, str(port)])
+    doc = (git_project / ".octopoid/agents.yaml").read_text()
+    (git_project / ".octopoid/agents.yaml").write_text(
+        doc.replace("  role: implement", "  role: implement\n  sandbox: {network: none}")
+    )
+    tid = q.create_task("probe the walls").id
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    listener.close()
+    notes = q.get_task_notes(tid)
+    for what in ("list-runtime", "read-home", "read-users-git", "write-etc"):
+        assert f"CANNOT {what}" in notes, notes
+    assert "CAN write-own-tmp" in notes  # a /tmp of its own, gone with the box
+    assert "CANNOT signal-runner ProcessLookupError" in notes  # not even in its PID namespace
+    assert "CANNOT reach-network" in notes and "CAN write-workspace" in notes
+    assert int(notes.split("PROCESSES ", 1)[1].split()[0]) < 10  # its own, not the host's
+    assert not Path("/tmp/octopoid-probe-marker").exists()
+    assert not Path("/etc/octopoid-was-here").exists()
+    running = subprocess.run(["pgrep", "-f", "sleep 31337"], capture_output=True, text=True)
+    assert running.stdout == ""  # its daemon died with the box
+
+
+def in_box(repo: git.Repo, dest: Path, script: str) -> str:
+    """Run ``script`` where an agent runs: a box on the clone (which only works there)."""
+    mounts = Mounts(dest, dest, (Path(repo.working_dir),), clone.object_mounts(repo), False)
+    argv = command_line(walls.find_bwrap(), mounts, walls.probe()[1])
+    who = {f"GIT_{role}_{key}": value for role in ("AUTHOR", "COMMITTER")
+           for key, value in (("NAME", "a"), ("EMAIL", "a@x"))}  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "HOME": "/tmp", **who}
+    done = subprocess.run([*argv, "sh", "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def hostile_clone(git_project: Path, tmp_path: Path) -> tuple[git.Repo, Path, Path]:
+    """A task clone whose agent made every hostile change it could to its own .git."""
+    repo = git.Repo(git_project)
+    repo.git.branch("agent/TASK-1", "main")
+    dest = config.get_worktrees_dir() / "TASK-1"
+    clone.make(repo, "1", "main", repo.commit("main").hexsha, dest)
+    marker = tmp_path / "ran-on-the-host"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    evil.chmod(0o755)
+    in_box(
+        repo,
+        dest,
+        "echo 'agent work' > feature.txt && git add feature.txt && git commit -qm 'agent work'"
+        f" && git config core.fsmonitor {evil} && git config uploadpack.packObjectsHook {evil}"
+        f" && git config core.hooksPath {tmp_path} && mkdir -p .git/hooks"
+        f" && for h in pre-upload-pack post-checkout reference-transaction;"
+        f" do ln -s {evil} .git/hooks/$h; done",
+    )
+    return repo, dest, marker
+
+
+def test_the_clone_comes_back_as_data_whatever_its_config_says(
+    git_project: Path, tmp_path: Path, bwrap_ok: None
+) -> None:
+    repo, dest, marker = hostile_clone(git_project, tmp_path)
+    expected = in_box(repo, dest, "git rev-parse refs/heads/agent/TASK-1")
+    bwrap, userns = walls.find_bwrap(), walls.probe()[1]
+    box = Mounts(dest, dest, (git_project,), clone.object_mounts(repo), False, False)
+    sha = clone.read_back(repo, "1", dest, command_line(bwrap, box, userns))
+    assert sha == expected and repo.commit(sha).message.strip() == "agent work"
+    assert not marker.exists()  # nothing of the clone's config or hooks ran here
+    assert "refs/octopoid/fetched/TASK-1" not in repo.git.for_each_ref()
+    in_box(repo, dest, "git update-ref -d refs/heads/agent/TASK-1")  # the agent deleted it
+    with pytest.raises(GitError, match="reading agent/TASK-1 back"):
+        clone.read_back(repo, "1", dest, command_line(bwrap, box, userns))
+
+
+def test_the_clone_reads_history_through_the_users_objects_read_only(
+    git_project: Path, bwrap_ok: None
+) -> None:
+    repo = git.Repo(git_project)
+    repo.git.branch("agent/TASK-1", "main")
+    dest = config.get_worktrees_dir() / "TASK-1"
+    clone.make(repo, "1", "main", repo.commit("main").hexsha, dest)
+    alternates = (dest / ".git/objects/info/alternates").read_text()
+    assert alternates.strip() == str(walls.OBJECTS_INSIDE)
+    assert not any((dest / ".git/objects/pack").iterdir())  # nothing was copied
+    assert clone.head_of(dest) == "refs/heads/agent/TASK-1"
+    (dest / ".git" / "HEAD").unlink()
+    (dest / ".git" / "HEAD").symlink_to(git_project / ".git" / "HEAD")
+    assert clone.head_of(dest) is None  # a link is not followed out
+
+
+def test_agents_do_not_start_where_bwrap_cannot_run(
+    git_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(walls.BWRAP_ENV, "/nonexistent/bwrap")
+    write_agents(git_project)
+    tid = q.create_task("t").id
+    sched = Scheduler()
+    sched.initialize()
+    try:
+        report = sched.loop_once()
+    finally:
+        sched.shutdown(grace=0)
+    assert report.skipped.startswith("sandbox unavailable: /nonexistent/bwrap is not installed")
+    assert report.started == [] and q.get_store().locate(tid).value == "incoming"
+    described = sandbox.describe()
+    assert not described["usable"] and "`sandbox: none`" in described["summary"]
+    assert any("sandbox unavailable" in line for line in doctor.examine())
+    set_config(git_project, sandbox="none")
+    assert sandbox.problem() is None
+    assert "agents are NOT sandboxed" in sandbox.describe()["summary"]
+    assert any("NOT sandboxed" in line for line in doctor.examine())
