@@ -70,7 +70,7 @@ def test_the_loop_edits_files_and_commits_on_finish(anthropic_agent) -> None:
     assert report.next_state == "provisional" and report.commits == 1 and report.turns == 4
     root = config.find_project_root()
     assert branch_head(root, tid).summary == "Friendlier greeting in src/greet.py"
-    assert branch_head(root, tid).committer.email == f"task-{tid}@agents.octopoid.invalid"
+    assert branch_head(root, tid).committer.email == f"TASK-{tid}@agents.octopoid.invalid"
     assert branch_file(root, tid, "src/greet.py") == "def greet():\n    return 'hello, friend'"
     notes = q.get_task_notes(tid)
     assert "Turns: 4 | Commits: 1 | Cost: $0.02" in notes  # 4 x (1000 in, 200 out) at 3/15

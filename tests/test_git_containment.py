@@ -9,6 +9,7 @@ fake Messages API. With ``sandbox: bwrap`` none of this is reachable
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import git
@@ -154,7 +155,7 @@ def test_a_branch_made_with_the_agents_commits_is_removed(git_project):
     back = space.bring_back()
     kept = f"refs/octopoid/displaced/TASK-{tid}/1/refs/heads/release"
     assert back.breaches == [
-        f"the agent created refs/heads/release with this attempt's commits; octopoid removed it "
+        f"the agent created refs/heads/release with unreviewed work; octopoid removed it "
         f"(kept as {kept})"
     ]
     assert not git_utils.branch_exists(git.Repo(git_project), "release")
@@ -226,3 +227,34 @@ def test_an_anthropic_agent_planting_a_hook_by_run_command_is_caught(git_project
     assert report.next_state == "incoming"
     assert not (common(git_project) / "hooks/post-merge").exists()
     assert "the agent added .git/hooks/post-merge" in q.get_task_notes(tid)
+
+
+@pytest.mark.parametrize("first_checks_first", [False, True])
+def test_attempts_at_once_cannot_launder_each_others_work_through_a_snapshot(
+    git_project, first_checks_first
+):
+    """A commits onto main; B starts (its snapshot holds A's commit) and commits on top;
+    neither check may leave main holding either agent's work, whichever runs first."""
+    set_config(git_project, sandbox="none")
+    repo = git.Repo(git_project)
+    m0 = repo.commit("main").hexsha
+    q.create_task("a"), q.create_task("b")
+    first = prepare(git_project)
+
+    def agent_commit(space: TrustedWorkspace) -> None:
+        env = {**os.environ, "GIT_COMMITTER_EMAIL": space.box.env["GIT_COMMITTER_EMAIL"]}
+        subprocess.run(
+            ["git", "-C", str(git_project), "commit", "-q", "--allow-empty", "-m", "smuggled"],
+            env=env,
+            check=True,
+        )
+
+    agent_commit(first)  # onto main, in the user's checkout
+    second = prepare(git_project)
+    agent_commit(second)
+    order = (first, second) if first_checks_first else (second, first)
+    found = [order[0].bring_back().breaches, order[1].bring_back().breaches]
+    assert found[0] and found[1] == []  # the first check put main back; nothing left after
+    assert repo.commit("main").hexsha == m0
+    for space in (first, second):
+        space.close()

@@ -66,7 +66,7 @@ def test_the_box_environment_carries_no_octopoid_secret_or_path(project: Path) -
     assert not {"OCTOPOID_ROOT", "OCTOPOID_DATABASE_URL", "PGPASSWORD", "SSH_AUTH_SOCK"} & set(env)
     assert "tok" not in env.values() and env["OCTOPOID_CLAIM_MARK"] != "tok"
     assert env["MY_KEY"] == "k" and env["TMPDIR"] == "/tmp" and env["OCTOPOID_TASK_ID"] == "TASK-1"
-    assert env["GIT_COMMITTER_EMAIL"] == "task-1@agents.octopoid.invalid"
+    assert env["GIT_COMMITTER_EMAIL"] == "TASK-1@agents.octopoid.invalid"
     trusted = environment(host, {}, task, "tok", {}, False)
     assert trusted["SSH_AUTH_SOCK"] == host["SSH_AUTH_SOCK"]  # sandbox: none hides nothing
     assert "OCTOPOID_DATABASE_URL" not in trusted

@@ -37,7 +37,7 @@ COMMITTER_NAME = "octopoid agent"
 
 
 def committer_email(task_id: str) -> str:
-    return f"{task_label(task_id).lower()}@agents.octopoid.invalid"
+    return f"{task_label(task_id)}@agents.octopoid.invalid"
 
 
 @dataclass

@@ -15,9 +15,12 @@ Whose change it was is read from git's own data, never from a file the agent can
 - hooks, config and ``info/``: any change is the agent's (octopoid changes none of them);
 - refs: the task's own branch, other tasks' ``agent/`` branches, remote-tracking refs,
   ``refs/octopoid/`` and the stash are free. Any other ref may move forward or be made
-  (the user committing, an accept merging) unless what it now holds includes one of this
-  attempt's commits: one committed as its ``GIT_COMMITTER_EMAIL``, or one on its branch.
-  A ref deleted or rewound is put back.
+  (the user committing, an accept merging) unless what it gained is unreviewed agent
+  work: one of this attempt's commits (committed as its ``GIT_COMMITTER_EMAIL``, or on
+  its branch) or another attempt's whose task is not accepted (every attempt commits as
+  ``TASK-<id>@agents.octopoid.invalid``). A ref deleted or rewound is put back, to its
+  value at the snapshot less unreviewed commits at its tip, so attempts running at once
+  cannot launder each other's work through their snapshots.
 
 What this cannot see: an agent that commits under your name and moves a branch forward is
 taken for you. With ``sandbox: none`` a program running as you can act as you.
@@ -29,22 +32,25 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import config, git_utils
+from .. import config, git_utils, queue_utils
 from ..fsutil import atomic_write
 from ..processes import ProcessId
 from ..task_notes import add_notes_section
-from ..tasks import task_label
+from ..tasks import TaskState, task_label
 
 if TYPE_CHECKING:
     import git
 
 PROTECTED = ("config", "hooks", "info")  # in the common git dir: what can run code
+#: The committer every attempt's commits carry (``box.committer_email``).
+AGENT_EMAIL_RE = re.compile(r"TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})@agents\.octopoid\.invalid")
 FREE_PREFIXES = ("refs/remotes/", "refs/octopoid/", "refs/stash", "refs/heads/agent/")
 
 
@@ -202,27 +208,105 @@ def _put_back(
 
 
 def _restore_refs(repo: git.Repo, snap: Snapshot) -> list[str]:
+    """Put back every protected ref that gained unreviewed agent work or lost other work.
+
+    A ref that only gained commits nobody's attempt made (the user's, an accept's) moved
+    on; one that lost only unreviewed work was cleaned up by another check. Otherwise it
+    goes back to its value at the snapshot, less any unreviewed commits at its tip (another
+    attempt running at once may have left some there before this one started)."""
     now = _refs(repo)
-    ours = _attempt_commits(repo, snap)
+    unreviewed = _Unreviewed(repo, snap)
     breaches = []
     for ref in sorted(now.keys() | snap.refs.keys()):
         old, new = snap.refs.get(ref), now.get(ref)
-        if old == new or (new is not None and _moved_on(repo, snap, old, new, ours)):
+        if old == new:
             continue
-        label = task_label(snap.task_id)
-        keep = f"refs/octopoid/displaced/{label}/{snap.attempt}/{ref}"
-        if new is not None:
-            repo.git.update_ref(keep, new)
-        if old is None:
-            repo.git.update_ref("-d", ref, new)
-            why = "with this attempt's commits"
-            breaches.append(f"the agent created {ref} {why}; octopoid removed it (kept as {keep})")
-        else:
-            repo.git.update_ref(ref, old)
-            moved = "deleted" if new is None else "moved"
-            kept = "" if new is None else f" (its new value is kept as {keep})"
-            breaches.append(f"the agent {moved} {ref}; octopoid put it back{kept}")
+        since = [old] if old else [*snap.refs.values(), snap.start]
+        gained = [c for c in _commits(repo, new, since) if unreviewed.whose(*c)] if new else []
+        lost = _commits(repo, old, [new]) if old and new else _commits(repo, old, [], 1)
+        if not gained and all(unreviewed.whose(*c) for c in lost):
+            continue
+        breaches.append(_put_ref_back(repo, snap, ref, old, new, unreviewed, gained))
     return breaches
+
+
+def _put_ref_back(
+    repo: git.Repo,
+    snap: Snapshot,
+    ref: str,
+    old: str | None,
+    new: str | None,
+    unreviewed: _Unreviewed,
+    gained: list[tuple[str, str]],
+) -> str:
+    """Move ``ref`` back (keeping its new value under refs/octopoid/displaced/); one line
+    saying whose work it held and what was done."""
+    who = unreviewed.whose(*gained[0]) if gained else "the agent"
+    keep = f"refs/octopoid/displaced/{task_label(snap.task_id)}/{snap.attempt}/{ref}"
+    kept = ""
+    if new is not None:
+        repo.git.update_ref(keep, new)
+        kept = f" (kept as {keep})" if old is None else f" (its new value is kept as {keep})"
+    target = unreviewed.clean_tip(old) if old else None
+    if target is None:
+        repo.git.update_ref("-d", ref)
+        return f"{who} created {ref} with unreviewed work; octopoid removed it{kept}"
+    repo.git.update_ref(ref, target)
+    moved = "deleted" if new is None else "moved"
+    return f"{who} {moved} {ref}; octopoid put it back{kept}"
+
+
+class _Unreviewed:
+    """Whose unreviewed work a commit is: this attempt's (on its branch, or committed as
+    it), or another attempt's whose task is not accepted (committed as its agent)."""
+
+    def __init__(self, repo: git.Repo, snap: Snapshot) -> None:
+        self.repo, self.snap = repo, snap
+        self.ours = _attempt_commits(repo, snap)
+        self._tasks: dict[str, bool] = {}
+
+    def whose(self, sha: str, email: str) -> str | None:
+        if sha in self.ours or email == self.snap.committer:
+            return "the agent"
+        match = AGENT_EMAIL_RE.fullmatch(email)
+        if match and not self._reviewed(match.group(1)):
+            return f"{task_label(match.group(1))}'s agent"
+        return None
+
+    def _reviewed(self, task_id: str) -> bool:
+        """Accepted, or being accepted (its merge is journalled before the task is done)."""
+        if task_id not in self._tasks:
+            store = queue_utils.get_store()
+            where = store.locate(task_id)
+            task = store.get(task_id) if where is TaskState.PROVISIONAL else None
+            merging = task is not None and ("MERGED" in task.headers or "MERGING" in task.headers)
+            self._tasks[task_id] = where is TaskState.DONE or merging
+        return self._tasks[task_id]
+
+    def clean_tip(self, sha: str) -> str | None:
+        """``sha``, or its first ancestor that is no one's unreviewed work."""
+        out = self.repo.git.log("--first-parent", "--format=%H %ce", sha, "--")
+        for line in out.splitlines():
+            commit, _, email = line.partition(" ")
+            if not self.whose(commit, email):
+                return commit
+        return None
+
+
+def _commits(
+    repo: git.Repo, tip: str | None, since: list[str], limit: int = 0
+) -> list[tuple[str, str]]:
+    """(sha, committer email) of the commits ``tip`` has and none of ``since`` has (the
+    newest ``limit`` of them, when given: a deleted ref is judged by its tip)."""
+    if tip is None:
+        return []
+    most = [f"--max-count={limit}"] if limit else []
+    status, out, _ = repo.git.execute(
+        ["git", "log", *most, "--format=%H %ce", tip, *(f"^{s}" for s in since), "--"],
+        with_extended_output=True,
+        with_exceptions=False,
+    )
+    return [tuple(line.split(" ", 1)) for line in out.splitlines()] if status == 0 else []
 
 
 def _attempt_commits(repo: git.Repo, snap: Snapshot) -> set[str]:
@@ -233,32 +317,6 @@ def _attempt_commits(repo: git.Repo, snap: Snapshot) -> set[str]:
         with_exceptions=False,
     )
     return set(out.split()) if status == 0 else set()
-
-
-def _moved_on(repo: git.Repo, snap: Snapshot, old: str | None, new: str, ours: set[str]) -> bool:
-    """Did ``ref`` only move forward (or get made) with none of this attempt's commits?"""
-    since = [f"^{old}"] if old else [f"^{sha}" for sha in {*snap.refs.values(), snap.start}]
-    status, out, _ = repo.git.execute(
-        ["git", "log", "--format=%H %ce", new, *since, "--"],
-        with_extended_output=True,
-        with_exceptions=False,
-    )
-    if status != 0 or (old and not _is_ancestor(repo, old, new)):
-        return False
-    for line in out.splitlines():
-        sha, _, email = line.partition(" ")
-        if sha in ours or email == snap.committer:
-            return False
-    return True
-
-
-def _is_ancestor(repo: git.Repo, old: str, new: str) -> bool:
-    status = repo.git.execute(
-        ["git", "merge-base", "--is-ancestor", old, new],
-        with_extended_output=True,
-        with_exceptions=False,
-    )[0]
-    return status == 0
 
 
 def _worktrees(repo: git.Repo) -> list[str]:
