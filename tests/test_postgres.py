@@ -303,9 +303,14 @@ def test_quarantine_into_postgres_never_reads_a_fifo_and_never_drops_a_big_file(
 
 
 LEAKY_AGENT = (
-    "import os, sys\n"
+    "import os, socket, sys\n"
     "print('the database is', os.environ.get('OCTOPOID_DATABASE_URL', 'not mine to know'))\n"
     "print('the password is', os.environ.get('PGPASSWORD', 'not mine either'))\n"
+    "try:\n"
+    "    socket.socket(socket.AF_UNIX).connect(sys.argv[1])\n"
+    "    print('the server answered')\n"
+    "except OSError as exc:\n"
+    "    print('the server is out of reach:', type(exc).__name__)\n"
     "sys.exit(1)\n"
 )
 
@@ -320,7 +325,8 @@ def test_an_agent_never_gets_the_database_url_or_password(
     url = pg_dsn.replace("postgresql://octopoid@", "postgresql://octopoid:hunter2-sekrit@")
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", url)  # trust auth: the password is unused
     monkeypatch.setenv("PGPASSWORD", "hunter2-sekrit")
-    write_agents(git_project, argv=[sys.executable, "-c", LEAKY_AGENT])
+    server_socket = next(Path(pg_dsn.split("host=", 1)[1]).glob(".s.PGSQL.*[0-9]"))  # known to all
+    write_agents(git_project, argv=[sys.executable, "-c", LEAKY_AGENT, str(server_socket)])
     task = q.create_task("print what you know")
     sched = scheduler.Scheduler()
     sched.initialize()
@@ -334,6 +340,7 @@ def test_an_agent_never_gets_the_database_url_or_password(
     notes = q.get_task_notes(task.id)
     assert "the database is not mine to know" in notes
     assert "the password is not mine either" in notes
+    assert "the server is out of reach: FileNotFoundError" in notes  # its socket is hidden
     logs = git_project / ".octopoid/runtime/logs"
     written = [p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()]
     assert written and not any("hunter2-sekrit" in text for text in [notes, *written])
