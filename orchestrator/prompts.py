@@ -100,7 +100,9 @@ MEMORY_HOWTO = (
     '    octopoid memory add "Important Facts" "the API client retries in src/net/retry.py"\n\n'
     "Sections: Key Topics, Important Facts, People & Entities, Ongoing Threads, File "
     "Knowledge. Your notes are kept with this task and become project memory when it is "
-    "accepted."
+    "accepted. `octopoid memory search QUERY` searches project memory, `octopoid notes` "
+    "prints this task's retry notes, and `octopoid progress TEXT` tells the reviewer in one "
+    "line what you are doing."
 )
 
 

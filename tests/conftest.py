@@ -157,9 +157,10 @@ def commit_on_branch(root: Path, task_id: str, files: dict[str, bytes], message:
     repo = git.Repo(root)
     with tempfile.TemporaryDirectory() as scratch:
         where = Path(scratch) / "wt"
-        repo.git.worktree("add", "-q", str(where), f"agent/TASK-{task_id}")
+        repo.git.worktree("add", "-q", "-f", str(where), f"agent/TASK-{task_id}")
         try:
             for name, data in files.items():
+                (where / name).parent.mkdir(parents=True, exist_ok=True)
                 (where / name).write_bytes(data)
             wt = git.Repo(where)
             wt.git.add("-A")

@@ -1,5 +1,5 @@
 """Two machines, one queue: two clones with different HOST identities, one PostgreSQL, one
-bare git remote, two real schedulers and two reviewers, 200 tasks. One machine's scheduler
+bare git remote, two real schedulers and two reviewers, 60 tasks. One machine's scheduler
 and runners are killed with SIGKILL mid-run; the other reaps its claims after their lease
 and finishes them. Every task is done and merged exactly once; no task ever runs twice at
 the same time."""
@@ -23,11 +23,11 @@ from orchestrator import queue_utils as q
 from orchestrator.processes import TOKEN_ENV
 from orchestrator.tasks import TaskState, render_task
 
-from .conftest import HELPERS, child_env, write_agents
+from .conftest import HELPERS, child_env, set_config, write_agents
 from .test_git_remote import Machines
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
-TASKS = 200
+TASKS = 60  # exactly once is proved as well by 60 as by 200 (STYLE.md 15)
 
 # The scripted agent, wrapped to log when each attempt starts and ends (for overlap checks).
 TIMED_AGENT = """
@@ -35,10 +35,10 @@ import os, subprocess, sys, time
 log = os.environ["OCTO_TEST_TIMES"]
 task = os.environ["OCTOPOID_TASK_ID"]
 with open(log, "a") as f:
-    f.write(f"start {task} {os.environ['OCTOPOID_HOST']} {time.time():.6f}\\n")
+    f.write(f"start {task} {os.environ['OCTO_TEST_HOST']} {time.time():.6f}\\n")
 code = subprocess.run([sys.executable, sys.argv[1]]).returncode
 with open(log, "a") as f:
-    f.write(f"end {task} {os.environ['OCTOPOID_HOST']} {time.time():.6f}\\n")
+    f.write(f"end {task} {os.environ['OCTO_TEST_HOST']} {time.time():.6f}\\n")
 sys.exit(code)
 """
 
@@ -78,10 +78,12 @@ def _processes_of(root: Path) -> list[int]:
 
 
 @pytest.mark.slow
-def test_two_machines_run_200_tasks_exactly_once_through_a_kill_9(
+def test_two_machines_run_every_task_exactly_once_through_a_kill_9(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str
 ) -> None:
     machines = Machines(tmp_path, monkeypatch, pg_dsn)
+    for root in machines.roots.values():  # the agent logs its runs in a file: trusted
+        set_config(root, sandbox="none")
     agent = tmp_path / "timed_agent.py"
     agent.write_text(TIMED_AGENT)
     times = tmp_path / "times.log"
@@ -97,7 +99,9 @@ def test_two_machines_run_200_tasks_exactly_once_through_a_kill_9(
     machines.on("a")
     ids = [q.create_task(f"change {i}").id for i in range(TASKS)]
     env = {
-        name: child_env(root) | {"OCTOPOID_HOST": f"machine-{name}", "OCTO_TEST_TIMES": str(times)}
+        name: child_env(root)
+        | {"OCTOPOID_HOST": f"machine-{name}", "OCTO_TEST_HOST": f"machine-{name}"}
+        | {"OCTO_TEST_TIMES": str(times)}
         for name, root in machines.roots.items()
     }
     schedulers = {
@@ -117,7 +121,7 @@ def test_two_machines_run_200_tasks_exactly_once_through_a_kill_9(
     ]  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while q.get_store().count(TaskState.DONE) < 40 or not _processes_of(machines.roots["b"]):
+        while q.get_store().count(TaskState.DONE) < 20 or not _processes_of(machines.roots["b"]):
             assert time.monotonic() < deadline, "the machines made no progress"
             time.sleep(0.1)
         os.killpg(schedulers["b"].pid, signal.SIGKILL)

@@ -27,6 +27,7 @@ SCRUBBED_PREFIXES = ("OCTOPOID_", "PG")
 #: Inherited with ``sandbox: none`` only: they point at host sockets a box cannot reach.
 HOST_SOCKET_VARS = ("SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
 TEMP_VARS = ("TMPDIR", "TMP", "TEMP")
+COMMITTER_VARS = ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
 CLIENT_NAME = "octopoid"
 CLIENT_SCRIPT = Path(__file__).with_name("client.py")
 CHANNEL_ENV = "OCTOPOID_CHANNEL"
@@ -79,11 +80,13 @@ def environment(
 ) -> dict[str, str]:
     """The environment of every process of an attempt (see the module docstring).
 
-    Its commits' committer is the attempt (``committer_email``); their author is ``author``
-    (the user's identity: a box's private home has no git config) unless the agent's
-    ``env`` names another."""
-    drop = (*HOST_SOCKET_VARS, *TEMP_VARS) if sandboxed else ()
+    Its commits' committer is the attempt (``committer_email``: a committer set in the host's
+    environment does not hide it, only the agent's own ``env`` may); their author is yours
+    as the host's environment or ``author`` (your repository's identity: a box's private
+    home has no git config) says."""
+    drop = (*HOST_SOCKET_VARS, *TEMP_VARS, *COMMITTER_VARS) if sandboxed else COMMITTER_VARS
     env = {k: v for k, v in host.items() if not k.startswith(SCRUBBED_PREFIXES) and k not in drop}
+    env.update(GIT_COMMITTER_NAME=COMMITTER_NAME, GIT_COMMITTER_EMAIL=committer_email(task.id))
     env.update(agent_env)
     env.update(
         {TASK_ENV: task.label, MARK_ENV: claim_mark(token)},
@@ -92,8 +95,6 @@ def environment(
         OCTOPOID_SANDBOX="bwrap" if sandboxed else "none",
         **values,
     )
-    env.setdefault("GIT_COMMITTER_NAME", COMMITTER_NAME)
-    env.setdefault("GIT_COMMITTER_EMAIL", committer_email(task.id))
     if author is not None:
         env.setdefault("GIT_AUTHOR_NAME", author[0])
         env.setdefault("GIT_AUTHOR_EMAIL", author[1])

@@ -75,7 +75,9 @@ def make(repo: git.Repo, task_id: str, base: str, base_sha: str, dest: Path) -> 
             repo.working_dir,
             str(dest),
         )
-        git_utils.open_repo(dest).git.update_ref(f"refs/remotes/origin/{base}", base_sha)
+    base_ref = dest / ".git" / "refs" / "remotes" / "origin" / base  # a new clone: plain data
+    base_ref.parent.mkdir(parents=True, exist_ok=True)
+    base_ref.write_text(f"{base_sha}\n")
     alternates = dest / ".git" / "objects" / "info" / "alternates"
     alternates.write_text(f"{OBJECTS_INSIDE}\n")
 

@@ -31,6 +31,7 @@ class TrustedWorkspace(Workspace):
             raise
 
     def _make(self, agent: dict, token: str) -> None:
+        self.token = token
         repo = git_utils.open_repo()
         base, self.remote, self.remote_problem = base_for(self.task)
         self.worktree = git_utils.ensure_worktree(repo, self.task.id, base)
@@ -79,10 +80,12 @@ class TrustedWorkspace(Workspace):
 
     @contextlib.contextmanager
     def check_box(self) -> Iterator[Box]:
-        """The worktree itself; the repository is snapshotted again for ``recheck``."""
+        """The worktree itself, without the agent's ``env`` (its keys are not the checks');
+        the repository is snapshotted again for ``recheck``."""
         with git_utils.repo_admin_lock():
             self.snapshot = self._snapshot(git_utils.open_repo())
-        yield self.box
+        with checks_box(self.task, self.token) as box:
+            yield box
 
 
 @contextlib.contextmanager
