@@ -134,13 +134,14 @@ def ensure_worktree(repo: git.Repo, task_id: str, base: str) -> Path:
 
 def user_identity(repo: git.Repo) -> tuple[str, str] | None:
     """The user's ``user.name`` and ``user.email`` as git resolves them here, if both set."""
-    values = []
-    for key in ("user.name", "user.email"):
-        status, out, _ = repo.git.execute(
-            ["git", "config", "--get", key], with_extended_output=True, with_exceptions=False
-        )
-        values.append(out.strip() if status == 0 else "")
-    return (values[0], values[1]) if all(values) else None
+    status, out, _ = repo.git.execute(
+        ["git", "config", "--get-regexp", r"^user\.(name|email)$"],
+        with_extended_output=True,
+        with_exceptions=False,
+    )
+    found = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    name, email = found.get("user.name"), found.get("user.email")
+    return (name, email) if status == 0 and name and email else None
 
 
 def branch_tip(repo: git.Repo, name: str) -> str:

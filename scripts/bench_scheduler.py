@@ -1,9 +1,12 @@
 """Scheduler benchmark: enqueue-to-start latency, idle CPU, and per-attempt overhead.
 
 Run by hand:  python scripts/bench_scheduler.py [--tasks 50] [--idle 60] [--attempts 40]
-              [--postgres]
+              [--postgres] [--sandbox bwrap,none]
 Each part starts the real daemon (`octopoid scheduler run`) on a scratch git repository
 with a command agent that does (almost) nothing, so what is measured is octopoid itself.
+The latency part runs one daemon per ``--sandbox`` mode side by side, enqueueing into each
+in turn, so the modes are compared on the same machine at the same moments; the other
+parts use the first mode.
 ``--postgres`` keeps the queue in a throwaway PostgreSQL server (tests/pg_server.py, a
 fresh database per part): tasks are enqueued by this process, so only the database's
 NOTIFY can wake the idle daemon, as when another machine enqueues.
@@ -31,16 +34,22 @@ from orchestrator.tasks import TaskState
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 DATABASE = None  # a tests.pg_server.PgServer with --postgres
 
-# The agent records when it started, then makes an empty commit so the attempt succeeds.
+# The agent says when it started (its output is its attempt log: a box writes nowhere
+# else), then makes an empty commit so the attempt succeeds.
 AGENT = r"""
-import os, subprocess, sys, time
-with open(os.environ["BENCH_STARTS"], "a") as f:
-    f.write(f"{os.environ['OCTOPOID_TASK_ID']} {time.time()}\n")
+import subprocess, time
+print("BENCH_START", time.time(), flush=True)
 subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "bench"], check=True)
 """
 
 
-def scratch(concurrency: int) -> Path:
+def started_at(root: Path, label: str) -> float:
+    """When the agent of ``label``'s first attempt said it started."""
+    log = root / ".octopoid/runtime/logs" / label / "attempt-1.log"
+    return float(log.read_text().split("BENCH_START ", 1)[1].split()[0])
+
+
+def scratch(concurrency: int, sandbox: str = "bwrap") -> Path:
     root = Path(tempfile.mkdtemp(prefix="octopoid-bench-"))
     subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
     for key, value in (("user.name", "bench"), ("user.email", "bench@example.invalid")):
@@ -63,6 +72,7 @@ def scratch(concurrency: int) -> Path:
         ],
     }
     (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(agents))
+    (root / ".octopoid/config.yaml").write_text(yaml.safe_dump({"sandbox": sandbox}))
     if DATABASE is not None:
         from orchestrator.store.postgres import upgrade_database
 
@@ -70,7 +80,6 @@ def scratch(concurrency: int) -> Path:
         upgrade_database(dsn)
         os.environ["OCTOPOID_DATABASE_URL"] = dsn
     os.environ["OCTOPOID_ROOT"] = str(root)
-    os.environ["BENCH_STARTS"] = str(root / "starts.txt")
     return root
 
 
@@ -100,31 +109,41 @@ def wait_provisional(count: int, timeout: float = 600) -> None:
         time.sleep(0.02)
 
 
-def bench_latency(tasks: int) -> tuple[float, float, float]:
-    """Enqueue one task at a time into an idle daemon; time until it is claimed (the
-    daemon woke and took it: polled every 2 ms) and until its agent starts."""
-    root = scratch(1)
-    daemon = start_daemon(root)
+def bench_latency(tasks: int, modes: list[str]) -> dict[str, tuple[float, float, float]]:
+    """Enqueue one task at a time into an idle daemon per sandbox mode, the modes in turn;
+    time until it is claimed (the daemon woke and took it: polled every 2 ms) and until its
+    agent starts. {mode: (claimed p50, started p50, started p95)}."""
+    roots = {mode: scratch(1, mode) for mode in modes}
+    daemons = {}
+    for mode, root in roots.items():
+        os.environ["OCTOPOID_ROOT"] = str(root)
+        daemons[mode] = start_daemon(root)
     time.sleep(1)
-    samples, claims = [], []
+    claims: dict[str, list[float]] = {m: [] for m in modes}
+    starts: dict[str, list[float]] = {m: [] for m in modes}
     for i in range(tasks):
-        enqueued = time.time()
-        task = q.create_task(f"latency {i}")
-        while q.get_store().locate(task.id) is TaskState.INCOMING:
-            time.sleep(0.002)
-        claims.append(time.time() - enqueued)
-        wait_provisional(i + 1)
-        starts = dict(ln.split() for ln in (root / "starts.txt").read_text().splitlines())
-        samples.append(float(starts[task.label]) - enqueued)
-        time.sleep(0.3)  # let the daemon go idle again
-    stop(daemon, root)
-    samples.sort()
-    p95 = samples[int(0.95 * len(samples)) - 1]
-    return statistics.median(claims), statistics.median(samples), p95
+        for mode, root in roots.items():
+            os.environ["OCTOPOID_ROOT"] = str(root)
+            enqueued = time.time()
+            task = q.create_task(f"latency {i}")
+            while q.get_store().locate(task.id) is TaskState.INCOMING:
+                time.sleep(0.002)
+            claims[mode].append(time.time() - enqueued)
+            wait_provisional(i + 1)
+            starts[mode].append(started_at(root, task.label) - enqueued)
+            time.sleep(0.3)  # let the daemon go idle again
+    for mode, root in roots.items():
+        stop(daemons[mode], root)
+    out = {}
+    for mode in modes:
+        samples = sorted(starts[mode])
+        p95 = samples[int(0.95 * len(samples)) - 1]
+        out[mode] = (statistics.median(claims[mode]), statistics.median(samples), p95)
+    return out
 
 
-def bench_idle(seconds: int) -> float:
-    root = scratch(1)
+def bench_idle(seconds: int, mode: str) -> float:
+    root = scratch(1, mode)
     daemon = start_daemon(root)
     time.sleep(2)
     proc = psutil.Process(daemon.pid)
@@ -136,9 +155,9 @@ def bench_idle(seconds: int) -> float:
     return 100.0 * used / seconds
 
 
-def bench_overhead(attempts: int, concurrency: int) -> float:
-    """Wall time per attempt: claim, runner, worktree, prompt, agent, notes, submit."""
-    root = scratch(concurrency)
+def bench_overhead(attempts: int, concurrency: int, mode: str) -> float:
+    """Wall time per attempt: claim, runner, workspace, prompt, agent, notes, submit."""
+    root = scratch(concurrency, mode)
     for i in range(attempts):
         q.create_task(f"overhead {i}")
     start = time.perf_counter()
@@ -155,6 +174,9 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=60)
     parser.add_argument("--attempts", type=int, default=40)
     parser.add_argument("--postgres", action="store_true", help="the queue in PostgreSQL")
+    parser.add_argument(
+        "--sandbox", default="bwrap,none", help="modes to compare (comma-separated)"
+    )
     args = parser.parse_args()
     if args.postgres:
         global DATABASE
@@ -170,21 +192,31 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace) -> None:
-    print(f"queue: {'PostgreSQL' if args.postgres else 'folders'}")
-    claimed, p50, p95 = bench_latency(args.tasks)
-    idle = bench_idle(args.idle)
-    one = bench_overhead(args.attempts, 1)
-    four = bench_overhead(args.attempts, 4)
-    print(f"{'measure':<52}{'value':>12}")
-    print(f"{f'enqueue -> claimed, p50 ({args.tasks} tasks)':<52}{claimed * 1e3:>9.0f} ms")
-    print(f"{f'enqueue -> agent start, p50 ({args.tasks} tasks)':<52}{p50 * 1e3:>9.0f} ms")
-    print(f"{f'enqueue -> agent start, p95 ({args.tasks} tasks)':<52}{p95 * 1e3:>9.0f} ms")
-    print(f"{f'idle daemon CPU over {args.idle} s':<52}{idle:>10.2f} %")
-    print(f"{f'wall time per attempt, 1 agent ({args.attempts} attempts)':<52}{one * 1e3:>9.0f} ms")
-    print(
-        f"{f'wall time per attempt, 4 agents ({args.attempts} attempts)':<52}{four * 1e3:>9.0f} ms"
-    )
-    print(f"{'throughput ratio, 4 agents vs 1':<52}{one / four:>11.2f}x")
+    modes = args.sandbox.split(",")
+    print(f"queue: {'PostgreSQL' if args.postgres else 'folders'}; sandbox: {', '.join(modes)}")
+    latency = bench_latency(args.tasks, modes)
+    idle = bench_idle(args.idle, modes[0])
+    one = bench_overhead(args.attempts, 1, modes[0])
+    four = bench_overhead(args.attempts, 4, modes[0])
+    rows = []
+    for mode, (claimed, p50, p95) in latency.items():
+        rows += [
+            (f"enqueue -> claimed, p50 ({args.tasks} tasks, {mode})", f"{claimed * 1e3:.0f} ms"),
+            (f"enqueue -> agent start, p50 ({args.tasks} tasks, {mode})", f"{p50 * 1e3:.0f} ms"),
+            (f"enqueue -> agent start, p95 ({args.tasks} tasks, {mode})", f"{p95 * 1e3:.0f} ms"),
+        ]
+    if len(modes) == 2:
+        extra = latency[modes[0]][1] - latency[modes[1]][1]
+        rows.append((f"agent start, p50: {modes[0]} minus {modes[1]}", f"{extra * 1e3:.0f} ms"))
+    rows += [
+        (f"idle daemon CPU over {args.idle} s ({modes[0]})", f"{idle:.2f} %"),
+        (f"wall time per attempt, 1 agent ({args.attempts}, {modes[0]})", f"{one * 1e3:.0f} ms"),
+        (f"wall time per attempt, 4 agents ({args.attempts}, {modes[0]})", f"{four * 1e3:.0f} ms"),
+        ("throughput ratio, 4 agents vs 1", f"{one / four:.2f}x"),
+    ]
+    print(f"{'measure':<60}{'value':>12}")
+    for name, value in rows:
+        print(f"{name:<60}{value:>12}")
 
 
 if __name__ == "__main__":

@@ -364,3 +364,20 @@ def test_memory_show_takes_a_task_id(git_project: Path) -> None:
     assert "- auth lives in a.py" in run("memory", "show", "1").output
     result = run("memory", "show", "1", "--notes-id", "TASK-1", ok=False)
     assert result.exit_code == 2 and "not both" in result.output
+
+
+def test_every_face_says_whether_agents_are_sandboxed(git_project: Path) -> None:
+    walled = json.loads(run("status", "--json").output)["sandbox"]
+    assert walled == {
+        "mode": "bwrap",
+        "usable": walled["usable"],
+        "summary": walled["summary"],
+    } and walled["summary"].startswith(("sandbox: bwrap;", "sandbox unavailable:"))
+    (git_project / ".octopoid/config.yaml").write_text("sandbox: none\n")
+    for command in ("status", "agents"):
+        assert "sandbox: none; agents are NOT sandboxed" in run(command).output
+    assert json.loads(run("status", "--json").output)["sandbox"]["mode"] == "none"
+    assert "NOT sandboxed" in run("doctor").output
+    (git_project / ".octopoid/config.yaml").write_text("sandbox: maybe\n")
+    result = run("status", ok=False)
+    assert result.exit_code == 2 and "'sandbox.mode' must be one of bwrap, none" in result.output

@@ -252,3 +252,11 @@ def test_a_secret_in_an_agent_s_commit_message_is_not_shown(git_project, client)
     commit_on_branch(git_project, task_id, {}, f"use {key}")
     _, _, page = client.request(f"/tasks/TASK-{task_id}")
     assert "use " in page and key not in page
+
+
+def test_the_board_says_when_agents_are_not_sandboxed(git_project, client) -> None:
+    _, _, board = client.request("/board")
+    assert 'id="sandbox"' not in board or "sandbox unavailable" in board
+    (git_project / ".octopoid/config.yaml").write_text("sandbox: none\n")
+    _, _, board = client.request("/board")
+    assert "agents are NOT sandboxed" in board

@@ -192,14 +192,19 @@ def _verify(task: Task, cfg: dict, claim: Claim, space: Workspace) -> checks.Ver
     The checks run the agent's code: in a box of their own with ``sandbox: bwrap``, and
     followed by another containment check with ``sandbox: none``.
     """
+    ran = False
     try:
-        with space.check_box() as box:
-            verdict = checks.verify(task, box, cfg, claim.tick)
+        if checks.commands_for(task, cfg):
+            ran = True
+            with space.check_box() as box:
+                verdict = checks.verify(task, box, cfg, claim.tick)
+        else:  # nothing runs the agent's code: the merge pre-check needs no box
+            verdict = checks.Verdict([], checks.merge_conflicts(task))
     except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
         failed = checks.CheckResult("(the checks)", None, 0.0, "", str(exc))
         verdict = checks.Verdict([failed], None)
     kill_claim_processes(claim.token)  # nothing a check started outlives it either
-    breaches = space.recheck()
+    breaches = space.recheck() if ran else []
     if breaches:
         why = "; ".join(breaches)
         verdict.results.append(checks.CheckResult("(containment)", None, 0.0, "", why))

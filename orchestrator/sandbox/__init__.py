@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import os
 import secrets
+import stat
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import config
@@ -33,8 +36,6 @@ containment = lazy_import("orchestrator.sandbox.containment")
 trusted = lazy_import("orchestrator.sandbox.trusted")
 walled = lazy_import("orchestrator.sandbox.walled")
 workspace = lazy_import("orchestrator.sandbox.workspace")
-
-MODES = ("bwrap", "none")
 
 
 def mode() -> str:
@@ -102,8 +103,7 @@ def sweep(is_running: Callable[[str], bool]) -> list[str]:
             lines.append(f"TASK-{task_id} attempt {attempt}: {'; '.join(breaches)}")
     folder = config.get_worktrees_dir()
     for path in sorted(folder.glob("TASK-*")) if folder.is_dir() else []:
-        is_clone = (path / ".git").is_dir() and not (path / ".git").is_symlink()
-        if is_clone and not is_running(path.name.removeprefix("TASK-")):
+        if not _is_worktree(path) and not is_running(path.name.removeprefix("TASK-")):
             remove_tree(path)
             lines.append(f"removed the clone of {path.name} (its runner is gone)")
     root = config.find_project_root()
@@ -112,8 +112,16 @@ def sweep(is_running: Callable[[str], bool]) -> list[str]:
     return lines
 
 
+def _is_worktree(path: Path) -> bool:
+    """A ``sandbox: none`` worktree (kept between attempts), not a clone (whatever an agent
+    made of its ``.git``)."""
+    try:
+        return stat.S_ISREG(os.lstat(path / ".git").st_mode)
+    except OSError:
+        return False
+
+
 __all__ = [
-    "MODES",
     "checks_box",
     "describe",
     "mode",

@@ -34,7 +34,7 @@ from ..exceptions import OctopoidError
 from ..memory import lifecycle
 from ..memory.notes import NotesManager
 from ..redaction import redact
-from ..tasks import one_line, render_task
+from ..tasks import one_line, render_task, task_label
 from .box import SOCKET_NAME
 
 MAX_LINE_BYTES = 64 * 1024
@@ -163,7 +163,7 @@ class ChannelServer:
         text = _text(text, "text", MAX_TEXT_CHARS)
         if self.remembered >= MAX_REMEMBERED:
             raise ChannelError(REFUSED, f"this attempt already remembered {MAX_REMEMBERED} items")
-        manager = NotesManager(notes_id=queue_utils.get_task(self.task_id).label)
+        manager = NotesManager(notes_id=task_label(self.task_id))
         added = manager.add_item(_text(section, "section", 100), redact(text))
         self.remembered += added
         return {"added": added, "file": manager.notes_file.name}

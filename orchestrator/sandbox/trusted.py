@@ -12,6 +12,7 @@ import contextlib
 import getpass
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .. import git_utils
 from ..exceptions import OctopoidError
@@ -19,6 +20,9 @@ from ..tasks import Task
 from . import containment
 from .box import Box, bare_box, environment
 from .workspace import BroughtBack, Workspace, base_for
+
+if TYPE_CHECKING:
+    import git
 
 
 class TrustedWorkspace(Workspace):
@@ -50,7 +54,7 @@ class TrustedWorkspace(Workspace):
             "account's whole reach (it is trusted); containment of the repository is best effort"
         )
 
-    def _snapshot(self, repo: object) -> containment.Snapshot:
+    def _snapshot(self, repo: git.Repo) -> containment.Snapshot:
         return containment.take(repo, self.task.id, self.task.attempts, self.start, self.committer)
 
     def bring_back(self) -> BroughtBack:

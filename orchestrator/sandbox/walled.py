@@ -15,6 +15,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import config, git_utils
 from ..exceptions import GitError, SandboxError
@@ -25,6 +26,9 @@ from . import clone
 from .box import COMMITTER_NAME, Box, bwrap_box, environment, exposures
 from .bwrap import HIDDEN, Mounts, command_line, find_bwrap, probe
 from .workspace import BroughtBack, Workspace, base_for
+
+if TYPE_CHECKING:
+    import git
 
 CHECKS_PREFIX = ".checks-"
 
@@ -44,13 +48,13 @@ def _hidden() -> tuple[Path, ...]:
     return (home, config.find_project_root())
 
 
-def _author(repo: object) -> tuple[str, str]:
+def _author(repo: git.Repo) -> tuple[str, str]:
     """Who authors the agent's commits: the user, as their repository says (a box's home
     has no git config); an anonymous agent when the user has no identity either."""
     return git_utils.user_identity(repo) or (COMMITTER_NAME, "agent@octopoid.invalid")
 
 
-def _read_only(programs: list[str], expose: list[str], repo: object) -> tuple:
+def _read_only(programs: list[str], expose: list[str], repo: git.Repo) -> tuple:
     """What a box sees read-only beyond the host's visible parts: the tools it runs, what
     ``sandbox.expose`` names, and the user's objects; never octopoid's runtime, the
     user's .git or the checkout as a whole."""
@@ -76,7 +80,8 @@ class WalledWorkspace(Workspace):
         self.bwrap, self.userns = _walls()
         repo = git_utils.open_repo()
         base, self.remote, self.remote_problem = base_for(self.task)
-        git_utils.remove_worktree(repo, self.task.id, delete_branch=False)  # a leftover
+        if (self.clone_path / ".git").is_file():  # sandbox: none's worktree, from before
+            git_utils.remove_worktree(repo, self.task.id, delete_branch=False)
         with git_utils.repo_admin_lock():
             self.start = git_utils.ensure_branch(repo, self.task.id, base)
         base_sha = git_utils.branch_tip(repo, base)
@@ -134,7 +139,7 @@ class WalledWorkspace(Workspace):
         remove_tree(self.clone_path)
 
 
-def _move_branch(repo: object, branch: str, sha: str) -> list[str]:
+def _move_branch(repo: git.Repo, branch: str, sha: str) -> list[str]:
     """Point the task's branch at what the attempt left; a tip it does not contain (the
     agent rewrote its branch) is kept as ``refs/octopoid/replaced/<branch>``."""
     with git_utils.repo_admin_lock(), git_utils.git_errors(f"moving {branch} to {sha[:12]}"):

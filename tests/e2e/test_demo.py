@@ -14,7 +14,7 @@ from ..conftest import child_env
 pytestmark = pytest.mark.slow
 
 
-def test_demo_runs_the_whole_loop(tmp_path: Path) -> None:
+def test_demo_runs_the_whole_loop(tmp_path: Path, bwrap_ok: None) -> None:
     env = child_env(tmp_path)
     env.pop("OCTOPOID_ROOT")
     target = tmp_path / "the demo"  # a space: the rm line must quote it
@@ -36,6 +36,11 @@ def test_demo_runs_the_whole_loop(tmp_path: Path) -> None:
     assert "second prompt carried the first attempt's notes" in out
     assert "Merge TASK-3: Make the clock use UTC" in out
     assert "timezone.utc" in (target / "clock.py").read_text()
+    assert "sandbox: bwrap; each attempt works in its own clone behind bubblewrap" in out
+    logs = sorted((target / ".octopoid/runtime/logs").glob("TASK-*/attempt-*.log"))
+    assert len(logs) == 5 and all(
+        log.read_text().startswith("[octopoid] sandbox: bwrap;") for log in logs
+    )  # and it checked each attempt really ran in a box (else it exits 1)
 
 
 def test_demo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
