@@ -14,6 +14,9 @@ import pytest
 from orchestrator.scaffold import init_project
 
 HELPERS = Path(__file__).parent / "helpers"
+# The suite starts hundreds of octopoid processes (runners, the CLI, daemons): let them
+# keep their bytecode (__pycache__ is git-ignored) instead of compiling octopoid each time.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @pytest.fixture(autouse=True)

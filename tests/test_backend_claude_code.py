@@ -188,3 +188,22 @@ def test_backend_reports_a_timeout(tmp_path: Path) -> None:
     out = TailBuffer(1000)
     result = ClaudeCodeBackend().run(request, out)
     assert result.outcome == "timeout" and "timed out after 0 turns" in result.summary
+
+
+def test_its_box_shows_the_login_credentials_only_without_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.sandbox.box import exposures
+    from orchestrator.sandbox.bwrap import HIDDEN
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    credentials = tmp_path / ".claude" / ".credentials.json"
+    credentials.parent.mkdir()
+    credentials.write_text("{}")
+    (tmp_path / ".claude" / "history.jsonl").write_text("the user's other sessions")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    needs = ClaudeCodeBackend().needs({"claude_path": "no-such-claude"})
+    assert needs == [str(credentials)]
+    shown = exposures(needs, [], (*HIDDEN, tmp_path))
+    assert credentials in shown and credentials.parent not in shown  # the file, not ~/.claude
+    assert ClaudeCodeBackend().needs({"claude_path": "x", "env": {"ANTHROPIC_API_KEY": "k"}}) == []

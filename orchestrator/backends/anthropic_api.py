@@ -140,7 +140,7 @@ class _Tally:
 
 
 class AnthropicBackend:
-    def programs(self, options: dict) -> list[str]:
+    def needs(self, options: dict) -> list[str]:
         return []  # the tool server runs on this Python, which every box shows
 
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:

@@ -53,8 +53,10 @@ class AgentResult:
 
 
 class Backend(Protocol):
-    def programs(self, options: dict) -> list[str]:
-        """The programs it will start for an agent with ``options`` (the box must show them)."""
+    def needs(self, options: dict) -> list[str]:
+        """What an agent with ``options`` needs to see in its box although it may lie where
+        a box sees nothing: the programs it starts (their folders are shown) and files they
+        read (shown themselves, read-only)."""
         ...
 
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:

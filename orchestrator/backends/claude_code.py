@@ -10,8 +10,10 @@ yields the turns counted so far.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+from pathlib import Path
 from typing import Any
 
 from ..fsutil import TailBuffer
@@ -19,6 +21,7 @@ from .base import AgentRequest, AgentResult
 from .process import run_agent_process
 
 INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
+CREDENTIALS = ".claude/.credentials.json"  # where `claude login` keeps its token, under $HOME
 DEFAULT_TOOLS = ("Bash", "Edit", "Write", "Read", "Glob", "Grep")
 RATE_LIMIT_RE = re.compile(r"rate.?limit|overloaded|credit balance|quota|\b(429|529)\b", re.I)
 SUBTYPE_OUTCOMES = {
@@ -202,9 +205,13 @@ def _number(value: Any) -> float | None:
 
 
 class ClaudeCodeBackend:
-    def programs(self, options: dict) -> list[str]:
+    def needs(self, options: dict) -> list[str]:
+        """``claude`` itself and, when the environment has no API key, the credentials of
+        ``claude login`` (read-only: a refreshed token cannot be saved from the box)."""
         found = find_claude(options)
-        return [found] if found else []
+        env = {**os.environ, **(options.get("env") or {})}
+        login = [] if env.get("ANTHROPIC_API_KEY") else [str(Path.home() / CREDENTIALS)]
+        return [*([found] if found else []), *login]
 
     def run(self, request: AgentRequest, output: TailBuffer) -> AgentResult:
         executable = find_claude(request.options)

@@ -30,9 +30,9 @@ def expand_argv(argv: list[str], request: AgentRequest) -> list[str]:
 
 
 class CommandBackend:
-    def programs(self, options: dict) -> list[str]:
-        """Its program, and each file its argv names by absolute path (a script it runs):
-        the box must show them. A folder named in argv is not shown (``sandbox.expose``)."""
+    def needs(self, options: dict) -> list[str]:
+        """Its program, and each file its argv names by absolute path (a script it runs).
+        A folder named in argv is not shown (``sandbox.expose``)."""
         argv = options["argv"]
         return [argv[0], *(arg for arg in argv[1:] if arg.startswith("/") and Path(arg).is_file())]
 

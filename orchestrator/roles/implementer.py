@@ -103,7 +103,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     space = None
     try:
         backend = get_backend(agent["backend"])
-        space = sandbox.prepare(task, agent, cfg, token, backend.programs(agent))
+        space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent))
         output.feed(f"{space.banner}\n".encode())
         result = _work(task, agent, cfg, claim, log_dir, output, space)
     except (Terminated, LostClaim) as exc:

@@ -74,15 +74,15 @@ def describe() -> dict[str, Any]:
     return {"mode": current, "usable": why is None, "summary": line}
 
 
-def prepare(task: Task, agent: dict, cfg: dict, token: str, programs: list[str]) -> Workspace:
+def prepare(task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> Workspace:
     """The workspace for one attempt of ``task`` by ``agent``, its box and channel ready.
 
-    ``programs`` are what the backend will run (their folders must be visible in the box);
+    ``needs`` are what the backend must see in its box (``Backend.needs``);
     ``token`` the claim's (its digest marks the attempt's processes).
     """
     if cfg["sandbox"]["mode"] == "none":
-        return trusted.TrustedWorkspace(task, agent, cfg, token, programs)
-    return walled.WalledWorkspace(task, agent, cfg, token, programs)
+        return trusted.TrustedWorkspace(task, agent, cfg, token, needs)
+    return walled.WalledWorkspace(task, agent, cfg, token, needs)
 
 
 def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:

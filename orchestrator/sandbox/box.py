@@ -124,21 +124,22 @@ def write_client(channel_host: Path) -> None:
 
 
 def exposures(
-    programs: Iterable[str],
+    needs: Iterable[str],
     extra: Iterable[str],
     hidden: tuple[Path, ...],
     forbidden: tuple[Path, ...] = (),
 ) -> list[Path]:
     """Host paths a box must see read-only although they lie where it sees nothing: this
-    Python (the client and tool scripts run on it), each program's folder (and, for a
-    script, its interpreter's installation), what ``sandbox.expose`` names, and where
-    ``/etc/resolv.conf`` points (systemd-resolved keeps it under /run). Never one of
-    ``forbidden`` or anything in it (octopoid's runtime, the user's .git): a folder above
-    them is shown with the workspace bound over the checkout."""
+    Python (the client and tool scripts run on it), what the backend ``needs`` (a
+    program's folder and, for a script, its interpreter's installation; a file the program
+    reads, itself), what ``sandbox.expose`` names, and where ``/etc/resolv.conf`` points
+    (systemd-resolved keeps it under /run). Never one of ``forbidden`` or anything in it
+    (octopoid's runtime, the user's .git): a folder above them is shown with the workspace
+    bound over the checkout."""
     python = Path(os.path.realpath(sys.executable)).parent.parent
     wanted = [Path(sys.prefix), Path(sys.base_prefix), python]
-    for program in programs:
-        wanted += _program_paths(program)
+    for need in needs:
+        wanted += _needed_paths(need)
     wanted += [Path(p).expanduser() for p in extra]
     wanted.append(Path("/etc/resolv.conf").resolve())
     out: list[Path] = []
@@ -150,14 +151,17 @@ def exposures(
     return out
 
 
-def _program_paths(program: str) -> list[Path]:
-    """What a box needs to run ``program``: its folder (as named and resolved) and, when it
+def _needed_paths(need: str) -> list[Path]:
+    """What a box must see for ``need``: a file that is not a program, itself; a program
+    (a name on PATH, or an executable), its folder (as named and resolved) and, when it
     starts with ``#!``, its interpreter's installation (``#!/usr/bin/env node``: node's)."""
-    found = program if "/" in program else shutil.which(program)
+    found = need if "/" in need else shutil.which(need)
     if found is None or not os.path.isfile(found):
         return []
     path = Path(found).absolute()
     real = Path(os.path.realpath(path))
+    if not os.access(real, os.X_OK):
+        return [path, real]
     paths = [path.parent, real.parent]
     try:
         with open(real, "rb") as f:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class TrustedWorkspace(Workspace):
-    def __init__(self, task: Task, agent: dict, cfg: dict, token: str, programs: list[str]):
+    def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]):
         super().__init__(task)
         try:
             self._make(agent, token)

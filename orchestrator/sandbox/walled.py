@@ -54,29 +54,29 @@ def _author(repo: git.Repo) -> tuple[str, str]:
     return git_utils.user_identity(repo) or (COMMITTER_NAME, "agent@octopoid.invalid")
 
 
-def _read_only(programs: list[str], expose: list[str], repo: git.Repo) -> tuple:
+def _read_only(needs: list[str], expose: list[str], repo: git.Repo) -> tuple:
     """What a box sees read-only beyond the host's visible parts: the tools it runs, what
     ``sandbox.expose`` names, and the user's objects; never octopoid's runtime, the
     user's .git or the checkout as a whole."""
     hidden = (*HIDDEN, *_hidden())
     root = config.find_project_root()
     forbidden = (config.get_orchestrator_dir(), Path(repo.common_dir).resolve())
-    shown = [(p, p) for p in exposures(programs, expose, hidden, forbidden) if p != root]
+    shown = [(p, p) for p in exposures(needs, expose, hidden, forbidden) if p != root]
     return (*shown, *clone.object_mounts(repo))
 
 
 class WalledWorkspace(Workspace):
-    def __init__(self, task: Task, agent: dict, cfg: dict, token: str, programs: list[str]):
+    def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]):
         self.clone_path = git_utils.worktree_for(task.id)
         self.token = token
         super().__init__(task)
         try:
-            self._make(agent, cfg, token, programs)
+            self._make(agent, cfg, token, needs)
         except BaseException:
             self.close()
             raise
 
-    def _make(self, agent: dict, cfg: dict, token: str, programs: list[str]) -> None:
+    def _make(self, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
         self.bwrap, self.userns = _walls()
         repo = git_utils.open_repo()
         base, self.remote, self.remote_problem = base_for(self.task)
@@ -96,7 +96,7 @@ class WalledWorkspace(Workspace):
         )  # fmt: skip
         self.box = bwrap_box(
             self.bwrap, self.userns, self.clone_path, root, _hidden(),
-            _read_only(programs, expose, repo), network, env, self.channel_host,
+            _read_only(needs, expose, repo), network, env, self.channel_host,
         )  # fmt: skip
         self.banner = (
             f"[octopoid] sandbox: bwrap; the agent works in its own clone (seen at {root}), "
