@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config, git_utils
-from ..exceptions import GitError, SandboxError
+from ..exceptions import OctopoidError, SandboxError
 from ..fsutil import remove_tree
 from ..processes import ProcessId
 from ..tasks import Task
@@ -104,8 +104,8 @@ class WalledWorkspace(Workspace):
         )
 
     def bring_back(self) -> BroughtBack:
-        """Read the clone's branch back as data and move the task's branch to it."""
-        repo = git_utils.open_repo()
+        """Read the clone's branch back as data and move the task's branch to it. Never
+        raises: what went wrong is a remark (the notes are saved after this)."""
         branch = git_utils.branch_for(self.task.id)
         remarks = []
         head = clone.head_of(self.clone_path)
@@ -114,29 +114,31 @@ class WalledWorkspace(Workspace):
                 f"the clone's HEAD was on {head or 'something unreadable'}, not {branch}: "
                 f"only {branch} is brought back"
             )
-        readback = Mounts(
-            workspace=self.clone_path,
-            inside=self.clone_path,
-            hide=_hidden(),
-            read_only=clone.object_mounts(repo),
-            network=False,
-            writable=False,
-        )
         try:
-            sha = clone.read_back(
-                repo, self.task.id, self.clone_path, command_line(self.bwrap, readback, self.userns)
+            repo = git_utils.open_repo()
+            readback = Mounts(
+                workspace=self.clone_path,
+                inside=self.clone_path,
+                hide=_hidden(),
+                read_only=clone.object_mounts(repo),
+                network=False,
+                writable=False,
             )
-        except GitError as exc:
+            box = command_line(self.bwrap, readback, self.userns)
+            remarks += _move_branch(
+                repo, branch, clone.read_back(repo, self.task.id, self.clone_path, box)
+            )
+            commits = git_utils.commits_on_branch(repo, self.task.id, self.start)
+        except (OctopoidError, OSError) as exc:
             return BroughtBack(0, remarks=[*remarks, f"nothing came back from the clone: {exc}"])
-        remarks += _move_branch(repo, branch, sha)
-        return BroughtBack(git_utils.commits_on_branch(repo, self.task.id, self.start), [], remarks)
+        return BroughtBack(commits, [], remarks)
 
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
         return checks_box(self.task, config.load_config(), self.token)
 
     def close(self) -> None:
         super().close()
-        remove_tree(self.clone_path)
+        self._remove(self.clone_path)
 
 
 def _move_branch(repo: git.Repo, branch: str, sha: str) -> list[str]:

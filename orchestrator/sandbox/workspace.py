@@ -9,6 +9,7 @@ and the branch's trip through ``git.remote`` are the same.
 from __future__ import annotations
 
 import contextlib
+import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
@@ -114,8 +115,17 @@ class Workspace(ABC):
         return f"the branch was not pushed to {self.remote}: {error}"
 
     def close(self) -> None:
+        """Stop the channel and remove what the attempt used; a leftover the sweep can
+        still remove is said on stderr (the runner's log), never raised."""
         self.channel.close()
-        remove_tree(self.channel_host)
+        self._remove(self.channel_host)
+
+    @staticmethod
+    def _remove(path: Path) -> None:
+        try:
+            remove_tree(path)
+        except OSError as exc:
+            print(f"octopoid runner: could not remove {path}: {exc}", file=sys.stderr)
 
 
 def _channel_folder(task: Task) -> Path:
