@@ -17,6 +17,9 @@ HELPERS = Path(__file__).parent / "helpers"
 # The suite starts hundreds of octopoid processes (runners, the CLI, daemons): let them
 # keep their bytecode (__pycache__ is git-ignored) instead of compiling octopoid each time.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# The scripted agents and recorded sessions must be readable in their boxes wherever this
+# checkout is (under /tmp or /home a box sees nothing of it).
+os.environ["OCTOPOID_SANDBOX_EXPOSE"] = str(HELPERS.parent)
 
 
 @pytest.fixture(autouse=True)

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     import git
 
 CHECKS_PREFIX = ".checks-"
+#: This machine's paths every box sees read-only (``os.pathsep``-separated), beside the
+#: project's ``sandbox.expose``: config.yaml is shared by every machine, a toolchain's
+#: place is not.
+EXPOSE_ENV = "OCTOPOID_SANDBOX_EXPOSE"
 
 
 def _walls() -> tuple[str, bool]:
@@ -56,12 +60,13 @@ def _author(repo: git.Repo) -> tuple[str, str]:
 
 def _read_only(needs: list[str], expose: list[str], repo: git.Repo) -> tuple:
     """What a box sees read-only beyond the host's visible parts: the tools it runs, what
-    ``sandbox.expose`` names, and the user's objects; never octopoid's runtime, the
-    user's .git or the checkout as a whole."""
+    ``sandbox.expose`` and this machine's ``OCTOPOID_SANDBOX_EXPOSE`` name, and the user's
+    objects; never octopoid's runtime, the user's .git or the checkout as a whole."""
     hidden = (*HIDDEN, *_hidden())
     root = config.find_project_root()
     forbidden = (config.get_orchestrator_dir(), Path(repo.common_dir).resolve())
-    shown = [(p, p) for p in exposures(needs, expose, hidden, forbidden) if p != root]
+    here = [p for p in os.environ.get(EXPOSE_ENV, "").split(os.pathsep) if p]
+    shown = [(p, p) for p in exposures(needs, [*expose, *here], hidden, forbidden) if p != root]
     return (*shown, *clone.object_mounts(repo))
 
 
