@@ -7,6 +7,7 @@ directories on both sides are fsynced; these helpers make that the only way file
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import secrets
 import shutil
@@ -97,21 +98,32 @@ def durable_rename(src: Path, dst: Path) -> None:
 
 def remove_tree(path: Path) -> None:
     """Remove ``path`` and all under it, whoever made it: links are unlinked, never
-    followed, and a folder made unwritable is opened up first. Missing is not an error."""
+    followed, and a folder made unwritable is opened up first. Missing is not an error,
+    nor is a part of it vanishing meanwhile (another process removing the same tree)."""
 
-    def open_up(func: object, name: str, exc_info: object) -> None:
+    def open_up(func: object, name: str, exc_info: tuple) -> None:
+        if isinstance(exc_info[1], FileNotFoundError):
+            return
         for folder in (os.path.dirname(name), name):
             if os.path.isdir(folder) and not os.path.islink(folder):
-                os.chmod(folder, 0o700)
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(folder, 0o700)
         if os.path.isdir(name) and not os.path.islink(name):
-            shutil.rmtree(name)
-        elif os.path.lexists(name):
-            os.unlink(name)
+            shutil.rmtree(name, onerror=_gone_is_fine)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
 
     if os.path.islink(path) or os.path.isfile(path):
-        os.unlink(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     elif os.path.isdir(path):
         shutil.rmtree(path, onerror=open_up)
+
+
+def _gone_is_fine(func: object, name: str, exc_info: tuple) -> None:
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 def is_temp_name(name: str) -> bool:

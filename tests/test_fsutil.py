@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from pathlib import Path
 
 import pytest
 
-from orchestrator.fsutil import TailBuffer, atomic_write, durable_rename, is_temp_name
+from orchestrator.fsutil import (
+    TailBuffer,
+    atomic_write,
+    durable_rename,
+    is_temp_name,
+    remove_tree,
+)
 from orchestrator.redaction import Redactor, redact
 
 
@@ -28,6 +35,34 @@ def test_durable_rename_moves_and_reports_a_lost_race(tmp_path: Path) -> None:
     assert (tmp_path / "b" / "x").read_text() == "1"
     with pytest.raises(FileNotFoundError):
         durable_rename(tmp_path / "a" / "x", tmp_path / "b" / "y")
+
+
+def _remove_when_both_are_ready(root: Path, ready, errors) -> None:
+    ready.wait()
+    try:
+        remove_tree(root)
+    except OSError as exc:
+        errors.put(repr(exc))
+
+
+def test_two_processes_removing_one_tree_at_once_both_succeed(tmp_path: Path) -> None:
+    """A runner's cleanup and the scheduler's sweep may remove the same clone together."""
+    fork = multiprocessing.get_context("fork")
+    for round in range(3):
+        root = tmp_path / f"tree-{round}"
+        for i in range(300):
+            (root / f"d{i % 30}" / f"e{i}").mkdir(parents=True)
+            (root / f"d{i % 30}" / f"e{i}" / "f").write_text("x")
+        ready, errors = fork.Barrier(2), fork.SimpleQueue()
+        both = [fork.Process(target=_remove_when_both_are_ready, args=(root, ready, errors))]
+        both.append(fork.Process(target=_remove_when_both_are_ready, args=(root, ready, errors)))
+        for proc in both:
+            proc.start()
+        for proc in both:
+            proc.join()
+        assert [proc.exitcode for proc in both] == [0, 0]
+        assert errors.empty(), errors.get()
+        assert not root.exists()
 
 
 def test_temp_names_are_recognised() -> None:
