@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 TOKEN_ENV = "OCTOPOID_CLAIM_TOKEN"
 MARK_ENV = "OCTOPOID_CLAIM_MARK"
@@ -106,6 +107,22 @@ class ProcessId:
             return None
         start = h.get("PID_START", "")
         return cls(h.get("HOST", ""), h.get("BOOT_ID", ""), int(pid), int(start or 0))
+
+
+def owner_tag() -> str:
+    """This process as part of a name (``<pid>.<start>``): a folder named with it is known
+    as this process's from the instant it exists, with no owner file to write after."""
+    return f"{os.getpid()}.{start_ticks(os.getpid()) or 0}"
+
+
+def leftovers(folder: Path, prefix: str) -> list[Path]:
+    """What processes now gone made in ``folder``, named ``prefix`` + ``owner_tag()`` + ``-``."""
+    found = []
+    for path in folder.glob(f"{prefix}*"):
+        pid, _, start = path.name.removeprefix(prefix).split("-", 1)[0].partition(".")
+        if not (pid.isdigit() and start.isdigit() and start_ticks(int(pid)) == int(start)):
+            found.append(path)
+    return found
 
 
 def in_new_session_dying_with_parent() -> None:

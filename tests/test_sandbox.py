@@ -20,7 +20,7 @@ from orchestrator.sandbox.box import environment
 from orchestrator.sandbox.bwrap import Mounts, command_line
 from orchestrator.scheduler import Scheduler
 
-from .conftest import run_claimed, set_config, write_agents
+from .conftest import child_env, run_claimed, set_config, write_agents
 
 
 def test_binds_land_after_the_tmpfs_that_hides_their_parent() -> None:
@@ -222,3 +222,39 @@ def test_agents_do_not_start_where_bwrap_cannot_run(
     assert sandbox.problem() is None
     assert "agents are NOT sandboxed" in sandbox.describe()["summary"]
     assert any("NOT sandboxed" in line for line in doctor.examine())
+
+
+LEAVER = r"""
+import time
+from orchestrator import config, sandbox
+from orchestrator import queue_utils as q
+task = q.claim_task(None, "impl-1")
+space = sandbox.prepare(task, {}, config.load_config(), "a-token", [])
+with sandbox.checks_box(task) as box:
+    print(task.id, space.channel_host, box.cwd, flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_the_sweep_removes_what_a_killed_runner_left_and_nothing_of_a_live_one(
+    git_project: Path, bwrap_ok: None
+) -> None:
+    q.create_task("left behind")
+    runner = subprocess.Popen(
+        [sys.executable, "-c", LEAVER],
+        env=child_env(git_project),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    with runner:
+        try:
+            tid, channel, checks = runner.stdout.readline().split()
+            left = [config.get_worktrees_dir() / f"TASK-{tid}", Path(channel), Path(checks)]
+            assert sandbox.sweep(lambda task_id: True) == []  # its task runs, its runner lives
+            assert all(path.is_dir() for path in left)
+        finally:
+            runner.kill()
+    assert sandbox.sweep(lambda task_id: task_id != tid) == [
+        f"removed the clone of TASK-{tid} (its runner is gone)"
+    ]
+    assert not any(path.exists() for path in left)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from ..fsutil import remove_tree
 from ..lazy import lazy_import
+from ..processes import leftovers
 from . import bwrap
 
 if TYPE_CHECKING:
@@ -102,13 +103,20 @@ def sweep(is_running: Callable[[str], bool]) -> list[str]:
         if breaches:
             lines.append(f"TASK-{task_id} attempt {attempt}: {'; '.join(breaches)}")
     folder = config.get_worktrees_dir()
-    for path in sorted(folder.glob("TASK-*")) if folder.is_dir() else []:
-        if not _is_worktree(path) and not is_running(path.name.removeprefix("TASK-")):
-            remove_tree(path)
-            lines.append(f"removed the clone of {path.name} (its runner is gone)")
+    clones = [
+        path
+        for path in sorted(folder.glob("TASK-*"))
+        if not _is_worktree(path) and not is_running(path.name.removeprefix("TASK-"))
+    ]
     root = config.find_project_root()
-    for path in [*walled.stale_checks_clones(), *workspace.stale_channel_folders(root)]:
-        remove_tree(path)
+    stale = [*leftovers(folder, walled.CHECKS_PREFIX), *workspace.stale_channel_folders(root)]
+    for path in [*clones, *stale]:
+        try:
+            remove_tree(path)
+        except OSError as exc:
+            lines.append(f"could not remove {path}: {exc}")
+    gone = [path for path in clones if not os.path.lexists(path)]
+    lines += [f"removed the clone of {path.name} (its runner is gone)" for path in gone]
     return lines
 
 

@@ -9,7 +9,6 @@ values, and ``octopoid`` on PATH as the channel's client (``channel.py``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -175,15 +174,6 @@ def _needed_paths(need: str) -> list[Path]:
         if located:
             paths.append(Path(os.path.realpath(located)).parent.parent)
     return paths
-
-
-def folder_name(root: Path, task_id: str | None = None) -> str:
-    """The start of an attempt's channel folder name: the project's and the task's digests
-    (short: a socket's path is limited to 108 bytes). Without a task, the project's part."""
-    name = f"octopoid-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
-    if task_id is None:
-        return name
-    return f"{name}{hashlib.sha256(task_label(task_id).encode()).hexdigest()[:8]}-"
 
 
 def bwrap_box(

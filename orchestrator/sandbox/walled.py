@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .. import config, git_utils
 from ..exceptions import OctopoidError, SandboxError
 from ..fsutil import remove_tree
-from ..processes import ProcessId
+from ..processes import owner_tag
 from ..tasks import Task
 from . import clone
 from .box import COMMITTER_NAME, Box, bwrap_box, environment, exposures
@@ -174,8 +174,7 @@ def checks_box(task: Task, cfg: dict, token: str) -> Iterator[Box]:
     branch = git_utils.branch_for(task.id)
     if not git_utils.branch_exists(repo, branch):
         raise SandboxError(f"{task.label} has no branch {branch} to check (no attempt yet?)")
-    me = ProcessId.of()
-    name = f"{CHECKS_PREFIX}{me.pid}-{me.start}-{secrets.token_hex(3)}-{task.label}"
+    name = f"{CHECKS_PREFIX}{owner_tag()}-{secrets.token_hex(3)}-{task.label}"
     path = config.get_worktrees_dir() / name
     try:
         clone.make(repo, task.id, task.branch, git_utils.branch_tip(repo, task.branch), path)
@@ -187,15 +186,3 @@ def checks_box(task: Task, cfg: dict, token: str) -> Iterator[Box]:
         yield bwrap_box(bwrap, userns, path, root, _hidden(), read_only, network, env, None)
     finally:
         remove_tree(path)
-
-
-def stale_checks_clones() -> Iterator[Path]:
-    """Checks clones whose process is gone (``sandbox.sweep``)."""
-    for path in config.get_worktrees_dir().glob(f"{CHECKS_PREFIX}*"):
-        pid, start = [*path.name.removeprefix(CHECKS_PREFIX).split("-"), "", ""][:2]
-        if not (pid.isdigit() and start.isdigit()):
-            yield path
-            continue
-        owner = ProcessId.of(int(pid))
-        if owner.start != int(start) or not owner.alive():
-            yield path

@@ -9,23 +9,22 @@ and the branch's trip through ``git.remote`` are the same.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import config, defaults, git_utils
 from ..exceptions import GitError
 from ..fsutil import remove_tree
-from ..processes import ProcessId
+from ..processes import leftovers, owner_tag
 from ..tasks import Task
-from .box import Box, folder_name, write_client
+from .box import Box, write_client
 from .channel import ChannelServer
 
-OWNER_FILE = "owner"
 PROMPT_FILE = "prompt.md"
 
 
@@ -66,7 +65,7 @@ class Workspace(ABC):
 
     def __init__(self, task: Task) -> None:
         self.task = task
-        self.channel_host = _channel_folder(task)
+        self.channel_host = _channel_folder()
         self.channel = ChannelServer(self.channel_host, task.id, self._progress).start()
         self.progress: str | None = None
 
@@ -128,31 +127,22 @@ class Workspace(ABC):
             print(f"octopoid runner: could not remove {path}: {exc}", file=sys.stderr)
 
 
-def _channel_folder(task: Task) -> Path:
-    """A new private folder for the channel's socket, client and prompt; leftovers of this
-    task's earlier attempts (a runner killed before its cleanup) go first."""
-    prefix = folder_name(config.find_project_root(), task.id)
-    tmp = Path(tempfile.gettempdir())
-    for old in tmp.glob(f"{prefix}*"):
-        if not _owner_alive(old):
-            remove_tree(old)
-    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=tmp))
-    me = ProcessId.of()
-    (folder / OWNER_FILE).write_text(f"{me.host} {me.boot} {me.pid} {me.start}\n")
+def _channel_folder() -> Path:
+    """A new private folder for the channel's socket, client and prompt, named for this
+    process (``owner_tag``): no sweep takes it for a leftover while the runner lives."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{_prefix(config.find_project_root())}{owner_tag()}-"))
     write_client(folder)
     return folder
 
 
-def _owner_alive(folder: Path) -> bool:
-    try:
-        host, boot, pid, start = (folder / OWNER_FILE).read_text().split()
-        return ProcessId(host, boot, int(pid), int(start)).alive()
-    except (OSError, ValueError):
-        return False
+def _prefix(root: Path) -> str:
+    """This project's channel folders' names start so (short: a socket's path is limited
+    to 108 bytes)."""
+    return f"octopoid-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}-"
 
 
-def stale_channel_folders(root: Path) -> Iterator[Path]:
-    """Channel folders of this project whose runner is gone (``sandbox.sweep``)."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{folder_name(root)}*"):
-        if folder.is_dir() and not folder.is_symlink() and not _owner_alive(folder):
-            yield folder
+def stale_channel_folders(root: Path) -> list[Path]:
+    """Channel folders of this project whose runner is gone (``sandbox.sweep``); never a
+    link or file another user put in the shared temp folder."""
+    found = leftovers(Path(tempfile.gettempdir()), _prefix(root))
+    return [path for path in found if path.is_dir() and not path.is_symlink()]
