@@ -7,7 +7,7 @@ Hidden behind empty tmpfs mounts: ``HIDDEN`` (homes, temp folders, ``/run`` with
 sockets), the user's ``$HOME`` and the project checkout with its ``.git`` and
 ``.octopoid/runtime``. Writable: only the task's workspace and the box's own tmpfs.
 
-``command_line`` is a pure function of a ``Mounts``; ``usable()`` runs a real box once.
+``command_line`` is a pure function of a ``Mounts``; ``probe()`` runs a real box (cached).
 """
 
 from __future__ import annotations
@@ -71,10 +71,6 @@ def command_line(bwrap: str, mounts: Mounts, userns: bool = True) -> list[str]:
     for _, _, op in sorted(ops, key=lambda o: (o[0], o[1])):
         argv += op
     return [*argv, "--chdir", str(mounts.inside), "--"]
-
-
-def hidden_roots(extra: tuple[Path, ...] = ()) -> tuple[Path, ...]:
-    return (*HIDDEN, *extra)
 
 
 def is_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
