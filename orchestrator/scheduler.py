@@ -217,6 +217,7 @@ class Scheduler:
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + HOUSEKEEPING_SECONDS
+        self._kill_orphans()  # and what the orphans killed last time left in their turn
         store = queue_utils.get_store()
         for line in sandbox.sweep(lambda tid: store.locate(tid) is TaskState.CLAIMED):
             log.warning("after a dead runner: %s", line)
@@ -329,7 +330,9 @@ class Scheduler:
 
     def _collect_finished(self, report: PassReport, recover: bool = True) -> None:
         """Forget runners that exited; recover the claims of those that died (``recover``:
-        without a valid configuration, the lease reaper does it once there is one again)."""
+        without a valid configuration, the lease reaper does it once there is one again).
+        Only then can something have been re-parented here, so only then is it looked for."""
+        finished = False
         for task_id, runner in list(self.runners.items()):
             code = runner.proc.poll()
             if code is None and time.monotonic() > runner.deadline:
@@ -343,6 +346,7 @@ class Scheduler:
             if code is None:
                 continue
             del self.runners[task_id]
+            finished = True
             seconds = time.monotonic() - runner.started
             level = logging.INFO if code == 0 else logging.ERROR
             log.log(level, "runner for %s exited %d after %.1fs", runner.task_id, code, seconds)
@@ -350,7 +354,8 @@ class Scheduler:
             kill_claim_processes(runner.token)  # nothing of an attempt outlives its runner
             if code != 0 and recover:
                 self._recover(task_id, runner, code)
-        self._kill_orphans()
+        if finished:
+            self._kill_orphans()
 
     def _kill_orphans(self) -> None:
         """Processes a dead runner's attempt left (``setsid env -i`` included: no mark, no
