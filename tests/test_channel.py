@@ -127,6 +127,35 @@ def test_remembering_is_bounded_per_attempt(served, monkeypatch: pytest.MonkeyPa
         request(path, "remember", {"section": "Key Topics", "text": "one too many"})
 
 
+def test_agents_remembering_at_the_same_instant_lose_nothing_and_keep_the_bound(
+    served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six of the agent's processes remember at once: every item lands or is refused, and
+    the attempt's bound (three here) holds exactly."""
+    path, mine, _, _ = served
+    monkeypatch.setattr(channel, "MAX_REMEMBERED", 3)
+    folder = Path(path).parent
+    write_client(folder)
+    env = {"PATH": f"{folder / 'bin'}:{os.environ['PATH']}", "OCTOPOID_CHANNEL": path}
+    clients = [
+        subprocess.Popen(
+            ["octopoid", "memory", "add", "Key Topics", f"fact number {n}"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(6)
+    ]
+    outcomes = [(c.wait(60), *c.communicate()) for c in clients]
+    assert sorted(code for code, _, _ in outcomes) == [0, 0, 0, 1, 1, 1], outcomes
+    assert sum("already remembered 3 items" in err for _, _, err in outcomes) == 3
+    items = NotesManager(notes_id=mine.label).get_section_items("Key Topics")
+    assert sorted(items) == sorted(
+        f"fact number {n}" for n, (code, _, _) in enumerate(outcomes) if code == 0
+    )
+
+
 def test_the_client_is_octopoid_inside_an_attempt(served, tmp_path: Path) -> None:
     path, mine, _, _ = served
     folder = Path(path).parent

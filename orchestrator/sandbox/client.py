@@ -63,8 +63,9 @@ def parser() -> argparse.ArgumentParser:
     add.add_argument("section", help="Key Topics, Important Facts, People & Entities, "
                      "Ongoing Threads or File Knowledge")  # fmt: skip
     add.add_argument("text")
-    add.add_argument("--tag", action="append", default=[], help="(kept for the CLI's sake)")
-    add.add_argument("--topic", help="(kept for the CLI's sake)")
+    ignored = "accepted as outside an attempt, and ignored: a task's notes keep no tags"
+    add.add_argument("--tag", action="append", default=[], help=ignored)
+    add.add_argument("--topic", help=ignored)
     search = memory_commands.add_parser("search", help="search long-term memory")
     search.add_argument("query")
     search.add_argument("--tag", action="append", default=[], help="only notes with this tag")
