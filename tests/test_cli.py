@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import dependencies, git_utils
+from orchestrator import config, dependencies, git_utils
 from orchestrator import queue_utils as q
 from orchestrator.cli import cli
 
@@ -181,6 +181,22 @@ def test_init_below_the_top_of_a_repository_is_refused(
     result = run("init", ok=False)
     assert result.exit_code == 2 and "inside the git work tree" in result.output
     assert not (tmp_path / "sub" / ".octopoid").exists()
+
+
+def test_init_says_whether_agents_can_be_sandboxed_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sandbox: bwrap` is the default; init says whether bubblewrap works here, and what
+    to do when it does not (agents would not start)."""
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "first")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OCTOPOID_ROOT", str(tmp_path))
+    monkeypatch.setenv("OCTOPOID_BWRAP", str(tmp_path / "no-bwrap-here"))
+    said = run("init").output
+    assert f"sandbox unavailable: {tmp_path / 'no-bwrap-here'} is not installed" in said
+    assert "config.yaml says `sandbox: none`" in said
+    assert config.load_config()["sandbox"]["mode"] == "bwrap"  # the user's choice to make
 
 
 def test_a_repository_on_master_gets_tasks_based_on_master(

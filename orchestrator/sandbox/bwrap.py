@@ -43,8 +43,12 @@ class Mounts:
     writable: bool = True  # False: the workspace too is read-only (reading a clone back)
 
 
+def _asked_for() -> str:
+    return os.environ.get(BWRAP_ENV) or "bwrap"
+
+
 def find_bwrap() -> str | None:
-    return shutil.which(os.environ.get(BWRAP_ENV) or "bwrap")
+    return shutil.which(_asked_for())
 
 
 def command_line(bwrap: str, mounts: Mounts, userns: bool = True) -> list[str]:
@@ -77,7 +81,8 @@ def is_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
     return any(path == h or h in path.parents for h in hidden)
 
 
-_probes: dict[str | None, tuple[float, str | None, bool]] = {}  # bwrap -> (when, why, userns)
+#: (the name asked for, where it was found) -> (when, why not, userns)
+_probes: dict[tuple[str, str | None], tuple[float, str | None, bool]] = {}
 
 
 def probe(now: float | None = None) -> tuple[str | None, bool]:
@@ -86,18 +91,18 @@ def probe(now: float | None = None) -> tuple[str | None, bool]:
     without one, bwrap still drops every capability (``--cap-drop ALL``)."""
     now = time.monotonic() if now is None else now
     bwrap = find_bwrap()
-    seen = _probes.get(bwrap)
+    key = (_asked_for(), bwrap)
+    seen = _probes.get(key)
     if seen is not None and now - seen[0] < PROBE_TTL_SECONDS:
         return seen[1], seen[2]
     problem, userns = _run_probe(bwrap)
-    _probes[bwrap] = (now, problem, userns)
+    _probes[key] = (now, problem, userns)
     return problem, userns
 
 
 def _run_probe(bwrap: str | None) -> tuple[str | None, bool]:
     if bwrap is None:
-        name = os.environ.get(BWRAP_ENV) or "bwrap"
-        return f"{name} is not installed (Debian/Ubuntu: apt-get install bubblewrap)", False
+        return f"{_asked_for()} is not installed (Debian/Ubuntu: apt-get install bubblewrap)", False
     root = Path("/")
     mounts = Mounts(workspace=root, inside=Path("/run/octopoid-probe"), writable=False)
     error = ""
