@@ -26,22 +26,15 @@ if TYPE_CHECKING:
 
 
 class TrustedWorkspace(Workspace):
-    def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]):
-        super().__init__(task)
-        try:
-            self._make(agent, token)
-        except BaseException:
-            self.close()
-            raise
-
-    def _make(self, agent: dict, token: str) -> None:
-        self.token = token
+    def _make(self, agent: dict, cfg: dict, needs: list[str]) -> None:
+        """The worktree, snapshotted; ``needs`` and the network settings mean nothing
+        without walls."""
         repo = git_utils.open_repo()
         base, self.remote, self.remote_problem = base_for(self.task)
         self.worktree = git_utils.ensure_worktree(repo, self.task.id, base)
         containment.settle_orphans()  # an earlier attempt's runner may have died unchecked
         env = environment(
-            dict(os.environ), agent.get("env") or {}, self.task, token,
+            dict(os.environ), agent.get("env") or {}, self.task, self.token,
             {"OCTOPOID_WORKTREE": str(self.worktree)}, sandboxed=False,
         )  # fmt: skip
         self.committer = env["GIT_COMMITTER_EMAIL"]

@@ -71,17 +71,11 @@ def _read_only(needs: list[str], expose: list[str], repo: git.Repo) -> tuple:
 
 
 class WalledWorkspace(Workspace):
-    def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]):
-        self.clone_path = git_utils.worktree_for(task.id)
-        self.token = token
-        super().__init__(task)
-        try:
-            self._make(agent, cfg, token, needs)
-        except BaseException:
-            self.close()
-            raise
+    @property
+    def clone_path(self) -> Path:
+        return git_utils.worktree_for(self.task.id)
 
-    def _make(self, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
+    def _make(self, agent: dict, cfg: dict, needs: list[str]) -> None:
         self.bwrap, self.userns = _walls()
         repo = git_utils.open_repo()
         base, self.remote, self.remote_problem = base_for(self.task)
@@ -96,7 +90,7 @@ class WalledWorkspace(Workspace):
         expose = [*cfg["sandbox"]["expose"], *(own.get("expose") or [])]
         root = config.find_project_root()
         env = environment(
-            dict(os.environ), agent.get("env") or {}, self.task, token,
+            dict(os.environ), agent.get("env") or {}, self.task, self.token,
             {"OCTOPOID_WORKTREE": str(root)}, True, _author(repo),
         )  # fmt: skip
         self.box = bwrap_box(

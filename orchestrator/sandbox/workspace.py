@@ -57,17 +57,27 @@ class Workspace(ABC):
     """One attempt's place to work; subclasses make ``box`` and bring the work back."""
 
     task: Task
+    token: str  # the claim's: its digest marks the attempt's processes
     box: Box
     start: str  # the task branch's tip before the agent ran
     remote: str | None
     remote_problem: str | None
     banner: str  # the first line of the attempt's log: what walls there are
 
-    def __init__(self, task: Task) -> None:
-        self.task = task
+    def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
+        self.task, self.token = task, token
         self.channel_host = _channel_folder()
         self.channel = ChannelServer(self.channel_host, task.id, self._progress).start()
         self.progress: str | None = None
+        try:
+            self._make(agent, cfg, needs)
+        except BaseException:
+            self.close()
+            raise
+
+    @abstractmethod
+    def _make(self, agent: dict, cfg: dict, needs: list[str]) -> None:
+        """Make the place to work and its ``box`` (and ``start``, ``remote``, ``banner``)."""
 
     def _progress(self, text: str) -> None:
         self.progress = text
