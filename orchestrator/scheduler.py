@@ -4,7 +4,8 @@
 ``run()`` repeats passes until asked to stop. Each attempt runs in its own runner process
 (``roles/implementer.py``), started in its own session, so a scheduler restart (or crash)
 does not stop work in progress, and the reaper can tell a live runner from a dead one.
-The scheduler knows its runners by their claim tokens, gives a claim back at once when a
+The scheduler knows its runners by their claim tokens (a task claimed again before its
+old runner exited has two, each with its own entry), gives a claim back at once when a
 runner cannot start, and kills a runner (and everything its attempt started) that outlives
 its hard deadline.
 """
@@ -88,7 +89,7 @@ class Scheduler:
         a scheduler run by other code (tests, the demo) leaves that process's children be."""
         self.own_process = own_process
         self.root = config.find_project_root()
-        self.runners: dict[str, Runner] = {}
+        self.runners: dict[str, Runner] = {}  # by claim token, never by task id
         self._lock_fd: int | None = None  # an flock of its own fd: one scheduler per root
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by stop() and by the store's watch (NOTIFY)
@@ -313,7 +314,7 @@ class Scheduler:
             limit = deadline_seconds(agent, task, config.load_config())
         except OctopoidError:  # a bad CHECKS header: the runner will say so; no checks run
             limit = agent["timeout_seconds"] + defaults.RUNNER_DEADLINE_GRACE_SECONDS
-        self.runners[task.id] = Runner(
+        self.runners[token] = Runner(
             task.label, agent["name"], proc, token, time.monotonic() + limit
         )
         self._runner_pids[proc.pid] = None
@@ -333,7 +334,7 @@ class Scheduler:
         without a valid configuration, the lease reaper does it once there is one again).
         Only then can something have been re-parented here, so only then is it looked for."""
         finished = False
-        for task_id, runner in list(self.runners.items()):
+        for token, runner in list(self.runners.items()):
             code = runner.proc.poll()
             if code is None and time.monotonic() > runner.deadline:
                 log.error(
@@ -345,7 +346,7 @@ class Scheduler:
                 code = runner.proc.wait()
             if code is None:
                 continue
-            del self.runners[task_id]
+            del self.runners[token]
             finished = True
             seconds = time.monotonic() - runner.started
             level = logging.INFO if code == 0 else logging.ERROR
@@ -353,7 +354,7 @@ class Scheduler:
             report.finished.append((runner.task_id, code))
             kill_claim_processes(runner.token)  # nothing of an attempt outlives its runner
             if code != 0 and recover:
-                self._recover(task_id, runner, code)
+                self._recover(runner, code)
         if finished:
             self._kill_orphans()
 
@@ -370,14 +371,14 @@ class Scheduler:
                 os.kill(pid, signal.SIGKILL)
         reap([*orphans, *exited])
 
-    def _recover(self, task_id: str, runner: Runner, code: int) -> None:
+    def _recover(self, runner: Runner, code: int) -> None:
         """A runner that died left its task claimed: recover it now, not at lease expiry.
 
         Only if the claim is still the one this runner held (its token): a claim requeued
         by hand, or claimed again since, is somebody else's.
         """
         try:
-            task = queue_utils.get_task(task_id)
+            task = queue_utils.get_task(runner.task_id)
         except OctopoidError:
             return
         if task.state is TaskState.CLAIMED and claim_token(task) == runner.token:

@@ -192,3 +192,31 @@ def test_an_agent_that_cannot_run_is_skipped_and_logged_once(git_project: Path) 
         assert log.count("agent c cannot run: 'no-such-claude' is not on PATH") == 1
     finally:
         sched.shutdown(grace=0)
+
+
+def test_a_task_claimed_again_before_its_old_runner_exits_keeps_both_runners(
+    git_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runners are known by claim: the second claim of a task does not hide the first
+    runner, so each is collected (and logged, and its processes killed by its token)."""
+    monkeypatch.setenv("OCTO_TEST_SLEEP", "2")
+    write_agents(git_project, max_concurrent=2, max_claimed=2)
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    try:
+        task = q.create_task("slow")
+        assert len(sched.loop_once().started) == 1
+        first = q.get_task(task.id)
+        q.requeue_task(first, "taken back by hand", counted=False)
+        assert len(sched.loop_once().started) == 1  # the same task, a new claim
+        assert len(sched.runners) == 2
+        assert {r.token for r in sched.runners.values()} == set(sched.runners)
+        finished = []
+        deadline = time.monotonic() + 60
+        while sched.runners:
+            assert time.monotonic() < deadline, "runners did not finish"
+            finished += sched.loop_once().finished
+            time.sleep(0.05)
+        assert [label for label, _ in finished] == [task.label, task.label]
+    finally:
+        sched.shutdown(grace=10)
