@@ -294,7 +294,10 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
         how = {"merge": "merged", "squash": "squashed", "ff-only": "fast-forwarded"}.get(
             done.strategy, "branch left in place"
         )
-        click.echo(f"{done.task.label} accepted ({how}): done")
+        if done.strategy == "finished":
+            click.echo(f"{done.task.label} was done already: finished what its accept left")
+        else:
+            click.echo(f"{done.task.label} accepted ({how}): done")
         if done.cleanup_error:
             click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
     sys.exit(failures)

@@ -6,11 +6,11 @@ import json
 
 import click
 
+from . import finishing
 from .exceptions import OctopoidError
 from .intake import clean_text
 from .memory import lifecycle
 from .memory.notes import NotesManager
-from .queue_utils import get_store
 from .tasks import normalize_task_id, plural, task_label
 
 
@@ -96,6 +96,11 @@ def memory_promote(task_id: str) -> None:
 
 @memory_group.command("gc")
 def memory_gc() -> None:
-    """Remove working notes of tasks that are done or no longer exist."""
-    removed = lifecycle.gc_ephemeral(get_store().locate)
+    """Remove working notes of tasks that are done or no longer exist.
+
+    An accept that was interrupted before promoting the task's learnings is finished first.
+    """
+    for line in finishing.finish_interrupted():
+        click.echo(line)
+    removed = lifecycle.gc_ephemeral(finishing.is_over)
     click.echo("\n".join(f"removed {name}" for name in removed) or "nothing to remove")

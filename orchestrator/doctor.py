@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from . import config, sandbox
+from . import config, finishing, sandbox
 from .dependencies import blocked_summary
 from .leases import dead_since
 from .queue_utils import get_store, unfenced_submit
@@ -31,6 +31,7 @@ def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
     now = now or utcnow()
     store = get_store()
     lines = [f"repaired {done}" for done in store.recover()]
+    lines += [f"repaired {done}" for done in finishing.finish_interrupted()]
     if rebuild:
         lines.append(f"rebuilt the claim index and usage ledger from {store.rebuild()} tasks")
     problem = config.problem()

@@ -6,16 +6,13 @@ These workflows span git and the queue, so they live here and not in ``queue_uti
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from . import config, git_utils, intake, queue_utils, sandbox
+from . import config, finishing, git_utils, intake, queue_utils, sandbox
 from .config import OCTOPOID_DIR
-from .exceptions import GitError, IllegalTransition, InvalidInput
-from .memory import lifecycle
-from .memory.distill import distill
-from .memory.notes import NotesManager
+from .exceptions import IllegalTransition, InvalidInput
 from .roles import breakdown, checks
 from .store import QueueStore
 from .task_notes import LineComment
@@ -42,20 +39,23 @@ class Accepted:
 
 
 def accept(task_id: str, accepted_by: str = "human") -> Accepted:
-    """Merge the task's branch into its base, move it to done, then remove worktree and branch.
+    """Merge the task's branch into its base, move it to done, then finish (``finishing``).
 
     The task is held for the whole workflow (``QueueStore.hold``): a reject, requeue or
     second accept meanwhile fails at once saying the task is being accepted. A refused
     merge (conflict, dirty checkout) changes nothing: the task stays in provisional. The
     merge is recorded in a ``MERGED`` header before the move, so an accept interrupted
     after merging is finished by the next accept (which does not merge again) and cannot
-    be rejected. Cleanup comes last; a failure there is reported, not fatal
-    (`octopoid worktrees --prune` finishes it).
+    be rejected. What follows the move (learnings promoted, notes, worktree and branch
+    removed) is journaled first: an accept killed there is finished by the next accept,
+    the scheduler or `octopoid doctor`; a failed git step is reported, not fatal.
     """
     task_id = normalize_task_id(task_id)
     store = queue_utils.get_store()
     with store.hold(task_id, "accepted"):
         task = queue_utils.get_task(task_id)
+        if task.state is TaskState.DONE and finishing.pending(task.id):
+            return _finished(Accepted(task, "finished", task.headers.get("MERGED")))
         if task.state is not TaskState.PROVISIONAL:
             raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
         if "PROPOSED_SPLIT" in task.headers:
@@ -75,22 +75,30 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
         merged = task.headers.get("MERGED") or None
         if strategy != "none" and merged is None:
             merged = _merge_once(store, task, strategy)
-        done = queue_utils.accept_completion(task.id, accepted_by)
-        result = Accepted(done, strategy, merged)
-        working = NotesManager(notes_id=task.label)
-        items = working.get_all_items() if working.notes_file.exists() else []
-        result.promoted = lifecycle.promote_task_notes(task.id, accepted_by)
-        result.distilled = distill(done, items, config.load_config()["memory"])
-        working.cleanup()
-        if strategy != "none":
-            try:
-                repo, remote = git_utils.open_repo(), git_utils.remote_name()
-                git_utils.remove_worktree(repo, task.id)
-                if remote is not None:
-                    git_utils.delete_remote_branch(repo, remote, task.id)
-            except GitError as exc:
-                result.cleanup_error = str(exc)
-                log.error("accepted %s but could not clean up: %s", task.label, exc)
+        steps = [finishing.PROMOTE, finishing.NOTES]
+        if strategy != "none":  # "none" leaves the branch (and worktree) for a pull request
+            steps += [finishing.WORKTREE, finishing.REMOTE_BRANCH]
+        done = _move_journaled(
+            task.id, steps, accepted_by, lambda: queue_utils.accept_completion(task.id, accepted_by)
+        )
+        return _finished(Accepted(done, strategy, merged))
+
+
+def _move_journaled(task_id: str, steps: list[str], actor: str, move: Callable[[], Task]) -> Task:
+    """``move`` the task to done with ``steps`` journaled before it (under the task's hold)."""
+    finishing.begin(task_id, steps, actor)
+    try:
+        return move()
+    except BaseException:
+        if queue_utils.get_store().locate(task_id) is not TaskState.DONE:
+            finishing.abandon(task_id)
+        raise
+
+
+def _finished(result: Accepted) -> Accepted:
+    done = finishing.finish(result.task.id)
+    result.promoted, result.distilled = done["promoted"], done["distilled"]
+    result.cleanup_error = "; ".join(done["errors"]) or None
     return result
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import config, defaults, queue_utils, recovery, sandbox
+from . import config, defaults, finishing, queue_utils, recovery, sandbox
 from .agent_status import is_paused, readiness_problem
 from .exceptions import ConfigError, IllegalTransition, OctopoidError, SchedulerError
 from .fsutil import atomic_write
@@ -213,8 +213,9 @@ class Scheduler:
         self._config_problem = problem
 
     def _sweep(self) -> None:
-        """What dead runners' attempts left: containment settled, clones removed (at most
-        every ``HOUSEKEEPING_SECONDS``, after the claims: it is nobody's wait)."""
+        """What dead runners' attempts left (containment settled, clones removed) and what
+        dead accepts left (``finishing``): at most every ``HOUSEKEEPING_SECONDS``, after the
+        claims, as it is nobody's wait."""
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + HOUSEKEEPING_SECONDS
@@ -222,6 +223,8 @@ class Scheduler:
         store = queue_utils.get_store()
         for line in sandbox.sweep(lambda tid: store.locate(tid) is TaskState.CLAIMED):
             log.warning("after a dead runner: %s", line)
+        for line in finishing.finish_interrupted():
+            log.warning("%s", line)
 
     def _blocked_reason(self, agents_cfg: dict) -> str:
         store = queue_utils.get_store()

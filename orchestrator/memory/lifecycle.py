@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from ..locks import FileMutex
 from ..redaction import redact
-from ..tasks import Task, TaskState, task_label
+from ..tasks import Task, task_label
 from .notes import NotesManager, get_notes_manager
 from .store import open_memory, project_scope
 
@@ -119,15 +119,16 @@ def forget(target: str) -> int:
         store.close()
 
 
-def gc_ephemeral(task_state: Callable[[str], TaskState | None]) -> list[str]:
-    """Remove ephemeral notes of tasks that are gone or done, then their idle lock files."""
+def gc_ephemeral(is_over: Callable[[str], bool]) -> list[str]:
+    """Remove ephemeral notes of tasks that are over (``is_over``: gone, or done with nothing
+    left to promote), then their idle lock files."""
     folder = config.get_memory_dir()
     if not folder.is_dir():
         return []
     finished = []
     for path in folder.iterdir():
         match = EPHEMERAL_RE.fullmatch(path.name)
-        if match and task_state(match.group(1)) in (None, TaskState.DONE):
+        if match and is_over(match.group(1)):
             finished.append((match.group(2), match.group(1), path))
     removed = []
     for kind, task_id, path in sorted(finished, key=lambda f: f[0] != "md"):  # notes first

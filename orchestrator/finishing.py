@@ -1,0 +1,140 @@
+"""What follows a task's arrival in done/, journaled so a crash cannot lose it.
+
+An accept (or a close) moves the task to done and then has work left: the task's learnings
+promoted into long-term memory, its working notes removed, its worktree and branch removed,
+the branch deleted on the remote. A kill between the move and that work would lose the
+learnings (``memory gc`` later deletes the notes of done tasks) and leave the rest behind.
+So before the move, the steps are written to ``runtime/finishing/TASK-<id>.json``; each
+step is taken off the journal once done, and the journal is removed after the last. The
+same accept again, the scheduler's housekeeping and ``octopoid doctor`` finish what a dead
+one left (``finish_interrupted``). Every step is safe to repeat: memory deduplicates, and
+the removals treat what is already gone as done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from . import config, git_utils, queue_utils
+from .exceptions import GitError, InvalidTaskId, TaskBusy
+from .fsutil import atomic_write
+from .memory import lifecycle
+from .memory.distill import distill
+from .memory.notes import NotesManager
+from .tasks import TaskState, normalize_task_id, task_label
+
+log = logging.getLogger("octopoid.finishing")
+
+PROMOTE, NOTES, WORKTREE, REMOTE_BRANCH = "promote", "notes", "worktree", "remote-branch"
+STEPS = (PROMOTE, NOTES, WORKTREE, REMOTE_BRANCH)  # in the order they run
+
+
+def journal_dir() -> Path:
+    return config.get_orchestrator_dir() / "finishing"
+
+
+def _journal(task_id: str) -> Path:
+    return journal_dir() / f"{task_label(task_id)}.json"
+
+
+def begin(task_id: str, steps: list[str], actor: str) -> None:
+    """Write the journal (under the task's hold, before the move to done)."""
+    journal_dir().mkdir(parents=True, exist_ok=True)
+    atomic_write(_journal(task_id), json.dumps({"steps": steps, "by": actor}))
+
+
+def abandon(task_id: str) -> None:
+    """The move to done did not happen: there is nothing to finish."""
+    _journal(task_id).unlink(missing_ok=True)
+
+
+def pending(task_id: str) -> list[str]:
+    """The steps still to do for ``task_id`` (empty: none, or no journal)."""
+    return _read(_journal(task_id)).get("steps", [])
+
+
+def is_over(task_id: str) -> bool:
+    """The task is gone, or done with nothing left to finish: its working notes may go."""
+    return queue_utils.get_store().locate(task_id) in (None, TaskState.DONE) and not pending(
+        task_id
+    )
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def finish(task_id: str) -> dict[str, Any]:
+    """Do the journaled steps of a task in done/, in order; return what they did.
+
+    ``{"promoted": n, "distilled": {...}, "errors": [...]}``. A git step that fails is
+    reported and stays in the journal for the next finisher; the others go on.
+    """
+    path = _journal(task_id)
+    journal = _read(path)
+    steps, actor = list(journal.get("steps", [])), str(journal.get("by", "octopoid"))
+    done: dict[str, Any] = {"promoted": 0, "distilled": {}, "errors": []}
+    for step in [s for s in STEPS if s in steps]:
+        try:
+            _run(step, task_id, actor, done)
+        except GitError as exc:
+            done["errors"].append(f"{step}: {exc}")
+            log.error("%s: could not finish %s: %s", task_label(task_id), step, exc)
+            continue
+        steps.remove(step)
+        if steps:
+            atomic_write(path, json.dumps({"steps": steps, "by": actor}))
+    if not steps:
+        path.unlink(missing_ok=True)
+    return done
+
+
+def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
+    working = NotesManager(notes_id=task_label(task_id))
+    if step == PROMOTE:
+        items = working.get_all_items() if working.notes_file.exists() else []
+        done["promoted"] = lifecycle.promote_task_notes(task_id, actor)
+        task = queue_utils.get_task(task_id)
+        done["distilled"] = distill(task, items, config.load_config()["memory"])
+    elif step == NOTES:
+        working.cleanup()
+    elif step == WORKTREE:
+        git_utils.remove_worktree(git_utils.open_repo(), task_id)
+    elif step == REMOTE_BRANCH and (remote := git_utils.remote_name()) is not None:
+        git_utils.delete_remote_branch(git_utils.open_repo(), remote, task_id)
+
+
+def finish_interrupted() -> list[str]:
+    """Finish every journal a dead accept or close left; one line per task finished.
+
+    A task held by a live accept is its own; a journal whose task never reached done (the
+    accept died before its move) has nothing to finish and is removed.
+    """
+    folder = journal_dir()
+    if not folder.is_dir():
+        return []
+    store, lines = queue_utils.get_store(), []
+    for path in sorted(folder.glob("TASK-*.json")):
+        try:
+            task_id = normalize_task_id(path.stem)
+        except InvalidTaskId:
+            continue  # not a name octopoid writes
+        with contextlib.suppress(TaskBusy), store.hold(task_id, "finished"):
+            if store.locate(task_id) is not TaskState.DONE:
+                path.unlink(missing_ok=True)
+                continue
+            steps = ", ".join(pending(task_id))
+            errors = finish(task_id)["errors"]
+            lines.append(
+                f"{task_label(task_id)}: finished what its accept left ({steps})"
+                + (f"; still to do: {'; '.join(errors)}" if errors else "")
+            )
+    return lines
