@@ -6,6 +6,7 @@ import json
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from . import (
 )
 from .cli_memory import memory_group
 from .dependencies import Blockage
-from .exceptions import ConfigError, OctopoidError
+from .exceptions import ConfigError, InvalidInput, OctopoidError
 from .lazy import lazy_import
 from .tasks import (
     DEFAULT_ROLE,
@@ -273,6 +274,19 @@ def status(as_json: bool) -> None:
         sys.exit(ConfigError.exit_code)
 
 
+def _each(task_ids: tuple[str, ...], act: Callable[[str], str]) -> None:
+    """``act`` on every id in turn, printing the line it returns; one that fails is named
+    on stderr and the others go on; exit with the worst failure's code (0 if none)."""
+    failures = 0
+    for raw in task_ids:
+        try:
+            click.echo(act(raw))
+        except OctopoidError as exc:
+            click.echo(f"octopoid: {exc}", err=True)
+            failures = max(failures, exc.exit_code)
+    sys.exit(failures)
+
+
 @cli.command()
 @click.argument("task_ids", nargs=-1, required=True)
 @click.option("--by", "actor", default="human", show_default=True, help="Who accepts.")
@@ -283,28 +297,23 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
     leave the branch for a pull request). A conflict or a dirty checkout changes nothing.
     """
     actor = intake.clean_text(actor, "--by")
-    failures = 0
-    for raw in task_ids:
-        try:
-            done = review.accept(raw, actor)
-        except OctopoidError as exc:
-            click.echo(f"octopoid: {exc}", err=True)
-            failures = max(failures, exc.exit_code)
-            continue
+
+    def one(raw: str) -> str:
+        done = review.accept(raw, actor)
+        if done.cleanup_error:
+            click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
+        if done.strategy == "finished":
+            return f"{done.task.label} was done already: finished what its accept left"
         how = {"merge": "merged", "squash": "squashed", "ff-only": "fast-forwarded"}.get(
             done.strategy, "branch left in place"
         )
-        if done.strategy == "finished":
-            click.echo(f"{done.task.label} was done already: finished what its accept left")
-        else:
-            click.echo(f"{done.task.label} accepted ({how}): done")
-        if done.cleanup_error:
-            click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
-    sys.exit(failures)
+        return f"{done.task.label} accepted ({how}): done"
+
+    _each(task_ids, one)
 
 
 @cli.command()
-@click.argument("task_id")
+@click.argument("task_ids", nargs=-1, required=True)
 @click.option("--reason", required=True, help="What to fix; the next attempt reads it.")
 @click.option(
     "--comment",
@@ -314,21 +323,27 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
     help="A comment on one line of a file on the task's branch (agent/TASK-<id>), e.g. "
     "'src/a.py:42:handle None': PATH relative to the repository, LINE numbered from 1 as "
     "in the file on the branch, then the text (it may hold colons). Repeatable. Each goes "
-    "into the notes with the line it is about.",
+    "into the notes with the line it is about. Only with a single task.",
 )
 @click.option("--by", "actor", default="human", show_default=True, help="Who rejects.")
-def reject(task_id: str, reason: str, comments: tuple[str, ...], actor: str) -> None:
-    """Send a provisional task back to incoming, with the reason in its retry notes.
+def reject(task_ids: tuple[str, ...], reason: str, comments: tuple[str, ...], actor: str) -> None:
+    """Send provisional tasks back to incoming, with the reason in their retry notes.
 
     A bad --comment (no such file or line on the branch) rejects nothing.
     """
     reason, actor = intake.clean_text(reason, "--reason"), intake.clean_text(actor, "--by")
+    if comments and len(task_ids) > 1:
+        raise InvalidInput("--comment names lines of one task's branch: reject one task with it")
     parsed = [review.parse_line_comment(spec) for spec in comments]
-    task = review.reject(task_id, reason, actor, parsed)
     noted = (
         f"the reason and {plural(len(parsed), 'line comment')} are" if parsed else "the reason is"
     )
-    click.echo(f"{task.label} rejected: back in incoming; {noted} in its notes")
+
+    def one(raw: str) -> str:
+        task = review.reject(raw, reason, actor, parsed)
+        return f"{task.label} rejected: back in incoming; {noted} in its notes"
+
+    _each(task_ids, one)
 
 
 @cli.command()
@@ -344,25 +359,59 @@ def approve(task_id: str, actor: str) -> None:
 
 
 @cli.command()
-@click.argument("task_id")
-def retry(task_id: str) -> None:
-    """Move a failed or rejected task back to incoming, with fresh attempts."""
-    task = queue_utils.retry_task(task_id)
-    click.echo(f"{task.label} back in incoming")
+@click.argument("task_ids", nargs=-1, required=True)
+def retry(task_ids: tuple[str, ...]) -> None:
+    """Move failed, rejected or breakdown tasks back to incoming, with fresh attempts.
+
+    Their retry notes are kept, so the next attempt reads what the last ones found. From
+    breakdown/, the task is tried whole again instead of being split.
+    """
+    _each(task_ids, lambda raw: f"{queue_utils.retry_task(raw).label} back in incoming")
 
 
 @cli.command()
-@click.argument("task_id")
+@click.argument("task_ids", nargs=-1, required=True)
 @click.option("--reason", default="requeued by hand", show_default=True)
-def requeue(task_id: str, reason: str) -> None:
-    """Move a claimed task back to incoming (its retry notes are kept).
+def requeue(task_ids: tuple[str, ...], reason: str) -> None:
+    """Move claimed tasks back to incoming (their retry notes are kept).
 
     The claim is taken back at once; a running attempt is told to stop, gets the shutdown
     grace to stop its agent and save its notes, and whatever is left of it is killed. The
     attempt counts.
     """
-    task, how = recovery.requeue_running(task_id, intake.clean_text(reason, "--reason"))
-    click.echo(f"{task.label} back in incoming; {how}")
+    reason = intake.clean_text(reason, "--reason")
+
+    def one(raw: str) -> str:
+        task, how = recovery.requeue_running(raw, reason)
+        return f"{task.label} back in incoming; {how}"
+
+    _each(task_ids, one)
+
+
+@cli.command()
+@click.argument("task_ids", nargs=-1, required=True)
+@click.option("--reason", required=True, help="Why; kept in the task's History.")
+@click.option(
+    "--wont-do",
+    "wont_do",
+    is_flag=True,
+    help="Close as won't do (its learnings are dropped) instead of as done.",
+)
+@click.option("--by", "actor", default="human", show_default=True, help="Who closes.")
+def close(task_ids: tuple[str, ...], reason: str, wont_do: bool, actor: str) -> None:
+    """Move tasks to done without merging anything.
+
+    As done (the default): nothing needed changing, or it was done elsewhere; the task's
+    learnings go into memory as at accept. With --wont-do: it will not be done. Works from
+    incoming, provisional, failed, rejected and breakdown; a claimed task is requeued
+    first. The branch is kept; `octopoid worktrees --prune` deletes it once merged.
+    """
+    reason, actor = intake.clean_text(reason, "--reason"), intake.clean_text(actor, "--by")
+    kind = "wont-do" if wont_do else "done"
+    _each(
+        task_ids,
+        lambda raw: f"{review.close(raw, kind, reason, actor).task.label} closed as {kind}: done",
+    )
 
 
 @cli.command()

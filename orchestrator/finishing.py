@@ -1,14 +1,14 @@
 """What follows a task's arrival in done/, journaled so a crash cannot lose it.
 
 An accept (or a close) moves the task to done and then has work left: the task's learnings
-promoted into long-term memory, its working notes removed, its worktree and branch removed,
-the branch deleted on the remote. A kill between the move and that work would lose the
-learnings (``memory gc`` later deletes the notes of done tasks) and leave the rest behind.
-So before the move, the steps are written to ``runtime/finishing/TASK-<id>.json``; each
-step is taken off the journal once done, and the journal is removed after the last. The
-same accept again, the scheduler's housekeeping and ``octopoid doctor`` finish what a dead
-one left (``finish_interrupted``). Every step is safe to repeat: memory deduplicates, and
-the removals treat what is already gone as done.
+promoted into long-term memory, its working notes removed, its worktree and branch removed
+(a close keeps the branch), the branch deleted on the remote. A kill between the move and
+that work would lose the learnings (``memory gc`` later deletes the notes of done tasks)
+and leave the rest behind. So before the move, the steps are written to
+``runtime/finishing/TASK-<id>.json``; each step is taken off the journal once done, and
+the journal is removed after the last. The same accept again, the scheduler's housekeeping
+and ``octopoid doctor`` finish what a dead one left (``finish_interrupted``). Every step is
+safe to repeat: memory deduplicates, and the removals treat what is already gone as done.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from .tasks import TaskState, normalize_task_id, task_label
 
 log = logging.getLogger("octopoid.finishing")
 
-PROMOTE, NOTES, WORKTREE, REMOTE_BRANCH = "promote", "notes", "worktree", "remote-branch"
-STEPS = (PROMOTE, NOTES, WORKTREE, REMOTE_BRANCH)  # in the order they run
+PROMOTE, NOTES, WORKTREE, BRANCH = "promote", "notes", "worktree", "branch"
+REMOTE_BRANCH = "remote-branch"
+STEPS = (PROMOTE, NOTES, WORKTREE, BRANCH, REMOTE_BRANCH)  # in the order they run
 
 
 def journal_dir() -> Path:
@@ -106,7 +107,9 @@ def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
         done["distilled"] = distill(task, items, config.load_config()["memory"])
     elif step == NOTES:
         working.cleanup()
-    elif step == WORKTREE:
+    elif step == WORKTREE and git_utils.worktree_for(task_id).exists():
+        git_utils.remove_worktree(git_utils.open_repo(), task_id, delete_branch=False)
+    elif step == BRANCH:
         git_utils.remove_worktree(git_utils.open_repo(), task_id)
     elif step == REMOTE_BRANCH and (remote := git_utils.remote_name()) is not None:
         git_utils.delete_remote_branch(git_utils.open_repo(), remote, task_id)

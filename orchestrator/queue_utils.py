@@ -550,6 +550,16 @@ def _reject_to(
         raise
 
 
+def _refuse_if_accepting(task: Task) -> None:
+    """An accept stopped half-way (``MERGING``, ``MERGED``): it is finished or rejected,
+    never closed over (git may hold its merge)."""
+    if "MERGING" in task.headers or "MERGED" in task.headers:
+        raise IllegalTransition(
+            f"{task.label}: an accept stopped half-way; `octopoid accept {task.label}` "
+            f"finishes it, or `octopoid reject {task.label} --reason ...`"
+        )
+
+
 def _refuse_if_merged(task: Task) -> None:
     if task.headers.get("MERGED"):
         raise IllegalTransition(
@@ -629,17 +639,66 @@ def reject_task(
 
 @octopoid_form()
 def retry_task(task: TaskRef, actor: str = "human", now: datetime | None = None) -> Task:
-    """failed/rejected -> incoming with a fresh set of attempts; notes are kept."""
+    """failed/rejected/breakdown -> incoming with a fresh set of attempts; notes are kept.
+
+    From breakdown, the task is tried whole again instead of split (no breakdown agent,
+    or a person thinks another attempt will do).
+    """
     return _transition(
         task,
-        [S.FAILED, S.REJECTED],
+        [S.FAILED, S.REJECTED, S.BREAKDOWN],
         S.INCOMING,
         actor,
         "retry",
         now,
-        drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS", "INTERRUPTED"),
+        drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS", "INTERRUPTED", "PHASE"),
         edit=lambda t: t.set_header("ATTEMPTS_AT_RETRY", t.attempts),
     )
+
+
+CLOSE_KINDS = ("done", "wont-do")
+#: Where a person may close a task from: every state but claimed (an attempt is running:
+#: `octopoid requeue` first), done, and quarantine (not a readable task).
+CLOSABLE = (S.INCOMING, S.PROVISIONAL, S.FAILED, S.REJECTED, S.BREAKDOWN)
+
+
+def close_task(
+    task: TaskRef, kind: str, reason: str, actor: str = "human", now: datetime | None = None
+) -> Task:
+    """-> done without a merge: nothing needed changing, or it was done elsewhere
+    (``done``), or it will not be done (``wont-do``). ``CLOSED`` and ``CLOSE_REASON`` say
+    which and why; the retry notes are deleted like any task's in done. A task an
+    interrupted accept already merged is refused: that accept is finished instead.
+    """
+    if kind not in CLOSE_KINDS:
+        raise InvalidInput(f"a task is closed as one of {', '.join(CLOSE_KINDS)}, not {kind!r}")
+    if not reason.strip():
+        raise InvalidInput("closing a task needs a reason (--reason): it stays in its History")
+    now = now or utcnow()
+    headers = {
+        "CLOSED": kind,
+        "CLOSE_REASON": one_line(redact(reason), 500),
+        "COMPLETED_AT": format_time(now),
+    }
+    state = get_store().locate(_id(task))
+    if state is S.CLAIMED:
+        raise IllegalTransition(
+            f"{task_label(_id(task))} is claimed: an attempt is running; "
+            f"`octopoid requeue {task_label(_id(task))}` takes it back first"
+        )
+    done = _transition(
+        task,
+        CLOSABLE,
+        S.DONE,
+        actor,
+        f"closed as {kind}: {headers['CLOSE_REASON']}",
+        now,
+        headers,
+        (*LEASE_HEADERS, "PHASE", "PROPOSED_SPLIT"),
+        _refuse_if_accepting,
+    )
+    cleanup_task_notes(done.id)
+    return done
 
 
 @octopoid_form()

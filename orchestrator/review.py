@@ -77,11 +77,30 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
             merged = _merge_once(store, task, strategy)
         steps = [finishing.PROMOTE, finishing.NOTES]
         if strategy != "none":  # "none" leaves the branch (and worktree) for a pull request
-            steps += [finishing.WORKTREE, finishing.REMOTE_BRANCH]
+            steps += [finishing.WORKTREE, finishing.BRANCH, finishing.REMOTE_BRANCH]
         done = _move_journaled(
             task.id, steps, accepted_by, lambda: queue_utils.accept_completion(task.id, accepted_by)
         )
         return _finished(Accepted(done, strategy, merged))
+
+
+def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Accepted:
+    """Move a task to done without merging (``queue_utils.close_task``), then finish it:
+    closed as ``done``, its learnings are promoted like an accepted task's; as ``wont-do``,
+    they are dropped. Its worktree goes; its branch stays (`octopoid worktrees --prune`
+    deletes it once its base has all of it)."""
+    task_id = normalize_task_id(task_id)
+    with queue_utils.get_store().hold(task_id, "closed"):
+        steps = [finishing.NOTES, finishing.WORKTREE]
+        if kind == "done":
+            steps.insert(0, finishing.PROMOTE)
+        done = _move_journaled(
+            task_id,
+            steps,
+            closed_by,
+            lambda: queue_utils.close_task(task_id, kind, reason, closed_by),
+        )
+        return _finished(Accepted(done, "closed", None))
 
 
 def _move_journaled(task_id: str, steps: list[str], actor: str, move: Callable[[], Task]) -> Task:

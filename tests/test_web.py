@@ -260,3 +260,18 @@ def test_the_board_says_when_agents_are_not_sandboxed(git_project, client) -> No
     (git_project / ".octopoid/config.yaml").write_text("sandbox: none\n")
     _, _, board = client.request("/board")
     assert "agents are NOT sandboxed" in board
+
+
+def test_close_from_the_page_ends_a_task_without_a_merge(git_project, client) -> None:
+    import git
+
+    task_id = provisional_task()
+    csrf = client.csrf()
+    status, _, page = client.request(f"/tasks/TASK-{task_id}/close", {"csrf": csrf, "reason": ""})
+    assert status == 400 and "needs a reason" in page
+    form = {"csrf": csrf, "reason": "already done upstream", "wont_do": "1"}
+    status, headers, _ = client.request(f"/tasks/TASK-{task_id}/close", form)
+    assert status == 303 and headers["location"] == f"/tasks/TASK-{task_id}?done=closed"
+    task = q.get_task(task_id)
+    assert task.state is TaskState.DONE and task.headers["CLOSED"] == "wont-do"
+    assert f"TASK-{task_id}.txt" not in git.Repo(git_project).head.commit.tree

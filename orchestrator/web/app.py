@@ -42,6 +42,7 @@ DONE = {
     "rejected": "Rejected: back in incoming, with the reason (and comments) in its notes.",
     "retried": "Back in incoming with fresh attempts.",
     "requeued": "Taken back from its agent and back in incoming.",
+    "closed": "Closed without a merge: done.",
     "enqueued": "Queued.",
 }
 
@@ -181,11 +182,17 @@ def _requeue(task_id: str, form: FormData) -> None:
     recovery.requeue_running(task_id, reason)
 
 
+def _close(task_id: str, form: FormData) -> None:
+    reason = intake.clean_text(str(form.get("reason") or ""), "the reason").strip()
+    review.close(task_id, "wont-do" if form.get("wont_do") else "done", reason, ACTOR)
+
+
 ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "accept": (_accept, "accepted"),
     "reject": (_reject, "rejected"),
     "retry": (_retry, "retried"),
     "requeue": (_requeue, "requeued"),
+    "close": (_close, "closed"),
 }
 ENQUEUE_FIELDS = ("title", "context", "criteria", "priority", "blocked_by", "branch")
 

@@ -1,0 +1,154 @@
+"""Every state a task can reach has a way out through the CLI (and the review page): retry
+from failed, rejected and breakdown; close without a merge as done or won't do; several ids
+at once for retry, requeue, reject and close, each failing alone."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import queue_utils as q
+from orchestrator.memory.notes import NotesManager
+from orchestrator.memory.store import MemoryStore
+from orchestrator.tasks import TaskState
+
+from .conftest import child_env, write_agents
+from .test_review import provisional_with_commit
+
+OCTOPOID = shutil.which("octopoid") or "octopoid"
+S = TaskState
+
+
+def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
+    )
+
+
+def task_in(state: TaskState, title: str = "work") -> str:
+    """A task put in ``state`` by octopoid's own moves."""
+    if state is S.PROVISIONAL:
+        return provisional_with_commit(Path.cwd(), f"{title}.txt")
+    tid = q.create_task(title).id
+    if state is S.INCOMING:
+        return tid
+    claimed = q.claim_task(None, "agent")
+    assert claimed.id == tid
+    if state is S.FAILED:
+        q.fail_task(claimed, "it broke")
+    elif state is S.REJECTED:
+        q.reject_task(claimed, "duplicate", "same as TASK-0")
+    elif state is S.BREAKDOWN:
+        q.recycle_to_breakdown(claimed, "burned out twice")
+    return tid
+
+
+WAYS_OUT = {
+    S.INCOMING: ["close", "--wont-do", "--reason", "not needed"],
+    S.CLAIMED: ["requeue"],
+    S.PROVISIONAL: ["accept"],
+    S.FAILED: ["retry"],
+    S.REJECTED: ["retry"],
+    S.BREAKDOWN: ["retry"],
+}
+
+
+def test_every_state_but_done_has_a_cli_way_out_and_close_ends_any_unclaimed_one(git_project):
+    write_agents(git_project)
+    for state in (S.INCOMING, S.PROVISIONAL, S.FAILED, S.REJECTED, S.BREAKDOWN):
+        tid = task_in(state, state.value)
+        assert q.get_task(tid).state is state
+        done = cli(git_project, "close", tid, "--reason", "done by hand in the release branch")
+        assert done.returncode == 0, done.stderr
+        task = q.get_task(tid)
+        assert task.state is S.DONE and task.headers["CLOSED"] == "done"
+        assert task.moves()[-1] == (state.value, "done")
+    for state, command in WAYS_OUT.items():
+        tid = task_in(state, f"again-{state.value}")
+        assert cli(git_project, command[0], tid, *command[1:]).returncode == 0, state
+        assert q.get_task(tid).state is not state
+        if q.get_task(tid).state is S.INCOMING:  # out of the next task_in's claim
+            q.close_task(tid, "wont-do", "test over")
+
+
+def test_a_breakdown_task_is_retried_whole_with_fresh_attempts_and_its_notes(git_project):
+    tid = task_in(S.BREAKDOWN)
+    q.save_task_notes(tid, "agent", "ran out of turns in the parser", 1, 1)
+    done = cli(git_project, "retry", f"task-{tid}")
+    assert done.returncode == 0 and done.stdout == f"TASK-{tid} back in incoming\n"
+    task = q.get_task(tid)
+    assert task.state is S.INCOMING and "PHASE" not in task.headers
+    assert q.claim_task(None, "agent").id == tid  # claimable by an implementer again
+    assert "ran out of turns" in (q.get_task_notes(tid) or "")
+
+
+def test_several_ids_each_succeed_or_fail_alone_with_the_worst_exit_code(git_project):
+    failed = [task_in(S.FAILED, f"f{i}") for i in range(3)]
+    done = cli(git_project, "retry", failed[0], "TASK-999", failed[1], "../x", failed[2])
+    assert done.returncode == 3  # not found (3) is worse than a bad id (2)
+    assert all(q.get_task(t).state is S.INCOMING for t in failed)
+    assert done.stdout.count("back in incoming") == 3
+    assert "no task TASK-999" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 2
+
+
+def test_reject_and_requeue_take_several_ids(git_project):
+    write_agents(git_project)
+    tids = [provisional_with_commit(git_project, f"r{i}.txt") for i in range(2)]
+    done = cli(git_project, "reject", *tids, "--reason", "needs tests")
+    assert done.returncode == 0, done.stderr
+    assert all(q.get_task(t).state is S.INCOMING for t in tids)
+    for tid in tids:
+        assert "needs tests" in (q.get_task_notes(tid) or "")
+    claimed = [q.claim_task(None, "agent").id for _ in tids]
+    done = cli(git_project, "requeue", *claimed, "--reason", "machine reboot")
+    assert done.returncode == 0, done.stderr
+    assert all(q.get_task(t).state is S.INCOMING for t in claimed)
+
+
+def test_line_comments_with_several_ids_reject_nothing(git_project):
+    tids = [provisional_with_commit(git_project, f"c{i}.txt") for i in range(2)]
+    done = cli(git_project, "reject", *tids, "--reason", "x", "--comment", "c0.txt:1:why")
+    assert done.returncode == 2 and "one task" in done.stderr
+    assert all(q.get_task(t).state is S.PROVISIONAL for t in tids)
+
+
+def test_closing_as_done_keeps_the_learnings_and_won_t_do_drops_them(git_project):
+    tids = {kind: provisional_with_commit(git_project, f"{kind}.txt") for kind in ("done", "no")}
+    for kind, tid in tids.items():
+        notes = NotesManager(notes_id=f"TASK-{tid}")
+        notes.create_ephemeral(f"TASK-{tid}", kind)
+        notes.add_item("Important Facts", f"fact from the {kind} task")
+    assert cli(git_project, "close", tids["done"], "--reason", "nothing to change").returncode == 0
+    wont = cli(git_project, "close", tids["no"], "--wont-do", "--reason", "out of scope")
+    assert wont.returncode == 0 and "closed as wont-do" in wont.stdout
+    assert [n["content"] for n in MemoryStore().search_notes("fact")] == ["fact from the done task"]
+    heads = [h.name for h in git.Repo(git_project).heads]
+    for kind, tid in tids.items():
+        task = q.get_task(tid)
+        assert task.headers["CLOSED"] == ("done" if kind == "done" else "wont-do")
+        assert (
+            "MERGED" not in task.headers
+            and not NotesManager(notes_id=f"TASK-{tid}").notes_file.exists()
+        )
+        assert f"agent/TASK-{tid}" in heads  # kept: nothing was merged
+        assert not (git_project / ".octopoid/runtime/worktrees" / f"TASK-{tid}").exists()
+    assert f"{'done'}.txt" not in git.Repo(git_project).head.commit.tree
+
+
+@pytest.mark.parametrize("why", ["claimed", "no reason", "half accepted"])
+def test_close_refuses_what_it_must_not_end(git_project, why):
+    tid = task_in(S.CLAIMED if why == "claimed" else S.PROVISIONAL, "w")
+    reason = "  " if why == "no reason" else "not needed"
+    if why == "half accepted":
+        q.get_store().update(tid, S.PROVISIONAL, lambda t: t.set_header("MERGING", "abc"))
+    done = cli(git_project, "close", tid, "--reason", reason)
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    needle = {"claimed": "octopoid requeue", "no reason": "needs a reason"}.get(why, "accept")
+    assert needle in done.stderr
+    assert q.get_task(tid).state is not S.DONE
