@@ -19,6 +19,7 @@ from .lazy import lazy_import
 from .locks import FileMutex
 from .tasks import TaskState, format_time, utcnow
 
+stalls = lazy_import("orchestrator.stalls")  # it asks this module; imported when used
 # Needed only to say whether an agent can run: `status` does not pay for them.
 claude_code = lazy_import("orchestrator.backends.claude_code")
 roles_base = lazy_import("orchestrator.roles.base")
@@ -111,10 +112,22 @@ def _paused_by(in_config: bool, flag: Path) -> str | None:
     return PAUSED_BY_FLAG if flag.exists() else None
 
 
-def is_paused(agents_cfg: dict, agent: dict | None = None) -> bool:
+def paused_by(agents_cfg: dict, agent: dict | None = None) -> str | None:
+    """What holds the system's (or ``agent``'s) pause, or None when it is not paused."""
     if agent is None:
-        return _paused_by(agents_cfg["paused"], _pause_flag(None)) is not None
-    return _paused_by(agent["paused"], _pause_flag(agent["name"])) is not None
+        return _paused_by(agents_cfg["paused"], _pause_flag(None))
+    return _paused_by(agent["paused"], _pause_flag(agent["name"]))
+
+
+def is_paused(agents_cfg: dict, agent: dict | None = None) -> bool:
+    return paused_by(agents_cfg, agent) is not None
+
+
+def how_to_resume(by: str, agent: str = "") -> str:
+    """How a person lifts a pause held by ``by``."""
+    if by == PAUSED_IN_CONFIG:
+        return "paused: true in agents.yaml"
+    return f"`octopoid resume{' --agent ' + agent if agent else ''}`"
 
 
 def readiness_problem(agent: dict[str, Any]) -> str | None:
@@ -129,13 +142,16 @@ def readiness_problem(agent: dict[str, Any]) -> str | None:
 
 
 def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
-    """Each agent with its state (idle, running TASK-x, paused), last outcome and today's use."""
+    """Each agent with its state (idle, running TASK-x, paused), last outcome, today's use,
+    and why it claims nothing now (``not_claiming``: the system's reasons, then its own)."""
     today = (now or utcnow()).date().isoformat()
     problem = config.problem()
     if problem:
         raise ConfigError(problem)
     agents_cfg, cfg = config.load_agents(), config.load_config()
     claimed = queue_utils.list_tasks(TaskState.CLAIMED)
+    found = stalls.report()
+    system = [s["text"] for s in found["system"]]
     rows = []
     for agent in agents_cfg["agents"]:
         running = [t.label for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"]]
@@ -154,6 +170,8 @@ def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
                 "network": network_of(agent, cfg),
                 "state": state,
                 "problem": readiness_problem(agent),
+                "not_claiming": system
+                + [s["text"] for s in found["agents"].get(agent["name"], [])],
                 "last_task": record.get("last_task"),
                 "last_outcome": record.get("last_outcome"),
                 "attempts_today": record.get("attempts_today", 0) if fresh else 0,

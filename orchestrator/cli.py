@@ -22,6 +22,7 @@ from . import (
     sandbox,
     scaffold,
     scheduler_control,
+    stalls,
     task_notes,
 )
 from .cli_memory import memory_group
@@ -260,8 +261,9 @@ def status(as_json: bool) -> None:
         click.echo(f"blocked: {blocked['count']} waiting on other tasks, {stuck} stuck")
         for t in blocked["stuck"]:
             click.echo(f"  {t['id']} is stuck: {t['why']}")
-    if summary["paused"]:
-        click.echo("\n".join(f"paused: {p}" for p in _paused_list(summary["paused"])))
+    if not summary["config_problem"]:  # that one is said last, on stderr
+        for line in stalls.lines(summary["stalls"]):
+            click.echo(line)
     usage = summary["usage"]
     if usage["tasks"]:
         click.echo(f"usage: {usage['turns']} turns, ${usage['cost_usd']:.2f} in total; most:")
@@ -506,9 +508,8 @@ def agents(as_json: bool) -> None:
         )
     click.echo(_table(table))
     click.echo(sandbox.describe()["summary"])
-    for r in rows:
-        if r["problem"]:
-            click.echo(f"{r['name']} cannot run: {r['problem']}", err=True)
+    for line in stalls.lines(stalls.report()):
+        click.echo(line)
 
 
 @cli.command()
@@ -530,12 +531,7 @@ def resume(agent: str | None) -> None:
 
 def _paused_list(state: dict[str, Any]) -> list[str]:
     """What is paused, each with how to lift it."""
-
-    def how(by: str, agent: str = "") -> str:
-        if by == agent_status.PAUSED_IN_CONFIG:
-            return "paused: true in agents.yaml"
-        return f"`octopoid resume{' --agent ' + agent if agent else ''}`"
-
+    how = agent_status.how_to_resume
     paused = [f"the whole system ({how(state['system'])})"] if state["system"] else []
     return paused + [f"{name} ({how(by, name)})" for name, by in state["agents"].items()]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from . import config, finishing, sandbox
+from . import config, finishing, sandbox, stalls
 from .dependencies import blocked_summary
 from .leases import dead_since
 from .queue_utils import get_store, unfenced_submit
@@ -39,6 +39,9 @@ def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
         lines.append(f"{problem} (nothing is claimed until it is fixed)")
     else:
         lines += _sandbox()
+        found = stalls.report()  # the sandbox's own stall is said just above
+        found["system"] = [s for s in found["system"] if s["code"] != "sandbox"]
+        lines += stalls.lines(found)
     for task in store.list(S.PROVISIONAL):
         if "MERGING" in task.headers or "MERGED" in task.headers:
             lines.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from . import agent_status, config, sandbox
+from . import agent_status, config, sandbox, stalls
 from .dependencies import blocked_summary
 from .queue_utils import get_store
 from .store.claim_index import Waiting
@@ -23,8 +23,9 @@ def status_summary(
     now: datetime | None = None, waiting: list[Waiting] | None = None
 ) -> dict[str, Any]:
     """Counts per queue, claimed tasks with agent and lease, the oldest task that can run,
-    blocked and stuck tasks, what is paused, whether the configuration is usable, and the
-    sandbox (whether agents can start, and whether they are trusted).
+    blocked and stuck tasks, what is paused, whether the configuration is usable, the
+    sandbox (whether agents can start, and whether they are trusted), and why nothing is
+    claimed (``stalls.report``).
 
     Only claimed tasks are parsed: waiting tasks come from the claim index, usage from the
     ledger, counts from the folders' listings, so the cost does not grow with done/.
@@ -51,6 +52,7 @@ def status_summary(
     turns, cost, most = store.usage()
     return {
         "config_problem": problem,
+        "stalls": stalls.report(),
         "sandbox": None if problem else sandbox.describe(),
         "paused": None if problem else agent_status.pause_state(),
         "blocked": blocked,

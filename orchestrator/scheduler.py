@@ -25,8 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import config, defaults, finishing, queue_utils, recovery, sandbox
-from .agent_status import is_paused, readiness_problem
+from . import config, defaults, finishing, queue_utils, recovery, sandbox, stalls
 from .exceptions import ConfigError, IllegalTransition, OctopoidError, SchedulerError
 from .fsutil import atomic_write
 from .leases import claim_token
@@ -56,7 +55,6 @@ log = logging.getLogger("octopoid.scheduler")
 WATCH_SECONDS = 0.25  # how often the idle loop looks for new work (a stat or two)
 HOUSEKEEPING_SECONDS = 5.0  # a full pass at least this often (lease reaping)
 RUNNER_PIDS_KEPT = 10_000  # runners remembered, so their helpers are not taken for orphans
-BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
 
 
 @dataclass
@@ -94,7 +92,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by stop() and by the store's watch (NOTIFY)
         self._stopping = False
-        self._warned: dict[str, str | None] = {}
+        self._warned: dict[str, str] = {}  # the stall last logged, by whom it stalls
         self._config_problem: str | None = None
         self._lock_inode = 0
         self._alerts: Alerts | None = None  # from initialize(): tasks present then are old news
@@ -227,28 +225,25 @@ class Scheduler:
             log.warning("%s", line)
 
     def _blocked_reason(self, agents_cfg: dict) -> str:
-        store = queue_utils.get_store()
-        if is_paused(agents_cfg):
-            return "paused"
-        walls = sandbox.problem()
-        if walls != self._warned.get("(sandbox)"):
-            if walls:
-                log.error("%s", walls)
-            elif "(sandbox)" in self._warned:
-                log.info("the sandbox works again; claiming resumes")
-            self._warned["(sandbox)"] = walls
-        if walls:
-            return walls
-        waiting = store.count(TaskState.PROVISIONAL)
-        if waiting >= agents_cfg["max_provisional"]:
-            return f"backpressure: {waiting} tasks wait for review (max_provisional)"
-        return ""
+        """Why nothing is claimed this pass (``stalls.system``), logged when it changes."""
+        found = "; ".join(stall.text for stall in stalls.system(agents_cfg))
+        self._say_once("not claiming", found)
+        return found
+
+    def _say_once(self, who: str, problem: str) -> None:
+        """Log a stall when it starts or changes, and once when it ends: never every pass."""
+        if problem != self._warned.get(who, ""):
+            if problem:
+                log.warning("%s: %s", who, problem)
+            else:
+                log.info("%s: no longer; claiming resumes", who)
+        self._warned[who] = problem
 
     def _dispatch(self, agents_cfg: dict, report: PassReport, now: datetime | None) -> None:
         claimed = queue_utils.get_store().list(TaskState.CLAIMED)
         room = agents_cfg["max_claimed"] - len(claimed)
         for agent in agents_cfg["agents"]:
-            if is_paused(agents_cfg, agent) or self._cannot_run(agent):
+            if self._cannot_claim(agent, agents_cfg):
                 continue
             busy = sum(1 for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"])
             while room > 0 and busy < agent["max_concurrent"]:
@@ -262,7 +257,7 @@ class Scheduler:
     @staticmethod
     def _claim_for(agent: dict, lease_seconds: int, now: datetime | None) -> Task | None:
         """Breakdown agents take burned-out tasks from breakdown/; others, their role's."""
-        if agent["role"] == BREAKDOWN_ROLE:
+        if agent["role"] == stalls.BREAKDOWN_ROLE:
             return queue_utils.claim_breakdown_task(
                 agent["name"], lease_seconds=lease_seconds, now=now
             )
@@ -270,13 +265,12 @@ class Scheduler:
             agent["role"], agent["name"], lease_seconds=lease_seconds, now=now
         )
 
-    def _cannot_run(self, agent: dict) -> bool:
-        """Skip an agent that cannot run at all (no claude binary, no API key), saying so once."""
-        problem = readiness_problem(agent)
-        if problem and self._warned.get(agent["name"]) != problem:
-            log.error("agent %s cannot run: %s; its tasks wait", agent["name"], problem)
-        self._warned[agent["name"]] = problem
-        return problem is not None
+    def _cannot_claim(self, agent: dict, agents_cfg: dict) -> bool:
+        """An agent paused or unable to run (no claude binary, no API key) is skipped; its
+        reasons are logged when they change (``stalls.for_agent``)."""
+        found = "; ".join(stall.text for stall in stalls.for_agent(agent, agents_cfg))
+        self._say_once(f"agent {agent['name']}", found)
+        return bool(found)
 
     def _start_runner(self, task: Task, agent: dict) -> bool:
         """Start the attempt's runner; if it cannot start, give the claim back at once."""

@@ -229,7 +229,7 @@ def test_agents_lists_state_and_problems(git_project: Path) -> None:
     assert "sandbox: bwrap; each attempt works in its own clone" in result.output
     assert any(ln.startswith("c1") and " idle " in ln for ln in lines)
     assert any(ln.startswith("s1") and "running TASK-1" in ln for ln in lines)
-    assert "c1 cannot run: 'no-such-claude' is not on PATH" in result.output
+    assert "agent c1: cannot run: 'no-such-claude' is not on PATH" in result.output
     assert "npm install -g @anthropic-ai/claude-code" in result.output
     run("pause", "--agent", "c1")
     rows = json.loads(run("agents", "--json").output)

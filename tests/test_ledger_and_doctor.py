@@ -19,7 +19,7 @@ from orchestrator import queue_utils as q
 from orchestrator.store import files
 from orchestrator.tasks import TaskState, new_task, render_task
 
-from .conftest import child_env
+from .conftest import child_env, write_agents
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 
@@ -129,6 +129,7 @@ def test_list_status_and_show_never_import_gitpython_or_anthropic(git_project):
 
 
 def test_the_doctor_command_says_all_is_well(git_project):
+    write_agents(git_project)  # a command agent: it can run here
     done = subprocess.run(
         [OCTOPOID, "doctor"], cwd=git_project, env=child_env(git_project), capture_output=True
     )

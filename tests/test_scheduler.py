@@ -50,7 +50,7 @@ def test_a_pass_claims_up_to_the_agents_slots(daemon) -> None:
 def test_pause_and_resume(daemon) -> None:
     agent_status.set_paused(True)
     q.create_task("t")
-    assert daemon.loop_once().skipped == "paused"
+    assert daemon.loop_once().skipped == "paused (`octopoid resume`)"
     agent_status.set_paused(False)
     agent_status.set_paused(True, agent="impl-1")
     assert daemon.loop_once().started == []
@@ -189,7 +189,7 @@ def test_an_agent_that_cannot_run_is_skipped_and_logged_once(git_project: Path) 
             assert sched.loop_once().started == []
         assert q.get_task(tid).state is TaskState.INCOMING and q.get_task(tid).attempts == 0
         log = (config.get_logs_dir() / "scheduler.log").read_text()
-        assert log.count("agent c cannot run: 'no-such-claude' is not on PATH") == 1
+        assert log.count("agent c: cannot run: 'no-such-claude' is not on PATH") == 1
     finally:
         sched.shutdown(grace=0)
 

@@ -35,6 +35,7 @@ class Waiting(NamedTuple):
     id: str
     created: str
     blocked_by: list[str]
+    role: str  # which agents may claim it (a role no agent has is reported, not waited on)
 
 
 SCHEMA_VERSION = 5
@@ -287,9 +288,11 @@ class ClaimIndex:
     def waiting(self) -> list[Waiting]:
         """Every task the index holds, in claim order, without reading a file."""
         rows = self._db().execute(
-            "SELECT id, created, blocked_by FROM incoming ORDER BY rank, created, seq, id"
+            "SELECT id, created, blocked_by, role FROM incoming ORDER BY rank, created, seq, id"
         )
-        return [Waiting(tid, created, blocked.split()) for tid, created, blocked in rows]
+        return [
+            Waiting(tid, created, blocked.split(), role) for tid, created, blocked, role in rows
+        ]
 
     # --- the usage ledger: turns, cost, state and last move per task, kept at every write ---
 

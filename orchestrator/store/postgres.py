@@ -534,10 +534,12 @@ class PostgresStore(QueueStore):
     def waiting(self) -> list[Waiting]:
         with self._tx() as cur:
             cur.execute(
-                "SELECT id, created, blocked_by FROM octopoid.tasks WHERE state = 'incoming' "
-                f"ORDER BY {_CLAIM_ORDER}"
+                "SELECT id, created, blocked_by, role FROM octopoid.tasks "
+                f"WHERE state = 'incoming' ORDER BY {_CLAIM_ORDER}"
             )
-            return [Waiting(tid, created, list(blocked)) for tid, created, blocked in cur]
+            return [
+                Waiting(tid, created, list(blocked), role) for tid, created, blocked, role in cur
+            ]
 
     def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
         with self._tx() as cur:

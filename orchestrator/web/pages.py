@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import config, diffs, git_utils, queue_utils, reports, task_notes
+from .. import config, diffs, git_utils, queue_utils, reports, stalls, task_notes
 from ..exceptions import ConfigError, NothingToShow, OctopoidError, TaskNotFound
 from ..redaction import redact
 from ..tasks import Task, TaskState, parse_time, task_label, utcnow
@@ -140,6 +140,7 @@ def board(now: datetime | None = None) -> dict[str, Any]:
         "counts": summary["counts"],
         "groups": groups,
         "problem": summary["config_problem"],
+        "stalls": [] if summary["config_problem"] else stalls.lines(summary["stalls"]),
         "sandbox": walls,
     }
 

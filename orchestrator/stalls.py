@@ -1,0 +1,127 @@
+"""Why nothing is claimed: one answer for the scheduler and for every face.
+
+The scheduler asks ``system`` before it claims and ``for_agent`` for each agent; `status`,
+`agents`, `doctor` and the board show ``report()``, the same answer, so a stall is never
+silent. ``unserved`` names tasks that wait where no configured agent will ever take them
+(a role no agent has; breakdown/ without a breakdown agent), with the way out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import agent_status, config, sandbox
+from .queue_utils import get_store
+from .store import QueueStore
+from .tasks import TaskState, plural
+
+BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
+
+
+@dataclass(frozen=True)
+class Stall:
+    """One reason for not claiming: ``code`` for scripts, ``text`` (with the way out) for people."""
+
+    code: str  # config-invalid, paused, sandbox, backpressure, no-agent, cannot-run, unserved
+    text: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def system(agents_cfg: dict[str, Any], store: QueueStore | None = None) -> list[Stall]:
+    """Why no agent claims anything now (the configuration is valid: ``config.problem``)."""
+    store = store or get_store()
+    found = []
+    if by := agent_status.paused_by(agents_cfg):
+        found.append(Stall("paused", f"paused ({agent_status.how_to_resume(by)})"))
+    walls = sandbox.problem()
+    if walls:
+        found.append(Stall("sandbox", walls))
+    waiting = store.count(TaskState.PROVISIONAL)
+    if waiting >= agents_cfg["max_provisional"]:
+        found.append(
+            Stall(
+                "backpressure",
+                f"backpressure: {plural(waiting, 'task')} wait for review and max_provisional "
+                f"is {agents_cfg['max_provisional']}; accept, reject or close some, or raise "
+                "max_provisional in agents.yaml",
+            )
+        )
+    if not agents_cfg["agents"]:
+        found.append(Stall("no-agent", "agents.yaml has no agents"))
+    return found
+
+
+def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any]) -> list[Stall]:
+    """Why this one agent claims nothing, whatever the rest of the system does."""
+    found = []
+    if by := agent_status.paused_by(agents_cfg, agent):
+        found.append(Stall("paused", f"paused ({agent_status.how_to_resume(by, agent['name'])})"))
+    problem = agent_status.readiness_problem(agent)
+    if problem:
+        found.append(Stall("cannot-run", f"cannot run: {problem}"))
+    return found
+
+
+def unserved(agents_cfg: dict[str, Any], store: QueueStore | None = None) -> list[Stall]:
+    """Tasks waiting where no configured agent takes them, each group with its way out."""
+    store = store or get_store()
+    roles = {a["role"] for a in agents_cfg["agents"]}
+    found = []
+    by_role: dict[str, int] = {}
+    for row in store.waiting():
+        if row.role not in roles:
+            by_role[row.role] = by_role.get(row.role, 0) + 1
+    for role, count in sorted(by_role.items()):
+        found.append(
+            Stall(
+                "unserved",
+                f"{plural(count, 'task')} in incoming wait for role {role!r}, which no agent in "
+                f"agents.yaml has; add one, or `octopoid close` them",
+            )
+        )
+    stranded = store.count(TaskState.BREAKDOWN)
+    if stranded and BREAKDOWN_ROLE not in roles:
+        found.append(
+            Stall(
+                "unserved",
+                f"{plural(stranded, 'task')} in breakdown/ and no agent has role: breakdown; "
+                "`octopoid retry` tries them whole again, `octopoid close` ends them, or add "
+                "a breakdown agent",
+            )
+        )
+    return found
+
+
+def report() -> dict[str, Any]:
+    """Every face's answer: ``claiming`` (whether any agent may claim now: no system
+    reason, and one agent free of its own), the system's reasons, each agent's, and
+    unserved tasks; each reason a ``Stall`` dict."""
+    problem = config.problem()
+    if problem:
+        why = Stall("config-invalid", f"{problem}; nothing is claimed until it is fixed")
+        return {"claiming": False, "system": [why.as_dict()], "agents": {}, "unserved": []}
+    agents_cfg, store = config.load_agents(), get_store()
+    reasons = system(agents_cfg, store)
+    agents = {
+        a["name"]: [s.as_dict() for s in stalls]
+        for a in agents_cfg["agents"]
+        if (stalls := for_agent(a, agents_cfg))
+    }
+    return {
+        "claiming": not reasons and len(agents) < len(agents_cfg["agents"]),
+        "system": [s.as_dict() for s in reasons],
+        "agents": agents,
+        "unserved": [s.as_dict() for s in unserved(agents_cfg, store)],
+    }
+
+
+def lines(found: dict[str, Any]) -> list[str]:
+    """``report()`` as sentences for the terminal and doctor (empty: nothing stalls)."""
+    out = [f"not claiming: {s['text']}" for s in found["system"]]
+    for name, stalls in found["agents"].items():
+        out += [f"agent {name}: {s['text']}" for s in stalls]
+    out += [s["text"] for s in found["unserved"]]
+    return out
