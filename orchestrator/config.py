@@ -31,7 +31,13 @@ def find_project_root(start: Path | None = None) -> Path:
     env = os.environ.get(ROOT_ENV)
     if env:
         return _resolved(env)
-    here = (start or Path.cwd()).resolve()
+    return _root_above(os.getcwd() if start is None else str(start))
+
+
+@lru_cache(maxsize=64)
+def _root_above(start: str) -> Path:
+    """Cached per directory (a failure is not cached): every redaction asks for agents.yaml."""
+    here = Path(start).resolve()
     for candidate in (here, *here.parents):
         if (candidate / OCTOPOID_DIR).is_dir():
             return candidate

@@ -13,12 +13,14 @@ arrives in pieces, and says what it holds back and what it cannot catch.
 
 from __future__ import annotations
 
+import base64
 import importlib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote
 
@@ -105,6 +107,59 @@ OWN_SHAPES: tuple[tuple[str, bytes, Rule], ...] = (
     ("bearer-token", rb"(?:Bearer|bearer|BEARER)[ \t]+([A-Za-z0-9_.~+/\-]{16,}=*)",
      Rule((b"Bearer", b"bearer", b"BEARER"), 1, True)),
     ("private-key", rb"-----BEGIN" + PEM_TAG + PEM_BODY, Rule((b"PRIVATE KEY",))),
+    # an access key id's secret printed after it on the same line (`aws AKIA... secret ...`)
+    ("aws-secret-key",
+     rb"(?:AKIA|ASIA)[A-Z0-9]{16}[^\r\n]{0,80}?(?<![A-Za-z0-9/+])([A-Za-z0-9/+]{40})"
+     rb"(?![A-Za-z0-9/+])", Rule((b"AKIA", b"ASIA"), 1, True)),
+    ("aws-session-token",
+     rb"(?i:aws_?session_?token)['\"]?[ \t]*[:=][ \t]*['\"]?([A-Za-z0-9/+=]{100,})",
+     Rule(AWS, 1, True)),
+    ("slack-token", rb"xapp-\d-[A-Z0-9]{9,12}-\d{10,16}-[a-f0-9]{64}", Rule((b"xapp-",))),
+    ("google-oauth-secret", rb"GOCSPX-[A-Za-z0-9_\-]{28}", Rule((b"GOCSPX-",))),
+    ("huggingface-token", rb"(?<![A-Za-z0-9_])hf_[A-Za-z]{34}", Rule((b"hf_",))),
+    ("databricks-token", rb"(?<![A-Za-z0-9])dapi[a-f0-9]{32}(?:-\d)?", Rule((b"dapi",))),
+    ("digitalocean-token", rb"do[opr]_v1_[a-f0-9]{64}",
+     Rule((b"dop_v1_", b"doo_v1_", b"dor_v1_"))),
+    ("shopify-token", rb"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",
+     Rule((b"shpat_", b"shpca_", b"shppa_", b"shpss_"))),
+    ("linear-key", rb"lin_api_[A-Za-z0-9]{40}", Rule((b"lin_api_",))),
+    ("stripe-webhook-secret", rb"whsec_[A-Za-z0-9+/]{32,}", Rule((b"whsec_",))),
+    ("sentry-token", rb"sntry[su]_[A-Za-z0-9+/=_\-]{30,}", Rule((b"sntrys_", b"sntryu_"))),
+    ("planetscale-token", rb"pscale_(?:pw|tkn|oauth)_[A-Za-z0-9_\-.]{32,}", Rule((b"pscale_",))),
+    ("postman-key", rb"PMAK-[a-f0-9]{24}-[a-f0-9]{34}", Rule((b"PMAK-",))),
+    ("age-secret-key", rb"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}",
+     Rule((b"AGE-SECRET-KEY-1",))),
+    ("vault-token", rb"hv[sb]\.[A-Za-z0-9_\-]{24,}", Rule((b"hvs.", b"hvb."))),
+    ("terraform-token", rb"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_\-=]{60,}",
+     Rule((b".atlasv1.",))),
+    ("grafana-token", rb"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}", Rule((b"glsa_",))),
+    ("docker-token", rb"dckr_pat_[A-Za-z0-9_\-]{27,}", Rule((b"dckr_pat_",))),
+    ("supabase-token", rb"sbp_[a-f0-9]{40}", Rule((b"sbp_",))),
+    ("atlassian-token", rb"ATATT3[A-Za-z0-9_\-=]{180,}", Rule((b"ATATT3",))),
+    ("newrelic-key", rb"NRAK-[A-Z0-9]{27}", Rule((b"NRAK-",))),
+    ("doppler-token", rb"dp\.(?:st|pt|ct|sa)\.[A-Za-z0-9_\-.]{40,}",
+     Rule((b"dp.st.", b"dp.pt.", b"dp.ct.", b"dp.sa."))),
+    ("pulumi-token", rb"pul-[a-f0-9]{40}", Rule((b"pul-",))),
+    ("mapbox-token", rb"sk\.eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]{20,}", Rule((b"sk.eyJ",))),
+    # by context, last: a shape above names what it also finds
+    ("basic-auth",
+     rb"(?i:authorization)['\"]?[ \t]*[:=][ \t]*['\"]?(?:Basic|basic|BASIC)[ \t]+"
+     rb"([A-Za-z0-9+/]{8,}={0,2})", Rule((b"Basic", b"basic", b"BASIC"), 1)),
+    ("cli-password", rb"(?:sshpass[ \t]+-p|--password[= ])[ \t]*['\"]?(?!-)([^\s'\"]{6,})",
+     Rule((b"sshpass", b"--password"), 1)),
+    ("cli-password", rb"\bmysql(?:dump)?\b[^\r\n]*?[ \t]-p([^\s'\"-][^\s'\"]{5,})",
+     Rule((b"mysql",), 1)),
+    ("cli-password",
+     rb"\bcurl\b[^\r\n]*?[ \t](?:-u|--user)[ \t]+['\"]?[^:\s'\"]+:([^\s'\"]{6,})",
+     Rule((b"curl",), 1)),
+    ("env-secret",
+     rb"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*(?:PASSWORD|SECRET|_TOKEN|_API_KEY)[A-Z0-9_]*="
+     rb"['\"]?(?![$`{<(])([^\s'\"]{8,})",
+     Rule((b"PASSWORD", b"SECRET", b"_TOKEN", b"_API_KEY"), 1)),
+    ("json-secret",
+     rb"\"(?:client_?[Ss]ecret|[Cc]lientSecret|secret|password|api_?[Kk]ey|apiKey|token|"
+     rb"access_?[Tt]oken|refresh_?[Tt]oken)\"[ \t]*:[ \t]*\"(?![$<{])([^\"\\\s]{8,})\"",
+     Rule((b'ecret"', b'assword"', b'ey"', b'oken"'), 1)),
 )  # fmt: skip
 
 TOKEN_TAIL = re.compile(rb"[A-Za-z0-9_\-+/=.]*")  # "." joins the parts of a JWT
@@ -150,6 +205,22 @@ def secret_values(environ: Mapping[str, str]) -> dict[bytes, str]:
         for line in value.splitlines()
         if len(line) >= MIN_SECRET_LEN
     }
+
+
+def encoded_forms(value: bytes) -> set[bytes]:
+    """``value`` as it reads hex-encoded (either case) or base64-encoded (standard or
+    URL-safe), wherever it sits in the encoded data: for each of the three alignments,
+    only the characters its own bytes decide (a neighbour's bits change the others)."""
+    forms = {value.hex().encode(), value.hex().upper().encode()}
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + value)
+        first, last = -(-offset * 8 // 6), (offset + len(value)) * 8 // 6
+        core = encoded[first:last]
+        forms |= {core, core.translate(URLSAFE)}
+    return {form for form in forms if len(form) >= MIN_SECRET_LEN}
+
+
+URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 class Span(NamedTuple):
@@ -312,7 +383,13 @@ class Redactor:
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._values = secret_values(os.environ if environ is None else environ)
-        self.hold = max(HOLD_BYTES, max(map(len, self._values), default=0) + SETTLE_BYTES)
+        self._encoded = {
+            form: f"{name}:encoded"
+            for value, name in self._values.items()
+            for form in encoded_forms(value)
+        }
+        longest = max(map(len, [*self._values, *self._encoded]), default=0)
+        self.hold = max(HOLD_BYTES, longest + SETTLE_BYTES)
 
     def __call__(self, text: str) -> str:
         if not text:
@@ -330,7 +407,20 @@ class Redactor:
             for search, name in self._searches
             for _, start, end in search.find_matches_as_indexes(data)
         ]
+        if self._encoded:
+            names = list(self._encoded.values())
+            found += [
+                Span(start, extend_token(data, end), names[i], start)
+                for i, start, end in self._encoded_search.find_matches_as_indexes(
+                    data, overlapping=True
+                )
+            ]
         return merge(found + shape_spans(data))
+
+    @cached_property
+    def _encoded_search(self) -> ahocorasick_rs.BytesAhoCorasick:
+        """Every encoded form in one automaton, overlaps reported: nine forms a value."""
+        return ahocorasick_rs.BytesAhoCorasick(list(self._encoded))
 
     @cached_property
     def _searches(self) -> list[tuple[ahocorasick_rs.BytesAhoCorasick, str]]:
@@ -389,12 +479,20 @@ class RedactingStream:
                 break
             if span.end + SETTLE_BYTES > size:  # it could still grow
                 if size - span.match <= self._budget(span.kind):  # hold it, to match it whole
-                    return max(span.match, done[-1].end if done else 0), done
+                    return self._hold_from(span.match, done)
                 self._swallow = rest_of(span, window)  # past its hold: swallow what follows
                 return span.end, [*done, span]
             done.append(span)
             cut = max(cut, span.end)
         return cut, done
+
+    @staticmethod
+    def _hold_from(match: int, done: list[Span]) -> tuple[int, list[Span]]:
+        """Let go of what lies before ``match`` (where a secret still growing is matched from,
+        its context included), and of no secret reaching into it: released without that
+        context, the growing one could no longer be recognised."""
+        cut = min([match, *(d.start for d in done if d.end > match)])
+        return cut, [d for d in done if d.end <= cut]
 
     def _budget(self, kind: str) -> int:
         return PEM_HOLD_BYTES if kind == "private-key" else self._hold
@@ -445,12 +543,51 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
         return text
     if environ is not None:
         return _cached(secret_env(environ))(text)
+    return default_redactor()(text)
+
+
+def default_redactor() -> Redactor:
+    """The one set of secrets every reader and writer of agent text hides: this process's
+    environment, ``hide_also``'s, and every agent's ``env`` in agents.yaml, so a page,
+    an accept or a memory promotion hides what only an agent's process had."""
+    also = frozenset({*_ALSO_HIDDEN.items(), *agents_env()})
     # CPython's raw copy of the environment: hashing it is ~20x cheaper than decoding and
     # testing every variable again, which claims and moves would do for each History line.
     raw = getattr(os.environ, "_data", None)
-    if raw is None:  # another Python: no shortcut
-        return _cached(_own_secrets(None, frozenset(_ALSO_HIDDEN.items())))(text)
-    return _cached(_own_secrets(frozenset(raw.items()), frozenset(_ALSO_HIDDEN.items())))(text)
+    return _cached(_own_secrets(None if raw is None else frozenset(raw.items()), also))
+
+
+def agents_env() -> frozenset[tuple[str, str]]:
+    """(name, value) of every agent's ``env`` in agents.yaml; none outside a project or
+    while agents.yaml is invalid (its own error is said elsewhere). A stat when unchanged."""
+    from . import config  # config does not import this module: no cycle
+    from .exceptions import OctopoidError
+
+    try:
+        path = _agents_file(config.find_project_root())
+        stat = os.stat(path)
+    except (OctopoidError, OSError):
+        return frozenset()
+    return _agents_env(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=16)
+def _agents_file(root: Path) -> str:
+    return os.path.join(root, ".octopoid", "agents.yaml")
+
+
+@lru_cache(maxsize=8)
+def _agents_env(path: str, _mtime_ns: int, _size: int) -> frozenset[tuple[str, str]]:
+    from . import config
+    from .exceptions import OctopoidError
+
+    try:
+        agents = config.load_agents()["agents"]
+    except OctopoidError:
+        return frozenset()
+    return frozenset(
+        (str(k), str(v)) for agent in agents for k, v in (agent.get("env") or {}).items()
+    )
 
 
 @lru_cache(maxsize=4)
@@ -460,8 +597,8 @@ def _own_secrets(
     """The secrets of this process's environment (the cache key ``_raw`` is its raw form)
     plus ``hide_also``'s; a name set in both hides both values."""
     environ = {**os.environ}
-    for name, value in also:
-        environ[name if environ.get(name, value) == value else f"AGENT_{name}"] = value
+    for n, (name, value) in enumerate(sorted(also)):  # one name, several values: all hidden
+        environ[name if environ.get(name, value) == value else f"AGENT{n}_{name}"] = value
     return secret_env(environ)
 
 

@@ -57,8 +57,34 @@ def test_every_fake_secret_shape_is_redacted_and_named(secret: FakeSecret) -> No
     assert not leaks(secret, out) and f"[REDACTED:{secret.kind}]" in out
 
 
-def test_the_corpus_has_thirty_shapes_or_more() -> None:
-    assert len(SECRETS) >= 30 and len({s.secret for s in SECRETS}) == len(SECRETS)
+def test_the_corpus_has_fifty_shapes_or_more() -> None:
+    assert len(SECRETS) >= 50 and len({s.secret for s in SECRETS}) == len(SECRETS)
+
+
+@pytest.mark.parametrize("prefix", [b"", b"x", b"xy", b"user:"])
+def test_a_known_value_is_hidden_base64_or_hex_encoded_wherever_it_sits(prefix: bytes) -> None:
+    value = "svc-7f3a9c2e5b1d4f608a2c"
+    redactor = Redactor({"MY_SERVICE_TOKEN": value})
+    data = prefix + value.encode() + b"\n"
+    for encoded in (
+        base64.b64encode(data),
+        base64.urlsafe_b64encode(data),
+        data.hex().encode(),
+        data.hex().upper().encode(),
+    ):
+        out = redactor(f"header {encoded.decode()} trailer")
+        assert "[REDACTED:MY_SERVICE_TOKEN:encoded]" in out, (prefix, out)
+        assert encoded[len(prefix) * 2 + 4 : -8].decode() not in out
+
+
+def test_a_secret_whose_context_precedes_an_earlier_secret_is_held_with_it() -> None:
+    """An AWS secret is recognised by the key id before it: streamed a byte at a time, the
+    id (a secret itself) is not let go before the secret after it settles."""
+    (secret,) = [s for s in SECRETS if s.name == "aws id then secret"]
+    data = f"{secret.text} ✓\n{'x' * 200}\n".encode()
+    stream = Redactor(NO_ENV).stream()
+    out = b"".join(stream.push(data[i : i + 1]) for i in range(len(data))) + stream.close()
+    assert secret.secret[:12] not in out.decode()
 
 
 def test_ordinary_output_passes_unchanged() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,15 +12,33 @@ import yaml
 
 from orchestrator import config
 from orchestrator import queue_utils as q
+from orchestrator.memory.notes import NotesManager
+from orchestrator.memory.store import MemoryStore
 from orchestrator.redaction import hide_also, redact
 
-from .conftest import HELPERS, run_claimed
+from .conftest import HELPERS, child_env, run_claimed
 from .helpers.secrets_corpus import fake_secrets
+from .web_server import Client, start_web
 
 SERVICE_TOKEN = "svc-7f3a9c2e5b1d4f608a2c"
+OCTOPOID = shutil.which("octopoid") or "octopoid"
 
 
-def test_an_agent_printing_35_secret_shapes_leaks_none(git_project: Path):
+def leaked(texts: dict[str, str], secrets: list[str]) -> list[tuple[str, str]]:
+    """(where, the secret's head) for every 12 characters of a secret found anywhere."""
+    return [
+        (where, secret[:12])
+        for where, text in texts.items()
+        for secret in secrets
+        for i in range(0, max(1, len(secret) - 11), 4)
+        if secret[i : i + 12] in text
+    ]
+
+
+def test_no_secret_an_agent_meets_leaks_anywhere_octopoid_writes_or_shows(git_project: Path):
+    """The corpus, an agents.yaml secret (plain, base64, hex), in output, memory and commit
+    messages: none reaches notes, logs, task files, the next prompt, the review page
+    (served by a process whose environment never had the agent's secret), or memory."""
     agent = {
         "name": "leaky",
         "role": "implement",
@@ -27,24 +48,38 @@ def test_an_agent_printing_35_secret_shapes_leaks_none(git_project: Path):
     }
     (git_project / ".octopoid/agents.yaml").write_text(yaml.safe_dump({"agents": [agent]}))
     tid = q.create_task("print everything").id
-    for _ in range(2):
-        assert run_claimed(q.claim_task(None, "leaky"), "leaky").next_state in (
-            "incoming",
-            "failed",
-        )
+    assert run_claimed(q.claim_task(None, "leaky"), "leaky").next_state == "incoming"
+    assert run_claimed(q.claim_task(None, "leaky"), "leaky").next_state == "provisional"
+    server = start_web(git_project)
+    try:
+        client = Client(server.base)
+        client.login(server.token)
+        pages = {f"page {tab}": client.request(f"/tasks/TASK-{tid}?tab={tab}")[2]
+                 for tab in ("diff", "notes", "attempt-1", "attempt-2", "history")}  # fmt: skip
+        pages["board"] = client.request("/")[2]
+    finally:
+        server.stop()
+    assert "add the feature" in pages["page diff"]  # the commit list is shown
+    working = NotesManager(notes_id=f"TASK-{tid}").notes_file.read_text()
+    accepted = subprocess.run(  # as a person does: a process that never ran the agent
+        [OCTOPOID, "accept", tid], cwd=git_project, env=child_env(git_project), check=True
+    )
+    assert accepted.returncode == 0
     written = [
         *config.get_logs_dir().rglob("*"),
         *config.get_notes_dir().rglob("*"),
-        git_project / f".octopoid/runtime/queue/incoming/TASK-{tid}.md",
+        *config.get_memory_dir().rglob("*.md"),
+        git_project / f".octopoid/runtime/queue/done/TASK-{tid}.md",
     ]
-    texts = {p: p.read_text(errors="replace") for p in written if p.is_file()}
+    texts = {str(p): p.read_text(errors="replace") for p in written if p.is_file()}
+    texts |= pages | {"working notes": working}
+    texts["memory"] = "\n".join(n["content"] for n in MemoryStore().search_notes("deploys"))
+    assert "deploys use [REDACTED:" in texts["memory"]
     assert any("## Previous Agent Notes" in t for t in texts.values())  # the next prompt
-    assert any("[REDACTED:" in t for t in texts.values())
+    assert any("[REDACTED:MY_SERVICE_TOKEN:encoded]" in t for t in texts.values())
     secrets = [s.secret for s in fake_secrets()] + [SERVICE_TOKEN]
-    for path, text in texts.items():
-        for secret in secrets:
-            for i in range(0, max(1, len(secret) - 11), 4):  # no 12 characters of any
-                assert secret[i : i + 12] not in text, (path.name, secret[:12])
+    secrets += [SERVICE_TOKEN.encode().hex(), base64.b64encode(SERVICE_TOKEN.encode()).decode()]
+    assert not leaked(texts, secrets)
 
 
 def test_an_agents_own_env_secret_is_hidden_in_errors_and_history(project):

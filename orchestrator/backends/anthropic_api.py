@@ -29,7 +29,7 @@ from ..processes import in_new_session_dying_with_parent, signal_group
 from ..redaction import redact
 from ..sandbox.box import Box
 from . import worktree_tools
-from .base import AgentRequest, AgentResult
+from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .worktree_tools import COMMIT, TOOL_SPECS
 
 SYSTEM = (
@@ -121,8 +121,8 @@ class _Tally:
 
     def add(self, usage: Any) -> None:
         self.turns += 1
-        self.tokens_in += usage.input_tokens or 0
-        self.tokens_out += usage.output_tokens or 0
+        self.tokens_in += count_of(getattr(usage, "input_tokens", 0))
+        self.tokens_out += count_of(getattr(usage, "output_tokens", 0))
         if self.price:
             self.cost = self.tokens_in * self.price[0] + self.tokens_out * self.price[1]
 
@@ -134,7 +134,7 @@ class _Tally:
             cost_usd=self.cost,
             tokens_in=self.tokens_in,
             tokens_out=self.tokens_out,
-            summary=summary[:500],
+            summary=clipped(summary, 500),
             details=details,
         )
 
@@ -219,37 +219,63 @@ class AnthropicBackend:
     ) -> str | None:
         """Log a response, run its tool calls; the finish summary ends the loop."""
         blocks, results, finished = [], [], None
-        for block in response.content:
-            if block.type == "text":
-                blocks.append({"type": "text", "text": block.text})
-                _say(output, block.text)
-            elif block.type == "tool_use":
-                blocks.append(
-                    {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-                )
-                _say(output, f"→ {block.name}: {json.dumps(block.input, ensure_ascii=False)[:300]}")
-                if block.name == "finish":
-                    finished = str((block.input or {}).get("summary") or "finished")
-                    text, is_error = "ok", False
-                elif block.name in TOOL_NAMES:
-                    text, is_error = tools.call(block.name, block.input)
-                else:
-                    text, is_error = f"unknown tool {block.name!r}", True
-                _say(output, f"{'✗' if is_error else '←'} {text[:300]}")
-                results.append(
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": block.id,
-                        "content": text,
-                        "is_error": is_error,
-                    }
-                )
+        for block in read_blocks(getattr(response, "content", None), output):
+            if block["type"] == "text":
+                blocks.append(block)
+                _say(output, block["text"])
+                continue
+            blocks.append(block)
+            name, tool_input = block["name"], block["input"]
+            _say(
+                output,
+                f"→ {name}: {clipped(json.dumps(tool_input, ensure_ascii=False), 300, output)}",
+            )
+            if name == "finish":
+                finished = str(tool_input.get("summary") or "finished")
+                text, is_error = "ok", False
+            elif name in TOOL_NAMES:
+                text, is_error = tools.call(name, tool_input)
+            else:
+                text, is_error = f"unknown tool {name!r}", True
+            _say(output, f"{'✗' if is_error else '←'} {clipped(text, 300, output)}")
+            results.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": block["id"],
+                    "content": text,
+                    "is_error": is_error,
+                }
+            )
         messages.append({"role": "assistant", "content": blocks})
         if finished is None and not results:  # the model ended without calling finish
             return next((b["text"] for b in reversed(blocks) if b["type"] == "text"), "done")
         if finished is None:
             messages.append({"role": "user", "content": results})
         return finished
+
+
+def read_blocks(content: Any, output: TailBuffer) -> list[dict[str, Any]]:
+    """A response's content as plain blocks (text; tool_use with a str name and id and a
+    dict input); a block of another shape, or one the SDK built without its fields (it
+    does not validate), is noted and skipped."""
+    blocks = []
+    for block in content if isinstance(content, list) else []:
+        try:
+            if block.type == "text":
+                blocks.append({"type": "text", "text": _text(block.text)})
+            elif block.type == "tool_use":
+                tool_input = block.input if isinstance(block.input, dict) else {}
+                name, use_id = _text(block.name), _text(block.id)
+                blocks.append({"type": "tool_use", "id": use_id, "name": name, "input": tool_input})
+        except (AttributeError, TypeError) as exc:
+            unreadable(output, "a content block", repr(block), exc)
+    return blocks
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value
 
 
 def _say(output: TailBuffer, text: str) -> None:

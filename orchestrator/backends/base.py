@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..fsutil import TailBuffer
+from ..redaction import redact
 from ..sandbox.box import Box
 
 OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited")
@@ -50,6 +51,26 @@ class AgentResult:
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {self.outcome!r}")
+
+
+def clipped(text: str, limit: int, output: TailBuffer | None = None) -> str:
+    """``text`` redacted, then cut to ``limit`` characters. Cut first, the head of a secret
+    straddling the cut would no longer be recognised, and would leak. Redacted as
+    ``output`` redacts (the agent's own secrets too), else with every secret octopoid knows."""
+    redactor = output.redactor if output is not None and output.redactor else redact
+    return redactor(text)[:limit]
+
+
+def count_of(value: object) -> int:
+    """A token or turn count from an agent's report: a non-negative int, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def unreadable(output: TailBuffer, what: str, raw: str, exc: Exception) -> None:
+    """Note an event a parser could not read, and go on: one odd line never loses an attempt.
+    (``raw`` is shortened only after redaction; its first 4 KiB are more than is shown.)"""
+    line = f"[octopoid: skipped {what} it could not read ({type(exc).__name__}): {raw[:4096]}"
+    output.feed((clipped(line, 500, output) + "]\n").encode("utf-8", errors="replace"))
 
 
 class Backend(Protocol):

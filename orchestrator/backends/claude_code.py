@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fsutil import TailBuffer
-from .base import AgentRequest, AgentResult
+from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import run_agent_process
 
 INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
@@ -113,18 +113,18 @@ class StreamJsonParser:
         if not isinstance(event, dict):
             self._text(raw)
             return
-        self.session_id = event.get("session_id") or self.session_id
+        if isinstance(event.get("session_id"), str):
+            self.session_id = event["session_id"]
         handler = getattr(self, f"_on_{event.get('type')}", None)
-        if handler is not None:
+        if handler is None:
+            return
+        try:
             handler(event)
+        except (AttributeError, TypeError, ValueError, KeyError) as exc:  # a shape not expected
+            unreadable(self.output, "a stream event", raw.decode("utf-8", "replace"), exc)
 
     def _text(self, raw: bytes) -> None:
         self.output.feed(raw.rstrip(b"\n") + b"\n")
-
-    def _clip(self, text: str, limit: int) -> str:
-        """Redacted first, then shortened: a cut must not leave a secret's unrecognisable head."""
-        redactor = self.output.redactor
-        return (redactor(text) if redactor else text)[:limit]
 
     def _say(self, text: str) -> None:
         self.output.feed((text.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
@@ -137,12 +137,18 @@ class StreamJsonParser:
         message = event.get("message") or {}
         if message.get("id"):
             self.message_ids.add(message["id"])
-        for block in message.get("content") or []:
-            if block.get("type") == "text" and block.get("text"):
+        content = message.get("content")
+        if isinstance(content, str):  # a plain string is the message's text
+            content = [{"type": "text", "text": content}]
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text" and isinstance(block.get("text"), str):
                 self.last_text = block["text"]
                 self._say(block["text"])
             elif block.get("type") == "tool_use":
-                self._say(f"→ {block.get('name')}: {self._clip(_shown(block.get('input')), 300)}")
+                shown = clipped(_shown(block.get("input")), 300, self.output)
+                self._say(f"→ {block.get('name')}: {shown}")
 
     def _on_user(self, event: dict[str, Any]) -> None:
         for block in (event.get("message") or {}).get("content") or []:
@@ -153,17 +159,18 @@ class StreamJsonParser:
                         str(c.get("text", "")) for c in content if isinstance(c, dict)
                     )
                 mark = "✗" if block.get("is_error") else "←"
-                self._say(f"{mark} {self._clip(str(content), 500)}")
+                self._say(f"{mark} {clipped(str(content), 500, self.output)}")
 
     def _on_result(self, event: dict[str, Any]) -> None:
         self.result = event
-        cost = event.get("total_cost_usd")
+        cost = _number(event.get("total_cost_usd"))
         self._say(
             f"[result: {event.get('subtype')}, {event.get('num_turns')} turns, "
             f"${cost if cost is not None else '?'}] {event.get('result') or ''}"
         )
-        for denial in event.get("permission_denials") or []:
-            self._say(f"[permission denied: {json.dumps(denial)[:300]}]")
+        denials = event.get("permission_denials")
+        for denial in denials if isinstance(denials, list) else []:
+            self._say(f"[permission denied: {clipped(json.dumps(denial), 300, self.output)}]")
 
     def to_result(self, exit_code: int | None, timed_out: bool) -> AgentResult:
         if self.result is None:
@@ -177,31 +184,33 @@ class StreamJsonParser:
                 summary=f"{why} after {self.turns} turns",
             )
         r = self.result
-        usage = r.get("usage") or {}
+        usage = r.get("usage") if isinstance(r.get("usage"), dict) else {}
         text = str(r.get("result") or self.last_text)
-        outcome = SUBTYPE_OUTCOMES.get(r.get("subtype"), "error")
+        subtype = r.get("subtype")
+        outcome = SUBTYPE_OUTCOMES.get(subtype, "error") if isinstance(subtype, str) else "error"
         if r.get("is_error") and outcome == "success":
             outcome = "error"
         if r.get("is_error") and (
             r.get("api_error_status") in (429, 529) or RATE_LIMIT_RE.search(text)
         ):
             outcome = "rate_limited"
-        denials = r.get("permission_denials") or []
+        denials = r.get("permission_denials")
+        denials = denials if isinstance(denials, list) else []
         return AgentResult(
             exit_code,
             outcome,
             turns=self.turns,
             cost_usd=_number(r.get("total_cost_usd")),
-            tokens_in=int(usage.get("input_tokens") or 0),
-            tokens_out=int(usage.get("output_tokens") or 0),
-            session_id=r.get("session_id") or self.session_id,
-            summary=text[:500],
+            tokens_in=count_of(usage.get("input_tokens")),
+            tokens_out=count_of(usage.get("output_tokens")),
+            session_id=self.session_id,
+            summary=clipped(text, 500, self.output),
             details={"permission_denials": denials} if denials else {},
         )
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 class ClaudeCodeBackend:

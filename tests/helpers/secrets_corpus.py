@@ -1,4 +1,4 @@
-"""Fake secrets in 35 real shapes, and ordinary output that must survive redaction.
+"""Fake secrets in 60 real shapes, and ordinary output that must survive redaction.
 
 The secrets are built at test time from a seeded random, in the right alphabet and length,
 so none sits in the repo for a secret scanner to flag. Each one appears in the context it
@@ -46,9 +46,10 @@ class Maker:
 
 
 def fake_secrets(seed: int = 7) -> list[FakeSecret]:
-    """35 fake secrets, each in its context."""
+    """60 fake secrets, each in its context."""
     r = Maker(seed)
     found = [*tokens(r), *cloud_keys(r), *urls_with_passwords(r), *key_blocks(r)]
+    found += [*more_tokens(r), *by_context(r)]
     return [
         FakeSecret(name, kind, text.format(s=secret), secret) for name, kind, text, secret in found
     ]
@@ -94,6 +95,66 @@ def cloud_keys(r: Maker) -> list[tuple[str, str, str, str]]:
         ("google api key", "google-api-key", "maps/api/js?key={s}", "AIza" + r(35, URLSAFE)),
         ("azure storage", "azure-storage-key", azure, "AccountKey=" + r.b64(66)),
         ("slack webhook", "slack-token", "curl -X POST {s} -d @msg.json", webhook),
+    ]
+
+
+def more_tokens(r: Maker) -> list[tuple[str, str, str, str]]:
+    bech32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l".upper()
+    xapp = f"xapp-1-A{r(10, UPPER)}-{r(13, DIGITS)}-{r(64, HEX)}"
+    mapbox = f"sk.eyJ1IjoiYWRhIiwiYSI6I{r(20, URLSAFE)}.{r(22, URLSAFE)}"
+    return [
+        ("github app", "github-token", "x-access-token {s}", "ghs_" + r(36)),
+        ("github refresh", "github-token", "refresh={s}", "ghr_" + r(76)),
+        ("gitlab deploy", "gitlab-token", "deploy token {s}", "gldt-" + r(20)),
+        ("gitlab runner", "gitlab-token", "runner token: {s}", "glrt-" + r(20)),
+        ("anthropic admin", "anthropic-key", "admin {s}", f"sk-ant-admin01-{r(93, URLSAFE)}AA"),
+        ("slack app", "slack-token", "app token {s}", xapp),
+        ("google oauth secret", "google-oauth-secret", "secret {s}", "GOCSPX-" + r(28, URLSAFE)),
+        (
+            "huggingface",
+            "huggingface-token",
+            "huggingface-cli login --token {s}",
+            "hf_" + r(34, string.ascii_letters),
+        ),
+        ("databricks", "databricks-token", "token = {s}", "dapi" + r(32, HEX)),
+        ("digitalocean", "digitalocean-token", "doctl auth init -t {s}", "dop_v1_" + r(64, HEX)),
+        ("shopify", "shopify-token", "X-Shopify-Access-Token: {s}", "shpat_" + r(32, HEX)),
+        ("linear", "linear-key", "linear key {s}", "lin_api_" + r(40)),
+        ("stripe webhook", "stripe-webhook-secret", "endpoint secret {s}", "whsec_" + r(32)),
+        ("sentry", "sentry-token", "sentry-cli --auth-token {s}", "sntrys_" + r(60, URLSAFE)),
+        ("planetscale", "planetscale-token", "pw {s}", "pscale_pw_" + r(43, URLSAFE)),
+        ("postman", "postman-key", "postman {s}", f"PMAK-{r(24, HEX)}-{r(34, HEX)}"),
+        ("age", "age-secret-key", "# key: {s}", "AGE-SECRET-KEY-1" + r(58, bech32)),
+        ("vault", "vault-token", "vault login {s}", "hvs." + r(90, URLSAFE)),
+        (
+            "terraform cloud",
+            "terraform-token",
+            '"token": "{s}"',
+            f"{r(14)}.atlasv1.{r(67, URLSAFE)}",
+        ),
+        ("grafana", "grafana-token", "grafana {s}", f"glsa_{r(32)}_{r(8, HEX)}"),
+        ("docker hub", "docker-token", "docker login -u ada -p {s}", "dckr_pat_" + r(27, URLSAFE)),
+        ("supabase", "supabase-token", "supabase {s}", "sbp_" + r(40, HEX)),
+        ("atlassian", "atlassian-token", "jira {s}", "ATATT3xFfGF0" + r(180, URLSAFE)),
+        ("new relic", "newrelic-key", "newrelic {s}", "NRAK-" + r(27, UPPER)),
+        ("doppler", "doppler-token", "doppler {s}", "dp.st.prd." + r(43)),
+        ("pulumi", "pulumi-token", "pulumi login {s}", "pul-" + r(40, HEX)),
+        ("mapbox", "mapbox-token", "mapbox {s}", mapbox),
+    ]
+
+
+def by_context(r: Maker) -> list[tuple[str, str, str, str]]:
+    aws_id = "AKIA" + r(16, UPPER)
+    basic = base64.b64encode(f"ada:{r(16)}".encode()).decode()
+    return [
+        ("aws id then secret", "aws-secret-key", f"aws {aws_id} secret {{s}}", r(40, ALNUM + "/+")),
+        ("aws session token", "aws-session-token", "aws_session_token = {s}", r(300, ALNUM + "/+")),
+        ("basic auth", "basic-auth", "Authorization: Basic {s}", basic),
+        ("sshpass", "cli-password", "sshpass -p '{s}' ssh deploy@host", r(14, PASSWORD)),
+        ("mysql -p", "cli-password", "mysql -u root -p{s} shop", r(12)),
+        ("curl -u", "cli-password", "curl -u ada:{s} https://api.example.com", r(18)),
+        ("env dump", "env-secret", "export DB_PASSWORD={s}", r(20, PASSWORD)),
+        ("json secret", "json-secret", '{{"clientSecret": "{s}"}}', r(34, URLSAFE)),
     ]
 
 
