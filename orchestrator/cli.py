@@ -86,6 +86,14 @@ def _blocked_cell(blockage: Blockage | None) -> str:
     return f"{labels} (stuck)" if blockage.stuck else labels
 
 
+def _no_longer_merges(label: str, files: list[str]) -> str:
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    return (
+        f"{label} no longer merges into its base (conflicts in {shown or '?'}): "
+        f"`octopoid reject {label} --reason ...` sends it back to rebase"
+    )
+
+
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(
@@ -187,20 +195,26 @@ def list_cmd(queue: str | None, role: str | None, as_json: bool) -> None:
     listed = {s: queue_utils.list_tasks(s) for s in states}
     blocked = dependencies.blocked_report(listed.get(TaskState.INCOMING, []))
     tasks = [t for s in states for t in listed[s] if role in (None, t.role)]
+    conflicts = reports.unmergeable([t for t in tasks if t.state is TaskState.PROVISIONAL])
     if as_json:
-        _emit_json([_task_row(t, blocked.get(t.id)) for t in tasks])
+        _emit_json(
+            [_task_row(t, blocked.get(t.id)) | {"conflicts": conflicts.get(t.label)} for t in tasks]
+        )
         return
     if not tasks:
         click.echo("no tasks")
         return
     rows = [["ID", "STATE", "PRI", "ROLE", "ATT", "BLOCKED", "TITLE"]]
     for t in tasks:
-        cells = [t.label, t.state.value, t.priority, t.role, str(t.attempts)]
+        state = t.state.value + (" (conflicts)" if t.label in conflicts else "")
+        cells = [t.label, state, t.priority, t.role, str(t.attempts)]
         rows.append([*cells, _blocked_cell(blocked.get(t.id)), t.title])
     click.echo(_table(rows))
     for t in tasks:
         if t.id in blocked and blocked[t.id].stuck:
             click.echo(f"{t.label} is stuck: {blocked[t.id].stuck}")
+    for label, files in conflicts.items():
+        click.echo(_no_longer_merges(label, files))
 
 
 @cli.command()
@@ -261,6 +275,8 @@ def status(as_json: bool) -> None:
         click.echo(f"blocked: {blocked['count']} waiting on other tasks, {stuck} stuck")
         for t in blocked["stuck"]:
             click.echo(f"  {t['id']} is stuck: {t['why']}")
+    for t in summary["unmergeable"]:
+        click.echo(_no_longer_merges(t["id"], t["conflicts"]))
     if not summary["config_problem"]:  # that one is said last, on stderr
         for line in stalls.lines(summary["stalls"]):
             click.echo(line)

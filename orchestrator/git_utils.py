@@ -371,6 +371,13 @@ def merge_conflicts(repo: git.Repo, task_id: str, base: str) -> list[str] | None
     return [line for line in out.splitlines()[1:] if line.strip()]
 
 
+def branch_tips(repo: git.Repo) -> dict[str, str]:
+    """Every local branch's tip, by name, in one git call."""
+    with git_errors("git for-each-ref"):
+        out = repo.git.for_each_ref("--format=%(objectname) %(refname:lstrip=2)", "refs/heads")
+    return {name: sha for sha, _, name in (line.partition(" ") for line in out.splitlines())}
+
+
 def _checkout_of(repo: git.Repo, branch: str) -> Path | None:
     """The worktree that has ``branch`` checked out, if any."""
     current: Path | None = None
@@ -403,11 +410,7 @@ def merge_task_branch(
         checkout = _checkout_of(repo, base)
         if checkout is not None:
             where = open_repo(checkout, hooks=run_hooks)
-            if where.is_dirty(untracked_files=False):
-                raise MergeRefused(
-                    f"{checkout} has uncommitted changes on {base}; commit or stash them, "
-                    "then accept again"
-                )
+            _refuse_local_changes_in_the_way(where, checkout, base, branch)
             _merge_in(where, branch, strategy, message)
             new = where.head.commit.hexsha
         else:
@@ -418,6 +421,35 @@ def merge_task_branch(
 
             new = _merge_detached(repo, branch, base, strategy, message, run_hooks, update)
         return new
+
+
+def _names(where: git.Repo, *args: str) -> list[str]:
+    """``git diff --name-only -z`` as a list (names unquoted, whatever they hold)."""
+    with git_errors("git diff --name-only"):
+        return [n for n in where.git.diff("--name-only", "-z", *args).split("\0") if n]
+
+
+def _refuse_local_changes_in_the_way(
+    where: git.Repo, checkout: Path, base: str, branch: str
+) -> None:
+    """A merge in the user's checkout goes ahead beside their uncommitted edits (an edited
+    agents.yaml), and is refused only when it would change a file they edited, or commit
+    what they staged; the refusal names the files."""
+    staged = _names(where, "--cached")
+    if staged:
+        raise MergeRefused(
+            f"{checkout} has staged changes on {base}, which the merge commit would take in:\n"
+            + "".join(f"  {name}\n" for name in staged[:20])
+            + "commit or unstage them (git restore --staged), then accept again"
+        )
+    edited = set(_names(where))
+    clash = sorted(edited & set(_names(where, f"{base}...{branch}"))) if edited else []
+    if clash:
+        raise MergeRefused(
+            f"{checkout} has uncommitted changes on {base} to files the merge changes:\n"
+            + "".join(f"  {name}\n" for name in clash[:20])
+            + "commit or stash them, then accept again"
+        )
 
 
 def _merge_detached(
@@ -507,12 +539,22 @@ def _merge_in(where: git.Repo, branch: str, strategy: str, message: str) -> None
     }[strategy]
     try:
         where.git.merge(*args)
-        if strategy == "squash" and where.is_dirty(untracked_files=False):
+        if strategy == "squash" and _names(where, "--cached"):
             where.git.commit("-m", message)
     except git.GitCommandError as exc:
+        conflicted = []
+        with suppress(git.GitCommandError, GitError):
+            conflicted = _names(where, "--diff-filter=U")
         detail = _git_message(exc)
         with suppress(git.GitCommandError):
             where.git.reset("--merge")  # undoes a conflicted merge or squash; no-op otherwise
+        if conflicted:
+            raise MergeRefused(
+                f"merging {branch} conflicts in:\n"
+                + "".join(f"  {name}\n" for name in conflicted)
+                + "nothing was merged. Rebase the branch onto its base and resolve them, or "
+                "reject the task with the conflict as the reason (the next attempt rebases)"
+            ) from None
         raise MergeRefused(
             f"merging {branch} failed and was undone: {detail}. Resolve it on the branch "
             "(or reject the task with the conflict as the reason), then accept again"

@@ -1,12 +1,16 @@
-"""Read-only reports over the queue: counts, running claims, usage (for `octopoid status`)."""
+"""Reports over the queue: counts, running claims, usage (for `octopoid status`), and which
+reviews no longer merge. They move nothing; the merge checks are cached."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
-from . import agent_status, config, sandbox, stalls
+from . import agent_status, config, git_utils, sandbox, stalls
 from .dependencies import blocked_summary
+from .exceptions import OctopoidError
+from .fsutil import atomic_write
 from .queue_utils import get_store
 from .store.claim_index import Waiting
 from .tasks import Task, TaskState, parse_time, task_label, utcnow
@@ -24,8 +28,8 @@ def status_summary(
 ) -> dict[str, Any]:
     """Counts per queue, claimed tasks with agent and lease, the oldest task that can run,
     blocked and stuck tasks, what is paused, whether the configuration is usable, the
-    sandbox (whether agents can start, and whether they are trusted), and why nothing is
-    claimed (``stalls.report``).
+    sandbox (whether agents can start, and whether they are trusted), why nothing is
+    claimed (``stalls.report``), and reviews whose branch no longer merges.
 
     Only claimed tasks are parsed: waiting tasks come from the claim index, usage from the
     ledger, counts from the folders' listings, so the cost does not grow with done/.
@@ -50,7 +54,9 @@ def status_summary(
     ready = [w for w in waiting if task_label(w.id) not in blocked["waiting"] and w.created]
     oldest = min(ready, key=lambda w: w.created, default=None)
     turns, cost, most = store.usage()
+    conflicts = unmergeable(store.list(S.PROVISIONAL))
     return {
+        "unmergeable": [{"id": label, "conflicts": files} for label, files in conflicts.items()],
         "config_problem": problem,
         "stalls": stalls.report(),
         "sandbox": None if problem else sandbox.describe(),
@@ -74,3 +80,37 @@ def status_summary(
             "age_seconds": int((now - parse_time(oldest.created)).total_seconds()),
         },
     }
+
+
+def unmergeable(tasks: list[Task]) -> dict[str, list[str]]:
+    """Tasks (waiting for review) whose branch no longer merges cleanly into its base: label
+    -> the conflicting files. ``git merge-tree`` runs only for a pair of tips it has not
+    judged before (``runtime/merge-checks.json``), so `status` stays quick as reviews wait.
+    Empty when git cannot tell (no repository): `octopoid checks TASK-N` says why."""
+    if not tasks:
+        return {}
+    path = config.get_orchestrator_dir() / "merge-checks.json"
+    try:
+        repo = git_utils.open_repo()
+        tips = git_utils.branch_tips(repo)
+        known = json.loads(path.read_text()) if path.exists() else {}
+    except (OctopoidError, ValueError, OSError):
+        return {}
+    judged: dict[str, list[str] | None] = {}
+    found = {}
+    for task in tasks:
+        branch, base = git_utils.branch_for(task.id), task.branch
+        if branch not in tips or base not in tips:
+            continue
+        key = f"{tips[base]}:{tips[branch]}"
+        try:
+            judged[key] = (
+                known[key] if key in known else git_utils.merge_conflicts(repo, task.id, base)
+            )
+        except OctopoidError:
+            continue
+        if judged[key] is not None:
+            found[task.label] = judged[key]
+    if judged != known:
+        atomic_write(path, json.dumps(judged))  # only the pairs of tasks still waiting
+    return found

@@ -76,7 +76,7 @@ def test_conflict_is_aborted_and_the_task_stays_provisional(git_project: Path) -
     repo.index.add(["README.md"])
     repo.index.commit("human edit")
     head = repo.head.commit.hexsha
-    with pytest.raises(MergeRefused, match="undone"):
+    with pytest.raises(MergeRefused, match=r"conflicts in:\n  README\.md\nnothing was merged"):
         review.accept(tid)
     assert repo.head.commit.hexsha == head and not repo.is_dirty()
     assert (git_project / "README.md").read_text() == "human's readme\n"
@@ -84,13 +84,30 @@ def test_conflict_is_aborted_and_the_task_stays_provisional(git_project: Path) -
     assert q.get_task_notes(tid) is not None and git_utils.worktree_for(tid).exists()
 
 
-def test_dirty_base_checkout_is_refused(git_project: Path) -> None:
-    tid = provisional_with_commit(git_project)
+def test_uncommitted_edits_block_only_a_merge_that_touches_them(git_project: Path) -> None:
+    """An edited agents.yaml (or any file the merge leaves alone) does not stop an accept;
+    an edit to a file the branch changes, or anything staged, does, and is named."""
+    repo = git.Repo(git_project)
+    repo.index.add([".octopoid/agents.yaml"])
+    repo.index.commit("track the agents")
+    tid = provisional_with_commit(git_project, "README.md", "agent's readme\n")
     (git_project / "README.md").write_text("uncommitted\n")
-    with pytest.raises(MergeRefused, match="uncommitted changes"):
+    with pytest.raises(MergeRefused, match=r"to files the merge changes:\n  README\.md\n"):
         review.accept(tid)
     assert q.get_task(tid).state is TaskState.PROVISIONAL
     assert (git_project / "README.md").read_text() == "uncommitted\n"
+    repo.git.checkout("README.md")
+    (git_project / "notes.txt").write_text("staged\n")
+    repo.git.add("notes.txt")
+    with pytest.raises(MergeRefused, match=r"staged changes on main.*\n  notes\.txt\n"):
+        review.accept(tid)
+    repo.git.rm("--cached", "-q", "notes.txt")
+    (git_project / ".octopoid/agents.yaml").write_text("agents: []\n# being edited\n")
+    review.accept(tid)
+    assert q.get_task(tid).state is TaskState.DONE
+    assert repo.head.commit.tree["README.md"].data_stream.read() == b"agent's readme\n"
+    assert "# being edited" in (git_project / ".octopoid/agents.yaml").read_text()
+    assert repo.is_dirty(untracked_files=False)  # the edit is still the user's, uncommitted
 
 
 def test_base_not_checked_out_is_merged_without_touching_the_checkout(git_project: Path) -> None:
@@ -158,3 +175,39 @@ def test_worktree_errors_carry_gits_words(git_project: Path) -> None:
 def test_not_a_git_repo_is_a_clear_error(project: Path) -> None:
     with pytest.raises(GitError, match="not a git repository"):
         git_utils.open_repo()
+
+
+def test_list_and_status_mark_a_review_whose_branch_no_longer_merges(git_project: Path) -> None:
+    import json
+    import shutil
+    import subprocess
+
+    from .conftest import child_env
+
+    octopoid = shutil.which("octopoid") or "octopoid"
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [octopoid, *args], cwd=git_project, env=child_env(git_project),
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return done.stdout
+
+    clean = provisional_with_commit(git_project, "fine.txt")
+    tid = provisional_with_commit(git_project, "README.md", "agent's readme\n")
+    assert "conflicts" not in cli("list") and "no longer merges" not in cli("status")
+    repo = git.Repo(git_project)
+    (git_project / "README.md").write_text("human's readme\n")
+    repo.index.add(["README.md"])
+    repo.index.commit("human edit")
+    listed = cli("list")
+    assert f"TASK-{tid}  provisional (conflicts)" in listed
+    assert f"TASK-{tid} no longer merges into its base (conflicts in README.md)" in listed
+    rows = {r["id"]: r for r in json.loads(cli("list", "--json"))}
+    assert rows[f"TASK-{tid}"]["conflicts"] == ["README.md"]
+    assert rows[f"TASK-{clean}"]["conflicts"] is None
+    status = json.loads(cli("status", "--json"))
+    assert status["unmergeable"] == [{"id": f"TASK-{tid}", "conflicts": ["README.md"]}]
+    assert f"TASK-{tid} no longer merges" in cli("status")
+    cache = git_project / ".octopoid/runtime/merge-checks.json"
+    assert len(json.loads(cache.read_text())) == 2  # one judgement per waiting review
