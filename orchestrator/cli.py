@@ -378,13 +378,21 @@ def approve(task_id: str, actor: str) -> None:
 
 @cli.command()
 @click.argument("task_ids", nargs=-1, required=True)
-def retry(task_ids: tuple[str, ...]) -> None:
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Start again from the base branch: earlier attempts' commits are set aside "
+    "(kept as refs/octopoid/replaced/agent/TASK-<id>), not built on.",
+)
+def retry(task_ids: tuple[str, ...], fresh: bool) -> None:
     """Move failed, rejected or breakdown tasks back to incoming, with fresh attempts.
 
-    Their retry notes are kept, so the next attempt reads what the last ones found. From
-    breakdown/, the task is tried whole again instead of being split.
+    Their retry notes are kept, so the next attempt reads what the last ones found, and
+    its prompt lists the commits the branch already holds. From breakdown/, the task is
+    tried whole again instead of being split.
     """
-    _each(task_ids, lambda raw: f"{queue_utils.retry_task(raw).label} back in incoming")
+    how = " (from its base)" if fresh else ""
+    _each(task_ids, lambda raw: f"{review.retry(raw, fresh).label} back in incoming{how}")
 
 
 @cli.command()

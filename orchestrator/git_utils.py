@@ -284,6 +284,20 @@ def changed_paths(repo: git.Repo, task_id: str, base: str, *paths: str) -> list[
     return [name for name in out.split("\0") if name]
 
 
+def branch_history(
+    repo: git.Repo, task_id: str, base: str, most: int = 20
+) -> tuple[list[str], int]:
+    """What the task's branch holds beyond ``base`` (``short-sha subject``, newest first, at
+    most ``most``) and how many of ``base``'s commits it lacks; ([], 0) without a branch."""
+    branch = f"refs/heads/{branch_for(task_id)}"
+    if not branch_exists(repo, branch_for(task_id)):
+        return [], 0
+    with git_errors(f"git log {base}..{branch}"):
+        held = repo.git.log(f"-n{most}", "--format=%h %s", f"{full_ref(base)}..{branch}")
+        behind = int(repo.git.rev_list("--count", f"{branch}..{full_ref(base)}"))
+    return held.splitlines(), behind
+
+
 def commits_ahead(repo: git.Repo, task_id: str, base: str) -> int:
     """Commits on the task's branch that its base does not have."""
     return commits_on_branch(repo, task_id, full_ref(base))
@@ -319,6 +333,20 @@ def remove_worktree(repo: git.Repo, task_id: str, delete_branch: bool = True) ->
         if delete_branch and branch_exists(repo, branch):
             with git_errors(f"git branch -D {branch}"):
                 repo.git.branch("-D", branch)
+
+
+def set_branch_aside(repo: git.Repo, task_id: str) -> str | None:
+    """Start the task over: its branch (and worktree) removed, the old tip kept as
+    ``refs/octopoid/replaced/<branch>`` (nothing is lost); that tip, or None without one."""
+    branch = branch_for(task_id)
+    with repo_admin_lock():
+        if not branch_exists(repo, branch):
+            return None
+        tip = branch_tip(repo, branch)
+        with git_errors(f"git update-ref refs/octopoid/replaced/{branch}"):
+            repo.git.update_ref(f"refs/octopoid/replaced/{branch}", tip)
+    remove_worktree(repo, task_id)
+    return tip
 
 
 def delete_branch_if_merged(repo: git.Repo, task_id: str, base: str | None) -> bool:

@@ -120,15 +120,46 @@ def render_memory(notes: list[dict[str, Any]]) -> str:
     return f"{MEMORY_HEADING}\n\n{MEMORY_INTRO}\n\n{fence}text\n{body}\n{fence}\n"
 
 
+def render_branch(branch: str, base: str, held: list[str], behind: int) -> str:
+    """``## The Branch Already Holds``: earlier attempts' commits (their subjects fenced,
+    the agent wrote them) and how far the base moved on; ``""`` for a branch with none."""
+    if not held:
+        return ""
+    body = "\n".join(held)
+    fence = fence_for(body)
+    moved = (
+        f"; {base} has {behind} commit{'s' * (behind != 1)} it lacks (rebase onto {base} if "
+        "they matter)"
+        if behind
+        else f"; it is up to date with {base}"
+    )
+    return (
+        f"{BRANCH_HEADING}\n\nYou start on `{branch}`, which holds commits of earlier attempts "
+        f"beyond `{base}`{moved}. Newest first:\n\n{fence}text\n{body}\n{fence}\n\n"
+        "Build on them, or undo what went the wrong way (git revert, or git reset to an "
+        "earlier commit) before you go on."
+    )
+
+
+BRANCH_HEADING = "## The Branch Already Holds"
+
+
 def build_prompt(
-    instructions: str, task: Task, previous_notes: str = "", memory: str = "", howto: str = ""
+    instructions: str,
+    task: Task,
+    previous_notes: str = "",
+    memory: str = "",
+    howto: str = "",
+    branch: str = "",
 ) -> str:
-    """Instructions, the task, relevant memory, previous attempts' notes, how to record."""
+    """Instructions, the task, relevant memory, previous attempts' notes, what the branch
+    holds, how to record."""
     blocks = [
         instructions.strip(),
         task_text(task).strip(),
         memory.strip(),
         previous_notes.strip(),
+        branch.strip(),
         howto.strip(),
     ]
     return "\n\n".join(b for b in blocks if b) + "\n"

@@ -638,7 +638,9 @@ def reject_task(
 
 
 @octopoid_form()
-def retry_task(task: TaskRef, actor: str = "human", now: datetime | None = None) -> Task:
+def retry_task(
+    task: TaskRef, actor: str = "human", now: datetime | None = None, *, reason: str = "retry"
+) -> Task:
     """failed/rejected/breakdown -> incoming with a fresh set of attempts; notes are kept.
 
     From breakdown, the task is tried whole again instead of split (no breakdown agent,
@@ -649,7 +651,7 @@ def retry_task(task: TaskRef, actor: str = "human", now: datetime | None = None)
         [S.FAILED, S.REJECTED, S.BREAKDOWN],
         S.INCOMING,
         actor,
-        "retry",
+        reason,
         now,
         drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS", "INTERRUPTED", "PHASE"),
         edit=lambda t: t.set_header("ATTEMPTS_AT_RETRY", t.attempts),

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from .. import agent_status, config, queue_utils, recovery, sandbox
+from .. import agent_status, config, git_utils, queue_utils, recovery, sandbox
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..exceptions import InvalidTask, LostClaim, OctopoidError, StorageError
 from ..fsutil import TailBuffer, atomic_write
@@ -40,7 +40,13 @@ from ..processes import (
     kill_marked,
     marked_processes,
 )
-from ..prompts import MEMORY_HOWTO, build_prompt, render_memory, render_previous_notes
+from ..prompts import (
+    MEMORY_HOWTO,
+    build_prompt,
+    render_branch,
+    render_memory,
+    render_previous_notes,
+)
 from ..redaction import Redactor, hide_also, redact
 from ..sandbox.workspace import BroughtBack, Workspace
 from ..task_notes import add_notes_section, stdout_log_path
@@ -289,6 +295,14 @@ def _save_notes(
         os.replace(stdout_log_path(task.id), log_dir / f"attempt-{task.attempts}.log")
 
 
+def _branch_block(task: Task, space: Workspace) -> str:
+    """What the task's branch already holds from earlier attempts, for the prompt."""
+    repo = git_utils.open_repo()
+    held, behind = git_utils.branch_history(repo, task.id, space.base)
+    branch = git_utils.branch_for(task.id)
+    return render_branch(branch, space.base, [redact(line) for line in held], behind)
+
+
 def _work(
     task: Task,
     agent: dict,
@@ -306,7 +320,8 @@ def _work(
         role, howto = "breakdown", breakdown.ANSWER_FORMAT
     else:
         role, howto = task.role, MEMORY_HOWTO
-    prompt = build_prompt(instructions_for(role), task, notes, _memory_block(task, cfg), howto)
+    memory, branch = _memory_block(task, cfg), _branch_block(task, space)
+    prompt = build_prompt(instructions_for(role), task, notes, memory, howto, branch)
     atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt)
     prompt_file = space.write_prompt(prompt)
     space.box.env["OCTOPOID_PROMPT_FILE"] = str(prompt_file)

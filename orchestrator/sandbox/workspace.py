@@ -60,6 +60,7 @@ class Workspace(ABC):
     token: str  # the claim's: its digest marks the attempt's processes
     box: Box
     start: str  # the task branch's tip before the agent ran
+    base: str  # the ref the branch is judged against (the remote's base with git.remote)
     remote: str | None
     remote_problem: str | None
     banner: str  # the first line of the attempt's log: what walls there are
@@ -77,7 +78,8 @@ class Workspace(ABC):
 
     @abstractmethod
     def _make(self, agent: dict, cfg: dict, needs: list[str]) -> None:
-        """Make the place to work and its ``box`` (and ``start``, ``remote``, ``banner``)."""
+        """Make the place to work and its ``box`` (and ``start``, ``base``, ``remote``,
+        ``banner``)."""
 
     def _progress(self, text: str) -> None:
         self.progress = text

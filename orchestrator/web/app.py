@@ -174,7 +174,7 @@ def _reject(task_id: str, form: FormData) -> None:
 
 
 def _retry(task_id: str, form: FormData) -> None:
-    queue_utils.retry_task(task_id)
+    review.retry(task_id, fresh=bool(form.get("fresh")), actor=ACTOR)
 
 
 def _requeue(task_id: str, form: FormData) -> None:

@@ -1,0 +1,61 @@
+"""A retry is told what its branch already holds; `retry --fresh` starts from the base."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import git
+
+from orchestrator import config, review
+from orchestrator import queue_utils as q
+from orchestrator.tasks import TaskState
+
+from .conftest import child_env, commit_on_branch, run_claimed, write_agents
+
+OCTOPOID = shutil.which("octopoid") or "octopoid"
+
+
+def prompt_of(tid: str, attempt: int) -> str:
+    return (config.get_logs_dir() / f"TASK-{tid}" / f"attempt-{attempt}.prompt.md").read_text()
+
+
+def test_the_next_prompt_lists_the_branch_s_commits_and_how_far_the_base_moved(git_project):
+    write_agents(git_project)
+    tid = q.create_task("plain").id
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")  # commits TASK-<id>.txt
+    commit_on_branch(git_project, tid, {"more.txt": b"x\n"}, "second try at the parser")
+    repo = git.Repo(git_project)
+    (git_project / "base.txt").write_text("moved on\n")
+    repo.index.add(["base.txt"])
+    repo.index.commit("the base moves on")
+    review.reject(tid, "not yet")
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    prompt = prompt_of(tid, 2)
+    assert "## The Branch Already Holds" in prompt
+    block = prompt.split("## The Branch Already Holds", 1)[1]
+    assert "second try at the parser" in block and "main has 1 commit it lacks" in block
+    assert "## The Branch Already Holds" not in prompt_of(tid, 1)
+
+
+def test_retry_fresh_starts_from_the_base_and_keeps_the_old_tip(git_project):
+    write_agents(git_project)
+    tid = q.create_task("plain").id
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    repo = git.Repo(git_project)
+    old_tip = repo.commit(f"agent/TASK-{tid}").hexsha
+    q.fail_task(q.get_task(tid), "wrong approach")
+    done = subprocess.run(
+        [OCTOPOID, "retry", "--fresh", tid], cwd=git_project, env=child_env(git_project),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"TASK-{tid} back in incoming (from its base)\n"
+    assert f"agent/TASK-{tid}" not in [h.name for h in repo.heads]
+    assert repo.commit(f"refs/octopoid/replaced/agent/TASK-{tid}").hexsha == old_tip
+    task = q.get_task(tid)
+    assert task.state is TaskState.INCOMING and task.moves()[-1] == ("failed", "incoming")
+    assert "retry from main (old tip" in task.path.read_text()
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    assert "## The Branch Already Holds" not in prompt_of(tid, 2)
+    assert repo.commit(f"agent/TASK-{tid}").parents[0].hexsha == repo.commit("main").hexsha
