@@ -322,9 +322,12 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
             click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
         if done.strategy == "finished":
             return f"{done.task.label} was done already: finished what its accept left"
-        how = {"merge": "merged", "squash": "squashed", "ff-only": "fast-forwarded"}.get(
-            done.strategy, "branch left in place"
-        )
+        how = {
+            "merge": "merged",
+            "squash": "squashed",
+            "ff-only": "fast-forwarded",
+            "no-change": "no change needed, nothing merged",
+        }.get(done.strategy, "branch left in place")
         return f"{done.task.label} accepted ({how}): done"
 
     _each(task_ids, one)

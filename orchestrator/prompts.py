@@ -106,6 +106,13 @@ MEMORY_HOWTO = (
 )
 
 
+NO_CHANGE_HOWTO = (
+    "If the task turns out to need no change (it is done already, or what it asks is "
+    "already true), commit nothing and end your final message with one line "
+    "`NO CHANGE NEEDED: <why>`; a reviewer reads why and closes the task."
+)
+
+
 def render_memory(notes: list[dict[str, Any]]) -> str:
     """The ``## Relevant Memory`` block (note ids included), or ``""`` when nothing fits."""
     if not notes:

@@ -415,10 +415,13 @@ def submit_completion(
     *,
     token: str | None = None,
     checks: Iterable[str] = (),
+    no_change: str | None = None,
 ) -> Task:
     """claimed -> provisional: the attempt produced work for review.
 
     ``checks`` are one-line results of the checks it passed; each gets a History line.
+    ``no_change``: the agent found nothing to change, and why (``NO_CHANGE``): accepting
+    it closes the task without a merge.
     ``turns`` None (octopoid's "not known") counts as 0. A submit fenced by the claim's
     token (the runner's) is marked ``SUBMITTED_CLAIM``: accept takes nothing else.
     """
@@ -428,7 +431,8 @@ def submit_completion(
     if token:
         headers["SUBMITTED_CLAIM"] = claim_mark(token)[:16]
     cost = f", ${cost_usd:.2f}" if cost_usd is not None else ""
-
+    if no_change:
+        headers["NO_CHANGE"] = one_line(redact(no_change), 500)
     checks = list(checks)
     passed = f"; checks: {len(checks)} passed" if checks else ""
 
@@ -441,7 +445,8 @@ def submit_completion(
         [S.CLAIMED],
         S.PROVISIONAL,
         None,
-        f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}{passed}",
+        f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}{passed}"
+        + (f"; no change needed: {headers['NO_CHANGE']}" if no_change else ""),
         now,
         headers,
         LEASE_HEADERS,

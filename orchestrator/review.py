@@ -72,8 +72,10 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
                 "sends it back for one"
             )
         strategy = config.load_config()["merge"]["strategy"]
+        if "NO_CHANGE" in task.headers:  # nothing to merge: the agent said why
+            strategy = "no-change"
         merged = task.headers.get("MERGED") or None
-        if strategy != "none" and merged is None:
+        if strategy not in ("none", "no-change") and merged is None:
             merged = _merge_once(store, task, strategy)
         steps = [finishing.PROMOTE, finishing.NOTES]
         if strategy != "none":  # "none" leaves the branch (and worktree) for a pull request

@@ -7,6 +7,7 @@ happened. It never moves tasks: the implementer decides what the result means fo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,11 @@ from ..redaction import redact
 from ..sandbox.box import Box
 
 OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited")
+#: How an agent says the task needs no change: a line of its output (a command's) or of
+#: its final message (an LLM's) starting with this, then why. Such an attempt, without
+#: commits, goes to review with the reason instead of counting as a failure.
+NO_CHANGE_MARK = "NO CHANGE NEEDED:"
+_NO_CHANGE = re.compile(r"^[ \t>*_`]*NO CHANGE NEEDED:[*_`]*[ \t]*(.+?)[ \t`*_]*$", re.I | re.M)
 
 
 @dataclass
@@ -59,6 +65,12 @@ def clipped(text: str, limit: int, output: TailBuffer | None = None) -> str:
     ``output`` redacts (the agent's own secrets too), else with every secret octopoid knows."""
     redactor = output.redactor if output is not None and output.redactor else redact
     return redactor(text)[:limit]
+
+
+def no_change_reason(text: str) -> str | None:
+    """The reason of the last ``NO CHANGE NEEDED: why`` line in ``text``, or None."""
+    found = [" ".join(why.split()) for why in _NO_CHANGE.findall(text)]
+    return found[-1][:500] if found and found[-1] else None
 
 
 def count_of(value: object) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .. import agent_status, config, git_utils, queue_utils, recovery, sandbox
 from ..backends import AgentRequest, AgentResult, get_backend
+from ..backends.base import no_change_reason
 from ..exceptions import InvalidTask, LostClaim, OctopoidError, StorageError
 from ..fsutil import TailBuffer, atomic_write
 from ..leases import attempts_left
@@ -42,6 +43,7 @@ from ..processes import (
 )
 from ..prompts import (
     MEMORY_HOWTO,
+    NO_CHANGE_HOWTO,
     build_prompt,
     render_branch,
     render_memory,
@@ -121,6 +123,10 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         if space is not None:
             back = space.bring_back()
             commits, result = back.commits, _contained(result, back, output)
+        if result.outcome == "success" and commits == 0:
+            why = no_change_reason(result.summary) or no_change_reason(output.text())
+            if why:
+                result.details["no_change"] = why
         _save_notes(task, agent_name, result, commits, output, log_dir)
         if space is not None:
             _publish(task, space, commits)
@@ -157,6 +163,13 @@ def _next_move(
     if task.headers.get("PHASE") == "breakdown":
         return _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
     verdict = None
+    why = result.details.get("no_change")
+    if why and space is not None:
+        held = git_utils.commits_ahead(git_utils.open_repo(), task.id, space.base)
+        if held:  # earlier attempts made the change: their work is what goes to review
+            result.details.pop("no_change")
+            add_notes_section(task.id, f"No further change — attempt {task.attempts}", why)
+            commits = held
     if result.outcome == "success" and commits > 0 and space is not None:
         verdict = _verify(task, cfg, claim, space)
     return _settle(task, agent, agents_cfg, result, commits, verdict)
@@ -319,7 +332,7 @@ def _work(
     if task.headers.get("PHASE") == "breakdown":
         role, howto = "breakdown", breakdown.ANSWER_FORMAT
     else:
-        role, howto = task.role, MEMORY_HOWTO
+        role, howto = task.role, f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}"
     memory, branch = _memory_block(task, cfg), _branch_block(task, space)
     prompt = build_prompt(instructions_for(role), task, notes, memory, howto, branch)
     atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt)
@@ -401,6 +414,13 @@ def _settle(
             set_headers={"NOT_BEFORE": format_time(utcnow() + wait)},
         )
         return report(TaskState.INCOMING)
+    if result.outcome == "success" and commits == 0 and result.details.get("no_change"):
+        why = result.details["no_change"]
+        queue_utils.submit_completion(
+            task, 0, result.turns, cost_usd=result.cost_usd, no_change=why
+        )
+        reason = f"no change needed: {why}"
+        return report(TaskState.PROVISIONAL)
     if result.outcome == "success" and commits > 0 and (verdict is None or verdict.passed):
         queue_utils.submit_completion(
             task,

@@ -3,6 +3,7 @@
 - ``fail-once``: without Previous Agent Notes in the prompt, print a clue and exit 1; with
   them, quote the clue and commit.
 - ``always-fail``: print and exit 1.  ``no-commit``: exit 0 without committing.
+- ``nothing-to-do``: say ``NO CHANGE NEEDED: why`` and exit 0 without committing.
 - ``slow``: sleep OCTO_TEST_SLEEP seconds (default 30) before committing.
 - ``flood``: print OCTO_TEST_FLOOD_MB megabytes, then commit.
 - ``learn``: record a fact with `octopoid memory add`, then commit.
@@ -57,6 +58,10 @@ if "always-fail" in title:
     print("I cannot do this")
     sys.exit(1)
 if "no-commit" in title:
+    sys.exit(0)
+if "nothing-to-do" in title:
+    print("checked every call site: they already pass a timeout")
+    print("NO CHANGE NEEDED: every call site already passes timeout=30")
     sys.exit(0)
 HOSTILE = {
     "plant-hook": 'h="$(git rev-parse --git-common-dir)/hooks/post-merge"; '

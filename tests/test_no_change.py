@@ -1,0 +1,67 @@
+"""An agent that rightly finds nothing to change says so; the attempt goes to review with
+its reason instead of burning every attempt, and accepting it closes the task unmerged."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import git
+
+from orchestrator import queue_utils as q
+from orchestrator.backends.base import no_change_reason
+from orchestrator.tasks import TaskState
+
+from .conftest import child_env, commit_on_branch, run_claimed, write_agents
+
+OCTOPOID = shutil.which("octopoid") or "octopoid"
+
+
+def test_the_marker_is_read_from_the_last_line_that_carries_it() -> None:
+    assert no_change_reason("x\nNO CHANGE NEEDED: done in #12\n") == "done in #12"
+    assert no_change_reason("**No change needed:** it is `already` there**") == (
+        "it is `already` there"
+    )
+    assert no_change_reason("> no change needed: first\nNO CHANGE NEEDED:  second ") == "second"
+    assert no_change_reason("I might say NO CHANGE NEEDED: later") is None  # not a line start
+    assert no_change_reason("NO CHANGE NEEDED:   \n") is None
+
+
+def test_a_no_change_attempt_lands_in_review_and_accept_closes_it(git_project) -> None:
+    write_agents(git_project)
+    tid = q.create_task("nothing-to-do: add timeouts").id
+    report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    assert report.next_state == "provisional"
+    task = q.get_task(tid)
+    assert task.headers["NO_CHANGE"] == "every call site already passes timeout=30"
+    assert task.attempts == 1 and "no change needed: every call site" in task.path.read_text()
+    listed = subprocess.run(
+        [OCTOPOID, "show", tid], cwd=git_project, env=child_env(git_project),
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "NO_CHANGE: every call site" in listed
+    main = git.Repo(git_project).head.commit.hexsha
+    done = subprocess.run(
+        [OCTOPOID, "accept", tid], cwd=git_project, env=child_env(git_project),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "accepted (no change needed, nothing merged)" in done.stdout
+    assert q.get_task(tid).state is TaskState.DONE
+    assert git.Repo(git_project).head.commit.hexsha == main
+
+
+def test_no_further_change_on_a_branch_with_earlier_work_sends_that_work_to_review(git_project):
+    write_agents(git_project)
+    tid = q.create_task("nothing-to-do: already fixed").id
+    task = q.claim_task(None, "impl-1")
+    q.requeue_task(task, "set up an earlier attempt", counted=False)
+    from orchestrator import git_utils
+
+    git_utils.ensure_branch(git.Repo(git_project), tid, "main")
+    commit_on_branch(git_project, tid, {"fix.txt": b"fixed\n"}, "the fix, from attempt 1")
+    report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    assert report.next_state == "provisional"
+    task = q.get_task(tid)
+    assert "NO_CHANGE" not in task.headers and task.headers["COMMITS"] == "1"
+    assert "No further change" in (q.get_task_notes(tid) or "")
