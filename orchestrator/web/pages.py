@@ -95,7 +95,12 @@ def board(now: datetime | None = None) -> dict[str, Any]:
         chosen = proposals if "PROPOSED_SPLIT" in task.headers else review
         chosen.append(task)
     review_cards = [
-        _card(t, *_usage_facts(t), f"submitted {_ago(t.headers.get('SUBMITTED_AT'), now)} ago")
+        _card(
+            t,
+            *_usage_facts(t),
+            f"submitted {_ago(t.headers.get('SUBMITTED_AT'), now)} ago",
+            *([f"no change needed: {t.headers['NO_CHANGE']}"] if "NO_CHANGE" in t.headers else []),
+        )
         for t in review
     ]
     attention = [_card(t, *_usage_facts(t), "proposed split: approve or reject") for t in proposals]
