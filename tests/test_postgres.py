@@ -530,3 +530,69 @@ def test_processes_writing_the_same_note_at_once_reinforce_one_note(pg_project: 
     (note,) = memory.get_recent_notes()
     assert sorted(note["tags"]) == [f"w{n}" for n in range(6)]
     assert note["importance"] == pytest.approx(1.0)  # 0.5 + 29 reinforcements, capped
+
+
+def test_patience_is_one_wait_per_outage_not_one_per_operation() -> None:
+    from orchestrator.store.postgres import Patience
+
+    now = [100.0]
+    patience = Patience(30.0, clock=lambda: now[0])
+    assert patience.left() == 30.0
+    patience.failed()
+    now[0] += 20
+    patience.failed()  # a second operation failing in the same outage
+    assert patience.left() == 10.0
+    now[0] += 15
+    assert patience.left() == Patience.MOMENT  # spent: each try is a moment, not a wait
+    patience.reconnected()
+    assert patience.left() == 30.0
+
+
+def test_a_runner_whose_database_is_gone_gives_up_and_leaves_the_claim_to_the_reaper(
+    git_project: Path, pg_server, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server goes away for good while the agent works: the runner waits its patience
+    once (not once per renewal, notes write and move) and exits; once a database is back,
+    the reaper finds the claim's owner gone and requeues it."""
+    import subprocess
+    import sys
+    from datetime import timedelta
+
+    from orchestrator import recovery
+    from orchestrator.processes import TOKEN_ENV
+    from orchestrator.tasks import utcnow
+
+    from .conftest import child_env, write_agents
+
+    monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
+    write_agents(git_project, lease_seconds=4)
+    task = q.create_task("slow")
+    claimed = q.claim_task(None, "impl-1")
+    env = child_env(git_project) | {
+        TOKEN_ENV: claimed.headers["CLAIM_TOKEN"],
+        "OCTOPOID_DATABASE_WAIT_SECONDS": "3",
+        "OCTO_TEST_SLEEP": "1",
+    }
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.roles.implementer", task.id, "impl-1"],
+        cwd=git_project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "STARTED_AT" not in q.get_task(task.id).headers:
+            assert runner.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        q.get_store().close()
+        pg_server.pause()
+        try:
+            runner.wait(timeout=240)  # a bound for a hung runner, not a measure of speed
+        finally:
+            pg_server.resume()
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode != 0 and "Traceback" not in runner.stderr.read()
+    assert q.get_store().locate(task.id) is TaskState.CLAIMED  # nothing could be written
+    moved = recovery.reap_expired_claims(utcnow() + timedelta(seconds=60))
+    assert [t.id for t, _ in moved] == [task.id]
+    assert q.get_store().locate(task.id) is TaskState.INCOMING

@@ -173,6 +173,9 @@ class PostgresStore(QueueStore):
         self._guard = threading.Lock()
         self._local = threading.local()  # the hold connection and depths, per thread
         self.wait_seconds = float(os.environ.get(DATABASE_WAIT_ENV) or 0)
+        # one outage, one wait: a runner whose server is gone gives up after it, not after
+        # every renewal, notes write and move has waited again
+        self.patience = Patience(self.wait_seconds or defaults.DATABASE_WAIT_SECONDS)
 
     # --- connections --------------------------------------------------------------------
 
@@ -200,14 +203,16 @@ class PostgresStore(QueueStore):
         with backoff for that long; any other fails at once with the reason."""
         import psycopg
 
-        deadline = time.monotonic() + self.wait_seconds
+        deadline = time.monotonic() + min(self.wait_seconds, self.patience.left())
         delay = 0.5
         while True:
             try:
                 with self._errors():
                     psycopg.connect(self.dsn, connect_timeout=10).close()
+                self.patience.reconnected()
                 return
             except StorageError:
+                self.patience.failed()
                 if time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
@@ -233,19 +238,25 @@ class PostgresStore(QueueStore):
     def _tx(self) -> Iterator[Any]:
         """A cursor in one transaction (committed at the end, rolled back on error).
 
-        While the server is unreachable, waits up to ``DATABASE_WAIT_SECONDS`` for the pool
-        to reconnect (it retries with backoff), so a restart or a short outage delays a
-        runner's moves and notes instead of failing them.
+        While the server is unreachable, waits for the pool to reconnect (it retries with
+        backoff), so a restart or a short outage delays a runner's moves and notes instead
+        of failing them; for at most ``patience`` in all, however many operations wait.
         """
+        from psycopg_pool import PoolTimeout
+
         pool = self._connections()
-        wait = max(self.wait_seconds, defaults.DATABASE_WAIT_SECONDS)
-        with (
-            self._errors(),
-            pool.connection(timeout=wait) as conn,
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            yield cur
+        with self._errors():
+            try:
+                conn = pool.getconn(timeout=self.patience.left())
+            except PoolTimeout:  # no connection could be made meanwhile: the server is down
+                self.patience.failed()
+                raise
+            self.patience.reconnected()
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    yield cur
+            finally:
+                pool.putconn(conn)
 
     def close(self) -> None:
         with self._guard:
@@ -600,6 +611,30 @@ class PostgresStore(QueueStore):
 
     def sweep(self, now: datetime | None = None) -> int:
         return 0  # no debris: every change is one transaction
+
+
+class Patience:
+    """How long a process still waits for the database in the outage it is in: the full
+    wait after a success, what is left of it after failures, and at least a moment (a
+    server back since the last failure answers at once)."""
+
+    MOMENT = 0.5
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds, self._clock = seconds, clock
+        self._down_since: float | None = None
+
+    def left(self) -> float:
+        if self._down_since is None:
+            return self.seconds
+        return max(self.MOMENT, self.seconds - (self._clock() - self._down_since))
+
+    def failed(self) -> None:
+        if self._down_since is None:
+            self._down_since = self._clock()
+
+    def reconnected(self) -> None:
+        self._down_since = None
 
 
 class PostgresNotes:
