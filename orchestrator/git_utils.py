@@ -267,10 +267,12 @@ def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) ->
     return any(s.startswith(f"Merge {task_label(task_id)}: ") for s in subjects)
 
 
-def commits_on_branch(repo: git.Repo, task_id: str, since: str) -> int:
-    """Commits on the task's branch that ``since`` does not have (wherever HEAD went)."""
+def commits_on_branch(repo: git.Repo, task_id: str, since: str, base: str | None = None) -> int:
+    """Commits on the task's branch that ``since`` does not have (wherever HEAD went), nor
+    ``base``: a merge of the base into the branch brings the base's commits, not new work."""
+    exclude = [f"^{since}"] + ([f"^{full_ref(base)}"] if base else [])
     with git_errors(f"git rev-list {since}..{branch_for(task_id)}"):
-        return int(repo.git.rev_list("--count", f"{since}..refs/heads/{branch_for(task_id)}"))
+        return int(repo.git.rev_list("--count", f"refs/heads/{branch_for(task_id)}", *exclude))
 
 
 def changed_paths(repo: git.Repo, task_id: str, base: str, *paths: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,6 +29,50 @@ def _no_hidden_secrets_between_tests(monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator import redaction
 
     monkeypatch.setattr(redaction, "_ALSO_HIDDEN", {})
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left_behind(tmp_path_factory: pytest.TempPathFactory):
+    """A test fails if a process it started outlives it: a child of this process, or
+    anything working in this session's projects (runners and agents in sessions of their
+    own). Processes on their way out get a while to go (a condition, not a window); what
+    is left is named, then killed so it cannot disturb the next test."""
+    base = str(tmp_path_factory.getbasetemp())
+    yield
+    deadline = time.monotonic() + 30
+    while (left := _left_behind(base)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+
+
+#: GitPython keeps a `git cat-file --batch` per open Repo of this process (not a leak).
+GITPYTHON_HELPER = b"git cat-file --batch"
+
+
+def _left_behind(base: str) -> dict[int, str]:
+    """Live processes (not zombies) that are children of this one or carry a project of
+    this session in OCTOPOID_ROOT; pid -> command line."""
+    needle = f"OCTOPOID_ROOT={base}".encode()
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            ours = int(ppid) == os.getpid() or any(
+                var.startswith(needle)
+                for var in Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+            )
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
+            if ours and state != "Z" and not cmd.startswith(GITPYTHON_HELPER):
+                found[int(name)] = cmd.decode(errors="replace")[:200]
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    return found
 
 
 @pytest.fixture

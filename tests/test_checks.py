@@ -73,7 +73,7 @@ def test_a_task_brings_its_own_check_through_enqueue(git_project):
     tid = done.stdout.strip().removeprefix("TASK-")
     assert q.get_task(tid).headers["CHECKS"] == '["false"]'
     assert attempt().next_state == "incoming"
-    assert "$ false\n[exit status 1]" in q.get_task_notes(tid)
+    assert "$ false\n[exit status 1 after " in q.get_task_notes(tid)
 
 
 def test_a_branch_that_no_longer_merges_goes_back_naming_the_conflict(git_project):
@@ -104,3 +104,49 @@ def test_octopoid_checks_reruns_them_by_hand(checked):
     assert f"check `{PYTEST}` failed: exit status 1" in run.stdout
     assert "ARITH-CLUE" in run.stdout and "merges cleanly" in run.stdout
     assert q.get_task(tid).state is TaskState.INCOMING  # nothing moved
+
+
+def test_how_long_each_check_took_is_recorded_failed_or_passed(checked):
+    import re
+
+    tid = q.create_task("check-fix the sum").id
+    attempt()
+    assert re.search(r"\[exit status 1 after \d+\.\ds\]", q.get_task_notes(tid))
+    assert re.search(r"1 failed \(.* after \d+\.\ds\)", q.get_task(tid).history[-1])
+    attempt()
+    assert re.search(r"check `.*` passed \(\d+\.\ds\)", "\n".join(q.get_task(tid).history))
+
+
+def test_the_duration_runs_from_the_claim_not_from_the_checks_line() -> None:
+    from datetime import UTC, datetime
+
+    from orchestrator.tasks import new_task
+    from orchestrator.web.pages import _duration
+
+    task = new_task("7", "t")
+    t0 = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
+    task.add_history(t0, "incoming", "claimed", "impl-1", "")
+    task.add_history(t0.replace(second=40), "claimed", "claimed", "checks", "check `x` passed")
+    task.add_history(t0.replace(second=41), "claimed", "provisional", "impl-1", "1 commit")
+    assert _duration(task, t0.replace(minute=5)) == "41s"
+
+
+def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_project: Path):
+    from orchestrator import git_utils
+
+    from .conftest import commit_on_branch
+
+    repo = git.Repo(git_project)
+    start = git_utils.ensure_branch(repo, "5", "main")
+    for n in range(3):  # the base moves on by three commits
+        (git_project / f"base{n}.txt").write_text("b\n")
+        repo.index.add([f"base{n}.txt"])
+        repo.index.commit(f"base {n}")
+    repo.git.branch("-f", "scratch", "agent/TASK-5")
+    repo.git.checkout("-q", "scratch")
+    repo.git.merge("-q", "--no-ff", "-m", "merge main in", "main")
+    repo.git.checkout("-q", "main")
+    repo.git.branch("-f", "agent/TASK-5", "scratch")
+    commit_on_branch(git_project, "5", {"own.txt": b"mine\n"}, "own work")
+    assert git_utils.commits_on_branch(repo, "5", start, "main") == 2  # the merge + its own
+    assert git_utils.commits_on_branch(repo, "5", start) == 5

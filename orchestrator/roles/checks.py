@@ -66,7 +66,8 @@ class Verdict:
         """One line for the task's History."""
         parts = [f"checks: {len(self.results) - len(self.failed)} passed"]
         if self.failed:
-            parts.append(f"{len(self.failed)} failed ({', '.join(r.command for r in self.failed)})")
+            each = ", ".join(f"{r.command} after {r.seconds:.1f}s" for r in self.failed)
+            parts.append(f"{len(self.failed)} failed ({each})")
         if self.conflicts is not None:
             parts.append(f"conflicts with its base in {', '.join(self.conflicts) or '?'}")
         return ", ".join(parts)
@@ -131,7 +132,7 @@ def notes_text(verdict: Verdict) -> str:
     parts = []
     conflicts = verdict.conflicts
     for result in verdict.failed:
-        why = result.problem or f"exit status {result.exit_code}"
+        why = result.problem or f"exit status {result.exit_code} after {result.seconds:.1f}s"
         parts.append(f"$ {result.command}\n[{why}]\n{result.output.rstrip()}\n")
     if conflicts is not None:
         files = "\n".join(f"  {name}" for name in conflicts) or "  (git named no file)"

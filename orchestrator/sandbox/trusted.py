@@ -64,7 +64,7 @@ class TrustedWorkspace(Workspace):
             breaches += self.recheck()
             repo = git_utils.open_repo()
             return BroughtBack(
-                git_utils.commits_on_branch(repo, self.task.id, self.start), breaches
+                git_utils.commits_on_branch(repo, self.task.id, self.start, self.base), breaches
             )
         except (OctopoidError, OSError) as exc:  # the attempt then fails: nothing is trusted
             return BroughtBack(0, [*breaches, f"the repository could not be checked: {exc}"])

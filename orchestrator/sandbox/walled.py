@@ -128,7 +128,7 @@ class WalledWorkspace(Workspace):
             remarks += _move_branch(
                 repo, branch, clone.read_back(repo, self.task.id, self.clone_path, box)
             )
-            commits = git_utils.commits_on_branch(repo, self.task.id, self.start)
+            commits = git_utils.commits_on_branch(repo, self.task.id, self.start, self.base)
         except (OctopoidError, OSError) as exc:
             return BroughtBack(0, remarks=[*remarks, f"nothing came back from the clone: {exc}"])
         return BroughtBack(commits, [], remarks)

@@ -202,7 +202,7 @@ def _max_attempts() -> int | None:
 
 def _duration(task: Task, now: datetime) -> str:
     """How long the latest attempt ran: from its claim to the next move in History (or to
-    now while it runs)."""
+    now while it runs); the lines its checks add (claimed → claimed) are not moves."""
     moves = []
     for line in task.history:
         stamp, _, rest = line.partition("  ")
@@ -210,6 +210,7 @@ def _duration(task: Task, now: datetime) -> str:
             moves.append((parse_time(stamp), rest.split("  ", 1)[0]))
         except ValueError:
             continue
+    moves = [(t, move) for t, move in moves if move != "claimed → claimed"]  # checks' lines
     claims = [i for i, (_, move) in enumerate(moves) if move.endswith("→ claimed")]
     if not claims:
         return "-"
@@ -261,7 +262,9 @@ def task_page(task_id: str, now: datetime | None = None) -> dict[str, Any]:
         "tokens": int(task.headers.get("TOKENS_TOTAL") or 0),
         "cost": cost,
         "duration": _duration(task, now),
-        "commits": task.headers.get("COMMITS", "-"),
+        "commits": f"{task.headers['COMMITS']} in attempt {task.attempts}"
+        if "COMMITS" in task.headers
+        else "-",
         "branch": task.branch,
     }
     diff: DiffView | None = None
