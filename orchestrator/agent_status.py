@@ -17,7 +17,7 @@ from .exceptions import ConfigError, InvalidInput
 from .fsutil import atomic_write
 from .lazy import lazy_import
 from .locks import FileMutex
-from .tasks import TaskState, format_time, utcnow
+from .tasks import TaskState, format_time, parse_time, utcnow
 
 stalls = lazy_import("orchestrator.stalls")  # it asks this module; imported when used
 # Needed only to say whether an agent can run: `status` does not pay for them.
@@ -41,8 +41,12 @@ def record_attempt(
     turns: int,
     cost_usd: float | None,
     now: datetime | None = None,
+    *,
+    tokens: int = 0,
+    seconds: float = 0.0,
 ) -> None:
-    """Add one finished attempt to the agent's record (today's totals reset each UTC day)."""
+    """Add one finished attempt to the agent's record (today's totals reset each UTC day;
+    the daily budgets read them)."""
     now = now or utcnow()
     path = _state_file(agent)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,9 +57,38 @@ def record_attempt(
             data.update(day=day, attempts_today=0, turns_today=0, cost_today_usd=0.0)
         data["attempts_today"] += 1
         data["turns_today"] += turns
+        data["tokens_today"] = data.get("tokens_today", 0) + tokens
+        data["seconds_today"] = round(data.get("seconds_today", 0.0) + seconds, 3)
         data["cost_today_usd"] = round(data["cost_today_usd"] + (cost_usd or 0.0), 6)
         data.update(last_task=task_label, last_outcome=outcome, last_finished=format_time(now))
         atomic_write(path, json.dumps(data, indent=2, sort_keys=True))
+
+
+def day_records(agents_cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every configured agent's record (what it did, and spent, on its last day)."""
+    return {a["name"]: _read(_state_file(a["name"])) for a in agents_cfg["agents"]}
+
+
+def pause_until(agent: str, until: datetime, why: str) -> None:
+    """Pause ``agent`` until ``until`` (a usage limit's reset): it lifts by itself then,
+    or at `octopoid resume --agent`."""
+    flag = _limit_flag(agent)
+    flag.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(flag, json.dumps({"until": format_time(until), "why": why}))
+
+
+def limited_until(agent: str, now: datetime | None = None) -> tuple[datetime, str] | None:
+    """(until when, why) while ``agent`` waits for a usage limit to reset; else None."""
+    data = _read(_limit_flag(agent))
+    try:
+        until = parse_time(str(data["until"]))
+    except (KeyError, ValueError):
+        return None
+    return (until, str(data.get("why", ""))) if until > (now or utcnow()) else None
+
+
+def _limit_flag(agent: str) -> Path:
+    return config.get_orchestrator_dir() / "agents" / f"{agent}.limited"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -88,6 +121,8 @@ def set_paused(paused: bool, agent: str | None = None) -> dict[str, Any]:
         atomic_write(flag, f"paused at {utcnow().isoformat()}\n")
     else:
         flag.unlink(missing_ok=True)
+        if agent is not None:  # a resume also lifts a usage-limit wait
+            _limit_flag(agent).unlink(missing_ok=True)
     return pause_state()
 
 

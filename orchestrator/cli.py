@@ -14,6 +14,7 @@ import click
 
 from . import (
     agent_status,
+    budgets,
     config,
     dependencies,
     intake,
@@ -157,6 +158,12 @@ def init(store_url: str | None) -> None:
     help="A command that must pass on the work before review, besides config.yaml's checks "
     "(repeatable; runs with sh -c in the task's worktree).",
 )
+@click.option(
+    "--budget",
+    default="",
+    help="This task's own budget across its attempts, e.g. 'usd=5 turns=100' (usd, tokens, "
+    "turns, seconds), in place of budgets.task in config.yaml.",
+)
 def enqueue(
     title: str,
     role: str,
@@ -167,6 +174,7 @@ def enqueue(
     context_file: Path | None,
     criterion: tuple[str, ...],
     check: tuple[str, ...],
+    budget: str,
 ) -> None:
     """Add a task to incoming and print its id."""
     if context is not None and context_file is not None:
@@ -181,6 +189,7 @@ def enqueue(
         context_file=context_file,
         criteria=criterion,
         checks=check,
+        budget=budget,
     )
     click.echo(task.label)
 
@@ -382,12 +391,18 @@ def approve(task_id: str, actor: str) -> None:
 @cli.command()
 @click.argument("task_ids", nargs=-1, required=True)
 @click.option(
+    "--budget",
+    default="",
+    help="Give the tasks this budget from now on, e.g. 'usd=10 turns=200' (one a budget "
+    "stopped waits in failed/ for this).",
+)
+@click.option(
     "--fresh",
     is_flag=True,
     help="Start again from the base branch: earlier attempts' commits are set aside "
     "(kept as refs/octopoid/replaced/agent/TASK-<id>), not built on.",
 )
-def retry(task_ids: tuple[str, ...], fresh: bool) -> None:
+def retry(task_ids: tuple[str, ...], fresh: bool, budget: str) -> None:
     """Move failed, rejected or breakdown tasks back to incoming, with fresh attempts.
 
     Their retry notes are kept, so the next attempt reads what the last ones found, and
@@ -395,7 +410,11 @@ def retry(task_ids: tuple[str, ...], fresh: bool) -> None:
     tried whole again instead of being split.
     """
     how = " (from its base)" if fresh else ""
-    _each(task_ids, lambda raw: f"{review.retry(raw, fresh).label} back in incoming{how}")
+    limits = budgets.parse(intake.clean_text(budget, "--budget"), "--budget") if budget else None
+    _each(
+        task_ids,
+        lambda raw: f"{review.retry(raw, fresh, budget=limits).label} back in incoming{how}",
+    )
 
 
 @cli.command()

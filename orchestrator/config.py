@@ -119,7 +119,11 @@ DATABASE_URL_ENV = "OCTOPOID_DATABASE_URL"
 DATABASE_WAIT_ENV = "OCTOPOID_DATABASE_WAIT_SECONDS"
 # a git remote's name (never an option: it is passed to git as an argument)
 REMOTE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-NOTIFY_EVENTS = ("needs_review", "failed", "breakdown", "scheduler_stopped")
+NOTIFY_EVENTS = ("needs_review", "failed", "breakdown", "scheduler_stopped", "budget")
+#: One budget's limits (budgets.py): each unlimited unless set
+BUDGET_LIMITS = {
+    name: Field(float, None, minimum=0) for name in ("usd", "tokens", "turns", "seconds")
+}
 CONFIG_SCHEMA: dict[str, Any] = {
     "durability": Field(str, "durable", choices=("durable", "relaxed")),
     "store": {
@@ -154,6 +158,12 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "mode": Field(str, "bwrap", choices=("bwrap", "none")),
         "network": Field(str, "host", choices=("host", "none")),  # for the checks
         "expose": Field(list, [], items=str),  # host paths every box sees read-only
+    },
+    "budgets": {  # budgets.py: per task (its BUDGET header wins), per agent and project a day
+        "alert_at": Field(float, 0.8, minimum=0),
+        "task": dict(BUDGET_LIMITS),
+        "agent_daily": dict(BUDGET_LIMITS),
+        "project_daily": dict(BUDGET_LIMITS),
     },
     "memory": {
         "budget": Field(int, 4000, minimum=0),

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import config, defaults, queue_utils
+from . import budgets, config, defaults, queue_utils
 from .exceptions import ConfigError, InvalidInput, InvalidTask
 from .tasks import (
     DEFAULT_PRIORITY,
@@ -159,10 +159,12 @@ def enqueue(
     context_file: Path | str | None = None,
     criteria: Iterable[str] = (),
     checks: Iterable[str] = (),
+    budget: str = "",
 ) -> Task:
     """Check a new task's every field, then put it in incoming; nothing is written on error.
 
-    ``branch`` None means the branch checked out in the project.
+    ``branch`` None means the branch checked out in the project; ``budget`` is the task's
+    own (``usd=5 turns=100``, budgets.py), in place of config.yaml's budgets.task.
     """
     title = clean_text(title, "the title")
     text = read_context_file(context_file) if context_file else clean_text(context, "--context")
@@ -174,6 +176,7 @@ def enqueue(
         "criteria": [clean_text(c, "--criterion") for c in criteria],
         "checks": [clean_text(c, "--check") for c in checks],
         "blocked_by": check_blockers(None, blocked_by),
+        "budget": budgets.parse(clean_text(budget, "--budget"), "--budget") if budget else None,
     }
     return queue_utils.create_task(title, **fields)
 

@@ -48,6 +48,7 @@ class Alerts:
         self._thread: threading.Thread | None = None
         self._failing: set[str] = set()
         self._warned: set[str] = set()
+        self._budget_keys: set[str] = set()  # crossings alerted (their keys carry the day)
 
     @staticmethod
     def _names(state: TaskState) -> set[str]:
@@ -79,6 +80,19 @@ class Alerts:
                 if event in events:
                     self._send(urls, *_message(event, task_id))
         return found
+
+    def budgets(self, found: list[tuple[str, str]]) -> list[str]:
+        """Alert (and log) each budget crossing once: ``found`` is ``budgets.alerts``'s
+        (key, message); return the messages sent now."""
+        urls, events = self._settings()
+        new = [(key, message) for key, message in found if key not in self._budget_keys]
+        for key, message in new:
+            self._budget_keys.add(key)
+            log.warning("budget: %s", message)
+            if urls and "budget" in events:
+                root = config.find_project_root()
+                self._send(urls, "octopoid: a budget is running out", redact(f"{root}: {message}"))
+        return [message for _, message in new]
 
     def stopped(self, why: str, wait: float = 5.0) -> None:
         """Say the scheduler stopped, then give the sender up to ``wait`` s to finish."""

@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import config, defaults, task_notes
+from . import budgets, config, defaults, task_notes
 from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
 from .exceptions import (
     ConfigError,
@@ -251,8 +251,10 @@ def create_task(
     ``Task``. ``blocked_by`` may be octopoid's comma-separated string; ``project_id`` is kept
     as a ``PROJECT`` header, and octopoid's ``checks`` (names of its gatekeeper checks, not
     commands) as ``OCTOPOID_CHECKS``. ``fields`` are the rest of ``tasks.new_task``'s:
-    criteria, checks (commands), now.
+    criteria, checks (commands), now; and ``budget`` (limits, ``budgets.parse``), kept as
+    the task's ``BUDGET`` header.
     """
+    budget = fields.pop("budget", None)
     octopoid_checks: list[str] = []
     if acceptance_criteria is not None:
         if "criteria" in fields:
@@ -275,6 +277,8 @@ def create_task(
         task.set_header("PROJECT", project_id)
     if octopoid_checks:
         task.set_header("OCTOPOID_CHECKS", ",".join(octopoid_checks))
+    if budget:
+        task.set_header("BUDGET", budgets.render(budget))
     if state is not S.INCOMING:
         task.sections = [(h, c) for h, c in task.sections if h != "History"]
         task.add_history(task.created or utcnow(), "new", state.value, created_by)
@@ -385,12 +389,17 @@ def record_usage(
     cost_usd: float | None,
     *,
     tokens: int = 0,
+    seconds: float = 0.0,
     token: str | None = None,
 ) -> Task:
-    """Add an attempt's turns, tokens (in + out) and cost to the claimed task's totals."""
+    """Add an attempt's turns, tokens (in + out), wall time and cost to the claimed task's
+    totals (its budget reads them)."""
 
     def add(t: Task) -> None:
         t.set_header("TURNS_TOTAL", int(t.headers.get("TURNS_TOTAL") or 0) + turns)
+        if seconds:
+            total_seconds = float(t.headers.get("SECONDS_TOTAL") or 0) + seconds
+            t.set_header("SECONDS_TOTAL", f"{total_seconds:.1f}")
         if tokens:
             t.set_header("TOKENS_TOTAL", int(t.headers.get("TOKENS_TOTAL") or 0) + tokens)
         if cost_usd is not None:
@@ -644,12 +653,17 @@ def reject_task(
 
 @octopoid_form()
 def retry_task(
-    task: TaskRef, actor: str = "human", now: datetime | None = None, *, reason: str = "retry"
+    task: TaskRef,
+    actor: str = "human",
+    now: datetime | None = None,
+    *,
+    reason: str = "retry",
+    budget: dict[str, float] | None = None,
 ) -> Task:
     """failed/rejected/breakdown -> incoming with a fresh set of attempts; notes are kept.
 
     From breakdown, the task is tried whole again instead of split (no breakdown agent,
-    or a person thinks another attempt will do).
+    or a person thinks another attempt will do). ``budget`` replaces its own budget.
     """
     return _transition(
         task,
@@ -658,6 +672,7 @@ def retry_task(
         actor,
         reason,
         now,
+        {"BUDGET": budgets.render(budget)} if budget else None,
         drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS", "INTERRUPTED", "PHASE"),
         edit=lambda t: t.set_header("ATTEMPTS_AT_RETRY", t.attempts),
     )

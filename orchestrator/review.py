@@ -105,11 +105,17 @@ def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Acc
         return _finished(Accepted(done, "closed", None))
 
 
-def retry(task_id: str, fresh: bool = False, actor: str = "human") -> Task:
+def retry(
+    task_id: str,
+    fresh: bool = False,
+    actor: str = "human",
+    budget: dict[str, float] | None = None,
+) -> Task:
     """A failed, rejected or breakdown task back to incoming with fresh attempts; its retry
     notes are kept. ``fresh``: the next attempt starts again from the base, not from the
     commits earlier attempts left (the old tip stays under ``refs/octopoid/replaced/``,
-    and with ``git.remote`` the remote's copy of the branch is deleted too)."""
+    and with ``git.remote`` the remote's copy of the branch is deleted too). ``budget``
+    replaces the task's own budget (one a budget stopped needs more to go on)."""
     task = queue_utils.get_task(task_id)
     if fresh and task.state in (TaskState.FAILED, TaskState.REJECTED, TaskState.BREAKDOWN):
         repo = git_utils.open_repo()
@@ -117,8 +123,8 @@ def retry(task_id: str, fresh: bool = False, actor: str = "human") -> Task:
         if (remote := git_utils.remote_name()) is not None:
             git_utils.delete_remote_branch(repo, remote, task.id)
         reason = f"retry from {task.branch}" + (f" (old tip {tip[:12]} set aside)" if tip else "")
-        return queue_utils.retry_task(task.id, actor, reason=reason)
-    return queue_utils.retry_task(task.id, actor)
+        return queue_utils.retry_task(task.id, actor, reason=reason, budget=budget)
+    return queue_utils.retry_task(task.id, actor, budget=budget)
 
 
 def _move_journaled(task_id: str, steps: list[str], actor: str, move: Callable[[], Task]) -> Task:

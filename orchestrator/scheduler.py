@@ -25,7 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import config, defaults, finishing, queue_utils, recovery, sandbox, stalls
+from . import (
+    agent_status,
+    budgets,
+    config,
+    defaults,
+    finishing,
+    queue_utils,
+    recovery,
+    sandbox,
+    stalls,
+)
 from .exceptions import ConfigError, IllegalTransition, OctopoidError, SchedulerError
 from .fsutil import atomic_write
 from .leases import claim_token
@@ -48,7 +58,7 @@ from .scheduler_control import (
     setup_logging,
     try_lock,
 )
-from .tasks import Task, TaskState
+from .tasks import Task, TaskState, utcnow
 
 log = logging.getLogger("octopoid.scheduler")
 
@@ -192,6 +202,7 @@ class Scheduler:
         self._collect_finished(report)
         if self._alerts is not None:
             self._alerts.look()
+            self._alerts.budgets(self._budget_alerts(now))
         if self._stopping:
             report.skipped = "stopping"
             return report
@@ -201,6 +212,14 @@ class Scheduler:
             self._dispatch(agents_cfg, report, now)
         self._sweep()
         return report
+
+    @staticmethod
+    def _budget_alerts(now: datetime | None) -> list[tuple[str, str]]:
+        """Budgets at 80 % or spent: running tasks', each agent's day, the project's day."""
+        agents_cfg, cfg = config.load_agents(), config.load_config()
+        claimed = queue_utils.get_store().list(TaskState.CLAIMED)
+        records = agent_status.day_records(agents_cfg)
+        return budgets.watched(claimed, records, cfg, now or utcnow())
 
     def _note_config(self, problem: str | None) -> None:
         if problem != self._config_problem:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import agent_status, config, sandbox
+from . import agent_status, budgets, config, sandbox
 from .queue_utils import get_store
 from .store import QueueStore
-from .tasks import TaskState, plural
+from .tasks import TaskState, format_time, plural, utcnow
 
 BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
 
@@ -23,7 +23,8 @@ BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
 class Stall:
     """One reason for not claiming: ``code`` for scripts, ``text`` (with the way out) for people."""
 
-    code: str  # config-invalid, paused, sandbox, backpressure, no-agent, cannot-run, unserved
+    code: str  # config-invalid, paused, sandbox, backpressure, budget, no-agent, cannot-run,
+    # usage-limit, unserved
     text: str
 
     def as_dict(self) -> dict[str, str]:
@@ -51,7 +52,14 @@ def system(agents_cfg: dict[str, Any], store: QueueStore | None = None) -> list[
         )
     if not agents_cfg["agents"]:
         found.append(Stall("no-agent", "agents.yaml has no agents"))
+    records = agent_status.day_records(agents_cfg)
+    for spent in _spent(budgets.verdicts(None, None, records, config.load_config(), utcnow())):
+        found.append(Stall("budget", f"{spent.why()}; raise budgets.project_daily to go on"))
     return found
+
+
+def _spent(found: list[budgets.Verdict]) -> list[budgets.Verdict]:
+    return [verdict for verdict in found if verdict.spent()]
 
 
 def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any]) -> list[Stall]:
@@ -62,6 +70,20 @@ def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any]) -> list[Stall]:
     problem = agent_status.readiness_problem(agent)
     if problem:
         found.append(Stall("cannot-run", f"cannot run: {problem}"))
+    limited = agent_status.limited_until(agent["name"])
+    if limited:
+        until, why = limited
+        found.append(
+            Stall(
+                "usage-limit",
+                f"waits for its usage limit to reset at {format_time(until)} ({why}); "
+                f"`octopoid resume --agent {agent['name']}` tries again now",
+            )
+        )
+    records = agent_status.day_records(agents_cfg)
+    verdicts = budgets.verdicts(None, agent["name"], records, config.load_config(), utcnow())
+    for spent in _spent([v for v in verdicts if v.scope == "agent_daily"]):
+        found.append(Stall("budget", f"{spent.why()}; raise budgets.agent_daily to go on"))
     return found
 
 

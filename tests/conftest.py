@@ -35,12 +35,18 @@ def _no_hidden_secrets_between_tests(monkeypatch: pytest.MonkeyPatch) -> None:
 def _no_process_left_behind(tmp_path_factory: pytest.TempPathFactory):
     """A test fails if a process it started outlives it: a child of this process, or
     anything working in this session's projects (runners and agents in sessions of their
-    own). Processes on their way out get a while to go (a condition, not a window); what
-    is left is named, then killed so it cannot disturb the next test."""
+    own), that was not there when it began. Processes on their way out get a while to go
+    (a condition, not a window); what is left is named, then killed so it cannot disturb
+    the next test."""
     base = str(tmp_path_factory.getbasetemp())
+    before = set(
+        _left_behind(base)
+    )  # a wider fixture's (the browser, a server) are not this test's
     yield
     deadline = time.monotonic() + 30
-    while (left := _left_behind(base)) and time.monotonic() < deadline:
+    while (left := {p: c for p, c in _left_behind(base).items() if p not in before}) and (
+        time.monotonic() < deadline
+    ):
         time.sleep(0.1)
     for pid in left:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -207,3 +207,40 @@ def test_its_box_shows_the_login_credentials_only_without_a_key(
     shown = exposures(needs, [], (*HIDDEN, tmp_path))
     assert credentials in shown and credentials.parent not in shown  # the file, not ~/.claude
     assert ClaudeCodeBackend().needs({"claude_path": "x", "env": {"ANTHROPIC_API_KEY": "k"}}) == []
+
+
+def test_a_usage_limit_pauses_the_agent_until_its_reset_and_gives_the_attempt_back(
+    fake_claude,
+) -> None:
+    """(usage_limit.jsonl is overloaded.jsonl with Claude Code's usage-limit text: the
+    recorded CLI could not be made to hit a real subscription limit.)"""
+    from datetime import UTC, datetime
+
+    from orchestrator import agent_status, stalls
+
+    tid, report, _ = fake_claude("usage_limit")
+    assert report.outcome == "rate_limited" and report.next_state == "incoming"
+    task = q.get_task(tid)
+    assert task.headers["INTERRUPTED"] == "1" and q.attempts_left(task, 3) == 3
+    assert "usage limit reached; it resets at 2100-01-01T00:00:00Z" in task.history[-1]
+    until, _ = agent_status.limited_until("claude-1")
+    assert until == datetime(2100, 1, 1, tzinfo=UTC)
+    (why,) = stalls.report()["agents"]["claude-1"]
+    assert why["code"] == "usage-limit" and "2100-01-01T00:00:00Z" in why["text"]
+    assert not stalls.report()["claiming"]
+    agent_status.set_paused(False, "claude-1")  # `octopoid resume --agent` tries again now
+    assert agent_status.limited_until("claude-1") is None and stalls.report()["claiming"]
+
+
+def test_the_reset_time_is_read_in_either_form() -> None:
+    from datetime import UTC, datetime
+
+    from orchestrator.backends.claude_code import usage_limit_reset
+
+    assert usage_limit_reset("Claude AI usage limit reached|1767225600") == datetime(
+        2026, 1, 1, tzinfo=UTC
+    )
+    now = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
+    later = usage_limit_reset("5-hour limit reached ∙ resets 3pm", now)
+    assert later is not None and later > now and later.astimezone().hour == 15
+    assert usage_limit_reset("API Error: 529 Overloaded") is None

@@ -208,6 +208,9 @@ class AnthropicBackend:
         budget = request.max_budget_usd
         if budget is not None and tally.cost is not None and tally.cost >= budget:
             return "budget", f"spent ${tally.cost:.2f} of a ${budget:.2f} budget"
+        tokens = request.max_tokens_total
+        if tokens is not None and tally.tokens_in + tally.tokens_out >= tokens:
+            return "budget", f"used {tally.tokens_in + tally.tokens_out} of {tokens} tokens"
         return None
 
     def _turn(

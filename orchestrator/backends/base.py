@@ -37,6 +37,7 @@ class AgentRequest:
     timeout_seconds: float
     max_turns: int
     max_budget_usd: float | None = None
+    max_tokens_total: int | None = None  # a budget's tokens left (backends that can count)
     on_tick: Callable[[], None] = lambda: None  # called every second or so (lease renewal)
 
 

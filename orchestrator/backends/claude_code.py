@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,32 @@ INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
 CREDENTIALS = ".claude/.credentials.json"  # where `claude login` keeps its token, under $HOME
 DEFAULT_TOOLS = ("Bash", "Edit", "Write", "Read", "Glob", "Grep")
 RATE_LIMIT_RE = re.compile(r"rate.?limit|overloaded|credit balance|quota|\b(429|529)\b", re.I)
+#: Claude Code's subscription limit: "Claude AI usage limit reached|<epoch of the reset>",
+#: or "... limit reached ... resets 3pm" (the machine's local time).
+USAGE_LIMIT_RE = re.compile(r"usage limit reached\|(\d{9,11})", re.I)
+RESETS_AT_RE = re.compile(
+    r"limit.{0,40}?resets?(?: at)? (\d{1,2})(?::(\d{2}))? ?(am|pm)?", re.I | re.S
+)
+
+
+def usage_limit_reset(text: str, now: datetime | None = None) -> datetime | None:
+    """When a usage limit Claude Code reports resets (UTC), or None if it reports none."""
+    if match := USAGE_LIMIT_RE.search(text):
+        return datetime.fromtimestamp(int(match.group(1)), UTC)
+    if match := RESETS_AT_RE.search(text):
+        hour, minute, half = int(match.group(1)), int(match.group(2) or 0), match.group(3)
+        if half:
+            hour = hour % 12 + (12 if half.lower() == "pm" else 0)
+        if hour > 23 or minute > 59:
+            return None
+        local = (now or datetime.now(UTC)).astimezone()
+        reset = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if reset <= local:
+            reset += timedelta(days=1)
+        return reset.astimezone(UTC)
+    return None
+
+
 SUBTYPE_OUTCOMES = {
     "success": "success",
     "error_max_turns": "max_turns",
@@ -190,8 +217,9 @@ class StreamJsonParser:
         outcome = SUBTYPE_OUTCOMES.get(subtype, "error") if isinstance(subtype, str) else "error"
         if r.get("is_error") and outcome == "success":
             outcome = "error"
+        reset = usage_limit_reset(text) if r.get("is_error") else None
         if r.get("is_error") and (
-            r.get("api_error_status") in (429, 529) or RATE_LIMIT_RE.search(text)
+            reset or r.get("api_error_status") in (429, 529) or RATE_LIMIT_RE.search(text)
         ):
             outcome = "rate_limited"
         denials = r.get("permission_denials")
@@ -205,7 +233,8 @@ class StreamJsonParser:
             tokens_out=count_of(usage.get("output_tokens")),
             session_id=self.session_id,
             summary=clipped(text, 500, self.output),
-            details={"permission_denials": denials} if denials else {},
+            details=({"permission_denials": denials} if denials else {})
+            | ({"reset_at": reset.isoformat()} if reset else {}),
         )
 
 

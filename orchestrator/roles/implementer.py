@@ -15,15 +15,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import resource
 import sys
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from .. import agent_status, config, git_utils, queue_utils, recovery, sandbox
+from .. import agent_status, budgets, config, git_utils, queue_utils, recovery, sandbox
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..backends.base import no_change_reason
 from ..exceptions import InvalidTask, LostClaim, OctopoidError, StorageError
@@ -99,6 +100,11 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     hide_also(agent.get("env") or {})  # History, ERROR and runner.log hide them too
     claim = Claim(task_id, token, agents_cfg["lease_seconds"])
     task = claim.take_over(deadline_seconds(agent, queue_utils.get_task(task_id), cfg))
+    records = agent_status.day_records(agents_cfg)
+    grant = budgets.allowance(budgets.verdicts(task, agent_name, records, cfg, utcnow()))
+    if (spent := grant.exhausted()) is not None:
+        return _out_of_budget(task, spent, f"no attempt started: {spent.why()}")
+    own, agent = agent, _within(agent, grant)
     _wait_for_earlier_attempts(task, agents_cfg["shutdown_grace_seconds"])
     log_dir = attempt_log_dir(task_id)
     output = TailBuffer(
@@ -108,12 +114,14 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         Redactor(agent_env(agent)),  # the agent's own env may hold secrets too
     )
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
-    space = None
+    space, started = None, time.monotonic()
     try:
         backend = get_backend(agent["backend"])
         space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent))
         output.feed(f"{space.banner}\n".encode())
         result = _work(task, agent, cfg, claim, log_dir, output, space)
+        if (stopped := _stopped_by_budget(result, own, grant)) is not None:
+            result.details["budget"] = stopped
     except (Terminated, LostClaim) as exc:
         result = AgentResult(None, "error", summary=str(exc), details={"stop": type(exc).__name__})
     except OctopoidError as exc:
@@ -123,6 +131,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         if space is not None:
             back = space.bring_back()
             commits, result = back.commits, _contained(result, back, output)
+        result.details["seconds"] = time.monotonic() - started  # the task's wall time
         if result.outcome == "success" and commits == 0:
             why = no_change_reason(result.summary) or no_change_reason(output.text())
             if why:
@@ -141,9 +150,58 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         if space is not None:
             space.close()
     agent_status.record_attempt(
-        agent_name, task.label, result.outcome, result.turns, result.cost_usd
-    )
+        agent_name, task.label, result.outcome, result.turns, result.cost_usd,
+        tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
+    )  # fmt: skip
     return report
+
+
+def _within(agent: dict, grant: budgets.Allowance) -> dict:
+    """The agent's limits for this attempt: its own, or what a budget has left if less."""
+    out = dict(agent)
+    if grant.turns < out["max_turns"]:
+        out["max_turns"] = max(1, math.floor(grant.turns))
+    if grant.seconds < out["timeout_seconds"]:
+        out["timeout_seconds"] = max(1, math.floor(grant.seconds))
+    own_usd = out.get("max_budget_usd")
+    if grant.usd < (math.inf if own_usd is None else own_usd):
+        out["max_budget_usd"] = grant.usd
+    if grant.tokens < math.inf:
+        out["max_tokens_total"] = math.floor(grant.tokens)
+    return out
+
+
+#: Which of an agent's stops may be a budget's: the dimensions each outcome stands for.
+STOPS = {"budget": ("usd", "tokens"), "max_turns": ("turns",), "timeout": ("seconds",)}
+
+
+def _stopped_by_budget(
+    result: AgentResult, own: dict, grant: budgets.Allowance
+) -> budgets.Verdict | None:
+    """The budget that stopped the attempt, when its limit (not the agent's) was the one hit."""
+    mine = {
+        "usd": own.get("max_budget_usd") or math.inf,
+        "tokens": math.inf,
+        "turns": own["max_turns"],
+        "seconds": own["timeout_seconds"],
+    }
+    for dimension in STOPS.get(result.outcome, ()):
+        if dimension in grant.binding and getattr(grant, dimension) < mine[dimension]:
+            return grant.binding[dimension]
+    return None
+
+
+def _out_of_budget(task: Task, spent: budgets.Verdict, why: str) -> AttemptReport:
+    """A budget is spent: a task's own waits in failed/ for a person to give it more; an
+    agent's or the project's day gives the attempt back, and the scheduler claims nothing
+    under it until the day turns (``stalls``)."""
+    result = AgentResult(None, "budget", summary=why)
+    if spent.scope == "task":
+        more = f"`octopoid retry {task.label} --budget usd=...` gives it more"
+        queue_utils.fail_task(task, f"{why}; {more}")
+        return _report(task, result, 0, TaskState.FAILED.value, why)
+    queue_utils.requeue_task(task, why, "octopoid", counted=False)
+    return _report(task, result, 0, TaskState.INCOMING.value, why)
 
 
 def _next_move(
@@ -159,7 +217,10 @@ def _next_move(
 ) -> AttemptReport:
     """Record the usage, run the checks when there is work to check, then move the task."""
     tokens = result.tokens_in + result.tokens_out
-    queue_utils.record_usage(task, result.turns, result.cost_usd, tokens=tokens)
+    seconds = result.details.get("seconds", 0.0)
+    queue_utils.record_usage(task, result.turns, result.cost_usd, tokens=tokens, seconds=seconds)
+    if (spent := result.details.get("budget")) is not None and commits == 0:
+        return _out_of_budget(task, spent, f"the attempt stopped at {spent.named()}")
     if task.headers.get("PHASE") == "breakdown":
         return _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
     verdict = None
@@ -358,6 +419,7 @@ def _work(
         timeout_seconds=agent["timeout_seconds"],
         max_turns=agent["max_turns"],
         max_budget_usd=agent.get("max_budget_usd"),
+        max_tokens_total=agent.get("max_tokens_total"),
         on_tick=tick,
     )
     return get_backend(agent["backend"]).run(request, output)
@@ -402,6 +464,13 @@ def _settle(
     if stop == "LostClaim":
         return report("(not ours any more)")
     if stop == "Terminated":
+        queue_utils.requeue_task(task, reason, "octopoid", counted=False)
+        return report(TaskState.INCOMING)
+    if result.outcome == "rate_limited" and result.details.get("reset_at"):
+        until = datetime.fromisoformat(result.details["reset_at"])
+        why = f"usage limit reached; it resets at {format_time(until)}"
+        agent_status.pause_until(agent["name"], until, why)
+        reason = f"{agent['name']}'s {why}; the attempt is given back"
         queue_utils.requeue_task(task, reason, "octopoid", counted=False)
         return report(TaskState.INCOMING)
     if result.outcome == "rate_limited":
