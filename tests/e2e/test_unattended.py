@@ -1,0 +1,155 @@
+"""Left alone: a small queue run by the real scheduler (`octopoid scheduler run`) with a
+`command` agent, two Claude Code agents (the fake `claude` replaying recorded sessions) and
+a real check. It stalls on backpressure, lands a no-change attempt in review, sends a
+burned-out task to breakdown (which no agent serves), stops a task at its budget and pauses
+an agent at its usage limit. At each stall `status --json` says why; then a person gets
+every task out through the CLI alone."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ..conftest import HELPERS, child_env, set_config
+
+OCTOPOID = shutil.which("octopoid") or "octopoid"
+SESSIONS = HELPERS.parent / "fixtures" / "claude"
+
+
+def octopoid(root: Path, *args: str, code: int = 0) -> str:
+    done = subprocess.run(
+        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
+    )
+    assert done.returncode == code, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+def status(root: Path) -> dict[str, Any]:
+    return json.loads(octopoid(root, "status", "--json"))
+
+
+def codes(found: dict[str, Any]) -> set[str]:
+    stalls = found["stalls"]
+    agents = [s for reasons in stalls["agents"].values() for s in reasons]
+    return {s["code"] for s in stalls["system"] + stalls["unserved"] + agents}
+
+
+def wait_for(root: Path, what: str, ok, timeout: float = 180) -> dict[str, Any]:
+    """Poll `status --json` until ``ok(status)``; the deadline only bounds a hang."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = status(root)
+        if ok(found):
+            return found
+        assert time.monotonic() < deadline, f"never: {what}\n{json.dumps(found, indent=1)}"
+        time.sleep(0.2)
+
+
+def state_of(root: Path, task: str) -> str:
+    rows = json.loads(octopoid(root, "list", "--json"))
+    return next((r["state"] for r in rows if r["id"] == task), "done")
+
+
+def fake_claude(tmp_path: Path) -> str:
+    exe = tmp_path / "bin" / "claude"
+    exe.parent.mkdir()
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {HELPERS / "fake_claude.py"} "$@"\n')
+    exe.chmod(0o755)
+    return str(exe)
+
+
+@pytest.mark.slow
+def test_a_queue_left_alone_explains_every_stall_and_a_person_gets_every_task_out(
+    git_project: Path, tmp_path: Path
+) -> None:
+    claude = fake_claude(tmp_path)
+
+    def claude_agent(name: str, role: str, session: str) -> dict:
+        return {
+            "name": name, "role": role, "backend": "claude-code", "claude_path": claude,
+            "max_turns": 2, "env": {"FAKE_CLAUDE_SESSION": str(SESSIONS / session)},
+        }  # fmt: skip
+
+    agents = {
+        "max_provisional": 2,
+        "lease_seconds": 30,
+        "agents": [
+            {"name": "impl-1", "role": "implement", "backend": "command",
+             "argv": [sys.executable, str(HELPERS / "agent.py")], "max_concurrent": 2},
+            claude_agent("claude-burn", "burn", "max_turns.jsonl"),
+            claude_agent("claude-limited", "limited", "usage_limit.jsonl"),
+        ],
+    }  # fmt: skip
+    (git_project / ".octopoid/agents.yaml").write_text(yaml.safe_dump(agents))
+    set_config(git_project, checks={"commands": ["test -s README.md"]})
+
+    def enqueue(*args: str) -> str:
+        return octopoid(git_project, "enqueue", *args).strip()
+
+    noop = enqueue("nothing-to-do: add timeouts")
+    budget = enqueue("slow", "--budget", "seconds=2")
+    burned = enqueue("a burner", "--role", "burn")
+    limited = enqueue("a limited one", "--role", "limited")
+    daemon = subprocess.Popen(
+        [OCTOPOID, "scheduler", "run"], cwd=git_project, env=child_env(git_project),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        found = wait_for(
+            git_project,
+            "a no-change review, a budget stop, a breakdown nobody serves, a usage limit",
+            lambda s: (
+                {"unserved", "usage-limit"} <= codes(s)
+                and s["counts"]["failed"] == 1
+                and s["counts"]["provisional"] == 1
+            ),
+        )
+        texts = json.dumps(found["stalls"])
+        assert "no agent has role: breakdown" in texts
+        assert "waits for its usage limit to reset at 2100-01-01T00:00:00Z" in texts
+        assert state_of(git_project, burned) == "breakdown"
+        assert state_of(git_project, limited) == "incoming"
+        assert state_of(git_project, budget) == "failed"
+        shown = octopoid(git_project, "show", budget)
+        assert "budget (seconds=2)" in shown and "--budget" in shown
+        shown = octopoid(git_project, "show", noop)
+        assert "is in provisional" in shown and "NO_CHANGE: every call site" in shown
+
+        plain = [enqueue(f"plain {n}") for n in range(3)]
+        found = wait_for(git_project, "backpressure", lambda s: "backpressure" in codes(s))
+        assert re.search(r"\d tasks wait for review and max_provisional is 2", json.dumps(found))
+        assert not found["stalls"]["claiming"]
+        assert "incoming" in [state_of(git_project, t) for t in plain]  # held back
+
+        # A person, through the CLI alone: reviews free the queue, then the rest is closed.
+        def review_all() -> None:
+            rows = json.loads(octopoid(git_project, "list", "provisional", "--json"))
+            if rows:
+                octopoid(git_project, "accept", *[r["id"] for r in rows])
+
+        deadline = time.monotonic() + 180
+        while any(state_of(git_project, t) != "done" for t in plain):
+            assert time.monotonic() < deadline, [state_of(git_project, t) for t in plain]
+            review_all()
+            time.sleep(0.2)
+        assert state_of(git_project, noop) == "done"
+        octopoid(git_project, "close", burned, "--reason", "split by hand into a new task")
+        octopoid(git_project, "close", budget, "--wont-do", "--reason", "not worth more time")
+        octopoid(git_project, "close", limited, "--reason", "done on another machine")
+        octopoid(git_project, "resume", "--agent", "claude-limited")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(60)
+    everything = [noop, budget, burned, limited, *plain]
+    assert [state_of(git_project, t) for t in everything] == ["done"] * len(everything)
+    assert "all is well" in octopoid(git_project, "doctor")
