@@ -31,8 +31,9 @@ def status_summary(
     sandbox (whether agents can start, and whether they are trusted), why nothing is
     claimed (``stalls.report``), and reviews whose branch no longer merges.
 
-    Only claimed tasks are parsed: waiting tasks come from the claim index, usage from the
-    ledger, counts from the folders' listings, so the cost does not grow with done/.
+    Only tasks in flight are parsed (claimed, and those in review for their merge check):
+    waiting tasks come from the claim index, usage from the ledger, counts from the
+    folders' listings, so the cost does not grow with done/.
     ``waiting``: the claim index's rows when the caller has read them already.
     """
     now = now or utcnow()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import pytest
 from orchestrator import config, git_utils
 from orchestrator import queue_utils as q
 from orchestrator.leases import attempts_left
+from orchestrator.processes import marked_processes
 from orchestrator.tasks import TaskState
 
 from ..conftest import child_env, write_agents
@@ -103,7 +105,9 @@ def loop(git_project: Path, tmp_path: Path):
     for d in daemons:
         if d.proc.poll() is None:
             d.stop(signal.SIGKILL)
-    subprocess.run(["pkill", "-9", "-f", str(git_project)], check=False)
+    for pid in marked_processes(OCTOPOID_ROOT=str(git_project)):  # runners outlive a daemon
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_enqueue_to_provisional_then_accept_merges(loop, git_project: Path) -> None:
