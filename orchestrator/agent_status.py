@@ -14,7 +14,7 @@ from typing import Any
 
 from . import config, queue_utils
 from .exceptions import ConfigError, InvalidInput
-from .fsutil import atomic_write
+from .fsutil import atomic_write, read_json_object
 from .lazy import lazy_import
 from .locks import FileMutex
 from .tasks import TaskState, format_time, parse_time, utcnow
@@ -51,7 +51,7 @@ def record_attempt(
     path = _state_file(agent)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileMutex(str(path) + ".lock"):
-        data = _read(path)
+        data = read_json_object(path)
         day = now.date().isoformat()
         if data.get("day") != day:
             data.update(day=day, attempts_today=0, turns_today=0, cost_today_usd=0.0)
@@ -66,7 +66,7 @@ def record_attempt(
 
 def day_records(agents_cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every configured agent's record (what it did, and spent, on its last day)."""
-    return {a["name"]: _read(_state_file(a["name"])) for a in agents_cfg["agents"]}
+    return {a["name"]: read_json_object(_state_file(a["name"])) for a in agents_cfg["agents"]}
 
 
 def pause_until(agent: str, until: datetime, why: str) -> None:
@@ -79,7 +79,7 @@ def pause_until(agent: str, until: datetime, why: str) -> None:
 
 def limited_until(agent: str, now: datetime | None = None) -> tuple[datetime, str] | None:
     """(until when, why) while ``agent`` waits for a usage limit to reset; else None."""
-    data = _read(_limit_flag(agent))
+    data = read_json_object(_limit_flag(agent))
     try:
         until = parse_time(str(data["until"]))
     except (KeyError, ValueError):
@@ -89,14 +89,6 @@ def limited_until(agent: str, now: datetime | None = None) -> tuple[datetime, st
 
 def _limit_flag(agent: str) -> Path:
     return config.get_orchestrator_dir() / "agents" / f"{agent}.limited"
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _pause_flag(agent: str | None) -> Path:
@@ -190,7 +182,7 @@ def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
     rows = []
     for agent in agents_cfg["agents"]:
         running = [t.label for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"]]
-        record = _read(_state_file(agent["name"]))
+        record = read_json_object(_state_file(agent["name"]))
         fresh = record.get("day") == today
         if running:
             state = "running " + ", ".join(running)

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import config, git_utils, queue_utils
 from .exceptions import GitError, InvalidTaskId, TaskBusy
-from .fsutil import atomic_write
+from .fsutil import atomic_write, read_json_object
 from .memory import lifecycle
 from .memory.distill import distill
 from .memory.notes import NotesManager
@@ -55,7 +55,7 @@ def abandon(task_id: str) -> None:
 
 def pending(task_id: str) -> list[str]:
     """The steps still to do for ``task_id`` (empty: none, or no journal)."""
-    return _read(_journal(task_id)).get("steps", [])
+    return read_json_object(_journal(task_id)).get("steps", [])
 
 
 def is_over(task_id: str) -> bool:
@@ -65,14 +65,6 @@ def is_over(task_id: str) -> bool:
     )
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def finish(task_id: str) -> dict[str, Any]:
     """Do the journaled steps of a task in done/, in order; return what they did.
 
@@ -80,7 +72,7 @@ def finish(task_id: str) -> dict[str, Any]:
     reported and stays in the journal for the next finisher; the others go on.
     """
     path = _journal(task_id)
-    journal = _read(path)
+    journal = read_json_object(path)
     steps, actor = list(journal.get("steps", [])), str(journal.get("by", "octopoid"))
     done: dict[str, Any] = {"promoted": 0, "distilled": {}, "errors": []}
     for step in [s for s in STEPS if s in steps]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import json
 import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .redaction import Redactor
@@ -82,6 +83,16 @@ def atomic_write(
         raise
     if sync:
         fsync_dir(target.parent)
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object written with ``atomic_write``; ``{}`` if missing, unreadable or not one
+    (state files octopoid can rebuild or do without)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def durable_rename(src: Path, dst: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from . import agent_status, config, git_utils, sandbox, stalls
 from .dependencies import blocked_summary
 from .exceptions import OctopoidError
-from .fsutil import atomic_write
+from .fsutil import atomic_write, read_json_object
 from .queue_utils import get_store
 from .store.claim_index import Waiting
 from .tasks import Task, TaskState, parse_time, task_label, utcnow
@@ -94,9 +94,9 @@ def unmergeable(tasks: list[Task]) -> dict[str, list[str]]:
     try:
         repo = git_utils.open_repo()
         tips = git_utils.branch_tips(repo)
-        known = json.loads(path.read_text()) if path.exists() else {}
-    except (OctopoidError, ValueError, OSError):
+    except OctopoidError:
         return {}
+    known = read_json_object(path)
     judged: dict[str, list[str] | None] = {}
     found = {}
     for task in tasks:
