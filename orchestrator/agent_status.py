@@ -55,6 +55,7 @@ def record_attempt(
         day = now.date().isoformat()
         if data.get("day") != day:
             data.update(day=day, attempts_today=0, turns_today=0, cost_today_usd=0.0)
+            data.update(tokens_today=0, seconds_today=0.0)
         data["attempts_today"] += 1
         data["turns_today"] += turns
         data["tokens_today"] = data.get("tokens_today", 0) + tokens

@@ -185,7 +185,10 @@ def watched(
     for name in records:
         found += [v for v in verdicts(None, name, records, cfg, now) if v.scope == "agent_daily"]
     for task in tasks:
-        found += [v for v in verdicts(task, None, {}, cfg, now) if v.scope == "task"]
+        try:
+            found += [v for v in verdicts(task, None, {}, cfg, now) if v.scope == "task"]
+        except InvalidInput:
+            continue  # its runner fails it, saying why
     day = now.date().isoformat()
     return [
         (f"{key}:{day}" if not key.startswith("task:") else key, message)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config, git_utils, queue_utils
-from .exceptions import GitError, InvalidTaskId, TaskBusy
+from .exceptions import InvalidTaskId, TaskBusy
 from .fsutil import atomic_write, read_json_object
 from .memory import lifecycle
 from .memory.distill import distill
@@ -68,8 +68,9 @@ def is_over(task_id: str) -> bool:
 def finish(task_id: str) -> dict[str, Any]:
     """Do the journaled steps of a task in done/, in order; return what they did.
 
-    ``{"promoted": n, "distilled": {...}, "errors": [...]}``. A git step that fails is
-    reported and stays in the journal for the next finisher; the others go on.
+    ``{"promoted": n, "distilled": {...}, "errors": [...]}``. A step that fails (git, the
+    memory store, a model) is reported and stays in the journal for the next finisher; the
+    others go on.
     """
     path = _journal(task_id)
     journal = read_json_object(path)
@@ -78,7 +79,7 @@ def finish(task_id: str) -> dict[str, Any]:
     for step in [s for s in STEPS if s in steps]:
         try:
             _run(step, task_id, actor, done)
-        except GitError as exc:
+        except Exception as exc:  # git, the memory store, a model: the step stays journaled
             done["errors"].append(f"{step}: {exc}")
             log.error("%s: could not finish %s: %s", task_label(task_id), step, exc)
             continue

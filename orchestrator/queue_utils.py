@@ -442,6 +442,7 @@ def submit_completion(
     cost = f", ${cost_usd:.2f}" if cost_usd is not None else ""
     if no_change:
         headers["NO_CHANGE"] = one_line(redact(no_change), 500)
+    stale = () if no_change else ("NO_CHANGE",)  # a mark of an earlier attempt's
     checks = list(checks)
     passed = f"; checks: {len(checks)} passed" if checks else ""
 
@@ -458,7 +459,7 @@ def submit_completion(
         + (f"; no change needed: {headers['NO_CHANGE']}" if no_change else ""),
         now,
         headers,
-        LEASE_HEADERS,
+        (*LEASE_HEADERS, *stale),
         note_checks,
         token=token,
     )
@@ -529,7 +530,7 @@ def _reject_to(
     rejected_by: str,
     now: datetime | None,
     comments: Sequence[LineComment] = (),
-    drop_headers: tuple[str, ...] = ("SUBMITTED_AT", "SUBMITTED_CLAIM"),
+    drop_headers: tuple[str, ...] = ("SUBMITTED_AT", "SUBMITTED_CLAIM", "NO_CHANGE"),
     edit: Callable[[Task], None] | None = None,
 ) -> Task:
     """A rejection: its notes are written before the move, so a kill between the two

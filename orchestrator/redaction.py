@@ -147,18 +147,20 @@ OWN_SHAPES: tuple[tuple[str, bytes, Rule], ...] = (
      rb"([A-Za-z0-9+/]{8,}={0,2})", Rule((b"Basic", b"basic", b"BASIC"), 1)),
     ("cli-password", rb"(?:sshpass[ \t]+-p|--password[= ])[ \t]*['\"]?(?!-)([^\s'\"]{6,})",
      Rule((b"sshpass", b"--password"), 1)),
-    ("cli-password", rb"\bmysql(?:dump)?\b[^\r\n]*?[ \t]-p([^\s'\"-][^\s'\"]{5,})",
-     Rule((b"mysql",), 1)),
     ("cli-password",
-     rb"\bcurl\b[^\r\n]*?[ \t](?:-u|--user)[ \t]+['\"]?[^:\s'\"]+:([^\s'\"]{6,})",
-     Rule((b"curl",), 1)),
-    ("env-secret",
-     rb"(?<![A-Za-z0-9_])[A-Z][A-Z0-9_]*(?:PASSWORD|SECRET|_TOKEN|_API_KEY)[A-Z0-9_]*="
-     rb"['\"]?(?![$`{<(])([^\s'\"]{8,})",
-     Rule((b"PASSWORD", b"SECRET", b"_TOKEN", b"_API_KEY"), 1)),
-    ("json-secret",
+     rb"(?:(?<=[\s;|&(])|^)mysql(?:dump|admin)?(?:[ \t][^\r\n]{0,200}?)?[ \t]-p"
+     rb"([^\s'\"$-][^\s'\"]{5,})", Rule((b"mysql",), 1, True)),
+    ("cli-password",
+     rb"(?:(?<=[\s;|&(])|^)curl(?:[ \t][^\r\n]{0,200}?)?[ \t](?:-u|--user)[ \t]+['\"]?"
+     rb"[^:\s'\"]{1,100}:(?![$`{<])([^\s'\"]{6,})", Rule((b"curl",), 1, True)),
+    ("env-secret",  # NAME_PASSWORD=value in shell or a .env: from the anchor, bounded
+     rb"(?:PASSWORD|SECRET|_TOKEN|_API_KEY)[A-Z0-9_]{0,40}(?<!_FILE)(?<!_PATH)(?<!_DIR)="
+     rb"['\"]?(?![$`{<(]|[a-z_][\w.]*\()([^\s'\"]{8,512}+)(?=[\s'\"]|$)",
+     Rule((b"PASSWORD", b"SECRET", b"_TOKEN", b"_API_KEY"), 1, True)),
+    ("json-secret",  # a value with a digit: "token": "tokenizer_name" is a name, not one
      rb"\"(?:client_?[Ss]ecret|[Cc]lientSecret|secret|password|api_?[Kk]ey|apiKey|token|"
-     rb"access_?[Tt]oken|refresh_?[Tt]oken)\"[ \t]*:[ \t]*\"(?![$<{])([^\"\\\s]{8,})\"",
+     rb"access_?[Tt]oken|refresh_?[Tt]oken)\"[ \t]*:[ \t]*\"(?![$<{])(?=[^\"\\\s]{0,200}\d)"
+     rb"([^\"\\\s]{8,})\"",
      Rule((b'ecret"', b'assword"', b'ey"', b'oken"'), 1)),
 )  # fmt: skip
 

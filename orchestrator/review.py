@@ -72,7 +72,7 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
                 "sends it back for one"
             )
         strategy = config.load_config()["merge"]["strategy"]
-        if "NO_CHANGE" in task.headers:  # nothing to merge: the agent said why
+        if "NO_CHANGE" in task.headers and not _holds_work(task):  # nothing to merge: why said
             strategy = "no-change"
         merged = task.headers.get("MERGED") or None
         if strategy not in ("none", "no-change") and merged is None:
@@ -127,8 +127,20 @@ def retry(
     return queue_utils.retry_task(task.id, actor, budget=budget)
 
 
+def _holds_work(task: Task) -> bool:
+    """Whether the task's branch has commits its base lacks (then it is merged, whatever
+    an attempt said)."""
+    repo = git_utils.open_repo()
+    if not git_utils.branch_exists(repo, git_utils.branch_for(task.id)):
+        return False
+    return git_utils.commits_ahead(repo, task.id, task.branch) > 0
+
+
 def _move_journaled(task_id: str, steps: list[str], actor: str, move: Callable[[], Task]) -> Task:
-    """``move`` the task to done with ``steps`` journaled before it (under the task's hold)."""
+    """``move`` the task to done with ``steps`` journaled before it (under the task's hold).
+    A task in done already keeps the journal it has: the move is refused, not journaled."""
+    if queue_utils.get_store().locate(task_id) is TaskState.DONE:
+        return move()
     finishing.begin(task_id, steps, actor)
     try:
         return move()

@@ -321,3 +321,26 @@ def test_only_text_with_a_secrets_anchor_imports_detect_secrets() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.stdout.split() == ["False", "False", "True"], out.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NEXT_TOKEN=self._advance()",
+        "DB_PASSWORD_FILE=/run/secrets/db",
+        "curl -u admin:${PASSWORD} https://example.com",
+        "python -m pytest tests/mysql.py -pno:cacheprovider",
+        '{"token": "tokenizer_name", "password": "<your password>"}',
+    ],
+)
+def test_code_that_only_names_a_secret_is_left_alone(text: str) -> None:
+    assert Redactor(NO_ENV)(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["SECRET_KEY=django-insecure-9x8c7v6b5n", "PASSWORD=hunter2hunter2", "mysql -pS3cretPass"],
+)
+def test_a_secret_assigned_or_passed_plainly_is_redacted(text: str) -> None:
+    out = Redactor(NO_ENV)(text)
+    assert "[REDACTED:" in out and text.split("=")[-1][-8:] not in out

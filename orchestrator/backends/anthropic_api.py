@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import select
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from ..redaction import redact
 from ..sandbox.box import Box
 from . import worktree_tools
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
+from .process import readable
 from .worktree_tools import COMMIT, TOOL_SPECS
 
 SYSTEM = (
@@ -92,8 +92,7 @@ class ToolServer:
 
 
 def _read_line(proc: subprocess.Popen, seconds: float) -> bytes:
-    ready, _, _ = select.select([proc.stdout], [], [], seconds)
-    if not ready:
+    if not readable(proc.stdout.fileno(), seconds):
         raise TimeoutError
     line = proc.stdout.readline()
     if not line:

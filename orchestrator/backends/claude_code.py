@@ -16,6 +16,7 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..fsutil import TailBuffer
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
@@ -29,8 +30,17 @@ RATE_LIMIT_RE = re.compile(r"rate.?limit|overloaded|credit balance|quota|\b(429|
 #: or "... limit reached ... resets 3pm" (the machine's local time).
 USAGE_LIMIT_RE = re.compile(r"usage limit reached\|(\d{9,11})", re.I)
 RESETS_AT_RE = re.compile(
-    r"limit.{0,40}?resets?(?: at)? (\d{1,2})(?::(\d{2}))? ?(am|pm)?", re.I | re.S
+    r"limit.{0,40}?resets?(?: at)? (\d{1,2})(?::(\d{2}))? ?(am|pm)?(?: ?\(([\w/+-]{1,40})\))?",
+    re.I | re.S,
 )
+
+
+def _zone(name: str | None) -> ZoneInfo | None:
+    """The named time zone; None (this machine's) when unnamed or unknown."""
+    try:
+        return ZoneInfo(name) if name else None
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
 
 
 def usage_limit_reset(text: str, now: datetime | None = None) -> datetime | None:
@@ -43,7 +53,8 @@ def usage_limit_reset(text: str, now: datetime | None = None) -> datetime | None
             hour = hour % 12 + (12 if half.lower() == "pm" else 0)
         if hour > 23 or minute > 59:
             return None
-        local = (now or datetime.now(UTC)).astimezone()
+        zone = _zone(match.group(4))  # "resets 3pm (Europe/London)": that zone's 3pm
+        local = (now or datetime.now(UTC)).astimezone(zone)
         reset = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
         if reset <= local:
             reset += timedelta(days=1)

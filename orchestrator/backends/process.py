@@ -140,14 +140,21 @@ def _pump(
         if quiet_since is not None and now - quiet_since >= EXIT_DRAIN_SECONDS:
             return False
         wait = min(TICK_SECONDS, deadline - now, EXIT_DRAIN_SECONDS)
-        ready, _, _ = select.select([fd], [], [], wait)
-        if ready:
+        if readable(fd, wait):
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 return False
             sink(chunk)
             if quiet_since is not None:
                 quiet_since = time.monotonic()
+
+
+def readable(fd: int, seconds: float) -> bool:
+    """Whether ``fd`` has data (or EOF) within ``seconds``: poll(2), which unlike select(2)
+    takes any descriptor number (a process with over 1024 open files is no exception)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(max(0.0, seconds) * 1000))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

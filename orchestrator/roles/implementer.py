@@ -27,7 +27,7 @@ from pathlib import Path
 from .. import agent_status, budgets, config, git_utils, queue_utils, recovery, sandbox
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..backends.base import no_change_reason
-from ..exceptions import InvalidTask, LostClaim, OctopoidError, StorageError
+from ..exceptions import InvalidInput, InvalidTask, LostClaim, OctopoidError, StorageError
 from ..fsutil import TailBuffer, atomic_write
 from ..leases import attempts_left
 from ..memory import lifecycle
@@ -101,7 +101,12 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     claim = Claim(task_id, token, agents_cfg["lease_seconds"])
     task = claim.take_over(deadline_seconds(agent, queue_utils.get_task(task_id), cfg))
     records = agent_status.day_records(agents_cfg)
-    grant = budgets.allowance(budgets.verdicts(task, agent_name, records, cfg, utcnow()))
+    try:
+        grant = budgets.allowance(budgets.verdicts(task, agent_name, records, cfg, utcnow()))
+    except InvalidInput as exc:  # a BUDGET header edited into nonsense: this task waits
+        why = f"{exc}; `octopoid retry {task.label} --budget ...` sets a valid one"
+        queue_utils.fail_task(task, why)
+        return _report(task, AgentResult(None, "error", summary=why), 0, "failed", why)
     if (spent := grant.exhausted()) is not None:
         return _out_of_budget(task, spent, f"no attempt started: {spent.why()}")
     own, agent = agent, _within(agent, grant)
@@ -178,15 +183,25 @@ STOPS = {"budget": ("usd", "tokens"), "max_turns": ("turns",), "timeout": ("seco
 def _stopped_by_budget(
     result: AgentResult, own: dict, grant: budgets.Allowance
 ) -> budgets.Verdict | None:
-    """The budget that stopped the attempt, when its limit (not the agent's) was the one hit."""
+    """The budget that stopped the attempt: its limit (not the agent's own) was the tighter
+    one, and the attempt really used it up (a "budget" stop is dollars or tokens: only the
+    one it reached counts)."""
     mine = {
         "usd": own.get("max_budget_usd") or math.inf,
         "tokens": math.inf,
         "turns": own["max_turns"],
         "seconds": own["timeout_seconds"],
     }
+    used = {
+        "usd": result.cost_usd or 0.0,
+        "tokens": result.tokens_in + result.tokens_out,
+        "turns": result.turns,
+        "seconds": result.details.get("seconds", math.inf),  # a timeout used its time
+    }
     for dimension in STOPS.get(result.outcome, ()):
-        if dimension in grant.binding and getattr(grant, dimension) < mine[dimension]:
+        left = getattr(grant, dimension)
+        reached = result.outcome != "budget" or used[dimension] >= left * 0.999
+        if dimension in grant.binding and left < mine[dimension] and reached:
             return grant.binding[dimension]
     return None
 
@@ -467,7 +482,8 @@ def _settle(
         queue_utils.requeue_task(task, reason, "octopoid", counted=False)
         return report(TaskState.INCOMING)
     if result.outcome == "rate_limited" and result.details.get("reset_at"):
-        until = datetime.fromisoformat(result.details["reset_at"])
+        soonest = utcnow() + timedelta(seconds=agents_cfg["rate_limit_backoff_seconds"])
+        until = max(datetime.fromisoformat(result.details["reset_at"]), soonest)  # not past
         why = f"usage limit reached; it resets at {format_time(until)}"
         agent_status.pause_until(agent["name"], until, why)
         reason = f"{agent['name']}'s {why}; the attempt is given back"
