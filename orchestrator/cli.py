@@ -400,7 +400,7 @@ def approve(task_id: str, actor: str) -> None:
     "--fresh",
     is_flag=True,
     help="Start again from the base branch: earlier attempts' commits are set aside "
-    "(kept as refs/octopoid/replaced/agent/TASK-<id>), not built on.",
+    "(kept as refs/octopoid/replaced/agent/TASK-<id>-<sha>), not built on.",
 )
 def retry(task_ids: tuple[str, ...], fresh: bool, budget: str) -> None:
     """Move failed, rejected or breakdown tasks back to incoming, with fresh attempts.

@@ -339,14 +339,16 @@ def remove_worktree(repo: git.Repo, task_id: str, delete_branch: bool = True) ->
 
 def set_branch_aside(repo: git.Repo, task_id: str) -> str | None:
     """Start the task over: its branch (and worktree) removed, the old tip kept as
-    ``refs/octopoid/replaced/<branch>`` (nothing is lost); that tip, or None without one."""
+    ``refs/octopoid/replaced/<branch>-<sha12>`` (nothing is lost, however often a task is
+    started over); that tip, or None without one."""
     branch = branch_for(task_id)
     with repo_admin_lock():
         if not branch_exists(repo, branch):
             return None
         tip = branch_tip(repo, branch)
-        with git_errors(f"git update-ref refs/octopoid/replaced/{branch}"):
-            repo.git.update_ref(f"refs/octopoid/replaced/{branch}", tip)
+        kept = f"refs/octopoid/replaced/{branch}-{tip[:12]}"  # one per tip: none overwritten
+        with git_errors(f"git update-ref {kept}"):
+            repo.git.update_ref(kept, tip)
     remove_worktree(repo, task_id)
     return tip
 
@@ -473,7 +475,8 @@ def _refuse_local_changes_in_the_way(
             + "commit or unstage them (git restore --staged), then accept again"
         )
     edited = set(_names(where))
-    clash = sorted(edited & set(_names(where, f"{base}...{branch}"))) if edited else []
+    changed = _names(where, "--no-renames", f"{base}...{branch}")  # a rename: both names
+    clash = sorted(edited & set(changed)) if edited else []
     if clash:
         raise MergeRefused(
             f"{checkout} has uncommitted changes on {base} to files the merge changes:\n"

@@ -660,12 +660,20 @@ def retry_task(
     *,
     reason: str = "retry",
     budget: dict[str, float] | None = None,
+    prepare: Callable[[Task], None] | None = None,
 ) -> Task:
     """failed/rejected/breakdown -> incoming with a fresh set of attempts; notes are kept.
 
     From breakdown, the task is tried whole again instead of split (no breakdown agent,
-    or a person thinks another attempt will do). ``budget`` replaces its own budget.
+    or a person thinks another attempt will do). ``budget`` replaces its own budget;
+    ``prepare`` runs under the task's lock before the move (a claim cannot slip in).
     """
+
+    def restart(t: Task) -> None:
+        if prepare is not None:
+            prepare(t)
+        t.set_header("ATTEMPTS_AT_RETRY", t.attempts)
+
     return _transition(
         task,
         [S.FAILED, S.REJECTED, S.BREAKDOWN],
@@ -675,7 +683,7 @@ def retry_task(
         now,
         {"BUDGET": budgets.render(budget)} if budget else None,
         drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS", "INTERRUPTED", "PHASE"),
-        edit=lambda t: t.set_header("ATTEMPTS_AT_RETRY", t.attempts),
+        edit=restart,
     )
 
 

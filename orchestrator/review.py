@@ -113,18 +113,21 @@ def retry(
 ) -> Task:
     """A failed, rejected or breakdown task back to incoming with fresh attempts; its retry
     notes are kept. ``fresh``: the next attempt starts again from the base, not from the
-    commits earlier attempts left (the old tip stays under ``refs/octopoid/replaced/``,
+    commits earlier attempts left (the old tip is kept under ``refs/octopoid/replaced/``,
     and with ``git.remote`` the remote's copy of the branch is deleted too). ``budget``
     replaces the task's own budget (one a budget stopped needs more to go on)."""
-    task = queue_utils.get_task(task_id)
-    if fresh and task.state in (TaskState.FAILED, TaskState.REJECTED, TaskState.BREAKDOWN):
-        repo = git_utils.open_repo()
-        tip = git_utils.set_branch_aside(repo, task.id)
-        if (remote := git_utils.remote_name()) is not None:
+    if not fresh:
+        return queue_utils.retry_task(task_id, actor, budget=budget)
+    repo, remote = git_utils.open_repo(), git_utils.remote_name()
+
+    def start_over(task: Task) -> None:  # under the task's lock: nobody claims it meanwhile
+        git_utils.set_branch_aside(repo, task.id)
+        if remote is not None:
             git_utils.delete_remote_branch(repo, remote, task.id)
-        reason = f"retry from {task.branch}" + (f" (old tip {tip[:12]} set aside)" if tip else "")
-        return queue_utils.retry_task(task.id, actor, reason=reason, budget=budget)
-    return queue_utils.retry_task(task.id, actor, budget=budget)
+
+    task = queue_utils.get_task(task_id)
+    reason = f"retry from {task.branch}; earlier commits kept under refs/octopoid/replaced/"
+    return queue_utils.retry_task(task.id, actor, reason=reason, budget=budget, prepare=start_over)
 
 
 def _holds_work(task: Task) -> bool:

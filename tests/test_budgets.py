@@ -111,3 +111,15 @@ def test_an_agent_out_of_its_day_s_budget_claims_nothing_and_says_why(
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "budget" in [s["code"] for s in json.loads(status.stdout)["stalls"]["agents"]["impl-1"]]
+
+
+def test_a_day_s_tokens_and_seconds_start_again_with_the_day(project: Path) -> None:
+    from datetime import timedelta
+
+    from orchestrator import agent_status
+
+    agent_status.record_attempt("a", "TASK-1", "success", 3, 0.5, NOW, tokens=1000, seconds=60)
+    later = NOW + timedelta(days=1)
+    agent_status.record_attempt("a", "TASK-2", "success", 1, 0.1, later, tokens=10, seconds=2)
+    (record,) = agent_status.day_records({"agents": [{"name": "a"}]}).values()
+    assert budgets.day_spend(record, later) == budgets.Spend(0.1, 10, 1, 2.0)

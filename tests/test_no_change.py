@@ -69,3 +69,43 @@ def test_no_further_change_on_a_branch_with_earlier_work_sends_that_work_to_revi
     task = q.get_task(tid)
     assert "NO_CHANGE" not in task.headers and task.headers["COMMITS"] == "1"
     assert "No further change" in (q.get_task_notes(tid) or "")
+
+
+def test_a_no_change_mark_goes_with_a_rejection_and_accept_merges_work_whatever(git_project):
+    """A reviewer rejects "no change needed"; the next attempt commits: its work is
+    reviewed and merged, never dropped as nothing."""
+    from orchestrator import review
+
+    write_agents(git_project)
+    tid = q.create_task("nothing-to-do: add timeouts").id
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    review.reject(tid, "there is one call site without a timeout: fix it")
+    assert "NO_CHANGE" not in q.get_task(tid).headers
+    task = q.get_task(tid)  # a mark left by hand (or an older octopoid) on work to merge
+    q.get_store().update(tid, TaskState.INCOMING, lambda t: t.set_header("NO_CHANGE", "x"))
+    commit_on_branch(git_project, tid, {"fix.txt": b"timeout=30\n"}, "add the timeout")
+    claimed = q.claim_task(None, "impl-1")
+    q.submit_completion(claimed, 1, 1)
+    assert "NO_CHANGE" not in q.get_task(tid).headers  # a submit without the mark drops it
+    q.get_store().update(tid, TaskState.PROVISIONAL, lambda t: t.set_header("NO_CHANGE", "x"))
+    done = review.accept(tid)
+    assert done.strategy == "merge" and task.label in git.Repo(git_project).head.commit.message
+    assert "fix.txt" in git.Repo(git_project).head.commit.tree
+
+
+def test_closing_a_task_already_done_refuses_and_keeps_what_its_accept_left(git_project):
+    from orchestrator import finishing, review
+    from orchestrator.exceptions import IllegalTransition
+
+    from .test_review import provisional_with_commit
+
+    tid = provisional_with_commit(git_project)
+    review.accept(tid)
+    finishing.begin(tid, [finishing.BRANCH, finishing.REMOTE_BRANCH], "alice")  # left over
+    try:
+        review.close(tid, "wont-do", "from a stale page")
+    except IllegalTransition:
+        pass
+    else:
+        raise AssertionError("a task in done was closed")
+    assert finishing.pending(tid) == [finishing.BRANCH, finishing.REMOTE_BRANCH]

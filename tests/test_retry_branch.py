@@ -52,10 +52,27 @@ def test_retry_fresh_starts_from_the_base_and_keeps_the_old_tip(git_project):
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"TASK-{tid} back in incoming (from its base)\n"
     assert f"agent/TASK-{tid}" not in [h.name for h in repo.heads]
-    assert repo.commit(f"refs/octopoid/replaced/agent/TASK-{tid}").hexsha == old_tip
+    kept = f"refs/octopoid/replaced/agent/TASK-{tid}-{old_tip[:12]}"
+    assert repo.commit(kept).hexsha == old_tip
     task = q.get_task(tid)
     assert task.state is TaskState.INCOMING and task.moves()[-1] == ("failed", "incoming")
-    assert "retry from main (old tip" in task.path.read_text()
+    assert "retry from main; earlier commits kept under" in task.path.read_text()
     run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert "## The Branch Already Holds" not in prompt_of(tid, 2)
     assert repo.commit(f"agent/TASK-{tid}").parents[0].hexsha == repo.commit("main").hexsha
+
+
+def test_starting_over_twice_keeps_both_old_tips(git_project):
+    write_agents(git_project)
+    tid = q.create_task("plain").id
+    repo = git.Repo(git_project)
+    tips = []
+    for _ in range(2):
+        run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+        tips.append(repo.commit(f"agent/TASK-{tid}").hexsha)
+        q.fail_task(q.get_task(tid), "wrong approach")
+        review.retry(tid, fresh=True)
+    kept = [r.path for r in repo.refs if r.path.startswith("refs/octopoid/replaced/")]
+    assert sorted(kept) == sorted(
+        f"refs/octopoid/replaced/agent/TASK-{tid}-{tip[:12]}" for tip in tips
+    )

@@ -248,8 +248,10 @@ class PostgresStore(QueueStore):
         with self._errors():
             try:
                 conn = pool.getconn(timeout=self.patience.left())
-            except PoolTimeout:  # no connection could be made meanwhile: the server is down
-                self.patience.failed()
+            except PoolTimeout:
+                stats = pool.get_stats()
+                if stats.get("pool_size", 0) < stats.get("pool_max", 1):  # room, yet none made:
+                    self.patience.failed()  # the server is down (a full pool is only busy)
                 raise
             self.patience.reconnected()
             try:
