@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import signal
@@ -237,6 +238,10 @@ def show(task_id: str) -> None:
     blockage = dependencies.blockage_of(task)
     if blockage:
         click.echo(blockage.describe())
+    with contextlib.suppress(OctopoidError):  # no repository: no branch to name
+        head = review.head_of(task)
+        if head:
+            click.echo(f"branch: agent/{task.label} at {head} (`accept --expect {head[:12]}`)")
     if summary["attempts"] or summary["reviews"]:
         click.echo(
             f"retry notes: {plural(summary['attempts'], 'attempt')}, "
@@ -317,7 +322,13 @@ def _each(task_ids: tuple[str, ...], act: Callable[[str], str]) -> None:
 @cli.command()
 @click.argument("task_ids", nargs=-1, required=True)
 @click.option("--by", "actor", default="human", show_default=True, help="Who accepts.")
-def accept(task_ids: tuple[str, ...], actor: str) -> None:
+@click.option(
+    "--expect",
+    metavar="SHA",
+    help="Accept only if the branch is still at this commit (the head `show` printed when "
+    "you judged it); with several tasks, it applies to each.",
+)
+def accept(task_ids: tuple[str, ...], actor: str, expect: str | None) -> None:
     """Accept provisional tasks: merge each branch into its base, mark done, clean up.
 
     The merge follows merge.strategy in config.yaml (merge, squash, ff-only, or none to
@@ -326,7 +337,7 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
     actor = intake.clean_text(actor, "--by")
 
     def one(raw: str) -> str:
-        done = review.accept(raw, actor)
+        done = review.accept(raw, actor, expect)
         if done.cleanup_error:
             click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
         if done.strategy == "finished":
@@ -356,7 +367,14 @@ def accept(task_ids: tuple[str, ...], actor: str) -> None:
     "into the notes with the line it is about. Only with a single task.",
 )
 @click.option("--by", "actor", default="human", show_default=True, help="Who rejects.")
-def reject(task_ids: tuple[str, ...], reason: str, comments: tuple[str, ...], actor: str) -> None:
+@click.option("--expect", metavar="SHA", help="Reject only if the branch is still at this commit.")
+def reject(
+    task_ids: tuple[str, ...],
+    reason: str,
+    comments: tuple[str, ...],
+    actor: str,
+    expect: str | None,
+) -> None:
     """Send provisional tasks back to incoming, with the reason in their retry notes.
 
     A bad --comment (no such file or line on the branch) rejects nothing.
@@ -370,7 +388,7 @@ def reject(task_ids: tuple[str, ...], reason: str, comments: tuple[str, ...], ac
     )
 
     def one(raw: str) -> str:
-        task = review.reject(raw, reason, actor, parsed)
+        task = review.reject(raw, reason, actor, parsed, expect)
         return f"{task.label} rejected: back in incoming; {noted} in its notes"
 
     _each(task_ids, one)

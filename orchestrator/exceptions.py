@@ -49,6 +49,12 @@ class IllegalTransition(OctopoidError):
     exit_code = 1
 
 
+class BranchMoved(IllegalTransition):
+    """A review named the branch head it judged, and the branch is elsewhere now."""
+
+    exit_code = 1
+
+
 class LostRace(OctopoidError):
     """Another process moved the task first; the caller should move on."""
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import config, finishing, git_utils, intake, queue_utils, sandbox
 from .config import OCTOPOID_DIR
-from .exceptions import IllegalTransition, InvalidInput
+from .exceptions import BranchMoved, IllegalTransition, InvalidInput
 from .roles import breakdown, checks
 from .store import QueueStore
 from .task_notes import LineComment
@@ -38,7 +38,41 @@ class Accepted:
     distilled: dict = field(default_factory=dict)
 
 
-def accept(task_id: str, accepted_by: str = "human") -> Accepted:
+def head_of(task: Task) -> str | None:
+    """The commit the task's branch points at (what a reviewer judges), or None."""
+    repo = git_utils.open_repo()
+    branch = git_utils.branch_for(task.id)
+    return git_utils.branch_tip(repo, branch) if git_utils.branch_exists(repo, branch) else None
+
+
+def check_expected(task: Task, expect: str | None, seen_attempt: int | None = None) -> None:
+    """Refuse a review of a head that is not the branch's now (``BranchMoved``): the reviewer
+    judged other work. ``expect`` is a full or abbreviated (7+) commit id."""
+    if expect is None:
+        return
+    expect = expect.strip().lower()
+    if len(expect) < 7 or any(c not in "0123456789abcdef" for c in expect):
+        raise InvalidInput(f"--expect takes a commit id of 7 to 40 hex digits, not {expect!r}")
+    head = head_of(task) or ""
+    if head.startswith(expect):
+        return
+    if seen_attempt is not None and task.attempts > seen_attempt:
+        raise BranchMoved(
+            f"the branch moved since you loaded this page: attempt {task.attempts} arrived; "
+            "reload it to see what you would accept"
+        )
+    raise BranchMoved(
+        f"{task.label}'s branch moved: {git_utils.branch_for(task.id)} is at "
+        f"{head[:12] or 'nothing'}, not {expect[:12]}; look again (`octopoid show {task.label}`)"
+    )
+
+
+def accept(
+    task_id: str,
+    accepted_by: str = "human",
+    expect: str | None = None,
+    seen_attempt: int | None = None,
+) -> Accepted:
     """Merge the task's branch into its base, move it to done, then finish (``finishing``).
 
     The task is held for the whole workflow (``QueueStore.hold``): a reject, requeue or
@@ -58,6 +92,7 @@ def accept(task_id: str, accepted_by: str = "human") -> Accepted:
             return _finished(Accepted(task, "finished", task.headers.get("MERGED")))
         if task.state is not TaskState.PROVISIONAL:
             raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
+        check_expected(task, expect, seen_attempt)
         if "PROPOSED_SPLIT" in task.headers:
             raise IllegalTransition(
                 f"{task.label} holds a proposed breakdown, not work to merge: "
@@ -228,6 +263,8 @@ def reject(
     reason: str,
     rejected_by: str = "human",
     comments: Sequence[LineComment] = (),
+    expect: str | None = None,
+    seen_attempt: int | None = None,
 ) -> Task:
     """Back to incoming with the reason (and line comments) in the notes; the branch and
     worktree stay for the retry.
@@ -241,6 +278,8 @@ def reject(
     store = queue_utils.get_store()
     with store.hold(task_id, "rejected"):
         task = queue_utils.get_task(task_id)
+        if task.state is TaskState.PROVISIONAL:
+            check_expected(task, expect, seen_attempt)
         if task.state is TaskState.PROVISIONAL and "PROPOSED_SPLIT" in task.headers:
             if comments:
                 raise InvalidInput(f"{task.label} proposes a split: it has no lines to comment")

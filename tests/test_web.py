@@ -6,6 +6,7 @@ enqueue form's validation, and hostile ids. The browser tests are in tests/e2e/t
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,11 +79,21 @@ def test_a_post_without_the_right_csrf_token_changes_nothing(git_project, client
     assert q.list_tasks(TaskState.INCOMING) == []
 
 
+def judged(client: Client, task_id: str) -> dict[str, str]:
+    """The branch head and attempt the task page's review forms carry, as a browser sends."""
+    _, _, page = client.request(f"/tasks/TASK-{task_id}")
+    head = re.search(r'name="head" value="([0-9a-f]*)"', page)
+    attempt = re.search(r'name="attempt" value="(\d+)"', page)
+    assert head and attempt, page[:500]
+    return {"head": head.group(1), "attempt": attempt.group(1)}
+
+
 def test_accept_from_the_page_merges_like_the_cli(git_project, client) -> None:
     import git
 
     task_id = provisional_task()
-    status, headers, _ = client.request(f"/tasks/TASK-{task_id}/accept", {"csrf": client.csrf()})
+    form = {"csrf": client.csrf(), **judged(client, task_id)}
+    status, headers, _ = client.request(f"/tasks/TASK-{task_id}/accept", form)
     assert status == 303 and headers["location"] == f"/tasks/TASK-{task_id}?done=accepted"
     assert q.get_store().locate(task_id) is TaskState.DONE
     assert f"TASK-{task_id}.txt" in git.Repo(git_project).head.commit.tree
@@ -106,7 +117,7 @@ def test_an_action_racing_a_cli_review_is_refused_cleanly(git_project, client) -
     task_id = provisional_task()
     csrf = client.csrf()
     with q.get_store().hold(task_id, "accepted"):
-        form = {"csrf": csrf, "reason": "no"}
+        form = {"csrf": csrf, "reason": "no", **judged(client, task_id)}
         status, _, page = client.request(f"/tasks/TASK-{task_id}/reject", form)
         assert status == 409 and "is being accepted" in page
     assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
@@ -120,6 +131,7 @@ def test_reject_with_line_comments_writes_them_into_the_notes(git_project, clien
         ("reason", "see the comments"),
         ("comment", f"TASK-{task_id}.txt:1:say which attempt"),
         ("comment", f"TASK-{task_id}.txt:1:and why"),
+        *judged(client, task_id).items(),
     ]
     status, headers, _ = client.request(f"/tasks/TASK-{task_id}/reject", form)
     assert status == 303, headers
@@ -275,3 +287,54 @@ def test_close_from_the_page_ends_a_task_without_a_merge(git_project, client) ->
     task = q.get_task(task_id)
     assert task.state is TaskState.DONE and task.headers["CLOSED"] == "wont-do"
     assert f"TASK-{task_id}.txt" not in git.Repo(git_project).head.commit.tree
+
+
+def test_a_stale_page_cannot_accept_work_that_arrived_after_it_was_loaded(
+    git_project, client
+) -> None:
+    """Load the page on attempt 1, reject from the CLI, let attempt 2 land, press Accept on
+    the old page: refused with 409, nothing merged; the fresh page's Accept works."""
+    import git
+
+    task_id = provisional_task()
+    stale = {"csrf": client.csrf(), **judged(client, task_id)}
+    subprocess.run(
+        [OCTOPOID, "reject", task_id, "--reason", "again"], cwd=git_project,
+        env=child_env(git_project), check=True, capture_output=True,
+    )  # fmt: skip
+    commit_on_branch(git_project, task_id, {"late.txt": b"attempt 2\n"}, "attempt 2's work")
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    main = git.Repo(git_project).head.commit.hexsha
+    status, _, page = client.request(f"/tasks/TASK-{task_id}/accept", stale)
+    assert (
+        status == 409 and "the branch moved since you loaded this page: attempt 2 arrived" in page
+    )
+    assert git.Repo(git_project).head.commit.hexsha == main
+    assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
+    fresh = {"csrf": client.csrf(), **judged(client, task_id)}
+    _, _, page = client.request(f"/tasks/TASK-{task_id}")
+    assert 'data-confirm="This branch holds' in page  # more than its last attempt's work
+    status, _, _ = client.request(f"/tasks/TASK-{task_id}/accept", fresh)
+    assert status == 303 and q.get_store().locate(task_id) is TaskState.DONE
+
+
+def test_accept_expect_in_the_terminal_refuses_a_head_it_did_not_judge(git_project) -> None:
+    write_agents(git_project)
+    task_id = provisional_task()
+    shown = subprocess.run(
+        [OCTOPOID, "show", task_id], cwd=git_project, env=child_env(git_project),
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    head = re.search(r"branch: agent/TASK-\d+ at ([0-9a-f]{40})", shown).group(1)
+    commit_on_branch(git_project, task_id, {"more.txt": b"x\n"}, "pushed after the look")
+    done = subprocess.run(
+        [OCTOPOID, "accept", task_id, "--expect", head[:12]], cwd=git_project,
+        env=child_env(git_project), capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 1 and "is at " in done.stderr and head[:12] in done.stderr
+    assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
+    bad = subprocess.run(
+        [OCTOPOID, "accept", task_id, "--expect", "zz"], cwd=git_project,
+        env=child_env(git_project), capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "7 to 40 hex digits" in bad.stderr

@@ -161,8 +161,21 @@ def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def _judged(form: FormData) -> tuple[str, int | None]:
+    """The branch head (and attempt) the page showed: every review from the page names
+    them, so work that arrived after it was loaded is never accepted unseen."""
+    head = str(form.get("head") or "").strip()
+    if not head:
+        raise InvalidInput("this form does not say which commit you reviewed: reload the page")
+    try:
+        attempt = int(str(form.get("attempt") or ""))
+    except ValueError:
+        attempt = None
+    return head, attempt
+
+
 def _accept(task_id: str, form: FormData) -> None:
-    review.accept(task_id, ACTOR)
+    review.accept(task_id, ACTOR, *_judged(form))
 
 
 def _reject(task_id: str, form: FormData) -> None:
@@ -170,7 +183,8 @@ def _reject(task_id: str, form: FormData) -> None:
     if not reason:
         raise InvalidInput("a rejection needs a reason: the next attempt reads it")
     comments = [review.parse_line_comment(str(spec)) for spec in form.getlist("comment")]
-    review.reject(task_id, reason, ACTOR, comments=comments)
+    head, attempt = _judged(form)
+    review.reject(task_id, reason, ACTOR, comments, head, attempt)
 
 
 def _retry(task_id: str, form: FormData) -> None:

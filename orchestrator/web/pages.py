@@ -228,6 +228,7 @@ class BranchFacts:
     conflicts: list[str] | None = None
     problem: str = ""
     commits: list[str] = field(default_factory=list)  # "abc1234 subject", newest first
+    head: str = ""  # the branch's tip: every review from the page names it
 
 
 def branch_facts(task: Task) -> BranchFacts:
@@ -244,9 +245,22 @@ def branch_facts(task: Task) -> BranchFacts:
             "--format=%h %s", f"-{SHOWN}", f"refs/heads/{task.branch}..refs/heads/{branch}"
         )
         commits = redact(log).splitlines()  # an agent's commit message may hold a secret
-        return BranchFacts(True, ahead, behind, conflicts, commits=commits)
+        head = git_utils.branch_tip(repo, branch)
+        return BranchFacts(True, ahead, behind, conflicts, commits=commits, head=head)
     except Exception as exc:  # a git failure must not take the page down: say it instead
         return BranchFacts(False, problem=str(exc).splitlines()[0] if str(exc) else repr(exc))
+
+
+def _confirm_accept(task: Task, git: BranchFacts) -> str | None:
+    """What Accept asks first when the branch holds more than its last attempt's work or
+    would conflict (None: nothing to ask)."""
+    last = int(task.headers.get("COMMITS") or 0)
+    parts = []
+    if git.exists and git.ahead > last:
+        parts.append(f"{git.ahead} commits, {git.ahead - last} of them from earlier attempts")
+    if git.conflicts:
+        parts.append(f"conflicts with {task.branch} in {', '.join(git.conflicts[:5])}")
+    return f"This branch holds {' and '.join(parts)}. Accept it?" if parts else None
 
 
 def task_page(task_id: str, now: datetime | None = None) -> dict[str, Any]:
@@ -275,10 +289,12 @@ def task_page(task_id: str, now: datetime | None = None) -> dict[str, Any]:
         diff_note = str(exc)
     except OctopoidError as exc:
         diff_note = f"no diff: {exc}"
+    git = branch_facts(task)
     return {
         "task": task,
         "facts": facts,
-        "git": branch_facts(task),
+        "git": git,
+        "confirm_accept": _confirm_accept(task, git),
         "diff": diff,
         "diff_note": diff_note,
         "notes": task_notes.get_task_notes(task.id) or "",

@@ -66,8 +66,11 @@ def site(git_project: Path, tmp_path: Path):
 def page(browser, site):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    page.dialogs = []
-    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.dialogs, page.answer_yes = [], False  # every dialog is recorded; dismissed unless
+    page.on(  # a test says yes
+        "dialog",
+        lambda d: (page.dialogs.append(d.message), d.accept() if page.answer_yes else d.dismiss()),
+    )
     page.goto(site.url)
     yield page
     context.close()
@@ -139,11 +142,16 @@ def test_enqueue_watch_comment_reject_retry_accept(page, git_project: Path, tmp_
     expect(page.locator("#group-review")).to_contain_text(f"TASK-{task_id}")
     shoot(page, "board", tmp_path)
     page.click(f"#group-review a:text('TASK-{task_id}')")
+    # The branch holds both attempts' work: Accept asks first. Cancelled, nothing happens.
+    page.click("#accept-form button.accept")
+    expect(page.locator("#accept-form")).to_be_visible()
+    assert state_of(task_id) == "provisional"
+    assert len(page.dialogs) == 1 and "from earlier attempts. Accept it?" in page.dialogs[0]
+    page.answer_yes = True  # this time the reviewer says yes
     page.click("#accept-form button.accept")
     expect(page.locator(".done")).to_contain_text("Accepted")
     assert state_of(task_id) == "done"
     assert "app.py" in git.Repo(git_project).heads.main.commit.tree
-    assert page.dialogs == []
 
 
 def test_agent_html_is_shown_as_text_and_never_runs(page, git_project: Path) -> None:

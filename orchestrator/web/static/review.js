@@ -63,3 +63,10 @@ document.addEventListener("click", (event) => {
   const path = cell.closest("section.file").dataset.path;
   commentForm(row, path, cell.dataset.line);
 });
+
+// A form with data-confirm (Accept, when the branch holds more than the last attempt's
+// work or would conflict) asks before it is sent.
+document.addEventListener("submit", (event) => {
+  const question = event.target.dataset && event.target.dataset.confirm;
+  if (question && !window.confirm(question)) event.preventDefault();
+});
