@@ -173,3 +173,40 @@ def test_agent_html_is_shown_as_text_and_never_runs(page, git_project: Path) -> 
     assert page.locator("img").count() == 0  # no agent-made element exists at all
     assert page.evaluate("document.scripts.length") == 2  # htmx and review.js, nothing else
     assert page.dialogs == []
+
+
+def test_a_stale_page_s_accept_is_refused_once_another_attempt_arrived(
+    page, git_project: Path
+) -> None:
+    """Open the task on attempt 1; reject it from the terminal; the daemon lands attempt 2;
+    press Accept on the page still showing attempt 1: refused, nothing merged. Reloaded,
+    the page shows attempt 2 and accepts it."""
+    import subprocess
+
+    from playwright.sync_api import expect
+
+    from ..conftest import child_env
+    from ..web_server import OCTOPOID
+
+    task_id = q.create_task("plain work, reviewed twice").id
+    wait_for("review", lambda: state_of(task_id) == "provisional", timeout=60)
+    page.goto(f"{page.url.split('?')[0].rstrip('/')}/tasks/TASK-{task_id}")
+    expect(page.locator("#accept-form")).to_be_visible()
+    subprocess.run(
+        [OCTOPOID, "reject", task_id, "--reason", "once more"], cwd=git_project,
+        env=child_env(git_project), check=True, capture_output=True,
+    )  # fmt: skip
+    wait_for("attempt 2", lambda: q.get_task(task_id).attempts == 2, timeout=30)
+    wait_for("review again", lambda: state_of(task_id) == "provisional", timeout=60)
+    main = git.Repo(git_project).heads.main.commit.hexsha
+    page.click("#accept-form button.accept")  # the stale page: it still shows attempt 1
+    expect(page.locator(".error")).to_contain_text(
+        "the branch moved since you loaded this page: attempt 2 arrived"
+    )
+    assert state_of(task_id) == "provisional"
+    assert git.Repo(git_project).heads.main.commit.hexsha == main
+    page.reload()
+    page.answer_yes = True  # it holds both attempts' work: Accept asks, the reviewer agrees
+    page.click("#accept-form button.accept")
+    expect(page.locator(".done")).to_contain_text("Accepted")
+    assert state_of(task_id) == "done"
