@@ -517,7 +517,7 @@ def reject_completion(
     ``rejected_by`` None (octopoid's default) is "human".
     """
     if not reason.strip():
-        raise IllegalTransition("a rejection needs a reason: the next attempt reads it")
+        raise InvalidInput("a rejection needs a reason: the next attempt reads it")
     return _reject_to(
         task, S.INCOMING, reason, rejected_by or "human", now, comments, edit=_refuse_if_merged
     )

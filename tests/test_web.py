@@ -207,6 +207,7 @@ def test_listening_beyond_loopback_needs_an_explicit_token(git_project) -> None:
     for args, says in (
         (["--host", "0.0.0.0"], "without --token"),
         (["--host", "127.0.0.1", "--token", "short"], "at least 16"),
+        (["--host", ""], "--host is empty"),
     ):
         done = subprocess.run(
             [OCTOPOID, "web", *args], env=env, capture_output=True, text=True, timeout=30
@@ -338,3 +339,23 @@ def test_accept_expect_in_the_terminal_refuses_a_head_it_did_not_judge(git_proje
         env=child_env(git_project), capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode == 2 and "7 to 40 hex digits" in bad.stderr
+
+
+def test_the_token_s_redirect_stays_on_this_site(web) -> None:
+    """``//evil.example/?token=...`` is this site's path ``/evil.example/``, never a
+    protocol-relative jump to another host."""
+    status, headers, _ = Client(web.base).request(f"//evil.example/?token={web.token}")
+    assert status == 303 and headers["location"] == "/evil.example/"
+
+
+def test_small_faults_a_reviewer_met(git_project, client) -> None:
+    """A blank reason is bad input (exit 2, as the README says); the favicon is no 404;
+    the title field allows what the server does (200)."""
+    task_id = provisional_task()
+    done = subprocess.run(
+        [OCTOPOID, "reject", task_id, "--reason", "  "], cwd=git_project,
+        env=child_env(git_project), capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "needs a reason" in done.stderr
+    assert client.request("/favicon.ico")[0] == 204
+    assert 'name="title" required maxlength="200"' in client.request("/")[2]

@@ -140,6 +140,7 @@ def create_app(token: str) -> Starlette:
         Route("/tasks/{task_id}/live", live),
         Route("/tasks/{task_id}/{action}", act, methods=["POST"]),
         Route("/pygments.css", stylesheet),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),  # none: no 404s
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={_Forbidden: _forbidden})

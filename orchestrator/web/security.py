@@ -64,6 +64,11 @@ def is_loopback(host: str) -> bool:
 
 def check_listen(host: str, token: str | None) -> None:
     """Refuse to serve beyond this machine without a token the user chose and can share."""
+    if not host.strip():  # '' binds every interface, and the URL printed would be http://:PORT/
+        raise InvalidInput(
+            "--host is empty: give an address (127.0.0.1 for this machine only, 0.0.0.0 "
+            "with --token for every interface)"
+        )
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise InvalidInput(f"--token must be at least {MIN_TOKEN_CHARS} characters")
     if token is None and not is_loopback(host):
@@ -101,7 +106,8 @@ class TokenGate:
         given = dict(query).get("token")
         if given is not None and same(given, self.token) and scope["method"] == "GET":
             rest = urlencode([(k, v) for k, v in query if k != "token"])
-            where = scope.get("root_path", "") + scope["path"] + (f"?{rest}" if rest else "")
+            path = "/" + (scope.get("root_path", "") + scope["path"]).lstrip("/")  # not //host
+            where = path + (f"?{rest}" if rest else "")
             cookie = f"{self.cookie}={self.token}; HttpOnly; SameSite=Strict; Path=/"
             await _respond(send, 303, b"", [(b"location", where.encode()), _set(cookie)])
             return
