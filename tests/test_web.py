@@ -359,3 +359,14 @@ def test_small_faults_a_reviewer_met(git_project, client) -> None:
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "needs a reason" in done.stderr
     assert client.request("/favicon.ico")[0] == 204
     assert 'name="title" required maxlength="200"' in client.request("/")[2]
+
+
+def test_the_live_tab_of_a_finished_attempt_is_the_diff_and_polls_no_more(git_project, client):
+    """Once the attempt has ended, ?tab=live (where the page's reload lands) shows the diff
+    and has no live poller, so the page reloads once, not every second."""
+    task_id = provisional_task()
+    status, _, page = client.request(f"/tasks/TASK-{task_id}?tab=live")
+    assert status == 200 and 'id="live"' not in page and "hx-trigger" not in page
+    assert f"TASK-{task_id}.txt" in page  # the diff's file
+    status, headers, _ = client.request(f"/tasks/TASK-{task_id}/live")
+    assert status == 204 and headers.get("hx-refresh") == "true"
