@@ -230,6 +230,13 @@ def branch_exists(root: Path, name: str) -> bool:
     return _git(root, "show-ref", "--verify", "--quiet", f"refs/heads/{name}").returncode == 0
 
 
+def branch_head(root: Path, name: str) -> str | None:
+    """The commit local branch ``name`` points at, or None (no such branch, no repository)."""
+    found = _git(root, "rev-parse", "--verify", "--quiet", f"refs/heads/{name}^{{commit}}")
+    head = found.stdout.strip()
+    return head if found.returncode == 0 and head else None
+
+
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator import queue_utils as q
 from orchestrator import recovery, reports
-from orchestrator.exceptions import IllegalTransition, TaskNotFound
+from orchestrator.exceptions import IllegalTransition, InvalidInput, TaskNotFound
 from orchestrator.leases import attempts_left
 from orchestrator.tasks import TaskState, parse_time, read_task_file, utcnow
 
@@ -173,7 +173,7 @@ def test_unknown_task_is_not_found(project: Path) -> None:
 def test_reject_needs_a_reason(project: Path) -> None:
     tid = claimed(project)
     q.submit_completion(tid, 1, 1)
-    with pytest.raises(IllegalTransition, match="reason"):
+    with pytest.raises(InvalidInput, match="reason"):
         q.reject_completion(tid, "   ")
 
 
