@@ -6,6 +6,7 @@ enqueue form's validation, and hostile ids. The browser tests are in tests/e2e/t
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -368,5 +369,27 @@ def test_the_live_tab_of_a_finished_attempt_is_the_diff_and_polls_no_more(git_pr
     status, _, page = client.request(f"/tasks/TASK-{task_id}?tab=live")
     assert status == 200 and 'id="live"' not in page and "hx-trigger" not in page
     assert f"TASK-{task_id}.txt" in page  # the diff's file
-    status, headers, _ = client.request(f"/tasks/TASK-{task_id}/live")
-    assert status == 204 and headers.get("hx-refresh") == "true"
+    status, _, body = client.request(f"/tasks/TASK-{task_id}/live.json?after=0")
+    assert status == 200 and json.loads(body) == {"running": False, "text": "", "next": 0}
+
+
+def test_the_live_log_sends_only_what_is_new(git_project) -> None:
+    """From an offset, only the bytes after it, and a character cut at a chunk's end
+    comes whole with the next one."""
+    from orchestrator import task_notes
+    from orchestrator.web import pages
+
+    log = task_notes.stdout_log_path("7")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(b"line 1\nline 2\n")
+    text, offset = pages.live_since("7", None)
+    assert (text, offset) == ("line 1\nline 2\n", 14)
+    with open(log, "ab") as f:
+        f.write("café\n".encode())
+    assert pages.live_since("7", offset) == ("café\n", 20)
+    assert pages.live_since("7", 20) == ("", 20)
+    big = b"x" * (pages.LIVE_CHUNK - 1) + "é".encode()  # é split across the chunk's end
+    log.write_bytes(big)
+    text, offset = pages.live_since("7", 0)
+    assert offset == pages.LIVE_CHUNK - 1 and text == "x" * (pages.LIVE_CHUNK - 1)
+    assert pages.live_since("7", offset) == ("é", len(big))

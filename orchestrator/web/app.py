@@ -17,7 +17,13 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -96,14 +102,19 @@ def create_app(token: str) -> Starlette:
         return render(request, "task.html", status, page=page, done=done, error=error)
 
     def live(request: Request) -> Response:
-        """The running attempt's header and log tail; a full reload once it has finished."""
+        """The running attempt's output after byte ``after``, as JSON; ``running`` false
+        once it has ended (the page then reloads, once, into review)."""
         try:
             task = queue_utils.get_task(normalize_task_id(request.path_params["task_id"]))
+            after = int(request.query_params.get("after", "-1"))
         except OctopoidError as exc:
             return PlainTextResponse(str(exc), status_code=_status_of(exc))
+        except ValueError:
+            return PlainTextResponse("after must be a byte offset", status_code=400)
         if task.state is not TaskState.CLAIMED:
-            return Response(status_code=204, headers={"HX-Refresh": "true"})
-        return render(request, "_live.html", task=task, log=pages.live_log(task.id))
+            return JSONResponse({"running": False, "text": "", "next": 0})
+        text, offset = pages.live_since(task.id, after if after >= 0 else None)
+        return JSONResponse({"running": True, "text": text, "next": offset})
 
     async def act(request: Request) -> Response:
         form = await form_of(request)
@@ -137,7 +148,7 @@ def create_app(token: str) -> Starlette:
         Route("/board", board_fragment),
         Route("/enqueue", enqueue, methods=["POST"]),
         Route("/tasks/{task_id}", task_page),
-        Route("/tasks/{task_id}/live", live),
+        Route("/tasks/{task_id}/live.json", live),
         Route("/tasks/{task_id}/{action}", act, methods=["POST"]),
         Route("/pygments.css", stylesheet),
         Route("/favicon.ico", lambda request: Response(status_code=204)),  # none: no 404s

@@ -7,6 +7,7 @@ for waiting tasks and the ledger for recently done ones, so it stays quick at 50
 
 from __future__ import annotations
 
+import codecs
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -188,9 +189,28 @@ def attempts(task: Task) -> list[Attempt]:
     return found
 
 
+LIVE_CHUNK = 64 * 1024  # bytes of a running attempt's log sent at once
+
+
 def live_log(task_id: str) -> str:
     """What the running attempt has printed so far (redacted as it was written)."""
-    return _tail(task_notes.stdout_log_path(task_id), 64 * 1024) or ""
+    return live_since(task_id, None)[0]
+
+
+def live_since(task_id: str, after: int | None) -> tuple[str, int]:
+    """The running attempt's output after byte ``after`` (None: its last 64 KiB), at most
+    64 KiB of it, and the offset to ask from next: the page appends, never re-sends."""
+    try:
+        with open(task_notes.stdout_log_path(task_id), "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - LIVE_CHUNK) if after is None or after > size else after
+            f.seek(start)
+            data = f.read(LIVE_CHUNK)
+    except (FileNotFoundError, IsADirectoryError):
+        return "", 0
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = decoder.decode(data)  # a character cut at the end waits for the next time
+    return text, start + len(data) - len(decoder.getstate()[0])
 
 
 def _max_attempts() -> int | None:
@@ -301,5 +321,5 @@ def task_page(task_id: str, now: datetime | None = None) -> dict[str, Any]:
         "attempts": attempts(task),
         "history": task.history,
         "needs_review": task.state is S.PROVISIONAL,
-        "live_log": live_log(task.id) if task.state is S.CLAIMED else "",
+        "live": live_since(task.id, None) if task.state is S.CLAIMED else ("", 0),
     }

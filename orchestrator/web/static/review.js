@@ -70,3 +70,38 @@ document.addEventListener("submit", (event) => {
   const question = event.target.dataset && event.target.dataset.confirm;
   if (question && !window.confirm(question)) event.preventDefault();
 });
+
+// The Live tab: new output is appended (never the whole log again), the reader's scroll
+// position is kept unless they were at the newest line, which it then follows; once the
+// attempt has ended the page reloads, once, into review.
+(function followLive() {
+  const live = document.getElementById("live");
+  if (!live) return;
+  const log = document.getElementById("live-log");
+  let offset = Number(live.dataset.offset || 0);
+  let busy = false;
+  log.scrollTop = log.scrollHeight;
+  const timer = setInterval(async () => {
+    if (busy) return;
+    busy = true;
+    try {
+      const reply = await fetch(`/tasks/${live.dataset.task}/live.json?after=${offset}`,
+                                {credentials: "same-origin"});
+      if (!reply.ok) return;
+      const news = await reply.json();
+      if (!news.running) {
+        clearInterval(timer);
+        window.location.reload();
+        return;
+      }
+      if (news.text) {
+        const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+        log.append(document.createTextNode(news.text));
+        if (atEnd) log.scrollTop = log.scrollHeight;
+      }
+      offset = news.next;
+    } finally {
+      busy = false;
+    }
+  }, 1000);
+})();
