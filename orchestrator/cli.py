@@ -229,19 +229,33 @@ def list_cmd(queue: str | None, role: str | None, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("task_id")
-def show(task_id: str) -> None:
-    """Print a task: where it is, its notes, and its file."""
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def show(task_id: str, as_json: bool) -> None:
+    """Print a task: where it is, its branch head, its notes, usage, and its file."""
     task = queue_utils.get_task(task_id)
     summary = task_notes.notes_summary(task.id)
-    where = task.path or "a row in PostgreSQL"
-    click.echo(f"{task.label} is in {task.state.value} ({where})")
     blockage = dependencies.blockage_of(task)
-    if blockage:
-        click.echo(blockage.describe())
+    head = None
     with contextlib.suppress(OctopoidError):  # no repository: no branch to name
         head = review.head_of(task)
-        if head:
-            click.echo(f"branch: agent/{task.label} at {head} (`accept --expect {head[:12]}`)")
+    turns, cost = reports.task_usage(task)
+    if as_json:
+        row = _task_row(task, blockage)
+        row.update(
+            head=head,
+            headers=dict(task.headers),
+            notes={"attempts": summary["attempts"], "reviews": summary["reviews"]},
+            usage={"turns": turns, "cost_usd": round(cost, 4)},
+            history=task.history,
+        )
+        _emit_json(row)
+        return
+    where = task.path or "a row in PostgreSQL"
+    click.echo(f"{task.label} is in {task.state.value} ({where})")
+    if blockage:
+        click.echo(blockage.describe())
+    if head:
+        click.echo(f"branch: agent/{task.label} at {head} (`accept --expect {head[:12]}`)")
     if summary["attempts"] or summary["reviews"]:
         click.echo(
             f"retry notes: {plural(summary['attempts'], 'attempt')}, "
@@ -249,7 +263,6 @@ def show(task_id: str) -> None:
         )
     else:
         click.echo("retry notes: none")
-    turns, cost = reports.task_usage(task)
     if turns or cost:
         click.echo(
             f"usage: {plural(turns, 'turn')}, ${cost:.2f} across {plural(task.attempts, 'attempt')}"

@@ -393,3 +393,22 @@ def test_the_live_log_sends_only_what_is_new(git_project) -> None:
     text, offset = pages.live_since("7", 0)
     assert offset == pages.LIVE_CHUNK - 1 and text == "x" * (pages.LIVE_CHUNK - 1)
     assert pages.live_since("7", offset) == ("é", len(big))
+
+
+def test_show_json_gives_scripts_the_head_a_review_can_expect(git_project) -> None:
+    write_agents(git_project)
+    task_id = provisional_task()
+    shown = json.loads(
+        subprocess.run(
+            [OCTOPOID, "show", task_id, "--json"], cwd=git_project, env=child_env(git_project),
+            capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    assert shown["id"] == f"TASK-{task_id}" and shown["state"] == "provisional"
+    assert len(shown["head"]) == 40 and shown["notes"]["attempts"] == 1
+    assert shown["headers"]["SUBMITTED_CLAIM"] and shown["history"]
+    done = subprocess.run(
+        [OCTOPOID, "accept", task_id, "--expect", shown["head"]], cwd=git_project,
+        env=child_env(git_project), capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
