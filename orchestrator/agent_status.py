@@ -169,16 +169,19 @@ def readiness_problem(agent: dict[str, Any]) -> str | None:
     return None
 
 
-def agents_overview(now: datetime | None = None) -> list[dict[str, Any]]:
+def agents_overview(
+    now: datetime | None = None, found: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Each agent with its state (idle, running TASK-x, paused), last outcome, today's use,
-    and why it claims nothing now (``not_claiming``: the system's reasons, then its own)."""
+    and why it claims nothing now (``not_claiming``: the system's reasons, then its own,
+    from ``found``, a ``stalls.report()`` the caller made, or a new one)."""
     today = (now or utcnow()).date().isoformat()
     problem = config.problem()
     if problem:
         raise ConfigError(problem)
     agents_cfg, cfg = config.load_agents(), config.load_config()
     claimed = queue_utils.list_tasks(TaskState.CLAIMED)
-    found = stalls.report()
+    found = found or stalls.report()
     system = [s["text"] for s in found["system"]]
     rows = []
     for agent in agents_cfg["agents"]:

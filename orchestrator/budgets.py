@@ -129,24 +129,38 @@ class Verdict:
         return f"{self.who} spent its budget{day}: {', '.join(self.spent())}"
 
 
-def verdicts(
-    task: Task | None,
-    agent: str | None,
-    records: dict[str, dict[str, Any]],
-    cfg: dict[str, Any],
-    now: datetime,
-) -> list[Verdict]:
-    """The budgets that bear on an attempt of ``task`` by ``agent`` (either may be None):
-    ``records`` are every agent's day records, by name."""
-    found = []
-    if task is not None:
-        found.append(Verdict("task", task.label, task_spend(task), limits_of(cfg, "task", task)))
-    if agent is not None:
-        spend = day_spend(records.get(agent, {}), now)
-        found.append(Verdict("agent_daily", f"agent {agent}", spend, limits_of(cfg, "agent_daily")))
+def of_task(task: Task, cfg: dict[str, Any]) -> Verdict | None:
+    """The task's own budget (its BUDGET header, else budgets.task), or None if unlimited;
+    ``InvalidInput`` for a BUDGET header that is not one."""
+    return _verdict("task", task.label, task_spend(task), limits_of(cfg, "task", task))
+
+
+def of_agent(
+    name: str, records: dict[str, dict[str, Any]], cfg: dict[str, Any], now: datetime
+) -> Verdict | None:
+    """The agent's budget for today; ``records`` are every agent's day, by name."""
+    spend = day_spend(records.get(name, {}), now)
+    return _verdict("agent_daily", f"agent {name}", spend, limits_of(cfg, "agent_daily"))
+
+
+def of_project(
+    records: dict[str, dict[str, Any]], cfg: dict[str, Any], now: datetime
+) -> Verdict | None:
+    """The project's budget for today: every agent's day together."""
     total = sum((day_spend(r, now) for r in records.values()), Spend())
-    found.append(Verdict("project_daily", "the project", total, limits_of(cfg, "project_daily")))
-    return [v for v in found if v.limits]
+    return _verdict("project_daily", "the project", total, limits_of(cfg, "project_daily"))
+
+
+def _verdict(scope: str, who: str, spend: Spend, limits: dict[str, float]) -> Verdict | None:
+    return Verdict(scope, who, spend, limits) if limits else None
+
+
+def verdicts(
+    task: Task, agent: str, records: dict[str, dict[str, Any]], cfg: dict[str, Any], now: datetime
+) -> list[Verdict]:
+    """Every budget that bears on an attempt of ``task`` by ``agent``."""
+    found = [of_task(task, cfg), of_agent(agent, records, cfg, now), of_project(records, cfg, now)]
+    return [v for v in found if v is not None]
 
 
 @dataclass(frozen=True)
@@ -180,18 +194,19 @@ def allowance(found: list[Verdict]) -> Allowance:
 def watched(
     tasks: list[Task], records: dict[str, dict[str, Any]], cfg: dict[str, Any], now: datetime
 ) -> list[tuple[str, str]]:
-    """The alerts due now for the running ``tasks``, every agent's day and the project's."""
-    found = verdicts(None, None, records, cfg, now)
-    for name in records:
-        found += [v for v in verdicts(None, name, records, cfg, now) if v.scope == "agent_daily"]
+    """The alerts due now for the running ``tasks``, every agent's day and the project's;
+    a daily budget's key carries the day, so it is alerted again tomorrow."""
+    daily = [of_project(records, cfg, now), *(of_agent(n, records, cfg, now) for n in records)]
+    found = [v for v in daily if v is not None]
     for task in tasks:
         try:
-            found += [v for v in verdicts(task, None, {}, cfg, now) if v.scope == "task"]
+            verdict = of_task(task, cfg)
         except InvalidInput:
             continue  # its runner fails it, saying why
+        found += [verdict] if verdict is not None else []
     day = now.date().isoformat()
     return [
-        (f"{key}:{day}" if not key.startswith("task:") else key, message)
+        (key if key.startswith("task:") else f"{key}:{day}", message)
         for key, message in alerts(found, cfg["budgets"]["alert_at"])
     ]
 

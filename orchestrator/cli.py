@@ -561,7 +561,8 @@ def doctor(rebuild: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def agents(as_json: bool) -> None:
     """List agents: state (idle, running TASK-x, paused), last outcome, turns and cost today."""
-    rows = agent_status.agents_overview()
+    found = stalls.report()
+    rows = agent_status.agents_overview(found=found)
     if as_json:
         _emit_json(rows)
         return
@@ -585,7 +586,7 @@ def agents(as_json: bool) -> None:
         )
     click.echo(_table(table))
     click.echo(sandbox.describe()["summary"])
-    for line in stalls.lines(stalls.report()):
+    for line in stalls.lines(found):
         click.echo(line)
 
 

@@ -59,7 +59,7 @@ def status_summary(
     return {
         "unmergeable": [{"id": label, "conflicts": files} for label, files in conflicts.items()],
         "config_problem": problem,
-        "stalls": stalls.report(),
+        "stalls": stalls.report(waiting),
         "sandbox": None if problem else sandbox.describe(),
         "paused": None if problem else agent_status.pause_state(),
         "blocked": blocked,

@@ -202,24 +202,16 @@ class Scheduler:
         self._collect_finished(report)
         if self._alerts is not None:
             self._alerts.look()
-            self._alerts.budgets(self._budget_alerts(now))
         if self._stopping:
             report.skipped = "stopping"
             return report
         agents_cfg = config.load_agents()
-        report.skipped = self._blocked_reason(agents_cfg)
+        records = agent_status.day_records(agents_cfg)  # once a pass: the budgets read them
+        report.skipped = self._blocked_reason(agents_cfg, records)
         if not report.skipped:
-            self._dispatch(agents_cfg, report, now)
-        self._sweep()
+            self._dispatch(agents_cfg, records, report, now)
+        self._sweep(now)
         return report
-
-    @staticmethod
-    def _budget_alerts(now: datetime | None) -> list[tuple[str, str]]:
-        """Budgets at 80 % or spent: running tasks', each agent's day, the project's day."""
-        agents_cfg, cfg = config.load_agents(), config.load_config()
-        claimed = queue_utils.get_store().list(TaskState.CLAIMED)
-        records = agent_status.day_records(agents_cfg)
-        return budgets.watched(claimed, records, cfg, now or utcnow())
 
     def _note_config(self, problem: str | None) -> None:
         if problem != self._config_problem:
@@ -229,10 +221,10 @@ class Scheduler:
                 log.info("configuration is valid again; claiming resumes")
         self._config_problem = problem
 
-    def _sweep(self) -> None:
-        """What dead runners' attempts left (containment settled, clones removed) and what
-        dead accepts left (``finishing``): at most every ``HOUSEKEEPING_SECONDS``, after the
-        claims, as it is nobody's wait."""
+    def _sweep(self, now: datetime | None = None) -> None:
+        """What dead runners' attempts left (containment settled, clones removed), what
+        dead accepts left (``finishing``), and budget alerts: at most every
+        ``HOUSEKEEPING_SECONDS``, after the claims, as it is nobody's wait."""
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + HOUSEKEEPING_SECONDS
@@ -242,10 +234,16 @@ class Scheduler:
             log.warning("after a dead runner: %s", line)
         for line in finishing.finish_interrupted():
             log.warning("%s", line)
+        if self._alerts is not None:  # budgets at 80 % or spent: no claim waits for this
+            agents_cfg, cfg = config.load_agents(), config.load_config()
+            records = agent_status.day_records(agents_cfg)
+            claimed = store.list(TaskState.CLAIMED)
+            self._alerts.budgets(budgets.watched(claimed, records, cfg, now or utcnow()))
 
-    def _blocked_reason(self, agents_cfg: dict) -> str:
+    def _blocked_reason(self, agents_cfg: dict, records: stalls.Records) -> str:
         """Why nothing is claimed this pass (``stalls.system``), logged when it changes."""
-        found = "; ".join(stall.text for stall in stalls.system(agents_cfg))
+        store = queue_utils.get_store()
+        found = "; ".join(stall.text for stall in stalls.system(agents_cfg, records, store))
         self._say_once("not claiming", found)
         return found
 
@@ -258,11 +256,13 @@ class Scheduler:
                 log.info("%s: no longer; claiming resumes", who)
         self._warned[who] = problem
 
-    def _dispatch(self, agents_cfg: dict, report: PassReport, now: datetime | None) -> None:
+    def _dispatch(
+        self, agents_cfg: dict, records: stalls.Records, report: PassReport, now: datetime | None
+    ) -> None:
         claimed = queue_utils.get_store().list(TaskState.CLAIMED)
         room = agents_cfg["max_claimed"] - len(claimed)
         for agent in agents_cfg["agents"]:
-            if self._cannot_claim(agent, agents_cfg):
+            if self._cannot_claim(agent, agents_cfg, records):
                 continue
             busy = sum(1 for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"])
             while room > 0 and busy < agent["max_concurrent"]:
@@ -284,10 +284,10 @@ class Scheduler:
             agent["role"], agent["name"], lease_seconds=lease_seconds, now=now
         )
 
-    def _cannot_claim(self, agent: dict, agents_cfg: dict) -> bool:
+    def _cannot_claim(self, agent: dict, agents_cfg: dict, records: stalls.Records) -> bool:
         """An agent paused or unable to run (no claude binary, no API key) is skipped; its
         reasons are logged when they change (``stalls.for_agent``)."""
-        found = "; ".join(stall.text for stall in stalls.for_agent(agent, agents_cfg))
+        found = "; ".join(stall.text for stall in stalls.for_agent(agent, agents_cfg, records))
         self._say_once(f"agent {agent['name']}", found)
         return bool(found)
 

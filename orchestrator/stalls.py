@@ -14,6 +14,7 @@ from typing import Any
 from . import agent_status, budgets, config, sandbox
 from .queue_utils import get_store
 from .store import QueueStore
+from .store.claim_index import Waiting
 from .tasks import TaskState, format_time, plural, utcnow
 
 BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
@@ -31,9 +32,11 @@ class Stall:
         return asdict(self)
 
 
-def system(agents_cfg: dict[str, Any], store: QueueStore | None = None) -> list[Stall]:
+Records = dict[str, dict[str, Any]]  # every agent's day (agent_status.day_records)
+
+
+def system(agents_cfg: dict[str, Any], records: Records, store: QueueStore) -> list[Stall]:
     """Why no agent claims anything now (the configuration is valid: ``config.problem``)."""
-    store = store or get_store()
     found = []
     if by := agent_status.paused_by(agents_cfg):
         found.append(Stall("paused", f"paused ({agent_status.how_to_resume(by)})"))
@@ -52,17 +55,13 @@ def system(agents_cfg: dict[str, Any], store: QueueStore | None = None) -> list[
         )
     if not agents_cfg["agents"]:
         found.append(Stall("no-agent", "agents.yaml has no agents"))
-    records = agent_status.day_records(agents_cfg)
-    for spent in _spent(budgets.verdicts(None, None, records, config.load_config(), utcnow())):
+    spent = budgets.of_project(records, config.load_config(), utcnow())
+    if spent is not None and spent.spent():
         found.append(Stall("budget", f"{spent.why()}; raise budgets.project_daily to go on"))
     return found
 
 
-def _spent(found: list[budgets.Verdict]) -> list[budgets.Verdict]:
-    return [verdict for verdict in found if verdict.spent()]
-
-
-def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any]) -> list[Stall]:
+def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any], records: Records) -> list[Stall]:
     """Why this one agent claims nothing, whatever the rest of the system does."""
     found = []
     if by := agent_status.paused_by(agents_cfg, agent):
@@ -80,20 +79,21 @@ def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any]) -> list[Stall]:
                 f"`octopoid resume --agent {agent['name']}` tries again now",
             )
         )
-    records = agent_status.day_records(agents_cfg)
-    verdicts = budgets.verdicts(None, agent["name"], records, config.load_config(), utcnow())
-    for spent in _spent([v for v in verdicts if v.scope == "agent_daily"]):
+    spent = budgets.of_agent(agent["name"], records, config.load_config(), utcnow())
+    if spent is not None and spent.spent():
         found.append(Stall("budget", f"{spent.why()}; raise budgets.agent_daily to go on"))
     return found
 
 
-def unserved(agents_cfg: dict[str, Any], store: QueueStore | None = None) -> list[Stall]:
-    """Tasks waiting where no configured agent takes them, each group with its way out."""
-    store = store or get_store()
+def unserved(
+    agents_cfg: dict[str, Any], store: QueueStore, waiting: list[Waiting] | None = None
+) -> list[Stall]:
+    """Tasks waiting where no configured agent takes them, each group with its way out
+    (``waiting``: the claim index's rows when the caller has read them already)."""
     roles = {a["role"] for a in agents_cfg["agents"]}
     found = []
     by_role: dict[str, int] = {}
-    for row in store.waiting():
+    for row in store.waiting() if waiting is None else waiting:
         if row.role not in roles:
             by_role[row.role] = by_role.get(row.role, 0) + 1
     for role, count in sorted(by_role.items()):
@@ -117,26 +117,27 @@ def unserved(agents_cfg: dict[str, Any], store: QueueStore | None = None) -> lis
     return found
 
 
-def report() -> dict[str, Any]:
+def report(waiting: list[Waiting] | None = None) -> dict[str, Any]:
     """Every face's answer: ``claiming`` (whether any agent may claim now: no system
     reason, and one agent free of its own), the system's reasons, each agent's, and
-    unserved tasks; each reason a ``Stall`` dict."""
+    unserved tasks; each reason a ``Stall`` dict. ``waiting`` as for ``unserved``."""
     problem = config.problem()
     if problem:
         why = Stall("config-invalid", f"{problem}; nothing is claimed until it is fixed")
         return {"claiming": False, "system": [why.as_dict()], "agents": {}, "unserved": []}
     agents_cfg, store = config.load_agents(), get_store()
-    reasons = system(agents_cfg, store)
+    records = agent_status.day_records(agents_cfg)
+    reasons = system(agents_cfg, records, store)
     agents = {
         a["name"]: [s.as_dict() for s in stalls]
         for a in agents_cfg["agents"]
-        if (stalls := for_agent(a, agents_cfg))
+        if (stalls := for_agent(a, agents_cfg, records))
     }
     return {
         "claiming": not reasons and len(agents) < len(agents_cfg["agents"]),
         "system": [s.as_dict() for s in reasons],
         "agents": agents,
-        "unserved": [s.as_dict() for s in unserved(agents_cfg, store)],
+        "unserved": [s.as_dict() for s in unserved(agents_cfg, store, waiting)],
     }
 
 

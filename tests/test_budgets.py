@@ -57,12 +57,16 @@ def test_an_attempt_gets_the_least_left_of_every_budget_that_bears_on_it() -> No
 
 def test_alerts_come_at_80_percent_and_at_100_once_each() -> None:
     records = {"impl-1": record(usd=16.5, turns=100)}
-    found = budgets.verdicts(None, "impl-1", records, CFG, NOW)
-    alerts = dict(budgets.alerts(found, 0.8))
+    running = new_task("4", "t")
+    running.set_header("COST_USD_TOTAL", "4.5")
+    alerts = dict(budgets.watched([running], records, CFG, NOW))
     assert "the project has used $16.50 of its $20.00 project daily budget (82%)" in alerts.values()
-    assert any(k.endswith("turns:spent") for k in alerts)
+    assert "TASK-4 has used $4.50 of its $5.00 task budget (90%)" in alerts.values()
+    day = NOW.date().isoformat()
+    assert f"agent_daily:agent impl-1:turns:spent:{day}" in alerts  # again tomorrow
+    assert "task:TASK-4:usd:alert" in alerts  # a task's, once for good
     sender = notify.Alerts()
-    assert len(sender.budgets(list(alerts.items()))) == 2
+    assert len(sender.budgets(list(alerts.items()))) == 3
     assert sender.budgets(list(alerts.items())) == []  # said once
 
 
@@ -123,3 +127,21 @@ def test_a_day_s_tokens_and_seconds_start_again_with_the_day(project: Path) -> N
     agent_status.record_attempt("a", "TASK-2", "success", 1, 0.1, later, tokens=10, seconds=2)
     (record,) = agent_status.day_records({"agents": [{"name": "a"}]}).values()
     assert budgets.day_spend(record, later) == budgets.Spend(0.1, 10, 1, 2.0)
+
+
+def test_the_scheduler_alerts_a_budget_at_80_percent_once(git_project: Path) -> None:
+    from orchestrator import agent_status, scheduler
+
+    write_agents(git_project)
+    set_config(git_project, budgets={"project_daily": {"usd": 1.0}})
+    agent_status.record_attempt("impl-1", "TASK-9", "success", 3, 0.9)
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    try:
+        for _ in range(2):
+            sched._next_sweep = 0  # a housekeeping pass each time
+            sched.loop_once()
+    finally:
+        sched.shutdown(grace=0)
+    log = (git_project / ".octopoid/runtime/logs/scheduler.log").read_text()
+    assert log.count("budget: the project has used $0.90 of its $1.00 project daily") == 1
