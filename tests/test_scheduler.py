@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -206,11 +207,16 @@ def test_a_task_claimed_again_before_its_old_runner_exits_keeps_both_runners(
     try:
         task = q.create_task("slow")
         assert len(sched.loop_once().started) == 1
-        first = q.get_task(task.id)
-        q.requeue_task(first, "taken back by hand", counted=False)
-        assert len(sched.loop_once().started) == 1  # the same task, a new claim
-        assert len(sched.runners) == 2
-        assert {r.token for r in sched.runners.values()} == set(sched.runners)
+        (old,) = sched.runners.values()
+        os.kill(old.proc.pid, signal.SIGSTOP)  # it cannot exit before the next claim, however slow
+        try:
+            first = q.get_task(task.id)
+            q.requeue_task(first, "taken back by hand", counted=False)
+            assert len(sched.loop_once().started) == 1  # the same task, a new claim
+            assert len(sched.runners) == 2
+            assert {r.token for r in sched.runners.values()} == set(sched.runners)
+        finally:
+            os.kill(old.proc.pid, signal.SIGCONT)
         finished = []
         deadline = time.monotonic() + 60
         while sched.runners:

@@ -215,10 +215,9 @@ def test_a_stale_page_s_accept_is_refused_once_another_attempt_arrived(
 def test_the_live_log_appends_and_keeps_the_reader_s_place(page, git_project: Path) -> None:
     """A reader who scrolled up stays where they are while new lines arrive below; the log
     is appended to, never re-sent (the first line is the same element all along)."""
-    from playwright.sync_api import expect
 
     page.set_viewport_size({"width": 600, "height": 160})  # a log taller than its box
-    task_id = q.create_task("tick along").id
+    task_id = q.create_task("long-tick along").id  # lines keep coming however slow we are
     wait_for("the claim", lambda: state_of(task_id) == "claimed", timeout=30)
     page.goto(f"{page.url.split('?')[0].rstrip('/')}/tasks/TASK-{task_id}")
     log = page.locator("#live-log")
@@ -238,4 +237,3 @@ def test_the_live_log_appends_and_keeps_the_reader_s_place(page, git_project: Pa
     wait_for("more lines below", lambda: log.inner_text().count("tick") > seen, timeout=15)
     assert page.evaluate("document.getElementById('live-log').scrollTop") == 0
     assert page.evaluate("document.getElementById('live-log').firstChild.marked") is True
-    expect(page.locator("#state")).to_have_text("provisional", timeout=30_000)

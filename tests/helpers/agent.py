@@ -20,7 +20,8 @@
   empty environment too, so only the runner as subreaper can find it), write its PID to
   ``$OCTO_TEST_PIDS``, then commit.
 - ``tick``: print ``tick N`` OCTO_TEST_TICKS times (default 8), OCTO_TEST_TICK_SECONDS apart
-  (default 0.4), for a live log to follow. ``app-file``: also commit a small ``app.py``.
+  (default 0.4), for a live log to follow (``long-tick``: 240 times, more than any reader
+  waits for). ``app-file``: also commit a small ``app.py``.
 - ``xss``: print HTML that would run script if a page did not escape it, and commit it.
 - anything else: write a file named after the task and commit it.
 Every run appends a line to ``$OCTO_TEST_RUNS`` (when set) so tests can count attempts.
@@ -93,7 +94,8 @@ if "learn" in title:
 if "Review — rejected" in prompt:
     print("addressing review: " + prompt.split("Review — rejected", 1)[1][:200])
 if "tick" in title:
-    for i in range(int(os.environ.get("OCTO_TEST_TICKS", "8"))):
+    ticks = 240 if "long-tick" in title else int(os.environ.get("OCTO_TEST_TICKS", "8"))
+    for i in range(ticks):
         print(f"tick {i}", flush=True)
         time.sleep(float(os.environ.get("OCTO_TEST_TICK_SECONDS", "0.4")))
 if "app-file" in title:
