@@ -22,7 +22,9 @@ def anthropic_agent(git_project: Path, monkeypatch: pytest.MonkeyPatch):
     """Runs one attempt of a new task with an anthropic agent against a scripted API."""
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
 
-    def run(script: list[dict], *, max_turns: int = 10, budget: float | None = None):
+    def run(
+        script: list[dict], *, max_turns: int = 10, budget: float | None = None, config: str = ""
+    ):
         with FakeMessagesAPI(script) as api:
             lines = [
                 "agents:",
@@ -38,7 +40,7 @@ def anthropic_agent(git_project: Path, monkeypatch: pytest.MonkeyPatch):
                 lines.append(f"    max_budget_usd: {budget}")
             (git_project / ".octopoid/agents.yaml").write_text("\n".join(lines) + "\n")
             (git_project / ".octopoid/config.yaml").write_text(
-                "prices:\n  claude-sonnet-4-6: {input_per_mtok: 3, output_per_mtok: 15}\n"
+                "prices:\n  claude-sonnet-4-6: {input_per_mtok: 3, output_per_mtok: 15}\n" + config
             )
             tid = q.create_task("make the greeting friendlier").id
             report = run_claimed(q.claim_task(None, "api-1"), "api-1")
@@ -148,6 +150,19 @@ def test_budget_stops_the_loop(anthropic_agent) -> None:
     tid, report, _api = anthropic_agent([tool_use("list_dir", {})] * 10, budget=0.01)
     assert report.outcome == "budget" and report.turns == 2  # $0.006 per turn
     assert "budget" in q.get_task(tid).history[-1]
+
+
+def test_a_task_s_token_budget_stops_the_loop_and_the_task_waits(anthropic_agent) -> None:
+    """1200 tokens a turn against a task budget of 2000: the second turn spends it; the
+    attempt stops there (not at the agent's max_turns), notes saved, the task in failed/
+    saying which budget, with no dollar budget blamed."""
+    tid, report, api = anthropic_agent(
+        [tool_use("list_dir", {})] * 10, config="budgets:\n  task:\n    tokens: 2000\n"
+    )
+    assert report.outcome == "budget" and report.next_state == "failed" and len(api.requests) == 2
+    task = q.get_task(tid)
+    assert "TASK-" in task.headers["ERROR"] and "task budget (tokens=2000)" in task.headers["ERROR"]
+    assert task.headers["TOKENS_TOTAL"] == "2400" and "## Attempt 1" in q.get_task_notes(tid)
 
 
 def test_the_api_key_never_reaches_notes_or_logs(anthropic_agent) -> None:

@@ -145,3 +145,28 @@ def test_the_scheduler_alerts_a_budget_at_80_percent_once(git_project: Path) -> 
         sched.shutdown(grace=0)
     log = (git_project / ".octopoid/runtime/logs/scheduler.log").read_text()
     assert log.count("budget: the project has used $0.90 of its $1.00 project daily") == 1
+
+
+def test_a_budget_header_broken_by_hand_fails_that_task_alone(git_project: Path) -> None:
+    """A queue file edited into nonsense: its runner fails it saying why and how to fix it;
+    the scheduler's budget watch skips it and goes on with the others."""
+    from orchestrator import scheduler
+
+    write_agents(git_project)
+    set_config(git_project, budgets={"task": {"usd": 5}})
+    tid = q.create_task("plain").id
+    q.get_store().update(tid, TaskState.INCOMING, lambda t: t.set_header("BUDGET", "lots"))
+    claimed = q.claim_task(None, "impl-1")
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    try:
+        sched._next_sweep = 0
+        sched.loop_once()  # its budget watch reads the claimed task: no crash
+    finally:
+        sched.shutdown(grace=0)
+    report = run_claimed(claimed, "impl-1")
+    task = q.get_task(tid)
+    assert report.next_state == "failed" and task.state is TaskState.FAILED
+    assert "'lots' is not a limit" in task.headers["ERROR"] and "--budget" in task.headers["ERROR"]
+    log = (git_project / ".octopoid/runtime/logs/scheduler.log").read_text()
+    assert "pass failed" not in log

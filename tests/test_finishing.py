@@ -93,3 +93,21 @@ def test_an_accept_killed_at_any_step_is_finished_and_loses_no_learning(
     assert not working.notes_file.exists()
     assert f"agent/TASK-{tid}" not in [h.name for h in git.Repo(git_project).heads]
     assert not (git_project / ".octopoid/runtime/worktrees" / f"TASK-{tid}").exists()
+
+
+def test_what_is_planted_in_the_journal_folder_is_ignored_or_dropped(git_project: Path) -> None:
+    """Names octopoid never writes are left alone; a journal of a task that is not in done
+    is dropped; an unreadable journal of a done task finishes nothing and is removed."""
+    from orchestrator import review
+
+    tid = provisional_with_commit(git_project)
+    review.accept(tid)
+    folder = finishing.journal_dir()
+    (folder / "TASK-..%2fetc.json").write_text('{"steps": ["branch"]}')
+    (folder / "notes.txt").write_text("not a journal")
+    (folder / f"TASK-{tid}.json").write_text("{not json")  # done: nothing readable to do
+    other = q.create_task("waiting").id
+    (folder / f"TASK-{other}.json").write_text('{"steps": ["branch"]}')  # never reached done
+    assert finishing.finish_interrupted() == [f"TASK-{tid}: finished what its accept left ()"]
+    assert sorted(p.name for p in folder.iterdir()) == ["TASK-..%2fetc.json", "notes.txt"]
+    assert q.get_task(other).state is TaskState.INCOMING

@@ -152,3 +152,32 @@ def test_close_refuses_what_it_must_not_end(git_project, why):
     needle = {"claimed": "octopoid requeue", "no reason": "needs a reason"}.get(why, "accept")
     assert needle in done.stderr
     assert q.get_task(tid).state is not S.DONE
+
+
+def test_two_closes_of_one_task_at_the_same_instant_end_it_once(git_project, tmp_path):
+    """Both start together through the installed CLI: one closes (its learnings promoted
+    once), the other is refused in one line, and no journal is left."""
+    tid = provisional_with_commit(git_project)
+    notes = NotesManager(notes_id=f"TASK-{tid}")
+    notes.create_ephemeral(f"TASK-{tid}", "race")
+    notes.add_item("Important Facts", "learned once, kept once")
+    go = tmp_path / "go"
+    wait = f"while [ ! -e {go} ]; do :; done; exec {OCTOPOID} close {tid} --reason race"
+    procs = [
+        subprocess.Popen(
+            ["sh", "-c", wait], cwd=git_project, env=child_env(git_project),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for _ in range(2)
+    ]  # fmt: skip
+    go.touch()
+    results = [(p.wait(60), *p.communicate()) for p in procs]
+    assert sorted(code for code, _, _ in results) == [0, 1], results
+    (refused,) = [err for code, _, err in results if code]
+    assert refused.count("\n") == 1 and "Traceback" not in refused
+    assert "is being closed" in refused or "is in done" in refused, refused
+    assert q.get_task(tid).state is S.DONE
+    assert [n["content"] for n in MemoryStore().search_notes("learned")] == [
+        "learned once, kept once"
+    ]
+    assert not any((git_project / ".octopoid/runtime/finishing").glob("*.json"))
