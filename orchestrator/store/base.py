@@ -7,14 +7,20 @@ methods and runs the same contract tests.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 
-from ..tasks import Task, TaskState
+from ..exceptions import TaskBusy
+from ..tasks import Task, TaskState, task_label
 from .claim_index import Waiting
+
+#: How long a refused hold waits for the holder's words: it writes them just after taking
+#: the hold, so a refusal in between would otherwise have to guess what it is doing.
+HOLDER_WORDS_SECONDS = 5.0
 
 Change = Callable[[Task], None]
 Guard = Callable[[Task], bool]
@@ -139,3 +145,13 @@ class QueueStore(ABC):
         store whose changes the scheduler cannot see in the file system; returns a function
         that stops watching. The folder store needs none: the scheduler watches mtimes."""
         return lambda: None
+
+
+def busy(task_id: str, holder_words: Callable[[], str]) -> TaskBusy:
+    """The refusal of a hold another process has: it names what that one is doing, as it
+    says (waiting a moment for the words), never a guess."""
+    deadline = time.monotonic() + HOLDER_WORDS_SECONDS
+    while not (doing := holder_words()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    doing = doing or "being reviewed"
+    return TaskBusy(f"{task_label(task_id)} is {doing}; try again when it has finished")

@@ -28,7 +28,6 @@ from ..exceptions import (
     IllegalTransition,
     LostRace,
     StorageError,
-    TaskBusy,
     TaskNotFound,
     TaskParseError,
 )
@@ -45,7 +44,7 @@ from ..tasks import (
     task_filename,
     task_label,
 )
-from .base import Change, Guard, QueueStore
+from .base import Change, Guard, QueueStore, busy
 from .claim_index import ClaimIndex, Waiting
 
 LOCK_STRIPES = 64  # bounded lock files; two tasks sharing a stripe only wait a moment
@@ -70,15 +69,6 @@ def writing(folder: Path) -> Iterator[None]:
         ) from None
 
 
-def _holder_note(holder: FileMutex, patience: float = 1.0) -> str:
-    """What the holder says it is doing: it writes that just after taking the lock, so a
-    refusal in between waits (a moment at most) for the words rather than guess them."""
-    deadline = time.monotonic() + patience
-    while not (note := holder.read_note()) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return note
-
-
 class FolderStore(QueueStore):
     def __init__(self, queue_dir: Path, durable: bool = True) -> None:
         self.root = queue_dir
@@ -100,8 +90,7 @@ class FolderStore(QueueStore):
     def hold(self, task_id: str, purpose: str) -> Iterator[None]:
         holder = FileMutex(self.root / ".locks" / f"hold-{task_filename(task_id)}.lock")
         if not holder.acquire(blocking=False):
-            doing = _holder_note(holder) or "being reviewed"
-            raise TaskBusy(f"{task_label(task_id)} is {doing}; try again when it has finished")
+            raise busy(task_id, holder.read_note)
         try:
             if holder.depth == 1:
                 holder.note(f"being {purpose} (pid {os.getpid()})")

@@ -33,7 +33,6 @@ from ..exceptions import (
     IllegalTransition,
     LostRace,
     StorageError,
-    TaskBusy,
     TaskNotFound,
     TaskParseError,
 )
@@ -46,7 +45,7 @@ from ..tasks import (
     render_task,
     task_label,
 )
-from .base import Change, Guard, QueueStore
+from .base import Change, Guard, QueueStore, busy
 from .claim_index import Waiting
 
 SCHEMA = "octopoid"
@@ -456,11 +455,14 @@ class PostgresStore(QueueStore):
                 "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)
             ).fetchone()[0]
             if not got:
-                row = conn.execute(
-                    "SELECT purpose FROM octopoid.holds WHERE id = %s", (task_id,)
-                ).fetchone()
-                doing = row[0] if row else "being reviewed"
-                raise TaskBusy(f"{task_label(task_id)} is {doing}; try again when it has finished")
+
+                def words() -> str:
+                    row = conn.execute(
+                        "SELECT purpose FROM octopoid.holds WHERE id = %s", (task_id,)
+                    ).fetchone()
+                    return row[0] if row else ""
+
+                raise busy(task_id, words)
             depths[task_id] = depths.get(task_id, 0) + 1
             if depths[task_id] == 1:
                 conn.execute(
