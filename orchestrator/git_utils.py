@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -403,11 +404,21 @@ def merge_conflicts(repo: git.Repo, task_id: str, base: str) -> list[str] | None
     return [line for line in out.splitlines()[1:] if line.strip()]
 
 
-def branch_tips(repo: git.Repo) -> dict[str, str]:
-    """Every local branch's tip, by name, in one git call."""
-    with git_errors("git for-each-ref"):
-        out = repo.git.for_each_ref("--format=%(objectname) %(refname:lstrip=2)", "refs/heads")
-    return {name: sha for sha, _, name in (line.partition(" ") for line in out.splitlines())}
+def branch_tips(root: Path) -> dict[str, str]:
+    """Every local branch's tip, by name, in one call of the git command (no GitPython:
+    `status` asks for them and must stay quick)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "for-each-ref",
+             "--format=%(objectname) %(refname:lstrip=2)", "refs/heads"],
+            capture_output=True, text=True, errors="replace", check=False,
+        )  # fmt: skip
+    except OSError as exc:
+        raise GitError(f"cannot run git: {exc}") from None
+    if done.returncode != 0:
+        raise GitError(f"git for-each-ref failed: {' '.join(done.stderr.split())}")
+    lines = done.stdout.splitlines()
+    return {name: sha for sha, _, name in (line.partition(" ") for line in lines)}
 
 
 def _checkout_of(repo: git.Repo, branch: str) -> Path | None:

@@ -92,11 +92,12 @@ def unmergeable(tasks: list[Task]) -> dict[str, list[str]]:
         return {}
     path = config.get_orchestrator_dir() / "merge-checks.json"
     try:
-        repo = git_utils.open_repo()
-        tips = git_utils.branch_tips(repo)
+        tips = git_utils.branch_tips(config.find_project_root())
     except OctopoidError:
         return {}
-    known = read_json_object(path)
+    stored = read_json_object(path)
+    known = dict(stored)
+    repo = None  # GitPython only for a pair not judged yet
     judged: dict[str, list[str] | None] = {}
     found = {}
     for task in tasks:
@@ -105,13 +106,14 @@ def unmergeable(tasks: list[Task]) -> dict[str, list[str]]:
             continue
         key = f"{tips[base]}:{tips[branch]}"
         try:
-            judged[key] = (
-                known[key] if key in known else git_utils.merge_conflicts(repo, task.id, base)
-            )
+            if key not in known:
+                repo = repo or git_utils.open_repo()
+                known[key] = git_utils.merge_conflicts(repo, task.id, base)
         except OctopoidError:
             continue
+        judged[key] = known[key]
         if judged[key] is not None:
             found[task.label] = judged[key]
-    if judged != known:
+    if judged != stored:
         atomic_write(path, json.dumps(judged))  # only the pairs of tasks still waiting
     return found
