@@ -24,7 +24,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from . import config
-from .exceptions import GitError, MergeRefused
+from .exceptions import ConfigError, GitError, MergeRefused
 from .fsutil import remove_tree
 from .lazy import lazy_import
 from .locks import FileMutex
@@ -404,17 +404,33 @@ def merge_conflicts(repo: git.Repo, task_id: str, base: str) -> list[str] | None
     return [line for line in out.splitlines()[1:] if line.strip()]
 
 
-def branch_tips(root: Path) -> dict[str, str]:
-    """Every local branch's tip, by name, in one call of the git command (no GitPython:
-    `status` asks for them and must stay quick)."""
+def git_command(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``git -C root ARGS`` as a plain process: what the quick commands (status, list,
+    show, enqueue) read through, since importing GitPython costs more than they do."""
     try:
-        done = subprocess.run(
-            ["git", "-C", str(root), "for-each-ref",
-             "--format=%(objectname) %(refname:lstrip=2)", "refs/heads"],
-            capture_output=True, text=True, errors="replace", check=False,
-        )  # fmt: skip
-    except OSError as exc:
-        raise GitError(f"cannot run git: {exc}") from None
+        return subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            check=False,
+        )
+    except FileNotFoundError:
+        raise ConfigError("git is not installed (or not on PATH); octopoid needs it") from None
+
+
+def branch_head(root: Path, name: str) -> str | None:
+    """The commit local branch ``name`` points at, or None (no such branch, no repository)."""
+    found = git_command(root, "rev-parse", "--verify", "--quiet", f"refs/heads/{name}^{{commit}}")
+    head = found.stdout.strip()
+    return head if found.returncode == 0 and head else None
+
+
+def branch_tips(root: Path) -> dict[str, str]:
+    """Every local branch's tip, by name, in one call of the git command."""
+    done = git_command(
+        root, "for-each-ref", "--format=%(objectname) %(refname:lstrip=2)", "refs/heads"
+    )
     if done.returncode != 0:
         raise GitError(f"git for-each-ref failed: {' '.join(done.stderr.split())}")
     lines = done.stdout.splitlines()

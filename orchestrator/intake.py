@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import budgets, config, defaults, queue_utils
+from . import budgets, config, defaults, git_utils, queue_utils
 from .exceptions import ConfigError, InvalidInput, InvalidTask
 from .tasks import (
     DEFAULT_PRIORITY,
@@ -204,7 +203,7 @@ def base_branch(branch: str | None, root: Path) -> str:
 
 def check_work_tree(root: Path) -> None:
     """Refuse a project that is not the top of a git work tree: every attempt would fail."""
-    found = _git(root, "rev-parse", "--show-toplevel")
+    found = git_utils.git_command(root, "rev-parse", "--show-toplevel")
     if found.returncode != 0:
         said = " ".join(found.stderr.split()) or f"exit status {found.returncode}"
         raise ConfigError(
@@ -220,31 +219,12 @@ def check_work_tree(root: Path) -> None:
 
 def current_branch(root: Path) -> str | None:
     """The branch checked out in ``root`` (even before its first commit); None if detached."""
-    found = _git(root, "symbolic-ref", "--quiet", "--short", "HEAD")
+    found = git_utils.git_command(root, "symbolic-ref", "--quiet", "--short", "HEAD")
     name = found.stdout.strip()
     return name if found.returncode == 0 and name else None
 
 
 def branch_exists(root: Path, name: str) -> bool:
     """Is there a local branch ``name`` (exactly that ref, not any revision that resolves)?"""
-    return _git(root, "show-ref", "--verify", "--quiet", f"refs/heads/{name}").returncode == 0
-
-
-def branch_head(root: Path, name: str) -> str | None:
-    """The commit local branch ``name`` points at, or None (no such branch, no repository)."""
-    found = _git(root, "rev-parse", "--verify", "--quiet", f"refs/heads/{name}^{{commit}}")
-    head = found.stdout.strip()
-    return head if found.returncode == 0 and head else None
-
-
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(root), *args],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            check=False,
-        )
-    except FileNotFoundError:
-        raise ConfigError("git is not installed (or not on PATH); octopoid needs it") from None
+    found = git_utils.git_command(root, "show-ref", "--verify", "--quiet", f"refs/heads/{name}")
+    return found.returncode == 0

@@ -41,7 +41,7 @@ class Accepted:
 def head_of(task: Task) -> str | None:
     """The commit the task's branch points at (what a reviewer judges), or None. Through
     the git command: `show` prints it and must not pay for importing GitPython."""
-    return intake.branch_head(config.find_project_root(), git_utils.branch_for(task.id))
+    return git_utils.branch_head(config.find_project_root(), git_utils.branch_for(task.id))
 
 
 def check_expected(task: Task, expect: str | None, seen_attempt: int | None = None) -> None:
