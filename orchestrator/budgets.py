@@ -18,7 +18,6 @@ from .exceptions import InvalidInput
 from .tasks import Task
 
 DIMENSIONS = ("usd", "tokens", "turns", "seconds")
-SCOPES = ("task", "agent_daily", "project_daily")
 UNLIMITED = math.inf
 
 

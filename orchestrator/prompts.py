@@ -106,10 +106,14 @@ MEMORY_HOWTO = (
 )
 
 
+#: How an agent says the task needs no change: a line of its output (a command's) or of
+#: its final message (an LLM's) starting with this, then why. Such an attempt, without
+#: commits, goes to review with the reason instead of counting as a failure.
+NO_CHANGE_MARK = "NO CHANGE NEEDED:"
 NO_CHANGE_HOWTO = (
     "If the task turns out to need no change (it is done already, or what it asks is "
     "already true), commit nothing and end your final message with one line "
-    "`NO CHANGE NEEDED: <why>`; a reviewer reads why and closes the task."
+    f"`{NO_CHANGE_MARK} <why>`; a reviewer reads why and closes the task."
 )
 
 

@@ -8,6 +8,7 @@ import subprocess
 
 import git
 
+from orchestrator import config
 from orchestrator import queue_utils as q
 from orchestrator.backends.base import no_change_reason
 from orchestrator.tasks import TaskState
@@ -34,6 +35,8 @@ def test_a_no_change_attempt_lands_in_review_and_accept_closes_it(git_project) -
     assert report.next_state == "provisional"
     task = q.get_task(tid)
     assert task.headers["NO_CHANGE"] == "every call site already passes timeout=30"
+    prompt = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.prompt.md").read_text()
+    assert "end your final message with one line `NO CHANGE NEEDED: <why>`" in prompt
     assert task.attempts == 1 and "no change needed: every call site" in task.path.read_text()
     listed = subprocess.run(
         [OCTOPOID, "show", tid], cwd=git_project, env=child_env(git_project),

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Protocol
 
 from ..fsutil import TailBuffer
+from ..prompts import NO_CHANGE_MARK
 from ..redaction import redact
 from ..sandbox.box import Box
 
 OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited")
-#: How an agent says the task needs no change: a line of its output (a command's) or of
-#: its final message (an LLM's) starting with this, then why. Such an attempt, without
-#: commits, goes to review with the reason instead of counting as a failure.
-NO_CHANGE_MARK = "NO CHANGE NEEDED:"
-_NO_CHANGE = re.compile(r"^[ \t>*_`]*NO CHANGE NEEDED:[*_`]*[ \t]*(.+?)[ \t`*_]*$", re.I | re.M)
+# A line starting with NO_CHANGE_MARK (Markdown emphasis around it allowed), then why.
+_NO_CHANGE = re.compile(
+    rf"^[ \t>*_`]*{re.escape(NO_CHANGE_MARK)}[*_`]*[ \t]*(.+?)[ \t`*_]*$", re.I | re.M
+)
 
 
 @dataclass
