@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 
 import git
 
-from orchestrator import config, review
+from orchestrator import config, git_utils, review
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
@@ -76,3 +77,41 @@ def test_starting_over_twice_keeps_both_old_tips(git_project):
     assert sorted(kept) == sorted(
         f"refs/octopoid/replaced/agent/TASK-{tid}-{tip[:12]}" for tip in tips
     )
+
+
+CLAIMER = """
+import sys
+from orchestrator import queue_utils as q
+print("ready", flush=True)
+task = q.claim_breakdown_task("breaker")
+print(task.label if task else "nothing", flush=True)
+"""
+
+
+def test_a_breakdown_agent_cannot_claim_a_task_while_it_is_started_over(git_project):
+    """retry --fresh sets the branch aside under the task's lock: a breakdown agent asking
+    for the task at that instant waits, then finds it gone to incoming, never half-reset."""
+    write_agents(git_project)
+    tid = q.create_task("plain").id
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")  # a branch with a commit
+    review.reject(tid, "start over")
+    q.recycle_to_breakdown(q.claim_task(None, "impl-1"), "burned out twice")
+    claimers: list[subprocess.Popen] = []
+
+    def also_claim(task) -> None:  # inside the lock: another process asks for the task now
+        claimers.append(
+            subprocess.Popen(
+                [sys.executable, "-c", CLAIMER],
+                cwd=git_project,
+                env=child_env(git_project),
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+        assert claimers[0].stdout.readline() == "ready\n"
+        git_utils.set_branch_aside(git.Repo(git_project), task.id)
+
+    q.retry_task(tid, reason="start over", prepare=also_claim)
+    out, _ = claimers[0].communicate(timeout=60)
+    assert out.strip() == "nothing"
+    assert q.get_task(tid).state is TaskState.INCOMING

@@ -412,3 +412,9 @@ def test_show_json_gives_scripts_the_head_a_review_can_expect(git_project) -> No
         env=child_env(git_project), capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_the_commit_count_says_whose_it_is(git_project, client) -> None:
+    task_id = provisional_task()
+    _, _, page = client.request(f"/tasks/TASK-{task_id}")
+    assert "<dt>commits</dt><dd>1 in attempt 1</dd>" in page
