@@ -47,7 +47,12 @@ def head_of(task: Task) -> str | None:
 def check_expected(task: Task, expect: str | None, seen_attempt: int | None = None) -> None:
     """Refuse a review of a head that is not the branch's now (``BranchMoved``): the reviewer
     judged other work. ``expect`` is a full or abbreviated (7+) commit id."""
-    if expect is None:
+    if expect is None:  # a page that saw no branch still saw an attempt
+        if seen_attempt is not None and task.attempts > seen_attempt:
+            raise BranchMoved(
+                f"the task moved since you loaded this page: attempt {task.attempts} arrived; "
+                "reload it to see what you would judge"
+            )
         return
     expect = expect.strip().lower()
     if len(expect) < 7 or any(c not in "0123456789abcdef" for c in expect):

@@ -43,9 +43,9 @@ def test_a_no_change_attempt_lands_in_review_and_accept_closes_it(git_project) -
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "NO_CHANGE: every call site" in listed
-    from orchestrator.web import pages
+    from orchestrator.web import board
 
-    (review,) = [g for g in pages.board()["groups"] if g.key == "review"]
+    (review,) = [g for g in board.board()["groups"] if g.key == "review"]
     assert any("no change needed: every call site" in f for c in review.cards for f in c.facts)
     main = git.Repo(git_project).head.commit.hexsha
     done = subprocess.run(

@@ -102,8 +102,8 @@ def test_tasks_no_agent_serves_are_reported_with_the_way_out(git_project: Path):
 
 
 def test_the_board_shows_why_nothing_is_claimed(git_project: Path):
-    from orchestrator.web import pages
+    from orchestrator.web import board
 
     write_agents(git_project, max_provisional=1)
     provisional_with_commit(git_project)
-    assert any("backpressure" in line for line in pages.board()["stalls"])
+    assert any("backpressure" in line for line in board.board()["stalls"])

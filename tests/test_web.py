@@ -17,7 +17,7 @@ import pytest
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, commit_on_branch, run_claimed, write_agents
+from .conftest import HELPERS, child_env, commit_on_branch, run_claimed, write_agents
 from .web_server import OCTOPOID, Client, start_web
 
 
@@ -418,3 +418,31 @@ def test_the_commit_count_says_whose_it_is(git_project, client) -> None:
     task_id = provisional_task()
     _, _, page = client.request(f"/tasks/TASK-{task_id}")
     assert "<dt>commits</dt><dd>1 in attempt 1</dd>" in page
+
+
+def test_a_proposed_split_is_shown_and_approved_from_its_page(git_project, web, monkeypatch):
+    """The board says "approve or reject"; the page shows the subtasks and an Approve button
+    that creates them, like `octopoid approve`. A stale page's reject of a newer proposal is
+    refused."""
+    from .test_breakdown import burned_out
+
+    write_agents(git_project, argv=[sys.executable, str(HELPERS / "breakdown_agent.py")])
+    agents = (git_project / ".octopoid/agents.yaml").read_text()
+    agents = agents.replace("name: impl-1", "name: bd-1")
+    agents = agents.replace("role: implement", "role: breakdown")
+    (git_project / ".octopoid/agents.yaml").write_text(agents)
+    (git_project / ".octopoid/config.yaml").write_text("breakdown:\n  approve: true\n")
+    tid, _ = burned_out()
+    monkeypatch.setenv("OCTO_TEST_ANSWER", "three")
+    run_claimed(q.claim_breakdown_task("bd-1"), "bd-1")
+    client = Client(web.base)
+    client.login(web.token)
+    _, _, page = client.request(f"/tasks/TASK-{tid}")
+    assert 'id="approve-form"' in page and "add the printer" in page
+    stale = {"csrf": client.csrf(), "reason": "no", "head": "none", "attempt": "0"}
+    status, _, page = client.request(f"/tasks/TASK-{tid}/reject", stale)
+    assert status == 409 and "arrived" in page, re.findall(r"role=.alert.>([^<]*)", page)
+    status, headers, _ = client.request(f"/tasks/TASK-{tid}/approve", {"csrf": client.csrf()})
+    assert status == 303 and headers["location"].endswith("?done=approved")
+    assert q.get_task(tid).state is TaskState.DONE
+    assert q.get_store().count(TaskState.INCOMING) == 4  # three subtasks and the dependant

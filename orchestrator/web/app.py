@@ -36,7 +36,7 @@ from ..exceptions import (
     TaskNotFound,
 )
 from ..tasks import PRIORITIES, TaskState, normalize_task_id
-from . import pages
+from . import board, pages
 from .diffview import pygments_css
 from .security import TokenGate, csrf_for, same
 
@@ -49,6 +49,7 @@ DONE = {
     "retried": "Back in incoming with fresh attempts.",
     "requeued": "Taken back from its agent and back in incoming.",
     "closed": "Closed without a merge: done.",
+    "approved": "Split approved: its subtasks are queued and it is done.",
     "enqueued": "Queued.",
 }
 
@@ -84,22 +85,26 @@ def create_app(token: str) -> Starlette:
     def board_page(request: Request, status: int = 200, **extra: Any) -> HTMLResponse:
         extra.setdefault("form", {})
         extra.setdefault("error", None)
-        return render(request, "board.html", status, board=pages.board(), **extra)
+        found = board.board(request.query_params)
+        return render(request, "board.html", status, board=found, **extra)
 
     def index(request: Request) -> Response:
         return board_page(request)
 
     def board_fragment(request: Request) -> Response:
-        return render(request, "_board.html", board=pages.board())
+        return render(request, "_board.html", board=board.board(request.query_params))
 
-    def task_page(request: Request, status: int = 200, error: str | None = None) -> Response:
+    def task_page(
+        request: Request, status: int = 200, error: str | None = None, typed: Any = None
+    ) -> Response:
         raw = request.path_params["task_id"]
         try:
             page = pages.task_page(normalize_task_id(raw))
         except OctopoidError as exc:
             return render(request, "error.html", _status_of(exc), message=str(exc))
         done = DONE.get(request.query_params.get("done", ""))
-        return render(request, "task.html", status, page=page, done=done, error=error)
+        typed = typed or {"reason": "", "comments": []}  # a refused action's, shown again
+        return render(request, "task.html", status, page=page, done=done, error=error, typed=typed)
 
     def live(request: Request) -> Response:
         """The running attempt's output after byte ``after``, as JSON; ``running`` false
@@ -126,6 +131,8 @@ def create_app(token: str) -> Starlette:
             await run_in_threadpool(do, task_id, form)
         except OctopoidError as exc:
             return await run_in_threadpool(task_page, request, _status_of(exc), str(exc))
+        if form.get("back") == "board":  # a card's button: stay on the board
+            return RedirectResponse(f"/?done={done}", status_code=303)
         return RedirectResponse(f"/tasks/TASK-{task_id}?done={done}", status_code=303)
 
     async def enqueue(request: Request) -> Response:
@@ -173,9 +180,10 @@ def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def _judged(form: FormData) -> tuple[str, int | None]:
+def _judged(form: FormData) -> tuple[str | None, int | None]:
     """The branch head (and attempt) the page showed: every review from the page names
-    them, so work that arrived after it was loaded is never accepted unseen."""
+    them, so work that arrived after it was loaded is never accepted unseen. A page that
+    showed no branch says ``none``."""
     head = str(form.get("head") or "").strip()
     if not head:
         raise InvalidInput("this form does not say which commit you reviewed: reload the page")
@@ -183,7 +191,7 @@ def _judged(form: FormData) -> tuple[str, int | None]:
         attempt = int(str(form.get("attempt") or ""))
     except ValueError:
         attempt = None
-    return head, attempt
+    return (None if head == "none" else head), attempt
 
 
 def _accept(task_id: str, form: FormData) -> None:
@@ -203,6 +211,10 @@ def _retry(task_id: str, form: FormData) -> None:
     review.retry(task_id, fresh=bool(form.get("fresh")), actor=ACTOR)
 
 
+def _approve(task_id: str, form: FormData) -> None:
+    review.approve(task_id, ACTOR)
+
+
 def _requeue(task_id: str, form: FormData) -> None:
     reason = intake.clean_text(str(form.get("reason") or "requeued from the web page"), "reason")
     recovery.requeue_running(task_id, reason)
@@ -216,6 +228,7 @@ def _close(task_id: str, form: FormData) -> None:
 ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "accept": (_accept, "accepted"),
     "reject": (_reject, "rejected"),
+    "approve": (_approve, "approved"),
     "retry": (_retry, "retried"),
     "requeue": (_requeue, "requeued"),
     "close": (_close, "closed"),
