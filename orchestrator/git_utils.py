@@ -19,7 +19,7 @@ import random
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -372,8 +372,76 @@ def diff(repo: git.Repo, base: str, task_id: str) -> str:
     branch = branch_for(task_id)
     if not branch_exists(repo, branch):
         raise GitError(f"{task_label(task_id)} has no branch {branch} (nothing was attempted yet?)")
-    with git_errors(f"git diff {base}...{branch}"):  # no program an agent could configure
-        return repo.git.diff("--no-ext-diff", "--no-textconv", f"{base}...{branch}")
+    with git_errors(f"git diff {base}...{branch}"):
+        return repo.git.execute(["git", *DIFF_ARGS, f"{base}...{branch}", "--"])
+
+
+#: How every diff octopoid reads is asked for: no program an agent could configure, no
+#: colour, and file names as they are (``café.py``, not git's quoted ``"caf\\303\\251.py"``).
+DIFF_ARGS = (
+    "-c",
+    "core.quotePath=false",
+    "diff",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--no-color",
+    "--src-prefix=a/",  # whatever diff.noprefix or diff.mnemonicPrefix say
+    "--dst-prefix=b/",
+)
+
+
+def read_diff(
+    root: Path, base: str, head: str, limit: int, leave_out: Sequence[str] = ()
+) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of ``git diff base...head`` without the files ``leave_out``
+    names, and whether there was more.
+
+    git is stopped as soon as the budget is spent, so a 400,000-line commit costs a
+    reader no more than a small one (a page never holds the whole diff)."""
+    skip = [f":(exclude,literal){path}" for path in leave_out]
+    argv = ["git", "-C", str(root), *DIFF_ARGS, f"{base}...{head}", "--", *skip]
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **HOOKS_OFF},
+        )
+    except FileNotFoundError:
+        raise ConfigError("git is not installed (or not on PATH); octopoid needs it") from None
+    chunks, size = [], 0
+    try:
+        while size <= limit and (chunk := proc.stdout.read1(1 << 16)):  # type: ignore[union-attr]
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        more = size > limit
+        if more:
+            proc.kill()
+        _, err = proc.communicate()
+    if proc.returncode != 0 and not more:
+        why = err.decode("utf-8", "replace").strip().splitlines()
+        raise GitError(f"git diff {base}...{head}: {why[0] if why else proc.returncode}")
+    return b"".join(chunks)[:limit], more
+
+
+def diff_numstat(root: Path, base: str, head: str) -> list[tuple[int, int, str]]:
+    """(added, removed, path) of each file ``git diff base...head`` changes; a binary file
+    counts 0 and 0, a renamed one is named as it is now."""
+    done = git_command(root, *DIFF_ARGS, "--numstat", "-z", f"{base}...{head}", "--")
+    if done.returncode != 0:
+        why = done.stderr.strip().splitlines()
+        raise GitError(f"git diff --numstat {base}...{head}: {why[0] if why else done.returncode}")
+    fields, found = done.stdout.split("\0"), []
+    while len(fields) > 1:
+        added, removed, path = fields.pop(0).split("\t", 2)
+        if not path:  # a rename: the old name, then the new one, each its own field
+            path = fields[1]
+            del fields[:2]
+        found.append(
+            (int(added) if added.isdigit() else 0, int(removed) if removed.isdigit() else 0, path)
+        )
+    return found
 
 
 def file_text(repo: git.Repo, ref: str, path: str) -> str | None:

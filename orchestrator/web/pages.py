@@ -14,7 +14,7 @@ from ..exceptions import ConfigError, NothingToShow, OctopoidError, TaskNotFound
 from ..redaction import redact
 from ..roles import breakdown
 from ..tasks import Task, TaskState, parse_time, utcnow
-from .diffview import DiffView, render_diff
+from .diffview import DiffView, task_diff_view
 
 S = TaskState
 COMMITS_SHOWN = 50  # of a branch, newest first
@@ -119,6 +119,7 @@ class BranchFacts:
     problem: str = ""
     commits: list[str] = field(default_factory=list)  # "abc1234 subject", newest first
     head: str = ""  # the branch's tip: every review from the page names it
+    base_tip: str = ""  # its base's, which the diff is drawn against
 
 
 def branch_facts(task: Task) -> BranchFacts:
@@ -136,7 +137,8 @@ def branch_facts(task: Task) -> BranchFacts:
         )
         commits = redact(log).splitlines()  # an agent's commit message may hold a secret
         head = git_utils.branch_tip(repo, branch)
-        return BranchFacts(True, ahead, behind, conflicts, commits=commits, head=head)
+        base_tip = git_utils.branch_tip(repo, task.branch)
+        return BranchFacts(True, ahead, behind, conflicts, "", commits, head, base_tip)
     except Exception as exc:  # a git failure must not take the page down: say it instead
         return BranchFacts(False, problem=str(exc).splitlines()[0] if str(exc) else repr(exc))
 
@@ -163,6 +165,19 @@ def _proposal(task: Task) -> list[breakdown.Subtask] | None:
         return []
 
 
+def _diff(task: Task, git: BranchFacts) -> tuple[DiffView | None, str]:
+    """The diff the page draws of the head it names, or why there is none."""
+    try:
+        if not git.exists:
+            diffs.task_diff(task.id)  # raises why there is no branch
+            return None, "its branch appeared while this page was drawn: reload"
+        return task_diff_view(config.find_project_root(), git.base_tip, git.head), ""
+    except (NothingToShow, TaskNotFound) as exc:
+        return None, str(exc)
+    except OctopoidError as exc:
+        return None, f"no diff: {exc}"
+
+
 def task_page(task_id: str, now: datetime | None = None) -> dict[str, Any]:
     """Everything the task page shows; ``TaskNotFound``/``InvalidTaskId`` for a bad id."""
     now = now or utcnow()
@@ -181,15 +196,8 @@ def task_page(task_id: str, now: datetime | None = None) -> dict[str, Any]:
         else "-",
         "branch": task.branch,
     }
-    diff: DiffView | None = None
-    diff_note = ""
-    try:
-        diff = render_diff(diffs.task_diff(task.id))
-    except (NothingToShow, TaskNotFound) as exc:
-        diff_note = str(exc)
-    except OctopoidError as exc:
-        diff_note = f"no diff: {exc}"
     git = branch_facts(task)
+    diff, diff_note = _diff(task, git)
     return {
         "task": task,
         "facts": facts,
