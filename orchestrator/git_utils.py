@@ -444,6 +444,12 @@ def diff_numstat(root: Path, base: str, head: str) -> list[tuple[int, int, str]]
     return found
 
 
+def merge_base(repo: git.Repo, base: str, branch: str) -> str:
+    """Where ``branch`` left ``base``: the commit ``git diff base...branch`` compares with."""
+    with git_errors(f"git merge-base {base} {branch}"):
+        return repo.git.merge_base(full_ref(base), full_ref(branch))
+
+
 def file_text(repo: git.Repo, ref: str, path: str) -> str | None:
     """``path``'s text at ``ref`` (None: no such file there, or not a file)."""
     status, out, _ = repo.git.execute(

@@ -6,6 +6,7 @@ These workflows span git and the queue, so they live here and not in ``queue_uti
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("octopoid.review")
 MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs it
 MAX_COMMENT_CHARS = 4000  # one line comment; the notes' prompt budget is ~12k in all
-MAX_CODE_CHARS = 500  # of the commented line quoted in the notes (a minified file is one line)
+MAX_CODE_CHARS = 500  # of the commented lines quoted in the notes (a minified file is one line)
+MAX_RANGE_LINES = 200  # of one comment
 RUNTIME_PATH = f"{OCTOPOID_DIR}/runtime"  # octopoid's state: no branch brings files there
 
 
@@ -300,51 +302,83 @@ def reject(
         return queue_utils.reject_completion(task_id, reason, rejected_by, comments=located)
 
 
+#: ``PATH:LINE:TEXT`` or ``PATH:LINE-END:TEXT``; the path ends at the first ``:<number>:``,
+#: so it may hold colons itself (``a:b.py:3:text``).
+COMMENT_SPEC_RE = re.compile(r"(?s)(.*?):(\d+)(?:-(\d+))?:(.*)")
+
+
 def parse_line_comment(spec: str) -> LineComment:
-    """``PATH:LINE:TEXT`` (``--comment`` and the review page's form) as a ``LineComment``;
-    ``InvalidInput`` for anything else. The path must be relative and stay in the tree."""
+    """``PATH:LINE:TEXT`` or ``PATH:LINE-END:TEXT`` (``--comment``) as a ``LineComment``;
+    ``InvalidInput`` for anything else."""
     spec = intake.clean_text(spec, "--comment")
-    path, _, rest = spec.partition(":")
-    line, colon, text = rest.partition(":")
-    if not colon:
-        raise InvalidInput(f"--comment {shown(spec)} is not PATH:LINE:TEXT")
-    if not (line.isascii() and line.isdigit() and 0 < int(line) <= MAX_COUNT):
-        raise InvalidInput(f"--comment {shown(spec)}: the line must be a number from 1")
+    found = COMMENT_SPEC_RE.fullmatch(spec)
+    if not found:
+        raise InvalidInput(f"--comment {shown(spec)} is not PATH:LINE:TEXT (or PATH:LINE-END:TEXT)")
+    path, line, end, text = found.groups()
+    return line_comment(path, line, text, end)
+
+
+def line_comment(
+    path: str, line: str, text: str, end: str | None = None, side: str = "new"
+) -> LineComment:
+    """A comment from its parts (the page sends them as fields, the CLI in one spec);
+    ``InvalidInput`` says what is wrong. The path must be relative and stay in the tree."""
+    path, text = intake.clean_text(path, "a comment's path"), intake.clean_text(text, "a comment")
+    where = f"{shown(path)}:{shown(line)}"
+    first, last = _line_number(line, where), _line_number(end or line, where)
+    if last < first or last - first >= MAX_RANGE_LINES:
+        raise InvalidInput(
+            f"comment on {where}: a range runs forward, at most {MAX_RANGE_LINES} lines"
+        )
+    if side not in ("new", "old"):
+        raise InvalidInput(f"comment on {where}: side must be new or old, not {shown(side)}")
     if not text.strip():
-        raise InvalidInput(f"--comment {shown(spec)} has no text after PATH:LINE:")
+        raise InvalidInput(f"comment on {where} has no text")
     if len(text) > MAX_COMMENT_CHARS:
-        raise InvalidInput(f"--comment on {path}:{line} is over {MAX_COMMENT_CHARS} characters")
+        raise InvalidInput(f"comment on {where} is over {MAX_COMMENT_CHARS} characters")
     parts = path.split("/")
     if not path or len(path) > MAX_PATH_CHARS or "\n" in path or "\r" in path:
-        raise InvalidInput(f"--comment {shown(spec)}: no usable file path before the first ':'")
+        raise InvalidInput(f"comment on {where}: no usable file path")
     if path.startswith("/") or any(part in ("", ".", "..") for part in parts):
         raise InvalidInput(
-            f"--comment {shown(spec)}: the path must be relative to the repository, "
+            f"comment on {where}: the path must be relative to the repository, "
             "without '.', '..' or empty parts"
         )
-    return LineComment(path, int(line), text.strip())
+    return LineComment(path, first, text.strip(), end=last if last > first else 0, side=side)
+
+
+def _line_number(value: str, where: str) -> int:
+    value = value.strip()
+    if not (value.isascii() and value.isdigit() and 0 < int(value) <= MAX_COUNT):
+        raise InvalidInput(f"comment on {where}: the line must be a number from 1")
+    return int(value)
 
 
 def _with_code(task: Task, comments: Sequence[LineComment]) -> list[LineComment]:
-    """The comments with the line of code each is about, from the task's branch."""
+    """The comments with the lines of code each is about: from the task's branch, or for a
+    removed line from where the branch left its base."""
     if not comments:
         return []
     repo = git_utils.open_repo()
     branch = git_utils.branch_for(task.id)
     if not git_utils.branch_exists(repo, branch):
         raise InvalidInput(f"{task.label} has no branch {branch} to comment on")
+    refs = {"new": f"refs/heads/{branch}"}
+    if any(c.side == "old" for c in comments):
+        refs["old"] = git_utils.merge_base(repo, task.branch, branch)
     located = []
     for comment in comments:
-        text = git_utils.file_text(repo, f"refs/heads/{branch}", comment.path)
+        where = branch if comment.side == "new" else f"the base of {branch}"
+        text = git_utils.file_text(repo, refs[comment.side], comment.path)
         if text is None:
-            raise InvalidInput(f"{comment.path} is not a file on {branch}")
+            raise InvalidInput(f"{comment.path} is not a file on {where}")
         lines = _git_lines(text)
-        if comment.line > len(lines):
+        last = max(comment.line, comment.end)
+        if last > len(lines):
             raise InvalidInput(
-                f"{comment.path} has {len(lines)} lines on {branch}; "
-                f"line {comment.line} is past its end"
+                f"{comment.path} has {len(lines)} lines on {where}; line {last} is past its end"
             )
-        code = lines[comment.line - 1]
+        code = "\n".join(lines[comment.line - 1 : last])
         if len(code) > MAX_CODE_CHARS:
             code = f"{code[:MAX_CODE_CHARS]} [...{len(code) - MAX_CODE_CHARS} more chars]"
         located.append(replace(comment, code=code))

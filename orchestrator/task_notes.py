@@ -283,12 +283,22 @@ def salvage_output_log(
 
 @dataclass(frozen=True)
 class LineComment:
-    """A reviewer's comment on one line of the task's branch; ``code`` is that line's text."""
+    """A reviewer's comment on lines ``line``..``end`` of a file on the task's branch (or,
+    ``side`` "old", lines the branch removed, numbered as in its base); ``code`` is their
+    text."""
 
     path: str
     line: int
     text: str
     code: str = ""
+    end: int = 0  # the last line of a range (0: just ``line``)
+    side: str = "new"
+
+    @property
+    def where(self) -> str:
+        """``line 3``, ``lines 3-5``, ``removed line 7``: which lines, in words."""
+        lines = f"lines {self.line}-{self.end}" if self.end > self.line else f"line {self.line}"
+        return f"removed {lines}" if self.side == "old" else lines
 
 
 def add_review_notes(
@@ -312,7 +322,7 @@ def add_review_notes(
     ]
     if comments:
         body = "".join(
-            f"\n### {redact(c.path)}, line {c.line}\n{fenced(redact(c.code), 'text')}"
+            f"\n### {redact(c.path)}, {c.where}\n{fenced(redact(c.code), 'text')}"
             f"{fenced(redact(c.text), 'comment')}"
             for c in comments
         )

@@ -69,7 +69,9 @@ def test_comments_reach_the_next_attempt_s_prompt(git_project: Path, reviewed: s
         ("/etc/passwd:1:x", "relative"),
         ("a/./b.py:1:x", "relative"),
         ("app.py:0:x", "number from 1"),
-        ("app.py:x:y", "number from 1"),
+        ("app.py:x:y", "PATH:LINE:TEXT"),
+        ("app.py:3-1:backwards", "runs forward"),
+        ("app.py:1-999:too long a range", "at most 200 lines"),
         ("app.py:3:   ", "no text"),
         ("app.py:3:", "no text"),
         (":3:x", "no usable file path"),
@@ -218,3 +220,41 @@ def test_one_rejection_with_comments_counts_once_and_stays_whole_in_the_prompt(
     fitted = budget_notes(notes, len(notes) - 1500)
     assert "older notes left out" in fitted and "o" * 2000 not in fitted
     assert "REASON-START " + "r" * 3000 in fitted and "COMMENT-START " + "c" * 3000 in fitted
+
+
+def test_comments_on_odd_names_and_ranges(git_project: Path, reviewed: str) -> None:
+    """A name with ':' (the CLI's spec ends the path at the first ':<number>:'), a non-ASCII
+    name, and a range."""
+    files = {"a:b.py": b"one = 1\ntwo = 2\n", "caf\u00e9.py": b"cafe = 1\n"}
+    commit_on_branch(git_project, reviewed, files, "odd names")
+    done = reject_cli(git_project, reviewed, "a:b.py:2:two is wrong", "caf\u00e9.py:1:accent")
+    assert done.returncode == 0, done.stderr
+    notes = q.get_task_notes(reviewed)
+    assert "### a:b.py, line 2" in notes and "two = 2" in notes
+    assert "### caf\u00e9.py, line 1" in notes and "cafe = 1" in notes
+
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    spans = [review.line_comment("a:b.py", "1", "both lines", end="2")]
+    review.reject(reviewed, "again", "alice", spans)
+    notes = q.get_task_notes(reviewed)
+    assert "### a:b.py, lines 1-2" in notes and "one = 1\ntwo = 2" in notes
+    with pytest.raises(InvalidInput, match="side must be new or old"):
+        review.line_comment("a.py", "1", "x", side="left")
+
+
+def test_a_removed_line_is_quoted_from_the_base(git_project: Path) -> None:
+    write_agents(git_project)
+    (git_project / "lib.py").write_text("keep = 1\ndrop_me = 2\n")
+    subprocess.run(["git", "add", "lib.py"], cwd=git_project, check=True)
+    subprocess.run(["git", "commit", "-qm", "lib"], cwd=git_project, check=True)
+    task = q.create_task("tidy lib")
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    commit_on_branch(git_project, task.id, {"lib.py": b"keep = 1\n"}, "drop a line")
+    comment = review.line_comment("lib.py", "2", "it was used", side="old")
+    review.reject(task.id, "put it back", "alice", [comment])
+    notes = q.get_task_notes(task.id)
+    assert "### lib.py, removed line 2" in notes and "drop_me = 2" in notes
+    past = review.line_comment("lib.py", "3", "past", side="old")
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    with pytest.raises(InvalidInput, match="base of agent/TASK-"):
+        review.reject(task.id, "r", "alice", [past])
