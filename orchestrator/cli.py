@@ -7,7 +7,7 @@ import json
 import shlex
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +52,50 @@ scheduler = lazy_import("orchestrator.scheduler")
 
 
 class OctopoidGroup(click.Group):
-    """Turns every ``OctopoidError`` into one line on stderr and its exit code."""
+    """Turns every error, octopoid's or click's own usage error, into one line on stderr
+    and its exit code, for the subgroups (``memory``, ``db``, ``scheduler``) too."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        with _one_line_errors():  # the top level's own options and arguments
+            return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
+        with _one_line_errors():  # everything below: subcommands' parsing, then their work
             return super().invoke(ctx)
-        except OctopoidError as exc:
-            click.echo(f"octopoid: {exc}", err=True)
-            ctx.exit(exc.exit_code)
+
+
+@contextlib.contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise  # a bare group (`octopoid memory`) prints its help, as click does
+    except click.ClickException as exc:
+        click.echo(f"octopoid: {_click_error_line(exc)}", err=True)
+        sys.exit(exc.exit_code)
+    except OctopoidError as exc:
+        click.echo(f"octopoid: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+def _click_error_line(exc: click.ClickException) -> str:
+    """Click's message, after the subcommand it is about and before where help is, in
+    place of click's four lines (usage, hint, blank, message)."""
+    message = " ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+    ctx = exc.ctx if isinstance(exc, click.UsageError) else None
+    if ctx is None:
+        return message
+    where = ctx.command_path.partition(" ")[2]
+    line = f"{where}: {message.rstrip('.')}" if where else message.rstrip(".")
+    if ctx.command.get_help_option(ctx) is None:
+        return line
+    return f"{line} (`{ctx.command_path} --help`)"
 
 
 def _emit_json(data: Any) -> None:
