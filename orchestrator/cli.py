@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -29,7 +30,7 @@ from . import (
 )
 from .cli_memory import memory_group
 from .dependencies import Blockage
-from .exceptions import ConfigError, InvalidInput, OctopoidError
+from .exceptions import ConfigError, InvalidInput, InvalidTaskId, OctopoidError
 from .lazy import lazy_import
 from .tasks import (
     DEFAULT_ROLE,
@@ -39,6 +40,7 @@ from .tasks import (
     normalize_task_id,
     plural,
     render_task,
+    task_label,
 )
 
 # Only the commands that use these pay to import them (`list` and `status` start faster).
@@ -49,6 +51,8 @@ importer = lazy_import("orchestrator.importer")
 recovery = lazy_import("orchestrator.recovery")
 review = lazy_import("orchestrator.review")
 scheduler = lazy_import("orchestrator.scheduler")
+
+T = TypeVar("T")
 
 
 class OctopoidGroup(click.Group):
@@ -355,17 +359,40 @@ def status(as_json: bool) -> None:
         sys.exit(ConfigError.exit_code)
 
 
-def _each(task_ids: tuple[str, ...], act: Callable[[str], str]) -> None:
-    """``act`` on every id in turn, printing the line it returns; one that fails is named
-    on stderr and the others go on; exit with the worst failure's code (0 if none)."""
-    failures = 0
+def _each(
+    task_ids: tuple[str, ...],
+    act: Callable[[str], T],
+    line: Callable[[T], str] = str,
+    row: Callable[[T], dict[str, Any]] | None = None,
+) -> None:
+    """``act`` on every id in turn, printing ``line`` of what it returns (with ``row``: one
+    JSON list at the end, a row per id, failures too); one that fails is named on stderr
+    and the others go on; exit with the worst failure's code (0 if none)."""
+    failures, rows = 0, []
     for raw in task_ids:
         try:
-            click.echo(act(raw))
+            done = act(raw)
         except OctopoidError as exc:
             click.echo(f"octopoid: {exc}", err=True)
             failures = max(failures, exc.exit_code)
+            rows.append(_failed_row(raw, exc))
+            continue
+        if row is None:
+            click.echo(line(done))
+        else:
+            rows.append({"ok": True, "error": None} | row(done))
+    if row is not None:
+        _emit_json(rows)
     sys.exit(failures)
+
+
+def _failed_row(raw: str, exc: OctopoidError) -> dict[str, Any]:
+    """The JSON row of an id whose move failed: named as given when it is no task id."""
+    try:
+        label = task_label(normalize_task_id(raw))
+    except InvalidTaskId:
+        label = raw
+    return {"id": label, "ok": False, "error": str(exc), "exit_code": exc.exit_code}
 
 
 @cli.command()
@@ -377,7 +404,8 @@ def _each(task_ids: tuple[str, ...], act: Callable[[str], str]) -> None:
     help="Accept only if the branch is still at this commit (the head `show` printed when "
     "you judged it); with several tasks, it applies to each.",
 )
-def accept(task_ids: tuple[str, ...], actor: str, expect: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: one list.")
+def accept(task_ids: tuple[str, ...], actor: str, expect: str | None, as_json: bool) -> None:
     """Accept provisional tasks: merge each branch into its base, mark done, clean up.
 
     The merge follows merge.strategy in config.yaml (merge, squash, ff-only, or none to
@@ -385,21 +413,37 @@ def accept(task_ids: tuple[str, ...], actor: str, expect: str | None) -> None:
     """
     actor = intake.clean_text(actor, "--by")
 
-    def one(raw: str) -> str:
+    def one(raw: str) -> review.Accepted:
         done = review.accept(raw, actor, expect)
         if done.cleanup_error:
             click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
-        if done.strategy == "finished":
-            return f"{done.task.label} was done already: finished what its accept left"
-        how = {
-            "merge": "merged",
-            "squash": "squashed",
-            "ff-only": "fast-forwarded",
-            "no-change": "no change needed, nothing merged",
-        }.get(done.strategy, "branch left in place")
-        return f"{done.task.label} accepted ({how}): done"
+        return done
 
-    _each(task_ids, one)
+    _each(task_ids, one, _accepted_line, _accepted_row if as_json else None)
+
+
+def _accepted_line(done: review.Accepted) -> str:
+    if done.strategy == "finished":
+        return f"{done.task.label} was done already: finished what its accept left"
+    how = {
+        "merge": "merged",
+        "squash": "squashed",
+        "ff-only": "fast-forwarded",
+        "no-change": "no change needed, nothing merged",
+    }.get(done.strategy, "branch left in place")
+    return f"{done.task.label} accepted ({how}): done"
+
+
+def _accepted_row(done: review.Accepted) -> dict[str, Any]:
+    """``strategy`` is merge.strategy as applied (``no-change``: nothing to merge,
+    ``finished``: an earlier accept had merged); ``merged``: the commit on the base."""
+    return {
+        "id": done.task.label,
+        "state": done.task.state.value if done.task.state else None,
+        "strategy": done.strategy,
+        "merged": done.merged_sha,
+        "cleanup_error": done.cleanup_error,
+    }
 
 
 @cli.command()
@@ -417,12 +461,14 @@ def accept(task_ids: tuple[str, ...], actor: str, expect: str | None) -> None:
 )
 @click.option("--by", "actor", default="human", show_default=True, help="Who rejects.")
 @click.option("--expect", metavar="SHA", help="Reject only if the branch is still at this commit.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: one list.")
 def reject(
     task_ids: tuple[str, ...],
     reason: str,
     comments: tuple[str, ...],
     actor: str,
     expect: str | None,
+    as_json: bool,
 ) -> None:
     """Send provisional tasks back to incoming, with the reason in their retry notes.
 
@@ -436,11 +482,16 @@ def reject(
         f"the reason and {plural(len(parsed), 'line comment')} are" if parsed else "the reason is"
     )
 
-    def one(raw: str) -> str:
-        task = review.reject(raw, reason, actor, parsed, expect)
-        return f"{task.label} rejected: back in incoming; {noted} in its notes"
+    def line(task: Task) -> str:
+        return f"{task.label} rejected: back in {task.state.value}; {noted} in its notes"
 
-    _each(task_ids, one)
+    def row(task: Task) -> dict[str, Any]:
+        return {"id": task.label, "state": task.state.value, "comments": len(parsed)}
+
+    def one(raw: str) -> Task:
+        return review.reject(raw, reason, actor, parsed, expect)
+
+    _each(task_ids, one, line, row if as_json else None)
 
 
 @cli.command()
@@ -532,9 +583,15 @@ def close(task_ids: tuple[str, ...], reason: str, wont_do: bool, actor: str) -> 
 @cli.command()
 @click.argument("task_id")
 @click.option("--path", "show_path", is_flag=True, help="Print where the notes live instead.")
-def notes(task_id: str, show_path: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable: id, notes, path.")
+def notes(task_id: str, show_path: bool, as_json: bool) -> None:
     """Print a task's retry notes (what earlier attempts left for the next one)."""
     task_id = normalize_task_id(task_id)
+    if as_json:
+        text = task_notes.get_task_notes(task_id)
+        path = task_notes.notes_location(task_id)
+        _emit_json({"id": task_label(task_id), "notes": text, "path": path})
+        return
     if show_path:
         click.echo(task_notes.notes_location(task_id))
         return
@@ -563,9 +620,40 @@ def checks_cmd(task_id: str) -> None:
 
 @cli.command()
 @click.argument("task_id")
-def diff(task_id: str) -> None:
+@click.option("--stat", is_flag=True, help="Lines added and removed per file instead.")
+@click.option("--json", "as_json", is_flag=True, help="With --stat: machine-readable output.")
+def diff(task_id: str, stat: bool, as_json: bool) -> None:
     """Show what a task's branch changes against its base branch."""
-    click.echo(diffs.task_diff(task_id))
+    if as_json and not stat:
+        raise click.UsageError("--json goes with --stat (the diff itself is text)")
+    if not stat:
+        click.echo(diffs.task_diff(task_id))
+        return
+    task_id = normalize_task_id(task_id)
+    files = diffs.task_diff_stat(task_id)
+    totals = {
+        "files": len(files),
+        "added": sum(f.added for f in files),
+        "removed": sum(f.removed for f in files),
+    }
+    if as_json:
+        rows = [dataclasses.asdict(f) for f in files]
+        _emit_json({"id": task_label(task_id), "files": rows, "totals": totals})
+        return
+    if not files:
+        click.echo("no changes against its base")
+        return
+    click.echo(_stat_table(files))
+    click.echo(f"{plural(len(files), 'file')} changed, +{totals['added']} -{totals['removed']}")
+
+
+def _stat_table(files: list[diffs.FileStat]) -> str:
+    """As ``git diff --numstat`` reads, with a header: ``-`` counts for a binary file."""
+    rows = [["ADDED", "REMOVED", "FILE"]]
+    for f in files:
+        counts = ["-", "-"] if f.binary else [str(f.added), str(f.removed)]
+        rows.append([*counts, f"{f.old_path} -> {f.path}" if f.old_path else f.path])
+    return _table(rows)
 
 
 @cli.command()
@@ -778,16 +866,23 @@ def import_octopoid(path: Path) -> None:
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
               help="Port (0: any free one).")  # fmt: skip
 @click.option(
-    "--token",
-    envvar="OCTOPOID_WEB_TOKEN",
-    help="Access token (default: a new random one). Required for a --host that is not "
-    "loopback. Also read from OCTOPOID_WEB_TOKEN.",
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read the access token from this file (refused if other users may read it).",
 )
-def web(host: str, port: int, token: str | None) -> None:
+@click.option(
+    "--token",
+    help="Access token. Every local user sees it in `ps`: prefer --token-file or "
+    "OCTOPOID_WEB_TOKEN.",
+)
+def web(host: str, port: int, token_file: Path | None, token: str | None) -> None:
     """Serve the review page: board, diffs with line comments, accept and reject.
 
-    Prints the URL to open; it holds the access token, which every request needs. Ctrl-C
-    stops it. Needs the web extra: pip install 'octopoid[web]'.
+    Prints a sign-in link that works once, within minutes; after that, the form at /login
+    takes the access token: --token-file, OCTOPOID_WEB_TOKEN or --token (required for a
+    --host that is not loopback), else a new one in .octopoid/runtime/web-token. Sessions
+    end after 8 idle hours, 7 days, Sign out, or a restart. Ctrl-C stops it. Needs the web
+    extra: pip install 'octopoid[web]'.
     """
     config.get_queue_dir()  # no project here: one clear line, before anything starts
     try:
@@ -801,7 +896,8 @@ def web(host: str, port: int, token: str | None) -> None:
             err=True,
         )
         sys.exit(2)
-    server.serve(host, port, token, lambda url: click.echo(f"octopoid web: open {url}"))
+    chosen = server.chosen_token(token, token_file)
+    server.serve(host, port, chosen, lambda line: click.echo(f"octopoid web: {line}"))
 
 
 cli.add_command(memory_group)

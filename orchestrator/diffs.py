@@ -6,18 +6,74 @@ branch" means different things by state; git alone cannot tell them apart.
 
 from __future__ import annotations
 
-from . import git_utils, queue_utils
-from .exceptions import NothingToShow
-from .tasks import TaskState, normalize_task_id
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import config, git_utils, queue_utils
+from .exceptions import GitError, NothingToShow
+from .tasks import Task, TaskState, normalize_task_id
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """One file of a task's diff, counted as ``git diff --numstat`` counts it."""
+
+    path: str  #: as the branch names it now; never quoted, whatever its characters
+    added: int
+    removed: int
+    binary: bool = False  #: git counts no lines in it (added and removed are 0)
+    old_path: str | None = None  #: a renamed file's name on the base
 
 
 def task_diff(task_id: str) -> str:
     """What the task's branch changes against its base; ``NothingToShow`` if it has no branch."""
+    task = _with_branch(task_id)
+    return git_utils.diff(git_utils.open_repo(), task.branch, task.id)
+
+
+def task_diff_stat(task_id: str) -> list[FileStat]:
+    """Each file the task's branch changes against its base, with its line counts, in
+    git's order; ``NothingToShow`` if it has no branch."""
+    task = _with_branch(task_id)
+    return file_stats(config.find_project_root(), task.branch, git_utils.branch_for(task.id))
+
+
+def file_stats(root: Path, base: str, head: str) -> list[FileStat]:
+    """Each file ``git diff base...head`` changes, with its line counts: the names as they
+    are (``-z`` never quotes them), renames with both names, binary files marked."""
+    done = git_utils.git_command(
+        root, *git_utils.DIFF_ARGS, "--numstat", "-z", f"{base}...{head}", "--"
+    )
+    if done.returncode != 0:
+        why = done.stderr.strip().splitlines()
+        raise GitError(f"git diff --numstat {base}...{head}: {why[0] if why else done.returncode}")
+    return _parse_numstat(done.stdout)
+
+
+def _parse_numstat(out: str) -> list[FileStat]:
+    """``git diff --numstat -z`` output as ``FileStat``s. Each record is ``ADDED\\tREMOVED\\t``
+    then the path and a NUL; a rename leaves the path empty and adds two NUL-ended fields,
+    the old name and the new; a binary file counts ``-`` and ``-``."""
+    fields, stats = iter(out.split("\0")), []
+    for record in fields:
+        if not record:
+            continue  # what follows the last NUL
+        added, removed, path = record.split("\t", 2)
+        old_path = None
+        if not path:
+            old_path, path = next(fields), next(fields)
+        binary = added == "-"
+        counts = (0, 0) if binary else (int(added), int(removed))
+        stats.append(FileStat(path, *counts, binary, old_path))
+    return stats
+
+
+def _with_branch(task_id: str) -> Task:
+    """The task, if its branch exists; otherwise ``NothingToShow`` saying why it does not."""
     task = queue_utils.get_task(normalize_task_id(task_id))
     branch = git_utils.branch_for(task.id)
-    repo = git_utils.open_repo()
-    if git_utils.branch_exists(repo, branch):
-        return git_utils.diff(repo, task.branch, task.id)
+    if git_utils.branch_head(config.find_project_root(), branch) is not None:
+        return task
     if task.state is TaskState.DONE:
         raise NothingToShow(f"{task.label} is done; its branch was merged and removed")
     if task.attempts == 0 or task.state is TaskState.CLAIMED:

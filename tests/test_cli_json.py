@@ -1,13 +1,16 @@
 """What scripts read from the installed `octopoid` executable: click's usage errors as one
-line on stderr with exit 2."""
+line on stderr with exit 2, and the --json of notes, diff --stat, accept and reject."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
+import git
 import pytest
 
+from orchestrator import git_utils
 from orchestrator import queue_utils as q
 
 from .test_intake import octopoid as installed
@@ -33,6 +36,7 @@ def octopoid(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         (["--bogus"], "octopoid: No such option '--bogus' (`octopoid --help`)"),
         (["memory", "show", "--x"], "octopoid: memory show: No such option '--x' (`octopoid"),
         (["scheduler", "run", "extra"], "octopoid: scheduler run: Got unexpected extra argument"),
+        (["diff", "1", "--json"], "octopoid: diff: --json goes with --stat"),
     ],
 )
 def test_a_usage_error_is_one_line_on_stderr_and_exits_2(
@@ -61,3 +65,90 @@ def test_help_is_still_clicks_own(git_project: Path) -> None:
     bare = octopoid(git_project, "memory")  # a group without a command shows its help
     assert bare.stderr.startswith("Usage: octopoid memory [OPTIONS] COMMAND [ARGS]...")
     assert "\nCommands:\n" in bare.stderr
+
+
+def test_notes_json_has_the_text_or_null_and_where_it_lives(git_project: Path) -> None:
+    rejected, untouched = provisional_with_commit(git_project), q.create_task("fresh").id
+    assert octopoid(git_project, "reject", rejected, "--reason", "needs tests").returncode == 0
+    doc = json.loads(octopoid(git_project, "notes", f"task-{rejected}", "--json").stdout)
+    assert doc["id"] == f"TASK-{rejected}" and "needs tests" in doc["notes"]
+    assert doc["path"].endswith(f"shared/notes/TASK-{rejected}.md")
+    doc = json.loads(octopoid(git_project, "notes", untouched, "--json").stdout)
+    assert doc["notes"] is None and doc["id"] == f"TASK-{untouched}"
+
+
+def test_diff_stat_names_files_as_they_are(git_project: Path) -> None:
+    tid = provisional_with_commit(git_project, "feature.txt", "new\n")
+    work = git.Repo(git_utils.worktree_for(tid))
+    work.git.mv("README.md", "notes: ü.md")  # renamed unchanged: git pairs the two names
+    where = Path(work.working_tree_dir)
+    (where / "café.py").write_text("a = 1\nb = 2\n")
+    (where / "a:b.txt").write_text("colon\n")
+    (where / "logo.bin").write_bytes(b"\x00\x01\x02\xff" * 10)
+    work.git.add("-A")
+    work.git.commit("-q", "-m", "more")
+
+    done = octopoid(git_project, "diff", tid, "--stat", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    files = {f["path"]: f for f in doc["files"]}
+    assert files == {
+        "feature.txt": stat("feature.txt", 1),
+        "café.py": stat("café.py", 2),
+        "a:b.txt": stat("a:b.txt", 1),
+        "logo.bin": stat("logo.bin", 0, binary=True),
+        "notes: ü.md": stat("notes: ü.md", 0, old_path="README.md"),
+    }
+    assert doc["totals"] == {"files": 5, "added": 4, "removed": 0}
+    assert doc["id"] == f"TASK-{tid}"
+
+    table = octopoid(git_project, "diff", tid, "--stat").stdout.splitlines()
+    assert table[0].split() == ["ADDED", "REMOVED", "FILE"]
+    assert ["2", "0", "café.py"] in [row.split() for row in table]
+    assert ["-", "-", "logo.bin"] in [row.split() for row in table]
+    assert any(row.endswith("README.md -> notes: ü.md") for row in table)
+    assert table[-1] == "5 files changed, +4 -0"
+
+
+def stat(path: str, added: int, binary: bool = False, old_path: str | None = None) -> dict:
+    return {"path": path, "added": added, "removed": 0, "binary": binary, "old_path": old_path}
+
+
+def test_diff_stat_of_a_task_never_attempted_says_why(git_project: Path) -> None:
+    q.create_task("not yet")
+    done = octopoid(git_project, "diff", "1", "--stat", "--json")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "octopoid: TASK-1 has no branch yet (it is in incoming); its first attempt makes one\n"
+    )
+
+
+def test_accept_json_covers_every_id_and_exits_with_the_worst(git_project: Path) -> None:
+    tid = provisional_with_commit(git_project)
+    done = octopoid(git_project, "accept", tid, "TASK-99", "--json")
+    assert done.returncode == 3
+    assert done.stderr == "octopoid: no task TASK-99 in any queue\n"
+    merged = git.Repo(git_project).heads.main.commit.hexsha
+    assert json.loads(done.stdout) == [
+        {
+            "id": f"TASK-{tid}",
+            "ok": True,
+            "state": "done",
+            "strategy": "merge",
+            "merged": merged,
+            "cleanup_error": None,
+            "error": None,
+        },
+        {"id": "TASK-99", "ok": False, "error": "no task TASK-99 in any queue", "exit_code": 3},
+    ]
+
+
+def test_reject_json_covers_every_id_and_exits_with_the_worst(git_project: Path) -> None:
+    tid = provisional_with_commit(git_project)
+    done = octopoid(git_project, "reject", "99", tid, "--reason", "redo", "--json")
+    assert done.returncode == 3
+    assert json.loads(done.stdout) == [
+        {"id": "TASK-99", "ok": False, "error": "no task TASK-99 in any queue", "exit_code": 3},
+        {"id": f"TASK-{tid}", "ok": True, "state": "incoming", "comments": 0, "error": None},
+    ]
+    assert q.get_task(tid).state.value == "incoming"
