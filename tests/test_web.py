@@ -56,13 +56,13 @@ def test_every_request_without_the_token_is_forbidden(web) -> None:
     assert status == 403
 
 
-def test_the_token_becomes_a_cookie_and_leaves_the_url(web) -> None:
+def test_the_printed_link_becomes_a_session_cookie_not_the_token(web) -> None:
     client = Client(web.base)
-    status, headers, _ = client.request(f"/tasks/TASK-1?tab=diff&token={web.token}")
-    assert status == 303
-    assert headers["location"] == "/tasks/TASK-1?tab=diff"
+    status, headers, _ = client.request(web.sign_in_url.removeprefix(web.base))
+    assert status == 303 and headers["location"] == "/"
     cookie = headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    assert web.token not in cookie and web.token not in web.sign_in_url
     status, headers, page = client.request("/")
     assert status == 200 and "Needs review" in page
     assert "script-src 'self'" in headers["content-security-policy"]
@@ -342,11 +342,19 @@ def test_accept_expect_in_the_terminal_refuses_a_head_it_did_not_judge(git_proje
     assert bad.returncode == 2 and "7 to 40 hex digits" in bad.stderr
 
 
-def test_the_token_s_redirect_stays_on_this_site(web) -> None:
-    """``//evil.example/?token=...`` is this site's path ``/evil.example/``, never a
-    protocol-relative jump to another host."""
-    status, headers, _ = Client(web.base).request(f"//evil.example/?token={web.token}")
-    assert status == 303 and headers["location"] == "/evil.example/"
+def test_a_sign_in_s_redirect_stays_on_this_site(web) -> None:
+    """Where the form sends the browser after signing in is a path here: ``//evil.example/``
+    and its kin are protocol-relative jumps to another host, so they land on the board."""
+    for asked, lands in (
+        ("/tasks/TASK-1?tab=diff", "/tasks/TASK-1?tab=diff"),
+        ("//evil.example/", "/"),
+        ("/\\evil.example/", "/"),
+        ("https://evil.example/", "/"),
+        ("/\tevil", "/"),
+    ):
+        form = {"token": web.token, "next": asked}
+        status, headers, _ = Client(web.base).request("/login", form)
+        assert status == 303 and headers["location"] == lands, asked
 
 
 def test_small_faults_a_reviewer_met(git_project, client) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import http.cookiejar
+import itertools
+import os
 import re
 import selectors
 import shutil
@@ -17,15 +19,21 @@ from pathlib import Path
 from .conftest import child_env
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
-URL_RE = re.compile(r"(http://\S+/\?token=(\S+))")
+URL_RE = re.compile(r"(http://\S+)/login\?code=(\S+)")
 
 
 @dataclass
 class WebServer:
     proc: subprocess.Popen
-    url: str  # with the token
+    sign_in_url: str  # the printed link, with its one-time code
     base: str
-    token: str
+    token: str  # the access token, for the sign-in form
+
+    def client(self) -> Client:
+        """A new client signed in through the form (the printed link works only once)."""
+        client = Client(self.base)
+        client.login(self.token)
+        return client
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -36,35 +44,47 @@ class WebServer:
             self.proc.wait()
 
 
-def start_web(root: Path, *args: str, timeout: float = 30) -> WebServer:
-    """Start `octopoid web --port 0` in ``root`` and read the URL it prints."""
+def start_web(
+    root: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> WebServer:
+    """Start `octopoid web --port 0` in ``root`` (``env`` added to its environment) and read
+    the sign-in link it prints; ``token`` is the one given, or the one it wrote."""
     proc = subprocess.Popen(
         [OCTOPOID, "web", "--port", "0", *args],
         cwd=root,
-        env=child_env(root),
+        env={**child_env(root), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
     )
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ)
-    deadline, seen = time.monotonic() + timeout, ""
-    while time.monotonic() < deadline:
-        if not selector.select(timeout=0.2):
-            if proc.poll() is not None:
-                break
-            continue
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        seen += line
-        match = URL_RE.search(line)
+    deadline, seen = time.monotonic() + timeout, b""
+    while time.monotonic() < deadline:  # raw reads: a buffered readline hides a 2nd line
+        match = URL_RE.search(seen[: seen.rfind(b"\n") + 1].decode())
         if match:
-            url, token = match.groups()
-            base = url.split("/?", 1)[0]
-            return WebServer(proc, url, base, token)
+            return WebServer(proc, match.group(0), match.group(1), _token_of(root, args, env))
+        if selector.select(timeout=0.2):
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
     proc.kill()
-    raise AssertionError(f"octopoid web did not print its URL:\n{seen}{proc.stdout.read()}")
+    proc.wait()
+    raise AssertionError(f"octopoid web did not print its URL:\n{seen.decode()}")
+
+
+def _token_of(root: Path, args: tuple[str, ...], env: dict[str, str] | None) -> str:
+    """The token ``octopoid web`` was given by ``args`` or ``env``, or else wrote for itself."""
+    given = dict(itertools.pairwise(args))
+    if "--token-file" in given:
+        return (root / given["--token-file"]).read_text().removesuffix("\n")
+    if "--token" in given:
+        return given["--token"]
+    if env and env.get("OCTOPOID_WEB_TOKEN"):
+        return env["OCTOPOID_WEB_TOKEN"]
+    return (root / ".octopoid/runtime/web-token").read_text().strip()
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -93,9 +113,10 @@ class Client:
         except urllib.error.HTTPError as err:
             return err.code, dict(err.headers), err.read().decode()
 
-    def login(self, token: str) -> None:
-        status, _, _ = self.request(f"/?token={token}")
-        assert status == 303, status
+    def login(self, token: str, name: str = "") -> None:
+        """Sign in through the form, as a person does once the printed link is used."""
+        status, _, page = self.request("/login", {"token": token, "name": name})
+        assert status == 303, (status, page[:300])
 
     def csrf(self) -> str:
         _, _, page = self.request("/")

@@ -71,7 +71,7 @@ def page(browser, site):
         "dialog",
         lambda d: (page.dialogs.append(d.message), d.accept() if page.answer_yes else d.dismiss()),
     )
-    page.goto(site.url)
+    page.goto(site.sign_in_url)
     yield page
     context.close()
 
