@@ -27,14 +27,14 @@ class FileStat:
 
 def task_diff(task_id: str) -> str:
     """What the task's branch changes against its base; ``NothingToShow`` if it has no branch."""
-    task = _with_branch(task_id)
+    task = with_branch(task_id)
     return git_utils.diff(git_utils.open_repo(), task.branch, task.id)
 
 
 def task_diff_stat(task_id: str) -> list[FileStat]:
     """Each file the task's branch changes against its base, with its line counts, in
     git's order; ``NothingToShow`` if it has no branch."""
-    task = _with_branch(task_id)
+    task = with_branch(task_id)
     return file_stats(config.find_project_root(), task.branch, git_utils.branch_for(task.id))
 
 
@@ -68,7 +68,7 @@ def _parse_numstat(out: str) -> list[FileStat]:
     return stats
 
 
-def _with_branch(task_id: str) -> Task:
+def with_branch(task_id: str) -> Task:
     """The task, if its branch exists; otherwise ``NothingToShow`` saying why it does not."""
     task = queue_utils.get_task(normalize_task_id(task_id))
     branch = git_utils.branch_for(task.id)

@@ -19,7 +19,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from . import config, git_utils, queue_utils
+from . import config, drafts, git_utils, queue_utils
 from .exceptions import InvalidTaskId, TaskBusy
 from .fsutil import atomic_write, read_json_object
 from .memory import lifecycle
@@ -100,6 +100,7 @@ def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
         done["distilled"] = distill(task, items, config.load_config()["memory"])
     elif step == NOTES:
         working.cleanup()
+        drafts.clear_task(task_id)  # reviewers' unsent drafts: the task left review for good
     elif step == WORKTREE and git_utils.worktree_for(task_id).exists():
         git_utils.remove_worktree(git_utils.open_repo(), task_id, delete_branch=False)
     elif step == BRANCH:

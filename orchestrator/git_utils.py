@@ -425,25 +425,6 @@ def read_diff(
     return b"".join(chunks)[:limit], more
 
 
-def diff_numstat(root: Path, base: str, head: str) -> list[tuple[int, int, str]]:
-    """(added, removed, path) of each file ``git diff base...head`` changes; a binary file
-    counts 0 and 0, a renamed one is named as it is now."""
-    done = git_command(root, *DIFF_ARGS, "--numstat", "-z", f"{base}...{head}", "--")
-    if done.returncode != 0:
-        why = done.stderr.strip().splitlines()
-        raise GitError(f"git diff --numstat {base}...{head}: {why[0] if why else done.returncode}")
-    fields, found = done.stdout.split("\0"), []
-    while len(fields) > 1:
-        added, removed, path = fields.pop(0).split("\t", 2)
-        if not path:  # a rename: the old name, then the new one, each its own field
-            path = fields[1]
-            del fields[:2]
-        found.append(
-            (int(added) if added.isdigit() else 0, int(removed) if removed.isdigit() else 0, path)
-        )
-    return found
-
-
 def merge_base(repo: git.Repo, base: str, branch: str) -> str:
     """Where ``branch`` left ``base``: the commit ``git diff base...branch`` compares with."""
     with git_errors(f"git merge-base {base} {branch}"):
@@ -486,6 +467,7 @@ def git_command(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
             ["git", "-C", str(root), *args],
             capture_output=True,
             text=True,
+            encoding="utf-8",  # git's bytes (file names, messages), whatever the locale says
             errors="replace",
             check=False,
         )

@@ -27,7 +27,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_for_filename
 from pygments.util import ClassNotFound
 
-from .. import git_utils
+from .. import diffs, git_utils
 
 MAX_BYTES = 2 * 1024 * 1024  # of the diff read for a page
 MAX_ROWS = 5000  # rows drawn in all
@@ -54,6 +54,36 @@ class FileDiff:
     status: str = "modified"  # "added", "removed", "modified", "renamed", "binary"
     rows: list[Row] = field(default_factory=list)
     old_path: str = ""  # a renamed file's name before
+    blob: str = ""  # git's "index" line (old..new blob ids): a reviewer's "viewed" names it
+
+    @property
+    def pairs(self) -> list[tuple[Row | None, Row | None]]:
+        """The rows side by side (the split view): each run of removed lines beside the run
+        of added lines that follows it; context and hunk rows on both sides."""
+        out: list[tuple[Row | None, Row | None]] = []
+        removed: list[Row] = []
+        added: list[Row] = []
+
+        def flush() -> None:
+            for i in range(max(len(removed), len(added))):
+                out.append(
+                    (removed[i] if i < len(removed) else None, added[i] if i < len(added) else None)
+                )
+            removed.clear()
+            added.clear()
+
+        for row in self.rows:
+            if row.kind == "del":
+                if added:
+                    flush()
+                removed.append(row)
+            elif row.kind == "add":
+                added.append(row)
+            else:
+                flush()
+                out.append((row, row))
+        flush()
+        return out
 
 
 @dataclass
@@ -220,6 +250,8 @@ def _read_header(entry: FileDiff, line: str) -> None:
         entry.status, entry.old_path = "renamed", unquote_path(line[len("rename from ") :])
     elif line.startswith("rename to "):
         entry.path = unquote_path(line[len("rename to ") :])
+    elif line.startswith("index "):
+        entry.blob = line.split()[1]
     elif line.startswith("Binary files "):
         entry.status = "binary"
     elif line[:4] in ("--- ", "+++ ") and (
@@ -235,13 +267,14 @@ def task_diff_view(root: Path, base_tip: str, head: str) -> DiffView:
 
 
 def _draw(root: Path, base_tip: str, head: str) -> DiffView:
-    stat = git_utils.diff_numstat(root, base_tip, head)
-    big = [(path, a, r) for a, r, path in stat if a + r > MAX_FILE_LINES][:MAX_SKIPPED]
+    stat = diffs.file_stats(root, base_tip, head)
+    big = [(f.path, f.added, f.removed) for f in stat if f.added + f.removed > MAX_FILE_LINES]
+    big = big[:MAX_SKIPPED]
     data, more = git_utils.read_diff(root, base_tip, head, MAX_BYTES, [p for p, _, _ in big])
     view = render_diff(data.decode("utf-8", errors="replace"), cut=more)
     view.too_big = big
     view.total_files = len(stat)
-    view.total_lines = sum(added + removed for added, removed, _ in stat)
+    view.total_lines = sum(f.added + f.removed for f in stat)
     view.truncated = view.truncated or view.shown_lines < view.total_lines
     return view
 
