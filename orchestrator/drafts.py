@@ -1,0 +1,132 @@
+"""A reviewer's draft review of a task, kept server-side so a reload, a closed tab or a
+restart of `octopoid web` loses nothing: the line comments not sent yet, the reason being
+typed, the acceptance criteria ticked and the files marked viewed.
+
+One JSON file per task and reviewer (``runtime/reviews/TASK-<id>/<reviewer>.json``),
+replaced atomically. It is the page's memory, not the queue's: nothing in it changes a
+task until its reviewer rejects or accepts, and that clears it. A file that cannot be read
+is an empty draft, never an error page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import config, intake
+from .exceptions import InvalidInput
+from .fsutil import atomic_write, read_json_object, remove_tree
+from .task_notes import LineComment
+from .tasks import task_label
+
+MAX_COMMENTS = 200
+MAX_REASON_CHARS = 4000
+MAX_VIEWED = 5000  # files marked viewed
+MAX_CRITERIA = 200
+SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass
+class Draft:
+    reason: str = ""
+    comments: list[LineComment] = field(default_factory=list)
+    ticked: list[int] = field(default_factory=list)  # acceptance criteria, counted from 0
+    viewed: dict[str, str] = field(default_factory=dict)  # path: the blob the reviewer saw
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def draft_path(task_id: str, reviewer: str) -> Path:
+    """Where ``reviewer``'s draft of the task lives: the name made safe for a file name,
+    with a hash so two names that clean to the same text stay apart."""
+    key = hashlib.sha256(reviewer.encode()).hexdigest()[:12]
+    name = SAFE_NAME_RE.sub("_", reviewer)[:40]
+    return _task_dir(task_id) / f"{name}-{key}.json"
+
+
+def _task_dir(task_id: str) -> Path:
+    return config.get_orchestrator_dir() / "reviews" / task_label(task_id)
+
+
+def load(task_id: str, reviewer: str) -> Draft:
+    """The reviewer's draft (an empty one if there is none or it cannot be read)."""
+    data = read_json_object(draft_path(task_id, reviewer))
+    try:
+        return parse(data)
+    except InvalidInput:
+        return Draft()
+
+
+def save(task_id: str, reviewer: str, data: Mapping[str, Any]) -> Draft:
+    """Check ``data`` (the page's whole draft) and keep it; ``InvalidInput`` says what is
+    wrong and keeps nothing."""
+    draft = parse(data)
+    target = draft_path(task_id, reviewer)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(target, json.dumps(draft.as_json(), ensure_ascii=False, sort_keys=True))
+    return draft
+
+
+def clear(task_id: str, reviewer: str) -> None:
+    """The reviewer sent their review: the draft is done with."""
+    draft_path(task_id, reviewer).unlink(missing_ok=True)
+
+
+def clear_task(task_id: str) -> None:
+    """Every reviewer's draft of a task that left review for good (done)."""
+    remove_tree(_task_dir(task_id))
+
+
+def parse(data: Mapping[str, Any]) -> Draft:
+    """A draft from JSON, each part checked as the review it would become is."""
+    if not isinstance(data, Mapping):
+        raise InvalidInput("a draft is a JSON object")
+    reason = intake.clean_text(_typed(data, "reason", str, ""), "the reason")
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidInput(f"the reason is over {MAX_REASON_CHARS} characters")
+    comments = _typed(data, "comments", list, [])
+    if len(comments) > MAX_COMMENTS:
+        raise InvalidInput(f"a review holds at most {MAX_COMMENTS} line comments")
+    ticked = _typed(data, "ticked", list, [])
+    if len(ticked) > MAX_CRITERIA or not all(
+        isinstance(i, int) and 0 <= i < MAX_CRITERIA for i in ticked
+    ):
+        raise InvalidInput("ticked criteria are numbers from 0")
+    viewed = _typed(data, "viewed", dict, {})
+    if len(viewed) > MAX_VIEWED or not all(
+        isinstance(k, str) and isinstance(v, str) and len(k) <= 4096 and len(v) <= 64
+        for k, v in viewed.items()
+    ):
+        raise InvalidInput("viewed files are path: blob id pairs")
+    return Draft(reason, [_comment(c) for c in comments], sorted(set(ticked)), dict(viewed))
+
+
+def _comment(data: Any) -> LineComment:
+    from .review import line_comment  # review imports the queue's whole workflow
+
+    if not isinstance(data, Mapping):
+        raise InvalidInput("a line comment is a JSON object")
+    parts = {key: data.get(key) for key in ("path", "line", "text", "end", "side")}
+    if not all(isinstance(parts[key], str | int) for key in ("path", "line", "text")):
+        raise InvalidInput("a line comment needs path, line and text")
+    end = parts["end"] if parts["end"] not in (None, 0, "") else None
+    return line_comment(
+        str(parts["path"]),
+        str(parts["line"]),
+        str(parts["text"]),
+        None if end is None else str(end),
+        str(parts["side"] or "new"),
+    )
+
+
+def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = data.get(key, default)
+    if not isinstance(value, kind):
+        raise InvalidInput(f"a draft's {key} must be a {kind.__name__}")
+    return value
