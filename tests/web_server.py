@@ -28,6 +28,7 @@ class WebServer:
     sign_in_url: str  # the printed link, with its one-time code
     base: str
     token: str  # the access token, for the sign-in form
+    printed: str  # what it printed before its link
 
     def client(self) -> Client:
         """A new client signed in through the form (the printed link works only once)."""
@@ -62,7 +63,8 @@ def start_web(
     while time.monotonic() < deadline:  # raw reads: a buffered readline hides a 2nd line
         match = URL_RE.search(seen[: seen.rfind(b"\n") + 1].decode())
         if match:
-            return WebServer(proc, match.group(0), match.group(1), _token_of(root, args, env))
+            token, printed = _token_of(root, args, env), seen.decode()
+            return WebServer(proc, match.group(0), match.group(1), token, printed)
         if selector.select(timeout=0.2):
             chunk = os.read(proc.stdout.fileno(), 65536)
             if not chunk:
