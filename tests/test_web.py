@@ -125,28 +125,55 @@ def test_an_action_racing_a_cli_review_is_refused_cleanly(git_project, client) -
     assert "## Review" not in (q.get_task_notes(task_id) or "")
 
 
+def comment_fields(path: str, line: int, text: str, end: int = 0, side: str = "new") -> list:
+    """One line comment as the page sends it: its parts as fields, never one packed string."""
+    return [
+        ("comment_path", path),
+        ("comment_line", str(line)),
+        ("comment_end", str(end or "")),
+        ("comment_side", side),
+        ("comment_text", text),
+    ]
+
+
 def test_reject_with_line_comments_writes_them_into_the_notes(git_project, client) -> None:
+    """Comments travel as fields, so a name with ':' or beyond ASCII takes them as any."""
     task_id = provisional_task()
+    odd = {"a:b.py": b"one = 1\ntwo = 2\n", "caf\u00e9.py": b"cafe = 1\n"}
+    commit_on_branch(git_project, task_id, odd, "odd names")
     form = [
         ("csrf", client.csrf()),
         ("reason", "see the comments"),
-        ("comment", f"TASK-{task_id}.txt:1:say which attempt"),
-        ("comment", f"TASK-{task_id}.txt:1:and why"),
+        *comment_fields(f"TASK-{task_id}.txt", 1, "say which attempt"),
+        *comment_fields("a:b.py", 1, "both: of these", end=2),
+        *comment_fields("caf\u00e9.py", 1, "an accent"),
         *judged(client, task_id).items(),
     ]
     status, headers, _ = client.request(f"/tasks/TASK-{task_id}/reject", form)
     assert status == 303, headers
     notes = (git_project / ".octopoid/runtime/shared/notes" / f"TASK-{task_id}.md").read_text()
-    assert "## Review Comments" in notes
-    assert "say which attempt" in notes and "and why" in notes
+    assert "## Review Comments" in notes and "say which attempt" in notes
+    assert "### a:b.py, lines 1-2" in notes and "both: of these" in notes
+    assert "### caf\u00e9.py, line 1" in notes and "cafe = 1" in notes
     assert q.get_store().locate(task_id) is TaskState.INCOMING
 
 
-def test_a_bad_line_comment_refuses_the_whole_reject(git_project, client) -> None:
+def test_a_bad_line_comment_refuses_the_whole_reject_and_keeps_what_was_typed(
+    git_project, client
+) -> None:
+    """A refused reject draws the page again with the reason and every comment as typed."""
     task_id = provisional_task()
-    form = {"csrf": client.csrf(), "reason": "r", "comment": "../../etc/passwd:1:x"}
+    form = [
+        ("csrf", client.csrf()),
+        ("reason", "REASON-KEPT <b>as typed</b>"),
+        *comment_fields("../../etc/passwd", 1, "x"),
+        *comment_fields(f"TASK-{task_id}.txt", 1, "COMMENT-KEPT"),
+        *judged(client, task_id).items(),
+    ]
     status, _, page = client.request(f"/tasks/TASK-{task_id}/reject", form)
-    assert status == 400 and "Traceback" not in page
+    assert status == 400 and "Traceback" not in page and "relative to the repository" in page
+    assert "REASON-KEPT &lt;b&gt;as typed&lt;/b&gt;" in page
+    assert page.count("COMMENT-KEPT") >= 2  # drawn under its line, and in its hidden field
     assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
 
 

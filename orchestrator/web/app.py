@@ -27,7 +27,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import intake, queue_utils, recovery, review
+from .. import drafts, intake, queue_utils, recovery, review
 from ..exceptions import (
     InvalidInput,
     InvalidTask,
@@ -99,12 +99,27 @@ def create_app(token: str) -> Starlette:
     ) -> Response:
         raw = request.path_params["task_id"]
         try:
-            page = pages.task_page(normalize_task_id(raw))
+            page = pages.task_page(normalize_task_id(raw), reviewer_of(request), typed)
         except OctopoidError as exc:
             return render(request, "error.html", _status_of(exc), message=str(exc))
         done = DONE.get(request.query_params.get("done", ""))
-        typed = typed or {"reason": "", "comments": []}  # a refused action's, shown again
-        return render(request, "task.html", status, page=page, done=done, error=error, typed=typed)
+        split = request.query_params.get("view") == "split"
+        return render(request, "task.html", status, page=page, done=done, error=error, split=split)
+
+    async def save_draft(request: Request) -> Response:
+        """The page's draft review (JSON), kept for this reviewer; the answer is the draft
+        as kept, or 400 with what is wrong."""
+        if not same(request.headers.get("x-csrf-token"), csrf):
+            raise _Forbidden()
+        try:
+            task_id = normalize_task_id(request.path_params["task_id"])
+            data = await request.json()
+            kept = await run_in_threadpool(drafts.save, task_id, reviewer_of(request), data)
+        except ValueError:
+            return JSONResponse({"error": "the draft is not JSON"}, status_code=400)
+        except OctopoidError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=_status_of(exc))
+        return JSONResponse(kept.as_json())
 
     def live(request: Request) -> Response:
         """The running attempt's output after byte ``after``, as JSON; ``running`` false
@@ -126,11 +141,13 @@ def create_app(token: str) -> Starlette:
         if request.path_params["action"] not in ACTIONS:
             return PlainTextResponse("no such action", status_code=404)
         do, done = ACTIONS[request.path_params["action"]]
+        reviewer = reviewer_of(request)
         try:
             task_id = normalize_task_id(request.path_params["task_id"])
-            await run_in_threadpool(do, task_id, form)
+            await run_in_threadpool(do, task_id, form, reviewer)
         except OctopoidError as exc:
-            return await run_in_threadpool(task_page, request, _status_of(exc), str(exc))
+            typed = _typed(form) if request.path_params["action"] == "reject" else None
+            return await run_in_threadpool(task_page, request, _status_of(exc), str(exc), typed)
         if form.get("back") == "board":  # a card's button: stay on the board
             return RedirectResponse(f"/?done={done}", status_code=303)
         return RedirectResponse(f"/tasks/TASK-{task_id}?done={done}", status_code=303)
@@ -156,6 +173,7 @@ def create_app(token: str) -> Starlette:
         Route("/enqueue", enqueue, methods=["POST"]),
         Route("/tasks/{task_id}", task_page),
         Route("/tasks/{task_id}/live.json", live),
+        Route("/tasks/{task_id}/draft", save_draft, methods=["POST"]),
         Route("/tasks/{task_id}/{action}", act, methods=["POST"]),
         Route("/pygments.css", stylesheet),
         Route("/favicon.ico", lambda request: Response(status_code=204)),  # none: no 404s
@@ -194,35 +212,70 @@ def _judged(form: FormData) -> tuple[str | None, int | None]:
     return (None if head == "none" else head), attempt
 
 
-def _accept(task_id: str, form: FormData) -> None:
-    review.accept(task_id, ACTOR, *_judged(form))
+def reviewer_of(request: Request) -> str:
+    """Who is reviewing: the name their sign-in gave (the session's), else "web"."""
+    return str(request.scope.get("octopoid.reviewer") or ACTOR)
 
 
-def _reject(task_id: str, form: FormData) -> None:
+def _comments(form: FormData) -> list[dict[str, str]]:
+    """The line comments a form sends, as their fields (path, line, end, side, text): a
+    path may hold ':' or any character, so nothing is packed into one string."""
+    fields = {key: form.getlist(f"comment_{key}") for key in COMMENT_FIELDS}
+    if len({len(values) for values in fields.values()}) > 1:
+        raise InvalidInput("the page sent a comment with missing fields: reload it")
+    return [
+        {key: str(fields[key][i]) for key in COMMENT_FIELDS} for i in range(len(fields["path"]))
+    ]
+
+
+def _typed(form: FormData) -> dict[str, Any]:
+    """What a refused reject sent, to show again as it was typed (not a word lost)."""
+    comments = []
+    try:
+        raw = _comments(form)
+    except InvalidInput:
+        raw = []
+    for c in raw:
+        line = int(c["line"]) if c["line"].isdigit() else 0
+        end = int(c["end"]) if c["end"].isdigit() else 0
+        comments.append({**c, "line": line, "end": end, "code": ""})
+    return {"reason": str(form.get("reason") or ""), "comments": comments}
+
+
+def _accept(task_id: str, form: FormData, reviewer: str) -> None:
+    review.accept(task_id, reviewer, *_judged(form))
+    drafts.clear(task_id, reviewer)
+
+
+def _reject(task_id: str, form: FormData, reviewer: str) -> None:
     reason = intake.clean_text(str(form.get("reason") or ""), "the reason").strip()
     if not reason:
         raise InvalidInput("a rejection needs a reason: the next attempt reads it")
-    comments = [review.parse_line_comment(str(spec)) for spec in form.getlist("comment")]
+    comments = [
+        review.line_comment(c["path"], c["line"], c["text"], c["end"] or None, c["side"] or "new")
+        for c in _comments(form)
+    ]
     head, attempt = _judged(form)
-    review.reject(task_id, reason, ACTOR, comments, head, attempt)
+    review.reject(task_id, reason, reviewer, comments, head, attempt)
+    drafts.clear(task_id, reviewer)
 
 
-def _retry(task_id: str, form: FormData) -> None:
-    review.retry(task_id, fresh=bool(form.get("fresh")), actor=ACTOR)
+def _approve(task_id: str, form: FormData, reviewer: str) -> None:
+    review.approve(task_id, reviewer)
 
 
-def _approve(task_id: str, form: FormData) -> None:
-    review.approve(task_id, ACTOR)
+def _retry(task_id: str, form: FormData, reviewer: str) -> None:
+    review.retry(task_id, fresh=bool(form.get("fresh")), actor=reviewer)
 
 
-def _requeue(task_id: str, form: FormData) -> None:
+def _requeue(task_id: str, form: FormData, reviewer: str) -> None:
     reason = intake.clean_text(str(form.get("reason") or "requeued from the web page"), "reason")
     recovery.requeue_running(task_id, reason)
 
 
-def _close(task_id: str, form: FormData) -> None:
+def _close(task_id: str, form: FormData, reviewer: str) -> None:
     reason = intake.clean_text(str(form.get("reason") or ""), "the reason").strip()
-    review.close(task_id, "wont-do" if form.get("wont_do") else "done", reason, ACTOR)
+    review.close(task_id, "wont-do" if form.get("wont_do") else "done", reason, reviewer)
 
 
 ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
@@ -233,6 +286,7 @@ ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "requeue": (_requeue, "requeued"),
     "close": (_close, "closed"),
 }
+COMMENT_FIELDS = ("path", "line", "end", "side", "text")
 ENQUEUE_FIELDS = ("title", "context", "criteria", "priority", "blocked_by", "branch")
 
 

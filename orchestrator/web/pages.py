@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import config, diffs, git_utils, queue_utils, reports, task_notes
+from .. import config, diffs, drafts, git_utils, queue_utils, reports, task_notes
 from ..exceptions import ConfigError, NothingToShow, OctopoidError, TaskNotFound
 from ..redaction import redact
 from ..roles import breakdown
@@ -169,7 +169,7 @@ def _diff(task: Task, git: BranchFacts) -> tuple[DiffView | None, str]:
     """The diff the page draws of the head it names, or why there is none."""
     try:
         if not git.exists:
-            diffs.task_diff(task.id)  # raises why there is no branch
+            diffs.with_branch(task.id)  # raises why there is no branch
             return None, "its branch appeared while this page was drawn: reload"
         return task_diff_view(config.find_project_root(), git.base_tip, git.head), ""
     except (NothingToShow, TaskNotFound) as exc:
@@ -178,10 +178,49 @@ def _diff(task: Task, git: BranchFacts) -> tuple[DiffView | None, str]:
         return None, f"no diff: {exc}"
 
 
-def task_page(task_id: str, now: datetime | None = None) -> dict[str, Any]:
-    """Everything the task page shows; ``TaskNotFound``/``InvalidTaskId`` for a bad id."""
+def _check_lines(task: Task) -> list[str]:
+    """What the task's checks said, attempt by attempt, from its History."""
+    return [line for line in task.history if "  checks: " in line]
+
+
+def _placed(
+    diff: DiffView | None, comments: list[dict[str, Any]]
+) -> tuple[dict[tuple[str, str, int], list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The draft's comments by the row they are drawn under (path, side, last line), and
+    those that fall on no row drawn (a file cut from the page, a line of an older head)."""
+    rows = set()
+    for file in diff.files if diff else []:
+        for row in file.rows:
+            if row.kind == "del":
+                rows.add((file.path, "old", row.old))
+            elif row.kind != "hunk":
+                rows.add((file.path, "new", row.new))
+    placed: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    unplaced = []
+    for comment in comments:
+        key = (comment["path"], comment["side"], comment["end"] or comment["line"])
+        if key in rows:
+            placed.setdefault(key, []).append(comment)
+        else:
+            unplaced.append(comment)
+    return placed, unplaced
+
+
+def task_page(
+    task_id: str,
+    reviewer: str = "web",
+    typed: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Everything the task page shows; ``TaskNotFound``/``InvalidTaskId`` for a bad id.
+
+    ``reviewer``'s draft review fills the forms, unless ``typed`` holds what a refused
+    action sent (reason and comments), which is shown again as it was typed."""
     now = now or utcnow()
     task = queue_utils.get_task(task_id)
+    draft = drafts.load(task.id, reviewer).as_json()
+    if typed is not None:
+        draft.update(typed)
     turns, cost = reports.task_usage(task)
     facts = {
         "state": task.state.value if task.state else "?",
@@ -198,8 +237,15 @@ def task_page(task_id: str, now: datetime | None = None) -> dict[str, Any]:
     }
     git = branch_facts(task)
     diff, diff_note = _diff(task, git)
+    placed, unplaced = _placed(diff, draft["comments"])
     return {
         "task": task,
+        "context": task.context,
+        "criteria": task.criteria,
+        "checks": _check_lines(task),
+        "draft": draft,
+        "placed": placed,
+        "unplaced": unplaced,
         "facts": facts,
         "git": git,
         "confirm_accept": _confirm_accept(task, git),

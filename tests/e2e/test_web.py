@@ -114,14 +114,14 @@ def test_enqueue_watch_comment_reject_retry_accept(page, git_project: Path, tmp_
 
     # When the attempt ends the page reloads itself into review, diff first.
     expect(page.locator("#state")).to_have_text("provisional", timeout=30_000)
-    app = page.locator('section.file[data-path="app.py"]')
+    app = page.locator('details.file[data-path="app.py"]')
     expect(app).to_be_visible()
     expect(page.locator("#merge-check")).to_have_text("merges cleanly")
     for line, text in (("2", "handle None: greet(None) crashes"), ("6", "do not pass None")):
         app.locator(f'td.commentable[data-line="{line}"]').click()
         page.fill("tr.comment-editor textarea", text)
         page.click("tr.comment-editor button.add-comment")
-    expect(page.locator("#comments li")).to_have_count(2)
+    expect(page.locator("li.comment")).to_have_count(2)
     shoot(page, "task-review", tmp_path)
     page.fill("#reject-form textarea[name=reason]", "greet must handle None")
     page.click("#reject-form button.reject")
@@ -169,7 +169,7 @@ def test_agent_html_is_shown_as_text_and_never_runs(page, git_project: Path) -> 
     expect(page.locator("#log-1")).to_contain_text("<script>alert('log')</script>")
     page.goto(f"{base}/tasks/{task.label}?tab=diff")
     expect(page.locator("#commits")).to_contain_text("<script>alert(1)</script>")
-    expect(page.locator('section.file[data-path="xss.html"]')).to_contain_text("onerror=alert(2)")
+    expect(page.locator('details.file[data-path="xss.html"]')).to_contain_text("onerror=alert(2)")
     assert page.locator("img").count() == 0  # no agent-made element exists at all
     assert page.evaluate("document.scripts.length") == 2  # htmx and review.js, nothing else
     assert page.dialogs == []
