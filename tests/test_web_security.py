@@ -73,8 +73,9 @@ def test_a_wrong_token_gets_the_form_again_and_the_right_one_signs_in(web) -> No
 def test_a_form_from_another_site_cannot_sign_in(web) -> None:
     client = Client(web.base)
     form = {"token": web.token}
-    status, _, page = client.request("/login", form, {"Origin": "http://evil.example"})
-    assert status == 403 and "another site" in page and not signed_in(client)
+    for elsewhere in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        status, _, page = client.request("/login", form, elsewhere)
+        assert status == 403 and "another site" in page and not signed_in(client)
     status, _, _ = client.request("/login", form, {"Origin": web.base})
     assert status == 303 and signed_in(client)
 

@@ -325,12 +325,14 @@ def _cookies(scope: Scope) -> dict[str, str]:
 
 
 def _same_origin(scope: Scope) -> bool:
-    """A browser names the page a form came from; one from another site may not sign in."""
+    """A browser says where a form came from: Sec-Fetch-Site, and Origin unless the page's
+    no-referrer policy made it "null". A form from another site may not sign in."""
     headers = dict(scope.get("headers", []))
-    origin = headers.get(b"origin")
-    return origin is None or urlsplit(origin.decode("latin-1")).netloc == headers.get(
-        b"host", b""
-    ).decode("latin-1")
+    origin = headers.get(b"origin", b"null").decode("latin-1")
+    host = headers.get(b"host", b"").decode("latin-1")
+    return headers.get(b"sec-fetch-site", b"same-origin") in (b"same-origin", b"none") and (
+        origin == "null" or urlsplit(origin).netloc == host
+    )
 
 
 async def _form(receive: Callable) -> dict[str, str]:
