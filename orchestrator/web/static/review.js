@@ -44,6 +44,7 @@ function saveDraft() {
   if (!form || !form.dataset.task) return saving;
   const status = document.getElementById("draft-status");
   const body = JSON.stringify(currentDraft());
+  if (status) status.textContent = "Saving the draft…";
   saving = saving.then(async () => {
     try {
       const reply = await fetch(`/tasks/${form.dataset.task}/draft`, {
@@ -180,6 +181,8 @@ document.addEventListener("click", (event) => {
 let typing = null;
 document.addEventListener("input", (event) => {
   if (event.target.id !== "reason") return;
+  const status = document.getElementById("draft-status");
+  if (status) status.textContent = "Saving the draft…";
   clearTimeout(typing);
   typing = setTimeout(saveDraft, 500);
 });
