@@ -454,10 +454,12 @@ def _accepted_row(done: review.Accepted) -> dict[str, Any]:
     "comments",
     multiple=True,
     metavar="PATH:LINE:TEXT",
-    help="A comment on one line of a file on the task's branch (agent/TASK-<id>), e.g. "
-    "'src/a.py:42:handle None': PATH relative to the repository, LINE numbered from 1 as "
-    "in the file on the branch, then the text (it may hold colons). Repeatable. Each goes "
-    "into the notes with the line it is about. Only with a single task.",
+    help="A comment on a line of a file on the task's branch (agent/TASK-<id>), e.g. "
+    "'src/a.py:42:handle None', or on a range, 'src/a.py:42-45:...': PATH relative to the "
+    "repository (it ends at the first ':<number>:', so it may hold colons), LINE numbered "
+    "from 1 as in the file on the branch, then the text (colons too). Repeatable. Each goes "
+    "into the notes with the lines it is about. Only with a single task. (Comments on "
+    "removed lines: the review page.)",
 )
 @click.option("--by", "actor", default="human", show_default=True, help="Who rejects.")
 @click.option("--expect", metavar="SHA", help="Reject only if the branch is still at this commit.")
@@ -474,7 +476,8 @@ def reject(
 
     A bad --comment (no such file or line on the branch) rejects nothing.
     """
-    reason, actor = intake.clean_text(reason, "--reason"), intake.clean_text(actor, "--by")
+    reason = queue_utils.rejection_reason(intake.clean_text(reason, "--reason"))
+    actor = intake.clean_text(actor, "--by")
     if comments and len(task_ids) > 1:
         raise InvalidInput("--comment names lines of one task's branch: reject one task with it")
     parsed = [review.parse_line_comment(spec) for spec in comments]

@@ -501,6 +501,15 @@ def _finish(
     return done
 
 
+def rejection_reason(reason: str) -> str:
+    """The reason of a rejection, checked alike for every way in (CLI, page, API): text
+    the next attempt reads, so not blank."""
+    reason = reason.strip()
+    if not reason:
+        raise InvalidInput("a rejection needs a reason: the next attempt reads it")
+    return reason
+
+
 @octopoid_form(validator="rejected_by", accepted_by="rejected_by")
 def reject_completion(
     task: TaskRef,
@@ -516,8 +525,7 @@ def reject_completion(
     Refused for a task an interrupted accept already merged (``MERGED``): finish that accept.
     ``rejected_by`` None (octopoid's default) is "human".
     """
-    if not reason.strip():
-        raise InvalidInput("a rejection needs a reason: the next attempt reads it")
+    rejection_reason(reason)
     return _reject_to(
         task, S.INCOMING, reason, rejected_by or "human", now, comments, edit=_refuse_if_merged
     )

@@ -55,6 +55,8 @@ def test_a_blank_reason_is_refused_in_one_line(git_project: Path) -> None:
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "octopoid: a rejection needs a reason: the next attempt reads it\n"
     assert q.get_task(tid).state.value == "provisional"
+    several = octopoid(git_project, "reject", tid, "99", "--reason", " ")  # before any id
+    assert (several.returncode, several.stderr) == (2, done.stderr)
 
 
 def test_help_is_still_clicks_own(git_project: Path) -> None:

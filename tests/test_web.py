@@ -171,7 +171,8 @@ def test_a_bad_line_comment_refuses_the_whole_reject_and_keeps_what_was_typed(
         *judged(client, task_id).items(),
     ]
     status, _, page = client.request(f"/tasks/TASK-{task_id}/reject", form)
-    assert status == 400 and "Traceback" not in page and "relative to the repository" in page
+    assert status == 400, re.findall(r"action-error.>([^<]*)", page)
+    assert "Traceback" not in page and "relative to the repository" in page, page[:6000]
     assert "REASON-KEPT &lt;b&gt;as typed&lt;/b&gt;" in page
     assert page.count("COMMENT-KEPT") >= 2  # drawn under its line, and in its hidden field
     assert q.get_store().locate(task_id) is TaskState.PROVISIONAL

@@ -248,9 +248,8 @@ def _accept(task_id: str, form: FormData, reviewer: str) -> None:
 
 
 def _reject(task_id: str, form: FormData, reviewer: str) -> None:
-    reason = intake.clean_text(str(form.get("reason") or ""), "the reason").strip()
-    if not reason:
-        raise InvalidInput("a rejection needs a reason: the next attempt reads it")
+    reason = intake.clean_text(str(form.get("reason") or ""), "the reason")
+    reason = queue_utils.rejection_reason(reason)
     comments = [
         review.line_comment(c["path"], c["line"], c["text"], c["end"] or None, c["side"] or "new")
         for c in _comments(form)
