@@ -71,7 +71,9 @@ def create_app(token: str) -> Starlette:
     csrf = csrf_for(token)
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        context.update(csrf=csrf, request=request, priorities=PRIORITIES)
+        context.update(
+            csrf=csrf, request=request, priorities=PRIORITIES, reviewer=reviewer_of(request)
+        )
         return HTMLResponse(env.get_template(name).render(**context), status_code=status)
 
     async def form_of(request: Request) -> FormData:
@@ -112,9 +114,9 @@ def create_app(token: str) -> Starlette:
         if not same(request.headers.get("x-csrf-token"), csrf):
             raise _Forbidden()
         try:
-            task_id = normalize_task_id(request.path_params["task_id"])
+            task = await run_in_threadpool(queue_utils.get_task, request.path_params["task_id"])
             data = await request.json()
-            kept = await run_in_threadpool(drafts.save, task_id, reviewer_of(request), data)
+            kept = await run_in_threadpool(drafts.save, task.id, reviewer_of(request), data)
         except ValueError:
             return JSONResponse({"error": "the draft is not JSON"}, status_code=400)
         except OctopoidError as exc:

@@ -1,0 +1,166 @@
+"""Draft reviews: kept on the server per task and reviewer, checked like the review they
+become, ended by the review they become, never a reason for a page to fail.
+
+A real `octopoid web` process; each reviewer signs in with their own name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from orchestrator import drafts
+from orchestrator import queue_utils as q
+from orchestrator.tasks import TaskState
+
+from .conftest import write_agents
+from .test_web import comment_fields, judged, provisional_task
+from .web_server import Client, start_web
+
+
+@pytest.fixture
+def web(git_project: Path):
+    write_agents(git_project)
+    server = start_web(git_project)
+    yield server
+    server.stop()
+
+
+def signed_in(web, name: str) -> Client:
+    client = Client(web.base)
+    client.login(web.token, name)
+    return client
+
+
+def save(client: Client, task_id: str, draft: object, csrf: str | None = None) -> tuple:
+    """POST a draft as the page's script does: JSON, with the CSRF token in a header."""
+    request = urllib.request.Request(
+        f"{client.base}/tasks/TASK-{task_id}/draft",
+        data=json.dumps(draft).encode() if not isinstance(draft, bytes) else draft,
+        headers={"content-type": "application/json", "x-csrf-token": csrf or client.csrf()},
+    )
+    try:
+        with client.opener.open(request, timeout=30) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        body = err.read()
+        return err.code, json.loads(body) if body.startswith(b"{") else body.decode()
+
+
+def a_comment(task_id: str, text: str, line: int = 1) -> dict:
+    return {"path": f"TASK-{task_id}.txt", "line": line, "side": "new", "text": text}
+
+
+def test_each_reviewer_has_their_own_draft_drawn_under_its_line(git_project, web) -> None:
+    task_id = provisional_task()
+    alice, bob = signed_in(web, "alice"), signed_in(web, "bob")
+    draft = {"reason": "ALICE-REASON", "comments": [a_comment(task_id, "ALICE-COMMENT")]}
+    status, kept = save(alice, task_id, {**draft, "ticked": [0], "viewed": {}})
+    assert status == 200 and kept["comments"][0]["text"] == "ALICE-COMMENT"
+    _, _, page = alice.request(f"/tasks/TASK-{task_id}")
+    assert "ALICE-REASON</textarea>" in page
+    inline = re.search(r'<tr class="inline-comments">.*?</tr>', page, re.S)
+    assert inline and "ALICE-COMMENT" in inline.group(0)  # under its line, in the diff
+    assert 'id="reviewer"' in page and ">alice</a>" in page
+    _, _, theirs = bob.request(f"/tasks/TASK-{task_id}")
+    assert "ALICE" not in theirs
+    assert drafts.load(task_id, "alice").reason == "ALICE-REASON"
+
+
+def test_a_draft_is_checked_like_the_review_it_becomes(git_project, web) -> None:
+    task_id = provisional_task()
+    alice = signed_in(web, "alice")
+    csrf = alice.csrf()
+    for bad, says in [
+        (b"not json", "not JSON"),
+        ([1, 2], "a JSON object"),
+        ({"comments": [{**a_comment(task_id, "x"), "path": "../../etc/passwd"}]}, "relative"),
+        ({"comments": [a_comment(task_id, "x", line=0)]}, "number from 1"),
+        ({"reason": "x" * 5000}, "over 4000"),
+        ({"ticked": ["a"]}, "numbers from 0"),
+        ({"reason": "bell \x07"}, "control character"),
+    ]:
+        status, answer = save(alice, task_id, bad, csrf)
+        assert status == 400 and says in answer["error"], (bad, answer)
+    assert not drafts.draft_path(task_id, "alice").exists()  # nothing bad was kept
+    status, _ = save(alice, task_id, {"reason": "fine"}, csrf="0" * 64)
+    assert status == 403
+    status, answer = save(alice, "999", {"reason": "fine"}, csrf)
+    assert status == 404 and "no task TASK-999" in answer["error"]
+    assert not drafts.draft_path("999", "alice").exists()
+
+
+def test_a_sent_review_ends_its_draft_and_an_accept_ends_everyone_s(git_project, web) -> None:
+    task_id = provisional_task()
+    alice, bob = signed_in(web, "alice"), signed_in(web, "bob")
+    save(alice, task_id, {"reason": "mine", "comments": [a_comment(task_id, "c")]})
+    save(bob, task_id, {"reason": "his"})
+    form = [
+        ("csrf", alice.csrf()),
+        ("reason", "mine"),
+        *comment_fields(f"TASK-{task_id}.txt", 1, "c"),
+        *judged(alice, task_id).items(),
+    ]
+    status, _, _ = alice.request(f"/tasks/TASK-{task_id}/reject", form)
+    assert status == 303
+    assert "provisional → incoming  (alice: mine)" in q.get_task(task_id).section("History")
+    assert not drafts.draft_path(task_id, "alice").exists()
+    assert drafts.draft_path(task_id, "bob").exists()  # bob's is his own business
+
+    from .conftest import run_claimed
+
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    form = {"csrf": bob.csrf(), **judged(bob, task_id)}
+    status, _, _ = bob.request(f"/tasks/TASK-{task_id}/accept", form)
+    assert status == 303 and q.get_store().locate(task_id) is TaskState.DONE
+    assert not drafts.draft_path(task_id, "bob").parent.exists()
+
+
+def test_an_unreadable_draft_is_an_empty_one(git_project, web) -> None:
+    task_id = provisional_task()
+    alice = signed_in(web, "alice")
+    target = drafts.draft_path(task_id, "alice")
+    target.parent.mkdir(parents=True)
+    for junk in (b"{not json", b"[]", b'{"comments": "many"}', b"\xff\xfe"):
+        target.write_bytes(junk)
+        status, _, page = alice.request(f"/tasks/TASK-{task_id}")
+        assert status == 200 and 'id="reject-form"' in page
+
+
+def test_saves_at_the_same_instant_leave_one_whole_draft(git_project, web) -> None:
+    """Two tabs of one reviewer saving at once: the file is always one of the drafts sent,
+    never a mix or half of one."""
+    task_id = provisional_task()
+    alice = signed_in(web, "alice")
+    csrf = alice.csrf()
+    sent = [{"reason": f"version {i} " + "x" * 2000} for i in range(16)]
+    go = threading.Barrier(16)
+    answers: list[int] = []
+
+    def one(draft: dict) -> None:
+        go.wait(30)
+        answers.append(save(alice, task_id, draft, csrf)[0])
+
+    threads = [threading.Thread(target=one, args=(d,)) for d in sent]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert answers == [200] * 16
+    kept = json.loads(drafts.draft_path(task_id, "alice").read_text())
+    assert kept["reason"] in {d["reason"] for d in sent}
+    leftovers = [p.name for p in drafts.draft_path(task_id, "alice").parent.iterdir()]
+    assert leftovers == [drafts.draft_path(task_id, "alice").name]
+
+
+def test_a_reviewer_name_cannot_reach_outside_its_folder(git_project) -> None:
+    for name in ("../../etc/passwd", "a/b", "..", "\u00e9\u00e8 \U0001f600", "x" * 500):
+        path = drafts.draft_path("3", name)
+        assert path.parent.name == "TASK-3" and "/" not in path.name and len(path.name) < 80
+    assert drafts.draft_path("3", "a/b") != drafts.draft_path("3", "a_b")
