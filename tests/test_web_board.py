@@ -233,9 +233,6 @@ def test_cards_offer_only_what_their_state_allows(git_project, client) -> None:
     assert not re.findall(rf'action="/tasks/{idle.label}/(\w+)"', page)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="app.py's board_page does not pass done=DONE.get(...) to the template yet"
-)
 def test_the_board_says_what_a_card_s_button_did(git_project, client) -> None:
     _, _, page = client.request("/?done=retried")
     assert '<p class="done" role="status">Back in incoming with fresh attempts.</p>' in page

@@ -87,6 +87,7 @@ def create_app(token: str) -> Starlette:
     def board_page(request: Request, status: int = 200, **extra: Any) -> HTMLResponse:
         extra.setdefault("form", {})
         extra.setdefault("error", None)
+        extra.setdefault("done", DONE.get(request.query_params.get("done", "")))
         found = board.board(request.query_params)
         return render(request, "board.html", status, board=found, **extra)
 
