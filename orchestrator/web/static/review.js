@@ -235,7 +235,12 @@ document.addEventListener("submit", (event) => {
     try {
       const reply = await fetch(`/tasks/${live.dataset.task}/live.json?after=${offset}`,
                                 {credentials: "same-origin"});
-      if (!reply.ok) return;
+      const json = (reply.headers.get("content-type") || "").includes("json");
+      if (!reply.ok || !json) {  // signed out (the sign-in page came back), or gone
+        clearInterval(timer);
+        window.location.reload();
+        return;
+      }
       const news = await reply.json();
       if (!news.running) {
         clearInterval(timer);
