@@ -162,6 +162,23 @@ def git_project(project: Path) -> Path:
     return project
 
 
+@pytest.fixture
+def web(git_project: Path):
+    """`octopoid web` serving ``git_project`` (with the scripted command agent)."""
+    from .web_server import start_web  # it imports this module
+
+    write_agents(git_project)
+    server = start_web(git_project)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(web):
+    """A plain HTTP client signed in to ``web``."""
+    return web.client()
+
+
 def write_agents(root: Path, *, argv: list[str] | None = None, **top: object) -> None:
     """agents.yaml with one command agent running tests/helpers/agent.py (or ``argv``)."""
     import yaml

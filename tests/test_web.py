@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,21 +18,6 @@ from orchestrator.tasks import TaskState
 
 from .conftest import HELPERS, child_env, commit_on_branch, run_claimed, write_agents
 from .web_server import OCTOPOID, Client, start_web
-
-
-@pytest.fixture
-def web(git_project: Path):
-    write_agents(git_project)
-    server = start_web(git_project)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def client(web) -> Client:
-    client = Client(web.base)
-    client.login(web.token)
-    return client
 
 
 def provisional_task(title: str = "plain work") -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import html
 import re
 import time
-from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -16,23 +15,9 @@ from orchestrator import config
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState, new_task, render_task
 
-from .conftest import write_agents
-from .web_server import Client, start_web
+from .web_server import Client
 
 S = TaskState
-
-
-@pytest.fixture
-def web(git_project: Path):
-    write_agents(git_project)
-    server = start_web(git_project)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def client(web) -> Client:
-    return web.client()
 
 
 def board(client: Client, query: str = "", timeout: float = 60) -> str:

@@ -11,25 +11,13 @@ import re
 import threading
 import urllib.error
 import urllib.request
-from pathlib import Path
-
-import pytest
 
 from orchestrator import drafts
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .conftest import write_agents
 from .test_web import comment_fields, judged, provisional_task
-from .web_server import Client, start_web
-
-
-@pytest.fixture
-def web(git_project: Path):
-    write_agents(git_project)
-    server = start_web(git_project)
-    yield server
-    server.stop()
+from .web_server import Client
 
 
 def signed_in(web, name: str) -> Client:

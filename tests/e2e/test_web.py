@@ -35,12 +35,17 @@ ARGS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def browser():
+def require_chromium() -> None:
+    """Skip without Debian's Chromium (fail, with OCTOPOID_REQUIRE_BROWSER=1, as in CI)."""
     if not os.path.exists(CHROMIUM):
         if os.environ.get("OCTOPOID_REQUIRE_BROWSER") == "1":
             pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
         pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -4,28 +4,17 @@ typing a search while the board polls keeps every character and filters the boar
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from orchestrator import queue_utils as q
 
-from ..conftest import write_agents
-from ..web_server import start_web
 from .test_web import browser  # noqa: F401  (the module-scoped Chromium fixture)
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def site(git_project: Path):
-    write_agents(git_project)
-    server = start_web(git_project)
-    yield server
-    server.stop()
-
-
-def test_typing_a_search_while_the_board_polls(browser, site) -> None:  # noqa: F811
+def test_typing_a_search_while_the_board_polls(browser, web) -> None:  # noqa: F811
     from playwright.sync_api import expect
 
     wanted = q.create_task("alpha: parse the config").label
@@ -34,7 +23,7 @@ def test_typing_a_search_while_the_board_polls(browser, site) -> None:  # noqa: 
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     try:
-        page.goto(site.sign_in_url)
+        page.goto(web.sign_in_url)
         expect(page.locator("#group-waiting li.card")).to_have_count(3)
         box = page.locator("#filters input[name=q]")
         box.click()
@@ -67,14 +56,14 @@ def test_typing_a_search_while_the_board_polls(browser, site) -> None:  # noqa: 
         context.close()
 
 
-def test_a_reason_being_typed_on_a_card_survives_the_polls(browser, site) -> None:  # noqa: F811
+def test_a_reason_being_typed_on_a_card_survives_the_polls(browser, web) -> None:  # noqa: F811
     from playwright.sync_api import expect
 
     task = q.create_task("not needed any more").label
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     try:
-        page.goto(site.sign_in_url)
+        page.goto(web.sign_in_url)
         card = page.locator(f"#card-{task}")
         card.locator("summary").click()
         reason = card.locator("input[name=reason]")
@@ -88,7 +77,7 @@ def test_a_reason_being_typed_on_a_card_survives_the_polls(browser, site) -> Non
             page.wait_for_timeout(100)
         expect(reason).to_have_value("done upstream")
         card.locator("button.close").click()
-        expect(page).to_have_url(f"{site.base}/?done=closed")
+        expect(page).to_have_url(f"{web.base}/?done=closed")
         assert q.get_task(task).state.value == "done"
     finally:
         context.close()

@@ -7,7 +7,6 @@ out, sign in again through the form, then close the browser and read Default/His
 
 from __future__ import annotations
 
-import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -15,17 +14,14 @@ from pathlib import Path
 import pytest
 
 from ..web_server import Client, start_web
-from .test_web import ARGS, CHROMIUM
+from .test_web import ARGS, CHROMIUM, require_chromium
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def chromium():
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("OCTOPOID_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
