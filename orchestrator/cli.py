@@ -48,6 +48,7 @@ demo_run = lazy_import("orchestrator.demo")
 diffs = lazy_import("orchestrator.diffs")
 doctor_checks = lazy_import("orchestrator.doctor")
 importer = lazy_import("orchestrator.importer")
+listing = lazy_import("orchestrator.listing")
 recovery = lazy_import("orchestrator.recovery")
 review = lazy_import("orchestrator.review")
 scheduler = lazy_import("orchestrator.scheduler")
@@ -238,33 +239,82 @@ def enqueue(
 @cli.command("list")
 @click.argument("queue", required=False, type=click.Choice([s.value for s in TaskState]))
 @click.option("--role", help="Only tasks of this role.")
+@click.option(
+    "--limit", type=click.IntRange(1, 100_000), help="Tasks shown per queue.  [default: 50]"
+)
+@click.option(
+    "--page", "page_no", default=1, type=click.IntRange(1), help="Which page of each queue."
+)
+@click.option("--all", "show_all", is_flag=True, help="Every task, printed as it is read.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def list_cmd(queue: str | None, role: str | None, as_json: bool) -> None:
-    """List tasks in QUEUE (default: every queue but done)."""
-    states = [TaskState(queue)] if queue else [s for s in TaskState if s is not TaskState.DONE]
-    listed = {s: queue_utils.list_tasks(s) for s in states}
-    blocked = dependencies.blocked_report(listed.get(TaskState.INCOMING, []))
-    tasks = [t for s in states for t in listed[s] if role in (None, t.role)]
-    conflicts = reports.unmergeable([t for t in tasks if t.state is TaskState.PROVISIONAL])
+def list_cmd(
+    queue: str | None,
+    role: str | None,
+    limit: int | None,
+    page_no: int,
+    show_all: bool,
+    as_json: bool,
+) -> None:
+    """List tasks in QUEUE (default: every queue but done), a page of each at a time.
+
+    Waiting tasks come from the claim index and done ones from the ledger, so a page costs
+    the same at 50 tasks or 50,000; --all prints every task as it is read.
+    """
+    states = [TaskState(queue)] if queue else listing.default_states()
+    if show_all:
+        _print_lines(listing.stream(states, role), as_json)
+        return
+    sections = listing.page(states, role, limit or listing.PAGE, page_no)
+    lines = [line for section in sections for line in section.lines]
     if as_json:
-        _emit_json(
-            [_task_row(t, blocked.get(t.id)) | {"conflicts": conflicts.get(t.label)} for t in tasks]
-        )
+        _emit_json([line.as_json() for line in lines])
         return
-    if not tasks:
+    _print_lines(iter(lines), as_json=False, aligned=True)
+    for section in sections:
+        if section.more:
+            nxt = f"octopoid list {section.state.value} --page {page_no + 1}"
+            click.echo(f"... and {section.more:,} more in {section.state.value} ({nxt}, or --all)")
+    for line in lines:
+        if line.blockage and line.blockage.stuck:
+            click.echo(f"{line.id} is stuck: {line.blockage.stuck}")
+        if line.conflicts is not None:
+            click.echo(_no_longer_merges(line.id, line.conflicts))
+
+
+LIST_HEADER = ["ID", "STATE", "PRI", "ROLE", "ATT", "BLOCKED", "TITLE"]
+
+
+def _print_lines(lines: Iterator[listing.Line], as_json: bool, aligned: bool = False) -> None:
+    """Lines as a table (aligned: a page, held whole) or as they come (--all: fixed widths,
+    or one JSON object a line)."""
+    if as_json:
+        for line in lines:
+            click.echo(json.dumps(line.as_json(), sort_keys=True))
+        return
+    rows = (
+        [
+            line.id,
+            line.state + (" (conflicts)" if line.conflicts is not None else ""),
+            line.priority,
+            line.role,
+            str(line.attempts),
+            _blocked_cell(line.blockage),
+            line.title,
+        ]
+        for line in lines
+    )
+    if aligned:
+        found = list(rows)
+        click.echo(_table([LIST_HEADER, *found]) if found else "no tasks")
+        return
+    widths = [10, 12, 3, 10, 3, 14]
+    shown = 0
+    for row in ([*LIST_HEADER], *rows):
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        click.echo("  ".join([*cells, row[-1]]))
+        shown += 1
+    if shown == 1:
         click.echo("no tasks")
-        return
-    rows = [["ID", "STATE", "PRI", "ROLE", "ATT", "BLOCKED", "TITLE"]]
-    for t in tasks:
-        state = t.state.value + (" (conflicts)" if t.label in conflicts else "")
-        cells = [t.label, state, t.priority, t.role, str(t.attempts)]
-        rows.append([*cells, _blocked_cell(blocked.get(t.id)), t.title])
-    click.echo(_table(rows))
-    for t in tasks:
-        if t.id in blocked and blocked[t.id].stuck:
-            click.echo(f"{t.label} is stuck: {blocked[t.id].stuck}")
-    for label, files in conflicts.items():
-        click.echo(_no_longer_merges(label, files))
 
 
 @cli.command()

@@ -31,13 +31,17 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def edit_header(root: Path, task_id: str, key: str, value: str) -> None:
-    """Change one header of an incoming task file by hand, as a person might."""
+    """Change one header of an incoming task file by hand, as an editor saves it (a new
+    file renamed over the old; an edit in place keeps the inode and is seen by a claim's
+    re-check or `doctor --rebuild`, not by the claim index that `list` reads)."""
     path = root / f".octopoid/runtime/queue/incoming/TASK-{task_id}.md"
     lines = path.read_text().splitlines(keepends=True)
     lines = [f"{key}: {value}\n" if ln.startswith(f"{key}:") else ln for ln in lines]
     if not any(ln.startswith(f"{key}:") for ln in lines):
         lines.insert(2, f"{key}: {value}\n")
-    path.write_text("".join(lines))
+    saved = path.with_name(path.name + ".swp")
+    saved.write_text("".join(lines))
+    saved.replace(path)
 
 
 def test_enqueue_prints_the_id_and_list_shows_it(git_project: Path) -> None:

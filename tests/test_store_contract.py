@@ -161,3 +161,15 @@ def test_recent_names_the_last_tasks_into_a_state_newest_first(store: QueueStore
     assert store.recent(S.INCOMING) == [ids[1]]
     store.rebuild()  # rebuilt from the folders alone, it still knows which is which
     assert set(store.recent(S.DONE)) == {ids[0], ids[2], ids[3]}
+
+
+def test_waiting_rows_carry_what_a_list_line_shows(store: QueueStore) -> None:
+    """`octopoid list` draws a waiting task from its index row: title, priority, attempts,
+    role, blockers, without reading its file (a title with brackets and accents too)."""
+    first = add(store, "[odd] caf\u00e9 ] title", priority="P0")
+    second = add(store, "later", priority="P2", role="review", blocked_by=[first.id])
+    store.update(second.id, TaskState.INCOMING, lambda t: t.set_header("ATTEMPTS", "3") or t)
+    rows = {w.id: w for w in store.waiting()}
+    assert rows[first.id][4:] == ("[odd] caf\u00e9 ] title", "P0", 0)
+    assert rows[second.id][3:] == ("review", "later", "P2", 3)
+    assert rows[second.id].blocked_by == [first.id]

@@ -66,6 +66,11 @@ class QueueStore(ABC):
         """How many tasks ``state`` holds (without parsing them)."""
 
     @abstractmethod
+    def ids(self, state: TaskState) -> list[str]:
+        """The ids ``state`` holds, by number (without parsing them): a page of a big queue
+        reads only the tasks it shows."""
+
+    @abstractmethod
     def move(
         self,
         task_id: str,
@@ -145,6 +150,11 @@ class QueueStore(ABC):
         store whose changes the scheduler cannot see in the file system; returns a function
         that stops watching. The folder store needs none: the scheduler watches mtimes."""
         return lambda: None
+
+
+def id_order(task_id: str) -> tuple[int, str]:
+    """Ids by number (TASK-9 before TASK-10); an id that is not a number after them."""
+    return (int(task_id), "") if task_id.isdigit() else (1 << 62, task_id)
 
 
 def busy(task_id: str, holder_words: Callable[[], str]) -> TaskBusy:

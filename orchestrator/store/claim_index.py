@@ -26,19 +26,23 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .. import defaults
-from ..tasks import FILE_RE, Task, claim_order
+from ..tasks import FILE_RE, PRIORITIES, Task, claim_order
 
 
 class Waiting(NamedTuple):
-    """A waiting task as the index knows it (enough for blocked/stuck reports)."""
+    """A waiting task as the index knows it: enough for blocked/stuck reports and for a
+    line of `octopoid list`, without reading its file."""
 
     id: str
     created: str
     blocked_by: list[str]
     role: str  # which agents may claim it (a role no agent has is reported, not waited on)
+    title: str = ""
+    priority: str = ""
+    attempts: int = 0
 
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6  # 6: title and attempts, for `octopoid list`
 OWN_MTIMES = 64  # recent own writes to recognise incoming/ by (any number of writers)
 OWN_MTIMES_TRIM = 16  # a process trims the older ones every this many own writes
 _SCHEMA = """
@@ -50,7 +54,9 @@ CREATE TABLE IF NOT EXISTS incoming (
     seq INTEGER NOT NULL,
     blocked_by TEXT NOT NULL,
     inode INTEGER NOT NULL,
-    not_before INTEGER NOT NULL
+    not_before INTEGER NOT NULL,
+    title TEXT NOT NULL,
+    attempts INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS incoming_order ON incoming (role, rank, created, seq, id);
 CREATE INDEX IF NOT EXISTS incoming_order_any ON incoming (rank, created, seq, id);
@@ -164,8 +170,10 @@ class ClaimIndex:
             " ".join(task.blocked_by),
             inode,
             not_before,
+            task.title,
+            task.attempts,
         )
-        self._db().execute("INSERT OR REPLACE INTO incoming VALUES (?,?,?,?,?,?,?,?)", row)
+        self._db().execute("INSERT OR REPLACE INTO incoming VALUES (?,?,?,?,?,?,?,?,?,?)", row)
 
     def remove(self, task_id: str) -> None:
         self._db().execute("DELETE FROM incoming WHERE id = ?", (task_id,))
@@ -288,10 +296,12 @@ class ClaimIndex:
     def waiting(self) -> list[Waiting]:
         """Every task the index holds, in claim order, without reading a file."""
         rows = self._db().execute(
-            "SELECT id, created, blocked_by, role FROM incoming ORDER BY rank, created, seq, id"
+            "SELECT id, created, blocked_by, role, title, rank, attempts FROM incoming "
+            "ORDER BY rank, created, seq, id"
         )
         return [
-            Waiting(tid, created, blocked.split(), role) for tid, created, blocked, role in rows
+            Waiting(tid, created, blocked.split(), role, title, PRIORITIES[rank], attempts)
+            for tid, created, blocked, role, title, rank, attempts in rows
         ]
 
     # --- the usage ledger: turns, cost, state and last move per task, kept at every write ---

@@ -44,7 +44,7 @@ from ..tasks import (
     task_filename,
     task_label,
 )
-from .base import Change, Guard, QueueStore, busy
+from .base import Change, Guard, QueueStore, busy, id_order
 from .claim_index import ClaimIndex, Waiting
 
 LOCK_STRIPES = 64  # bounded lock files; two tasks sharing a stripe only wait a moment
@@ -181,6 +181,10 @@ class FolderStore(QueueStore):
     def count(self, state: TaskState) -> int:
         """Task files in the folder, from its listing alone (status must not scale with it)."""
         return sum(1 for name in os.listdir(self.dir(state)) if FILE_RE.fullmatch(name))
+
+    def ids(self, state: TaskState) -> list[str]:
+        found = (FILE_RE.fullmatch(name) for name in os.listdir(self.dir(state)))
+        return sorted((m.group(1) for m in found if m), key=id_order)
 
     def list_quarantine(self) -> list[tuple[str, str]]:
         """(file name, reason) for every quarantined file."""

@@ -37,6 +37,8 @@ from ..exceptions import (
     TaskParseError,
 )
 from ..tasks import (
+    PRIORITIES,
+    TITLE_RE,
     Task,
     TaskState,
     claim_order,
@@ -45,7 +47,7 @@ from ..tasks import (
     render_task,
     task_label,
 )
-from .base import Change, Guard, QueueStore, busy
+from .base import Change, Guard, QueueStore, busy, id_order
 from .claim_index import Waiting
 
 SCHEMA = "octopoid"
@@ -161,6 +163,12 @@ def shared_store(dsn: str) -> PostgresStore:
     store = PostgresStore(dsn)
     store.initialize()
     return store
+
+
+def _title(first_line: str) -> str:
+    """A task's title from its body's first line (``# [TASK-<id>] Title``)."""
+    match = TITLE_RE.fullmatch(first_line)
+    return match.group(2) if match else ""
 
 
 class PostgresStore(QueueStore):
@@ -409,6 +417,11 @@ class PostgresStore(QueueStore):
             cur.execute("SELECT count(*) FROM octopoid.tasks WHERE state = %s", (state.value,))
             return cur.fetchone()[0]
 
+    def ids(self, state: TaskState) -> list[str]:
+        with self._tx() as cur:
+            cur.execute("SELECT id FROM octopoid.tasks WHERE state = %s", (state.value,))
+            return sorted((task_id for (task_id,) in cur.fetchall()), key=id_order)
+
     def list_quarantine(self) -> list[tuple[str, str]]:
         with self._tx() as cur:
             cur.execute("SELECT name, reason FROM octopoid.quarantine ORDER BY name, n")
@@ -548,12 +561,14 @@ class PostgresStore(QueueStore):
 
     def waiting(self) -> list[Waiting]:
         with self._tx() as cur:
-            cur.execute(
-                "SELECT id, created, blocked_by, role FROM octopoid.tasks "
-                f"WHERE state = 'incoming' ORDER BY {_CLAIM_ORDER}"
+            cur.execute(  # the title from the body's first line; attempts from its headers
+                "SELECT id, created, blocked_by, role, split_part(body, E'\\n', 1), rank, "
+                "coalesce(substring(body from '\\nATTEMPTS: (\\d+)\\n')::int, 0) "
+                f"FROM octopoid.tasks WHERE state = 'incoming' ORDER BY {_CLAIM_ORDER}"
             )
             return [
-                Waiting(tid, created, list(blocked), role) for tid, created, blocked, role in cur
+                Waiting(tid, created, list(blocked), role, _title(first), PRIORITIES[rank], n)
+                for tid, created, blocked, role, first, rank, n in cur
             ]
 
     def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:

@@ -1,0 +1,86 @@
+"""`octopoid list` a page at a time: waiting tasks from the claim index (no file parsed),
+done ones newest first from the ledger, the rest by id; `--all` prints every task."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator import listing, tasks
+from orchestrator import queue_utils as q
+from orchestrator.cli import cli
+from orchestrator.tasks import TaskState
+
+S = TaskState
+
+
+def run(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture
+def many(project: Path) -> list[str]:
+    """120 waiting tasks (every third P0, so claim order is not id order)."""
+    return [
+        q.create_task(f"task {i}", priority="P0" if i % 3 == 0 else "P2").id for i in range(120)
+    ]
+
+
+def test_a_page_shows_fifty_and_says_how_to_see_the_rest(many: list[str]) -> None:
+    out = run("list").splitlines()
+    assert out[0].split()[:3] == ["ID", "STATE", "PRI"]
+    shown = [line.split()[0] for line in out[1:51]]
+    claim_order = [t.label for t in sorted(map(q.get_task, many), key=tasks.claim_order)]
+    assert shown == claim_order[:50]
+    assert out[51] == "... and 70 more in incoming (octopoid list incoming --page 2, or --all)"
+    third = run("list", "incoming", "--page", "3").splitlines()
+    assert [line.split()[0] for line in third[1:]] == claim_order[100:]
+    assert len(run("list", "--limit", "7").splitlines()) == 1 + 7 + 1
+
+
+def test_a_page_of_waiting_tasks_parses_no_task_file(many, monkeypatch) -> None:
+    parsed = []
+    real = tasks.parse_task
+    monkeypatch.setattr(tasks, "parse_task", lambda *a, **k: parsed.append(a) or real(*a, **k))
+    (section,) = listing.page([S.INCOMING], None)
+    assert len(section.lines) == 50 and section.total == 120 and parsed == []
+    assert section.lines[0].title.startswith("task ") and section.lines[0].priority == "P0"
+    q.get_task(many[0])  # the count does see a task read
+    assert len(parsed) == 1
+
+
+def test_all_prints_every_task_and_json_lines(many: list[str]) -> None:
+    out = run("list", "--all").splitlines()
+    assert len(out) == 1 + 120 and "more in" not in "".join(out)
+    rows = [json.loads(line) for line in run("list", "--all", "--json").splitlines()]
+    assert sorted(r["id"] for r in rows) == sorted(f"TASK-{i}" for i in many)
+    page = json.loads(run("list", "--json"))
+    assert len(page) == 50 and page[0]["state"] == "incoming"
+
+
+def test_done_lists_newest_first_and_a_role_filters(project: Path) -> None:
+    made = [q.create_task(f"done {i}", role="review" if i % 2 else "implement") for i in range(5)]
+    for task in made:  # claimed, submitted, accepted: done in this order
+        claimed = q.claim_task(task.role, "agent")
+        q.submit_completion(claimed.id, commits_count=1, turns_used=1)
+        q.accept_completion(claimed.id)
+    out = run("list", "done").splitlines()
+    assert [line.split()[0] for line in out[1:]] == [t.label for t in reversed(made)]
+    reviews = run("list", "done", "--role", "review").splitlines()
+    assert [line.split()[0] for line in reviews[1:]] == [made[3].label, made[1].label]
+    q.create_task("waits", role="review")
+    q.create_task("waits too")
+    assert [ln.split()[3] for ln in run("list", "--role", "review").splitlines()[1:]] == ["review"]
+
+
+def test_an_empty_project_lists_no_tasks(project: Path) -> None:
+    assert run("list") == "no tasks\n"
+    assert (
+        run("list", "--all")
+        == "ID          STATE         PRI  ROLE        ATT  BLOCKED         TITLE\nno tasks\n"
+    )
