@@ -1,14 +1,17 @@
 """Scheduler benchmark: enqueue-to-start latency, idle CPU, and per-attempt overhead.
 
 Run by hand:  python scripts/bench_scheduler.py [--tasks 50] [--idle 60] [--attempts 40]
-              [--postgres] [--sandbox bwrap,none]
+              [--postgres] [--sandbox bwrap,none] [--base COMMIT] [--latency-only]
 Each part starts the real daemon (`octopoid scheduler run`) on a scratch git repository
 with a command agent that does (almost) nothing, so what is measured is octopoid itself.
-The latency part runs one daemon per ``--sandbox`` mode side by side, enqueueing into each
-in turn, so the modes are compared on the same machine at the same moments; the other
-parts use the first mode.
+"Agent start" is the moment the agent is exec'd: the agent is bash, whose first act is to
+print ``$EPOCHREALTIME`` (a builtin: no interpreter to load, no child; bash's own start is
+measured alone and shown). The latency part runs one daemon per ``--sandbox`` mode (and,
+with ``--base``, per version: the code of COMMIT, extracted with `git archive`, against
+this working tree) side by side, enqueueing into each in turn, so they are compared on the
+same machine at the same moments; the other parts use the first mode and this tree.
 ``--postgres`` keeps the queue in a throwaway PostgreSQL server (tests/pg_server.py, a
-fresh database per part): tasks are enqueued by this process, so only the database's
+fresh database per daemon): tasks are enqueued by this process, so only the database's
 NOTIFY can wake the idle daemon, as when another machine enqueues.
 """
 
@@ -22,34 +25,45 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import yaml
 
 from orchestrator import queue_utils as q
-from orchestrator.scaffold import init_project
 from orchestrator.tasks import TaskState
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE))
 DATABASE = None  # a tests.pg_server.PgServer with --postgres
 
-# The agent says when it started (its output is its attempt log: a box writes nowhere
+# The agent says when it was exec'd (its output is its attempt log: a box writes nowhere
 # else), then makes an empty commit so the attempt succeeds.
-AGENT = r"""
-import subprocess, time
-print("BENCH_START", time.time(), flush=True)
-subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "bench"], check=True)
+AGENT = "echo BENCH_START $EPOCHREALTIME; exec git commit -q --allow-empty -m bench"
+INIT = """
+import sys
+from pathlib import Path
+from orchestrator.scaffold import init_project
+init_project(Path(sys.argv[1]))
+if sys.argv[2]:
+    from orchestrator.store.postgres import upgrade_database
+    upgrade_database(sys.argv[2])
 """
+DAEMON = "import sys; from orchestrator.cli import main; sys.argv[0] = 'octopoid'; main()"
 
 
 def started_at(root: Path, label: str) -> float:
-    """When the agent of ``label``'s first attempt said it started."""
+    """When the agent of ``label``'s first attempt was exec'd."""
     log = root / ".octopoid/runtime/logs" / label / "attempt-1.log"
     return float(log.read_text().split("BENCH_START ", 1)[1].split()[0])
 
 
-def scratch(concurrency: int, sandbox: str = "bwrap") -> Path:
+def scratch(
+    concurrency: int, sandbox: str = "bwrap", code: Path = HERE
+) -> tuple[Path, dict[str, str]]:
+    """A fresh project (and database with --postgres), made by the version in ``code``;
+    the environment that selects it."""
     root = Path(tempfile.mkdtemp(prefix="octopoid-bench-"))
     subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
     for key, value in (("user.name", "bench"), ("user.email", "bench@example.invalid")):
@@ -57,7 +71,17 @@ def scratch(concurrency: int, sandbox: str = "bwrap") -> Path:
     subprocess.run(
         ["git", "-C", str(root), "commit", "-q", "--allow-empty", "-m", "init"], check=True
     )
-    init_project(root)
+    env = {"OCTOPOID_ROOT": str(root)}
+    if DATABASE is not None:
+        env["OCTOPOID_DATABASE_URL"] = DATABASE.create_database(
+            f"bench_{root.name.replace('-', '_')}"
+        )
+    subprocess.run(
+        [sys.executable, "-c", INIT, str(root), env.get("OCTOPOID_DATABASE_URL", "")],
+        env=dict(os.environ, PYTHONPATH=str(code)),
+        cwd=root,  # python -c looks in its cwd first
+        check=True,
+    )
     agents = {
         "max_claimed": concurrency,
         "max_provisional": 10_000,
@@ -66,27 +90,24 @@ def scratch(concurrency: int, sandbox: str = "bwrap") -> Path:
                 "name": "bench",
                 "role": "implement",
                 "backend": "command",
-                "argv": [sys.executable, "-c", AGENT],
+                "argv": ["bash", "-c", AGENT],
                 "max_concurrent": concurrency,
             }
         ],
     }
     (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(agents))
     (root / ".octopoid/config.yaml").write_text(yaml.safe_dump({"sandbox": sandbox}))
-    if DATABASE is not None:
-        from orchestrator.store.postgres import upgrade_database
-
-        dsn = DATABASE.create_database(f"bench_{root.name.replace('-', '_')}")
-        upgrade_database(dsn)
-        os.environ["OCTOPOID_DATABASE_URL"] = dsn
-    os.environ["OCTOPOID_ROOT"] = str(root)
-    return root
+    os.environ.update(env)
+    return root, env
 
 
-def start_daemon(root: Path) -> subprocess.Popen:
+def start_daemon(root: Path, code: Path = HERE) -> subprocess.Popen:
+    """`octopoid scheduler run` on ``root``, importing octopoid from ``code``."""
+    env = dict(os.environ, PYTHONPATH=str(code))
     proc = subprocess.Popen(
-        [shutil.which("octopoid"), "scheduler", "run"],
+        [sys.executable, "-c", DAEMON, "scheduler", "run"],
         cwd=root,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -109,41 +130,122 @@ def wait_provisional(count: int, timeout: float = 600) -> None:
         time.sleep(0.02)
 
 
-def bench_latency(tasks: int, modes: list[str]) -> dict[str, tuple[float, float, float]]:
-    """Enqueue one task at a time into an idle daemon per sandbox mode, the modes in turn;
-    time until it is claimed (the daemon woke and took it: polled every 2 ms) and until its
-    agent starts. {mode: (claimed p50, started p50, started p95)}."""
-    roots = {mode: scratch(1, mode) for mode in modes}
-    daemons = {}
-    for mode, root in roots.items():
-        os.environ["OCTOPOID_ROOT"] = str(root)
-        daemons[mode] = start_daemon(root)
+# Enqueues for the latency part with the daemon's own code (a version's store may differ):
+# on each line, one task; answers when the API call returned, when the task left incoming/
+# (polled every 2 ms) and its label, once its attempt is done.
+ENQUEUER = """
+import sys, time
+from orchestrator import queue_utils as q
+from orchestrator.tasks import TaskState
+for i, _ in enumerate(sys.stdin):
+    task = q.create_task(f"latency {i}")
+    enqueued = time.time()
+    while q.get_store().locate(task.id) is TaskState.INCOMING:
+        time.sleep(0.002)
+    claimed = time.time()
+    while q.get_store().count(TaskState.PROVISIONAL) <= i:
+        if q.get_store().count(TaskState.FAILED):
+            sys.exit("an attempt failed; see the runner logs")
+        time.sleep(0.02)
+    print(enqueued, claimed, task.label, flush=True)
+"""
+
+
+def extract(commit: str) -> Path:
+    """The octopoid package as it was at ``commit`` (`git archive`: the repository's
+    worktrees and index are left alone)."""
+    out = Path(tempfile.mkdtemp(prefix="octopoid-base-"))
+    archive = subprocess.run(
+        ["git", "-C", str(HERE), "archive", commit, "orchestrator"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    return out
+
+
+@dataclass
+class Daemon:
+    """One daemon of the latency part: which code, which sandbox, its samples."""
+
+    version: str
+    mode: str
+    code: Path
+    root: Path = Path()
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    claims: list[float] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.root, env = scratch(1, self.mode, self.code)
+        self.procs.append(start_daemon(self.root, self.code))
+        enqueuer = subprocess.Popen(
+            [sys.executable, "-c", ENQUEUER],
+            env=dict(os.environ, **env, PYTHONPATH=str(self.code)),
+            cwd=self.root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(enqueuer)
+
+    def sample(self) -> None:
+        """One task enqueued into the idle daemon, timed to its claim and its agent's exec."""
+        enqueuer = self.procs[1]
+        enqueuer.stdin.write("\n")
+        enqueuer.stdin.flush()
+        enqueued, claimed, label = enqueuer.stdout.readline().split()
+        self.claims.append(float(claimed) - float(enqueued))
+        self.starts.append(started_at(self.root, label) - float(enqueued))
+
+    def stop(self) -> None:
+        self.procs[1].stdin.close()
+        self.procs[1].wait(60)
+        stop(self.procs[0], self.root)
+
+
+def bench_latency(tasks: int, modes: list[str], new: str | None, base: str | None) -> list[Daemon]:
+    """Enqueue one task at a time into each idle daemon in turn (the versions and modes
+    interleaved); time until it is claimed and until its agent is exec'd."""
+    versions = [(f"new {new}" if new else "new (this tree)", extract(new) if new else HERE)]
+    versions += [(f"base {base}", extract(base))] if base else []
+    daemons = [Daemon(v, m, code) for m in modes for v, code in versions]
+    for d in daemons:
+        d.start()
     time.sleep(1)
-    claims: dict[str, list[float]] = {m: [] for m in modes}
-    starts: dict[str, list[float]] = {m: [] for m in modes}
-    for i in range(tasks):
-        for mode, root in roots.items():
-            os.environ["OCTOPOID_ROOT"] = str(root)
-            enqueued = time.time()
-            task = q.create_task(f"latency {i}")
-            while q.get_store().locate(task.id) is TaskState.INCOMING:
-                time.sleep(0.002)
-            claims[mode].append(time.time() - enqueued)
-            wait_provisional(i + 1)
-            starts[mode].append(started_at(root, task.label) - enqueued)
+    for _ in range(tasks):
+        for d in daemons:
+            d.sample()
             time.sleep(0.3)  # let the daemon go idle again
-    for mode, root in roots.items():
-        stop(daemons[mode], root)
-    out = {}
-    for mode in modes:
-        samples = sorted(starts[mode])
-        p95 = samples[int(0.95 * len(samples)) - 1]
-        out[mode] = (statistics.median(claims[mode]), statistics.median(samples), p95)
+    for d in daemons:
+        d.stop()
+    for _version, code in versions:
+        if code != HERE:
+            shutil.rmtree(code, ignore_errors=True)
+    return daemons
+
+
+def quartiles(samples: list[float]) -> str:
+    """p50 (p25–p75, p90) in ms."""
+    cuts = statistics.quantiles(samples, n=20)
+    p25, p50, p75, p90 = (f"{cuts[k] * 1e3:.0f}" for k in (4, 9, 14, 17))
+    return f"{p50} ms ({p25}-{p75}, p90 {p90})"
+
+
+def bash_start(runs: int = 30) -> list[float]:
+    """How long bash takes from fork to its first builtin: the agent's own share."""
+    out = []
+    for _ in range(runs):
+        before = time.time()
+        said = subprocess.run(
+            ["bash", "-c", "echo $EPOCHREALTIME"], capture_output=True, text=True, check=True
+        ).stdout
+        out.append(float(said) - before)
     return out
 
 
 def bench_idle(seconds: int, mode: str) -> float:
-    root = scratch(1, mode)
+    root, _env = scratch(1, mode)
     daemon = start_daemon(root)
     time.sleep(2)
     proc = psutil.Process(daemon.pid)
@@ -157,7 +259,7 @@ def bench_idle(seconds: int, mode: str) -> float:
 
 def bench_overhead(attempts: int, concurrency: int, mode: str) -> float:
     """Wall time per attempt: claim, runner, workspace, prompt, agent, notes, submit."""
-    root = scratch(concurrency, mode)
+    root, _env = scratch(concurrency, mode)
     for i in range(attempts):
         q.create_task(f"overhead {i}")
     start = time.perf_counter()
@@ -177,6 +279,9 @@ def main() -> None:
     parser.add_argument(
         "--sandbox", default="bwrap,none", help="modes to compare (comma-separated)"
     )
+    parser.add_argument("--base", help="a commit whose code is measured against the new")
+    parser.add_argument("--new", help="the new code's commit (default: this working tree)")
+    parser.add_argument("--latency-only", action="store_true", help="skip idle and overhead")
     args = parser.parse_args()
     if args.postgres:
         global DATABASE
@@ -194,29 +299,35 @@ def main() -> None:
 def report(args: argparse.Namespace) -> None:
     modes = args.sandbox.split(",")
     print(f"queue: {'PostgreSQL' if args.postgres else 'folders'}; sandbox: {', '.join(modes)}")
-    latency = bench_latency(args.tasks, modes)
-    idle = bench_idle(args.idle, modes[0])
-    one = bench_overhead(args.attempts, 1, modes[0])
-    four = bench_overhead(args.attempts, 4, modes[0])
     rows = []
-    for mode, (claimed, p50, p95) in latency.items():
+    for d in bench_latency(args.tasks, modes, args.new, args.base):
+        what = f"{args.tasks} tasks, {d.mode}, {d.version}"
         rows += [
-            (f"enqueue -> claimed, p50 ({args.tasks} tasks, {mode})", f"{claimed * 1e3:.0f} ms"),
-            (f"enqueue -> agent start, p50 ({args.tasks} tasks, {mode})", f"{p50 * 1e3:.0f} ms"),
-            (f"enqueue -> agent start, p95 ({args.tasks} tasks, {mode})", f"{p95 * 1e3:.0f} ms"),
+            (f"enqueue -> claimed ({what})", quartiles(d.claims)),
+            (f"enqueue -> agent exec'd ({what})", quartiles(d.starts)),
         ]
-    if len(modes) == 2:
-        extra = latency[modes[0]][1] - latency[modes[1]][1]
-        rows.append((f"agent start, p50: {modes[0]} minus {modes[1]}", f"{extra * 1e3:.0f} ms"))
-    rows += [
-        (f"idle daemon CPU over {args.idle} s ({modes[0]})", f"{idle:.2f} %"),
-        (f"wall time per attempt, 1 agent ({args.attempts}, {modes[0]})", f"{one * 1e3:.0f} ms"),
-        (f"wall time per attempt, 4 agents ({args.attempts}, {modes[0]})", f"{four * 1e3:.0f} ms"),
-        ("throughput ratio, 4 agents vs 1", f"{one / four:.2f}x"),
-    ]
-    print(f"{'measure':<60}{'value':>12}")
+    rows.append(
+        ("bash: fork to its first builtin (the agent's own share)", quartiles(bash_start()))
+    )
+    if not args.latency_only:
+        idle = bench_idle(args.idle, modes[0])
+        one = bench_overhead(args.attempts, 1, modes[0])
+        four = bench_overhead(args.attempts, 4, modes[0])
+        rows += [
+            (f"idle daemon CPU over {args.idle} s ({modes[0]})", f"{idle:.2f} %"),
+            (
+                f"wall time per attempt, 1 agent ({args.attempts}, {modes[0]})",
+                f"{one * 1e3:.0f} ms",
+            ),
+            (
+                f"wall time per attempt, 4 agents ({args.attempts}, {modes[0]})",
+                f"{four * 1e3:.0f} ms",
+            ),
+            ("throughput ratio, 4 agents vs 1", f"{one / four:.2f}x"),
+        ]
+    print("p50 (p25-p75, p90)")
     for name, value in rows:
-        print(f"{name:<60}{value:>12}")
+        print(f"{name:<64}{value:>30}")
 
 
 if __name__ == "__main__":
