@@ -18,7 +18,13 @@ from hypothesis import strategies as st
 from orchestrator import redaction
 from orchestrator.fsutil import TailBuffer
 from orchestrator.redaction import PEM_HOLD_BYTES, Redactor, redact
-from tests.helpers.secrets_corpus import PRIVATE, FakeSecret, fake_secrets, ordinary_output
+from tests.helpers.secrets_corpus import (
+    PRIVATE,
+    FakeSecret,
+    corpus,
+    fake_secrets,
+    ordinary_output,
+)
 
 SECRETS = fake_secrets()
 NO_ENV: dict[str, str] = {}
@@ -28,13 +34,6 @@ def leaks(secret: FakeSecret, *outputs: str) -> list[str]:
     """The secret, or any 12 characters of it, found in ``outputs``."""
     pieces = {secret.secret[i : i + 12] for i in range(len(secret.secret) - 11)}
     return [piece for piece in pieces | {secret.secret} if any(piece in out for out in outputs)]
-
-
-def corpus() -> str:
-    """Every fake secret on a line among ordinary output, beside multi-byte characters."""
-    ordinary = ordinary_output().splitlines(keepends=True)
-    lines = [f"{ordinary[i % len(ordinary)]}🐙 é {s.text} ✓\n" for i, s in enumerate(SECRETS)]
-    return "".join(lines) + ordinary_output()
 
 
 def stream(data: bytes, sizes: list[int], tmp_path: Path, redactor: Redactor) -> tuple[str, str]:

@@ -8,11 +8,16 @@ would have in an agent's output (a curl line, an .npmrc, a JSON string, an env d
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import random
 import string
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 ALNUM = string.ascii_letters + string.digits
 URLSAFE = ALNUM + "-_"
@@ -56,6 +61,27 @@ def fake_secrets(seed: int = 7) -> list[FakeSecret]:
 
 
 DIGITS = string.digits
+
+#: orchestrator/redaction.py before it scanned each chunk in one pass (issue 25): what the
+#: equivalence tests and scripts/bench_redaction.py compare the current one with.
+BEFORE_SINGLE_PASS = "71a2fcdc14bf87e2766b9f7ee443f3505491146c"
+
+
+def redaction_at(commit: str = BEFORE_SINGLE_PASS) -> ModuleType | None:
+    """orchestrator/redaction.py as it was at ``commit``, imported beside the current one;
+    None where git or that commit is missing (a shallow clone)."""
+    root = Path(__file__).resolve().parents[2]
+    show = ["git", "-C", str(root), "show", f"{commit}:orchestrator/redaction.py"]
+    try:
+        source = subprocess.run(show, capture_output=True, check=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    spec = importlib.util.spec_from_loader(f"orchestrator.redaction_{commit[:7]}", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "orchestrator"  # its imports of config are relative
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    exec(compile(source, f"redaction@{commit[:7]}", "exec"), module.__dict__)
+    return module
 
 
 def tokens(r: Maker) -> list[tuple[str, str, str, str]]:
@@ -242,3 +268,11 @@ data:image/png;base64,
 {image}
 === 3 passed, 1 skipped in 0.42s ===
 """
+
+
+def corpus() -> str:
+    """Every fake secret on a line among ordinary output, beside multi-byte characters."""
+    ordinary = ordinary_output().splitlines(keepends=True)
+    secrets = fake_secrets()
+    lines = [f"{ordinary[i % len(ordinary)]}🐙 é {s.text} ✓\n" for i, s in enumerate(secrets)]
+    return "".join(lines) + ordinary_output()
