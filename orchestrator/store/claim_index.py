@@ -43,6 +43,7 @@ class Waiting(NamedTuple):
 
 
 SCHEMA_VERSION = 6  # 6: title and attempts, for `octopoid list`
+RACY_NS = 2_000_000_000  # a folder's mtime this young may hide a second change in its tick
 OWN_MTIMES = 64  # recent own writes to recognise incoming/ by (any number of writers)
 OWN_MTIMES_TRIM = 16  # a process trims the older ones every this many own writes
 _SCHEMA = """
@@ -365,6 +366,24 @@ class ClaimIndex:
     def forget_incoming(self) -> None:
         """Drop every row, so the next reconcile reads every waiting task again."""
         self._db().execute("DELETE FROM incoming")
+
+    def counted(self, folder: Path, count: Callable[[], int]) -> int:
+        """How many tasks ``folder`` holds: ``count()`` (a listing) only when the folder
+        changed since the last one, known by its mtime, read *before* listing: a file that
+        comes or goes during the listing leaves a newer mtime, so the next call counts again.
+        As git does with its index, a count is not kept while the mtime is younger than the
+        file system's timestamp granularity could hide (``RACY_NS``): two changes in one
+        tick would share an mtime. 50,000 names cost a 40 ms listing; an unchanged done/, a
+        stat."""
+        mtime = folder.stat().st_mtime_ns
+        key = f"count:{folder.name}"
+        known = (self._get(key) or "").split()
+        if len(known) == 2 and known[0] == str(mtime):
+            return int(known[1])
+        found = count()
+        if time.time_ns() - mtime > RACY_NS:
+            self._set(key, f"{mtime} {found}")
+        return found
 
     def _get(self, key: str) -> str | None:
         row = self._db().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

@@ -179,8 +179,12 @@ class FolderStore(QueueStore):
         return sorted(tasks, key=claim_order)
 
     def count(self, state: TaskState) -> int:
-        """Task files in the folder, from its listing alone (status must not scale with it)."""
-        return sum(1 for name in os.listdir(self.dir(state)) if FILE_RE.fullmatch(name))
+        """Task files in the folder, from its listing alone, and only when the folder changed
+        since the last count (status must not scale with done/)."""
+        folder = self.dir(state)
+        return self.index.counted(
+            folder, lambda: sum(1 for name in os.listdir(folder) if FILE_RE.fullmatch(name))
+        )
 
     def ids(self, state: TaskState) -> list[str]:
         found = (FILE_RE.fullmatch(name) for name in os.listdir(self.dir(state)))
