@@ -1,7 +1,7 @@
 """Notes benchmark: agent output through the tail buffer, with and without redaction.
 
 Run by hand:  python scripts/bench_notes.py [--sizes 10,100,1000] [--naive 10,100,1000]
-              [--detect-secrets 2] [--text agent|code] [--repeat 3]
+              [--detect-secrets 2] [--text agent|code|secrets] [--repeat 3]
 
 Each row runs in its own child process (so peak RSS is that row's alone): a producer
 process writes N MB of agent-like output (with multi-byte characters) to a real pipe, and
@@ -14,7 +14,9 @@ the consumer is one of
   octopoid reuses) redacting each line, for comparison with octopoid's combined scan.
 
 ``--text code`` writes code, diffs, tracebacks and URLs instead of the one repeated line, so
-the scanner's anchors fire and its regexes run. Ratios compare rows of the same run.
+the scanner's anchors fire and its regexes run; ``--text secrets`` the 70-shape secrets
+corpus. Each row prints min/median/max MB/s of ``--repeat`` runs, the rows of one repeat run
+one after another (interleaved), so ratios compare rows of the same run.
 """
 
 from __future__ import annotations
@@ -23,35 +25,28 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from orchestrator.fsutil import TailBuffer
 from orchestrator.redaction import UPSTREAM, Redactor, shape_scanner
+from tests.helpers.secrets_corpus import code_like_output, corpus
+
+TEXTS = {
+    "agent": lambda: "tool_use: edit src/app.py -> ok ✓ 🐙 " + "x" * 60 + "\n",
+    "code": code_like_output,
+    "secrets": corpus,
+}
 
 PRODUCER = r"""
 import sys
-if sys.argv[2] == "agent":
-    text = "tool_use: edit src/app.py -> ok ✓ 🐙 " + "x" * 60 + "\n"
-else:
-    text = '''diff --git a/orchestrator/queue_utils.py b/orchestrator/queue_utils.py
-index 3f786850e387550fdab836ed7e6dc881de23001b..89e6c98d92887913cadf06b2adb97f26cde4849b
-@@ -12,7 +12,8 @@ def claim_task(role: str | None, agent: str) -> Task | None:
--    task = store.claim(role, agent, lease_seconds=LEASE_SECONDS)
-+    task = store.claim(role, agent, lease_seconds=cfg["lease_seconds"])  # see TASK-42 ✓
-     if task is None:
-Traceback (most recent call last):
-  File "/home/dev/project/tests/test_queue.py", line 88, in test_claim_respects_blockers
-    assert q.claim_task(None, "impl-1").id == "task-12"
-AssertionError: assert 'task-13' == 'task-12'
-fetching https://github.com/octopoid/octopoid/pull/57 (id 123e4567-e89b-12d3-a456-426614174000) 🐙
-    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-    AWS_REGION=eu-west-1 TASK_ACCESS=rw python -m pytest -q tests/e2e -k "not slow"
-'''
-block = (text * (65536 // len(text) + 1)).encode()
+block = (sys.argv[2] * (65536 // len(sys.argv[2]) + 1)).encode()
 left = int(sys.argv[1])
 out = sys.stdout.buffer
 while left > 0:
@@ -73,7 +68,7 @@ def consume(mode: str, size: int, text: str, log_dir: str) -> dict[str, float]:
     if mode == "on":
         shape_scanner()  # import detect-secrets and compile once, timed on its own
     build = time.perf_counter() - build
-    producer = [sys.executable, "-c", PRODUCER, str(size), text]
+    producer = [sys.executable, "-c", PRODUCER, str(size), TEXTS[text]()]
     proc = subprocess.Popen(producer, stdout=subprocess.PIPE)
     start = time.perf_counter()
     kept = CONSUMERS[mode](proc, Path(log_dir))
@@ -132,15 +127,18 @@ LABELS = {
 }
 
 
-def run_row(mode: str, mb: float, text: str, repeat: int) -> dict[str, float]:
-    """The fastest of ``repeat`` runs: on a shared machine the others measure the neighbours."""
-    runs = []
-    for _ in range(repeat):
-        with tempfile.TemporaryDirectory() as log_dir:
-            argv = [sys.executable, __file__, "--child", mode, str(int(mb * 10**6)), text, log_dir]
-            out = subprocess.run(argv, capture_output=True, text=True, check=True)
-        runs.append(json.loads(out.stdout))
-    return max(runs, key=lambda run: run["mb_s"])
+def run_once(mode: str, mb: float, text: str) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as log_dir:
+        argv = [sys.executable, __file__, "--child", mode, str(int(mb * 10**6)), text, log_dir]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def summary(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Medians, and the spread of throughput: on a shared machine one run measures little."""
+    speeds = sorted(run["mb_s"] for run in runs)
+    row = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    return {**row, "min_mb_s": speeds[0], "max_mb_s": speeds[-1]}
 
 
 def sizes(value: str) -> list[float]:
@@ -148,17 +146,19 @@ def sizes(value: str) -> list[float]:
 
 
 def print_table(rows: dict[tuple[str, float], dict[str, float]]) -> None:
-    print(f"{'consumer':<36}{'MB':>6}{'MB/s':>9}{'peak RSS MiB':>14}{'seconds':>9}")
+    print(f"{'consumer':<36}{'MB':>6}{'MB/s min':>9}{'median':>8}{'max':>8}{'RSS MiB':>9}")
     for (mode, mb), r in rows.items():
         print(
-            f"{LABELS[mode]:<36}{mb:>6g}{r['mb_s']:>9.1f}{r['peak_mib']:>14.1f}{r['seconds']:>9.1f}"
+            f"{LABELS[mode]:<36}{mb:>6g}{r['min_mb_s']:>9.1f}{r['mb_s']:>8.1f}"
+            f"{r['max_mb_s']:>8.1f}{r['peak_mib']:>9.1f}"
         )
 
 
 def print_ratios(rows: dict[tuple[str, float], dict[str, float]]) -> None:
     builds = [r["build_s"] * 1000 for (mode, _), r in rows.items() if mode == "on"]
     if builds:
-        print(f"\nfirst use builds the scanner (import + compile): {min(builds):.0f} ms, not timed")
+        build = statistics.median(builds)
+        print(f"\nfirst use builds the scanner (import + compile): {build:.0f} ms, not timed")
     print("same size, same run:")
     for (mode, mb), on in rows.items():
         if mode != "on":
@@ -181,13 +181,17 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,100,1000", help="MB through the tail buffer")
     parser.add_argument("--naive", default="10,100,1000", help="MB for the naive approach")
     parser.add_argument("--detect-secrets", default="2", help="MB for scan_line (slow)")
-    parser.add_argument("--text", choices=("agent", "code"), default="agent")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per row; the fastest counts")
+    parser.add_argument("--text", choices=tuple(TEXTS), default="agent")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per row; medians count")
     args = parser.parse_args()
     plan = [(mode, mb) for mb in sizes(args.sizes) for mode in ("on", "off")]
     plan += [("naive", mb) for mb in sizes(args.naive)]
     plan += [("detect-secrets", mb) for mb in sizes(args.detect_secrets)]
-    rows = {(mode, mb): run_row(mode, mb, args.text, args.repeat) for mode, mb in plan}
+    runs: dict[tuple[str, float], list[dict[str, float]]] = {row: [] for row in plan}
+    for _ in range(args.repeat):  # interleaved: a busy neighbour slows every row alike
+        for mode, mb in plan:
+            runs[mode, mb].append(run_once(mode, mb, args.text))
+    rows = {row: summary(found) for row, found in runs.items()}
     print_table(rows)
     print_ratios(rows)
 

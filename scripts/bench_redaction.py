@@ -1,6 +1,12 @@
-"""Redaction benchmark: hostile text against ordinary text, per shape of secret detector.
+"""Redaction benchmark: stream throughput before/after, and hostile text per shape.
 
-Run by hand:  python scripts/bench_redaction.py [--kib 64] [--runs 3]
+Run by hand:  python scripts/bench_redaction.py [--mb 100] [--runs 5] [--kib 64]
+
+Throughput: ``--mb`` MB of agent-like, code-like and secret-dense text pushed in 64 KiB
+chunks through ``Redactor.stream()``, in a child process per run (peak RSS is that run's
+alone), the current module and the one before the one-pass scan (imported from git,
+``BEFORE_SINGLE_PASS``) run interleaved, so a busy neighbour slows both alike; the table
+prints min/median/max MB/s and the median peak RSS.
 
 An agent controls what it prints, and every chunk of its output is redacted while the
 runner renews its lease. A detector whose regex backtracks (a lazy gap to the end of the
@@ -15,15 +21,33 @@ redaction runs in its runner), so the bar is: no line quadratic in its length. M
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orchestrator import redaction
 from orchestrator.redaction import Redactor
-from tests.helpers.secrets_corpus import ordinary_output
+from tests.helpers.secrets_corpus import code_like_output, corpus, ordinary_output, redaction_at
+
+CHUNK = 1 << 16
+#: A runner's environment: secrets by value (raw, URL password, encoded) are searched too.
+ENV = {
+    "ANTHROPIC_API_KEY": "sk-ant-api03-" + "Q7x" * 30,
+    "OCTOPOID_DATABASE_URL": "postgresql://octopoid:Zq8-pw-4f1e9c@db:5432/octopoid",
+    "GITHUB_TOKEN": "ghp_" + "a1B2" * 9,
+}
+AGENT = "tool_use: edit src/app.py -> ok ✓ 🐙 " + "x" * 60 + "\n"
+TEXTS = {  # agent: no anchor; code: an anchor every ~100 bytes; secrets: the 70-shape corpus
+    "agent": lambda: AGENT,
+    "code": code_like_output,
+    "secrets": corpus,
+}
 
 HOSTILE = [
     "mysql ", "curl ", "SECRET", "PASSWORD=", '"token": "', "AKIA", "Authorization: ",
@@ -41,21 +65,79 @@ def median_ms(redact: Redactor, text: str, runs: int) -> float:
     return statistics.median(times)
 
 
+def stream_child(impl: str, text: str, size: int) -> dict[str, float]:
+    """One run: ``size`` bytes of ``text`` through a stream of ``impl``'s Redactor."""
+    module = redaction if impl == "after" else redaction_at()
+    redactor = module.Redactor(ENV)
+    redactor("warm up AKIA0000000000000000 and detect-secrets' import")
+    unit = TEXTS[text]().encode()
+    block = (unit * (CHUNK // len(unit) + 2))[: CHUNK + len(unit)]
+    stream, left, offset = redactor.stream(), size, 0
+    start = time.perf_counter()
+    while left > 0:  # chunks cut at a different place of the text each time
+        chunk = block[offset : offset + min(CHUNK, left)]
+        stream.push(chunk)
+        left -= len(chunk)
+        offset = (offset + CHUNK) % len(unit)
+    stream.close()
+    elapsed = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"mb_s": size / 1e6 / elapsed, "rss_mib": rss}
+
+
+def throughput(mb: float, runs: int) -> None:
+    """Before and after interleaved, each run a fresh child process."""
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for _ in range(runs):
+        for text in TEXTS:
+            for impl in ("before", "after"):
+                argv = [sys.executable, __file__, "--child", impl, text, str(int(mb * 1e6))]
+                out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+                results.setdefault((text, impl), []).append(json.loads(out))
+    print(f"{'text':8} {'impl':7} {'MB/s min':>9} {'median':>8} {'max':>8} {'RSS MiB':>8}")
+    for (text, impl), rows in results.items():
+        speeds = sorted(r["mb_s"] for r in rows)
+        rss = statistics.median(r["rss_mib"] for r in rows)
+        print(
+            f"{text:8} {impl:7} {speeds[0]:9.1f} {statistics.median(speeds):8.1f}"
+            f" {speeds[-1]:8.1f} {rss:8.1f}"
+        )
+    for text in TEXTS:
+        ratio = statistics.median(
+            a["mb_s"] / b["mb_s"]
+            for a, b in zip(results[text, "after"], results[text, "before"], strict=True)
+        )
+        print(f"{text}: after/before, median of paired runs: x{ratio:.2f}")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        impl, text, size = sys.argv[2:5]
+        print(json.dumps(stream_child(impl, text, int(size))))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kib", type=int, default=64)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--mb", type=float, default=100, help="MB per throughput run; 0: none")
+    parser.add_argument("--kib", type=int, default=64, help="KiB per hostile line; 0: none")
+    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    size = args.kib * 1024
+    if args.mb:
+        throughput(args.mb, args.runs)
+    if args.kib:
+        hostile(args.kib, args.runs)
+
+
+def hostile(kib: int, runs: int) -> None:
+    """Each anchor repeated on one line against ordinary output of the same size."""
+    size = kib * 1024
     redact = Redactor({})
     redact("warm up AKIA0000000000000000 and detect-secrets' import")
     plain = (ordinary_output() * (size // len(ordinary_output()) + 1))[:size]
-    base = median_ms(redact, plain, args.runs)
+    base = median_ms(redact, plain, runs)
     print(f"{'input (one line, repeated)':34} {'ms':>9} {'x ordinary':>11}")
     print(f"{'ordinary agent output':34} {base:9.1f} {1.0:11.1f}")
     for word in HOSTILE:
         text = (word * (size // len(word) + 1))[:size]
-        ms = median_ms(redact, text, args.runs)
+        ms = median_ms(redact, text, runs)
         print(f"{word!r:34} {ms:9.1f} {ms / base:11.1f}")
 
 

@@ -276,3 +276,26 @@ def corpus() -> str:
     secrets = fake_secrets()
     lines = [f"{ordinary[i % len(ordinary)]}🐙 é {s.text} ✓\n" for i, s in enumerate(secrets)]
     return "".join(lines) + ordinary_output()
+
+
+def code_like_output() -> str:
+    """Code, a diff, a traceback and URLs, as an agent prints them: a secret's anchor every
+    ~100 bytes (``Bearer``, ``AWS_``, ``://``, ``task-``), and no secret."""
+    return CODE_LIKE
+
+
+CODE_LIKE = """\
+diff --git a/orchestrator/queue_utils.py b/orchestrator/queue_utils.py
+index 3f786850e387550fdab836ed7e6dc881de23001b..89e6c98d92887913cadf06b2adb97f26cde4849b
+@@ -12,7 +12,8 @@ def claim_task(role: str | None, agent: str) -> Task | None:
+-    task = store.claim(role, agent, lease_seconds=LEASE_SECONDS)
++    task = store.claim(role, agent, lease_seconds=cfg["lease_seconds"])  # see TASK-42 ✓
+     if task is None:
+Traceback (most recent call last):
+  File "/home/dev/project/tests/test_queue.py", line 88, in test_claim_respects_blockers
+    assert q.claim_task(None, "impl-1").id == "task-12"
+AssertionError: assert 'task-13' == 'task-12'
+fetching https://github.com/octopoid/octopoid/pull/57 (id 123e4567-e89b-12d3-a456-426614174000) 🐙
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    AWS_REGION=eu-west-1 TASK_ACCESS=rw python -m pytest -q tests/e2e -k "not slow"
+"""
