@@ -10,26 +10,11 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from . import (
-    agent_status,
-    budgets,
-    config,
-    dependencies,
-    intake,
-    queue_utils,
-    reports,
-    sandbox,
-    scaffold,
-    scheduler_control,
-    stalls,
-    task_notes,
-)
 from .cli_memory import memory_group
-from .dependencies import Blockage
 from .exceptions import ConfigError, InvalidInput, InvalidTaskId, OctopoidError
 from .lazy import lazy_import
 from .tasks import (
@@ -43,15 +28,31 @@ from .tasks import (
     task_label,
 )
 
-# Only the commands that use these pay to import them (`list` and `status` start faster).
+if TYPE_CHECKING:
+    from .dependencies import Blockage
+
+# Each command imports only what it uses, at its first use: `octopoid --help` or `pause` does
+# not pay for the store, PyYAML, GitPython or the scheduler (docs/performance.md).
+agent_status = lazy_import("orchestrator.agent_status")
+budgets = lazy_import("orchestrator.budgets")
+config = lazy_import("orchestrator.config")
 demo_run = lazy_import("orchestrator.demo")
+dependencies = lazy_import("orchestrator.dependencies")
 diffs = lazy_import("orchestrator.diffs")
 doctor_checks = lazy_import("orchestrator.doctor")
 importer = lazy_import("orchestrator.importer")
+intake = lazy_import("orchestrator.intake")
 listing = lazy_import("orchestrator.listing")
+queue_utils = lazy_import("orchestrator.queue_utils")
 recovery = lazy_import("orchestrator.recovery")
+reports = lazy_import("orchestrator.reports")
 review = lazy_import("orchestrator.review")
+sandbox = lazy_import("orchestrator.sandbox")
+scaffold = lazy_import("orchestrator.scaffold")
 scheduler = lazy_import("orchestrator.scheduler")
+scheduler_control = lazy_import("orchestrator.scheduler_control")
+stalls = lazy_import("orchestrator.stalls")
+task_notes = lazy_import("orchestrator.task_notes")
 
 T = TypeVar("T")
 

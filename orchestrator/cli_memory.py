@@ -6,12 +6,15 @@ import json
 
 import click
 
-from . import finishing
 from .exceptions import OctopoidError
-from .intake import clean_text
-from .memory import lifecycle
-from .memory.notes import NotesManager
+from .lazy import lazy_import
 from .tasks import normalize_task_id, plural, task_label
+
+# Imported at first use: `octopoid --help` and every other command load this module too.
+finishing = lazy_import("orchestrator.finishing")
+intake = lazy_import("orchestrator.intake")
+lifecycle = lazy_import("orchestrator.memory.lifecycle")
+notes = lazy_import("orchestrator.memory.notes")
 
 
 @click.group("memory")
@@ -33,9 +36,9 @@ def memory_add(section: str, text: str, tags: tuple[str, ...], topic: str | None
     """
     result = lifecycle.add_learning(
         section,
-        clean_text(text, "TEXT"),
-        [clean_text(tag, "--tag") for tag in tags],
-        None if topic is None else clean_text(topic, "--topic"),
+        intake.clean_text(text, "TEXT"),
+        [intake.clean_text(tag, "--tag") for tag in tags],
+        None if topic is None else intake.clean_text(topic, "--topic"),
     )
     state = "added to" if result["added"] else "already in"
     click.echo(f"{state} {result['file']} ({section})")
@@ -50,7 +53,7 @@ def memory_show(task_id: str | None, notes_id: str | None) -> None:
         raise click.UsageError("give TASK_ID or --notes-id, not both")
     if task_id is not None:
         notes_id = task_label(normalize_task_id(task_id))
-    manager = NotesManager(notes_id=notes_id)
+    manager = notes.NotesManager(notes_id=notes_id)
     if not manager.notes_file.exists():
         click.echo(f"no {manager.notes_file.name} yet")
         return
@@ -64,8 +67,8 @@ def memory_show(task_id: str | None, notes_id: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def memory_search(query: str, tags: tuple[str, ...], limit: int, as_json: bool) -> None:
     """Search long-term memory (BM25 ranked; punctuation in QUERY is fine)."""
-    query = clean_text(query, "QUERY")
-    hits = lifecycle.search(query, [clean_text(tag, "--tag") for tag in tags], limit)
+    query = intake.clean_text(query, "QUERY")
+    hits = lifecycle.search(query, [intake.clean_text(tag, "--tag") for tag in tags], limit)
     if as_json:
         click.echo(json.dumps(hits, indent=2, sort_keys=True))
         return
@@ -80,7 +83,7 @@ def memory_search(query: str, tags: tuple[str, ...], limit: int, as_json: bool) 
 @click.argument("target")
 def memory_remove(target: str) -> None:
     """Forget a note by its id (#12 -> 12) or by its exact text."""
-    removed = lifecycle.forget(clean_text(target, "TARGET").lstrip("#"))
+    removed = lifecycle.forget(intake.clean_text(target, "TARGET").lstrip("#"))
     if not removed:
         raise OctopoidError(f"no note matches {target!r}")
     click.echo(f"removed {plural(removed, 'note')}")

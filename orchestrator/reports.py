@@ -7,13 +7,20 @@ import json
 from datetime import datetime
 from typing import Any
 
-from . import agent_status, config, git_utils, sandbox, stalls
+from . import config
 from .dependencies import blocked_summary
 from .exceptions import OctopoidError
 from .fsutil import atomic_write, read_json_object
+from .lazy import lazy_import
 from .queue_utils import get_store
-from .store.claim_index import Waiting
+from .store.claim_index import Waiting, WaitingDigest
 from .tasks import Task, TaskState, parse_time, task_label, utcnow
+
+# `status` uses these; `list` and `show`, which use this module too, need none of them.
+agent_status = lazy_import("orchestrator.agent_status")
+git_utils = lazy_import("orchestrator.git_utils")
+sandbox = lazy_import("orchestrator.sandbox")
+stalls = lazy_import("orchestrator.stalls")
 
 S = TaskState
 

@@ -21,9 +21,12 @@ from pathlib import Path
 
 from . import defaults
 from .exceptions import InvalidTask, InvalidTaskId, TaskParseError
-from .fsutil import atomic_write
-from .locks import FileMutex
-from .redaction import redact
+from .lazy import lazy_import
+
+# Every command imports this module for its states and ids; only writers need these.
+fsutil = lazy_import("orchestrator.fsutil")
+locks = lazy_import("orchestrator.locks")
+redaction = lazy_import("orchestrator.redaction")
 
 
 class TaskState(str, enum.Enum):
@@ -292,7 +295,7 @@ class Task:
     ) -> None:
         """Append one ``## History`` line: UTC time, from -> to, who, why."""
         who = one_line(actor, 100) or "unknown"
-        why = one_line(redact(reason), defaults.MAX_HISTORY_REASON_CHARS)
+        why = one_line(redaction.redact(reason), defaults.MAX_HISTORY_REASON_CHARS)
         line = f"- {format_time(moment)}  {src} → {dst}  ({who}{': ' + why if why else ''})\n"
         for i, (heading, content) in enumerate(self.sections):
             if heading == "History":
@@ -582,7 +585,7 @@ def allocate_id(queue_dir: Path, sync: bool = True) -> str:
     """The next sequential id, under a lock, never one that a queue folder already holds."""
     queue_dir.mkdir(parents=True, exist_ok=True)
     counter = queue_dir / ".last_id"
-    with FileMutex(queue_dir / ".id.lock"):
+    with locks.FileMutex(queue_dir / ".id.lock"):
         try:
             last = int(counter.read_text().strip())
         except (FileNotFoundError, ValueError):
@@ -592,7 +595,7 @@ def allocate_id(queue_dir: Path, sync: bool = True) -> str:
             (queue_dir / s.value / task_filename(str(candidate))).exists() for s in TaskState
         ):
             candidate += 1
-        atomic_write(counter, f"{candidate}\n", sync=sync)
+        fsutil.atomic_write(counter, f"{candidate}\n", sync=sync)
     return str(candidate)
 
 
