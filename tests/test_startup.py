@@ -1,0 +1,145 @@
+"""CLI start-up: each command imports only what it uses; runners reuse their bytecode.
+
+Whole processes, as a user runs them; what a command imported is read from ``sys.modules``
+when it ends (a lazy module not yet used does not count). Timings are the benchmark's
+(scripts/bench_startup.py), never asserted here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import bytecode
+
+#: Run a command in-process, then print the modules it really loaded, one JSON list.
+PROBE = """
+import importlib.util, json, sys
+from orchestrator.cli import main
+sys.argv = ["octopoid", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+lazy = importlib.util._LazyModule
+print(json.dumps([n for n, m in sys.modules.items() if not isinstance(m, lazy)]), file=sys.stderr)
+"""
+HEAVY = {
+    "PyYAML": "yaml",
+    "GitPython": "git",
+    "importlib.metadata": "importlib.metadata",
+    "the store": "orchestrator.store",
+    "the backends": "orchestrator.backends",
+    "the scheduler": "orchestrator.scheduler",
+}
+#: What each command may not import: it has no use for it.
+NOT_NEEDED = {
+    ("--help",): set(HEAVY),
+    ("web", "--help"): set(HEAVY),
+    ("scheduler", "status"): set(HEAVY),
+    ("memory", "show", "TASK-1"): set(HEAVY),
+    ("pause",): set(HEAVY) - {"PyYAML"},
+    ("notes", "TASK-1"): set(HEAVY) - {"PyYAML"},
+    ("list",): {"GitPython", "importlib.metadata", "the backends", "the scheduler"},
+    ("show", "TASK-1"): {"importlib.metadata", "the scheduler"},  # review: checks: backends
+    ("status",): {"importlib.metadata", "the scheduler"},
+    ("enqueue", "a task"): {"importlib.metadata", "the backends", "the scheduler"},
+}
+
+
+def _loaded(root: Path, args: tuple[str, ...]) -> set[str]:
+    env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], cwd=root, env=env, capture_output=True, text=True
+    )
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("startup")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "start"], cwd=root, check=True)
+    octopoid = [sys.executable, "-m", "orchestrator.cli"]
+    env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
+    for args in (["init"], ["enqueue", "a task to show"]):
+        subprocess.run([*octopoid, *args], cwd=root, env=env, check=True, capture_output=True)
+    return root
+
+
+@pytest.mark.parametrize("args", list(NOT_NEEDED), ids=" ".join)
+def test_a_command_does_not_import_what_it_does_not_use(project: Path, args: tuple[str, ...]):
+    loaded = _loaded(project, args)
+    found = {
+        label
+        for label in NOT_NEEDED[args]
+        if any(n == HEAVY[label] or n.startswith(HEAVY[label] + ".") for n in loaded)
+    }
+    assert "orchestrator.cli" in loaded  # the probe ran the command
+    assert found == set()
+
+
+def test_version_still_prints_the_installed_version(project: Path):
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "--version"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == f"octopoid, version {importlib.metadata.version('octopoid')}"
+
+
+def test_runner_env_is_unchanged_where_bytecode_is_written(tmp_path: Path):
+    env = {"PATH": "/bin", "PYTHONDONTWRITEBYTECODE": ""}
+    assert bytecode.runner_env(env, tmp_path) == env
+
+
+def test_runner_env_and_user_env_are_inverses(tmp_path: Path):
+    for env in (
+        {"PATH": "/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+        {"PATH": "/bin", "PYTHONDONTWRITEBYTECODE": "x", "PYTHONPYCACHEPREFIX": "/theirs"},
+    ):
+        changed = bytecode.runner_env(env, tmp_path / "cache")
+        assert "PYTHONDONTWRITEBYTECODE" not in changed
+        assert changed["PYTHONPYCACHEPREFIX"] == str(tmp_path / "cache")
+        assert bytecode.runner_env(changed, tmp_path / "other") == changed  # applied once
+        bytecode.user_env(changed)
+        assert changed == env
+
+
+RUNNER_LIKE = """
+import os, subprocess, sys
+import orchestrator.bytecode
+orchestrator.bytecode.user_env(os.environ)
+print(sys.dont_write_bytecode, sys.pycache_prefix)
+subprocess.run([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"])
+"""
+
+
+def test_a_second_runner_reads_the_bytecode_the_first_wrote(tmp_path: Path):
+    cache = bytecode.cache_dir(tmp_path / "runtime")
+    user = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env = bytecode.runner_env(user, cache)
+    first = subprocess.run(
+        [sys.executable, "-c", RUNNER_LIKE], env=env, capture_output=True, text=True, check=True
+    )
+    # The runner wrote into the cache; what it started got the user's setting back.
+    assert first.stdout.split() == ["False", str(cache), "True"]
+    ours = cache / Path(bytecode.__file__).parent.relative_to("/")  # the prefix's layout
+    written = {p: p.stat().st_mtime_ns for p in ours.glob("bytecode.*.pyc")}
+    everything = {p: p.stat().st_mtime_ns for p in cache.rglob("*.pyc")}
+    assert written and len(everything) > len(written)  # the standard library's too
+
+    second = subprocess.run(
+        [sys.executable, "-v", "-c", RUNNER_LIKE], env=env, capture_output=True, text=True
+    )
+    assert {p: p.stat().st_mtime_ns for p in written} == written  # read, not rewritten
+    assert f"code object from '{next(iter(written))}'" in second.stderr
