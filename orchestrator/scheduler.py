@@ -4,6 +4,9 @@
 ``run()`` repeats passes until asked to stop. Each attempt runs in its own runner process
 (``roles/implementer.py``), started in its own session, so a scheduler restart (or crash)
 does not stop work in progress, and the reaper can tell a live runner from a dead one.
+The daemon wakes the moment a task lands in ``incoming/`` (``wakeup``: inotify) or the
+store notifies it (PostgreSQL), and forks runners from a server that imported the runner
+once (``forkserver``), spawning them as before if it cannot.
 The scheduler knows its runners by their claim tokens (a task claimed again before its
 old runner exited has two, each with its own entry), gives a claim back at once when a
 runner cannot start, and kills a runner (and everything its attempt started) that outlives
@@ -21,9 +24,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from . import (
     agent_status,
@@ -35,8 +40,10 @@ from . import (
     recovery,
     sandbox,
     stalls,
+    wakeup,
 )
 from .exceptions import ConfigError, IllegalTransition, OctopoidError, SchedulerError
+from .forkserver import ForkedRunner, ForkServer
 from .fsutil import atomic_write
 from .leases import claim_token
 from .notify import Alerts
@@ -71,7 +78,7 @@ RUNNER_PIDS_KEPT = 10_000  # runners remembered, so their helpers are not taken 
 class Runner:
     task_id: str
     agent: str
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ForkedRunner
     token: str
     deadline: float  # monotonic; past it the runner is hung and killed
     started: float = field(default_factory=time.monotonic)
@@ -109,6 +116,11 @@ class Scheduler:
         self._subreaper = False  # run(): orphans of dead runners come to us, and die
         self._runner_pids: dict[int, None] = {}  # every runner started (their helpers live)
         self._next_sweep = 0.0
+        self._forkserver: ForkServer | None = None  # run(): runners forked, not spawned
+        self._woken_by = ""  # what set _wake last
+        self.wakeups: Counter[str] = Counter()  # by what: logged when the daemon stops
+        self._inotify = False  # incoming/ is watched by the kernel, not by its mtime
+        self._pass_reason = "a pass"  # why the current pass runs: said when it claims
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -179,6 +191,12 @@ class Scheduler:
     def stop(self) -> None:
         """Ask ``run()`` to finish (safe from a signal handler)."""
         self._stop.set()
+        self.wake("stop")
+
+    def wake(self, reason: str, detail: str = "") -> None:
+        """Run a pass now, not at the next poll (from any thread)."""
+        self.wakeups[reason] += 1
+        self._woken_by = f"{reason} ({detail})" if detail else reason
         self._wake.set()
 
     # --- the pass -----------------------------------------------------------------------
@@ -303,22 +321,7 @@ class Scheduler:
         )
         try:
             log_dir.mkdir(parents=True, exist_ok=True)
-            with open(log_dir / "runner.log", "ab") as out:
-                proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "orchestrator.roles.implementer",
-                        task.id,
-                        agent["name"],
-                    ],
-                    cwd=self.root,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            proc, how = self._spawn([task.id, agent["name"]], env, log_dir / "runner.log")
         except OSError as exc:
             log.error("cannot start a runner for %s: %s; giving the claim back", task.label, exc)
             with contextlib.suppress(IllegalTransition):
@@ -337,13 +340,52 @@ class Scheduler:
         while len(self._runner_pids) > RUNNER_PIDS_KEPT:
             del self._runner_pids[next(iter(self._runner_pids))]
         log.info(
-            "claimed %s for %s (attempt %d); runner %d started",
+            "claimed %s for %s (attempt %d); runner %d %s (woken by %s)",
             task.label,
             agent["name"],
             task.attempts,
             proc.pid,
+            how,
+            self._pass_reason,
         )
         return True
+
+    def _spawn(
+        self, args: list[str], env: dict[str, str], log_path: Path
+    ) -> tuple[subprocess.Popen | ForkedRunner, str]:
+        """A runner in a session of its own, and how it was started: forked by the fork
+        server, or (without one, or once it failed) spawned."""
+        if self._forkserver is not None:
+            try:
+                return self._forkserver.spawn(args, env, str(self.root), str(log_path)), "forked"
+            except (OSError, ValueError) as exc:
+                log.error("the fork server failed (%s); runners are spawned from now on", exc)
+                self._close_forkserver()
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.roles.implementer", *args],
+                cwd=self.root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return proc, "spawned"
+
+    def _start_forkserver(self) -> None:
+        """Only a subreaper can fork runners this way: they are re-parented to it."""
+        if not self._subreaper:
+            return
+        try:
+            self._forkserver = ForkServer()
+        except OSError as exc:
+            log.error("cannot start the fork server (%s); runners are spawned", exc)
+
+    def _close_forkserver(self) -> None:
+        if self._forkserver is not None:
+            self._forkserver.close()
+            self._forkserver = None
 
     def _collect_finished(self, report: PassReport, recover: bool = True) -> None:
         """Forget runners that exited; recover the claims of those that died (``recover``:
@@ -379,7 +421,10 @@ class Scheduler:
         group) were re-parented to this scheduler, a subreaper: they die here."""
         if not self._subreaper:
             return
-        orphans, exited = adopted_children(set(self._runner_pids))
+        ours = set(self._runner_pids)
+        if self._forkserver is not None:
+            ours.add(self._forkserver.proc.pid)
+        orphans, exited = adopted_children(ours)
         for pid in orphans:
             log.warning("killing process %d: left by an attempt whose runner died", pid)
             signal_group(pid, signal.SIGKILL)
@@ -419,22 +464,31 @@ class Scheduler:
             return
         lost = None
         self._subreaper = self.own_process and become_subreaper()
+        self._start_forkserver()
         stop_watching = self._watch_store()
         try:
             watched = self._watch_state()
             next_pass = 0.0
             while not self._stop.is_set() and not (lost := self._runtime_lost()):
                 state = self._watch_state()
-                woken = self._wake.is_set()
-                due = time.monotonic() >= next_pass or state != watched or self._any_finished()
-                if due or woken:
+                reason = self._woken_by if self._wake.is_set() else ""
+                if state != watched:
+                    reason = reason or "a poll (a folder or file changed)"
+                elif self._any_finished():
+                    reason = reason or "a runner's exit"
+                elif time.monotonic() >= next_pass:
+                    reason = reason or "housekeeping"
+                if reason:
                     self._wake.clear()  # a change during the pass wakes the next one
-                    watched = state
+                    watched, self._pass_reason = state, reason
                     self._guarded_pass()
                     next_pass = time.monotonic() + HOUSEKEEPING_SECONDS
                 self._wake.wait(WATCH_SECONDS)
         finally:
             stop_watching()
+            self._close_forkserver()
+            woken = ", ".join(f"{why} {n}" for why, n in sorted(self.wakeups.items()))
+            log.info("woken without a poll: %s", woken or "never")
             if lost:
                 log.error("%s: this scheduler stops and kills its runners", lost)
                 self._abandon(lost)
@@ -442,13 +496,25 @@ class Scheduler:
                 self.shutdown()
 
     def _watch_store(self) -> Callable[[], None]:
-        """Be woken by the store when tasks are added or moved elsewhere (PostgreSQL's
-        LISTEN/NOTIFY: another machine's enqueue starts an agent here at once)."""
+        """Be woken when a task is enqueued: by the store when tasks are added or moved
+        elsewhere (PostgreSQL's LISTEN/NOTIFY: another machine's enqueue starts an agent
+        here at once), by the kernel when a file lands in ``incoming/`` (the folder store)."""
+        incoming = config.get_queue_dir() / TaskState.INCOMING.value
+        if config.store_choice()[0] != "postgres":
+            incoming.mkdir(parents=True, exist_ok=True)  # made at the first enqueue otherwise
+        stop_inotify = wakeup.watch_folder(incoming, lambda name: self.wake("inotify", name))
+        self._inotify = stop_inotify is not None
+        stops = [stop_inotify] if stop_inotify else []
         try:
-            return queue_utils.get_store().watch(self._wake.set)
+            stops.append(queue_utils.get_store().watch(lambda: self.wake("the store's notice")))
         except OctopoidError as exc:  # the database is down: housekeeping passes still run
             log.error("cannot watch the queue for changes: %s", exc)
-            return lambda: None
+
+        def stop_all() -> None:
+            for stop in stops:
+                stop()
+
+        return stop_all
 
     def _runtime_lost(self) -> str | None:
         """Why this scheduler no longer owns its runtime directory, or None.
@@ -488,7 +554,7 @@ class Scheduler:
         """Cheap fingerprints of what should wake the scheduler: new tasks, pause flags, config."""
         runtime = config.get_orchestrator_dir()
         paths = [
-            runtime / "queue" / "incoming",
+            *([] if self._inotify else [runtime / "queue" / "incoming"]),
             runtime / "agents",
             runtime / "paused",
             config.get_octopoid_dir() / "agents.yaml",

@@ -1,0 +1,89 @@
+"""Runners forked by the daemon's fork server: they behave as spawned ones, nothing outlives
+the daemon but the runners it always let finish, and a dead server means spawning again."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from orchestrator import config
+from orchestrator import queue_utils as q
+from orchestrator.processes import marked_processes
+
+from .e2e.test_daemon import _runner_owned, loop, state_of, wait_for  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def fork_server(daemon) -> psutil.Process:
+    """The daemon's fork server, once it runs."""
+
+    def find() -> psutil.Process | None:
+        for child in psutil.Process(daemon.proc.pid).children():
+            if "orchestrator.forkserver" in child.cmdline():
+                return child
+        return None
+
+    return wait_for("the fork server", find)
+
+
+def scheduler_log() -> str:
+    return (config.get_logs_dir() / "scheduler.log").read_text()
+
+
+def test_runners_are_forked_and_finish_as_before(loop) -> None:  # noqa: F811
+    daemon = loop()
+    server = fork_server(daemon)
+    tids = [q.create_task(f"plain work {i}").id for i in range(3)]
+    for tid in tids:
+        wait_for("provisional", lambda tid=tid: state_of(tid) == "provisional")
+    for tid in tids:
+        assert f"claimed TASK-{tid} for impl-1 (attempt 1); runner" in scheduler_log()
+    assert scheduler_log().count(" forked (woken by ") == 3
+    assert "spawned" not in scheduler_log()
+    assert daemon.stop() == 0
+    wait_for("the fork server to exit with the daemon", lambda: not server.is_running())
+
+
+def test_kill_9_of_the_daemon_leaves_no_fork_server(loop, git_project: Path) -> None:  # noqa: F811
+    daemon = loop(OCTO_TEST_SLEEP="1")
+    server = fork_server(daemon)
+    tid = q.create_task("slow").id
+    wait_for("the runner to own the lease", lambda: _runner_owned(tid))
+    daemon.stop(signal.SIGKILL)
+    wait_for("the fork server to die with the daemon", lambda: not _alive(server))
+    wait_for("the runner to finish its attempt", lambda: state_of(tid) == "provisional")
+    wait_for("nothing of the project left", lambda: not _left_behind(git_project))
+
+
+def test_a_dead_fork_server_means_spawning(loop) -> None:  # noqa: F811
+    daemon = loop()
+    server = fork_server(daemon)
+    os.kill(server.pid, signal.SIGKILL)
+    tid = q.create_task("plain work").id
+    wait_for("provisional", lambda: state_of(tid) == "provisional")
+    log = scheduler_log()
+    assert "the fork server failed" in log
+    assert f"claimed TASK-{tid} for impl-1 (attempt 1); runner" in log
+    assert " spawned (woken by " in log
+    assert daemon.stop() == 0
+
+
+def _left_behind(root: Path) -> list[int]:
+    """The project's processes but this test's own (GitPython's helpers)."""
+    return [
+        pid
+        for pid in marked_processes(OCTOPOID_ROOT=str(root))
+        if psutil.pid_exists(pid) and psutil.Process(pid).ppid() != os.getpid()
+    ]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
