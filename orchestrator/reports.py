@@ -45,8 +45,8 @@ def status_summary(
     """
     now = now or utcnow()
     store = get_store()
-    waiting = store.waiting() if waiting is None else waiting
-    blocked = blocked_summary(waiting)
+    digest = store.waiting_digest() if waiting is None else WaitingDigest.of(waiting)
+    blocked = blocked_summary(digest.with_blockers)
     problem = config.problem()
     claimed = []
     for task in store.list(S.CLAIMED):
@@ -59,14 +59,15 @@ def status_summary(
                 "lease_seconds_left": int((lease - now).total_seconds()) if lease else None,
             }
         )
-    ready = [w for w in waiting if task_label(w.id) not in blocked["waiting"] and w.created]
+    freed = [w for w in digest.with_blockers if task_label(w.id) not in blocked["waiting"]]
+    ready = [w for w in [digest.oldest_free, *freed] if w is not None and w.created]
     oldest = min(ready, key=lambda w: w.created, default=None)
     turns, cost, most = store.usage()
     conflicts = unmergeable(store.list(S.PROVISIONAL))
     return {
         "unmergeable": [{"id": label, "conflicts": files} for label, files in conflicts.items()],
         "config_problem": problem,
-        "stalls": stalls.report(waiting),
+        "stalls": stalls.report(digest.roles),
         "sandbox": None if problem else sandbox.describe(),
         "paused": None if problem else agent_status.pause_state(),
         "blocked": blocked,

@@ -8,13 +8,13 @@ silent. ``unserved`` names tasks that wait where no configured agent will ever t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import agent_status, budgets, config, sandbox
 from .queue_utils import get_store
 from .store import QueueStore
-from .store.claim_index import Waiting
 from .tasks import TaskState, format_time, plural, utcnow
 
 BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
@@ -86,16 +86,14 @@ def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any], records: Record
 
 
 def unserved(
-    agents_cfg: dict[str, Any], store: QueueStore, waiting: list[Waiting] | None = None
+    agents_cfg: dict[str, Any], store: QueueStore, waiting: Mapping[str, int] | None = None
 ) -> list[Stall]:
     """Tasks waiting where no configured agent takes them, each group with its way out
-    (``waiting``: the claim index's rows when the caller has read them already)."""
+    (``waiting``: how many wait per role, when the caller has counted them already)."""
     roles = {a["role"] for a in agents_cfg["agents"]}
     found = []
-    by_role: dict[str, int] = {}
-    for row in store.waiting() if waiting is None else waiting:
-        if row.role not in roles:
-            by_role[row.role] = by_role.get(row.role, 0) + 1
+    per_role = store.waiting_digest().roles if waiting is None else waiting
+    by_role = {role: n for role, n in per_role.items() if role not in roles}
     for role, count in sorted(by_role.items()):
         found.append(
             Stall(
@@ -117,7 +115,7 @@ def unserved(
     return found
 
 
-def report(waiting: list[Waiting] | None = None) -> dict[str, Any]:
+def report(waiting: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Every face's answer: ``claiming`` (whether any agent may claim now: no system
     reason, and one agent free of its own), the system's reasons, each agent's, and
     unserved tasks; each reason a ``Stall`` dict. ``waiting`` as for ``unserved``."""

@@ -173,3 +173,19 @@ def test_waiting_rows_carry_what_a_list_line_shows(store: QueueStore) -> None:
     assert rows[first.id][4:] == ("[odd] caf\u00e9 ] title", "P0", 0)
     assert rows[second.id][3:] == ("review", "later", "P2", 3)
     assert rows[second.id].blocked_by == [first.id]
+
+
+def test_the_waiting_digest_agrees_with_the_rows(store: QueueStore) -> None:
+    """What status reads in three queries is what the whole list of rows says."""
+    from orchestrator.store.claim_index import WaitingDigest
+
+    first = add(store, "first", priority="P2")
+    add(store, "second", role="review")
+    add(store, "blocked", blocked_by=[first.id])
+    add(store, "third", priority="P0")
+    digest, whole = store.waiting_digest(), WaitingDigest.of(store.waiting())
+    for got in (digest, whole):
+        assert [w.id for w in got.with_blockers] == [w.id for w in whole.with_blockers]
+        assert got.roles == whole.roles and got.oldest_free.id == whole.oldest_free.id
+    assert digest.roles == {"implement": 3, "review": 1} and digest.oldest_free.id == first.id
+    assert [w.blocked_by for w in digest.with_blockers] == [[first.id]]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..exceptions import TaskBusy
 from ..tasks import Task, TaskState, task_label
-from .claim_index import Waiting
+from .claim_index import Waiting, WaitingDigest
 
 #: How long a refused hold waits for the holder's words: it writes them just after taking
 #: the hold, so a refusal in between would otherwise have to guess what it is doing.
@@ -116,6 +116,10 @@ class QueueStore(ABC):
         ``NOT_BEFORE`` later than ``now``. Order: priority, then creation time, then id.
         Two callers never get the same task.
         """
+
+    @abstractmethod
+    def waiting_digest(self) -> WaitingDigest:
+        """The waiting tasks as `status` needs them (``WaitingDigest``), in a few queries."""
 
     @abstractmethod
     def waiting(self) -> list[Waiting]:

@@ -42,6 +42,31 @@ class Waiting(NamedTuple):
     attempts: int = 0
 
 
+class WaitingDigest(NamedTuple):
+    """What `octopoid status` needs of the waiting tasks, without a row per task: those with
+    blockers (for the blocked report), how many wait per role (for unserved roles), and
+    the oldest without blockers (the oldest that can run, unless a blocked one is older and
+    its blockers are all done)."""
+
+    with_blockers: list[Waiting]
+    roles: dict[str, int]
+    oldest_free: Waiting | None
+
+    @classmethod
+    def of(cls, rows: Iterable[Waiting]) -> WaitingDigest:
+        """The digest of rows already read (the board has them all)."""
+        rows = list(rows)
+        roles: dict[str, int] = {}
+        for row in rows:
+            roles[row.role] = roles.get(row.role, 0) + 1
+        free = [w for w in rows if not w.blocked_by and w.created]
+        return cls(
+            [w for w in rows if w.blocked_by],
+            roles,
+            min(free, key=lambda w: w.created, default=None),
+        )
+
+
 SCHEMA_VERSION = 6  # 6: title and attempts, for `octopoid list`
 RACY_NS = 2_000_000_000  # a folder's mtime this young may hide a second change in its tick
 OWN_MTIMES = 64  # recent own writes to recognise incoming/ by (any number of writers)
@@ -304,6 +329,24 @@ class ClaimIndex:
             Waiting(tid, created, blocked.split(), role, title, PRIORITIES[rank], attempts)
             for tid, created, blocked, role, title, rank, attempts in rows
         ]
+
+    def digest(self) -> WaitingDigest:
+        """``WaitingDigest`` in three queries: no row per task but the blocked ones."""
+        db = self._db()
+        blocked = [
+            Waiting(tid, created, blockers.split(), role)
+            for tid, created, blockers, role in db.execute(
+                "SELECT id, created, blocked_by, role FROM incoming WHERE blocked_by != '' "
+                "ORDER BY rank, created, seq, id"
+            )
+        ]
+        roles = dict(db.execute("SELECT role, count(*) FROM incoming GROUP BY role").fetchall())
+        oldest = db.execute(
+            "SELECT id, created, role FROM incoming WHERE blocked_by = '' AND created != '' "
+            "ORDER BY created LIMIT 1"
+        ).fetchone()
+        free = Waiting(oldest[0], oldest[1], [], oldest[2]) if oldest else None
+        return WaitingDigest(blocked, roles, free)
 
     # --- the usage ledger: turns, cost, state and last move per task, kept at every write ---
 

@@ -45,7 +45,7 @@ from ..tasks import (
     task_label,
 )
 from .base import Change, Guard, QueueStore, busy, id_order
-from .claim_index import ClaimIndex, Waiting
+from .claim_index import ClaimIndex, Waiting, WaitingDigest
 
 LOCK_STRIPES = 64  # bounded lock files; two tasks sharing a stripe only wait a moment
 NEW, OLD = ".new", ".old"  # a write's staged text, and the file it takes away
@@ -385,6 +385,11 @@ class FolderStore(QueueStore):
         if self.index.is_stale():
             self.index.reconcile(self._read_or_quarantine)
         return self.index.waiting()
+
+    def waiting_digest(self) -> WaitingDigest:
+        if self.index.is_stale():
+            self.index.reconcile(self._read_or_quarantine)
+        return self.index.digest()
 
     def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
         return self._ledger().usage(top)

@@ -48,7 +48,7 @@ from ..tasks import (
     task_label,
 )
 from .base import Change, Guard, QueueStore, busy, id_order
-from .claim_index import Waiting
+from .claim_index import Waiting, WaitingDigest
 
 SCHEMA = "octopoid"
 MIGRATIONS: list[str] = [
@@ -570,6 +570,25 @@ class PostgresStore(QueueStore):
                 Waiting(tid, created, list(blocked), role, _title(first), PRIORITIES[rank], n)
                 for tid, created, blocked, role, first, rank, n in cur
             ]
+
+    def waiting_digest(self) -> WaitingDigest:
+        with self._tx() as cur:
+            cur.execute(
+                "SELECT id, created, blocked_by, role FROM octopoid.tasks WHERE state = "
+                f"'incoming' AND cardinality(blocked_by) > 0 ORDER BY {_CLAIM_ORDER}"
+            )
+            blocked = [Waiting(tid, created, list(b), role) for tid, created, b, role in cur]
+            cur.execute(
+                "SELECT role, count(*) FROM octopoid.tasks WHERE state = 'incoming' GROUP BY role"
+            )
+            roles = {role: int(n) for role, n in cur.fetchall()}
+            cur.execute(
+                "SELECT id, created, role FROM octopoid.tasks WHERE state = 'incoming' AND "
+                "cardinality(blocked_by) = 0 AND created != '' ORDER BY created LIMIT 1"
+            )
+            oldest = cur.fetchone()
+        free = Waiting(oldest[0], oldest[1], [], oldest[2]) if oldest else None
+        return WaitingDigest(blocked, roles, free)
 
     def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
         with self._tx() as cur:
