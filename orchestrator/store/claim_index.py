@@ -343,7 +343,7 @@ class ClaimIndex:
         roles = dict(db.execute("SELECT role, count(*) FROM incoming GROUP BY role").fetchall())
         oldest = db.execute(
             "SELECT id, created, role FROM incoming WHERE blocked_by = '' AND created != '' "
-            "ORDER BY created LIMIT 1"
+            "ORDER BY created, rank, seq, id LIMIT 1"
         ).fetchone()
         free = Waiting(oldest[0], oldest[1], [], oldest[2]) if oldest else None
         return WaitingDigest(blocked, roles, free)

@@ -584,7 +584,8 @@ class PostgresStore(QueueStore):
             roles = {role: int(n) for role, n in cur.fetchall()}
             cur.execute(
                 "SELECT id, created, role FROM octopoid.tasks WHERE state = 'incoming' AND "
-                "cardinality(blocked_by) = 0 AND created != '' ORDER BY created LIMIT 1"
+                "cardinality(blocked_by) = 0 AND created != '' "
+                "ORDER BY created, rank, seq, id LIMIT 1"
             )
             oldest = cur.fetchone()
         free = Waiting(oldest[0], oldest[1], [], oldest[2]) if oldest else None
