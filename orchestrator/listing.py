@@ -110,11 +110,13 @@ def page(
     start = (number - 1) * size
     sections = []
     for state in states:
-        if state is S.INCOMING:
-            rows = [w for w in store.waiting() if role in (None, w.role)]
-            blocked = blocked_report(rows)
-            lines = [Line.of_waiting(w, blocked.get(w.id)) for w in rows[start : start + size]]
-            sections.append(Section(state, lines, len(rows), number, size))
+        if state is S.INCOMING:  # the page's rows, and the blocked ones for their report
+            digest = store.waiting_digest()
+            blocked = blocked_report(digest.with_blockers)
+            rows = store.waiting(role, start, size)
+            lines = [Line.of_waiting(w, blocked.get(w.id)) for w in rows]
+            total = sum(n for r, n in digest.roles.items() if role in (None, r))
+            sections.append(Section(state, lines, total, number, size))
             continue
         ids = _ids(state)
         if role is None:
@@ -137,9 +139,8 @@ def stream(states: Sequence[TaskState], role: str | None) -> Iterator[Line]:
     store = queue_utils.get_store()
     for state in states:
         if state is S.INCOMING:
-            rows = [w for w in store.waiting() if role in (None, w.role)]
-            blocked = blocked_report(rows)
-            yield from (Line.of_waiting(w, blocked.get(w.id)) for w in rows)
+            blocked = blocked_report(store.waiting_digest().with_blockers)
+            yield from (Line.of_waiting(w, blocked.get(w.id)) for w in store.waiting(role))
             continue
         for task_id in _ids(state):
             for task in _read([task_id]):

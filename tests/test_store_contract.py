@@ -189,3 +189,14 @@ def test_the_waiting_digest_agrees_with_the_rows(store: QueueStore) -> None:
         assert got.roles == whole.roles and got.oldest_free.id == whole.oldest_free.id
     assert digest.roles == {"implement": 3, "review": 1}
     assert [w.blocked_by for w in digest.with_blockers] == [[first.id]]
+
+
+def test_waiting_pages_in_claim_order_and_by_role(store: QueueStore) -> None:
+    made = [add(store, f"t{i}", role="review" if i % 3 == 0 else "implement") for i in range(10)]
+    whole = [w.id for w in store.waiting()]
+    assert whole == [t.id for t in made]
+    assert [w.id for w in store.waiting(skip=3, limit=4)] == whole[3:7]
+    assert [w.id for w in store.waiting(skip=8, limit=4)] == whole[8:]
+    reviews = [t.id for t in made if t.role == "review"]
+    assert [w.id for w in store.waiting("review")] == reviews
+    assert [w.id for w in store.waiting("review", 1, 1)] == reviews[1:2]

@@ -122,9 +122,10 @@ class QueueStore(ABC):
         """The waiting tasks as `status` needs them (``WaitingDigest``), in a few queries."""
 
     @abstractmethod
-    def waiting(self) -> list[Waiting]:
-        """Every incoming task's id, creation time and blockers, in claim order, read from
-        the store's index rather than the task files (for status and blocked reports)."""
+    def waiting(self, role: str | None = None, skip: int = 0, limit: int = -1) -> list[Waiting]:
+        """The incoming tasks (of ``role``) as ``Waiting`` rows, in claim order, read from
+        the store's index rather than the task files: all of them, or ``limit`` (>= 0) after
+        the first ``skip``."""
 
     @abstractmethod
     def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:

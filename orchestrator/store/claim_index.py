@@ -319,11 +319,14 @@ class ClaimIndex:
                 match = FILE_RE.fullmatch(name)
                 yield (match.group(1) if match else "/" + name), name, entry.inode()
 
-    def waiting(self) -> list[Waiting]:
-        """Every task the index holds, in claim order, without reading a file."""
+    def waiting(self, role: str | None = None, skip: int = 0, limit: int = -1) -> list[Waiting]:
+        """The tasks the index holds (of ``role``), in claim order, without reading a file:
+        all of them, or ``limit`` after the first ``skip`` (a page of `octopoid list`)."""
+        where, args = ("WHERE role = ?", [role]) if role is not None else ("", [])
         rows = self._db().execute(
             "SELECT id, created, blocked_by, role, title, rank, attempts FROM incoming "
-            "ORDER BY rank, created, seq, id"
+            f"{where} ORDER BY rank, created, seq, id LIMIT ? OFFSET ?",
+            [*args, limit, skip],
         )
         return [
             Waiting(tid, created, blocked.split(), role, title, PRIORITIES[rank], attempts)

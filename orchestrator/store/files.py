@@ -381,10 +381,10 @@ class FolderStore(QueueStore):
             self.index.upsert(task, task.path.stat().st_ino)
         return ok
 
-    def waiting(self) -> list[Waiting]:
+    def waiting(self, role: str | None = None, skip: int = 0, limit: int = -1) -> list[Waiting]:
         if self.index.is_stale():
             self.index.reconcile(self._read_or_quarantine)
-        return self.index.waiting()
+        return self.index.waiting(role, skip, limit)
 
     def waiting_digest(self) -> WaitingDigest:
         if self.index.is_stale():
