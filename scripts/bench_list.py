@@ -51,9 +51,11 @@ def timed(code: Path, command: list[str], root: Path) -> Run:
             os.environ["PYTHONPATH"] = before
 
 
-def spread(runs: list[Run]) -> tuple[float, float, float, float]:
+def spread(runs: list[Run]) -> tuple[float, float, float, float, float]:
+    """Median, min and max wall seconds, median CPU seconds, peak RSS MiB."""
     walls = [r.wall for r in runs]
-    return statistics.median(walls), min(walls), max(walls), max(r.rss_mib for r in runs)
+    cpu = statistics.median(r.cpu for r in runs)
+    return statistics.median(walls), min(walls), max(walls), cpu, max(r.rss_mib for r in runs)
 
 
 def main() -> None:
@@ -92,19 +94,23 @@ def main() -> None:
                             sys.exit(f"{name} {command} failed: {done.err}")
                         runs[name].append(done)
                 for name in ("old", "new"):
-                    med, low, high, rss = spread(runs[name])
-                    base = statistics.median(r.wall for r in runs[f"empty-{name}"])
-                    rows.append((size, " ".join(command), name, med, low, high, med / base, rss))
+                    med, low, high, cpu, rss = spread(runs[name])
+                    empty = spread(runs[f"empty-{name}"])
+                    ratios = (med / empty[0], cpu / empty[3])
+                    rows.append((size, " ".join(command), name, med, low, high, *ratios, rss))
     finally:
         subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(old)])
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"\n{args.runs} runs each, interleaved; old = {args.old}; {args.done:,} done in each")
-    print("| waiting | command | code | median s | min | max | x empty | peak MiB |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|")
-    for size, command, name, med, low, high, ratio, rss in rows:
+    print(
+        "| waiting | command | code | median s | min | max | x empty (wall) | x empty (CPU) "
+        "| peak MiB |"
+    )
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    for size, command, name, med, low, high, wall_x, cpu_x, rss in rows:
         print(
             f"| {size:,} | {command} | {name} | {med:.3f} | {low:.3f} | {high:.3f} "
-            f"| {ratio:.2f}x | {rss:.0f} |"
+            f"| {wall_x:.2f}x | {cpu_x:.2f}x | {rss:.0f} |"
         )
 
 
