@@ -1,0 +1,124 @@
+"""Long-term memory at a size where common words are dropped from a search: the expected notes
+still rank first, pinned notes always reach the prompt, and an old store is migrated."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from orchestrator.memory import postgres as memory_postgres
+from orchestrator.memory import store as memory_store
+from orchestrator.memory.retrieval import relevant_notes
+from orchestrator.memory.store import (
+    COMMON_CAP,
+    POSTINGS_BUDGET,
+    SCHEMA_VERSION,
+    MemoryStore,
+    open_memory,
+    selective,
+)
+from orchestrator.tasks import Task
+
+COMMON = ["the", "test", "fix", "run", "error", "file", "config", "check", "queue", "task"]
+SCOPE = "notes:octopoid:proj"
+
+
+CAP, BUDGET = 60, 240  # the store's limits, scaled down to a test's few hundred notes
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(project: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    for module in (memory_store, memory_postgres):
+        monkeypatch.setattr(module, "COMMON_CAP", CAP)
+    monkeypatch.setattr(memory_store, "POSTINGS_BUDGET", BUDGET)
+    if request.param == "postgres":
+        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+    s = open_memory()
+    yield s
+    s.close()
+
+
+def filler(store, n: int) -> None:
+    """``n`` notes of common words (each in more than ``CAP`` notes) and rare ones."""
+    rng = random.Random(7)
+    for i in range(n):
+        words = [*rng.sample(COMMON, 6), f"filler{i}", f"word{rng.randrange(50)}"]
+        store.write_note(" ".join(words), scope=SCOPE)
+
+
+@pytest.fixture
+def big(store):
+    filler(store, CAP * 5)
+    return store
+
+
+def test_common_words_are_dropped_rarest_first_within_the_budget() -> None:
+    assert selective({"the": COMMON_CAP, "rare": 3, "more": 1, "none": 0}) == ["more", "rare"]
+    many = {f"w{i}": COMMON_CAP - 1 for i in range(POSTINGS_BUDGET // COMMON_CAP + 2)}
+    chosen = selective({**many, "rare": 3})
+    assert chosen[0] == "rare" and 1 < len(chosen) < len(many)
+    assert sum({**many, "rare": 3}[t] for t in chosen) <= POSTINGS_BUDGET
+    assert selective({"the": COMMON_CAP, "a": COMMON_CAP, "x": 0}) == ["the", "a"]
+    assert selective({"x": 0}) == []
+
+
+def test_expected_notes_rank_first_among_common_words(big) -> None:
+    webhook = big.write_note(
+        "the payment webhook handler in billing/webhooks.py retries the test", scope=SCOPE
+    )
+    lease = big.write_note("run the queue lease renewal in store/lease.py every check", scope=SCOPE)
+    retries = big.write_note("webhook retries back off; fix the run after a 502", scope=SCOPE)
+    cases = {
+        "fix the payment webhook retries in billing/webhooks.py": {webhook, retries},
+        "the lease renewal of the queue": {lease},
+        "webhook": {webhook, retries},
+    }
+    for query, expected in cases.items():
+        top = [h["id"] for h in big.search_notes(query, limit=len(expected))]
+        assert set(top) == expected, query
+
+
+def test_a_query_of_common_words_alone_still_finds_notes_ranked(big) -> None:
+    hits = big.search_notes("the queue", limit=5)
+    assert len(hits) == 5 and all("queue" in h["content"] or "the" in h["content"] for h in hits)
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+
+
+def test_retrieval_carries_every_pinned_note_of_the_scope_and_the_best_match(big) -> None:
+    pins = [big.write_note(f"rule {i}: never push to main", scope=SCOPE, pinned=True)
+            for i in range(3)]  # fmt: skip
+    elsewhere = big.write_note("pinned in another project", scope="notes:octopoid:x", pinned=True)
+    relevant = big.write_note("the payment webhook lives in billing/webhooks.py", scope=SCOPE)
+    task = Task(
+        id="9",
+        title="Fix the payment webhook",
+        sections=[("Context", "The test run of the queue fails; see billing/webhooks.py.\n")],
+    )
+    ids = [n["id"] for n in relevant_notes(task, big, scope=SCOPE, budget=4000)]
+    assert set(ids[:3]) == set(pins) and relevant in ids and elsewhere not in ids
+
+
+def test_an_old_sqlite_store_is_migrated_on_open(project: Path) -> None:
+    path = project / "old.db"
+    old = MemoryStore(path)
+    kept = old.write_note("pinned before the upgrade", scope=SCOPE, pinned=True)
+    old.db.execute("DROP INDEX notes_pinned")  # the store as version 0 made it
+    old.db.execute("PRAGMA user_version = 0")
+    old.close()
+    store = MemoryStore(path)
+    version = store.db.execute("PRAGMA user_version").fetchone()[0]
+    plan = " ".join(
+        row[3]
+        for row in store.db.execute(
+            "EXPLAIN QUERY PLAN SELECT * FROM notes WHERE pinned = 1 AND notes.scope = ?", (SCOPE,)
+        )
+    )
+    assert version == SCHEMA_VERSION and "notes_pinned" in plan
+    assert [n["id"] for n in store.pinned_notes(SCOPE)] == [kept]
+    store.integrity_check()
+    store.close()
+    with sqlite3.connect(path) as db:  # a second open changes nothing
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
