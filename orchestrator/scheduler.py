@@ -504,6 +504,8 @@ class Scheduler:
             incoming.mkdir(parents=True, exist_ok=True)  # made at the first enqueue otherwise
         stop_inotify = wakeup.watch_folder(incoming, lambda name: self.wake("inotify", name))
         self._inotify = stop_inotify is not None
+        if self._inotify:
+            log.info("watching %s: an enqueue wakes this scheduler (inotify)", incoming)
         stops = [stop_inotify] if stop_inotify else []
         try:
             stops.append(queue_utils.get_store().watch(lambda: self.wake("the store's notice")))

@@ -232,15 +232,26 @@ def quartiles(samples: list[float]) -> str:
     return f"{p50} ms ({p25}-{p75}, p90 {p90})"
 
 
-def bash_start(runs: int = 30) -> list[float]:
-    """How long bash takes from fork to its first builtin: the agent's own share."""
+def agent_alone(runs: int = 30, boxed: bool = False) -> list[float]:
+    """How long the agent takes from fork to its first builtin, bare or in a box of the
+    runner's own making (bwrap's own start): the floor under "agent exec'd"."""
+    from orchestrator.sandbox import bwrap
+
+    box: list[str] = []
+    if boxed:
+        _problem, userns = bwrap.probe()
+        workspace = Path(tempfile.mkdtemp(prefix="octopoid-box-"))
+        mounts = bwrap.Mounts(workspace=workspace, inside=workspace)
+        box = bwrap.command_line(bwrap.find_bwrap() or "bwrap", mounts, userns)
     out = []
     for _ in range(runs):
         before = time.time()
         said = subprocess.run(
-            ["bash", "-c", "echo $EPOCHREALTIME"], capture_output=True, text=True, check=True
+            [*box, "bash", "-c", "echo $EPOCHREALTIME"], capture_output=True, text=True
         ).stdout
         out.append(float(said) - before)
+    if boxed:
+        shutil.rmtree(workspace, ignore_errors=True)
     return out
 
 
@@ -306,9 +317,9 @@ def report(args: argparse.Namespace) -> None:
             (f"enqueue -> claimed ({what})", quartiles(d.claims)),
             (f"enqueue -> agent exec'd ({what})", quartiles(d.starts)),
         ]
-    rows.append(
-        ("bash: fork to its first builtin (the agent's own share)", quartiles(bash_start()))
-    )
+    rows.append(("bash alone: fork to its first builtin", quartiles(agent_alone())))
+    if "bwrap" in modes:
+        rows.append(("bash in a bwrap box alone: the same", quartiles(agent_alone(boxed=True))))
     if not args.latency_only:
         idle = bench_idle(args.idle, modes[0])
         one = bench_overhead(args.attempts, 1, modes[0])
