@@ -86,6 +86,7 @@ CREATE TABLE IF NOT EXISTS incoming (
 );
 CREATE INDEX IF NOT EXISTS incoming_order ON incoming (role, rank, created, seq, id);
 CREATE INDEX IF NOT EXISTS incoming_order_any ON incoming (rank, created, seq, id);
+CREATE INDEX IF NOT EXISTS incoming_age ON incoming (created, rank, seq, id);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS own_mtimes (mtime_ns INTEGER PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS ledger (
