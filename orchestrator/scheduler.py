@@ -358,6 +358,13 @@ class Scheduler:
         if self._forkserver is not None:
             try:
                 return self._forkserver.spawn(args, env, str(self.root), str(log_path)), "forked"
+            except TimeoutError as exc:  # it may fork that runner yet: never start a second
+                log.error("the fork server did not answer in time; runners are spawned from now on")
+                self._close_forkserver()
+                raise OSError(
+                    "the fork server did not answer in time (a runner it starts late finds "
+                    "its claim given back)"
+                ) from exc
             except (OSError, ValueError) as exc:
                 log.error("the fork server failed (%s); runners are spawned from now on", exc)
                 self._close_forkserver()

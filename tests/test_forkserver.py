@@ -87,3 +87,29 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_fork_server_too_slow_to_answer_never_leaves_two_runners(git_project: Path) -> None:
+    """Asked before it has even loaded (an answer due at once), the server may still fork
+    that runner later: the claim is given back instead of spawning a second runner with the
+    same token, so a late runner finds it gone and runs no agent."""
+    from orchestrator import scheduler
+    from orchestrator.forkserver import ForkServer
+
+    from .conftest import write_agents
+
+    write_agents(git_project)
+    task = q.create_task("plain work")
+    claimed = q.claim_task(None, "impl-1")
+    sched = scheduler.Scheduler()
+    sched._forkserver = ForkServer()
+    server = psutil.Process(sched._forkserver.proc.pid)
+    sched._forkserver._sock.settimeout(1e-6)
+    agent = config.load_agents()["agents"][0]
+    assert sched._start_runner(claimed, agent) is False
+    assert sched._forkserver is None and not server.is_running()
+    assert state_of(task.id) == "incoming"
+    log = config.get_logs_dir() / f"TASK-{task.id}" / "runner.log"
+    wait_for("any late runner to be done", lambda: not _left_behind(git_project))
+    assert q.get_task(task.id).state.value == "incoming"
+    assert "working on" not in (log.read_text() if log.exists() else "")
