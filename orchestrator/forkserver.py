@@ -25,6 +25,7 @@ import sys
 import time
 import traceback
 
+from . import bytecode, config
 from .processes import PR_SET_PDEATHSIG
 
 RUNNER_MODULE = "orchestrator.roles.implementer"
@@ -82,6 +83,7 @@ class ForkServer:
         self._sock = ours
         self.proc = subprocess.Popen(
             [sys.executable, "-m", __name__, str(theirs.fileno()), str(os.getpid())],
+            env=bytecode.runner_env(os.environ, bytecode.cache_dir(config.get_orchestrator_dir())),
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C to the daemon's group is the daemon's

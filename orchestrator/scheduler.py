@@ -33,6 +33,7 @@ from pathlib import Path
 from . import (
     agent_status,
     budgets,
+    bytecode,
     config,
     defaults,
     finishing,
@@ -313,11 +314,14 @@ class Scheduler:
         """Start the attempt's runner; if it cannot start, give the claim back at once."""
         log_dir = config.get_logs_dir() / task.label
         token = claim_token(task)
-        env = dict(
-            os.environ,
-            OCTOPOID_ROOT=str(self.root),
-            **{TOKEN_ENV: token, TASK_ENV: task.label},
-            **{config.DATABASE_WAIT_ENV: str(defaults.RUNNER_DATABASE_WAIT_SECONDS)},
+        env = bytecode.runner_env(  # where bytecode is off for the user, on for runners
+            dict(
+                os.environ,
+                OCTOPOID_ROOT=str(self.root),
+                **{TOKEN_ENV: token, TASK_ENV: task.label},
+                **{config.DATABASE_WAIT_ENV: str(defaults.RUNNER_DATABASE_WAIT_SECONDS)},
+            ),
+            bytecode.cache_dir(config.get_orchestrator_dir()),
         )
         try:
             log_dir.mkdir(parents=True, exist_ok=True)

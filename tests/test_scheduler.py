@@ -226,3 +226,36 @@ def test_a_task_claimed_again_before_its_old_runner_exits_keeps_both_runners(
         assert [label for label, _ in finished] == [task.label, task.label]
     finally:
         sched.shutdown(grace=10)
+
+
+def test_a_daemon_s_runner_keeps_bytecode_and_its_agent_gets_the_user_s_setting(
+    git_project: Path,
+) -> None:
+    """With PYTHONDONTWRITEBYTECODE set for the user, the scheduler's runner writes octopoid's
+    bytecode under .octopoid/runtime/pycache (so the next one reads it), and the agent it
+    starts sees the user's own setting again."""
+    import subprocess
+
+    from orchestrator import queue_utils as q
+
+    from .conftest import child_env, write_agents
+
+    write_agents(git_project, argv=["sh", "-c", "echo AGENT-SEES-DWB=$PYTHONDONTWRITEBYTECODE"])
+    task = q.create_task("print the setting")
+    env = {**child_env(git_project), "PYTHONDONTWRITEBYTECODE": "1"}
+    subprocess.run(
+        ["octopoid", "scheduler", "run", "--once"],
+        cwd=git_project,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    from .e2e.test_daemon import wait_for
+
+    log = git_project / ".octopoid/runtime/logs" / task.label / "attempt-1.log"
+    wait_for(
+        "the attempt's log", lambda: "AGENT-SEES-DWB" in (log.read_text() if log.exists() else "")
+    )
+    assert "AGENT-SEES-DWB=1" in log.read_text()
+    cache = git_project / ".octopoid/runtime/pycache"
+    assert any(cache.rglob("implementer*.pyc")), "the runner wrote no bytecode to the cache"

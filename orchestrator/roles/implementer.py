@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from .. import agent_status, budgets, config, git_utils, queue_utils, recovery, sandbox
+from .. import (
+    agent_status,
+    budgets,
+    bytecode,
+    config,
+    git_utils,
+    queue_utils,
+    recovery,
+    sandbox,
+)
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..backends.base import no_change_reason
 from ..exceptions import InvalidInput, InvalidTask, LostClaim, OctopoidError, StorageError
@@ -533,6 +542,7 @@ def _settle(
 
 def main(argv: list[str] | None = None) -> int:
     """Runner entry point: one attempt, a JSON report on stdout."""
+    bytecode.user_env(os.environ)  # the agent and the checks get the user's own settings
     args = argv if argv is not None else sys.argv[1:]
     token = os.environ.get(TOKEN_ENV, "")
     if len(args) != 2 or not token:

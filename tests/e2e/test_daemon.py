@@ -20,6 +20,7 @@ from orchestrator import config, git_utils
 from orchestrator import queue_utils as q
 from orchestrator.leases import attempts_left
 from orchestrator.processes import marked_processes
+from orchestrator.task_notes import stdout_log_path
 from orchestrator.tasks import TaskState
 
 from ..conftest import child_env, write_agents
@@ -165,6 +166,10 @@ def test_a_killed_runner_is_recovered_and_retried(loop) -> None:
     loop(OCTO_TEST_SLEEP="2")
     tid = q.create_task("slow, then killed").id
     task = wait_for("the runner to own the lease", lambda: _runner_owned(tid))
+    output = stdout_log_path(tid)  # killed once the agent has said something to salvage
+    wait_for(
+        "the agent's first words", lambda: output.exists() and "working on" in output.read_text()
+    )
     os.kill(int(task.headers["PID"]), signal.SIGKILL)
     wait_for("retried to provisional", lambda: state_of(tid) == "provisional", timeout=40)
     assert q.get_task(tid).attempts == 2
