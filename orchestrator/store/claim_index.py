@@ -67,7 +67,7 @@ class WaitingDigest(NamedTuple):
         )
 
 
-SCHEMA_VERSION = 6  # 6: title and attempts, for `octopoid list`
+SCHEMA_VERSION = 7  # 6: title and attempts, for `octopoid list`; 7: partial indexes
 RACY_NS = 2_000_000_000  # a folder's mtime this young may hide a second change in its tick
 OWN_MTIMES = 64  # recent own writes to recognise incoming/ by (any number of writers)
 OWN_MTIMES_TRIM = 16  # a process trims the older ones every this many own writes
@@ -86,7 +86,10 @@ CREATE TABLE IF NOT EXISTS incoming (
 );
 CREATE INDEX IF NOT EXISTS incoming_order ON incoming (role, rank, created, seq, id);
 CREATE INDEX IF NOT EXISTS incoming_order_any ON incoming (rank, created, seq, id);
-CREATE INDEX IF NOT EXISTS incoming_age ON incoming (created, rank, seq, id);
+CREATE INDEX IF NOT EXISTS incoming_free_age ON incoming (created, rank, seq, id)
+    WHERE blocked_by = '';
+CREATE INDEX IF NOT EXISTS incoming_blocked ON incoming (rank, created, seq, id)
+    WHERE blocked_by != '';
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS own_mtimes (mtime_ns INTEGER PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS ledger (
