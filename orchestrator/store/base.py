@@ -153,7 +153,8 @@ class QueueStore(ABC):
     def watch(self, on_change: Callable[[], None]) -> Callable[[], None]:
         """Call ``on_change`` (from another thread) whenever a task is added or moved, for a
         store whose changes the scheduler cannot see in the file system; returns a function
-        that stops watching. The folder store needs none: the scheduler watches mtimes."""
+        that stops watching. The folder store needs none: the scheduler watches incoming/
+        with inotify (``wakeup``), and its mtime where inotify is missing."""
         return lambda: None
 
 
