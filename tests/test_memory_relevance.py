@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.memory import postgres as memory_postgres
 from orchestrator.memory import store as memory_store
 from orchestrator.memory.retrieval import relevant_notes
 from orchestrator.memory.store import (
@@ -31,8 +30,7 @@ CAP, BUDGET = 60, 240  # the store's limits, scaled down to a test's few hundred
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(project: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    for module in (memory_store, memory_postgres):
-        monkeypatch.setattr(module, "COMMON_CAP", CAP)
+    monkeypatch.setattr(memory_store, "COMMON_CAP", CAP)
     monkeypatch.setattr(memory_store, "POSTINGS_BUDGET", BUDGET)
     if request.param == "postgres":
         monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))

@@ -7,8 +7,7 @@ The same notes, fields and rules as ``MemoryStore`` (SQLite + FTS5), in ``octopo
 the ``english`` configuration: a Snowball stemmer, as FTS5's ``porter`` tokenizer stems.
 Unlike FTS5 it drops English stop words, so a query of stop words alone ("don't", "it")
 finds nothing, as a query for them should. A query matches a note having any of its
-``selective`` words (the rarest), as the SQLite store does, and ranks like BM25
-(``SEARCH_SQL``).
+words, as ``fts_query`` makes FTS5 do, and ranks like BM25 (``SEARCH_SQL``).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from typing import Any
 from ..exceptions import InvalidMemoryInput, MemoryStoreError
 from ..store.postgres import PostgresStore
 from .store import (
-    COMMON_CAP,
     REINFORCE_STEP,
     WORD_RE,
     _row,
@@ -29,7 +27,6 @@ from .store import (
     filters,
     note_changes,
     project_scope,
-    selective,
 )
 
 MAX_QUERY_WORDS = 64  # a task's text can be long; its first distinct words are plenty
@@ -41,28 +38,22 @@ def query_words(text: str) -> list[str]:
     return list(dict.fromkeys(words))[:MAX_QUERY_WORDS]
 
 
-# How many notes each query word matches, up to a cap, each word a tsquery
-# parsed exactly as a note's text is (so ``auth.py`` or ``token-refresh`` match themselves;
-# the words are parameters, never query syntax); words of stop words alone are dropped.
-COUNT_SQL = """
-SELECT q::text, (SELECT count(*) FROM (SELECT 1 FROM octopoid.memory m
-                 WHERE m.search @@ q LIMIT %s) hits)
-FROM (SELECT DISTINCT plainto_tsquery('english', w) AS q FROM unnest(%s::text[]) AS t(w)) x
-WHERE numnode(q) > 0
-"""
-# Each chosen word weighted by BM25's idf (its count of notes, counted here when not given,
-# against the table's size as the planner last saw it, counted when small); a note scores
-# the sum, over the words it has, of idf x ts_rank (term frequency, normalised by the note's
-# length). Plain ts_rank has no idf: "the" would weigh as much as "webhook".
+# Each query word as a tsquery parsed exactly as a note's text is (so ``auth.py`` or
+# ``token-refresh`` match themselves; the words are parameters, never query syntax),
+# weighted by BM25's idf over all notes; a note scores the sum, over the words it has, of
+# idf x ts_rank (term frequency, normalised by the note's length). Plain ts_rank has no
+# idf: "the" would weigh as much as "webhook".
 SEARCH_SQL = """
-WITH total AS (
-    SELECT CASE WHEN reltuples >= 10000 THEN reltuples
-                ELSE (SELECT count(*) FROM octopoid.memory) END AS n
-    FROM pg_class WHERE oid = 'octopoid.memory'::regclass
+WITH words AS (
+    SELECT DISTINCT q FROM unnest(%s::text[]) AS t(w),
+        LATERAL (SELECT plainto_tsquery('english', w) AS q) x
+    WHERE numnode(q) > 0
+), total AS (
+    SELECT count(*)::float AS n FROM octopoid.memory
 ), weighted AS (
-    SELECT q, ln(1 + (greatest(total.n, df) - df + 0.5) / (df + 0.5)) AS idf
-    FROM total, unnest(%s::tsquery[], %s::float8[]) AS w(q, given), LATERAL (SELECT coalesce(
-        given, (SELECT count(*) FROM octopoid.memory m WHERE m.search @@ w.q)) AS df) d
+    SELECT words.q, ln(1 + (total.n - d.df + 0.5) / (d.df + 0.5)) AS idf
+    FROM words, total,
+        LATERAL (SELECT count(*) AS df FROM octopoid.memory m WHERE m.search @@ words.q) d
 )
 SELECT notes.*, sum(weighted.idf * ts_rank(notes.search, weighted.q, 1)) AS score
 FROM octopoid.memory notes JOIN weighted ON notes.search @@ weighted.q
@@ -144,15 +135,8 @@ class PostgresMemoryStore:
         words = query_words(query)
         if not words:
             return []
-        with self.store._tx() as cur:
-            cur.execute(COUNT_SQL, (COMMON_CAP, words))
-            counts = dict(cur.fetchall())
-        chosen = selective(counts)
-        if not chosen:
-            return []
         where, args = filters("%s", "strpos", agent, scope, tags, topic, session_id)
-        dfs = [counts[q] if counts[q] < COMMON_CAP else None for q in chosen]  # None: count
-        return self._rows(SEARCH_SQL.format(where=where), [chosen, dfs, *args, limit])
+        return self._rows(SEARCH_SQL.format(where=where), [words, *args, limit])
 
     def get_recent_notes(self, *, limit: int = 10, **given: Any) -> list[dict[str, Any]]:
         where, args = filters("%s", "strpos", **given)
