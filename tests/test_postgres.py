@@ -596,3 +596,14 @@ def test_a_runner_whose_database_is_gone_gives_up_and_leaves_the_claim_to_the_re
     moved = recovery.reap_expired_claims(utcnow() + timedelta(seconds=60))
     assert [t.id for t, _ in moved] == [task.id]
     assert q.get_store().locate(task.id) is TaskState.INCOMING
+
+
+def test_pinned_notes_and_blocked_tasks_are_read_through_indexes(pg_dsn: str) -> None:
+    """Migration 4: what every prompt (pinned notes) and every status (blocked tasks) reads
+    has a partial index, so neither scans its table."""
+    import psycopg
+
+    PostgresStore(pg_dsn).initialize()
+    with psycopg.connect(pg_dsn) as conn:
+        names = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes")}
+    assert {"memory_pinned", "tasks_blocked"} <= names

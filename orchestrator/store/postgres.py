@@ -118,6 +118,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX memory_search ON octopoid.memory USING gin (search);
     """,
+    # 4: the pinned notes every prompt reads, without a scan of the memory (issue 25);
+    # the incoming tasks with blockers, for status's digest
+    """
+    CREATE INDEX memory_pinned ON octopoid.memory (scope, importance DESC, updated DESC)
+        WHERE pinned = 1;
+    CREATE INDEX tasks_blocked ON octopoid.tasks (rank, created, seq, id)
+        WHERE state = 'incoming' AND cardinality(blocked_by) > 0;
+    """,
 ]
 _COLUMNS = "state, body, role, rank, created, seq, blocked_by, not_before, turns, cost"
 _VALUES = ", ".join(["%s"] * len(_COLUMNS.split(",")))
