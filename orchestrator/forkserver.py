@@ -26,7 +26,7 @@ import time
 import traceback
 
 from . import bytecode, config
-from .processes import PR_SET_PDEATHSIG
+from .processes import PR_SET_PDEATHSIG, note_forked
 
 RUNNER_MODULE = "orchestrator.roles.implementer"
 # What every attempt imports on first use (measured: a forked runner's first attempt in a
@@ -158,7 +158,7 @@ def _fork_runner(request: dict, sock: socket.socket) -> int:
 def _become_runner(request: dict, sock: socket.socket) -> None:
     """In the forked child: the environment, files and session ``Popen`` would give it;
     then the runner's ``main``. Never returns."""
-    code = 1
+    code, note = 1, None
     try:
         sock.close()
         os.setsid()
@@ -166,6 +166,7 @@ def _become_runner(request: dict, sock: socket.socket) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        note = note_forked(request["env"])  # found by its marks, as a spawned runner is
         null = os.open(os.devnull, os.O_RDONLY)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(null, 0)
@@ -183,6 +184,9 @@ def _become_runner(request: dict, sock: socket.socket) -> None:
         with contextlib.suppress(BaseException):
             sys.stdout.flush()
             sys.stderr.flush()
+        if note is not None:
+            with contextlib.suppress(OSError):
+                note.unlink()
         os._exit(code)
 
 

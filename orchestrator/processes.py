@@ -17,6 +17,7 @@ import hashlib
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -201,23 +202,92 @@ def claim_mark(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
+def forked_dir() -> Path:
+    """Where a runner forked by a fork server (not exec'd: its /proc environ is the
+    server's) writes the marks its environment holds, so the scans below still find it."""
+    return Path(f"/tmp/octopoid-forked-{os.getuid()}")
+
+
+def note_forked(env: dict[str, str]) -> Path:
+    """In a forked runner, before anything else: its marks (every ``OCTOPOID_`` variable)
+    and its start time, so a later process with the same pid is not taken for it; the
+    note's path, for the runner to remove as it exits."""
+    folder = forked_dir()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if not _ours(folder):
+        raise OSError(f"{folder} is not this user's own private folder")
+    marks = [f"{k}={v}" for k, v in env.items() if k.startswith("OCTOPOID_")]
+    staged, note = folder / f".{os.getpid()}.new", folder / str(os.getpid())
+    staged.write_bytes("\0".join([_started(os.getpid()), *marks]).encode())
+    staged.replace(note)
+    return note
+
+
+def _ours(folder: Path) -> bool:
+    """A real folder (not a link) of this user that nobody else may enter: notes in a
+    folder another user made could name our processes."""
+    try:
+        found = os.lstat(folder)
+    except OSError:
+        return False
+    private = found.st_uid == os.getuid() and found.st_mode & 0o077 == 0
+    return stat.S_ISDIR(found.st_mode) and private
+
+
+def _started(pid: int | str) -> str:
+    """The process's start time in clock ticks (field 22 of /proc/PID/stat)."""
+    with open(f"{PROC}/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[19].decode()
+
+
+def _forked_marks() -> dict[str, list[bytes]]:
+    """The marks of live forked runners, by pid (stale notes, of runners gone, removed)."""
+    found: dict[str, list[bytes]] = {}
+    if not _ours(forked_dir()):
+        return found
+    names = os.listdir(forked_dir())
+    for name in names:
+        if not name.isdigit():
+            continue
+        note = forked_dir() / name
+        try:
+            started, *marks = note.read_bytes().split(b"\0")
+            if _started(name) == started.decode():
+                found[name] = marks
+                continue
+        except (OSError, ValueError, IndexError):
+            pass
+        with contextlib.suppress(OSError):
+            note.unlink()
+    return found
+
+
 def marked_processes(*alternatives: dict[str, str], **marks: str) -> list[int]:
     """PIDs (not ours) whose environment holds every ``KEY=value`` of ``marks`` (or of any
-    one of ``alternatives``): an attempt's processes."""
+    one of ``alternatives``): an attempt's processes, forked runners included."""
     choices = [[f"{k}={v}".encode() for k, v in m.items()] for m in (*alternatives, marks) if m]
     choices = [needles for needles in choices if all(n.split(b"=", 1)[1] for n in needles)]
+    forked = _forked_marks() if choices else {}
     out = []
     for name in os.listdir(PROC) if choices else ():
         if not name.isdigit() or int(name) == os.getpid():
             continue
-        try:
-            with open(f"{PROC}/{name}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
+        env = environment_of(name, forked)
         if any(all(needle in env for needle in needles) for needles in choices):
             out.append(int(name))
     return out
+
+
+def environment_of(pid: int | str, forked: dict[str, list[bytes]] | None = None) -> list[bytes]:
+    """A process's ``KEY=value`` entries as the scans see them: its /proc environ, and for
+    a forked runner the marks it noted (``forked``: notes already read)."""
+    try:
+        with open(f"{PROC}/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return []
+    notes = _forked_marks() if forked is None else forked
+    return env + notes.get(str(pid), [])
 
 
 def kill_marked(*alternatives: dict[str, str], rounds: int = 20, **marks: str) -> int:

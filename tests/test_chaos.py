@@ -16,6 +16,7 @@ import pytest
 
 from orchestrator import config, reports
 from orchestrator import queue_utils as q
+from orchestrator.processes import TOKEN_ENV, environment_of, marked_processes
 from orchestrator.task_notes import split_notes
 from orchestrator.tasks import TaskState, read_task_file
 
@@ -198,20 +199,19 @@ class Chaos:
 
 
 def runner_pids(root: Path) -> list[int]:
-    marker = f"OCTOPOID_ROOT={root}".encode()
+    """The project's runners, spawned or forked by the fork server: found by their marks as
+    octopoid finds them (a forked runner's /proc environ is the server's)."""
     out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    for pid in marked_processes(**{config.ROOT_ENV: str(root)}):
         try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                if b"orchestrator.roles.implementer" not in f.read():
-                    continue
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    out.append(int(name))
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
         except OSError:
             continue
+        runner = b"orchestrator.roles.implementer" in cmd or b"orchestrator.forkserver" in cmd
+        token = any(e.startswith(f"{TOKEN_ENV}=".encode()) for e in environment_of(pid))
+        if runner and token:  # the fork server itself holds no claim token
+            out.append(pid)
     return out
 
 

@@ -113,3 +113,23 @@ def test_a_fork_server_too_slow_to_answer_never_leaves_two_runners(git_project: 
     wait_for("any late runner to be done", lambda: not _left_behind(git_project))
     assert q.get_task(task.id).state.value == "incoming"
     assert "working on" not in (log.read_text() if log.exists() else "")
+
+
+def test_a_forked_runner_is_found_by_its_marks_and_dies_with_its_claim(loop) -> None:  # noqa: F811
+    """A forked runner's /proc environ is the fork server's; the marks it notes let every
+    scan find it as a spawned one is found (wait for earlier attempts, requeue's kill)."""
+    from orchestrator.leases import claim_token
+    from orchestrator.processes import TASK_ENV, TOKEN_ENV, kill_claim_processes
+
+    from .e2e.test_daemon import _runner_owned
+
+    loop(OCTO_TEST_SLEEP="30")
+    tid = q.create_task("slow").id
+    task = wait_for("the runner to own the lease", lambda: _runner_owned(tid))
+    runner = int(task.headers["PID"])
+    assert b"orchestrator.forkserver" in Path(f"/proc/{runner}/cmdline").read_bytes()
+    token = claim_token(task)
+    assert runner in marked_processes(**{TOKEN_ENV: token})
+    assert runner in marked_processes(**{TASK_ENV: task.label})
+    kill_claim_processes(token)
+    wait_for("the runner gone", lambda: not _alive(psutil.Process(runner)))

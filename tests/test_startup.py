@@ -20,15 +20,15 @@ from orchestrator import bytecode
 
 #: Run a command in-process, then print the modules it really loaded, one JSON list.
 PROBE = """
-import importlib.util, json, sys
+import json, sys
 from orchestrator.cli import main
+from orchestrator.lazy import is_loaded
 sys.argv = ["octopoid", *sys.argv[1:]]
 try:
     main()
 except SystemExit:
     pass
-lazy = importlib.util._LazyModule
-print(json.dumps([n for n, m in sys.modules.items() if not isinstance(m, lazy)]), file=sys.stderr)
+print(json.dumps([n for n, m in list(sys.modules.items()) if is_loaded(m)]), file=sys.stderr)
 """
 HEAVY = {
     "PyYAML": "yaml",

@@ -21,7 +21,7 @@ import git
 import pytest
 
 from orchestrator import queue_utils as q
-from orchestrator.processes import TOKEN_ENV
+from orchestrator.processes import TOKEN_ENV, environment_of, marked_processes
 from orchestrator.tasks import TaskState, render_task
 
 from .conftest import HELPERS, child_env, set_config, write_agents
@@ -62,20 +62,13 @@ while time.monotonic() < deadline and q.get_store().count(TaskState.DONE) < tota
 
 
 def _processes_of(root: Path) -> list[int]:
-    """PIDs of runners and agents started for ``root`` (they carry a claim token)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"OCTOPOID_ROOT={root}".encode() in env and any(
-            e.startswith(f"{TOKEN_ENV}=".encode()) for e in env
-        ):
-            found.append(int(entry))
-    return found
+    """PIDs of runners and agents started for ``root`` (they carry a claim token; a forked
+    runner in the marks it noted)."""
+    return [
+        pid
+        for pid in marked_processes(**{"OCTOPOID_ROOT": str(root)})
+        if any(e.startswith(f"{TOKEN_ENV}=".encode()) for e in environment_of(pid))
+    ]
 
 
 @pytest.mark.slow
