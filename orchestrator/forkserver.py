@@ -75,6 +75,10 @@ class ForkedRunner:
                 os.kill(self.pid, sig)
 
 
+READY = b"ready"  # said once the server's imports are done
+READY_SECONDS = 120.0  # a machine so busy that its imports take longer spawns runners
+
+
 class ForkServer:
     """The daemon's side: start the server, ask it for runners."""
 
@@ -89,6 +93,15 @@ class ForkServer:
             start_new_session=True,  # a Ctrl-C to the daemon's group is the daemon's
         )
         theirs.close()
+        self._sock.settimeout(READY_SECONDS)  # its imports, however busy the machine is
+        try:
+            said = self._sock.recv(MESSAGE_BYTES)
+        except OSError:
+            self.close()
+            raise
+        if said != READY:
+            self.close()
+            raise OSError(f"the fork server did not start: it said {said!r}")
         self._sock.settimeout(ANSWER_SECONDS)
 
     def spawn(self, args: list[str], env: dict[str, str], cwd: str, log: str) -> ForkedRunner:
@@ -120,6 +133,7 @@ def serve(sock: socket.socket) -> None:
     """Answer each request with a forked runner's pid, until the daemon goes."""
     for module in PRELOAD:  # the point of it all: the runner's imports, once
         importlib.import_module(module)
+    sock.sendall(READY)  # the daemon waits for this before it asks for a runner
     while request := sock.recv(MESSAGE_BYTES):
         try:
             pid = _fork_runner(json.loads(request), sock)

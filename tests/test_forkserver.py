@@ -63,6 +63,9 @@ def test_kill_9_of_the_daemon_leaves_no_fork_server(loop, git_project: Path) -> 
 def test_a_dead_fork_server_means_spawning(loop) -> None:  # noqa: F811
     daemon = loop()
     server = fork_server(daemon)
+    wait_for(
+        "the server ready (the daemon watches after)", lambda: "an enqueue wakes" in scheduler_log()
+    )
     os.kill(server.pid, signal.SIGKILL)
     tid = q.create_task("plain work").id
     wait_for("provisional", lambda: state_of(tid) == "provisional")
