@@ -14,7 +14,6 @@ from typing import Any
 
 from . import queue_utils, reports
 from .dependencies import Blockage, blocked_report
-from .exceptions import OctopoidError
 from .store.claim_index import Waiting
 from .tasks import Task, TaskState, task_label
 
@@ -120,10 +119,10 @@ def page(
             continue
         ids = _ids(state)
         if role is None:
-            tasks = _read(ids[start : start + size])
+            tasks = queue_utils.readable_tasks(ids[start : start + size])
             total = len(ids)
         else:  # a role is only known from a task's file: this queue is read whole
-            every = [t for t in _read(ids) if t.role == role]
+            every = [t for t in queue_utils.readable_tasks(ids) if t.role == role]
             tasks, total = every[start : start + size], len(every)
         lines = [Line.of_task(t) for t in tasks]
         if state is S.PROVISIONAL:
@@ -143,7 +142,7 @@ def stream(states: Sequence[TaskState], role: str | None) -> Iterator[Line]:
             yield from (Line.of_waiting(w, blocked.get(w.id)) for w in store.waiting(role))
             continue
         for task_id in _ids(state):
-            for task in _read([task_id]):
+            for task in queue_utils.readable_tasks([task_id]):
                 if role in (None, task.role):
                     yield Line.of_task(task)
 
@@ -154,14 +153,3 @@ def _ids(state: TaskState) -> list[str]:
     if state is S.DONE:
         return store.recent(S.DONE, store.count(S.DONE))
     return store.ids(state)
-
-
-def _read(ids: Sequence[str]) -> list[Task]:
-    """The tasks of ``ids`` that can still be read (one may move while the list is drawn)."""
-    found = []
-    for task_id in ids:
-        try:
-            found.append(queue_utils.get_task(task_id))
-        except OctopoidError:
-            continue
-    return found

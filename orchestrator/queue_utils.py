@@ -30,6 +30,7 @@ from .exceptions import (
     InvalidTask,
     LostClaim,
     LostRace,
+    OctopoidError,
     TaskNotFound,
     TaskParseError,
 )
@@ -325,6 +326,18 @@ def list_tasks(queue: TaskState | str) -> list[Task]:
 
 def get_task(task_id: str) -> Task:
     return get_store().get(normalize_task_id(task_id))
+
+
+def readable_tasks(task_ids: Iterable[str]) -> list[Task]:
+    """The tasks of ``task_ids`` that can still be read: one may move or go while a list or
+    a page is drawn, and is then left out, not an error."""
+    found = []
+    for task_id in task_ids:
+        try:
+            found.append(get_task(task_id))
+        except OctopoidError:
+            continue
+    return found
 
 
 def claim_task(

@@ -266,17 +266,6 @@ def _card(task: Task, *facts: str) -> Card:
     return Card(task.label, task.title, state, list(facts), _actions(task))
 
 
-def _read_some(store: QueueStore, ids: list[str]) -> list[Task]:
-    """The tasks of ``ids`` that can still be read (one may move while the page is drawn)."""
-    found = []
-    for task_id in ids:
-        try:
-            found.append(store.get(task_id))
-        except OctopoidError:
-            continue
-    return found
-
-
 def _listed(tasks: list[Task], draw: Callable[[Task], Card]) -> _Source:
     return _Source(len(tasks), lambda n: [t.id for t in tasks[:n]], draw, {t.id: t for t in tasks})
 
@@ -349,7 +338,7 @@ def _group(key: str, source: _Source, filters: Filters, index: _SearchIndex) -> 
     last = max(0, (total - 1) // SHOWN * SHOWN)
     start = min((filters.page - 1) * SHOWN, last) if filters.group == key else 0
     shown = first(start + SHOWN)[start:]
-    fresh = _read_some(index.store, [task_id for task_id in shown if task_id not in source.read])
+    fresh = queue_utils.readable_tasks(t for t in shown if t not in source.read)
     index.note(fresh)
     tasks = {t.id: t for t in fresh} | source.read
     cards = [source.draw(tasks[task_id]) for task_id in shown if task_id in tasks]
