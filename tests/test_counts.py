@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+from orchestrator.store import claim_index
 from orchestrator.store.files import FolderStore
 from orchestrator.tasks import TaskState, new_task, render_task
 
@@ -39,10 +40,11 @@ def test_a_count_follows_every_change_by_hand(tmp_path: Path) -> None:
     assert store.count(S.DONE) == 5
 
 
-def test_an_old_unchanged_folder_is_not_listed_again(tmp_path: Path) -> None:
+def test_an_old_unchanged_folder_is_not_listed_again(tmp_path: Path, monkeypatch) -> None:
     """The cache is used: a file slipped in with the folder's mtime put back is not seen
     (no real change can do that); a young mtime is never trusted, as two changes in one
     timestamp tick would share it."""
+    monkeypatch.setattr(claim_index, "COUNT_KEPT_FROM", 1)  # kept from one task, here
     store = FolderStore(tmp_path / "queue")
     store.initialize()
     drop(store, S.DONE, "1")
@@ -57,3 +59,17 @@ def test_an_old_unchanged_folder_is_not_listed_again(tmp_path: Path) -> None:
     drop(store, S.DONE, "3")
     os.utime(store.dir(S.DONE), ns=(young, young))  # a second change in the same tick
     assert store.count(S.DONE) == 3  # the young mtime's count was not kept
+
+
+def test_a_small_folder_is_listed_and_never_written_down(tmp_path: Path) -> None:
+    """Under COUNT_KEPT_FROM tasks a count costs a listing and no write to the index the
+    claims write to."""
+    store = FolderStore(tmp_path / "queue")
+    store.initialize()
+    drop(store, S.PROVISIONAL, "1")
+    old = age(store.dir(S.PROVISIONAL), 60)
+    assert store.count(S.PROVISIONAL) == 1
+    assert store.index._get("count:provisional") is None
+    drop(store, S.PROVISIONAL, "2")
+    os.utime(store.dir(S.PROVISIONAL), ns=(old, old))
+    assert store.count(S.PROVISIONAL) == 2  # listed again: nothing was kept

@@ -68,6 +68,7 @@ class WaitingDigest(NamedTuple):
 
 
 SCHEMA_VERSION = 7  # 6: title and attempts, for `octopoid list`; 7: partial indexes
+COUNT_KEPT_FROM = 1000  # tasks in a folder before its count is kept (smaller: listed)
 RACY_NS = 2_000_000_000  # a folder's mtime this young may hide a second change in its tick
 OWN_MTIMES = 64  # recent own writes to recognise incoming/ by (any number of writers)
 OWN_MTIMES_TRIM = 16  # a process trims the older ones every this many own writes
@@ -424,14 +425,15 @@ class ClaimIndex:
         As git does with its index, a count is not kept while the mtime is younger than the
         file system's timestamp granularity could hide (``RACY_NS``): two changes in one
         tick would share an mtime. 50,000 names cost a 40 ms listing; an unchanged done/, a
-        stat."""
+        stat. A folder under ``COUNT_KEPT_FROM`` tasks is cheaper to list than to keep: no
+        write joins the claims' on the index for it (the scheduler counts every pass)."""
         mtime = folder.stat().st_mtime_ns
         key = f"count:{folder.name}"
         known = (self._get(key) or "").split()
         if len(known) == 2 and known[0] == str(mtime):
             return int(known[1])
         found = count()
-        if time.time_ns() - mtime > RACY_NS:
+        if found >= COUNT_KEPT_FROM and time.time_ns() - mtime > RACY_NS:
             self._set(key, f"{mtime} {found}")
         return found
 
