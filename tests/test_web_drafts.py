@@ -76,6 +76,8 @@ def test_a_draft_is_checked_like_the_review_it_becomes(git_project, web) -> None
     ]:
         status, answer = save(alice, task_id, bad, csrf)
         assert status == 400 and says in answer["error"], (bad, answer)
+    status, answer = save(alice, task_id, {"reason": "x" * (5 * 1024 * 1024)}, csrf)
+    assert status == 413 and "too big" in answer["error"]  # read no further than that
     assert not drafts.draft_path(task_id, "alice").exists()  # nothing bad was kept
     status, _ = save(alice, task_id, {"reason": "fine"}, csrf="0" * 64)
     assert status == 403

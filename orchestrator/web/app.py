@@ -9,6 +9,7 @@ autoescape; every POST is checked against the CSRF token (``security``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from .security import TokenGate, csrf_for, same
 
 HERE = Path(__file__).parent
 ACTOR = "web"
+MAX_DRAFT_BYTES = 4 * 1024 * 1024  # 200 comments at their longest fit well within
 #: What a redirect after an action may say; the query names a key, never free text.
 DONE = {
     "accepted": "Accepted: merged into its base and done.",
@@ -114,9 +116,14 @@ def create_app(token: str) -> Starlette:
         as kept, or 400 with what is wrong."""
         if not same(request.headers.get("x-csrf-token"), csrf):
             raise _Forbidden()
+        body = b""
+        async for chunk in request.stream():  # read no further than a draft can be
+            body += chunk
+            if len(body) > MAX_DRAFT_BYTES:
+                return JSONResponse({"error": "the draft is too big"}, status_code=413)
         try:
             task = await run_in_threadpool(queue_utils.get_task, request.path_params["task_id"])
-            data = await request.json()
+            data = json.loads(body)
             kept = await run_in_threadpool(drafts.save, task.id, reviewer_of(request), data)
         except ValueError:
             return JSONResponse({"error": "the draft is not JSON"}, status_code=400)
