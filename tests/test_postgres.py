@@ -607,3 +607,30 @@ def test_pinned_notes_and_blocked_tasks_are_read_through_indexes(pg_dsn: str) ->
     with psycopg.connect(pg_dsn) as conn:
         names = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes")}
     assert {"memory_pinned", "tasks_blocked"} <= names
+
+
+def test_a_fork_server_preloads_the_driver_only_for_postgres_and_connects_to_nothing(
+    git_project: Path, pg_server, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Importing psycopg was a third of a PostgreSQL runner's start, so the fork server
+    imports it first; but a libpq connection must never be shared across fork, so the
+    server holds none (each runner connects after its fork), and a folder store's server
+    does not load the driver at all."""
+    import psutil
+
+    from orchestrator.forkserver import ForkServer
+
+    def loaded_and_connected() -> tuple[bool, bool]:
+        server = ForkServer()
+        try:
+            proc = psutil.Process(server.proc.pid)
+            maps = Path(f"/proc/{proc.pid}/maps").read_text()
+            to_pg = [c for c in proc.net_connections("unix") if str(pg_server.sock) in c.raddr]
+            return "libpq" in maps, bool(to_pg)
+        finally:
+            server.close()
+
+    assert loaded_and_connected() == (False, False)
+    monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
+    q.create_task("a queue that exists")
+    assert loaded_and_connected() == (True, False)
