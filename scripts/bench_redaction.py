@@ -4,9 +4,10 @@ Run by hand:  python scripts/bench_redaction.py [--mb 100] [--runs 5] [--kib 64]
 
 Throughput: ``--mb`` MB of agent-like, code-like and secret-dense text pushed in 64 KiB
 chunks through ``Redactor.stream()``, in a child process per run (peak RSS is that run's
-alone), the current module and the one before the one-pass scan (imported from git,
-``BEFORE_SINGLE_PASS``) run interleaved, so a busy neighbour slows both alike; the table
-prints min/median/max MB/s and the median peak RSS.
+alone): the module before the one-pass scan (imported from git, ``BEFORE_SINGLE_PASS``),
+then the current one on its anchor path alone and with each installed shape-gate engine
+(Hyperscan, RE2), all interleaved, so a busy neighbour slows each alike. The table prints
+min/median/max MB/s, the median peak RSS, and each one's median paired ratio to before.
 
 An agent controls what it prints, and every chunk of its output is redacted while the
 runner renews its lease. A detector whose regex backtracks (a lazy gap to the end of the
@@ -31,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator import redaction
+from orchestrator import shape_gate
 from orchestrator.redaction import Redactor
 from tests.helpers.secrets_corpus import code_like_output, corpus, ordinary_output, redaction_at
 
@@ -66,13 +67,19 @@ def median_ms(redact: Redactor, text: str, runs: int) -> float:
 
 
 def stream_child(impl: str, text: str, size: int) -> dict[str, float]:
-    """One run: ``size`` bytes of ``text`` through a stream of ``impl``'s Redactor."""
-    module = redaction if impl == "after" else redaction_at()
-    redactor = module.Redactor(ENV)
-    redactor("warm up AKIA0000000000000000 and detect-secrets' import")
+    """One run: ``size`` bytes of ``text`` through a stream of ``impl``'s Redactor; the
+    gate's one-off build (detect-secrets' import, the compile) is left out."""
+    if impl == "before":
+        redactor = redaction_at().Redactor(ENV)
+        redactor("warm up AKIA0000000000000000 and detect-secrets' import")
+        stream = redactor.stream()
+    else:
+        redactor, engine = Redactor(ENV), None if impl == "anchors" else impl
+        redactor.stream(engine).push(b"warm up AKIA0000000000000000 and the gate's compile")
+        stream = redactor.stream(engine)
     unit = TEXTS[text]().encode()
     block = (unit * (CHUNK // len(unit) + 2))[: CHUNK + len(unit)]
-    stream, left, offset = redactor.stream(), size, 0
+    left, offset = size, 0
     start = time.perf_counter()
     while left > 0:  # chunks cut at a different place of the text each time
         chunk = block[offset : offset + min(CHUNK, left)]
@@ -88,26 +95,27 @@ def stream_child(impl: str, text: str, size: int) -> dict[str, float]:
 def throughput(mb: float, runs: int) -> None:
     """Before and after interleaved, each run a fresh child process."""
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    impls = ["before", "anchors", *shape_gate.installed()]
     for _ in range(runs):
         for text in TEXTS:
-            for impl in ("before", "after"):
+            for impl in impls:
                 argv = [sys.executable, __file__, "--child", impl, text, str(int(mb * 1e6))]
                 out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
                 results.setdefault((text, impl), []).append(json.loads(out))
-    print(f"{'text':8} {'impl':7} {'MB/s min':>9} {'median':>8} {'max':>8} {'RSS MiB':>8}")
+    print(
+        f"{'text':8} {'impl':10} {'MB/s min':>9} {'median':>8} {'max':>8} {'RSS MiB':>8}"
+        f" {'x before':>9}"
+    )
     for (text, impl), rows in results.items():
         speeds = sorted(r["mb_s"] for r in rows)
         rss = statistics.median(r["rss_mib"] for r in rows)
-        print(
-            f"{text:8} {impl:7} {speeds[0]:9.1f} {statistics.median(speeds):8.1f}"
-            f" {speeds[-1]:8.1f} {rss:8.1f}"
-        )
-    for text in TEXTS:
         ratio = statistics.median(
-            a["mb_s"] / b["mb_s"]
-            for a, b in zip(results[text, "after"], results[text, "before"], strict=True)
+            a["mb_s"] / b["mb_s"] for a, b in zip(rows, results[text, "before"], strict=True)
         )
-        print(f"{text}: after/before, median of paired runs: x{ratio:.2f}")
+        print(
+            f"{text:8} {impl:10} {speeds[0]:9.1f} {statistics.median(speeds):8.1f}"
+            f" {speeds[-1]:8.1f} {rss:8.1f} {ratio:8.2f}x"
+        )
 
 
 def main() -> None:

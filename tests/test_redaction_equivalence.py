@@ -1,21 +1,25 @@
-"""The one-pass redaction hides at least every byte the redaction before it hid.
+"""The one-pass redaction hides at least every byte the redaction before it hid, and its
+shape gate (Hyperscan or RE2, where installed) changes nothing.
 
 The old module is imported from git (``BEFORE_SINGLE_PASS``) beside the current one and both
 run on the same text: the secrets corpus, hypothesis-built text dense with anchors, and each
-corpus secret streamed in two pieces cut at every byte.
+corpus secret streamed in two pieces cut at every byte. Each installed engine's gate must
+give exactly the spans of the anchor path alone, and name every detector whose regex matches.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import redaction
+from orchestrator import redaction, shape_gate
 from tests.helpers.secrets_corpus import (
     FakeSecret,
+    code_like_output,
     corpus,
     fake_secrets,
     ordinary_output,
@@ -23,7 +27,9 @@ from tests.helpers.secrets_corpus import (
 )
 
 OLD = redaction_at()
-pytestmark = pytest.mark.skipif(OLD is None, reason="the commit before is not in this clone")
+before = pytest.mark.skipif(OLD is None, reason="the commit before is not in this clone")
+#: The anchor path alone (None) and every shape-gate engine on this machine.
+ENGINES = [None, *shape_gate.installed()]
 
 ENV = {"MY_SERVICE_TOKEN": "svc-7f3a9c2e5b1d4f608a2c", "DB_URL": "postgres://app:pw-9f8e7d6c@db/x"}
 SECRETS = fake_secrets()
@@ -44,6 +50,7 @@ def assert_hides_as_much(data: bytes) -> None:
     assert not lost, data[max(0, lost[0] - 40) : lost[0] + 40] if lost else None
 
 
+@before
 def test_the_corpus_is_redacted_exactly_as_before() -> None:
     text = corpus() + "".join(f"x {form} y\n" for form in ENCODED)
     assert redaction.Redactor(ENV)(text) == OLD.Redactor(ENV)(text)
@@ -61,19 +68,77 @@ PIECES = st.sampled_from(
 FILLER = st.text(alphabet="aAsSkK019_-+/=.:@\"' \n", max_size=40)
 
 
+@before
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(PIECES, FILLER), max_size=25))
 def test_text_dense_with_anchors_loses_no_redaction(parts: list[str]) -> None:
     assert_hides_as_much("".join(parts).encode())
 
 
+@before
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("secret", SECRETS, ids=[s.name for s in SECRETS])
-def test_a_secret_split_at_every_byte_streams_as_before(secret: FakeSecret) -> None:
+def test_a_secret_split_at_every_byte_streams_as_before(
+    secret: FakeSecret, engine: str | None
+) -> None:
     line = f"TASK-42 sk-x 🐙 {secret.text} ✓\nafter\n".encode()
     new, old = redaction.Redactor(ENV), OLD.Redactor(ENV)
     for cut in range(1, len(line)):
         outs = []
-        for redactor in (new, old):
-            stream = redactor.stream()
+        for stream in (new.stream(engine), old.stream()):
             outs.append(stream.push(line[:cut]) + stream.push(line[cut:]) + stream.close())
         assert outs[0] == outs[1], cut
+
+
+# --- the shape gate -------------------------------------------------------------------------
+
+needs_engine = pytest.mark.skipif(not ENGINES[1:], reason="neither hyperscan nor google-re2")
+DETECTORS = redaction.shape_scanner().detectors
+WIDENED = [re.compile(shape_gate.superset(d.regex)) for d in DETECTORS]
+
+
+def assert_gate_changes_nothing(data: bytes) -> None:
+    """Each engine: the same spans as the anchor path, and every matching detector named."""
+    redactor = redaction.Redactor(ENV)
+    expected = redactor.spans(data, engine=None)
+    matching = {i for i, d in enumerate(DETECTORS) if d.regex.search(data)}
+    assert matching <= {i for i, w in enumerate(WIDENED) if w.search(data)}  # as Python reads it
+    for engine in ENGINES[1:]:
+        assert matching <= redaction.compiled_gate(engine)(data), engine
+        assert redactor.spans(data, engine=engine) == expected, engine
+
+
+@needs_engine
+def test_the_gate_changes_nothing_on_the_corpus_and_code() -> None:
+    text = corpus() + "".join(f"x {form} y\n" for form in ENCODED) + code_like_output()
+    assert_gate_changes_nothing(text.encode())
+    for secret in SECRETS:  # alone, so no other secret's detector is run by chance
+        assert_gate_changes_nothing(secret.text.encode())
+
+
+@needs_engine
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(PIECES, FILLER, st.binary(max_size=8)), max_size=25))
+def test_the_gate_changes_nothing_on_text_dense_with_anchors(parts: list[str | bytes]) -> None:
+    data = b"".join(p if isinstance(p, bytes) else p.encode() for p in parts)
+    assert_gate_changes_nothing(data)
+
+
+@needs_engine
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_the_corpus_streams_the_same_through_every_gate(engine: str) -> None:
+    data = corpus().encode() * 3
+    outs = []
+    for stream in (redaction.Redactor(ENV).stream(engine), redaction.Redactor(ENV).stream(None)):
+        outs.append(b"".join(stream.push(data[i : i + 4000]) for i in range(0, len(data), 4000)))
+        outs[-1] += stream.close()
+    assert outs[0] == outs[1]
+    assert b"[REDACTED:" in outs[0]
+
+
+@needs_engine
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_a_regex_the_gate_cannot_widen_runs_on_every_chunk(engine: str) -> None:
+    backreference = re.compile(rb"(['\"])hunter2\1")
+    gate = shape_gate.ENGINES[engine]([backreference, re.compile(rb"sk-[a-z]{40}")])
+    assert gate(b"nothing here") == {0}
