@@ -1,0 +1,40 @@
+"""Pytest fixtures ``github_forge`` and ``gitlab_forge``: a fake forge over a fresh bare repo.
+
+The bare repo (``forge.remote.path``) has a ``main`` branch with one commit; push to it with
+plain ``git push``. ``TOKENS`` are the known users: the bot octopoid acts as, and two people.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .base import BareRepo
+from .github import GitHubFake
+from .gitlab import GitLabFake
+
+BOT, ALICE, BOB = "octopoid-bot", "alice", "bob"
+TOKENS = {"tok-bot": BOT, "tok-alice": ALICE, "tok-bob": BOB}
+REPO = "octo/widgets"
+
+
+def make_bare_repo(path: Path) -> Path:
+    """A bare repo whose ``main`` holds one commit (a README), as a new forge project has."""
+    subprocess.run(["git", "init", "--quiet", "--bare", "-b", "main", str(path)], check=True)
+    BareRepo(path).commit(ALICE, "main", {"README.md": "# widgets\n"}, "Initial commit", None)
+    return path
+
+
+@pytest.fixture
+def github_forge(tmp_path: Path) -> Iterator[GitHubFake]:
+    with GitHubFake(make_bare_repo(tmp_path / "github-remote.git"), TOKENS, REPO) as forge:
+        yield forge
+
+
+@pytest.fixture
+def gitlab_forge(tmp_path: Path) -> Iterator[GitLabFake]:
+    with GitLabFake(make_bare_repo(tmp_path / "gitlab-remote.git"), TOKENS, REPO) as forge:
+        yield forge
