@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import re
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -142,3 +143,28 @@ def test_a_regex_the_gate_cannot_widen_runs_on_every_chunk(engine: str) -> None:
     backreference = re.compile(rb"(['\"])hunter2\1")
     gate = shape_gate.ENGINES[engine]([backreference, re.compile(rb"sk-[a-z]{40}")])
     assert gate(b"nothing here") == {0}
+
+
+@needs_engine
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_streams_in_threads_share_one_gate(engine: str) -> None:
+    """A runner redacts stdout and stderr in two threads: Hyperscan's scratch space is one
+    per thread, or a scan fails while another runs."""
+    data = (code_like_output() + corpus()).encode() * 40
+    outs: list[bytes | Exception] = []
+
+    def redact(engine: str | None) -> None:
+        stream = redaction.Redactor(ENV).stream(engine)
+        try:
+            pushed = [stream.push(data[i : i + 65536]) for i in range(0, len(data), 65536)]
+            outs.append(b"".join(pushed) + stream.close())
+        except Exception as exc:  # the assertion below shows it
+            outs.append(exc)
+
+    redact(None)
+    threads = [threading.Thread(target=redact, args=(engine,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outs[1:] == outs[:1] * 4
