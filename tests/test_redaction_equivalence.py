@@ -148,8 +148,8 @@ def test_a_regex_the_gate_cannot_widen_runs_on_every_chunk(engine: str) -> None:
 @needs_engine
 @pytest.mark.parametrize("engine", ENGINES[1:])
 def test_streams_in_threads_share_one_gate(engine: str) -> None:
-    """A runner redacts stdout and stderr in two threads: Hyperscan's scratch space is one
-    per thread, or a scan fails while another runs."""
+    """Streams may be redacted in several threads at once: Hyperscan's scratch space is
+    one per thread, or a scan fails while another runs."""
     data = (code_like_output() + corpus()).encode() * 40
     outs: list[bytes | Exception] = []
 
