@@ -1,27 +1,36 @@
 """PostgreSQL store benchmark: claim latency by queue depth, and lifecycle throughput with
-1, 4 and 8 concurrent claimers side by side with procrastinate on the same server.
+1, 4 and 8 concurrent claimers and a producer, side by side with procrastinate on the same
+server.
 
 Run by hand:  python scripts/bench_postgres.py [--depths 1000,10000,50000] [--claims 300]
-              [--claimers 1,4,8] [--tasks 1000] [--rounds 2] [--dsn URL]
-Without ``--dsn`` a throwaway server is started (tests/pg_server.py: Debian's initdb into a
-temporary folder, fsync off, as in the tests); every measurement gets a fresh database.
+              [--claimers 1,4,8] [--tasks 1000] [--backlog 0.5] [--rounds 3]
+              [--fsync on|off] [--dsn URL] [--mode claim,lifecycle]
+Without ``--dsn`` a throwaway server is started (tests/pg_server.py's, but with ``fsync``,
+``synchronous_commit`` and ``full_page_writes`` on, as a real queue runs, unless
+``--fsync off``); every measurement gets a fresh database.
 
 - claim: the queue is filled to each depth (rows inserted in bulk: the fill is not what is
   measured), then ``queue_utils.claim_task`` is timed one claim at a time.
-- lifecycle: K processes, each ``claim_task`` then ``complete_task`` until the queue is
-  empty (octopoid's claim -> finish, with its lease headers, History and notes cleanup),
-  against K procrastinate workers (``run_worker(wait=False)``) running a no-op job until
-  theirs is empty. Rounds alternate which goes first, so the machine's noise hits both.
+- lifecycle: ``--backlog`` of the tasks wait when the clock starts (inserted in bulk, not
+  measured); one producer process enqueues the rest one at a time while K claimer
+  processes work, each until the producer is done and nothing is left. octopoid's producer
+  is ``queue_utils.create_task``, its claimers ``claim_task`` then ``complete_task`` (lease
+  headers, History, the notes' clean-up), woken by the store's own LISTEN when the queue is
+  empty. procrastinate's producer is ``defer``, its claimers workers (``wait=True``, then
+  ``wait=False`` to drain once the producer is done) running an async no-op job (its
+  fastest kind). Rounds alternate which goes first, so the machine's noise hits both.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,19 +41,40 @@ from orchestrator import queue_utils as q
 from orchestrator.scaffold import init_project
 from orchestrator.store.postgres import PostgresStore, upgrade_database
 from orchestrator.tasks import TaskState, new_task
+from tests.pg_server import PgServer, find_bin
 
 _fresh = iter(range(1, 1_000_000))
+
+
+class DurableServer(PgServer):
+    """The tests' throwaway server, with ``fsync`` on or off (the tests run it off)."""
+
+    def __init__(self, fsync: bool) -> None:
+        super().__init__()
+        self.fsync = fsync
+
+    def resume(self) -> None:
+        durable = "on" if self.fsync else "off"
+        options = (
+            f"-c listen_addresses='' -c unix_socket_directories='{self.sock}' "
+            f"-c fsync={durable} -c synchronous_commit={durable} "
+            f"-c full_page_writes={durable} -c max_connections=200 -c shared_buffers=64MB"
+        )
+        done = self._run(
+            [find_bin("pg_ctl"), "-D", str(self.data), "-o", options,
+             "-l", str(self.root / "log"), "-w", "-t", "60", "start"]
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl start failed: {done.stderr[-400:]}")
 
 
 class Server:
     """Fresh databases on ``--dsn``'s server or on a throwaway one."""
 
-    def __init__(self, dsn: str | None) -> None:
+    def __init__(self, dsn: str | None, fsync: bool) -> None:
         self.dsn, self.pg = dsn, None
         if dsn is None:
-            from tests.pg_server import PgServer
-
-            self.pg = PgServer()
+            self.pg = DurableServer(fsync)
             self.pg.start()
 
     def database(self) -> str:
@@ -57,6 +87,16 @@ class Server:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return make_conninfo(self.dsn, dbname=name)
+
+    def settings(self) -> str:
+        import psycopg
+
+        with psycopg.connect(self.database(), autocommit=True) as conn:
+            found = [
+                f"{name}={conn.execute(f'SHOW {name}').fetchone()[0]}"
+                for name in ("server_version", "fsync", "synchronous_commit", "full_page_writes")
+            ]
+        return ", ".join(found)
 
     def stop(self) -> None:
         if self.pg is not None:
@@ -81,7 +121,7 @@ def octopoid_queue(dsn: str, tasks: int) -> None:
             " not_before, turns, cost) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             rows,
         )
-        cur.execute("SELECT setval('octopoid.task_ids', %s)", (tasks,))
+        cur.execute("SELECT setval('octopoid.task_ids', %s)", (max(tasks, 1),))
         cur.execute("ANALYZE octopoid.tasks")
     store.close()
 
@@ -104,10 +144,36 @@ def bench_claims(server: Server, depths: list[int], claims: int) -> list[tuple]:
     return rows
 
 
-def _octopoid_claimer(go: multiprocessing.Event) -> None:
+# --- the lifecycle race: one producer and K claimers per system ----------------------------
+
+
+def _octopoid_producer(n: int, go, produced, took) -> None:
+    q.get_store().count(TaskState.DONE)  # connected before the clock starts, as the others
     go.wait()
-    while (task := q.claim_task(None, f"bench-{os.getpid()}")) is not None:
-        q.complete_task(task)
+    start = time.perf_counter()
+    for i in range(n):
+        q.create_task(f"produced {i}", priority=f"P{i % 4}", created_by="bench")
+    took.value = time.perf_counter() - start
+    produced.set()
+
+
+def _octopoid_claimer(go, produced) -> None:
+    store = q.get_store()
+    woken = threading.Event()
+    stop_listening = store.watch(woken.set)  # LISTEN, as the scheduler waits
+    me = f"bench-{os.getpid()}"
+    go.wait()
+    while True:
+        last_chance = produced.is_set()  # before the claim: then an empty queue is final
+        woken.clear()
+        task = q.claim_task(None, me)
+        if task is not None:
+            q.complete_task(task)
+        elif last_chance:
+            break
+        else:
+            woken.wait(0.1)
+    stop_listening()
 
 
 def _procrastinate_app(dsn: str):
@@ -116,52 +182,89 @@ def _procrastinate_app(dsn: str):
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
 
     @app.task(queue="bench", name="noop")
-    def noop(n: int) -> None:
+    async def noop(n: int) -> None:
         return None
 
     return app, noop
 
 
-def _procrastinate_worker(dsn: str, go: multiprocessing.Event) -> None:
-    app, _ = _procrastinate_app(dsn)
-    go.wait()
+def _procrastinate_producer(dsn: str, n: int, go, produced, took) -> None:
+    app, noop = _procrastinate_app(dsn)
     with app.open():
-        app.run_worker(queues=["bench"], wait=False, concurrency=1)
+        go.wait()
+        start = time.perf_counter()
+        for i in range(n):
+            noop.defer(n=i)
+        took.value = time.perf_counter() - start
+    produced.set()
 
 
-def _race(target: Callable, args: tuple, claimers: int) -> float:
-    """Seconds from releasing ``claimers`` processes to the last one finishing."""
+def _procrastinate_claimer(dsn: str, go, produced) -> None:
+    from procrastinate.worker import Worker
+
+    app, _ = _procrastinate_app(dsn)
+
+    async def work() -> None:
+        async with app.open_async():
+            waiting = Worker(app, queues=["bench"], wait=True, install_signal_handlers=False)
+            running = asyncio.create_task(waiting.run())
+            await asyncio.to_thread(produced.wait)
+            waiting.stop()  # graceful: its job in hand is finished
+            await running
+            draining = Worker(app, queues=["bench"], wait=False, install_signal_handlers=False)
+            await draining.run()
+
+    go.wait()
+    asyncio.run(work())
+
+
+def _race(
+    producer: tuple[Callable, tuple], claimer: tuple[Callable, tuple], k: int
+) -> tuple[float, float]:
+    """Seconds from releasing the producer and ``k`` claimers to the last one finishing,
+    and the producer's own seconds."""
     ctx = multiprocessing.get_context("fork")
-    go = ctx.Event()
-    procs = [ctx.Process(target=target, args=(*args, go)) for _ in range(claimers)]
+    go, produced, took = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
+    procs = [ctx.Process(target=producer[0], args=(*producer[1], go, produced, took))]
+    procs += [ctx.Process(target=claimer[0], args=(*claimer[1], go, produced)) for _ in range(k)]
     for proc in procs:
         proc.start()
-    time.sleep(0.5)  # all started and waiting
+    time.sleep(1.0)  # all started, connected and waiting
     start = time.perf_counter()
     go.set()
     for proc in procs:
         proc.join()
-        assert proc.exitcode == 0
-    return time.perf_counter() - start
+        assert proc.exitcode == 0, proc.exitcode
+    return time.perf_counter() - start, took.value
 
 
-def lifecycle_octopoid(server: Server, tasks: int, claimers: int) -> float:
+Rates = tuple[float, float]  # tasks/s through the whole lifecycle, and enqueued/s
+
+
+def lifecycle_octopoid(server: Server, tasks: int, backlog: int, claimers: int) -> Rates:
     dsn = server.database()
-    octopoid_queue(dsn, tasks)
-    elapsed = _race(_octopoid_claimer, (), claimers)
+    octopoid_queue(dsn, backlog)
+    q.get_store().close()  # the children connect for themselves
+    elapsed, produced = _race(
+        (_octopoid_producer, (tasks - backlog,)), (_octopoid_claimer, ()), claimers
+    )
     assert q.get_store().count(TaskState.DONE) == tasks
     q.get_store().close()
-    return tasks / elapsed
+    return tasks / elapsed, (tasks - backlog) / produced
 
 
-def lifecycle_procrastinate(server: Server, tasks: int, claimers: int) -> float:
+def lifecycle_procrastinate(server: Server, tasks: int, backlog: int, claimers: int) -> Rates:
     dsn = server.database()
     app, noop = _procrastinate_app(dsn)
     with app.open():
         app.schema_manager.apply_schema()
-        for n in range(tasks):
-            noop.defer(n=n)
-    elapsed = _race(_procrastinate_worker, (dsn,), claimers)
+        if backlog:
+            noop.batch_defer(*({"n": n} for n in range(backlog)))
+    elapsed, produced = _race(
+        (_procrastinate_producer, (dsn, tasks - backlog)),
+        (_procrastinate_claimer, (dsn,)),
+        claimers,
+    )
     import psycopg
 
     with psycopg.connect(dsn) as conn:
@@ -169,20 +272,27 @@ def lifecycle_procrastinate(server: Server, tasks: int, claimers: int) -> float:
             "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
         ).fetchone()[0]
     assert done == tasks, done
-    return tasks / elapsed
+    return tasks / elapsed, (tasks - backlog) / produced
 
 
-def lifecycle_pair(server: Server, tasks: int, claimers: int, rounds: int) -> tuple[float, float]:
-    """Median tasks/s of octopoid and procrastinate, alternating which runs first."""
+def lifecycle_pair(
+    server: Server, tasks: int, backlog: int, claimers: int, rounds: int
+) -> tuple[list[Rates], list[Rates]]:
+    """Rates of octopoid and procrastinate per round, alternating which runs first."""
     ours, theirs = [], []
     for r in range(rounds):
-        if r % 2 == 0:
-            ours.append(lifecycle_octopoid(server, tasks, claimers))
-            theirs.append(lifecycle_procrastinate(server, tasks, claimers))
-        else:
-            theirs.append(lifecycle_procrastinate(server, tasks, claimers))
-            ours.append(lifecycle_octopoid(server, tasks, claimers))
-    return statistics.median(ours), statistics.median(theirs)
+        pair = [
+            lambda: ours.append(lifecycle_octopoid(server, tasks, backlog, claimers)),
+            lambda: theirs.append(lifecycle_procrastinate(server, tasks, backlog, claimers)),
+        ]
+        for run in pair if r % 2 == 0 else reversed(pair):
+            run()
+    return ours, theirs
+
+
+def spread(values: list[float], digits: int = 0) -> str:
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{mid:.{digits}f} ({low:.{digits}f}-{high:.{digits}f})"
 
 
 def main() -> None:
@@ -191,15 +301,18 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=300)
     parser.add_argument("--claimers", default="1,4,8")
     parser.add_argument("--tasks", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--backlog", type=float, default=0.5, help="share waiting at the start")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fsync", choices=("on", "off"), default="on")
     parser.add_argument("--mode", default="claim,lifecycle")
     parser.add_argument("--dsn", help="a server to make scratch databases on")
     args = parser.parse_args()
     import logging
 
     logging.getLogger("procrastinate").setLevel(logging.ERROR)
-    server = Server(args.dsn)
+    server = Server(args.dsn, args.fsync == "on")
     try:
+        print(f"server: {server.settings()}")
         if "claim" in args.mode:
             depths = [int(d) for d in args.depths.split(",")]
             print(f"claim latency ({args.claims} claims each)")
@@ -207,11 +320,23 @@ def main() -> None:
             for depth, p50, p99 in bench_claims(server, depths, args.claims):
                 print(f"{depth:>10,} {p50:>9.2f} {p99:>9.2f}")
         if "lifecycle" in args.mode:
-            print(f"\nlifecycle, {args.tasks} tasks, median of {args.rounds} rounds (tasks/s)")
-            print(f"{'claimers':>8} {'octopoid':>10} {'procrastinate':>14} {'ratio':>7}")
+            backlog = int(args.tasks * args.backlog)
+            print(
+                f"\nlifecycle, {args.tasks} tasks ({backlog} waiting at the start, the rest "
+                f"produced during the claims), {args.rounds} rounds: tasks/s median (min-max)"
+            )
+            print(
+                f"{'claimers':>8} {'octopoid':>16} {'procrastinate':>16} {'paired ratio':>20}"
+                f" {'enqueued/s: octopoid':>22} {'procrastinate':>16}"
+            )
             for claimers in [int(c) for c in args.claimers.split(",")]:
-                ours, theirs = lifecycle_pair(server, args.tasks, claimers, args.rounds)
-                print(f"{claimers:>8} {ours:>10.0f} {theirs:>14.0f} {ours / theirs:>6.2f}x")
+                ours, theirs = lifecycle_pair(server, args.tasks, backlog, claimers, args.rounds)
+                ratios = [a[0] / b[0] for a, b in zip(ours, theirs, strict=True)]
+                print(
+                    f"{claimers:>8} {spread([r for r, _ in ours]):>16} "
+                    f"{spread([r for r, _ in theirs]):>16} {spread(ratios, 2):>20} "
+                    f"{spread([p for _, p in ours]):>22} {spread([p for _, p in theirs]):>16}"
+                )
     finally:
         server.stop()
 
