@@ -292,12 +292,12 @@ class ForgeServer:
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         with self.lock:
             login = self.login_of(headers)
-            for verb, pattern, handler in self._routes:
-                match = pattern.fullmatch(parts.path)
-                if verb == method and match:
-                    break
-            else:
+            found = [
+                (h, m) for v, p, h in self._routes if v == method and (m := p.fullmatch(parts.path))
+            ]
+            if not found:
                 return Reply(404, {"message": "Not Found"})
+            handler, match = found[0]
             public = getattr(handler, "public", False)
             if self._faults and not public:
                 return self._faults.popleft()()

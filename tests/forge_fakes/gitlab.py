@@ -424,7 +424,8 @@ class GitLabFake(ForgeServer):
                     409,
                     {
                         "message": [
-                            f"Another open merge request already exists for this source branch: !{mr.iid}"
+                            "Another open merge request already exists for this source branch: "
+                            f"!{mr.iid}"
                         ]
                     },
                 )
