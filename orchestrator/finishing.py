@@ -19,12 +19,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from . import config, drafts, git_utils, queue_utils
+from . import config, queue_utils
 from .exceptions import InvalidTaskId, TaskBusy
 from .fsutil import atomic_write, read_json_object
-from .memory import lifecycle
-from .memory.distill import distill
-from .memory.notes import NotesManager
 from .tasks import TaskState, normalize_task_id, task_label
 
 log = logging.getLogger("octopoid.finishing")
@@ -92,6 +89,12 @@ def finish(task_id: str) -> dict[str, Any]:
 
 
 def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
+    # Here, not at the top: `octopoid doctor` asks for journals every time and rarely has one.
+    from . import drafts, git_utils
+    from .memory import lifecycle
+    from .memory.distill import distill
+    from .memory.notes import NotesManager
+
     working = NotesManager(notes_id=task_label(task_id))
     if step == PROMOTE:
         items = working.get_all_items() if working.notes_file.exists() else []

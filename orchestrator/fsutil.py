@@ -10,7 +10,6 @@ import codecs
 import contextlib
 import json
 import os
-import secrets
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,8 @@ def fsync_dir(path: Path) -> None:
 
 def temp_path_for(target: Path) -> Path:
     """A unique hidden temp name beside ``target``; queue listings ignore dot-files."""
+    import secrets  # ~4 ms (hmac, OpenSSL): paid by the commands that write, only
+
     return target.with_name(f"{TEMP_PREFIX}{target.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
 
 

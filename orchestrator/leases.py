@@ -9,7 +9,6 @@ that exact process alive here?"); ``queue_utils`` and ``recovery`` make the move
 
 from __future__ import annotations
 
-import secrets
 from datetime import UTC, datetime, timedelta
 
 from .processes import ProcessId
@@ -31,6 +30,8 @@ LEASE_HEADERS = (
 
 
 def new_token() -> str:
+    import secrets  # ~4 ms: paid by a claim, not by every reader of leases
+
     return secrets.token_hex(8)
 
 

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import os
 import signal
-import socket
 import stat
 import sys
 import time
@@ -49,6 +47,8 @@ HOST_ENV = "OCTOPOID_HOST"
 def hostname() -> str:
     """This machine's name in claims; ``OCTOPOID_HOST`` overrides it where two machines
     could share one (containers from one image, or two "machines" on one box in tests)."""
+    import socket  # ~3 ms for this name alone: only judging or making a claim asks it
+
     return os.environ.get(HOST_ENV) or socket.gethostname()
 
 
@@ -199,6 +199,8 @@ def _reap_children() -> None:
 
 def claim_mark(token: str) -> str:
     """What marks an attempt's processes: a digest of its claim token, not the token."""
+    import hashlib  # OpenSSL's start: paid by the commands that mark or find processes
+
     return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 

@@ -43,7 +43,6 @@ from .leases import (
     new_token,
 )
 from .processes import ProcessId, claim_mark
-from .redaction import redact
 from .store import FolderStore, QueueStore
 from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
 from .tasks import (
@@ -447,6 +446,8 @@ def submit_completion(
     ``turns`` None (octopoid's "not known") counts as 0. A submit fenced by the claim's
     token (the runner's) is marked ``SUBMITTED_CLAIM``: accept takes nothing else.
     """
+    from .redaction import redact  # at first use: readers never redact
+
     now, turns = now or utcnow(), turns or 0
     token = _token(task, token)
     headers: dict[str, Any] = {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)}
@@ -623,6 +624,8 @@ def fail_task(
     task: TaskRef, error: str, now: datetime | None = None, *, token: str | None = None
 ) -> Task:
     """-> failed, with the error kept (one line, capped) in the ERROR header."""
+    from .redaction import redact  # at first use: readers never redact
+
     error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
     return _transition(
         task,
@@ -653,6 +656,8 @@ def reject_task(
     ``rejected_by`` None means the agent holding the claim. octopoid's codes are read as
     ours (``OCTOPOID_REJECT_REASONS``); one read as ``other`` keeps its name in the details.
     """
+    from .redaction import redact  # at first use: readers never redact
+
     code = OCTOPOID_REJECT_REASONS.get(reason, reason)
     if code not in REJECT_REASONS:
         raise IllegalTransition(f"reject reason must be one of {', '.join(REJECT_REASONS)}")
@@ -722,6 +727,8 @@ def close_task(
     which and why; the retry notes are deleted like any task's in done. A task an
     interrupted accept already merged is refused: that accept is finished instead.
     """
+    from .redaction import redact  # at first use: readers never redact
+
     if kind not in CLOSE_KINDS:
         raise InvalidInput(f"a task is closed as one of {', '.join(CLOSE_KINDS)}, not {kind!r}")
     if not reason.strip():

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from . import config, finishing, git_utils, intake, queue_utils, sandbox
 from .config import OCTOPOID_DIR
 from .exceptions import BranchMoved, IllegalTransition, InvalidInput
-from .roles import breakdown, checks
+from .lazy import lazy_import
 from .store import QueueStore
 from .task_notes import LineComment
 from .tasks import MAX_COUNT, Task, TaskState, normalize_task_id, shown
@@ -22,6 +22,9 @@ from .tasks import MAX_COUNT, Task, TaskState, normalize_task_id, shown
 if TYPE_CHECKING:
     from git import Repo
 
+# Only `approve` and `checks` run them: `worktrees` and the others do not pay for them.
+breakdown = lazy_import("orchestrator.roles.breakdown")
+checks = lazy_import("orchestrator.roles.checks")
 log = logging.getLogger("octopoid.review")
 MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs it
 MAX_COMMENT_CHARS = 4000  # one line comment; the notes' prompt budget is ~12k in all

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import logging.handlers
 import os
 import signal
 import subprocess
@@ -19,7 +18,6 @@ from pathlib import Path
 
 from . import config
 from .exceptions import SchedulerError
-from .redaction import redact
 
 RUNNER_STOP_SECONDS = 15.0  # after SIGTERM, a runner's time to save notes and requeue
 
@@ -36,11 +34,15 @@ class RedactingFormatter(logging.Formatter):
     """Log lines (tracebacks included) with secrets redacted, like every file octopoid writes."""
 
     def format(self, record: logging.LogRecord) -> str:
+        from .redaction import redact  # at first use: `status` logs nothing
+
         return redact(super().format(record))
 
 
 def setup_logging(console: bool = False) -> None:
     """Scheduler log: rotated file under logs/, and stderr when run in the foreground."""
+    import logging.handlers  # ~3 ms: only the daemon logs; `status` reads its pid file
+
     logger = logging.getLogger("octopoid")
     logger.setLevel(logging.INFO)
     logs = config.get_logs_dir()

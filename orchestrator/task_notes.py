@@ -25,7 +25,6 @@ from . import config, defaults
 from .exceptions import ConfigError
 from .fsutil import atomic_write
 from .locks import FileMutex
-from .redaction import redact
 from .tasks import format_time, normalize_task_id, one_line, task_label, utcnow
 
 BACKTICK_RUN_RE = re.compile(r"`+")
@@ -231,6 +230,8 @@ def append_attempt(
     ``dropped_chars`` counts output a streaming tail buffer already let go, so the
     truncation marker tells the whole story.
     """
+    from .redaction import redact  # at first use: readers never redact
+
     task_id = normalize_task_id(task_id)
     limit = stdout_limit()
     meta = f"Turns: {turns} | Commits: {'unknown' if commits is None else commits}"
@@ -315,6 +316,8 @@ def add_review_notes(
     Returns the text appended, so a rejection whose move fails can take exactly it back
     (``take_back_notes``) without touching anything written since.
     """
+    from .redaction import redact  # at first use: readers never redact
+
     who = one_line(rejected_by, 80) or "reviewer"
     stamp = format_time(now or utcnow())
     sections = [
@@ -342,6 +345,8 @@ def take_back_notes(task_id: str, added: str) -> None:
 def add_notes_section(task_id: str, heading: str, body: str) -> None:
     """Append a section octopoid wrote about an attempt (what the checks said, why a
     breakdown answer was refused), fenced like agent output."""
+    from .redaction import redact  # at first use: readers never redact
+
     text = f"\n{fenced(redact(body))}\n"
     _append(normalize_task_id(task_id), lambda _: NotesSection(heading, text).render())
 

@@ -15,12 +15,14 @@ import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING, Any
 
 from ..fsutil import TailBuffer
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import run_agent_process
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
 CREDENTIALS = ".claude/.credentials.json"  # where `claude login` keeps its token, under $HOME
@@ -37,6 +39,8 @@ RESETS_AT_RE = re.compile(
 
 def _zone(name: str | None) -> ZoneInfo | None:
     """The named time zone; None (this machine's) when unnamed or unknown."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only a usage limit's reset asks
+
     try:
         return ZoneInfo(name) if name else None
     except (ZoneInfoNotFoundError, ValueError):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
-import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +87,8 @@ def prepare(task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) ->
 
 def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:
     """A box to run ``task``'s checks on its branch now (`octopoid checks`)."""
+    import secrets  # ~4 ms: `status` and `agents` describe the sandbox and need none
+
     token = secrets.token_hex(16)  # no claim: a mark of its own for the check's processes
     if mode() == "none":
         return trusted.checks_box(task, token)
