@@ -135,11 +135,24 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "log_cap_bytes": Field(int, defaults.STDOUT_LOG_CAP_BYTES, minimum=4096),
     },
     "merge": {
-        "strategy": Field(str, "merge", choices=("merge", "squash", "ff-only", "none")),
+        "strategy": Field(
+            str, "merge", choices=("merge", "squash", "ff-only", "none", "pull-request")
+        ),
         "run_hooks": Field(bool, False),
     },
     "git": {
         "remote": Field(str, None),  # branches travel through it (several machines)
+    },
+    "forge": {  # docs/forge.md: pull requests out, CI and reviews back, issues in
+        "kind": Field(str, "none", choices=("none", "github", "gitlab")),
+        "url": Field(str, None),  # the API: GitHub Enterprise, self-hosted GitLab
+        "repository": Field(str, None),  # owner/name (GitLab: group/project)
+        "token_env": Field(str, None),  # the variable holding the token (never the token)
+        "open_on": Field(str, "accept", choices=("accept", "provisional")),
+        "poll_seconds": Field(int, 60, minimum=1),
+        "merge_when_approved": Field(bool, False),
+        "intake_label": Field(str, None),  # the scheduler imports open issues with it
+        "log_tail_chars": Field(int, 3000, minimum=200, maximum=50_000),
     },
     "prices": Field(dict, {}, items=dict),
     "breakdown": {
@@ -329,11 +342,56 @@ def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     remote = cfg["git"]["remote"]
     if remote is not None and not REMOTE_RE.fullmatch(remote):
         raise ConfigError(f"{path}: 'git.remote' is {remote!r}, not a remote's name (like origin)")
+    _check_forge(cfg, path)
     if cfg["memory"]["distill"] == "anthropic" and not cfg["memory"]["distill_model"]:
         raise ConfigError(
             f"{path}: 'memory.distill_model' is required when memory.distill is anthropic"
         )
     return cfg
+
+
+FORGE_DEFAULTS = {  # kind: (API URL, token variable)
+    "github": ("https://api.github.com", "GITHUB_TOKEN"),
+    "gitlab": ("https://gitlab.com", "GITLAB_TOKEN"),
+}
+REPOSITORY_RE = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_forge(cfg: dict[str, Any], path: Path) -> None:
+    """A forge names its repository; ``merge.strategy: pull-request`` needs a forge and a
+    ``git.remote`` to push to. Fills in the kind's URL and token variable."""
+    forge = cfg["forge"]
+    if cfg["merge"]["strategy"] == "pull-request":
+        if forge["kind"] == "none":
+            raise ConfigError(
+                f"{path}: 'merge.strategy' is pull-request but no 'forge.kind' (github or gitlab) "
+                "says where to open them"
+            )
+        if cfg["git"]["remote"] is None:
+            raise ConfigError(
+                f"{path}: 'merge.strategy' is pull-request: 'git.remote' must name the remote "
+                "branches are pushed to (like origin)"
+            )
+    if forge["kind"] == "none":
+        return
+    url, token_env = FORGE_DEFAULTS[forge["kind"]]
+    forge["url"] = (forge["url"] or url).rstrip("/")
+    forge["token_env"] = forge["token_env"] or token_env
+    if not forge["url"].startswith(("https://", "http://")):
+        raise ConfigError(f"{path}: 'forge.url' must be an http(s) URL, not {forge['url']!r}")
+    repository = forge["repository"] or ""
+    parts = repository.split("/")
+    if not REPOSITORY_RE.fullmatch(repository) or {".", ".."} & set(parts):
+        raise ConfigError(
+            f"{path}: 'forge.repository' must name the repository as owner/name "
+            f"(GitLab: group/project), got {forge['repository']!r}"
+        )
+    if not ENV_NAME_RE.fullmatch(forge["token_env"]):
+        raise ConfigError(
+            f"{path}: 'forge.token_env' must be the NAME of the variable holding the token "
+            "(like GITHUB_TOKEN), never the token itself"
+        )
 
 
 def store_choice() -> tuple[str, str | None]:

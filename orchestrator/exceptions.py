@@ -136,3 +136,19 @@ class SandboxError(OctopoidError):
     runs unsandboxed unless config.yaml says `sandbox: none`."""
 
     exit_code = 1
+
+
+class ForgeError(OctopoidError):
+    """GitHub or GitLab refused a request octopoid cannot retry its way past (a bad token,
+    a repository that is not there, a pull request that cannot be merged)."""
+
+    exit_code = 1
+
+
+class ForgeUnavailable(ForgeError):
+    """The forge cannot answer now (5xx, rate limited, unreachable): ask again later.
+    ``retry_after`` is the seconds it asked for, when it said."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -491,11 +491,16 @@ def unfenced_submit(task: Task) -> str | None:
 
 @octopoid_form(validator="accepted_by")
 def accept_completion(
-    task: TaskRef, accepted_by: str | None = "human", now: datetime | None = None
+    task: TaskRef,
+    accepted_by: str | None = "human",
+    now: datetime | None = None,
+    *,
+    reason: str = "accepted",
 ) -> Task:
-    """provisional -> done; the retry notes are deleted. ``accepted_by`` None is "human"."""
+    """provisional -> done; the retry notes are deleted. ``accepted_by`` None is "human";
+    ``reason`` is History's (a forge's merge says who merged it)."""
     accepted_by = accepted_by or "human"
-    return _finish(task, S.PROVISIONAL, accepted_by, "accepted", now, {"ACCEPTED_BY": accepted_by})
+    return _finish(task, S.PROVISIONAL, accepted_by, reason, now, {"ACCEPTED_BY": accepted_by})
 
 
 def _finish(
@@ -532,16 +537,28 @@ def reject_completion(
     now: datetime | None = None,
     *,
     comments: Sequence[LineComment] = (),
+    summary: str = "",
+    mark: dict[str, str] | None = None,
 ) -> Task:
     """provisional -> incoming; the reason (and ``comments`` on lines of the branch) go into
     the retry notes for the next attempt.
 
     Refused for a task an interrupted accept already merged (``MERGED``): finish that accept.
-    ``rejected_by`` None (octopoid's default) is "human".
+    ``rejected_by`` None (octopoid's default) is "human". ``summary`` is History's line when
+    the reason is long (a CI log); ``mark`` are headers set in the same move (what a forge's
+    verdict was, so it is never acted on twice).
     """
     rejection_reason(reason)
     return _reject_to(
-        task, S.INCOMING, reason, rejected_by or "human", now, comments, edit=_refuse_if_merged
+        task,
+        S.INCOMING,
+        reason,
+        rejected_by or "human",
+        now,
+        comments,
+        edit=_refuse_if_merged,
+        summary=summary,
+        mark=mark,
     )
 
 
@@ -554,6 +571,8 @@ def _reject_to(
     comments: Sequence[LineComment] = (),
     drop_headers: tuple[str, ...] = ("SUBMITTED_AT", "SUBMITTED_CLAIM", "NO_CHANGE"),
     edit: Callable[[Task], None] | None = None,
+    summary: str = "",
+    mark: dict[str, str] | None = None,
 ) -> Task:
     """A rejection: its notes are written before the move, so a kill between the two
     cannot lose the reason (the task stays in provisional; at worst a repeated reject
@@ -576,8 +595,9 @@ def _reject_to(
             [S.PROVISIONAL],
             dst,
             rejected_by,
-            reason,
+            summary or reason,
             now,
+            mark,
             drop_headers=drop_headers,
             edit=edit_and_mark,
         )
@@ -621,9 +641,15 @@ def complete_task(
 
 @octopoid_form()
 def fail_task(
-    task: TaskRef, error: str, now: datetime | None = None, *, token: str | None = None
+    task: TaskRef,
+    error: str,
+    now: datetime | None = None,
+    *,
+    token: str | None = None,
+    actor: str | None = None,
 ) -> Task:
-    """-> failed, with the error kept (one line, capped) in the ERROR header."""
+    """-> failed, with the error kept (one line, capped) in the ERROR header. ``actor``
+    None is the agent holding the claim."""
     from .redaction import redact  # at first use: readers never redact
 
     error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
@@ -631,7 +657,7 @@ def fail_task(
         task,
         [S.INCOMING, S.CLAIMED, S.PROVISIONAL],
         S.FAILED,
-        None,
+        actor,
         error,
         now,
         {"ERROR": error},

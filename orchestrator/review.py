@@ -118,6 +118,10 @@ def accept(
         strategy = config.load_config()["merge"]["strategy"]
         if "NO_CHANGE" in task.headers and not _holds_work(task):  # nothing to merge: why said
             strategy = "no-change"
+        elif strategy == "pull-request" or "PR_NUMBER" in task.headers:
+            from .forge import pulls  # its client libraries load only with a forge
+
+            return Accepted(pulls.open_for(task, accepted_by), "pull-request", None)
         merged = task.headers.get("MERGED") or None
         if strategy not in ("none", "no-change") and merged is None:
             merged = _merge_once(store, task, strategy)
@@ -128,6 +132,29 @@ def accept(
             task.id, steps, accepted_by, lambda: queue_utils.accept_completion(task.id, accepted_by)
         )
         return _finished(Accepted(done, strategy, merged))
+
+
+def accept_merged(task_id: str, merged_by: str, merged_sha: str, reason: str) -> Accepted:
+    """A task whose pull request a forge merged: done, and finished as an accept is (its
+    learnings promoted, notes, worktree and branches removed), with nothing merged here."""
+    store = queue_utils.get_store()
+    with store.hold(task_id, "accepted"):
+        task = queue_utils.get_task(task_id)
+        if task.state is TaskState.DONE and finishing.pending(task.id):
+            return _finished(Accepted(task, "finished", task.headers.get("MERGED")))
+        if task.state is not TaskState.PROVISIONAL:
+            raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
+        if merged_sha:
+            store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, merged_sha))
+        steps = [finishing.PROMOTE, finishing.NOTES, finishing.WORKTREE, finishing.BRANCH]
+        steps.append(finishing.REMOTE_BRANCH)
+        done = _move_journaled(
+            task.id,
+            steps,
+            merged_by,
+            lambda: queue_utils.accept_completion(task.id, merged_by, reason=reason),
+        )
+        return _finished(Accepted(done, "pull-request", merged_sha or None))
 
 
 def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Accepted:
@@ -293,7 +320,7 @@ def reject(
             if comments:
                 raise InvalidInput(f"{task.label} proposes a split: it has no lines to comment")
             return queue_utils.reject_proposal(task_id, reason, rejected_by)
-        located = _with_code(task, comments)
+        located = with_code(task, comments)
         before = task.headers.get("MERGING")
         if task.state is TaskState.PROVISIONAL and before:
             repo = git_utils.open_repo()
@@ -357,14 +384,19 @@ def _line_number(value: str, where: str) -> int:
     return int(value)
 
 
-def _with_code(task: Task, comments: Sequence[LineComment]) -> list[LineComment]:
+def with_code(
+    task: Task, comments: Sequence[LineComment], strict: bool = True
+) -> list[LineComment]:
     """The comments with the lines of code each is about: from the task's branch, or for a
-    removed line from where the branch left its base."""
+    removed line from where the branch left its base. Not ``strict`` (a forge's reviewer
+    commented on a line octopoid's copy lacks), such a comment is kept without its code."""
     if not comments:
         return []
     repo = git_utils.open_repo()
     branch = git_utils.branch_for(task.id)
     if not git_utils.branch_exists(repo, branch):
+        if not strict:
+            return list(comments)
         raise InvalidInput(f"{task.label} has no branch {branch} to comment on")
     refs = {"new": f"refs/heads/{branch}"}
     if any(c.side == "old" for c in comments):
@@ -373,10 +405,13 @@ def _with_code(task: Task, comments: Sequence[LineComment]) -> list[LineComment]
     for comment in comments:
         where = branch if comment.side == "new" else f"the base of {branch}"
         text = git_utils.file_text(repo, refs[comment.side], comment.path)
+        lines = _git_lines(text or "")
+        last = max(comment.line, comment.end)
+        if (text is None or last > len(lines)) and not strict:
+            located.append(comment)
+            continue
         if text is None:
             raise InvalidInput(f"{comment.path} is not a file on {where}")
-        lines = _git_lines(text)
-        last = max(comment.line, comment.end)
         if last > len(lines):
             raise InvalidInput(
                 f"{comment.path} has {len(lines)} lines on {where}; line {last} is past its end"

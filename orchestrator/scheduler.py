@@ -477,6 +477,7 @@ class Scheduler:
         self._subreaper = self.own_process and become_subreaper()
         self._start_forkserver()
         stop_watching = self._watch_store()
+        self._start_forge()
         try:
             watched = self._watch_state()
             next_pass = 0.0
@@ -505,6 +506,19 @@ class Scheduler:
                 self._abandon(lost)
             else:
                 self.shutdown()
+
+    def _start_forge(self) -> None:
+        """Poll GitHub or GitLab in a thread when config.yaml names one (``forge``); the
+        thread ends with ``stop()``. Its client libraries are imported only then."""
+        try:
+            if config.load_config()["forge"]["kind"] == "none":
+                return
+        except ConfigError:  # said by the passes; the poller reads the config itself
+            return
+        from .forge.poller import ForgePoller
+
+        ForgePoller(self._stop).start()
+        log.info("polling the forge for pull requests and issues")
 
     def _watch_store(self) -> Callable[[], None]:
         """Be woken when a task is enqueued: by the store when tasks are added or moved

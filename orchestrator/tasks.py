@@ -380,11 +380,15 @@ def _within(text: str, limit: int, what: str, fix: str) -> str:
     return flat
 
 
+def unclosed_fence(text: str) -> str | None:
+    """The code fence ``text`` opens and never closes (it would swallow what follows), or None."""
+    return _outside_fences(text.split("\n"))[1]
+
+
 def _context_section(context: str) -> str:
     """The Context section's text: line ends made LF, headings escaped; an open fence is refused."""
     body = re.sub(r"\r\n?", "\n", context).strip()
-    _, open_fence = _outside_fences(body.split("\n"))
-    if open_fence:
+    if open_fence := unclosed_fence(body):
         raise InvalidTask(
             f"the context opens a code fence {open_fence} that it never closes "
             f"(add a line {open_fence} where the code ends)"

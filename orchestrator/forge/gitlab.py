@@ -1,0 +1,221 @@
+"""GitLab (gitlab.com or self-hosted) through python-gitlab.
+
+GitLab's REST API gives no ETags on the endpoints polled here, so a poll asks only for what
+can have changed (issues ``updated_after`` the last poll) and otherwise reads the open merge
+requests at ``forge.poll_seconds``. python-gitlab's own waits on a 429 and its retries are
+off: a rate limit or a 5xx becomes ``ForgeUnavailable`` and the poller backs off.
+
+A merge request "requests changes" when a reviewer's state is ``requested_changes``
+(GitLab 17); that review is the reviewer's notes since the last review acted on: general
+notes are its body, diff notes its line comments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import gitlab
+import requests
+from gitlab.exceptions import GitlabError
+
+from ..exceptions import ForgeError, ForgeUnavailable
+from . import (
+    CI,
+    FAILED,
+    NONE,
+    PASSED,
+    PENDING,
+    Comment,
+    Issue,
+    Job,
+    PullRequest,
+    Review,
+    ReviewComment,
+)
+
+T = TypeVar("T")
+#: pipeline states that still run, and those that end it badly
+RUNNING = {"created", "waiting_for_resource", "preparing", "pending", "running", "scheduled"}
+BROKEN = {"failed", "canceled"}
+#: every call: a 429 or 5xx is the poller's to wait out, not a sleep inside the client
+NO_WAIT = {"obey_rate_limit": False, "retry_transient_errors": False}
+
+
+class GitLabForge:
+    kind = "gitlab"
+
+    def __init__(self, url: str, repository: str, token: str) -> None:
+        self.api = gitlab.Gitlab(url, private_token=token, timeout=30, per_page=100)
+        self.project = self.api.projects.get(repository, lazy=True)
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs, **NO_WAIT)
+        except GitlabError as exc:
+            status = exc.response_code or 0
+            message = str(exc.error_message)[:200]
+            if status >= 500 or status == 429:
+                raise ForgeUnavailable(f"GitLab answered {status} to {what}: {message}") from None
+            raise ForgeError(f"GitLab refused {what} ({status}): {message}") from None
+        except requests.RequestException as exc:
+            raise ForgeUnavailable(f"GitLab did not answer {what}: {type(exc).__name__}") from None
+
+    # --- merge requests ---------------------------------------------------------------
+
+    def find_pull_request(self, branch: str) -> PullRequest | None:
+        found = self._call(
+            "listing merge requests",
+            self.project.mergerequests.list,
+            source_branch=branch,
+            state="opened",
+            get_all=False,
+        )
+        return _merge_request(found[0].attributes) if found else None
+
+    def open_pull_request(self, branch: str, base: str, title: str, body: str) -> PullRequest:
+        data = {"source_branch": branch, "target_branch": base, "title": title}
+        data["description"] = body
+        try:
+            made = self._call("opening a merge request", self.project.mergerequests.create, data)
+        except ForgeError as exc:  # one is open already (an answer lost on the way): use it
+            found = self.find_pull_request(branch)
+            if found is None or isinstance(exc, ForgeUnavailable):
+                raise
+            return found
+        return _merge_request(made.attributes)
+
+    def _mr(self, iid: int) -> Any:
+        return self._call(f"reading !{iid}", self.project.mergerequests.get, iid)
+
+    def pull_request(self, number: int) -> PullRequest:
+        return _merge_request(self._mr(number).attributes)
+
+    def reviews(self, number: int) -> list[Review]:
+        what = f"reading the reviews of !{number}"
+        mr = self.project.mergerequests.get(number, lazy=True)
+        found = []
+        approvals = self._call(what, mr.approvals.get)
+        for entry in approvals.attributes.get("approved_by") or []:
+            found.append(Review(0, _login(entry.get("user")), "approved", ""))
+        reviewers = self._call(what, mr.reviewer_details.list, get_all=True)
+        asking = {
+            _login(r.attributes.get("user"))
+            for r in reviewers
+            if r.attributes.get("state") == "requested_changes"
+        }
+        if not asking:
+            return found
+        notes: dict[str, list[dict[str, Any]]] = {who: [] for who in asking}
+        for discussion in self._call(what, mr.discussions.list, get_all=True):
+            for note in discussion.attributes.get("notes") or []:
+                who = _login(note.get("author"))
+                if who in notes and not note.get("system"):
+                    notes[who].append(note)
+        for who, theirs in notes.items():
+            newest = max((int(n["id"]) for n in theirs), default=0)
+            body = "\n\n".join(n.get("body") or "" for n in theirs if n.get("type") != "DiffNote")
+            comments = tuple(c for c in map(_diff_note, theirs) if c is not None)
+            found.append(Review(newest, who, "changes", body, comments))
+        return found
+
+    def ci(self, number: int, sha: str, log_tail_chars: int) -> CI:
+        what = f"reading the pipelines of {sha[:12]}"
+        pipelines = self._call(what, self.project.pipelines.list, sha=sha, get_all=False)
+        if not pipelines:
+            return CI(NONE)
+        newest = max(pipelines, key=lambda p: int(p.attributes["id"]))
+        status = newest.attributes.get("status")
+        if status in RUNNING:
+            return CI(PENDING)
+        if status not in BROKEN:
+            return CI(PASSED if status == "success" else NONE)
+        jobs = self._call(what, newest.jobs.list, get_all=True)
+        failed = []
+        for job in jobs:
+            if job.attributes.get("status") in BROKEN:
+                name = job.attributes.get("name") or "job"
+                failed.append(Job(name, self._trace(int(job.attributes["id"]), log_tail_chars)))
+        return CI(FAILED, tuple(failed) or (Job(f"pipeline {newest.attributes['id']}"),))
+
+    def _trace(self, job_id: int, limit: int) -> str:
+        job = self.project.jobs.get(job_id, lazy=True)
+        try:
+            raw = self._call(f"reading job {job_id}'s log", job.trace)
+        except ForgeError:
+            return ""
+        return bytes(raw or b"")[-4 * limit :].decode("utf-8", "replace")[-limit:]
+
+    def merge(self, number: int, sha: str) -> None:
+        path = f"/projects/{self.project.encoded_id}/merge_requests/{number}/merge"
+        self._call(f"merging !{number}", self.api.http_put, path, post_data={"sha": sha})
+
+    # --- issues -----------------------------------------------------------------------
+
+    def issues(self, label: str, since: str | None) -> list[Issue]:
+        kwargs: dict[str, Any] = {"labels": [label], "get_all": True}
+        if since:
+            kwargs["updated_after"] = since
+        listed = self._call("listing issues", self.project.issues.list, **kwargs)
+        return [_issue(i.attributes) for i in listed]
+
+    def issue(self, number: int) -> Issue:
+        return _issue(self._call(f"reading #{number}", self.project.issues.get, number).attributes)
+
+    def comments(self, number: int) -> list[Comment]:
+        issue = self.project.issues.get(number, lazy=True)
+        notes = self._call(f"reading #{number}'s notes", issue.notes.list, get_all=True)
+        return [
+            Comment(n.attributes.get("body") or "", _login(n.attributes.get("author")))
+            for n in notes
+            if not n.attributes.get("system")
+        ]
+
+    def comment(self, number: int, body: str) -> None:
+        issue = self.project.issues.get(number, lazy=True)
+        self._call(f"commenting on #{number}", issue.notes.create, {"body": body})
+
+
+def _login(user: dict[str, Any] | None) -> str:
+    return (user or {}).get("username") or ""
+
+
+def _merge_request(raw: dict[str, Any]) -> PullRequest:
+    state = {"opened": "open", "merged": "merged"}.get(raw.get("state", ""), "closed")
+    pull = PullRequest(
+        number=int(raw["iid"]),
+        url=raw.get("web_url") or "",
+        state=state,
+        head_sha=raw.get("sha") or "",
+        merge_sha=raw.get("merge_commit_sha") or "",
+    )
+    merged_by = _login(raw.get("merge_user")) or _login(raw.get("merged_by"))
+    return replace(pull, merged_by=merged_by, closed_by=_login(raw.get("closed_by")))
+
+
+def _diff_note(note: dict[str, Any]) -> ReviewComment | None:
+    position = note.get("position") or {}
+    if note.get("type") != "DiffNote" or not position:
+        return None
+    text = note.get("body") or ""
+    if position.get("new_line"):
+        return ReviewComment(position.get("new_path") or "", int(position["new_line"]), text)
+    if position.get("old_line"):
+        return ReviewComment(
+            position.get("old_path") or "", int(position["old_line"]), text, side="old"
+        )
+    return None
+
+
+def _issue(raw: dict[str, Any]) -> Issue:
+    return Issue(
+        number=int(raw["iid"]),
+        url=raw.get("web_url") or "",
+        title=raw.get("title") or "",
+        body=raw.get("description") or "",
+        state="closed" if raw.get("state") == "closed" else "open",
+        labels=tuple(raw.get("labels") or ()),
+        closed_by=_login(raw.get("closed_by")),
+        updated=raw.get("updated_at") or "",
+    )

@@ -1,0 +1,227 @@
+"""Issues in as tasks, and what became of each task said back on its issue.
+
+An issue becomes the task ``GH-<number>`` (GitLab: ``GL-<number>``): the id is the issue's,
+so importing is idempotent by construction. Two intakes at the same instant, or one that
+died half-way and ran again, cannot make a second task: the store refuses an id that exists
+in any folder. An issue edited before its task started rewrites the task; one closed before
+it started cancels it (``close --wont-do``). After the start, the task is octopoid's.
+
+``runtime/forge/issues.json`` remembers which tasks came from issues (so a poll reads only
+those) and what octopoid has said on each. A comment carries a hidden marker
+(``text.marker``), and before posting octopoid looks for it among the issue's comments, so a
+lost registry or a poll killed after posting never says a thing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from .. import config, intake, queue_utils, review
+from ..exceptions import IllegalTransition, InvalidTask, LostRace, TaskBusy
+from ..fsutil import atomic_write, read_json_object
+from ..locks import holding
+from ..tasks import Task, TaskState, format_time, new_task, task_label, utcnow
+from . import Forge, Issue, text
+
+log = logging.getLogger("octopoid.forge")
+PREFIX = {"github": "GH", "gitlab": "GL"}
+#: seconds an issue listing reaches back before the last one: clocks differ
+SINCE_OVERLAP = 120
+
+
+def folder() -> Path:
+    return config.get_orchestrator_dir() / "forge"
+
+
+def _registry() -> Path:
+    return folder() / "issues.json"
+
+
+def task_id_for(kind: str, number: int) -> str:
+    return f"{PREFIX[kind]}-{number}"
+
+
+def intake_issues(forge: Forge, label: str, *, new: bool = True) -> list[str]:
+    """Import the open issues labelled ``label`` not imported yet (with ``new``), and apply
+    edits and closes of imported ones; one line per thing done. Blockers ("blocked by #N")
+    are imported before what they block; a blocker that is not imported is left out, and
+    said in the task's context."""
+    folder().mkdir(parents=True, exist_ok=True)
+    with holding(folder() / ".lock"):
+        registry = read_json_object(_registry())
+        since = registry.get("since", {}).get(label)
+        started = utcnow() - timedelta(seconds=SINCE_OVERLAP)
+        listed = {issue.number: issue for issue in forge.issues(label, since)}
+        done: list[str] = []
+        making: set[int] = set()
+        for number in sorted(listed):
+            done += _take(forge, listed[number], listed, registry, new, making)
+        registry.setdefault("since", {})[label] = format_time(started)
+        _save(registry)
+    return done
+
+
+def _take(
+    forge: Forge,
+    issue: Issue,
+    listed: dict[int, Issue],
+    registry: dict[str, Any],
+    new: bool,
+    making: set[int],
+) -> list[str]:
+    task_id = task_id_for(forge.kind, issue.number)
+    store = queue_utils.get_store()
+    state = store.locate(task_id)
+    if state is not None:
+        return _follow(forge, issue, task_id, state, registry)
+    if not new or issue.state != "open" or issue.number in making:
+        return []
+    making.add(issue.number)
+    made = text.from_issue(issue.number, issue.url, issue.title, issue.body, issue.labels)
+    done, blockers, left_out = [], [], []
+    for number in made.blockers:
+        if number in listed and listed[number].state == "open":
+            done += _take(forge, listed[number], listed, registry, new, making)
+        blocker = task_id_for(forge.kind, number)  # a cycle's last edge finds none: left out
+        if store.locate(blocker) not in (None, TaskState.QUARANTINE):
+            blockers.append(blocker)
+        else:
+            left_out.append(f"#{number}")
+    context = made.context
+    if left_out:
+        context += f"\n\n(Blocked by {', '.join(left_out)} on the forge: not imported here.)"
+    try:
+        task = new_task(
+            task_id,
+            made.title,
+            priority=made.priority,
+            branch=intake.base_branch(None, config.find_project_root()),
+            context=context,
+            criteria=made.criteria,
+            blocked_by=blockers,
+            created_by=f"{forge.kind}:issue-{issue.number}",
+        )
+    except InvalidTask as exc:  # too big even cut: say it on the log, not as a crash
+        log.error("issue #%d cannot be a task: %s", issue.number, exc)
+        return done
+    task.set_header("ISSUE_NUMBER", issue.number)
+    task.set_header("ISSUE_URL", text.clean(issue.url))
+    task.set_header("ISSUE_UPDATED", issue.updated)
+    try:
+        store.add(task, TaskState.INCOMING)
+    except IllegalTransition:  # another intake made it a moment ago
+        return done
+    registry.setdefault("tasks", {})[task_id] = {"issue": issue.number, "said": []}
+    return [*done, f"{task_label(task_id)}: imported from issue #{issue.number}"]
+
+
+def _follow(
+    forge: Forge, issue: Issue, task_id: str, state: TaskState, registry: dict[str, Any]
+) -> list[str]:
+    """An imported issue changed: before its task started, an edit rewrites the task and a
+    close cancels it; after, the task is left alone."""
+    tracked = registry.setdefault("tasks", {})
+    if state in (TaskState.DONE, TaskState.QUARANTINE):
+        return []
+    tracked.setdefault(task_id, {"issue": issue.number, "said": []})
+    task = queue_utils.get_task(task_id)
+    if state is not TaskState.INCOMING or task.attempts > 0:
+        return []
+    try:
+        if issue.state == "closed":
+            by = issue.closed_by or "someone"
+            why = f"forge: issue #{issue.number} closed by {by} before work started"
+            review.close(task_id, "wont-do", why, closed_by=f"{forge.kind}:{by}")
+            return [f"{task_label(task_id)}: cancelled, its issue was closed"]
+        if issue.updated and issue.updated != task.headers.get("ISSUE_UPDATED"):
+            made = text.from_issue(issue.number, issue.url, issue.title, issue.body, issue.labels)
+            fresh = new_task(task_id, made.title, context=made.context, criteria=made.criteria)
+            queue_utils.get_store().update(
+                task_id, TaskState.INCOMING, lambda t: _rewrite(t, fresh, made.priority, issue)
+            )
+            return [f"{task_label(task_id)}: rewritten from its edited issue"]
+    except (IllegalTransition, LostRace, TaskBusy, InvalidTask) as exc:  # claimed meanwhile
+        log.info("%s: issue #%d changed, task left as it is: %s", task_id, issue.number, exc)
+    return []
+
+
+def _rewrite(task: Task, fresh: Task, priority: str, issue: Issue) -> None:
+    if task.attempts > 0:  # claimed and given back in between: the task is octopoid's now
+        return
+    task.title = fresh.title
+    task.set_header("PRIORITY", priority)
+    task.set_header("ISSUE_UPDATED", issue.updated)
+    replaced = {h: c for h, c in fresh.sections if h in ("Context", "Acceptance Criteria")}
+    task.sections = [(h, replaced.get(h, c)) for h, c in task.sections]
+
+
+def tell_issues(forge: Forge) -> list[str]:
+    """Say on each imported issue what became of its task: started, pull request opened,
+    done, failed. One line per comment posted."""
+    folder().mkdir(parents=True, exist_ok=True)
+    with holding(folder() / ".lock"):
+        registry = read_json_object(_registry())
+        done = []
+        for task_id, entry in sorted(registry.get("tasks", {}).items()):
+            done += _tell(forge, task_id, entry)
+        registry["tasks"] = {
+            k: v for k, v in registry.get("tasks", {}).items() if not v.get("over")
+        }
+        _save(registry)
+    return done
+
+
+def _tell(forge: Forge, task_id: str, entry: dict[str, Any]) -> list[str]:
+    store = queue_utils.get_store()
+    state = store.locate(task_id)
+    if state is None or state is TaskState.QUARANTINE:
+        entry["over"] = True
+        return []
+    task = queue_utils.get_task(task_id)
+    number = int(entry["issue"])
+    due = _due(task, state)
+    said = set(entry.get("said", []))
+    posted: set[str] | None = None  # the markers on the issue, read once if needed
+    done = []
+    for event, detail in due:
+        if event in said:
+            continue
+        if posted is None:
+            posted = {c.body for c in forge.comments(number)}
+        mark = text.marker(task, event)
+        if not any(mark in body for body in posted):
+            forge.comment(number, text.issue_comment(task, event, detail))
+            done.append(f"{task.label}: said '{event}' on issue #{number}")
+        said.add(event)
+        entry["said"] = sorted(said)
+    if state is TaskState.DONE and {e for e, _ in due} <= said:
+        entry["over"] = True
+    return done
+
+
+def _due(task: Task, state: TaskState) -> list[tuple[str, str]]:
+    """What the issue should have been told by now, in the order it happened."""
+    closed = task.headers.get("CLOSED")
+    due = []
+    if task.attempts > 0:
+        due.append(("started", ""))
+    if url := task.headers.get("PR_URL"):
+        due.append(("pull-request", url))
+    if state is TaskState.DONE:
+        if closed == "wont-do" and task.attempts == 0:
+            due.append(("cancelled", ""))
+        else:
+            merged = task.headers.get("PR_URL")
+            due.append(("done", f"merged in {merged}" if merged else task.history[-1]))
+    elif state in (TaskState.FAILED, TaskState.REJECTED):
+        why = task.headers.get("ERROR") or task.headers.get("REJECT_DETAILS") or ""
+        due.append(("failed", why))
+    return due
+
+
+def _save(registry: dict[str, Any]) -> None:
+    atomic_write(_registry(), json.dumps(registry, indent=1, sort_keys=True))

@@ -1,0 +1,188 @@
+"""The forge loop, whole, on GitHub and on GitLab: issue → task → pull request → failing CI
+→ retry with the log's tail in its prompt → review with line comments → retry → approval →
+merge → done, with a comment on the issue at each step.
+
+The forges are local stateful HTTP servers (tests/forge_fakes) spoken to by the real client
+libraries (githubkit, python-gitlab); branches are pushed with git to the bare repository
+the server reads; attempts are real agent subprocesses (tests/helpers/agent.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+from orchestrator import queue_utils as q
+from orchestrator import review
+from orchestrator.forge import connect, poller
+from orchestrator.scaffold import init_project
+from orchestrator.tasks import TaskState
+
+from .conftest import run_claimed, set_config, write_agents
+from .forge_fakes.base import LineNote
+from .forge_fakes.fixtures import ALICE, BOB, REPO, github_forge, gitlab_forge  # noqa: F401
+
+TOKEN_ENV = "OCTO_TEST_FORGE_TOKEN"
+
+
+class Driver:
+    """One forge's people and CI, in the same words for both fakes."""
+
+    def __init__(self, kind: str, server: Any) -> None:
+        self.kind, self.server = kind, server
+        self.prefix = "GH" if kind == "github" else "GL"
+
+    @property
+    def url(self) -> str:
+        return self.server.api if self.kind == "github" else self.server.root
+
+    def ci(self, sha: str, name: str, passed: bool, log: str = "") -> None:
+        if self.kind == "github":
+            self.server.report_ci(sha, name, "success" if passed else "failure", log)
+        else:
+            self.server.report_ci(sha, name, "success" if passed else "failed", log)
+
+    def review(self, number: int, login: str, verdict: str, body: str = "", notes=()) -> None:
+        states = {
+            "github": {"changes": "CHANGES_REQUESTED", "approve": "APPROVED"},
+            "gitlab": {"changes": "requested_changes", "approve": "approved"},
+        }
+        self.server.review(number, login, states[self.kind][verdict], body, list(notes))
+
+    def comments(self, number: int) -> list[str]:
+        issue = self.server.issues[number]
+        if self.kind == "github":
+            return [c["body"] for c in issue.comments]
+        return [n.body for n in issue.notes]
+
+    def head(self, branch: str) -> str | None:
+        return self.server.remote.sha(branch)
+
+
+@pytest.fixture(params=["github", "gitlab"])
+def forge(request: pytest.FixtureRequest) -> Driver:
+    server = request.getfixturevalue(f"{request.param}_forge")
+    return Driver(request.param, server)
+
+
+@pytest.fixture
+def forged(forge: Driver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project cloned from the forge's repository, with merge.strategy pull-request."""
+    root = tmp_path / "project"
+    git.Repo.clone_from(forge.server.remote.path, root)
+    for key, value in {
+        "GIT_AUTHOR_NAME": "Test User",
+        "GIT_AUTHOR_EMAIL": "test@example.invalid",
+        "GIT_COMMITTER_NAME": "Test User",
+        "GIT_COMMITTER_EMAIL": "test@example.invalid",
+        "OCTOPOID_ROOT": str(root),
+        TOKEN_ENV: "tok-bot",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(root)
+    init_project(root)
+    write_agents(root)
+    set_config(
+        root,
+        git={"remote": "origin"},
+        merge={"strategy": "pull-request"},
+        forge={
+            "kind": forge.kind,
+            "url": forge.url,
+            "repository": REPO,
+            "token_env": TOKEN_ENV,
+            "intake_label": "octopoid",
+            "merge_when_approved": True,
+        },
+    )
+    return root
+
+
+def attempt(task_id: str) -> str:
+    claimed = q.claim_task(None, "impl-1")
+    assert claimed is not None and claimed.id == task_id
+    return run_claimed(claimed, "impl-1").next_state
+
+
+def prompt_of(root: Path, attempt_number: int) -> str:
+    found = list((root / ".octopoid/runtime/logs").rglob(f"attempt-{attempt_number}.prompt.md"))
+    assert len(found) == 1
+    return found[0].read_text()
+
+
+def test_the_whole_loop_from_issue_to_merged(forge: Driver, forged: Path) -> None:
+    client = connect()
+    number = forge.server.create_issue(
+        ALICE,
+        "Add the widget file",
+        "The app needs its widget.\n\n- [ ] the widget file exists\n- [ ] it says done\n",
+        ["octopoid", "P0"],
+    )
+    assert poller.poll_once(client) == [f"TASK-{forge.prefix}-{number}: imported from issue #{number}"]
+    task_id = f"{forge.prefix}-{number}"
+    task = q.get_task(task_id)
+    assert task.priority == "P0" and task.criteria == ["the widget file exists", "it says done"]
+    assert poller.poll_once(client) == []  # imported once
+
+    assert attempt(task_id) == "provisional"
+    opened = review.accept(task_id, "alice")  # strategy pull-request: accept opens it
+    assert opened.strategy == "pull-request"
+    pr = int(q.get_task(task_id).headers["PR_NUMBER"])
+    branch = f"agent/TASK-{task_id}"
+    head = forge.head(branch)
+    assert head == git.Repo(forged).commit(branch).hexsha
+    assert poller.poll_once(client) == [
+        f"TASK-{task_id}: said 'started' on issue #{number}",
+        f"TASK-{task_id}: said 'pull-request' on issue #{number}",
+    ]
+
+    log = "collecting...\n" + "noise line\n" * 2000 + "E   AssertionError: widget is blue\n"
+    forge.ci(head, "unit-tests", passed=False, log=log)
+    assert poller.poll_once(client) == [f"TASK-{task_id}: CI failed (unit-tests)"]
+    task = q.get_task(task_id)
+    assert task.state is TaskState.INCOMING
+    assert "forge: CI failed (unit-tests)" in task.history[-1]
+    assert poller.poll_once(client) == []  # acted on once
+
+    assert attempt(task_id) == "provisional"
+    second = prompt_of(forged, 2)
+    assert "E   AssertionError: widget is blue" in second and "unit-tests" in second
+    assert forge.head(branch) != head  # the attempt pushed to the same branch: same PR
+    assert int(q.get_task(task_id).headers["PR_NUMBER"]) == pr
+    assert poller.poll_once(client) == []  # no CI yet on the new head
+
+    new_head = forge.head(branch)
+    forge.ci(new_head, "unit-tests", passed=True)
+    note = LineNote(f"TASK-{task_id}.txt", 1, "say which attempt made this")
+    forge.review(pr, BOB, "changes", "Close, but not quite.", [note])
+    assert poller.poll_once(client) == [f"TASK-{task_id}: changes requested by {BOB}"]
+    notes = q.get_task_notes(task_id) or ""
+    assert "Close, but not quite." in notes and "say which attempt made this" in notes
+    assert f"### TASK-{task_id}.txt, line 1" in notes
+    assert f"done in attempt 2" in notes  # the commented line, quoted from the branch
+
+    assert attempt(task_id) == "provisional"
+    assert "say which attempt made this" in prompt_of(forged, 3)
+    last = forge.head(branch)
+    forge.ci(last, "unit-tests", passed=True)
+    forge.review(pr, BOB, "approve")
+    assert poller.poll_once(client) == [
+        f"TASK-{task_id}: approved and merged by octopoid-bot",
+        f"TASK-{task_id}: said 'done' on issue #{number}",
+    ]
+    done = q.get_task(task_id)
+    assert done.state is TaskState.DONE and "forge: merged by octopoid-bot" in done.history[-1]
+    assert q.get_task_notes(task_id) is None  # notes cleaned
+    assert forge.head(branch) is None  # the branch deleted on the remote
+    main = git.Repo(forge.server.remote.path)
+    assert main.is_ancestor(last, main.commit("main").hexsha)
+    said = forge.comments(number)
+    assert [s.rsplit("<!-- octopoid:", 1)[1] for s in said] == [
+        f"TASK-{task_id}:started -->",
+        f"TASK-{task_id}:pull-request -->",
+        f"TASK-{task_id}:done -->",
+    ]
+    assert poller.poll_once(client) == [] and len(forge.comments(number)) == 3
