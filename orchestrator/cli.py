@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from .cli_forge import forge_group, intake_command
 from .cli_memory import memory_group
 from .exceptions import ConfigError, InvalidInput, InvalidTaskId, OctopoidError
 from .lazy import lazy_import
@@ -955,6 +956,8 @@ def web(host: str, port: int, token_file: Path | None, token: str | None) -> Non
 
 
 cli.add_command(memory_group)
+cli.add_command(forge_group)
+cli.add_command(intake_command)
 
 
 def main() -> None:

@@ -6,10 +6,15 @@ commands are for a first import, and for seeing a poll's work at once.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from .exceptions import ConfigError
 from .lazy import lazy_import
+
+if TYPE_CHECKING:
+    from .forge import Forge
 
 # Imported at first use: the forge's client libraries are heavy, and optional.
 forge = lazy_import("orchestrator.forge")
@@ -17,12 +22,11 @@ issues = lazy_import("orchestrator.forge.issues")
 poller = lazy_import("orchestrator.forge.poller")
 
 
-def _connect(kind: str | None = None):  # noqa: ANN202 (a Forge; its module loads lazily)
+def _connect(kind: str | None = None) -> Forge:
     cfg = forge.settings()
     if cfg is None:
         raise ConfigError(
-            "no forge is configured: add a forge section to .octopoid/config.yaml "
-            "(docs/forge.md)"
+            "no forge is configured: add a forge section to .octopoid/config.yaml (docs/forge.md)"
         )
     if kind is not None and kind != cfg["kind"]:
         raise ConfigError(f"forge.kind in .octopoid/config.yaml is {cfg['kind']}, not {kind}")
