@@ -99,7 +99,7 @@ def _members(items: Sequence[tuple[object, object]]) -> frozenset[int]:
             found.add(arg)
         elif op is sre.RANGE:
             found.update(range(arg[0], arg[1] + 1))
-        elif op is sre.CATEGORY:
+        elif op is sre.CATEGORY and arg in CATEGORIES:
             found |= CATEGORIES[arg]
         else:
             raise NoSuperset(op)

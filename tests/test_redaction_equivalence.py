@@ -168,3 +168,30 @@ def test_streams_in_threads_share_one_gate(engine: str) -> None:
     for thread in threads:
         thread.join()
     assert outs[1:] == outs[:1] * 4
+
+
+@pytest.mark.parametrize(
+    ("pattern", "flags", "text"),
+    [
+        (rb"(?i:secret)_KEY=[^\s]{4}", 0, b"SeCrEt_KEY=abcd"),
+        (rb"token", re.I, b"TOKEN"),
+        (rb"[^a]B", re.I, b"bb"),
+        (rb" a b  # a comment", re.X, b"ab"),
+        (rb"x.y", re.S, b"x\ny"),
+        (rb"(?<![a-z])hf_[A-Za-z]{34}(?=\s|$)", 0, b"hf_" + b"a" * 34),
+        (rb"[A-Za-z0-9]{14}\.atlasv1\.[\w=-]{60,}", 0, b"a" * 14 + b".atlasv1." + b"b" * 61),
+        (
+            rb"(?:(?<=[\s;])|^)mysql[^\r\n]{0,200}?-p([^\s'\"$-][^\s'\"]{5,}+)",
+            0,
+            b"mysql -pS3cret1",
+        ),
+    ],
+)
+def test_a_widened_regex_matches_wherever_its_regex_does(
+    pattern: bytes, flags: int, text: bytes
+) -> None:
+    regex = re.compile(pattern, flags)
+    assert regex.search(text)
+    assert re.search(shape_gate.superset(regex), text)
+    for engine in ENGINES[1:]:
+        assert shape_gate.ENGINES[engine]([regex])(b"x " + text + b" y") == {0}, engine
