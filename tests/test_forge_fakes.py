@@ -10,6 +10,7 @@ from pathlib import Path
 import gitlab
 import pytest
 from githubkit import GitHub
+from githubkit.cache import MemCacheStrategy
 from githubkit.exception import (
     PrimaryRateLimitExceeded,
     RequestFailed,
@@ -45,7 +46,9 @@ def push_branch(bare: Path, work: Path, files: dict[str, str], branch: str = BRA
 
 
 def hub(forge: GitHubFake, token: str = "tok-bot", **options: object) -> GitHub:
-    return GitHub(token, base_url=forge.api, **options)
+    """A client with its own HTTP cache: githubkit's default one is process-wide, and a later
+    test's server may get an earlier one's port (then its first GET could already be a 304)."""
+    return GitHub(token, base_url=forge.api, cache_strategy=MemCacheStrategy(), **options)
 
 
 def lab(forge: GitLabFake, token: str = "tok-bot", **options: object) -> gitlab.Gitlab:
@@ -469,6 +472,8 @@ def test_gitlab_issues_notes_and_pages(gitlab_forge: GitLabFake) -> None:
 def test_gitlab_faults_are_answered_as_gitlab_does(gitlab_forge: GitLabFake) -> None:
     with pytest.raises(gitlab.GitlabAuthenticationError):
         lab(gitlab_forge, "tok-nobody").projects.get(7)
+    bearer = gitlab.Gitlab(gitlab_forge.root, oauth_token="tok-alice")
+    assert bearer.projects.get(7).id == 7 and gitlab_forge.log[-1].login == ALICE
     gl = lab(gitlab_forge)
     gitlab_forge.fail_next(1)
     with pytest.raises(gitlab.GitlabGetError) as failed:

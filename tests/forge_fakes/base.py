@@ -270,7 +270,7 @@ class ForgeServer:
             links["next"] = page + 1
         if page > 1:
             links["prev"] = page - 1
-        url = req.base + urlsplit(req.path).path
+        url = req.base + req.path
         link = ", ".join(
             f'<{url}?{urlencode({**req.query, "page": n, "per_page": per_page})}>; rel="{rel}"'
             for rel, n in links.items()
