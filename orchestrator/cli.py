@@ -681,8 +681,8 @@ def diff(task_id: str, stat: bool, as_json: bool) -> None:
     """Show what a task's branch changes against its base branch."""
     if as_json and not stat:
         raise click.UsageError("--json goes with --stat (the diff itself is text)")
-    if not stat:
-        click.echo(diffs.task_diff(task_id))
+    if not stat:  # git's bytes as they are, whatever the locale says: `git diff` prints them so
+        click.echo(diffs.task_diff(task_id).encode("utf-8", "surrogateescape"))
         return
     task_id = normalize_task_id(task_id)
     files = diffs.task_diff_stat(task_id)

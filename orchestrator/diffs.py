@@ -6,6 +6,7 @@ branch" means different things by state; git alone cannot tell them apart.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +27,15 @@ class FileStat:
 
 
 def task_diff(task_id: str) -> str:
-    """What the task's branch changes against its base; ``NothingToShow`` if it has no branch."""
+    """What the task's branch changes against its base; ``NothingToShow`` if it has no branch.
+
+    One ``git diff`` process, as ``read_diff`` runs it for the review page (hooks off), and
+    no GitPython: importing it costs more than the diff of a task's branch does."""
     task = with_branch(task_id)
-    return git_utils.diff(git_utils.open_repo(), task.branch, task.id)
+    root, branch = config.find_project_root(), git_utils.branch_for(task.id)
+    text, _ = git_utils.read_diff(root, task.branch, branch, limit=sys.maxsize)
+    # As GitPython gave it: bytes that are not UTF-8 (a Latin-1 file) survive, as surrogates.
+    return text.decode("utf-8", "surrogateescape").removesuffix("\n")  # echo ends the line
 
 
 def task_diff_stat(task_id: str) -> list[FileStat]:

@@ -112,6 +112,26 @@ def test_diff_stat_names_files_as_they_are(git_project: Path) -> None:
     assert table[-1] == "5 files changed, +4 -0"
 
 
+def test_diff_prints_what_git_diff_prints_whatever_the_bytes(git_project: Path) -> None:
+    tid = provisional_with_commit(git_project, "feature.txt", "new\n")
+    work = git.Repo(git_utils.worktree_for(tid))
+    where = Path(work.working_tree_dir)
+    (where / "café.py").write_text("a = 1\n")
+    (where / "latin1.txt").write_bytes(b"caf\xe9\n")  # not UTF-8: shown, not a traceback
+    work.git.add("-A")
+    work.git.commit("-q", "-m", "more")
+    git_project.joinpath(".gitattributes").write_text("*.py diff=shout\n")
+    work.git.config("diff.shout.textconv", "tr a-z A-Z")  # the diff's text is the branch's own
+
+    done = installed(git_project, "diff", tid, timeout=120)
+    assert (done.returncode, done.stderr) == (0, b"")
+    argv = ["git", *git_utils.DIFF_ARGS, f"main...agent/TASK-{tid}", "--"]
+    expected = subprocess.run(argv, cwd=git_project, capture_output=True, check=True).stdout
+    assert done.stdout == expected
+    assert b"+++ b/caf\xc3\xa9.py\n@@ -0,0 +1 @@\n+a = 1\n" in done.stdout  # no textconv
+    assert b"+caf\xe9\n" in done.stdout
+
+
 def stat(path: str, added: int, binary: bool = False, old_path: str | None = None) -> dict:
     return {"path": path, "added": added, "removed": 0, "binary": binary, "old_path": old_path}
 
