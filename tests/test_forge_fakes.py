@@ -287,6 +287,17 @@ def test_github_faults_are_answered_as_github_does(github_forge: GitHubFake) -> 
     assert [e.status for e in github_forge.log[-4:]] == [502, 200, 403, 304]  # hishel revalidates
 
 
+def test_a_bug_in_the_fake_is_a_500_kept_for_the_fixture_to_report(
+    github_forge: GitHubFake,
+) -> None:
+    gh = hub(github_forge, auto_retry=False)
+    with pytest.raises(RequestFailed) as broken:
+        gh.request("GET", f"/repos/{OWNER}/{R}/issues", params={"per_page": "many"})
+    assert broken.value.response.status_code == 500
+    assert len(github_forge.errors) == 1 and "ValueError" in github_forge.errors[0]
+    github_forge.errors.clear()  # the fixture would fail this test otherwise
+
+
 def test_github_state_holds_under_concurrent_writers(github_forge: GitHubFake) -> None:
     number = github_forge.create_issue(ALICE, "busy")
     gh = hub(github_forge)

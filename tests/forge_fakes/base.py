@@ -13,6 +13,8 @@ Shared test-side API (on both servers):
 - ``force_push(login, branch, files, message=..., parent=None)``: a person writes a commit
   (``files``: path -> text) on ``parent`` (default: the branch tip) and moves the ref.
 - ``log`` (list of ``Logged(method, path, status, login)``) and ``not_modified`` (304 count).
+- ``errors``: a route that raised is answered 500 and its traceback kept here (the fixtures
+  fail a test that leaves any), so a bug in the fake is never mistaken for a forge's 5xx.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ import subprocess
 import tempfile
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 
@@ -198,6 +201,7 @@ class ForgeServer:
         self.lock = threading.RLock()
         self.log: list[Logged] = []
         self.not_modified = 0
+        self.errors: list[str] = []  # tracebacks of the fake's own bugs; fixtures assert none
         self._faults: deque[Callable[[], Reply]] = deque()
         self._routes = [(m, re.compile(p + r"/?"), h) for m, p, h in self.routes()]
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -214,7 +218,7 @@ class ForgeServer:
         self._httpd.server_close()
         self._thread.join()
 
-    def __enter__(self) -> ForgeServer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -309,6 +313,9 @@ class ForgeServer:
                 out = handler(req, **args)
             except HTTPError as err:
                 return err.reply
+            except Exception as exc:  # a bug in the fake: a 500 the test can see, not a hang
+                self.errors.append(f"{method} {raw}: {traceback.format_exc()}")
+                return Reply(500, {"message": f"fake forge error: {exc!r}"})
         return out if isinstance(out, Reply) else Reply(201 if method == "POST" else 200, out)
 
     def answer(self, handler: BaseHTTPRequestHandler) -> None:

@@ -32,9 +32,11 @@ def make_bare_repo(path: Path) -> Path:
 def github_forge(tmp_path: Path) -> Iterator[GitHubFake]:
     with GitHubFake(make_bare_repo(tmp_path / "github-remote.git"), TOKENS, REPO) as forge:
         yield forge
+    assert not forge.errors, "\n".join(forge.errors)
 
 
 @pytest.fixture
 def gitlab_forge(tmp_path: Path) -> Iterator[GitLabFake]:
     with GitLabFake(make_bare_repo(tmp_path / "gitlab-remote.git"), TOKENS, REPO) as forge:
         yield forge
+    assert not forge.errors, "\n".join(forge.errors)
