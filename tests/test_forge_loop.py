@@ -10,110 +10,20 @@ the server reads; attempts are real agent subprocesses (tests/helpers/agent.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import git
-import pytest
 
 from orchestrator import queue_utils as q
 from orchestrator import review
 from orchestrator.forge import connect, poller
-from orchestrator.scaffold import init_project
 from orchestrator.tasks import TaskState
 
-from .conftest import run_claimed, set_config, write_agents
+from .forge_driver import Driver, attempt, forge, forged, prompt_of  # noqa: F401
 from .forge_fakes.base import LineNote
-from .forge_fakes.fixtures import ALICE, BOB, REPO, github_forge, gitlab_forge  # noqa: F401
-
-TOKEN_ENV = "OCTO_TEST_FORGE_TOKEN"
+from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
 
 
-class Driver:
-    """One forge's people and CI, in the same words for both fakes."""
-
-    def __init__(self, kind: str, server: Any) -> None:
-        self.kind, self.server = kind, server
-        self.prefix = "GH" if kind == "github" else "GL"
-
-    @property
-    def url(self) -> str:
-        return self.server.api if self.kind == "github" else self.server.root
-
-    def ci(self, sha: str, name: str, passed: bool, log: str = "") -> None:
-        if self.kind == "github":
-            self.server.report_ci(sha, name, "success" if passed else "failure", log)
-        else:
-            self.server.report_ci(sha, name, "success" if passed else "failed", log)
-
-    def review(self, number: int, login: str, verdict: str, body: str = "", notes=()) -> None:
-        states = {
-            "github": {"changes": "CHANGES_REQUESTED", "approve": "APPROVED"},
-            "gitlab": {"changes": "requested_changes", "approve": "approved"},
-        }
-        self.server.review(number, login, states[self.kind][verdict], body, list(notes))
-
-    def comments(self, number: int) -> list[str]:
-        issue = self.server.issues[number]
-        if self.kind == "github":
-            return [c["body"] for c in issue.comments]
-        return [n.body for n in issue.notes]
-
-    def head(self, branch: str) -> str | None:
-        return self.server.remote.sha(branch)
-
-
-@pytest.fixture(params=["github", "gitlab"])
-def forge(request: pytest.FixtureRequest) -> Driver:
-    server = request.getfixturevalue(f"{request.param}_forge")
-    return Driver(request.param, server)
-
-
-@pytest.fixture
-def forged(forge: Driver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A project cloned from the forge's repository, with merge.strategy pull-request."""
-    root = tmp_path / "project"
-    git.Repo.clone_from(forge.server.remote.path, root)
-    for key, value in {
-        "GIT_AUTHOR_NAME": "Test User",
-        "GIT_AUTHOR_EMAIL": "test@example.invalid",
-        "GIT_COMMITTER_NAME": "Test User",
-        "GIT_COMMITTER_EMAIL": "test@example.invalid",
-        "OCTOPOID_ROOT": str(root),
-        TOKEN_ENV: "tok-bot",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(root)
-    init_project(root)
-    write_agents(root)
-    set_config(
-        root,
-        git={"remote": "origin"},
-        merge={"strategy": "pull-request"},
-        forge={
-            "kind": forge.kind,
-            "url": forge.url,
-            "repository": REPO,
-            "token_env": TOKEN_ENV,
-            "intake_label": "octopoid",
-            "merge_when_approved": True,
-        },
-    )
-    return root
-
-
-def attempt(task_id: str) -> str:
-    claimed = q.claim_task(None, "impl-1")
-    assert claimed is not None and claimed.id == task_id
-    return run_claimed(claimed, "impl-1").next_state
-
-
-def prompt_of(root: Path, attempt_number: int) -> str:
-    found = list((root / ".octopoid/runtime/logs").rglob(f"attempt-{attempt_number}.prompt.md"))
-    assert len(found) == 1
-    return found[0].read_text()
-
-
-def test_the_whole_loop_from_issue_to_merged(forge: Driver, forged: Path) -> None:
+def test_the_whole_loop_from_issue_to_merged(forge: Driver, forged: Path) -> None:  # noqa: F811
     client = connect()
     number = forge.server.create_issue(
         ALICE,
@@ -121,7 +31,9 @@ def test_the_whole_loop_from_issue_to_merged(forge: Driver, forged: Path) -> Non
         "The app needs its widget.\n\n- [ ] the widget file exists\n- [ ] it says done\n",
         ["octopoid", "P0"],
     )
-    assert poller.poll_once(client) == [f"TASK-{forge.prefix}-{number}: imported from issue #{number}"]
+    assert poller.poll_once(client) == [
+        f"TASK-{forge.prefix}-{number}: imported from issue #{number}"
+    ]
     task_id = f"{forge.prefix}-{number}"
     task = q.get_task(task_id)
     assert task.priority == "P0" and task.criteria == ["the widget file exists", "it says done"]
@@ -162,7 +74,7 @@ def test_the_whole_loop_from_issue_to_merged(forge: Driver, forged: Path) -> Non
     notes = q.get_task_notes(task_id) or ""
     assert "Close, but not quite." in notes and "say which attempt made this" in notes
     assert f"### TASK-{task_id}.txt, line 1" in notes
-    assert f"done in attempt 2" in notes  # the commented line, quoted from the branch
+    assert "done in attempt 2" in notes  # the commented line, quoted from the branch
 
     assert attempt(task_id) == "provisional"
     assert "say which attempt made this" in prompt_of(forged, 3)
@@ -186,3 +98,6 @@ def test_the_whole_loop_from_issue_to_merged(forge: Driver, forged: Path) -> Non
         f"TASK-{task_id}:done -->",
     ]
     assert poller.poll_once(client) == [] and len(forge.comments(number)) == 3
+    for path in (forged / ".octopoid").rglob("*"):  # the token is in no file octopoid wrote
+        if path.is_file():
+            assert b"tok-bot" not in path.read_bytes(), path

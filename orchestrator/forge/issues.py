@@ -110,7 +110,6 @@ def _take(
         return done
     task.set_header("ISSUE_NUMBER", issue.number)
     task.set_header("ISSUE_URL", text.clean(issue.url))
-    task.set_header("ISSUE_UPDATED", issue.updated)
     try:
         store.add(task, TaskState.INCOMING)
     except IllegalTransition:  # another intake made it a moment ago
@@ -137,11 +136,11 @@ def _follow(
             why = f"forge: issue #{issue.number} closed by {by} before work started"
             review.close(task_id, "wont-do", why, closed_by=f"{forge.kind}:{by}")
             return [f"{task_label(task_id)}: cancelled, its issue was closed"]
-        if issue.updated and issue.updated != task.headers.get("ISSUE_UPDATED"):
-            made = text.from_issue(issue.number, issue.url, issue.title, issue.body, issue.labels)
-            fresh = new_task(task_id, made.title, context=made.context, criteria=made.criteria)
+        made = text.from_issue(issue.number, issue.url, issue.title, issue.body, issue.labels)
+        fresh = new_task(task_id, made.title, context=made.context, criteria=made.criteria)
+        if _differs(task, fresh, made.priority):  # timestamps may not tell: they are seconds
             queue_utils.get_store().update(
-                task_id, TaskState.INCOMING, lambda t: _rewrite(t, fresh, made.priority, issue)
+                task_id, TaskState.INCOMING, lambda t: _rewrite(t, fresh, made.priority)
             )
             return [f"{task_label(task_id)}: rewritten from its edited issue"]
     except (IllegalTransition, LostRace, TaskBusy, InvalidTask) as exc:  # claimed meanwhile
@@ -149,12 +148,16 @@ def _follow(
     return []
 
 
-def _rewrite(task: Task, fresh: Task, priority: str, issue: Issue) -> None:
+def _differs(task: Task, fresh: Task, priority: str) -> bool:
+    now = (task.title, task.context, task.criteria, task.priority)
+    return now != (fresh.title, fresh.context, fresh.criteria, priority)
+
+
+def _rewrite(task: Task, fresh: Task, priority: str) -> None:
     if task.attempts > 0:  # claimed and given back in between: the task is octopoid's now
         return
     task.title = fresh.title
     task.set_header("PRIORITY", priority)
-    task.set_header("ISSUE_UPDATED", issue.updated)
     replaced = {h: c for h, c in fresh.sections if h in ("Context", "Acceptance Criteria")}
     task.sections = [(h, replaced.get(h, c)) for h, c in task.sections]
 
