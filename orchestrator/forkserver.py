@@ -40,7 +40,7 @@ PRELOAD = (
 )
 # And where the queue is in PostgreSQL, its driver: importing psycopg was 95 ms of each
 # runner's start (a third of enqueue -> agent exec). No connection is opened before a fork.
-POSTGRES_PRELOAD = ("psycopg", "psycopg_pool")
+POSTGRES_PRELOAD = ("psycopg",)
 ANSWER_SECONDS = 5.0  # a server that takes longer to fork is given up
 MESSAGE_BYTES = 1 << 20  # one request: argv, cwd, log path and the runner's environment
 

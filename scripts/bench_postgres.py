@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -34,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -97,6 +100,21 @@ class Server:
                 for name in ("server_version", "fsync", "synchronous_commit", "full_page_writes")
             ]
         return ", ".join(found)
+
+    def cpu(self) -> float:
+        """CPU seconds the server has used so far: the postmaster, its live processes and
+        the backends it has reaped (their time is in its children's); 0 on ``--dsn``."""
+        if self.pg is None:
+            return 0.0
+        import psutil
+
+        pid = int((self.pg.data / "postmaster.pid").read_text().split()[0])
+        postmaster = psutil.Process(pid)
+        total = sum(postmaster.cpu_times()[:4])  # user, system, children's user and system
+        for child in postmaster.children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += sum(child.cpu_times()[:2])
+        return total
 
     def stop(self) -> None:
         if self.pg is not None:
@@ -218,11 +236,15 @@ def _procrastinate_claimer(dsn: str, go, produced) -> None:
     asyncio.run(work())
 
 
+class Race(NamedTuple):
+    seconds: float  # from the release of the producer and claimers to the last one's end
+    producing: float  # the producer's own seconds
+    cpu: float  # CPU seconds of the producer, claimers and server in that time
+
+
 def _race(
-    producer: tuple[Callable, tuple], claimer: tuple[Callable, tuple], k: int
-) -> tuple[float, float]:
-    """Seconds from releasing the producer and ``k`` claimers to the last one finishing,
-    and the producer's own seconds."""
+    server: Server, producer: tuple[Callable, tuple], claimer: tuple[Callable, tuple], k: int
+) -> Race:
     ctx = multiprocessing.get_context("fork")
     go, produced, took = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
     procs = [ctx.Process(target=producer[0], args=(*producer[1], go, produced, took))]
@@ -230,27 +252,35 @@ def _race(
     for proc in procs:
         proc.start()
     time.sleep(1.0)  # all started, connected and waiting
+    ours = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = server.cpu() - ours.ru_utime - ours.ru_stime
     start = time.perf_counter()
     go.set()
     for proc in procs:
         proc.join()
         assert proc.exitcode == 0, proc.exitcode
-    return time.perf_counter() - start, took.value
+    seconds = time.perf_counter() - start
+    ours = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return Race(seconds, took.value, server.cpu() + ours.ru_utime + ours.ru_stime - cpu)
 
 
-Rates = tuple[float, float]  # tasks/s through the whole lifecycle, and enqueued/s
+class Rates(NamedTuple):
+    tasks: float  # tasks/s through the whole lifecycle
+    enqueued: float  # the producer's tasks/s
+    cpu_ms: float  # CPU ms per task, clients and server (the children's time includes
+    # what the claimers did before the clock started: connecting, a LISTEN)
 
 
 def lifecycle_octopoid(server: Server, tasks: int, backlog: int, claimers: int) -> Rates:
     dsn = server.database()
     octopoid_queue(dsn, backlog)
     q.get_store().close()  # the children connect for themselves
-    elapsed, produced = _race(
-        (_octopoid_producer, (tasks - backlog,)), (_octopoid_claimer, ()), claimers
+    race = _race(
+        server, (_octopoid_producer, (tasks - backlog,)), (_octopoid_claimer, ()), claimers
     )
     assert q.get_store().count(TaskState.DONE) == tasks
     q.get_store().close()
-    return tasks / elapsed, (tasks - backlog) / produced
+    return _rates(race, tasks, backlog)
 
 
 def lifecycle_procrastinate(server: Server, tasks: int, backlog: int, claimers: int) -> Rates:
@@ -260,7 +290,8 @@ def lifecycle_procrastinate(server: Server, tasks: int, backlog: int, claimers: 
         app.schema_manager.apply_schema()
         if backlog:
             noop.batch_defer(*({"n": n} for n in range(backlog)))
-    elapsed, produced = _race(
+    race = _race(
+        server,
         (_procrastinate_producer, (dsn, tasks - backlog)),
         (_procrastinate_claimer, (dsn,)),
         claimers,
@@ -272,7 +303,11 @@ def lifecycle_procrastinate(server: Server, tasks: int, backlog: int, claimers: 
             "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
         ).fetchone()[0]
     assert done == tasks, done
-    return tasks / elapsed, (tasks - backlog) / produced
+    return _rates(race, tasks, backlog)
+
+
+def _rates(race: Race, tasks: int, backlog: int) -> Rates:
+    return Rates(tasks / race.seconds, (tasks - backlog) / race.producing, race.cpu / tasks * 1e3)
 
 
 def lifecycle_pair(
@@ -328,14 +363,18 @@ def main() -> None:
             print(
                 f"{'claimers':>8} {'octopoid':>16} {'procrastinate':>16} {'paired ratio':>20}"
                 f" {'enqueued/s: octopoid':>22} {'procrastinate':>16}"
+                f" {'CPU ms/task: octopoid':>22} {'procrastinate':>16}"
             )
             for claimers in [int(c) for c in args.claimers.split(",")]:
                 ours, theirs = lifecycle_pair(server, args.tasks, backlog, claimers, args.rounds)
-                ratios = [a[0] / b[0] for a, b in zip(ours, theirs, strict=True)]
+                ratios = [a.tasks / b.tasks for a, b in zip(ours, theirs, strict=True)]
                 print(
-                    f"{claimers:>8} {spread([r for r, _ in ours]):>16} "
-                    f"{spread([r for r, _ in theirs]):>16} {spread(ratios, 2):>20} "
-                    f"{spread([p for _, p in ours]):>22} {spread([p for _, p in theirs]):>16}"
+                    f"{claimers:>8} {spread([r.tasks for r in ours]):>16} "
+                    f"{spread([r.tasks for r in theirs]):>16} {spread(ratios, 2):>20} "
+                    f"{spread([r.enqueued for r in ours]):>22} "
+                    f"{spread([r.enqueued for r in theirs]):>16} "
+                    f"{spread([r.cpu_ms for r in ours], 1):>22} "
+                    f"{spread([r.cpu_ms for r in theirs], 1):>16}"
                 )
     finally:
         server.stop()

@@ -634,3 +634,52 @@ def test_a_fork_server_preloads_the_driver_only_for_postgres_and_connects_to_not
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
     q.create_task("a queue that exists")
     assert loaded_and_connected() == (True, False)
+
+
+def _backend(store: PostgresStore) -> int:
+    with store._tx() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        return cur.fetchone()[0]
+
+
+def test_a_forked_child_connects_for_itself_and_leaves_its_parents_connection_working(
+    pg_dsn: str,
+) -> None:
+    store = PostgresStore(pg_dsn)
+    store.upgrade()
+    mine = _backend(store)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # a runner forked by the fork server, or a bench's claimer
+        code = 1
+        try:
+            os.write(write, str(_backend(store)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    theirs = int(os.read(read, 64) or 0)
+    os.close(read)
+    assert os.waitpid(child, 0)[1] == 0
+    assert theirs not in (0, mine)  # a connection of its own, not the parent's socket
+    assert _backend(store) == mine  # and the parent's session is still there, unharmed
+    store.close()
+
+
+def test_a_connection_the_server_ended_while_idle_is_replaced_not_an_error(pg_dsn: str) -> None:
+    """An idle connection is not checked with a round trip before use: one the server has
+    ended (a restart, an administrator) has its goodbye to read, and is replaced."""
+    import psycopg
+
+    store = PostgresStore(pg_dsn)
+    store.upgrade()
+    first = _backend(store)
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+        deadline = time.monotonic() + 30
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (first,)).fetchone():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert _backend(store) not in (first, None)
+    assert store.count(TaskState.INCOMING) == 0
+    store.close()

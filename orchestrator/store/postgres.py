@@ -17,6 +17,7 @@ lock): ``octopoid init --store URL`` and ``octopoid db upgrade`` call it.
 from __future__ import annotations
 
 import os
+import select
 import stat
 import threading
 import time
@@ -167,7 +168,7 @@ def upgrade_database(dsn: str) -> str:
 
 @lru_cache(maxsize=4)
 def shared_store(dsn: str) -> PostgresStore:
-    """This process's store (and pool) for ``dsn``, its schema checked once."""
+    """This process's store (and connections) for ``dsn``, its schema checked once."""
     store = PostgresStore(dsn)
     store.initialize()
     return store
@@ -182,50 +183,31 @@ def _title(first_line: str) -> str:
 class PostgresStore(QueueStore):
     def __init__(self, dsn: str, max_connections: int = 8) -> None:
         self.dsn = dsn
-        self.max_connections = max_connections
-        self._pool: Any = None
-        self._pid = 0
-        self._guard = threading.Lock()
         self._local = threading.local()  # the hold connection and depths, per thread
         self.wait_seconds = float(os.environ.get(DATABASE_WAIT_ENV) or 0)
         # one outage, one wait: a runner whose server is gone gives up after it, not after
         # every renewal, notes write and move has waited again
         self.patience = Patience(self.wait_seconds or defaults.DATABASE_WAIT_SECONDS)
+        self._connections = Connections(max_connections, self._connect)
 
     # --- connections --------------------------------------------------------------------
 
-    def _connections(self) -> Any:
-        """The pool, opened on first use and again in a forked child (pools don't fork)."""
-        with self._guard:
-            if self._pool is None or self._pid != os.getpid():
-                from psycopg_pool import ConnectionPool
-
-                self._first_connection()  # an error at once, not after a pool's retries
-                with self._errors():
-                    pool = ConnectionPool(  # a connection is checked before each use:
-                        self.dsn,  # one the server dropped (a restart) is replaced
-                        min_size=1,
-                        max_size=self.max_connections,
-                        open=False,
-                        check=ConnectionPool.check_connection,
-                    )
-                    pool.open(wait=True, timeout=30)
-                self._pool, self._pid = pool, os.getpid()
-            return self._pool
-
-    def _first_connection(self) -> None:
-        """Connect once: a process with patience (``DATABASE_WAIT_ENV``: a runner) retries
-        with backoff for that long; any other fails at once with the reason."""
+    def _connect(self, first: bool) -> Any:
+        """A new connection. While the server is unreachable it is retried with backoff
+        for what is left of ``patience``; a process's first connection waits only if the
+        process has patience of its own (``DATABASE_WAIT_ENV``: a runner), any other
+        process hears at once that the database is down, with the reason."""
         import psycopg
 
-        deadline = time.monotonic() + min(self.wait_seconds, self.patience.left())
+        wait = self.patience.left()
+        deadline = time.monotonic() + (min(self.wait_seconds, wait) if first else wait)
         delay = 0.5
         while True:
             try:
                 with self._errors():
-                    psycopg.connect(self.dsn, connect_timeout=10).close()
+                    conn = psycopg.connect(self.dsn, connect_timeout=10)
                 self.patience.reconnected()
-                return
+                return conn
             except StorageError:
                 self.patience.failed()
                 if time.monotonic() + delay > deadline:
@@ -245,41 +227,24 @@ class PostgresStore(QueueStore):
             raise StorageError(
                 f"the PostgreSQL queue failed: {redact_dsn(message, self.dsn)}"
             ) from None
-        except TimeoutError as exc:  # the pool could not connect in time
-            message = redact_dsn(" ".join(str(exc).split()), self.dsn)
-            raise StorageError(f"cannot reach the PostgreSQL queue: {message}") from None
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
         """A cursor in one transaction (committed at the end, rolled back on error).
 
-        While the server is unreachable, waits for the pool to reconnect (it retries with
-        backoff), so a restart or a short outage delays a runner's moves and notes instead
-        of failing them; for at most ``patience`` in all, however many operations wait.
+        While the server is unreachable, waits for a connection (see ``_connect``), so a
+        restart or a short outage delays a runner's moves and notes instead of failing
+        them; for at most ``patience`` in all, however many operations wait.
         """
-        from psycopg_pool import PoolTimeout
-
-        pool = self._connections()
-        with self._errors():
-            try:
-                conn = pool.getconn(timeout=self.patience.left())
-            except PoolTimeout:
-                stats = pool.get_stats()
-                if stats.get("pool_size", 0) < stats.get("pool_max", 1):  # room, yet none made:
-                    self.patience.failed()  # the server is down (a full pool is only busy)
-                raise
-            self.patience.reconnected()
-            try:
-                with conn.transaction(), conn.cursor() as cur:
-                    yield cur
-            finally:
-                pool.putconn(conn)
+        conn = self._connections.get(self.patience.left())
+        try:
+            with self._errors(), conn.transaction(), conn.cursor() as cur:
+                yield cur
+        finally:
+            self._connections.put(conn)
 
     def close(self) -> None:
-        with self._guard:
-            if self._pool is not None and self._pid == os.getpid():
-                self._pool.close()
-            self._pool = None
+        self._connections.close()
 
     # --- schema -------------------------------------------------------------------------
 
@@ -660,6 +625,83 @@ class PostgresStore(QueueStore):
 
     def sweep(self, now: datetime | None = None) -> int:
         return 0  # no debris: every change is one transaction
+
+
+class Connections:
+    """One process's connections to one database, for its threads: made when first needed,
+    kept for reuse, at most ``size`` at once. Not psycopg_pool's pool, because a runner
+    starts once per attempt and a pool cost it a thread, a probing connection and a round
+    trip per transaction: no thread here, no connection before the first use, and an idle
+    connection is checked without a round trip (one the server closed, by a restart, has
+    something to read, and is replaced). A forked child starts with none and leaves its
+    parent's alone: a libpq connection is never shared between processes (psycopg does not
+    end a connection a child inherited when the child drops it)."""
+
+    def __init__(self, size: int, connect: Callable[[bool], Any]) -> None:
+        self.size, self._connect = size, connect
+        self._lock = threading.Lock()
+        self._pid = 0
+        self._made = False
+        self._idle: list[Any] = []
+        self._slots = threading.BoundedSemaphore(size)
+
+    def _mine(self) -> threading.BoundedSemaphore:
+        """This process's free slots (a fresh set in a forked child)."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid, self._made, self._idle = os.getpid(), False, []
+                self._slots = threading.BoundedSemaphore(self.size)
+            return self._slots
+
+    def get(self, timeout: float) -> Any:
+        """A connection for one transaction; give it back with ``put``."""
+        slots = self._mine()
+        if not slots.acquire(timeout=timeout):  # busy, not down: every slot is in use
+            raise StorageError(
+                f"the PostgreSQL queue is busy: this process's {self.size} connections "
+                f"stayed in use for {timeout:.0f} s"
+            )
+        try:
+            with self._lock:
+                while self._idle:
+                    conn = self._idle.pop()
+                    if _idle_and_open(conn):
+                        return conn
+                    conn.close()
+                first, self._made = not self._made, True
+            return self._connect(first)
+        except BaseException:
+            slots.release()
+            raise
+
+    def put(self, conn: Any) -> None:
+        if self._pid != os.getpid():
+            return  # taken before a fork: the parent's
+        from psycopg.pq import TransactionStatus
+
+        if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+            conn.close()
+        else:
+            with self._lock:
+                self._idle.append(conn)
+        self._slots.release()
+
+    def close(self) -> None:
+        """Close this process's idle connections (a parent's are left alone)."""
+        with self._lock:
+            idle, self._idle = (self._idle if self._pid == os.getpid() else []), []
+        for conn in idle:
+            conn.close()
+
+
+def _idle_and_open(conn: Any) -> bool:
+    """An idle connection has nothing to read: if it has, the server said goodbye (an
+    administrator's shutdown, a restart) or closed it."""
+    if conn.closed or conn.broken:
+        return False
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    return not poller.poll(0)
 
 
 class Patience:
