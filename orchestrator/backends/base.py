@@ -11,12 +11,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..fsutil import TailBuffer
 from ..prompts import NO_CHANGE_MARK
-from ..redaction import redact
-from ..sandbox.box import Box
+
+if TYPE_CHECKING:  # only a type here: `status` imports backends to ask if agents can run
+    from ..sandbox.box import Box
 
 OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited")
 # A line starting with NO_CHANGE_MARK (Markdown emphasis around it allowed), then why.
@@ -64,6 +65,8 @@ def clipped(text: str, limit: int, output: TailBuffer | None = None) -> str:
     """``text`` redacted, then cut to ``limit`` characters. Cut first, the head of a secret
     straddling the cut would no longer be recognised, and would leak. Redacted as
     ``output`` redacts (the agent's own secrets too), else with every secret octopoid knows."""
+    from ..redaction import redact  # here: `status` imports backends and redacts nothing
+
     redactor = output.redactor if output is not None and output.redactor else redact
     return redactor(text)[:limit]
 
