@@ -120,3 +120,17 @@ def test_a_bad_forge_section_is_one_clear_error(project: Path, sections: dict, s
     with pytest.raises(ConfigError, match=said) as caught:
         config.load_config()
     assert "ghp_abc" not in str(caught.value)
+
+
+def test_the_forge_s_token_never_reaches_an_attempt_s_environment(project: Path) -> None:
+    from orchestrator.sandbox.box import environment
+
+    host = {"PATH": "/usr/bin", "MY_FORGE_TOKEN": "ghp-secret", "GITHUB_TOKEN": "other"}
+    task = new_task("7", "t")
+    args = (task, "claim-token", {}, True)
+    assert "MY_FORGE_TOKEN" in environment(host, {}, *args)  # no forge: an ordinary variable
+    forge = {"kind": "github", "repository": "o/r", "token_env": "MY_FORGE_TOKEN"}
+    set_config(project, forge=forge)
+    env = environment(host, {}, *args)
+    assert "MY_FORGE_TOKEN" not in env and env["GITHUB_TOKEN"] == "other"
+    assert environment(host, {"MY_FORGE_TOKEN": "given"}, *args)["MY_FORGE_TOKEN"] == "given"
