@@ -368,6 +368,7 @@ def _base(headers: Any) -> str:
 def _handler_for(server: ForgeServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the clients' connection pools expect
+        disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed ACK
 
         def log_message(self, *args: Any) -> None:  # the request log is ``server.log``
             pass
