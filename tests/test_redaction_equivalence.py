@@ -91,6 +91,32 @@ def test_a_secret_split_at_every_byte_streams_as_before(
         assert outs[0] == outs[1], cut
 
 
+@before
+@pytest.mark.parametrize(
+    "line",
+    [
+        "AKIA" * 60 + " ok AKIA0123456789ABCDEF.x AKIA" + "B" * 30,
+        ("x ghp_" + "a1B2" * 9) * 5 + "ghp_" + "a1B2" * 9 + "+/=tail end",
+        ENV["MY_SERVICE_TOKEN"] * 4 + " " + ENV["MY_SERVICE_TOKEN"] + "-x " + ENCODED[0] * 3,
+    ],
+)
+def test_a_line_of_overlapping_matches_is_redacted_exactly_as_before(line: str) -> None:
+    """Ends inside a token run already extended share its end (``TokenEnds``)."""
+    env = {**ENV, "GH_TOKEN": "ghp_" + "a1B2" * 9}
+    assert redaction.Redactor(env)(line) == OLD.Redactor(env)(line)
+
+
+#: Bytes mapped onto token bytes and the ones that end a token.
+TOKENISH = bytes.maketrans(bytes(range(256)), (b"aZ9_-+/=. !@\n" * 20)[:256])
+
+
+@given(st.binary(min_size=1, max_size=60).map(lambda b: b.translate(TOKENISH)), st.data())
+def test_token_ends_shared_along_a_run_are_each_ends_own(data: bytes, draw: st.DataObject) -> None:
+    ends = draw.draw(st.lists(st.integers(1, len(data)), max_size=20))
+    shared = redaction.TokenEnds(data)
+    assert [shared(end) for end in ends] == [redaction.TokenEnds(data)(end) for end in ends]
+
+
 # --- the shape gate -------------------------------------------------------------------------
 
 needs_engine = pytest.mark.skipif(not ENGINES[1:], reason="neither hyperscan nor google-re2")
