@@ -18,17 +18,19 @@ import pytest
 
 from orchestrator import bytecode
 
-#: Run a command in-process, then print the modules it really loaded, one JSON list.
+#: Run a command in-process, then print its exit code and the modules it really loaded.
 PROBE = """
 import json, sys
 from orchestrator.cli import main
 from orchestrator.lazy import is_loaded
 sys.argv = ["octopoid", *sys.argv[1:]]
+code = 0
 try:
     main()
-except SystemExit:
-    pass
-print(json.dumps([n for n, m in list(sys.modules.items()) if is_loaded(m)]), file=sys.stderr)
+except SystemExit as exc:
+    code = exc.code or 0
+loaded = [n for n, m in list(sys.modules.items()) if is_loaded(m)]
+print(json.dumps({"code": code, "loaded": loaded}), file=sys.stderr)
 """
 HEAVY = {
     "PyYAML": "yaml",
@@ -37,28 +39,40 @@ HEAVY = {
     "the store": "orchestrator.store",
     "the backends": "orchestrator.backends",
     "the scheduler": "orchestrator.scheduler",
+    "the redaction": "orchestrator.redaction",
+    "secrets": "secrets",  # hmac and OpenSSL: a temp file's or a claim's random name
 }
+#: What no command that only reads the queue has a use for.
+WRITERS_ONLY = {"importlib.metadata", "the scheduler", "the redaction", "secrets"}
 #: What each command may not import: it has no use for it.
 NOT_NEEDED = {
     ("--help",): set(HEAVY),
     ("web", "--help"): set(HEAVY),
     ("scheduler", "status"): set(HEAVY),
     ("memory", "show", "TASK-1"): set(HEAVY),
-    ("pause",): set(HEAVY) - {"PyYAML"},
+    ("pause",): set(HEAVY) - {"PyYAML", "secrets"},  # its flag file is written atomically
     ("notes", "TASK-1"): set(HEAVY) - {"PyYAML"},
-    ("list",): {"GitPython", "importlib.metadata", "the backends", "the scheduler"},
-    ("show", "TASK-1"): {"importlib.metadata", "the scheduler"},  # review: checks: backends
-    ("status",): {"importlib.metadata", "the scheduler"},
-    ("enqueue", "a task"): {"importlib.metadata", "the backends", "the scheduler"},
+    ("list",): WRITERS_ONLY | {"GitPython", "the backends"},
+    ("show", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},
+    ("diff", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},  # one git diff
+    ("worktrees",): WRITERS_ONLY | {"GitPython", "the backends"},
+    # These ask the claude-code backend whether `claude` is on PATH (a stall if not).
+    ("status",): WRITERS_ONLY | {"GitPython"},
+    ("agents",): WRITERS_ONLY | {"GitPython"},
+    ("doctor",): WRITERS_ONLY | {"GitPython"},
+    ("enqueue", "a task"): {"importlib.metadata", "the backends", "the scheduler", "GitPython"},
 }
 
 
 def _loaded(root: Path, args: tuple[str, ...]) -> set[str]:
+    """What the command imported, once it has succeeded (a failure may stop short of them)."""
     env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args], cwd=root, env=env, capture_output=True, text=True
     )
-    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+    found = json.loads(done.stderr.strip().splitlines()[-1])
+    assert found["code"] == 0, done.stderr
+    return set(found["loaded"])
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +85,14 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
     for args in (["init"], ["enqueue", "a task to show"]):
         subprocess.run([*octopoid, *args], cwd=root, env=env, check=True, capture_output=True)
+    (root / "work.txt").write_text("TASK-1's work, for `diff` to show\n")
+    for argv in (
+        ["checkout", "-q", "-b", "agent/TASK-1"],
+        ["add", "work.txt"],
+        ["commit", "-q", "-m", "work"],
+        ["checkout", "-q", "-"],
+    ):
+        subprocess.run([*git, *argv], cwd=root, check=True)
     return root
 
 
