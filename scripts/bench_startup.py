@@ -1,6 +1,6 @@
 """Startup benchmark: every ``octopoid`` command, as a ratio to ``python -c pass``.
 
-Run by hand:  python scripts/bench_startup.py [--runs 7]
+Run by hand:  python scripts/bench_startup.py [--runs 7] [--old REV]
 
 Each command runs as a whole process doing real but small work in a scratch project (a git
 repository, ``octopoid init``, one task ``TASK-1`` with a branch to diff), next to ``python -c
@@ -14,20 +14,31 @@ pass``:
   module not frozen into the interpreter compiles from source on every run (what a runner
   paid on every attempt where the user's environment sets ``PYTHONDONTWRITEBYTECODE``).
 
-Every command runs once first, then ``--runs`` rounds each run every (command, mode) once,
-in an order that rotates from round to round, so drift on a shared machine hits all alike.
-Reported: the median wall time and the median, min and max of the per-round ratios to the
-same round's ``python -c pass`` of the same mode. Target: each command <= 3x with bytecode.
+With ``--old REV``, the code of that git revision (``git archive``d into the scratch
+directory) runs every command too, in the same rounds, on a project of its own: before and
+after in one run. Each version's code is named by ``PYTHONPATH`` (this checkout's for the
+new one), so both start alike whatever the install points at.
 
-Then each command runs once with ``PYTHONPROFILEIMPORTTIME=1`` (what ``python -X importtime``
-prints) to list which heavy modules it imports (GitPython, PyYAML, ``importlib.metadata``,
-``anthropic``). Cross-check by hand: ``/usr/bin/time -v octopoid list`` in a project.
+Every command runs once first, then ``--runs`` rounds each run every (command, mode,
+version) once, in an order that rotates from round to round, so drift on a shared machine
+hits all alike. Reported: the median wall time and the median, min and max of the
+per-round ratios to the same round's ``python -c pass`` of the same mode, and with
+``--old`` the paired new/old ratio. Target: each command <= 3x with bytecode.
+
+Then, with bytecode, where each command's time goes (median of ``--probes`` runs, in the
+process): its module bodies (lazy ones too, which ``-X importtime`` does not see), the
+processes it waits for (git, the bwrap probe) and its fsyncs; the rest is its own work.
+What is left over 3x once imports are gone is the floor those processes set. Last, one run
+with ``PYTHONPROFILEIMPORTTIME=1`` lists which heavy modules each command imports
+(GitPython, PyYAML, ``importlib.metadata``, ``anthropic``). Cross-check by hand:
+``/usr/bin/time -v octopoid list`` in a project.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -36,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench_status import TIME, octopoid_script  # the same console script and RSS probe
@@ -147,10 +159,12 @@ def heavy_found(modules: list[tuple[str, int, int]]) -> list[str]:
     ]
 
 
-def scratch_project(root: Path, script: str) -> None:
-    """A git repository with octopoid set up, TASK-1 waiting and a branch of its to diff."""
+def scratch_project(root: Path, script: str, code: Path) -> None:
+    """A git repository that the octopoid in ``code`` set up, with TASK-1 waiting and a
+    branch of its to diff."""
     git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
     root.mkdir()
+    env = with_code(clean_env(), code)
     for argv in (
         [*git, "init", "-q", "-b", "main"],
         [*git, "commit", "-q", "--allow-empty", "-m", "start"],
@@ -158,7 +172,7 @@ def scratch_project(root: Path, script: str) -> None:
         [script, "enqueue", "a task to show", "--context", "Some context."],
         [*git, "checkout", "-q", "-b", "agent/TASK-1"],
     ):
-        subprocess.run(argv, cwd=root, env=clean_env(), check=True, capture_output=True)
+        subprocess.run(argv, cwd=root, env=env, check=True, capture_output=True)
     (root / "work.txt").write_text("one line of work\n")
     for argv in (
         [*git, "add", "work.txt"],
@@ -168,9 +182,17 @@ def scratch_project(root: Path, script: str) -> None:
         subprocess.run(argv, cwd=root, check=True, capture_output=True)
 
 
+HERE = Path(__file__).resolve().parent.parent  # this checkout: the new code
+NEW, OLD = "new", "old"
+Key = tuple[str, str, str]  # (command, mode, version)
+Timings = dict[Key, list[tuple[float, float, int]]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="timed rounds")
+    parser.add_argument("--old", metavar="REV", help="also time this git revision's code")
+    parser.add_argument("--probes", type=int, default=3, help="runs of the where-time-goes probe")
     args = parser.parse_args()
 
     script = octopoid_script()
@@ -178,70 +200,225 @@ def main() -> None:
         tempfile.mkdtemp(prefix="octopoid-bench-startup-", dir=os.environ.get("BENCH_DIR"))
     )
     try:
-        root = scratch / "project"
-        scratch_project(root, script)
+        codes = {NEW: HERE}
+        if args.old:
+            codes[OLD] = archive(args.old, scratch / "old-code")
+        roots = {version: scratch / f"project-{version}" for version in codes}
+        for version, root in roots.items():
+            scratch_project(root, script, codes[version])
         envs = mode_envs(scratch)
         commands = {PASS: [sys.executable, "-c", "pass"]}
         commands.update({f"octopoid {n}": [script, *argv] for n, argv in COMMANDS.items()})
-        timings = time_commands(commands, envs, root, args.runs)
-        checks = {
-            name: imports_of(argv, root, envs["bytecode"])
-            for name, argv in commands.items()
-            if name != PASS
+        timings = time_commands(commands, envs, codes, roots, args.runs)
+        named = {name: argv for name, argv in commands.items() if name != PASS}
+        probe_env = with_code(envs["bytecode"], HERE)
+        probes = {
+            name: probe(argv, roots[NEW], probe_env, args.probes) for name, argv in named.items()
         }
+        checks = {name: imports_of(argv, roots[NEW], probe_env) for name, argv in named.items()}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"{script}, python {sys.version.split()[0]}, {os.cpu_count()} cpus")
-    verdicts = report_times(timings, args.runs)
+    print(f"{script}, python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {load()}")
+    verdicts = report_times(timings, args.runs, args.old)
+    report_probes(probes, timings)
     report_imports(checks)
     print(f"\nSummary: each command <= {RATIO_TARGET:g}x {PASS} with bytecode, exit 0")
     failed = [name for name, ok in verdicts if not ok]
     print(f"{len(verdicts) - len(failed)} of {len(verdicts)} PASS; over: {', '.join(failed)}")
 
 
-Timings = dict[tuple[str, str], list[tuple[float, float, int]]]
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def archive(rev: str, where: Path) -> Path:
+    """``rev``'s tree, unpacked at ``where`` (no worktree: the repository is left as it is)."""
+    where.mkdir()
+    tar = subprocess.run(
+        ["git", "-C", str(HERE), "archive", "--format=tar", rev], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(where)], input=tar.stdout, check=True)
+    return where
+
+
+def with_code(env: dict[str, str], code: Path) -> dict[str, str]:
+    """``env`` running the octopoid in ``code`` (its ``orchestrator`` first on the path)."""
+    return {**env, "PYTHONPATH": str(code)}
 
 
 def time_commands(
-    commands: dict[str, list[str]], envs: dict[str, dict[str, str]], root: Path, runs: int
+    commands: dict[str, list[str]],
+    envs: dict[str, dict[str, str]],
+    codes: dict[str, Path],
+    roots: dict[str, Path],
+    runs: int,
 ) -> Timings:
-    """Every (command, mode) once to warm up, then ``runs`` rotating rounds of all of them."""
-    keys = [(name, mode) for mode in envs for name in commands]
-    for name, mode in keys:
-        run(commands[name], root, envs[mode])  # warm-up: the bytecode cache, files cached
+    """Every (command, mode, version) once to warm up, then ``runs`` rotating rounds of all
+    of them; ``python -c pass`` once per mode in each round."""
+    keys = [
+        (name, mode, version)
+        for mode in envs
+        for version in codes
+        for name in commands
+        if name != PASS or version == NEW
+    ]
+
+    def one(key: Key) -> tuple[float, float, int]:
+        name, mode, version = key
+        return run(commands[name], roots[version], with_code(envs[mode], codes[version]))
+
+    for key in keys:
+        one(key)  # warm-up: the bytecode cache, files cached
     timings: Timings = {key: [] for key in keys}
     for i in range(runs):
         shift = i * len(keys) // runs
-        for name, mode in keys[shift:] + keys[:shift]:
-            timings[name, mode].append(run(commands[name], root, envs[mode]))
+        for key in keys[shift:] + keys[:shift]:
+            timings[key].append(one(key))
     return timings
 
 
-def report_times(timings: Timings, runs: int) -> list[tuple[str, bool]]:
-    """Print one row per command, both modes; (command, within target with bytecode)."""
-    print(f"\nWhole-process wall time, {runs} rounds after one warm-up each")
-    print(f"ratios: per-round ratio to the same round's `{PASS}` of the same mode")
-    head = f"{'command':<28}{'bytecode ms':>12}{'x pass [min-max]':>22}"
-    print(head + f"{'source ms':>11}{'x pass [min-max]':>22}{'RSS MiB':>9}{'exit':>6}")
+def paired(timings: Timings, key: Key, base: Key) -> list[float]:
+    return [a / b for (a, _, _), (b, _, _) in zip(timings[key], timings[base], strict=True)]
+
+
+def spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
+
+
+def report_times(timings: Timings, runs: int, old: str | None) -> list[tuple[str, bool]]:
+    """One table per mode, a row per command; (command, within target with bytecode, new)."""
     verdicts = []
-    names = dict.fromkeys(name for name, _ in timings)
-    for name in names:
-        line = f"{name:<28}"
-        ratios = {}
-        for mode in ("bytecode", "source"):
-            walls = [wall for wall, _, _ in timings[name, mode]]
-            base = [wall for wall, _, _ in timings[PASS, mode]]
-            paired = [w / b for w, b in zip(walls, base, strict=True)]
-            ratios[mode] = statistics.median(paired)
-            spread = f"{ratios[mode]:.2f} [{min(paired):.2f}-{max(paired):.2f}]"
-            line += f"{statistics.median(walls) * 1e3:>{12 if mode == 'bytecode' else 11}.1f}"
-            line += f"{spread:>22}"
-        rows = timings[name, "bytecode"] + timings[name, "source"]
-        codes = ",".join(map(str, sorted({code for _, _, code in rows})))
-        print(line + f"{max(r for _, r, _ in rows):>9.1f}{codes:>6}")
-        if name != PASS:
-            verdicts.append((name, ratios["bytecode"] <= RATIO_TARGET and codes == "0"))
+    names = dict.fromkeys(name for name, _, _ in timings)
+    for mode in ("bytecode", "source"):
+        print(f"\n{mode}: whole-process wall time, {runs} rounds after one warm-up each")
+        print(f"x pass: per-round ratio to the same round's `{PASS}`, median [min-max]")
+        head = f"{'command':<28}{'new ms':>8}{'new x pass':>20}"
+        if old:
+            head += f"{'old ms':>8}{'old x pass':>20}{'new / old':>20}"
+        print(head + f"{'RSS MiB':>9}{'exit':>6}")
+        base = (PASS, mode, NEW)
+        for name in names:
+            line, rows = f"{name:<28}", []
+            for version in (NEW, OLD) if old else (NEW,):
+                key = (name, mode, version)
+                if key not in timings:  # `python -c pass` runs once a round, as "new"
+                    continue
+                rows += timings[key]
+                line += f"{statistics.median(w for w, _, _ in timings[key]) * 1e3:>8.1f}"
+                line += f"{spread(paired(timings, key, base)):>20}"
+            if old and name != PASS:
+                line += f"{spread(paired(timings, (name, mode, NEW), (name, mode, OLD))):>20}"
+            elif old:
+                line += " " * 48
+            codes = ",".join(map(str, sorted({code for _, _, code in rows})))
+            print(line + f"{max(r for _, r, _ in rows):>9.1f}{codes:>6}")
+            if name != PASS and mode == "bytecode":
+                ratio = statistics.median(paired(timings, (name, mode, NEW), base))
+                new_codes = {code for _, _, code in timings[name, mode, NEW]}
+                verdicts.append((name, ratio <= RATIO_TARGET and new_codes == {0}))
     return verdicts
+
+
+#: Runs one command in this process and says where its time went, as one JSON line on
+#: stderr: module bodies (timed at the loaders, so lazy modules count), child processes
+#: (from start to reaped) and fsyncs, in seconds.
+PROBE = """
+import json, os, subprocess, sys, time
+from importlib import _bootstrap_external as loaders
+start, depth, spent = time.perf_counter(), [0], {"imports": 0.0, "children": 0.0, "fsync": 0.0}
+children = []
+
+def timing(cls):
+    inner = cls.exec_module
+    def exec_module(self, module):
+        depth[0] += 1
+        began = time.perf_counter()
+        try:
+            inner(self, module)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                spent["imports"] += time.perf_counter() - began
+    cls.exec_module = exec_module
+timing(loaders.SourceFileLoader)
+timing(loaders.SourcelessFileLoader)
+timing(loaders.ExtensionFileLoader)
+
+popen_init, popen_wait = subprocess.Popen.__init__, subprocess.Popen.wait
+def init(self, args, *rest, **kw):
+    self._bench_start = time.perf_counter()
+    popen_init(self, args, *rest, **kw)
+    self._bench_argv = args
+def wait(self, *rest, **kw):
+    code = popen_wait(self, *rest, **kw)
+    if getattr(self, "_bench_start", None) is not None:
+        spent["children"] += time.perf_counter() - self._bench_start
+        given = self._bench_argv
+        argv = [str(a) for a in given] if isinstance(given, (list, tuple)) else [str(given)]
+        words = [a for a in argv[1:] if not a.startswith("-") and "/" not in a and "=" not in a]
+        name = os.path.basename(argv[0])
+        children.append(f"{name} {words[0]}" if name == "git" and words else name)
+        self._bench_start = None
+    return code
+subprocess.Popen.__init__, subprocess.Popen.wait = init, wait
+real_fsync = os.fsync
+def fsync(fd):
+    began = time.perf_counter()
+    real_fsync(fd)
+    spent["fsync"] += time.perf_counter() - began
+os.fsync = fsync
+
+sys.argv = ["octopoid", *sys.argv[1:]]
+try:
+    from orchestrator.cli import main
+    main()
+except SystemExit:
+    pass
+finally:
+    sys.stdout.flush()
+    spent["total"] = time.perf_counter() - start
+    print(json.dumps({**spent, "what": children}), file=sys.stderr)
+"""
+
+
+@dataclass
+class Spent:
+    """Milliseconds of one command in its own process (medians), and what it waited for."""
+
+    total: float
+    imports: float
+    children: float
+    fsync: float
+    waited_for: list[str]
+
+    @property
+    def rest(self) -> float:
+        return self.total - self.imports - self.children - self.fsync
+
+
+def probe(argv: list[str], cwd: Path, env: dict[str, str], runs: int) -> Spent:
+    """Where ``argv``'s time goes in its own process: medians of ``runs`` runs."""
+    found = []
+    for _ in range(runs):
+        command = [sys.executable, "-c", PROBE, *argv[1:]]
+        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+        found.append(json.loads(done.stderr.strip().splitlines()[-1]))
+    ms = {p: statistics.median(f[p] for f in found) * 1e3 for p in ("total", "imports")}
+    ms |= {p: statistics.median(f[p] for f in found) * 1e3 for p in ("children", "fsync")}
+    return Spent(**ms, waited_for=found[-1]["what"])
+
+
+def report_probes(probes: dict[str, Spent], timings: Timings) -> None:
+    """Per command: the process's own time split into imports, children, fsync and the
+    rest, next to the interpreter's start (the median wall time of ``python -c pass``)."""
+    interpreter = statistics.median(w for w, _, _ in timings[PASS, "bytecode", NEW]) * 1e3
+    print("\nWhere the time goes, new code with bytecode (ms, medians, in the process after")
+    print(f"the interpreter started; `{PASS}` took {interpreter:.1f} ms in all)")
+    head = f"{'command':<28}{'in process':>11}{'imports':>9}{'children':>10}{'fsync':>7}"
+    print(head + f"{'rest':>7}  processes waited for")
+    for name, s in probes.items():
+        line = f"{name:<28}{s.total:>11.1f}{s.imports:>9.1f}{s.children:>10.1f}{s.fsync:>7.1f}"
+        print(line + f"{s.rest:>7.1f}  {', '.join(s.waited_for) or '-'}")
 
 
 def report_imports(checks: dict[str, list[tuple[str, int, int]]]) -> None:
