@@ -121,6 +121,8 @@ def _task_row(task: Task, blockage: Blockage | None) -> dict[str, Any]:
         "claimed_by": task.headers.get("CLAIMED_BY"),
         "blocked_by": [label for label, _ in blockage.waiting_on] if blockage else [],
         "stuck": blockage.stuck if blockage else None,
+        "pull_request": task.headers.get("PR_URL"),
+        "issue": task.headers.get("ISSUE_URL"),
     }
 
 
@@ -301,7 +303,7 @@ def _print_lines(lines: Iterator[listing.Line], as_json: bool, aligned: bool = F
             line.role,
             str(line.attempts),
             _blocked_cell(line.blockage),
-            line.title,
+            f"{line.title} (PR #{line.pull_request})" if line.pull_request else line.title,
         ]
         for line in lines
     )
@@ -348,6 +350,10 @@ def show(task_id: str, as_json: bool) -> None:
         click.echo(blockage.describe())
     if head:
         click.echo(f"branch: agent/{task.label} at {head} (`accept --expect {head[:12]}`)")
+    if "PR_NUMBER" in task.headers:
+        click.echo(f"pull request: #{task.headers['PR_NUMBER']} {task.headers.get('PR_URL', '')}")
+    if "ISSUE_NUMBER" in task.headers:
+        click.echo(f"issue: #{task.headers['ISSUE_NUMBER']} {task.headers.get('ISSUE_URL', '')}")
     if summary["attempts"] or summary["reviews"]:
         click.echo(
             f"retry notes: {plural(summary['attempts'], 'attempt')}, "
@@ -396,6 +402,8 @@ def status(as_json: bool) -> None:
             click.echo(f"  {t['id']} is stuck: {t['why']}")
     for t in summary["unmergeable"]:
         click.echo(_no_longer_merges(t["id"], t["conflicts"]))
+    for t in summary["pull_requests"]:
+        click.echo(f"in review on the forge: {t['id']}, pull request #{t['number']} {t['url']}")
     if not summary["config_problem"]:  # that one is said last, on stderr
         for line in stalls.lines(summary["stalls"]):
             click.echo(line)

@@ -35,6 +35,7 @@ class Line:
     claimed_by: str | None = None
     blockage: Blockage | None = None
     conflicts: list[str] | None = None
+    pull_request: str | None = None  # its number on the forge (docs/forge.md)
 
     @classmethod
     def of_task(cls, task: Task, blockage: Blockage | None = None) -> Line:
@@ -48,6 +49,7 @@ class Line:
             task.headers.get("CREATED"),
             task.headers.get("CLAIMED_BY"),
             blockage,
+            pull_request=task.headers.get("PR_NUMBER"),
         )
 
     @classmethod
@@ -77,6 +79,7 @@ class Line:
             "blocked_by": [label for label, _ in self.blockage.waiting_on] if self.blockage else [],
             "stuck": self.blockage.stuck if self.blockage else None,
             "conflicts": self.conflicts,
+            "pull_request": self.pull_request,
         }
 
 

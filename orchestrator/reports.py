@@ -30,6 +30,19 @@ def task_usage(task: Task) -> tuple[int, float]:
     return int(task.headers.get("TURNS_TOTAL") or 0), float(task.headers.get("COST_USD_TOTAL") or 0)
 
 
+def pull_request_of(task: Task) -> dict[str, Any]:
+    """A task's pull request (docs/forge.md) as status, show and list give it."""
+    headers = task.headers
+    return {"id": task.label, "number": headers["PR_NUMBER"], "url": headers.get("PR_URL")}
+
+
+def pull_request_link(task: Task) -> tuple[str, str] | None:
+    """(number, URL) of the task's pull request, when its URL is one a page may link to: a
+    forge's answer is not trusted to be http(s) (a ``javascript:`` URL would run)."""
+    number, url = task.headers.get("PR_NUMBER", ""), task.headers.get("PR_URL", "")
+    return (number, url) if number and url.startswith(("https://", "http://")) else None
+
+
 def status_summary(
     now: datetime | None = None, waiting: list[Waiting] | None = None
 ) -> dict[str, Any]:
@@ -63,9 +76,11 @@ def status_summary(
     ready = [w for w in [digest.oldest_free, *freed] if w is not None and w.created]
     oldest = min(ready, key=lambda w: w.created, default=None)
     turns, cost, most = store.usage()
-    conflicts = unmergeable(store.list(S.PROVISIONAL))
+    in_review = store.list(S.PROVISIONAL)
+    conflicts = unmergeable(in_review)
     return {
         "unmergeable": [{"id": label, "conflicts": files} for label, files in conflicts.items()],
+        "pull_requests": [pull_request_of(t) for t in in_review if "PR_NUMBER" in t.headers],
         "config_problem": problem,
         "stalls": stalls.report(digest.roles),
         "sandbox": None if problem else sandbox.describe(),

@@ -9,6 +9,7 @@ the server reads; attempts are real agent subprocesses (tests/helpers/agent.py).
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import git
@@ -43,6 +44,14 @@ def test_the_whole_loop_from_issue_to_merged(forge: Driver, forged: Path) -> Non
     opened = review.accept(task_id, "alice")  # strategy pull-request: accept opens it
     assert opened.strategy == "pull-request"
     pr = int(q.get_task(task_id).headers["PR_NUMBER"])
+    url = q.get_task(task_id).headers["PR_URL"]
+    for argv, said in (
+        (["show", task_id], f"pull request: #{pr} {url}"),
+        (["list"], f"(PR #{pr})"),
+        (["status"], f"pull request #{pr} {url}"),
+    ):
+        out = subprocess.run(["octopoid", *argv], capture_output=True, text=True, check=True)
+        assert said in out.stdout, out.stdout
     branch = f"agent/TASK-{task_id}"
     head = forge.head(branch)
     assert head == git.Repo(forged).commit(branch).hexsha

@@ -264,3 +264,29 @@ def test_new_task_is_at_the_top_with_its_fields(git_project, client) -> None:
     assert 'name="title" required maxlength="200"' in form
     for name in ("context", "criteria", "priority", "blocked_by", "branch", "csrf"):
         assert f'name="{name}"' in form
+
+
+def test_a_pull_request_is_linked_from_its_card_and_its_page_only_when_it_is_http(
+    git_project, client
+) -> None:
+    linked, hostile = q.create_task("has a PR"), q.create_task("has a strange PR")
+    for task, url in (
+        (linked, "https://forge.example/o/r/pull/7"),
+        (hostile, "javascript:alert(1)"),
+    ):
+        q.propose_split(q.claim_task(None, "impl-1"), '[{"title": "a"}]')  # in review
+        q.get_store().update(
+            task.id,
+            S.PROVISIONAL,
+            lambda t, u=url: (t.set_header("PR_NUMBER", 7), t.set_header("PR_URL", u)),
+        )
+    page = board(client)
+    assert (
+        '<a class="pr" href="https://forge.example/o/r/pull/7" rel="noopener noreferrer">PR #7</a>'
+        in page
+    )
+    assert "javascript:" not in page
+    _, _, task_page = client.request(f"/tasks/{linked.label}")
+    assert 'id="pull-request" href="https://forge.example/o/r/pull/7"' in task_page
+    _, _, task_page = client.request(f"/tasks/{hostile.label}")
+    assert "javascript:" not in task_page

@@ -184,6 +184,7 @@ class Card:
     state: str
     facts: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)  # form posts to /tasks/<id>/<action>
+    pull_request: tuple[str, str] | None = None  # (number, URL) on the forge
 
 
 @dataclass
@@ -263,7 +264,8 @@ def _actions(task: Task) -> list[str]:
 
 def _card(task: Task, *facts: str) -> Card:
     state = task.state.value if task.state else "?"
-    return Card(task.label, task.title, state, list(facts), _actions(task))
+    pull = reports.pull_request_link(task)
+    return Card(task.label, task.title, state, list(facts), _actions(task), pull)
 
 
 def _listed(tasks: list[Task], draw: Callable[[Task], Card]) -> _Source:

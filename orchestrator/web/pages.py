@@ -257,4 +257,5 @@ def task_page(
         "needs_review": task.state is S.PROVISIONAL,
         "proposal": _proposal(task),
         "live": live_since(task.id, None) if task.state is S.CLAIMED else ("", 0),
+        "pull_request": reports.pull_request_link(task),
     }
