@@ -12,11 +12,13 @@ min/median/max MB/s, the median peak RSS, and each one's median paired ratio to 
 An agent controls what it prints, and every chunk of its output is redacted while the
 runner renews its lease. A detector whose regex backtracks (a lazy gap to the end of the
 line, tried at every anchor) turns one line of a repeated anchor into seconds of work. For
-each anchor word below, ``--kib`` KiB of it repeated on one line is redacted whole; the
-table prints the median milliseconds beside ordinary agent output of the same size (code,
-a diff, a traceback), and the ratio. It costs only the printing agent's own attempt (the
-redaction runs in its runner), so the bar is: no line quadratic in its length. Measured
-2026-11-24 before the context shapes were bounded: `mysql ` 8.7 s, `curl ` 9.7 s per 64 KiB.
+each anchor word below, ``--kib`` KiB of it repeated on one line is redacted whole, on the
+anchor path and through each engine's gate; the table prints the median milliseconds and
+the ratio to ordinary agent output of the same size (code, a diff, a traceback). It costs
+only the printing agent's own attempt (the redaction runs in its runner), so the bar is: no
+line quadratic in its length. Measured 2026-11-24 before the context shapes were bounded:
+`mysql ` 8.7 s, `curl ` 9.7 s per 64 KiB. Still quadratic on the anchor path: `eyJ` (each failed JWT attempt reads to the end of the
+run); a gate skips it (no JWT can match without a dot).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -57,11 +60,13 @@ HOSTILE = [
 ]  # fmt: skip
 
 
-def median_ms(redact: Redactor, text: str, runs: int) -> float:
+def median_ms(
+    spans: Callable[[bytes, str | None], object], data: bytes, engine: str | None, runs: int
+) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        redact(text)
+        spans(data, engine)
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
 
@@ -135,18 +140,27 @@ def main() -> None:
 
 
 def hostile(kib: int, runs: int) -> None:
-    """Each anchor repeated on one line against ordinary output of the same size."""
+    """Each anchor repeated on one line against ordinary output of the same size, through
+    the anchor path and each installed engine's gate (what a stream runs on its window)."""
     size = kib * 1024
-    redact = Redactor({})
-    redact("warm up AKIA0000000000000000 and detect-secrets' import")
-    plain = (ordinary_output() * (size // len(ordinary_output()) + 1))[:size]
-    base = median_ms(redact, plain, runs)
-    print(f"{'input (one line, repeated)':34} {'ms':>9} {'x ordinary':>11}")
-    print(f"{'ordinary agent output':34} {base:9.1f} {1.0:11.1f}")
-    for word in HOSTILE:
-        text = (word * (size // len(word) + 1))[:size]
-        ms = median_ms(redact, text, runs)
-        print(f"{word!r:34} {ms:9.1f} {ms / base:11.1f}")
+    redactor = Redactor({})
+    engines = [None, *shape_gate.installed()]
+    for engine in engines:
+        redactor.spans(b"warm up AKIA0000000000000000 and the gate's build", engine)
+    plain = (ordinary_output() * (size // len(ordinary_output()) + 1))[:size].encode()
+    base = {engine: median_ms(redactor.spans, plain, engine, runs) for engine in engines}
+    names = [engine or "anchors" for engine in engines]
+    print(
+        f"{'input (one line, repeated)':34}" + "".join(f" {n + ' ms':>13} {'x':>6}" for n in names)
+    )
+    rows = [("ordinary agent output", plain)]
+    rows += [(repr(word), (word * (size // len(word) + 1))[:size].encode()) for word in HOSTILE]
+    for label, data in rows:
+        cells = ""
+        for engine in engines:
+            ms = median_ms(redactor.spans, data, engine, runs)
+            cells += f" {ms:13.1f} {ms / base[engine]:6.1f}"
+        print(f"{label:34}{cells}")
 
 
 if __name__ == "__main__":
