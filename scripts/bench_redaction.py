@@ -17,8 +17,8 @@ anchor path and through each engine's gate; the table prints the median millisec
 the ratio to ordinary agent output of the same size (code, a diff, a traceback). It costs
 only the printing agent's own attempt (the redaction runs in its runner), so the bar is: no
 line quadratic in its length. Measured 2026-11-24 before the context shapes were bounded:
-`mysql ` 8.7 s, `curl ` 9.7 s per 64 KiB. Still quadratic on the anchor path: `eyJ` (each failed JWT attempt reads to the end of the
-run); a gate skips it (no JWT can match without a dot).
+`mysql ` 8.7 s, `curl ` 9.7 s per 64 KiB. Still quadratic on the anchor path: `eyJ` (each
+failed JWT attempt reads to the end of the run); a gate skips it (no JWT without a dot).
 """
 
 from __future__ import annotations
