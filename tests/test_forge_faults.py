@@ -204,3 +204,23 @@ def test_hostile_review_comments_are_dropped_or_fenced_never_followed(
     headings = [section.heading for section in sections]
     assert len(headings) == 3 and not {"Attempt 9", "History"} & set(headings), headings
     assert q.get_task(task_id).state is TaskState.INCOMING
+
+
+def test_open_on_provisional_opens_the_pull_request_when_an_attempt_reaches_review(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    set_config(forged, forge={**config.load_config()["forge"], "open_on": "provisional"})
+    task = q.create_task("no person in between")
+    assert attempt(task.id) == "provisional"
+    assert poller.poll_once(connect()) == [
+        f"{task.label}: opened {q.get_task(task.id).headers['PR_URL']}"
+    ]
+    assert (
+        forge.head(f"agent/{task.label}") == git.Repo(forged).commit(f"agent/{task.label}").hexsha
+    )
+    assert poller.poll_once(connect()) == []  # opened once
+    split = q.create_task("too big")
+    q.propose_split(q.claim_task(None, "impl-1"), '[{"title": "a"}]')
+    assert poller.poll_once(connect()) == []  # a proposed split is not work to pull
+    assert "PR_NUMBER" not in q.get_task(split.id).headers

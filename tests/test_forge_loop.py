@@ -74,6 +74,10 @@ def test_the_whole_loop_from_issue_to_merged(forge: Driver, forged: Path) -> Non
     assert forge.head(branch) != head  # the attempt pushed to the same branch: same PR
     assert int(q.get_task(task_id).headers["PR_NUMBER"]) == pr
     assert poller.poll_once(client) == []  # no CI yet on the new head
+    if forge.kind == "github":  # a poll of what did not change is a 304, free of rate limit
+        before = forge.server.not_modified
+        assert poller.poll_once(client) == []
+        assert forge.server.not_modified > before
 
     new_head = forge.head(branch)
     forge.ci(new_head, "unit-tests", passed=True)
