@@ -134,7 +134,8 @@ def verdict(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:
     ci_failed = ci.state == FAILED and seen.ci != pull.head_sha
     if ci_failed or asking:
         return _send_back(task, pull, ci.failed if ci_failed else (), asking, seen, who)
-    approved = any(r.state == "approved" for r in _latest_by_author(reviews))
+    latest = _latest_by_author(reviews)  # one reviewer still asking for changes: no merge
+    approved = bool(latest) and all(r.state == "approved" for r in latest)
     if cfg.get("merge_when_approved") and approved and ci.state in (PASSED, NONE):
         forge.merge(number, pull.head_sha)
         merged = forge.pull_request(number)
