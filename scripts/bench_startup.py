@@ -1,6 +1,6 @@
 """Startup benchmark: every ``octopoid`` command, as a ratio to ``python -c pass``.
 
-Run by hand:  python scripts/bench_startup.py [--runs 7] [--old REV]
+Run by hand:  python scripts/bench_startup.py [--runs 7] [--old REV] [--new REV]
 
 Each command runs as a whole process doing real but small work in a scratch project (a git
 repository, ``octopoid init``, one task ``TASK-1`` with a branch to diff), next to ``python -c
@@ -16,8 +16,9 @@ pass``:
 
 With ``--old REV``, the code of that git revision (``git archive``d into the scratch
 directory) runs every command too, in the same rounds, on a project of its own: before and
-after in one run. Each version's code is named by ``PYTHONPATH`` (this checkout's for the
-new one), so both start alike whatever the install points at.
+after in one run. ``--new REV`` times a revision in place of this checkout as it is (whose
+uncommitted changes would count). Each version's code is named by ``PYTHONPATH``, so both
+start alike whatever the install points at.
 
 Every command runs once first, then ``--runs`` rounds each run every (command, mode,
 version) once, in an order that rotates from round to round, so drift on a shared machine
@@ -192,6 +193,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="timed rounds")
     parser.add_argument("--old", metavar="REV", help="also time this git revision's code")
+    parser.add_argument("--new", metavar="REV", help="time this revision, not the checkout")
     parser.add_argument("--probes", type=int, default=3, help="runs of the where-time-goes probe")
     args = parser.parse_args()
 
@@ -200,7 +202,7 @@ def main() -> None:
         tempfile.mkdtemp(prefix="octopoid-bench-startup-", dir=os.environ.get("BENCH_DIR"))
     )
     try:
-        codes = {NEW: HERE}
+        codes = {NEW: archive(args.new, scratch / "new-code") if args.new else HERE}
         if args.old:
             codes[OLD] = archive(args.old, scratch / "old-code")
         roots = {version: scratch / f"project-{version}" for version in codes}
@@ -211,7 +213,7 @@ def main() -> None:
         commands.update({f"octopoid {n}": [script, *argv] for n, argv in COMMANDS.items()})
         timings = time_commands(commands, envs, codes, roots, args.runs)
         named = {name: argv for name, argv in commands.items() if name != PASS}
-        probe_env = with_code(envs["bytecode"], HERE)
+        probe_env = with_code(envs["bytecode"], codes[NEW])
         probes = {
             name: probe(argv, roots[NEW], probe_env, args.probes) for name, argv in named.items()
         }
