@@ -9,29 +9,25 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.memory import ranking
 from orchestrator.memory import store as memory_store
+from orchestrator.memory.ranking import COMMON_CAP, POSTINGS_BUDGET, selective
 from orchestrator.memory.retrieval import relevant_notes
-from orchestrator.memory.store import (
-    COMMON_CAP,
-    POSTINGS_BUDGET,
-    SCHEMA_VERSION,
-    MemoryStore,
-    open_memory,
-    selective,
-)
+from orchestrator.memory.store import SCHEMA_VERSION, MemoryStore, open_memory
 from orchestrator.tasks import Task
 
 COMMON = ["the", "test", "fix", "run", "error", "file", "config", "check", "queue", "task"]
 SCOPE = "notes:octopoid:proj"
 
 
-CAP, BUDGET = 60, 240  # the store's limits, scaled down to a test's few hundred notes
+CAP, BUDGET, WINDOW = 60, 240, 100  # the limits, scaled down to a test's few hundred notes
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(project: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(memory_store, "COMMON_CAP", CAP)
-    monkeypatch.setattr(memory_store, "POSTINGS_BUDGET", BUDGET)
+    monkeypatch.setattr(ranking, "COMMON_CAP", CAP)
+    monkeypatch.setattr(ranking, "POSTINGS_BUDGET", BUDGET)
+    monkeypatch.setattr(memory_store, "PROBE_WINDOW", WINDOW)
     if request.param == "postgres":
         monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
     s = open_memory()
@@ -50,6 +46,9 @@ def filler(store, n: int) -> None:
 @pytest.fixture
 def big(store):
     filler(store, CAP * 5)
+    if not isinstance(store, MemoryStore):  # PostgreSQL's counts of common words from ANALYZE
+        with store.store._tx() as cur:
+            cur.execute("ANALYZE octopoid.memory")
     return store
 
 
@@ -61,6 +60,70 @@ def test_common_words_are_dropped_rarest_first_within_the_budget() -> None:
     assert sum({**many, "rare": 3}[t] for t in chosen) <= POSTINGS_BUDGET
     assert selective({"the": COMMON_CAP, "a": COMMON_CAP, "x": 0}) == ["the", "a"]
     assert selective({"x": 0}) == []
+
+
+def test_counting_only_enough_chooses_what_exact_counts_choose() -> None:
+    rng = random.Random(3)
+    for _ in range(200):
+        true = {f"t{i}": rng.choice([0, rng.randrange(1, 300), rng.randrange(1, COMMON_CAP * 2)])
+                for i in range(rng.randrange(1, 40))}  # fmt: skip
+        asked: list[int] = []
+
+        def count(term: str, at_most: int, true=true, asked=asked) -> int:
+            asked.append(min(true[term], at_most))
+            return min(true[term], at_most)
+
+        terms = sorted(true, key=lambda t: true[t] + rng.randrange(-200, 200))  # a rough order
+        counts = ranking.counted_enough(terms, count)
+        exact = {t: min(n, COMMON_CAP) for t, n in true.items()}
+        assert selective(counts) == selective(exact)
+        assert sum(asked) <= sum(exact.values())
+
+
+def test_the_probe_chooses_the_terms_counting_every_note_would(project: Path, monkeypatch):
+    """SQLite counts a phrase among the newest notes first (PostgreSQL has ANALYZE's)."""
+    monkeypatch.setattr(ranking, "COMMON_CAP", CAP)
+    monkeypatch.setattr(ranking, "POSTINGS_BUDGET", BUDGET)
+    monkeypatch.setattr(memory_store, "PROBE_WINDOW", WINDOW)
+    monkeypatch.setattr(memory_store, "PROBE_FLOOR", 5)
+    big = MemoryStore(project / "probe.db")
+    filler(big, CAP * 5)
+    query = "the test queue filler7 filler8 word3 word4 word5 run config missing"
+    phrases = memory_store.fts_phrases(query)
+    exact = {p: len(big._ids(p)) for p in phrases}
+    read: list[str] = []
+    ids = big._ids
+    monkeypatch.setattr(big, "_ids", lambda p, at_most=None: read.append(p) or ids(p, at_most))
+    probed = big._postings(phrases, big._size())
+    assert exact['"the"'] >= CAP and list(probed) == selective(exact)
+    assert all(probed[p] == ids(p) for p in probed)
+    assert '"the"' not in read and '"filler7"' in read  # the common word's notes unvisited
+
+
+def test_a_filter_that_rejects_the_leaders_still_finds_the_note(big, monkeypatch) -> None:
+    monkeypatch.setattr(ranking, "RERANK", 2)
+    kept = big.write_note("word3 word4 filler9 at last", scope=SCOPE, tags=["kept"])
+    assert [h["id"] for h in big.search_notes("word3 word4", limit=2)] != [kept]
+    assert [h["id"] for h in big.search_notes("word3 word4", tags=["kept"])] == [kept]
+
+
+def test_postgres_counts_common_words_from_analyze(project: Path, pg_dsn: str, monkeypatch):
+    """Counts from ANALYZE's statistics: a common word's count is what ANALYZE saw (a stale
+    one shows it), a rare word's is counted."""
+    monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
+    monkeypatch.setattr(ranking, "COMMON_CAP", 10_000)
+    store = open_memory()
+    filler(store, 200)
+    with store.store._tx() as cur:
+        cur.execute("ANALYZE octopoid.memory")
+        cur.execute("DELETE FROM octopoid.memory WHERE content LIKE '%%queue%%' RETURNING id")
+        seen = len(cur.fetchall())
+        cur.execute("SELECT content FROM octopoid.memory ORDER BY id LIMIT 1")
+        rare = cur.fetchone()[0].split()[6]  # the note's own filler<i>
+    counts, size = store._counts(["queue", rare, "nowhere"])
+    assert counts == {"'queue'": pytest.approx(seen, abs=1), f"'{rare}'": 1, "'nowher'": 0}
+    assert 200 - seen <= size <= 200 and store.search_notes("queue") == []
+    store.close()
 
 
 def test_expected_notes_rank_first_among_common_words(big) -> None:

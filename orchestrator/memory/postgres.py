@@ -7,7 +7,7 @@ The same notes, fields and rules as ``MemoryStore`` (SQLite + FTS5), in ``octopo
 the ``english`` configuration: a Snowball stemmer, as FTS5's ``porter`` tokenizer stems.
 Unlike FTS5 it drops English stop words, so a query of stop words alone ("don't", "it")
 finds nothing, as a query for them should. A query matches a note having any of its
-words, as ``fts_query`` makes FTS5 do, and ranks like BM25 (``SEARCH_SQL``).
+``selective`` words and is ranked as ``ranking`` ranks the SQLite store's.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from ..exceptions import InvalidMemoryInput, MemoryStoreError
 from ..store.postgres import PostgresStore
+from . import ranking
 from .store import (
     REINFORCE_STEP,
     WORD_RE,
@@ -38,29 +39,39 @@ def query_words(text: str) -> list[str]:
     return list(dict.fromkeys(words))[:MAX_QUERY_WORDS]
 
 
-# Each query word as a tsquery parsed exactly as a note's text is (so ``auth.py`` or
-# ``token-refresh`` match themselves; the words are parameters, never query syntax),
-# weighted by BM25's idf over all notes; a note scores the sum, over the words it has, of
-# idf x ts_rank (term frequency, normalised by the note's length). Plain ts_rank has no
-# idf: "the" would weigh as much as "webhook".
+# Each distinct query word as a tsquery parsed exactly as a note's text is (so ``auth.py`` or
+# ``token-refresh`` match themselves; the words are parameters, never query syntax), and
+# its lexemes
+TERMS_SQL = """
+SELECT DISTINCT ON (q::text) q::text, tsvector_to_array(to_tsvector('english', w))
+FROM unnest(%s::text[]) AS t(w), LATERAL (SELECT plainto_tsquery('english', w) AS q) x
+WHERE numnode(q) > 0
+"""
+# ANALYZE's most common lexemes, with the share of notes having each: the count of a common
+# word without visiting its notes (autovacuum keeps them; a store never analyzed has none)
+STATS_SQL = """
+SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, c.reltuples
+FROM pg_stats s JOIN pg_class c ON c.oid = 'octopoid.memory'::regclass
+WHERE s.schemaname = 'octopoid' AND s.tablename = 'memory' AND s.attname = 'search'
+"""
+COUNT_SQL = """
+SELECT (SELECT count(*) FROM (SELECT 1 FROM octopoid.memory m WHERE m.search @@ t.q::tsquery
+    LIMIT %s) x)
+FROM unnest(%s::text[]) WITH ORDINALITY AS t(q, n) ORDER BY n
+"""
+# Every note having a chosen term, through the filters, by summed idf; the leaders' rows
+# with the idfs of their terms (``ranking.rerank``)
 SEARCH_SQL = """
-WITH words AS (
-    SELECT DISTINCT q FROM unnest(%s::text[]) AS t(w),
-        LATERAL (SELECT plainto_tsquery('english', w) AS q) x
-    WHERE numnode(q) > 0
-), total AS (
-    SELECT count(*)::float AS n FROM octopoid.memory
-), weighted AS (
-    SELECT words.q, ln(1 + (total.n - d.df + 0.5) / (d.df + 0.5)) AS idf
-    FROM words, total,
-        LATERAL (SELECT count(*) AS df FROM octopoid.memory m WHERE m.search @@ words.q) d
+WITH hits AS (
+    SELECT notes.id, sum(t.w) AS score, array_agg(t.w) AS weights
+    FROM unnest(%s::tsquery[], %s::float8[]) AS t(q, w)
+    JOIN octopoid.memory notes ON notes.search @@ t.q
+    WHERE true {where}
+    GROUP BY notes.id
+    ORDER BY score DESC, notes.id
+    LIMIT %s
 )
-SELECT notes.*, sum(weighted.idf * ts_rank(notes.search, weighted.q, 1)) AS score
-FROM octopoid.memory notes JOIN weighted ON notes.search @@ weighted.q
-WHERE true {where}
-GROUP BY notes.id
-ORDER BY score DESC, notes.id
-LIMIT %s
+SELECT m.*, hits.weights FROM hits JOIN octopoid.memory m ON m.id = hits.id
 """
 
 
@@ -131,12 +142,46 @@ class PostgresMemoryStore:
         session_id: str | None = None,
         limit: int = 10,
     ) -> list[dict[str, Any]]:
-        """Notes matching ``query``, best first (``score``: higher is better)."""
+        """Notes matching ``query``, best first (``score``: higher is better, BM25 over the
+        ``ranking`` leaders of its ``selective`` words)."""
         words = query_words(query)
         if not words:
             return []
+        counts, size = self._counts(words)
+        chosen = ranking.selective(counts)
+        if not chosen:
+            return []
         where, args = filters("%s", "strpos", agent, scope, tags, topic, session_id)
-        return self._rows(SEARCH_SQL.format(where=where), [words, *args, limit])
+        idfs = [ranking.idf(size, counts[q]) for q in chosen]
+        rows = self._rows(
+            SEARCH_SQL.format(where=where), [chosen, idfs, *args, max(ranking.RERANK, limit)]
+        )
+        weights = {row["id"]: row.pop("weights") for row in rows}
+        return ranking.rerank(rows, weights)[:limit]
+
+    def _counts(self, words: list[str]) -> tuple[dict[str, int], int]:
+        """How many notes have each word's tsquery (up to ``COMMON_CAP``), and how many notes
+        there are: from ANALYZE's common lexemes where it has them all (a word's count is
+        its rarest lexeme's), counted for the rest (rarer than any of those)."""
+        with self.store._tx() as cur:
+            cur.execute(TERMS_SQL, (words,))
+            terms = cur.fetchall()
+            cur.execute(STATS_SQL)
+            stats = cur.fetchone()
+            cur.execute("SELECT coalesce(max(id), 0) FROM octopoid.memory")
+            size = int(cur.fetchone()[0])
+            common = {}
+            if stats and stats[0]:
+                common = {e: f * max(stats[2], 0) for e, f in zip(stats[0], stats[1], strict=False)}
+            counts = {
+                q: min(ranking.COMMON_CAP, round(min(common[x] for x in lexemes)))
+                for q, lexemes in terms
+                if lexemes and all(x in common for x in lexemes)
+            }
+            rest = [q for q, _ in terms if q not in counts]
+            cur.execute(COUNT_SQL, (ranking.COMMON_CAP, rest))
+            counts.update(zip(rest, (int(n) for (n,) in cur.fetchall()), strict=True))
+        return counts, size
 
     def get_recent_notes(self, *, limit: int = 10, **given: Any) -> list[dict[str, Any]]:
         where, args = filters("%s", "strpos", **given)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..exceptions import InvalidMemoryInput, MemoryStoreError
+from . import ranking
 from .notes import normalize_item
 
 if TYPE_CHECKING:
@@ -68,12 +69,22 @@ CREATE INDEX IF NOT EXISTS notes_pinned ON notes (scope, importance DESC, update
 SCHEMA_VERSION = 1  # PRAGMA user_version; a store of an older version gets _SCHEMA again
 WORD_RE = re.compile(r"\w+")
 REINFORCE_STEP = 0.1  # importance gained when the same note is written again
-# A query word in this many notes is dropped: its idf is low, and scoring its notes is what
-# a search costs (bench_memory: 5000 and 12000 kept the relevance set's recall, 46/72 vs 39/72
-# with every word, at 100k notes).
-COMMON_CAP = 5000
-POSTINGS_BUDGET = 12_000  # the rarest words are searched by until they match this many
-CAPPED_COUNT = "SELECT count(*) FROM (SELECT 1 FROM notes_fts WHERE notes_fts MATCH ? LIMIT ?)"
+# A term is first counted among the newest notes (see ``_postings``): so many that a common
+# term shows (5% of them is 100 notes), few enough that counting is cheap.
+PROBE_WINDOW = 2000
+# Seen this often, a term's rate is known well enough: one with half that many expected is
+# seen 30 times once in 5,000 (Poisson)
+PROBE_FLOOR = 30
+PROBE = (
+    "SELECT count(*) FROM (SELECT 1 FROM notes_fts WHERE notes_fts MATCH ? AND rowid > ? LIMIT ?)"
+)
+# A term's notes, newest first, as one string: one value to step over, not a row per note
+POSTINGS = (
+    "SELECT group_concat(rowid) FROM (SELECT rowid FROM notes_fts WHERE notes_fts MATCH ? "
+    "ORDER BY rowid DESC LIMIT ?)"
+)
+# Notes by id, in the order given, through the filters (``search_notes``)
+BY_IDS = "SELECT notes.* FROM json_each(?) AS j CROSS JOIN notes ON notes.id = j.value WHERE 1"
 
 
 def content_hash(content: str) -> str:
@@ -102,7 +113,7 @@ def fts_phrases(text: str) -> list[str]:
     ``don't`` -> ``"don t"``: punctuation never reaches FTS5's query syntax.
     """
     phrases = []
-    for word in text.split():
+    for word in text.lower().split():  # FTS5 folds case: "The" is "the", counted once
         parts = WORD_RE.findall(word)
         if parts:
             phrases.append('"' + " ".join(parts) + '"')
@@ -112,26 +123,6 @@ def fts_phrases(text: str) -> list[str]:
 def fts_query(text: str) -> str:
     """Every phrase of ``text``, OR-ed."""
     return " OR ".join(fts_phrases(text))
-
-
-def selective(counts: dict[str, int]) -> list[str]:
-    """The query terms worth searching by, given how many notes each matches (capped at
-    ``COMMON_CAP``): the rarest first while their matches fit ``POSTINGS_BUDGET``.
-
-    A term in most notes adds next to nothing to BM25 (its idf is near 0) yet costs a visit
-    to each of those notes; it is dropped, unless no rarer term was asked for. Terms that
-    match nothing are dropped too.
-    """
-    rare = sorted((n, term) for term, n in counts.items() if 0 < n < COMMON_CAP)
-    if not rare:
-        return [term for term, n in counts.items() if n]
-    chosen, total = [], 0
-    for n, term in rare:
-        if chosen and total + n > POSTINGS_BUDGET:
-            break
-        chosen.append(term)
-        total += n
-    return chosen
 
 
 def _tags(tags: Any) -> str:
@@ -231,21 +222,65 @@ class MemoryStore:
         session_id: str | None = None,
         limit: int = 10,
     ) -> list[dict[str, Any]]:
-        """Notes matching ``query``, best first (``score``: higher is better); by its
-        ``selective`` terms."""
-        counts = {p: self.db.execute(CAPPED_COUNT, (p, COMMON_CAP)).fetchone()[0]
-                  for p in fts_phrases(query)}  # fmt: skip
-        match = " OR ".join(selective(counts))
-        if not match:
+        """Notes matching ``query``, best first (``score``: higher is better, BM25 over the
+        ``ranking`` leaders of its ``selective`` terms)."""
+        size = self._size()
+        postings = self._postings(fts_phrases(query), size)
+        if not postings:
             return []
+        score = ranking.summed_idf(postings, size)
         where, args = filters("?", "instr", agent, scope, tags, topic, session_id)
-        rows = self.db.execute(
-            "SELECT notes.*, -bm25(notes_fts) AS score FROM notes_fts "
-            "JOIN notes ON notes.id = notes_fts.rowid "
-            f"WHERE notes_fts MATCH ? {where} ORDER BY bm25(notes_fts) LIMIT ?",
-            [match, *args, limit],
-        )
-        return [_row(r) for r in rows]
+        rows: list[dict[str, Any]] = []
+        for ids in ranking.leaders(score, limit):
+            rows += map(_row, self.db.execute(f"{BY_IDS} {where}", [json.dumps(ids), *args]))
+            if len(rows) >= limit:
+                break
+        weights = ranking.term_weights(postings, size, [r["id"] for r in rows])
+        return ranking.rerank(rows, weights)[:limit]
+
+    def _postings(self, phrases: list[str], newest: int) -> dict[str, list[int]]:
+        """The notes of each ``selective`` phrase, visiting few of the others' notes.
+
+        In a large store each phrase is first counted among the newest ``PROBE_WINDOW``
+        notes. Then ``counted_enough`` asks, rarest first by that count, how many notes have
+        a phrase, up to the most it needs: a phrase seen in the window at twice that rate or
+        more is plainly that common and is not read ("the" costs 200 visits, not 5000); the
+        others' notes are read, as far as that. (A phrase common only lately counts as
+        common; its idf was low anyway.)
+        """
+        probe = newest > 2 * PROBE_WINDOW
+
+        def plainly(at_most: int) -> int:
+            """Seen this often in the window, a phrase has ``at_most`` notes or more."""
+            if not probe:
+                return PROBE_WINDOW + 1  # never: the count is read
+            return max(PROBE_FLOOR, -(-2 * at_most * PROBE_WINDOW // newest))
+
+        common, seen = plainly(ranking.COMMON_CAP), dict.fromkeys(phrases, 0)
+        for phrase in phrases if probe else ():
+            args = (phrase, newest - PROBE_WINDOW, common)
+            seen[phrase] = self.db.execute(PROBE, args).fetchone()[0]
+        found: dict[str, list[int]] = {}
+
+        def count(phrase: str, at_most: int) -> int:
+            if seen[phrase] >= plainly(at_most):
+                return at_most
+            found[phrase] = self._ids(phrase, at_most)
+            return len(found[phrase])
+
+        counts = ranking.counted_enough(sorted(phrases, key=seen.__getitem__), count)
+        return {p: found[p] if p in found else self._ids(p) for p in ranking.selective(counts)}
+
+    def _ids(self, phrase: str, at_most: int | None = None) -> list[int]:
+        """The ids of the phrase's newest notes, up to ``at_most`` (``COMMON_CAP``)."""
+        args = (phrase, at_most or ranking.COMMON_CAP)
+        text = self.db.execute(POSTINGS, args).fetchone()[0]
+        return list(map(int, text.split(","))) if text else []
+
+    def _size(self) -> int:
+        """The highest note id: the number of notes, give or take the deleted ones (idf and
+        the probe's rate need no more; ``count(*)`` would visit every note)."""
+        return int(self.db.execute("SELECT max(id) FROM notes").fetchone()[0] or 0)
 
     def get_recent_notes(self, *, limit: int = 10, **given: Any) -> list[dict[str, Any]]:
         """Newest first; ``filters`` as for ``search_notes`` (agent, scope, tags, topic,
@@ -305,9 +340,10 @@ class MemoryStore:
 
     def record_access(self, note_ids: list[int]) -> None:
         """Count an injection into a prompt (only notes actually injected)."""
-        self.db.executemany(
-            "UPDATE notes SET access_count = access_count + 1 WHERE id = ?",
-            [(i,) for i in note_ids],
+        self.db.execute(  # one statement, one transaction: not a commit per note
+            "UPDATE notes SET access_count = access_count + 1 "
+            "WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps(note_ids),),
         )
 
     def count(self) -> int:
