@@ -284,7 +284,9 @@ def test_github_faults_are_answered_as_github_does(github_forge: GitHubFake) -> 
     assert retrying.rest.repos.get(OWNER, R).parsed_data.name == R
     github_forge.rate_limit_next(1)
     assert retrying.rest.repos.get(OWNER, R).parsed_data.name == R
-    assert [e.status for e in github_forge.log[-4:]] == [502, 200, 403, 304]  # hishel revalidates
+    statuses = [e.status for e in github_forge.log[-4:]]
+    # the retry is a 304 when hishel still holds the first answer, which it may have dropped
+    assert statuses[:3] == [502, 200, 403] and statuses[3] in (200, 304)
 
 
 def test_a_bug_in_the_fake_is_a_500_kept_for_the_fixture_to_report(
