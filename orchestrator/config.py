@@ -153,6 +153,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "merge_when_approved": Field(bool, False),
         "intake_label": Field(str, None),  # the scheduler imports open issues with it
         "log_tail_chars": Field(int, 3000, minimum=200, maximum=50_000),
+        "web_url": Field(str, None),  # `octopoid web` as reviewers reach it: linked from PRs
     },
     "prices": Field(dict, {}, items=dict),
     "breakdown": {
@@ -378,8 +379,9 @@ def _check_forge(cfg: dict[str, Any], path: Path) -> None:
     url, token_env = FORGE_DEFAULTS[forge["kind"]]
     forge["url"] = (forge["url"] or url).rstrip("/")
     forge["token_env"] = forge["token_env"] or token_env
-    if not forge["url"].startswith(("https://", "http://")):
-        raise ConfigError(f"{path}: 'forge.url' must be an http(s) URL, not {forge['url']!r}")
+    for key in ("url", "web_url"):
+        if forge[key] is not None and not forge[key].startswith(("https://", "http://")):
+            raise ConfigError(f"{path}: 'forge.{key}' must be an http(s) URL, not {forge[key]!r}")
     repository = forge["repository"] or ""
     parts = repository.split("/")
     if not REPOSITORY_RE.fullmatch(repository) or {".", ".."} & set(parts):

@@ -224,3 +224,23 @@ def test_open_on_provisional_opens_the_pull_request_when_an_attempt_reaches_revi
     q.propose_split(q.claim_task(None, "impl-1"), '[{"title": "a"}]')
     assert poller.poll_once(connect()) == []  # a proposed split is not work to pull
     assert "PR_NUMBER" not in q.get_task(split.id).headers
+
+
+def test_blockers_between_imported_issues_become_blocked_by_and_a_cycle_is_broken(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    make = forge.server.create_issue
+    outside = make(ALICE, "not labelled", "")
+    first = make(ALICE, "first", f"Blocked by #{outside + 2}.", ["octopoid"])
+    second = make(ALICE, "second", f"depends on #{outside}", ["octopoid"])
+    third = make(ALICE, "third", f"blocked by #{outside + 4}", ["octopoid"])
+    fourth = make(ALICE, "fourth", f"blocked by #{outside + 3}", ["octopoid"])
+    assert (second, third, fourth) == (outside + 2, outside + 3, outside + 4)
+    poller.poll_once(connect())
+    got = {n: q.get_task(f"{forge.prefix}-{n}") for n in (first, second, third, fourth)}
+    assert got[first].blocked_by == [f"{forge.prefix}-{second}"]
+    assert got[second].blocked_by == [] and f"#{outside}" in got[second].context
+    cycle = [got[third].blocked_by, got[fourth].blocked_by]
+    assert sorted(map(len, cycle)) == [0, 1]  # one edge kept, the one closing the cycle not
+    assert q.get_task(f"{forge.prefix}-{second}").state is TaskState.INCOMING

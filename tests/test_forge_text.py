@@ -61,7 +61,8 @@ def test_every_comment_and_the_pull_request_carry_their_marker_and_hide_secrets(
         criteria=["it ships"],
     )
     task.set_header("ISSUE_NUMBER", "41")
-    body = text.pull_request_body(task)
+    body = text.pull_request_body(task, "https://octopoid.example/")
+    assert "[its page](https://octopoid.example/tasks/TASK-7)" in body
     assert "s3cr3t-deploy-value-123456" not in body
     assert "- [ ] it ships" in body and "Closes #41" in body
     assert body.rstrip().endswith(text.marker(task, "pull-request"))

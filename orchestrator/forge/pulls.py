@@ -53,7 +53,10 @@ def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
         raise IllegalTransition(f"{task.label} has no branch {branch} to open a pull request for")
     git_utils.push_task_branch(repo, remote, task.id)
     pull = forge.find_pull_request(branch) or forge.open_pull_request(
-        branch, task.branch, text.pull_request_title(task), text.pull_request_body(task)
+        branch,
+        task.branch,
+        text.pull_request_title(task),
+        text.pull_request_body(task, cfg["web_url"]),
     )
 
     def record(t: Task) -> None:

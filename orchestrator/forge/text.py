@@ -35,16 +35,17 @@ def pull_request_title(task: Task) -> str:
     return f"{redact(task.title)} ({task.label})"
 
 
-def pull_request_body(task: Task) -> str:
+def pull_request_body(task: Task, web_url: str | None = None) -> str:
     """The description of a task's pull request: the task as the agent got it, what its
-    attempts cost, and how to find it in octopoid."""
+    attempts cost, and how to find it in octopoid (its page, with ``forge.web_url``)."""
     criteria = "\n".join(f"- [ ] {c}" for c in task.criteria) or "_none given_"
     facts = [f"**Attempts:** {task.attempts}"]
     if cost := task.headers.get("COST_USD_TOTAL"):
         facts.append(f"**Cost:** ${cost}")
     checks = [line for line in task.history if "(checks:" in line]
+    page = f"[its page]({web_url.rstrip('/')}/tasks/{task.label}), " if web_url else ""
     lines = [
-        f"Octopoid task **{task.label}**: `octopoid show {task.label}`, "
+        f"Octopoid task **{task.label}**: {page}`octopoid show {task.label}`, "
         f"`octopoid notes {task.label}`.",
         "",
         "## Context",
