@@ -22,7 +22,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -229,24 +229,16 @@ class PostgresStore(QueueStore):
             ) from None
 
     @contextmanager
-    def _tx(self, pipeline: bool = False) -> Iterator[Any]:
+    def _tx(self) -> Iterator[Any]:
         """A cursor in one transaction (committed at the end, rolled back on error).
 
-        ``pipeline``: statements are sent without waiting for their answers until one is
-        read (libpq's pipeline mode), so a move is two round trips (BEGIN with the locking
-        read; the write, NOTIFY and COMMIT), not five. Not for COPY nor several statements
-        in one string. While the server is unreachable, waits for a connection (see
-        ``_connect``), so a restart or a short outage delays a runner's moves and notes
-        instead of failing them; for at most ``patience`` in all, however many wait.
+        While the server is unreachable, waits for a connection (see ``_connect``), so a
+        restart or a short outage delays a runner's moves and notes instead of failing
+        them; for at most ``patience`` in all, however many operations wait.
         """
         conn = self._connections.get(self.patience.left())
         try:
-            with (
-                self._errors(),
-                conn.pipeline() if pipeline else nullcontext(),
-                conn.transaction(),
-                conn.cursor() as cur,
-            ):
+            with self._errors(), conn.transaction(), conn.cursor() as cur:
                 yield cur
         finally:
             self._connections.put(conn)
@@ -350,23 +342,23 @@ class PostgresStore(QueueStore):
     # --- the QueueStore interface -------------------------------------------------------
 
     def allocate_id(self) -> str:
-        with self._tx(pipeline=True) as cur:
-            while True:
-                cur.execute(
-                    "WITH n AS (SELECT nextval('octopoid.task_ids')::text AS id) "
-                    "SELECT id, EXISTS (SELECT 1 FROM octopoid.tasks t WHERE t.id = n.id) FROM n"
-                )
-                candidate, taken = cur.fetchone()
-                if not taken:
-                    return candidate
-                cur.execute(  # tasks added with their own ids (an import): jump past them
-                    "SELECT setval('octopoid.task_ids', GREATEST(%s::bigint, "
-                    "(SELECT coalesce(max(seq), 0) FROM octopoid.tasks)))",
-                    (candidate,),
-                )
+        """The next id: one statement takes it and says whether it is free (a sequence is
+        not transactional: no transaction is needed around it)."""
+        while True:
+            candidate, taken = self._one(
+                "WITH n AS (SELECT nextval('octopoid.task_ids')::text AS id) "
+                "SELECT id, EXISTS (SELECT 1 FROM octopoid.tasks t WHERE t.id = n.id) FROM n"
+            )
+            if not taken:
+                return candidate
+            self._one(  # tasks added with their own ids (an import): jump past them
+                "SELECT setval('octopoid.task_ids', GREATEST(%s::bigint, "
+                "(SELECT coalesce(max(seq), 0) FROM octopoid.tasks)))",
+                (candidate,),
+            )
 
     def add(self, task: Task, state: TaskState) -> Task:
-        with self._tx(pipeline=True) as cur:
+        with self._tx() as cur:
             cur.execute(
                 f"INSERT INTO octopoid.tasks (id, {_COLUMNS}) VALUES (%s, {_VALUES}) "
                 "ON CONFLICT (id) DO NOTHING RETURNING 1",
@@ -386,7 +378,7 @@ class PostgresStore(QueueStore):
         return TaskState(row[0]) if row else None
 
     def get(self, task_id: str) -> Task:
-        with self._tx(pipeline=True) as cur:
+        with self._tx() as cur:
             cur.execute("SELECT state, body FROM octopoid.tasks WHERE id = %s", (task_id,))
             row = cur.fetchone()
             if row is None:
@@ -428,7 +420,7 @@ class PostgresStore(QueueStore):
         change: Change,
         guard: Guard | None = None,
     ) -> Task | None:
-        with self._tx(pipeline=True) as cur:
+        with self._tx() as cur:
             task = self._locked(cur, task_id, src)
             if isinstance(task, Task):
                 if guard is not None and not guard(task):
@@ -533,7 +525,7 @@ class PostgresStore(QueueStore):
         if role is not None:
             where += " AND role = %s"
             args.append(role)
-        with self._tx(pipeline=True) as cur:
+        with self._tx() as cur:
             while True:
                 cur.execute(
                     f"SELECT id, body FROM octopoid.tasks t WHERE {where} AND NOT EXISTS ("
@@ -771,12 +763,12 @@ class PostgresNotes:
         return cur.fetchall()
 
     def read(self, task_id: str) -> str | None:
-        with self.store._tx(pipeline=True) as cur:
+        with self.store._tx() as cur:
             rows = self._rows(cur, task_id)
         return "".join(section for _, section in rows) if rows else None
 
     def append(self, task_id: str, title: str, make_sections: Callable[[str], str]) -> None:
-        with self.store._tx(pipeline=True) as cur:
+        with self.store._tx() as cur:
             self._lock(cur, task_id)
             rows = self._rows(cur, task_id)
             pieces = [] if rows else [title]
@@ -813,7 +805,7 @@ class PostgresNotes:
         return not rows or "".join(section for _, section in rows) == text
 
     def remove(self, task_id: str) -> bool:
-        with self.store._tx(pipeline=True) as cur:
+        with self.store._tx() as cur:
             self._lock(cur, task_id)
             cur.execute("DELETE FROM octopoid.notes WHERE task_id = %s RETURNING 1", (task_id,))
             return cur.fetchone() is not None
