@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import types
 import typing
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -380,7 +381,7 @@ class GitHubFake(ForgeServer):
     def _labels(self, issue: Issue) -> list[dict[str, Any]]:
         return [
             {
-                "id": abs(hash(name)) % 10**9,
+                "id": zlib.crc32(name.encode()),
                 "node_id": f"LA_{name}",
                 "url": self._url(f"/labels/{name}"),
                 "name": name,
