@@ -109,23 +109,6 @@ def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
-def _task_row(task: Task, blockage: Blockage | None) -> dict[str, Any]:
-    return {
-        "id": task.label,
-        "title": task.title,
-        "state": task.state.value if task.state else None,
-        "role": task.role,
-        "priority": task.priority,
-        "attempts": task.attempts,
-        "created": task.headers.get("CREATED"),
-        "claimed_by": task.headers.get("CLAIMED_BY"),
-        "blocked_by": [label for label, _ in blockage.waiting_on] if blockage else [],
-        "stuck": blockage.stuck if blockage else None,
-        "pull_request": task.headers.get("PR_URL"),
-        "issue": task.headers.get("ISSUE_URL"),
-    }
-
-
 def _blocked_cell(blockage: Blockage | None) -> str:
     if blockage is None:
         return "-"
@@ -327,23 +310,15 @@ def _print_lines(lines: Iterator[listing.Line], as_json: bool, aligned: bool = F
 def show(task_id: str, as_json: bool) -> None:
     """Print a task: where it is, its branch head, its notes, usage, and its file."""
     task = queue_utils.get_task(task_id)
+    if as_json:
+        _emit_json(reports.task_details(task))
+        return
     summary = task_notes.notes_summary(task.id)
     blockage = dependencies.blockage_of(task)
     head = None
     with contextlib.suppress(OctopoidError):  # no repository: no branch to name
         head = review.head_of(task)
     turns, cost = reports.task_usage(task)
-    if as_json:
-        row = _task_row(task, blockage)
-        row.update(
-            head=head,
-            headers=dict(task.headers),
-            notes={"attempts": summary["attempts"], "reviews": summary["reviews"]},
-            usage={"turns": turns, "cost_usd": round(cost, 4)},
-            history=task.history,
-        )
-        _emit_json(row)
-        return
     where = task.path or "a row in PostgreSQL"
     click.echo(f"{task.label} is in {task.state.value} ({where})")
     if blockage:
@@ -479,7 +454,7 @@ def accept(task_ids: tuple[str, ...], actor: str, expect: str | None, as_json: b
             click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
         return done
 
-    _each(task_ids, one, _accepted_line, _accepted_row if as_json else None)
+    _each(task_ids, one, _accepted_line, review.accepted_row if as_json else None)
 
 
 def _accepted_line(done: review.Accepted) -> str:
@@ -492,18 +467,6 @@ def _accepted_line(done: review.Accepted) -> str:
         "no-change": "no change needed, nothing merged",
     }.get(done.strategy, "branch left in place")
     return f"{done.task.label} accepted ({how}): done"
-
-
-def _accepted_row(done: review.Accepted) -> dict[str, Any]:
-    """``strategy`` is merge.strategy as applied (``no-change``: nothing to merge,
-    ``finished``: an earlier accept had merged); ``merged``: the commit on the base."""
-    return {
-        "id": done.task.label,
-        "state": done.task.state.value if done.task.state else None,
-        "strategy": done.strategy,
-        "merged": done.merged_sha,
-        "cleanup_error": done.cleanup_error,
-    }
 
 
 @cli.command()

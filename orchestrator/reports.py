@@ -3,12 +3,13 @@ reviews no longer merge. They move nothing; the merge checks are cached."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import datetime
 from typing import Any
 
 from . import config
-from .dependencies import blocked_summary
+from .dependencies import Blockage, blockage_of, blocked_summary
 from .exceptions import OctopoidError
 from .fsutil import atomic_write, read_json_object
 from .lazy import lazy_import
@@ -21,6 +22,9 @@ agent_status = lazy_import("orchestrator.agent_status")
 git_utils = lazy_import("orchestrator.git_utils")
 sandbox = lazy_import("orchestrator.sandbox")
 stalls = lazy_import("orchestrator.stalls")
+# Only `task_details` (show) uses these.
+review = lazy_import("orchestrator.review")
+task_notes = lazy_import("orchestrator.task_notes")
 
 S = TaskState
 
@@ -28,6 +32,44 @@ S = TaskState
 def task_usage(task: Task) -> tuple[int, float]:
     """(turns, USD) a task has used across all its attempts."""
     return int(task.headers.get("TURNS_TOTAL") or 0), float(task.headers.get("COST_USD_TOTAL") or 0)
+
+
+def task_row(task: Task, blockage: Blockage | None) -> dict[str, Any]:
+    """A task as `show --json` (and the MCP server's ``show``) begins it."""
+    return {
+        "id": task.label,
+        "title": task.title,
+        "state": task.state.value if task.state else None,
+        "role": task.role,
+        "priority": task.priority,
+        "attempts": task.attempts,
+        "created": task.headers.get("CREATED"),
+        "claimed_by": task.headers.get("CLAIMED_BY"),
+        "blocked_by": [label for label, _ in blockage.waiting_on] if blockage else [],
+        "stuck": blockage.stuck if blockage else None,
+        "pull_request": task.headers.get("PR_URL"),
+        "issue": task.headers.get("ISSUE_URL"),
+    }
+
+
+def task_details(task: Task) -> dict[str, Any]:
+    """`show --json`: the task's row, its branch head (None without a repository), headers,
+    how many attempts and reviews its notes hold, its usage and its History. One function
+    for every face that shows a task, so they cannot drift apart."""
+    head = None
+    with contextlib.suppress(OctopoidError):  # no repository: no branch to name
+        head = review.head_of(task)
+    summary = task_notes.notes_summary(task.id)
+    turns, cost = task_usage(task)
+    row = task_row(task, blockage_of(task))
+    row.update(
+        head=head,
+        headers=dict(task.headers),
+        notes={"attempts": summary["attempts"], "reviews": summary["reviews"]},
+        usage={"turns": turns, "cost_usd": round(cost, 4)},
+        history=task.history,
+    )
+    return row
 
 
 def pull_request_of(task: Task) -> dict[str, Any]:

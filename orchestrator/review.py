@@ -9,7 +9,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import config, finishing, git_utils, intake, queue_utils, sandbox
 from .config import OCTOPOID_DIR
@@ -41,6 +41,19 @@ class Accepted:
     cleanup_error: str | None = None
     promoted: int = 0
     distilled: dict = field(default_factory=dict)
+
+
+def accepted_row(done: Accepted) -> dict[str, Any]:
+    """An accept as `accept --json` (and the MCP server) gives it. ``strategy`` is
+    merge.strategy as applied (``no-change``: nothing to merge, ``finished``: an earlier
+    accept had merged); ``merged``: the commit on the base."""
+    return {
+        "id": done.task.label,
+        "state": done.task.state.value if done.task.state else None,
+        "strategy": done.strategy,
+        "merged": done.merged_sha,
+        "cleanup_error": done.cleanup_error,
+    }
 
 
 def head_of(task: Task) -> str | None:
