@@ -31,7 +31,7 @@ from ..tasks import Task, TaskState, new_task, task_label
 
 MAX_SUBTASKS = 20  # more is not a breakdown but a backlog: a person should plan that
 KEYS = {"title", "context", "criteria", "depends_on"}
-BLOCK_RE = re.compile(r"^(`{3,})subtasks[ \t]*\n(.*?)^\1[ \t]*$", re.M | re.S)
+BLOCK_RE = re.compile(r"^(`{3,})(subtasks|plan)[ \t]*\n(.*?)^\1[ \t]*$", re.M | re.S)
 MAX_ANSWER_BYTES = 1 << 20
 
 ANSWER_FORMAT = f"""## How to answer
@@ -62,45 +62,65 @@ class Subtask:
 
 def parse_answer(output: str) -> list[Subtask]:
     """The subtasks in the last ```subtasks block of ``output``; ``InvalidTask`` says why not."""
-    blocks = BLOCK_RE.findall(output)
-    if not blocks:
-        raise InvalidTask("the answer has no ```subtasks block")
-    try:
-        items = json.loads(blocks[-1][1])
-    except ValueError as exc:
-        raise InvalidTask(f"the ```subtasks block is not JSON: {exc}") from None
-    if not isinstance(items, list) or not items:
-        raise InvalidTask("the ```subtasks block must be a non-empty JSON list")
-    if len(items) > MAX_SUBTASKS:
-        raise InvalidTask(f"{len(items)} subtasks; at most {MAX_SUBTASKS} (split less finely)")
+    items = read_block(output, "subtasks", MAX_SUBTASKS, "subtasks", "split less finely")
     return [_subtask(n, item) for n, item in enumerate(items, 1)]
+
+
+def read_block(output: str, fence: str, limit: int, noun: str, fix: str) -> list:
+    """The JSON list in the last ```<fence> block of ``output``, 1 to ``limit`` items long
+    (the breakdown's answer format, shared with the planner's)."""
+    blocks = [b for b in BLOCK_RE.findall(output) if b[1] == fence]
+    if not blocks:
+        raise InvalidTask(f"the answer has no ```{fence} block")
+    try:
+        items = json.loads(blocks[-1][2])
+    except ValueError as exc:
+        raise InvalidTask(f"the ```{fence} block is not JSON: {exc}") from None
+    if not isinstance(items, list) or not items:
+        raise InvalidTask(f"the ```{fence} block must be a non-empty JSON list")
+    if len(items) > limit:
+        raise InvalidTask(f"{len(items)} {noun}; at most {limit} ({fix})")
+    return items
+
+
+def read_item(where: str, item: object, keys: set[str]) -> dict:
+    """One answered task's fields, their types checked (``depends_on`` None when left out);
+    ``InvalidTask`` names ``where`` and what is wrong."""
+    if not isinstance(item, dict):
+        raise InvalidTask(f"{where} must be an object with title, context, criteria")
+    unknown = set(item) - keys
+    if unknown:
+        raise InvalidTask(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+    fields = {"title": item.get("title"), "context": item.get("context", "")}
+    fields |= {"criteria": item.get("criteria", []), "depends_on": item.get("depends_on")}
+    if not isinstance(fields["title"], str) or not fields["title"].strip():
+        raise InvalidTask(f"{where} needs a title")
+    for key in keys - {"title", "criteria", "depends_on"}:
+        if key in item and not isinstance(item[key], str):
+            raise InvalidTask(f"{where}: {key} must be text")
+        fields.setdefault(key, item.get(key))
+    criteria, depends = fields["criteria"], fields["depends_on"]
+    if not isinstance(criteria, list) or not all(isinstance(c, str) for c in criteria):
+        raise InvalidTask(f"{where}: criteria must be a list of text")
+    if depends is not None and (
+        not isinstance(depends, list) or not all(type(d) is int for d in depends)
+    ):
+        raise InvalidTask(f"{where}: depends_on must be a list of task numbers")
+    return fields
 
 
 def _subtask(n: int, item: object) -> Subtask:
     where = f"subtask {n}"
-    if not isinstance(item, dict):
-        raise InvalidTask(f"{where} must be an object with title, context, criteria")
-    unknown = set(item) - KEYS
-    if unknown:
-        raise InvalidTask(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
-    title, context = item.get("title"), item.get("context", "")
-    criteria, depends = item.get("criteria", []), item.get("depends_on")
-    if not isinstance(title, str) or not title.strip():
-        raise InvalidTask(f"{where} needs a title")
-    if not isinstance(context, str):
-        raise InvalidTask(f"{where}: context must be text")
-    if not isinstance(criteria, list) or not all(isinstance(c, str) for c in criteria):
-        raise InvalidTask(f"{where}: criteria must be a list of text")
+    fields = read_item(where, item, KEYS)
+    depends = fields["depends_on"]
     if depends is None:
         depends = [n - 1] if n > 1 else []
-    if not isinstance(depends, list) or not all(type(d) is int for d in depends):
-        raise InvalidTask(f"{where}: depends_on must be a list of subtask numbers")
     for d in depends:
         if not 1 <= d < n:
             raise InvalidTask(
                 f"{where} depends on {d}: only earlier subtasks may be named (no cycles)"
             )
-    return Subtask(title, context, criteria, sorted(set(depends)))
+    return Subtask(fields["title"], fields["context"], fields["criteria"], sorted(set(depends)))
 
 
 def answer_text(log: Path) -> str:
@@ -151,10 +171,17 @@ def _inherited(task: Task) -> dict[str, str]:
 def check(task: Task, subtasks: list[Subtask]) -> None:
     """Every subtask would be a valid task (title, criteria, sizes); ``InvalidTask`` if not."""
     for n, sub in enumerate(subtasks, 1):
-        try:
-            new_task("0", sub.title, context=sub.context, criteria=sub.criteria, **_inherited(task))
-        except InvalidTask as exc:
-            raise InvalidTask(f"subtask {n}: {exc}") from None
+        fields = _inherited(task)
+        check_new(f"subtask {n}", sub.title, context=sub.context, criteria=sub.criteria, **fields)
+
+
+def check_new(where: str, title: str, **fields: object) -> None:
+    """``title`` with ``fields`` would be a valid new task (``tasks.new_task``'s limits);
+    ``InvalidTask`` prefixed with ``where`` if not."""
+    try:
+        new_task("0", title, **fields)  # type: ignore[arg-type]
+    except InvalidTask as exc:
+        raise InvalidTask(f"{where}: {exc}") from None
 
 
 def _complete(task: Task, headers: dict[str, str]) -> Task:
