@@ -40,11 +40,11 @@ def query_words(text: str) -> list[str]:
 
 
 # Each distinct query word as a tsquery parsed exactly as a note's text is (so ``auth.py`` or
-# ``token-refresh`` match themselves; the words are parameters, never query syntax), and
-# its lexemes
+# ``token-refresh`` match themselves; the words are parameters, never query syntax), its
+# parts in a row as FTS5's phrases (``token_refresh`` is not "token" and "refresh" anywhere)
 TERMS_SQL = """
-SELECT DISTINCT ON (q::text) q::text, tsvector_to_array(to_tsvector('english', w))
-FROM unnest(%s::text[]) AS t(w), LATERAL (SELECT plainto_tsquery('english', w) AS q) x
+SELECT DISTINCT ON (q::text) q::text, numnode(q) = 1
+FROM unnest(%s::text[]) AS t(w), LATERAL (SELECT phraseto_tsquery('english', w) AS q) x
 WHERE numnode(q) > 0
 """
 # ANALYZE's most common lexemes, with the share of notes having each: the count of a common
@@ -161,8 +161,8 @@ class PostgresMemoryStore:
 
     def _counts(self, words: list[str]) -> tuple[dict[str, int], int]:
         """How many notes have each word's tsquery (up to ``COMMON_CAP``), and how many notes
-        there are: from ANALYZE's common lexemes where it has them all (a word's count is
-        its rarest lexeme's), counted for the rest (rarer than any of those)."""
+        there are: a one-lexeme word from ANALYZE's common lexemes if it is one, any other
+        word counted (it is rarer than those, or several lexemes in a row)."""
         with self.store._tx() as cur:
             cur.execute(TERMS_SQL, (words,))
             terms = cur.fetchall()
@@ -171,12 +171,15 @@ class PostgresMemoryStore:
             cur.execute("SELECT coalesce(max(id), 0) FROM octopoid.memory")
             size = int(cur.fetchone()[0])
             common = {}
-            if stats and stats[0]:
-                common = {e: f * max(stats[2], 0) for e, f in zip(stats[0], stats[1], strict=False)}
+            if stats and stats[0]:  # the quoted lexemes, as a one-lexeme tsquery prints
+                common = {
+                    "'" + e.replace("'", "''") + "'": f * max(stats[2], 0)
+                    for e, f in zip(stats[0], stats[1], strict=False)
+                }
             counts = {
-                q: min(ranking.COMMON_CAP, round(min(common[x] for x in lexemes)))
-                for q, lexemes in terms
-                if lexemes and all(x in common for x in lexemes)
+                q: min(ranking.COMMON_CAP, round(common[q]))
+                for q, single in terms
+                if single and q in common
             }
             rest = [q for q, _ in terms if q not in counts]
             cur.execute(COUNT_SQL, (ranking.COMMON_CAP, rest))
