@@ -1,0 +1,248 @@
+"""`octopoid plan`: a scripted planner drafts a goal into dependent tasks; a person reviews,
+edits and approves the plan; the scheduler runs the tasks in dependency order; a failed
+blocker holds its dependants, visibly, until a retry of it succeeds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import plans, review, scheduler
+from orchestrator import queue_utils as q
+from orchestrator.exceptions import ConfigError, IllegalTransition, InvalidTask
+from orchestrator.roles import planner
+from orchestrator.tasks import TaskState
+
+from .conftest import HELPERS, child_env
+
+S = TaskState
+GOAL = "GOAL-CLUE: let people export their data"
+
+
+def octopoid(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """The real CLI, in its own process."""
+    argv = [sys.executable, "-m", "orchestrator.cli", *args]
+    return subprocess.run(argv, env=child_env(root), capture_output=True, text=True, timeout=240)
+
+
+def write_agents(root: Path, planner_agent: bool = True) -> None:
+    """The scripted implementer (one attempt per task, two at a time) and the planner."""
+    command = {"backend": "command", "max_turns": 10, "timeout_seconds": 60}
+    agents = [
+        {"name": "impl-1", "role": "implement", "max_concurrent": 2, **command,
+         "argv": [sys.executable, str(HELPERS / "agent.py")]},
+    ]  # fmt: skip
+    if planner_agent:
+        argv = [sys.executable, str(HELPERS / "plan_agent.py")]
+        agents.append({"name": "planner", "role": "plan", **command, "argv": argv})
+    doc = {"lease_seconds": 30, "max_attempts": 1, "max_claimed": 2, "agents": agents}
+    (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))
+
+
+@pytest.fixture
+def planned(git_project: Path) -> Path:
+    write_agents(git_project)
+    return git_project
+
+
+def drive(sched: scheduler.Scheduler, until: Callable[[], bool], order: list[str]) -> None:
+    """Scheduler passes, accepting what reaches review (in ``order``), until ``until``."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        sched.loop_once()
+        for task in q.list_tasks(S.PROVISIONAL):
+            review.accept(task.id)
+            order.append(task.id)
+        if not sched.runners and until():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the scheduler did not get there")
+
+
+def test_a_planned_goal_runs_in_dependency_order_and_a_failed_blocker_holds_until_retried(
+    planned: Path,
+) -> None:
+    drafted = octopoid(planned, "plan", GOAL)
+    assert drafted.returncode == 0, drafted.stderr
+    assert (
+        "PLAN-1 (draft): GOAL-CLUE" in drafted.stdout
+        and "T6 [P1] cut the release" in drafted.stdout
+    )
+    carrier = q.get_task("1")
+    assert (carrier.state, carrier.role, carrier.headers["PLAN"]) == (S.DONE, "planning", "PLAN-1")
+    assert q.get_store().count(S.INCOMING) == 0  # nothing is enqueued before approval
+
+    approved = octopoid(planned, "plan", "approve", "PLAN-1")
+    assert approved.returncode == 0, approved.stderr
+    ids = plans.load("PLAN-1").created_ids
+    assert approved.stdout.strip().endswith(", ".join(f"TASK-{ids[f'T{n}']}" for n in range(1, 7)))
+    plan = plans.load("PLAN-1")
+    for t in plan.tasks:
+        task = q.get_task(ids[t.key])
+        assert task.blocked_by == [ids[b] for b in t.blocked_by]
+        assert (task.title, task.priority) == (t.title, t.priority)
+
+    sched, order = scheduler.Scheduler(), []
+    sched.initialize()
+    try:
+        api = ids["T2"]  # its title fails the first attempt; max_attempts is 1
+        held = [ids["T4"], ids["T5"], ids["T6"]]
+        drive(sched, lambda: q.get_task(api).state is S.FAILED and len(order) == 2, order)
+        assert order == [ids["T1"], ids["T3"]]
+        assert all(q.get_task(t).state is S.INCOMING for t in held)
+        listing = octopoid(planned, "list").stdout
+        why = f"which failed: `octopoid retry TASK-{api}` releases it once TASK-{api} succeeds"
+        assert f"TASK-{ids['T4']} is stuck: held by TASK-{api}, {why}" in listing
+        assert f"TASK-{ids['T6']} is stuck: held by TASK-{api} (through TASK-" in listing
+        status = json.loads(octopoid(planned, "status", "--json").stdout)
+        stuck = {s["id"]: s["why"] for s in status["blocked"]["stuck"]}
+        assert set(stuck) == {f"TASK-{t}" for t in held}
+        sched.loop_once()
+        assert all(q.get_task(t).state is S.INCOMING for t in held)  # still held
+
+        assert octopoid(planned, "retry", f"TASK-{api}").returncode == 0
+        drive(sched, lambda: all(q.get_task(i).state is S.DONE for i in ids.values()), order)
+    finally:
+        sched.shutdown(grace=30)
+    assert sorted(order) == sorted(ids.values())
+    for t in plan.tasks:  # every task was accepted after each of its blockers
+        assert all(order.index(ids[b]) < order.index(ids[t.key]) for b in t.blocked_by)
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ("cycle", "the blockers form a cycle: T1 → T3 → T2 → T1"),
+        ("dangling", "task 2 depends on 9: the plan has tasks 1 to 2"),
+        ("many", "31 tasks; at most 30"),
+        ("prose", "no ```plan block"),
+    ],
+)
+def test_a_bad_plan_is_refused_and_nothing_is_stored(planned, monkeypatch, answer, why) -> None:
+    monkeypatch.setenv("OCTO_TEST_PLAN", answer)
+    with pytest.raises(InvalidTask, match="the plan was refused") as refused:
+        planner.plan_goal(GOAL)
+    assert why in str(refused.value) and "octopoid notes TASK-1" in str(refused.value)
+    assert plans.all_plans() == []
+    carrier = q.get_task("1")
+    assert carrier.state is S.FAILED and why in carrier.headers["ERROR"]
+    assert "here is the plan" in q.get_task_notes("1")  # the answer, for whoever asks why
+
+
+def test_a_plan_is_its_answer_not_a_branch(planned, monkeypatch) -> None:
+    import git
+
+    monkeypatch.setenv("OCTO_TEST_PLAN", "commit")
+    head = git.Repo(planned).heads.main.commit.hexsha
+    plan = planner.plan_goal(GOAL)
+    assert len(plan.tasks) == 6
+    repo = git.Repo(planned)
+    assert repo.heads.main.commit.hexsha == head
+    assert [h.name for h in repo.heads] == ["main"]  # the carrying task's branch is gone
+
+
+def test_without_a_planner_the_error_says_how_to_add_one(git_project) -> None:
+    write_agents(git_project, planner_agent=False)
+    out = octopoid(git_project, "plan", GOAL)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "octopoid: no agent has role: plan; add one to .octopoid/agents.yaml (any backend), "
+        "e.g. `- {name: planner, role: plan, backend: claude-code}`"
+    ]
+    with pytest.raises(ConfigError, match="no agent named 'ghost'"):
+        planner.plan_goal(GOAL, "ghost")
+    assert q.get_store().count(S.INCOMING) == 0  # nothing was created
+
+
+def six_task_plan() -> plans.Plan:
+    """The plan-building API a tool would call: six tasks, T4 after T2 and T3."""
+    plan = plans.draft(GOAL)
+    for n in range(1, 7):
+        plans.add_task(plan, f"step {n}", criteria=[f"step {n} works"])
+    for blocker, dependant in [("T1", "T2"), ("T1", "T3"), ("T2", "T4"), ("T3", "T4")]:
+        plans.add_edge(plan, blocker, dependant)
+    return plans.add(plan)
+
+
+def test_edits_are_checked_again_and_a_bad_one_is_not_kept(planned) -> None:
+    plan = six_task_plan()
+    cycle = octopoid(planned, "plan", "edit", plan.id, "T1", "--blocked-by", "T4")
+    assert cycle.returncode == 2 and "the blockers form a cycle: T1 → T4 → T2 → T1" in cycle.stderr
+    dangling = octopoid(planned, "plan", "edit", plan.id, "t5", "--blocked-by", "T9")
+    assert dangling.returncode == 2 and "T5 is blocked by T9, which the plan does not have" in (
+        dangling.stderr
+    )
+    long = octopoid(planned, "plan", "edit", plan.id, "T5", "--title", "x" * 201)
+    assert long.returncode == 2 and "T5: the title is 201 characters long" in long.stderr
+    assert plans.load(plan.id) == plan  # none of them was kept
+    edited = octopoid(planned, "plan", "edit", plan.id, "T5", "--title", "step five",
+                      "--priority", "P0", "--criterion", "a", "--criterion", "b",
+                      "--blocked-by", "T1,T3")  # fmt: skip
+    assert edited.returncode == 0, edited.stderr
+    five = plans.task_of(plans.load(plan.id), "T5")
+    assert (five.title, five.priority, five.criteria, five.blocked_by) == (
+        "step five", "P0", ["a", "b"], ["T1", "T3"]
+    )  # fmt: skip
+    assert octopoid(planned, "plan", "drop-task", plan.id, "T3").returncode == 0
+    after = plans.load(plan.id)
+    assert [t.key for t in after.tasks] == ["T1", "T2", "T4", "T5", "T6"]
+    assert plans.task_of(after, "T4").blocked_by == ["T2"]
+    assert plans.task_of(after, "T5").blocked_by == ["T1"]
+
+
+def test_approving_twice_enqueues_once_and_a_discarded_plan_never(planned) -> None:
+    plan = six_task_plan()
+    first = plans.approve(plan.id)
+    with pytest.raises(IllegalTransition, match=f"{plan.id} was approved already"):
+        plans.approve(plan.id)
+    again = octopoid(planned, "plan", "approve", plan.id)
+    assert again.returncode == 1 and "approved already" in again.stderr
+    assert q.get_store().count(S.INCOMING) == 6 and len(first) == 6
+    other = six_task_plan()
+    assert octopoid(planned, "plan", "discard", other.id).returncode == 0
+    refused = octopoid(planned, "plan", "approve", other.id)
+    assert refused.returncode == 1 and "is discarded, not a draft" in refused.stderr
+    assert q.get_store().count(S.INCOMING) == 6
+    listed = octopoid(planned, "plan", "list").stdout
+    assert listed.strip() == "no plans waiting for review"
+
+
+KILLER = """
+import os, signal, sys
+from orchestrator import plans, queue_utils
+create, made = queue_utils.create_task, []
+def create_then_die(*args, **kwargs):
+    if len(made) == 2 and sys.argv[2] == "before":
+        os.kill(os.getpid(), signal.SIGKILL)  # the key is journaled, its task not made
+    made.append(create(*args, **kwargs))
+    if len(made) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # made, not recorded
+    return made[-1]
+queue_utils.create_task = create_then_die
+plans.approve(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_approve_killed_half_way_and_run_again_enqueues_each_task_once(planned, when) -> None:
+    plan = six_task_plan()
+    argv = [sys.executable, "-c", KILLER, plan.id, when]
+    killed = subprocess.run(argv, env=child_env(planned), capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    journal = plans.load(plan.id)
+    assert journal.state == "approving" and journal.creating is not None
+    assert q.get_store().count(S.INCOMING) == (2 if when == "before" else 3)
+    done = octopoid(planned, "plan", "approve", plan.id)
+    assert done.returncode == 0, done.stderr
+    tasks = q.list_tasks(S.INCOMING)
+    assert len(tasks) == 6 and sorted(t.title for t in tasks) == [f"step {n}" for n in range(1, 7)]
+    ids = plans.load(plan.id).created_ids
+    for t in plans.load(plan.id).tasks:
+        assert q.get_task(ids[t.key]).blocked_by == [ids[b] for b in t.blocked_by]
