@@ -2,9 +2,11 @@
 
 A task in incoming waits until every task in its ``BLOCKED_BY`` is done. It is *stuck* when
 that cannot happen by itself: a blocker is missing, failed, rejected or quarantined; it
-waits, directly or not, on a stuck task; or its blockers form a cycle. ``enqueue`` refuses
-a blocker that does not exist, and a new task's id does not exist before it is created, so
-missing blockers and cycles come only from files edited by hand. Read-only: the faces show
+waits, directly or not, on a stuck task; or its blockers form a cycle. A task whose blocker
+failed or was rejected is *held* by it, and says so: a retry of that blocker that succeeds
+releases it (and every task held through it). ``enqueue`` refuses a blocker that does not
+exist, and a new task's id does not exist before it is created, so missing blockers and
+cycles come only from files edited by hand. Read-only: the faces show
 this report (`octopoid list`, `show`, `status`); nothing here moves a task.
 """
 
@@ -21,11 +23,9 @@ from .tasks import Task, TaskState, task_label
 
 S = TaskState
 #: States a blocker does not leave by itself, with what a person can do about it.
-DEAD_ENDS = {
-    S.FAILED: "`octopoid retry {label}`",
-    S.REJECTED: "`octopoid retry {label}`",
-    S.QUARANTINE: "fix its file and move it back to incoming",
-}
+DEAD_ENDS = {S.QUARANTINE: "fix its file and move it back to incoming"}
+#: States of a blocker that hold its dependants until a retry of it succeeds.
+HOLDING = {S.FAILED: "failed", S.REJECTED: "was rejected"}
 
 HAND_DONE = "move it back where it was and finish it with octopoid"
 Pending = list[tuple[str, TaskState | None]]  # (blocker id, where it is; None: nowhere)
@@ -92,6 +92,7 @@ def blocked_summary(incoming: Sequence[HasBlockers] | None = None) -> dict[str, 
 def _stuck(waiting: dict[str, Pending]) -> dict[str, str]:
     """Why each stuck task is stuck: a dead-end blocker first, then cycles, then contagion."""
     reasons = {tid: why for tid, pending in waiting.items() if (why := _dead_end(pending))}
+    holders = {tid: _holder(pending) for tid, pending in waiting.items() if tid in reasons}
     edges = {
         tid: [b for b, state in pending if state is S.INCOMING and b in waiting]
         for tid, pending in waiting.items()
@@ -109,7 +110,12 @@ def _stuck(waiting: dict[str, Pending]) -> dict[str, str]:
         blocker = spread.popleft()
         for tid in dependents[blocker]:
             if tid not in reasons:
-                reasons[tid] = f"it waits on {task_label(blocker)}, which is stuck"
+                held_by = holders[tid] = holders.get(blocker)
+                reasons[tid] = (
+                    _held(*held_by, through=blocker)
+                    if held_by
+                    else f"it waits on {task_label(blocker)}, which is stuck"
+                )
                 spread.append(tid)
     return reasons
 
@@ -119,11 +125,29 @@ def _dead_end(pending: Pending) -> str | None:
         label = task_label(blocker)
         if state is None:
             return f"{label} does not exist (edit BLOCKED_BY)"
+        if state in HOLDING:
+            return _held(blocker, state)
         if state in DEAD_ENDS:
             return f"{label} is in {state.value} ({DEAD_ENDS[state].format(label=label)})"
         if state is S.DONE:  # and not released: no move of octopoid's put it there
             return f"{label} was put into done/ by hand, so it releases nothing ({HAND_DONE})"
     return None
+
+
+def _holder(pending: Pending) -> tuple[str, TaskState] | None:
+    """The failed or rejected blocker that holds a task, if that is why it is stuck."""
+    first = next((p for p in pending if _dead_end([p])), None)
+    return first if first is not None and first[1] in HOLDING else None
+
+
+def _held(blocker: str, state: TaskState, through: str | None = None) -> str:
+    """``held by TASK-3, which failed: `octopoid retry TASK-3` releases it once ...``"""
+    label = task_label(blocker)
+    via = f" (through {task_label(through)})" if through else ""
+    return (
+        f"held by {label}{via}, which {HOLDING[state]}: "
+        f"`octopoid retry {label}` releases it once {label} succeeds"
+    )
 
 
 def _cycles(edges: dict[str, list[str]], dependents: dict[str, list[str]]) -> dict[str, list[str]]:
