@@ -1,6 +1,7 @@
 """Startup benchmark: every ``octopoid`` command, as a ratio to ``python -c pass``.
 
 Run by hand:  python scripts/bench_startup.py [--runs 7] [--old REV] [--new REV]
+                 [--commands status,diff] [--no-source]
 
 Each command runs as a whole process doing real but small work in a scratch project (a git
 repository, ``octopoid init``, one task ``TASK-1`` with a branch to diff), next to ``python -c
@@ -42,6 +43,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -50,6 +52,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from bench_status import TIME, octopoid_script  # the same console script and RSS probe
 
@@ -103,12 +106,20 @@ def mode_envs(scratch: Path) -> dict[str, dict[str, str]]:
     }
 
 
-def run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MiB, exit code) of one run, output thrown away.
+class Run(NamedTuple):
+    wall: float  #: seconds, from start to reaped
+    rss: float  #: peak MiB
+    code: int
+    cpu: float  #: user + sys seconds, the processes it waited for included
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> Run:
+    """One run, output thrown away.
 
     Peak RSS comes from ``/usr/bin/time -f %M`` (psutil polling without it): the child's own
     ``ru_maxrss`` would count this process, which it was forked from. The wrapper's own
-    exec (about a millisecond) is in every row alike, ``python -c pass`` included.
+    exec (about a millisecond) is in every row alike, ``python -c pass`` included. CPU comes
+    from ``wait4``: on a loaded machine it moves less than the wall time does.
     """
     with tempfile.TemporaryDirectory() as tmp:
         rss_file = Path(tmp) / "rss"
@@ -117,23 +128,24 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, 
         child = subprocess.Popen(
             wrapped, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        status, polled = wait(child.pid)
+        status, usage, polled = wait(child.pid)
         wall = time.perf_counter() - start
         rss_kib = int(rss_file.read_text().split()[-1]) if TIME else polled
-    return wall, rss_kib / 1024, os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(wall, rss_kib / 1024, os.waitstatus_to_exitcode(status), cpu)
 
 
-def wait(pid: int) -> tuple[int, int]:
-    """Reap ``pid``: (status, peak RSS KiB seen by polling; 0 when not polling)."""
+def wait(pid: int) -> tuple[int, resource.struct_rusage, int]:
+    """Reap ``pid``: (status, its usage, peak RSS KiB seen by polling; 0 when not polling)."""
     if TIME:
-        return os.waitpid(pid, 0)[1], 0
+        return (*os.wait4(pid, 0)[1:], 0)
     import psutil
 
     proc, peak = psutil.Process(pid), 0
     while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
+        done, status, usage = os.wait4(pid, os.WNOHANG)
         if done:
-            return status, peak
+            return status, usage, peak
         with contextlib.suppress(psutil.Error):
             peak = max(peak, proc.memory_info().rss // 1024)
         time.sleep(0.002)
@@ -186,7 +198,7 @@ def scratch_project(root: Path, script: str, code: Path) -> None:
 HERE = Path(__file__).resolve().parent.parent  # this checkout: the new code
 NEW, OLD = "new", "old"
 Key = tuple[str, str, str]  # (command, mode, version)
-Timings = dict[Key, list[tuple[float, float, int]]]
+Timings = dict[Key, list[Run]]
 
 
 def main() -> None:
@@ -195,7 +207,13 @@ def main() -> None:
     parser.add_argument("--old", metavar="REV", help="also time this git revision's code")
     parser.add_argument("--new", metavar="REV", help="time this revision, not the checkout")
     parser.add_argument("--probes", type=int, default=3, help="runs of the where-time-goes probe")
+    parser.add_argument("--commands", help="only these, comma-separated (e.g. status,diff)")
+    parser.add_argument("--no-source", action="store_true", help="time with bytecode only")
     args = parser.parse_args()
+    chosen = args.commands.split(",") if args.commands else list(COMMANDS)
+    unknown = set(chosen) - set(COMMANDS)
+    if unknown:
+        parser.error(f"no such command here: {', '.join(sorted(unknown))}")
 
     script = octopoid_script()
     scratch = Path(
@@ -209,8 +227,10 @@ def main() -> None:
         for version, root in roots.items():
             scratch_project(root, script, codes[version])
         envs = mode_envs(scratch)
+        if args.no_source:
+            del envs["source"]
         commands = {PASS: [sys.executable, "-c", "pass"]}
-        commands.update({f"octopoid {n}": [script, *argv] for n, argv in COMMANDS.items()})
+        commands.update({f"octopoid {n}": [script, *COMMANDS[n]] for n in chosen})
         timings = time_commands(commands, envs, codes, roots, args.runs)
         named = {name: argv for name, argv in commands.items() if name != PASS}
         probe_env = with_code(envs["bytecode"], codes[NEW])
@@ -265,7 +285,7 @@ def time_commands(
         if name != PASS or version == NEW
     ]
 
-    def one(key: Key) -> tuple[float, float, int]:
+    def one(key: Key) -> Run:
         name, mode, version = key
         return run(commands[name], roots[version], with_code(envs[mode], codes[version]))
 
@@ -279,8 +299,10 @@ def time_commands(
     return timings
 
 
-def paired(timings: Timings, key: Key, base: Key) -> list[float]:
-    return [a / b for (a, _, _), (b, _, _) in zip(timings[key], timings[base], strict=True)]
+def paired(timings: Timings, key: Key, base: Key, cpu: bool = False) -> list[float]:
+    """Per-round ratios of ``key``'s runs to ``base``'s, wall time or CPU."""
+    pairs = zip(timings[key], timings[base], strict=True)
+    return [a.cpu / b.cpu if cpu else a.wall / b.wall for a, b in pairs]
 
 
 def spread(ratios: list[float]) -> str:
@@ -288,35 +310,41 @@ def spread(ratios: list[float]) -> str:
 
 
 def report_times(timings: Timings, runs: int, old: str | None) -> list[tuple[str, bool]]:
-    """One table per mode, a row per command; (command, within target with bytecode, new)."""
+    """One table per mode, a row per command, wall time then CPU; (command, within target
+    with bytecode: wall time, the new code, exit 0)."""
     verdicts = []
     names = dict.fromkeys(name for name, _, _ in timings)
-    for mode in ("bytecode", "source"):
-        print(f"\n{mode}: whole-process wall time, {runs} rounds after one warm-up each")
-        print(f"x pass: per-round ratio to the same round's `{PASS}`, median [min-max]")
-        head = f"{'command':<28}{'new ms':>8}{'new x pass':>20}"
+    versions = (NEW, OLD) if old else (NEW,)
+    for mode in dict.fromkeys(mode for _, mode, _ in timings):
+        print(f"\n{mode}: whole process, {runs} rounds after one warm-up each; x pass: per-round")
+        print(f"ratio to the same round's `{PASS}`, median [min-max]; CPU: user + sys")
+        head = f"{'command':<26}{'new ms':>8}{'new x pass':>19}{'CPU x pass':>19}"
         if old:
-            head += f"{'old ms':>8}{'old x pass':>20}{'new / old':>20}"
-        print(head + f"{'RSS MiB':>9}{'exit':>6}")
+            head += f"{'old ms':>8}{'old x pass':>19}{'CPU x pass':>19}"
+            head += f"{'new / old':>19}{'CPU new / old':>19}"
+        print(head + f"{'RSS MiB':>8}{'exit':>5}")
         base = (PASS, mode, NEW)
         for name in names:
-            line, rows = f"{name:<28}", []
-            for version in (NEW, OLD) if old else (NEW,):
+            line, rows = f"{name:<26}", []
+            for version in versions:
                 key = (name, mode, version)
                 if key not in timings:  # `python -c pass` runs once a round, as "new"
+                    line += " " * 46
                     continue
                 rows += timings[key]
-                line += f"{statistics.median(w for w, _, _ in timings[key]) * 1e3:>8.1f}"
-                line += f"{spread(paired(timings, key, base)):>20}"
-            if old and name != PASS:
-                line += f"{spread(paired(timings, (name, mode, NEW), (name, mode, OLD))):>20}"
-            elif old:
-                line += " " * 48
-            codes = ",".join(map(str, sorted({code for _, _, code in rows})))
-            print(line + f"{max(r for _, r, _ in rows):>9.1f}{codes:>6}")
+                line += f"{statistics.median(r.wall for r in timings[key]) * 1e3:>8.1f}"
+                line += f"{spread(paired(timings, key, base)):>19}"
+                line += f"{spread(paired(timings, key, base, cpu=True)):>19}"
+            if old:
+                now, then = (name, mode, NEW), (name, mode, OLD)
+                line += f"{spread(paired(timings, now, then)):>19}" if then in timings else " " * 19
+                cpu = spread(paired(timings, now, then, cpu=True)) if then in timings else ""
+                line += f"{cpu:>19}"
+            codes = ",".join(map(str, sorted({r.code for r in rows})))
+            print(line + f"{max(r.rss for r in rows):>8.1f}{codes:>5}")
             if name != PASS and mode == "bytecode":
                 ratio = statistics.median(paired(timings, (name, mode, NEW), base))
-                new_codes = {code for _, _, code in timings[name, mode, NEW]}
+                new_codes = {r.code for r in timings[name, mode, NEW]}
                 verdicts.append((name, ratio <= RATIO_TARGET and new_codes == {0}))
     return verdicts
 
@@ -413,7 +441,7 @@ def probe(argv: list[str], cwd: Path, env: dict[str, str], runs: int) -> Spent:
 def report_probes(probes: dict[str, Spent], timings: Timings) -> None:
     """Per command: the process's own time split into imports, children, fsync and the
     rest, next to the interpreter's start (the median wall time of ``python -c pass``)."""
-    interpreter = statistics.median(w for w, _, _ in timings[PASS, "bytecode", NEW]) * 1e3
+    interpreter = statistics.median(r.wall for r in timings[PASS, "bytecode", NEW]) * 1e3
     print("\nWhere the time goes, new code with bytecode (ms, medians, in the process after")
     print(f"the interpreter started; `{PASS}` took {interpreter:.1f} ms in all)")
     head = f"{'command':<28}{'in process':>11}{'imports':>9}{'children':>10}{'fsync':>7}"
