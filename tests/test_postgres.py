@@ -683,3 +683,26 @@ def test_a_connection_the_server_ended_while_idle_is_replaced_not_an_error(pg_ds
     assert _backend(store) not in (first, None)
     assert store.count(TaskState.INCOMING) == 0
     store.close()
+
+
+def test_a_batched_move_keeps_odd_text_exactly_and_rolls_back_when_its_change_raises(
+    pg_project: Path,
+) -> None:
+    """Moves send their statements with values quoted client-side, several in one message:
+    quotes, percent signs, backslashes and NULs' neighbours arrive byte for byte, and a
+    change that raises after the locking read leaves the row as it was."""
+    odd = "it's 100% \\done\\ %s %(x)s $1 ;COMMIT; -- é"
+    task = q.create_task(odd, context=odd)
+    store = q.get_store()
+
+    def boom(t) -> None:
+        t.set_header("SEEN", "yes")
+        raise RuntimeError("the change failed")
+
+    with pytest.raises(RuntimeError, match="the change failed"):
+        store.move(task.id, TaskState.INCOMING, TaskState.CLAIMED, boom)
+    again = q.get_task(task.id)
+    assert again.state is TaskState.INCOMING and "SEEN" not in again.headers
+    claimed = q.claim_task(None, "agent")
+    assert claimed.id == task.id and render_task(q.get_task(task.id)) == render_task(claimed)
+    assert claimed.title == odd and odd in render_task(claimed)
