@@ -31,11 +31,12 @@ from pathlib import Path
 import psutil
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this tree's octopoid
+
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
 HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE))
 DATABASE = None  # a tests.pg_server.PgServer with --postgres
 
 # The agent says when it was exec'd (its output is its attempt log: a box writes nowhere
@@ -311,12 +312,23 @@ def report(args: argparse.Namespace) -> None:
     modes = args.sandbox.split(",")
     print(f"queue: {'PostgreSQL' if args.postgres else 'folders'}; sandbox: {', '.join(modes)}")
     rows = []
-    for d in bench_latency(args.tasks, modes, args.new, args.base):
+    daemons = bench_latency(args.tasks, modes, args.new, args.base)
+    for d in daemons:
         what = f"{args.tasks} tasks, {d.mode}, {d.version}"
         rows += [
             (f"enqueue -> claimed ({what})", quartiles(d.claims)),
             (f"enqueue -> agent exec'd ({what})", quartiles(d.starts)),
         ]
+    if args.base:  # the same round's samples of both versions, taken moments apart
+        for new, base in zip(daemons[::2], daemons[1::2], strict=True):
+            ratios = sorted(a / b for a, b in zip(new.starts, base.starts, strict=True))
+            rows.append(
+                (
+                    f"agent exec'd, new/base paired per round ({new.mode})",
+                    f"{statistics.median(ratios):.2f}x ({ratios[len(ratios) // 4]:.2f}-"
+                    f"{ratios[3 * len(ratios) // 4]:.2f})",
+                )
+            )
     rows.append(("bash alone: fork to its first builtin", quartiles(agent_alone())))
     if "bwrap" in modes:
         rows.append(("bash in a bwrap box alone: the same", quartiles(agent_alone(boxed=True))))
