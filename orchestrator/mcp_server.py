@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
-from mcp_types import CallToolResult, Resource, TextContent
+from mcp_types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from . import (
@@ -288,6 +288,11 @@ TOOLS: dict[str, Callable[..., dict[str, Any]]] = {
     "status": status,
 }
 
+#: What a client may run without asking (they change nothing), and what it should confirm
+#: (it merges into the base branch, or ends a task).
+READ_ONLY = frozenset({"list", "show", "notes", "diff_summary", "memory_search", "status"})
+DESTRUCTIVE = frozenset({"accept", "close"})
+
 
 # --- resources: the list of tasks, and each task's file --------------------------------
 
@@ -344,7 +349,10 @@ def build_server() -> MCPServer:
         log_level="WARNING",
     )
     for name, fn in TOOLS.items():
-        server.add_tool(guarded(fn), name=name)
+        hints = ToolAnnotations(
+            read_only_hint=name in READ_ONLY, destructive_hint=name in DESTRUCTIVE
+        )
+        server.add_tool(guarded(fn), name=name, annotations=hints)
     server.resource(TASKS_URI, name="tasks", mime_type="application/json")(task_list)
     server.resource(f"{TASKS_URI}/{{task_id}}", name="task", mime_type="text/markdown")(task_file)
     return server

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,6 +17,7 @@ import git
 import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
 from orchestrator import queue_utils as q
@@ -112,7 +115,9 @@ def test_every_tool_and_the_resources(project_with_agent: Path) -> None:
 
     async def steps(client: Client) -> dict[str, Any]:
         seen: dict[str, Any] = {}
-        seen["tools"] = sorted(t.name for t in (await client.list_tools()).tools)
+        tools = (await client.list_tools()).tools
+        seen["tools"] = sorted(t.name for t in tools)
+        seen["read_only"] = {t.name for t in tools if t.annotations.read_only_hint}
         seen["enqueued"] = await call(
             client,
             "enqueue",
@@ -168,6 +173,7 @@ def test_every_tool_and_the_resources(project_with_agent: Path) -> None:
             *("requeue", "retry", "close", "memory_search", "memory_add", "status"),
         ]
     )
+    assert seen["read_only"] == {"list", "show", "notes", "diff_summary", "memory_search", "status"}
     new = seen["enqueued"]["id"]
     assert seen["enqueued"]["priority"] == "P0" and seen["enqueued"]["state"] == "incoming"
     assert [t["id"] for t in seen["list"]["tasks"]] == [f"TASK-{to_accept}"]
@@ -256,6 +262,11 @@ def test_bad_arguments_are_tool_errors(git_project: Path) -> None:
             await refused(client, "reject", task_id=tid, reason="r", comments=[{"line": 1}]),
             await refused(client, "close", task_id=tid, reason="r", wont_do="perhaps"),
         ]
+        seen["resources"] = []
+        for uri in ("octopoid://tasks/999", "octopoid://tasks/-1", "octopoid://tasks/a/../b"):
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(uri)
+            seen["resources"].append(err.value.error.message)
         seen["still_serving"] = await call(client, "show", task_id=tid)
         return seen
 
@@ -276,5 +287,15 @@ def test_bad_arguments_are_tool_errors(git_project: Path) -> None:
     assert seen["blank_reason"] == cli_error(root, "reject", tid, "--reason", "  ")
     for message in seen["types"]:  # the SDK's own words for arguments its schema refuses
         assert message.startswith("Error executing tool ") and "validation error" in message
+    unknown, hostile, unmatched = seen["resources"]
+    assert (unknown, hostile) == (seen["unknown"], cli_error(root, "show", "--", "-1"))
+    assert "octopoid://tasks/a/../b" in unmatched  # no task's URI: the SDK's "unknown resource"
     assert seen["still_serving"]["id"] == f"TASK-{tid}"
     assert [t.title for t in q.list_tasks("incoming")] == ["exists"]  # nothing was made
+
+
+def test_other_commands_do_not_import_the_sdk(git_project: Path) -> None:
+    """`octopoid mcp` alone pays for the SDK: the CLI module does not load it."""
+    code = "import sys, orchestrator.cli; print(sorted(m for m in sys.modules if 'mcp' in m))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "['orchestrator.cli_mcp']\n"
