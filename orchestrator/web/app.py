@@ -28,7 +28,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import drafts, intake, queue_utils, recovery, review
+from .. import drafts, intake, plans, queue_utils, recovery, review
 from ..exceptions import (
     InvalidInput,
     InvalidTask,
@@ -53,6 +53,8 @@ DONE = {
     "closed": "Closed without a merge: done.",
     "approved": "Split approved: its subtasks are queued and it is done.",
     "enqueued": "Queued.",
+    "plan-approved": "Plan approved: its tasks are queued, each after the tasks it waits for.",
+    "plan-discarded": "Plan discarded: nothing was queued.",
 }
 
 
@@ -174,6 +176,19 @@ def create_app(token: str) -> Starlette:
             )
         return RedirectResponse(f"/tasks/{task.label}?done=enqueued", status_code=303)
 
+    async def plan_act(request: Request) -> Response:
+        """Approve or discard a plan from the board; a refusal shows the board with why."""
+        await form_of(request)  # its CSRF token is checked; the form holds nothing else
+        if request.path_params["action"] not in PLAN_ACTIONS:
+            return PlainTextResponse("no such action", status_code=404)
+        do, done = PLAN_ACTIONS[request.path_params["action"]]
+        try:
+            await run_in_threadpool(do, request.path_params["plan_id"], reviewer_of(request))
+        except OctopoidError as exc:
+            status, error = _status_of(exc), str(exc)
+            return await run_in_threadpool(lambda: board_page(request, status, error=error))
+        return RedirectResponse(f"/?done={done}", status_code=303)
+
     def stylesheet(request: Request) -> Response:
         return Response(pygments_css(), media_type="text/css")
 
@@ -185,6 +200,7 @@ def create_app(token: str) -> Starlette:
         Route("/tasks/{task_id}/live.json", live),
         Route("/tasks/{task_id}/draft", save_draft, methods=["POST"]),
         Route("/tasks/{task_id}/{action}", act, methods=["POST"]),
+        Route("/plans/{plan_id}/{action}", plan_act, methods=["POST"]),
         Route("/pygments.css", stylesheet),
         Route("/favicon.ico", lambda request: Response(status_code=204)),  # none: no 404s
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -294,6 +310,10 @@ ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "retry": (_retry, "retried"),
     "requeue": (_requeue, "requeued"),
     "close": (_close, "closed"),
+}
+PLAN_ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
+    "approve": (lambda plan_id, reviewer: plans.approve(plan_id, reviewer), "plan-approved"),
+    "discard": (lambda plan_id, reviewer: plans.discard(plan_id), "plan-discarded"),
 }
 COMMENT_FIELDS = ("path", "line", "end", "side", "text")
 ENQUEUE_FIELDS = ("title", "context", "criteria", "priority", "blocked_by", "branch")

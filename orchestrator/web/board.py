@@ -19,7 +19,7 @@ from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
-from .. import config, queue_utils, reports, stalls
+from .. import config, plans, queue_utils, reports, stalls
 from ..exceptions import OctopoidError
 from ..store.base import QueueStore
 from ..tasks import (
@@ -49,6 +49,7 @@ GROUPS = {  # key: (title, hint), in the board's order
     "done": ("Recently done", "newest first"),
 }
 RETRYABLE = (S.FAILED, S.REJECTED, S.BREAKDOWN)
+PLANS_SHOWN = (plans.DRAFT, plans.APPROVING)  # what waits for a person's approve
 
 
 @dataclass(frozen=True)
@@ -358,6 +359,16 @@ def _roles(chosen: str) -> list[str]:
     return sorted(roles | {DEFAULT_ROLE, stalls.BREAKDOWN_ROLE, chosen} - {""})
 
 
+def plan_cards() -> list[dict[str, Any]]:
+    """The plans waiting for a person (drafts, and approves that did not finish), with
+    their tasks and edges, for the board's Plans group."""
+    return [
+        {"id": p.id, "goal": p.goal, "state": p.state, "tasks": [asdict(t) for t in p.tasks]}
+        for p in plans.all_plans()
+        if p.state in PLANS_SHOWN
+    ]
+
+
 def board(query: Mapping[str, str] | None = None, now: datetime | None = None) -> dict[str, Any]:
     """The board: counts as `octopoid status` prints them, and tasks grouped by what they
     need from the user, narrowed and paged by ``query`` (the page's query string)."""
@@ -386,4 +397,5 @@ def board(query: Mapping[str, str] | None = None, now: datetime | None = None) -
         "problem": summary["config_problem"],
         "stalls": [] if summary["config_problem"] else stalls.lines(summary["stalls"]),
         "sandbox": summary["sandbox"],
+        "plans": plan_cards(),
     }
