@@ -150,6 +150,7 @@ def validate(plan: Plan) -> None:
         raise InvalidTask(f"{len(plan.tasks)} tasks; a plan holds at most {MAX_PLAN_TASKS}")
     keys = {t.key for t in plan.tasks}
     for t in plan.tasks:
+        _check_types(t)
         fields = {"context": t.context, "criteria": t.criteria, "priority": t.priority}
         breakdown.check_new(t.key, t.title, role=t.role, branch=plan.branch, **fields)
         for b in t.blocked_by:
@@ -158,6 +159,19 @@ def validate(plan: Plan) -> None:
             if b not in keys:
                 raise InvalidTask(f"{t.key} is blocked by {b}, which the plan does not have")
     order(plan)
+
+
+def _check_types(t: Planned) -> None:
+    """A tool may hand over anything: text where text belongs, lists of text."""
+    texts = (t.key, t.title, t.context, t.priority, t.role)
+    lists = (t.criteria, t.blocked_by)
+    if not all(isinstance(v, str) for v in texts) or not all(
+        isinstance(v, list) and all(isinstance(i, str) for i in v) for v in lists
+    ):
+        raise InvalidTask(
+            f"{t.key!r}: title, context, priority and role must be text, "
+            "criteria and blocked_by lists of text"
+        )
 
 
 def order(plan: Plan) -> list[Planned]:
@@ -232,7 +246,7 @@ def load(plan_id: str) -> Plan:
     except FileNotFoundError:
         raise InvalidInput(f"no plan {plan_id}; `octopoid plan list` shows them") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise InvalidInput(f"{plan_id} cannot be read ({exc}); it is not being drafted") from None
+        raise InvalidInput(f"{plan_id} cannot be read: {exc}") from None
 
 
 def all_plans() -> list[Plan]:

@@ -16,7 +16,7 @@ import yaml
 
 from orchestrator import plans, review, scheduler
 from orchestrator import queue_utils as q
-from orchestrator.exceptions import ConfigError, IllegalTransition, InvalidTask
+from orchestrator.exceptions import ConfigError, IllegalTransition, InvalidInput, InvalidTask
 from orchestrator.roles import planner
 from orchestrator.tasks import TaskState
 
@@ -246,3 +246,23 @@ def test_an_approve_killed_half_way_and_run_again_enqueues_each_task_once(planne
     ids = plans.load(plan.id).created_ids
     for t in plans.load(plan.id).tasks:
         assert q.get_task(ids[t.key]).blocked_by == [ids[b] for b in t.blocked_by]
+
+
+def test_the_plan_building_api_refuses_what_a_tool_could_hand_it(planned) -> None:
+    plan = plans.draft(GOAL)
+    key = plans.add_task(plan, "step", criteria=[1])  # type: ignore[list-item]
+    with pytest.raises(InvalidTask, match="criteria and blocked_by lists of text"):
+        plans.validate(plan)
+    plans.edit_task(plan, key, criteria=["works"])
+    with pytest.raises(InvalidInput, match="has no task 'T7'; its tasks are T1"):
+        plans.add_edge(plan, "T7", key)
+    with pytest.raises(InvalidInput, match="no field 'owner'"):
+        plans.edit_task(plan, key, owner="me")
+    with pytest.raises(InvalidTask, match="priority must be one of"):
+        plans.edit_task(plan, key, priority="P9")
+        plans.add(plan)
+    assert plans.all_plans() == []  # nothing invalid is stored
+    plans.edit_task(plan, key, priority="P3")
+    assert plans.load(plans.add(plan).id).tasks[0].priority == "P3"
+    with pytest.raises(InvalidInput, match="is not a plan id"):
+        plans.load("../../etc/passwd")
