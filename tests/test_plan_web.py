@@ -70,3 +70,16 @@ def test_discarding_from_the_board_queues_nothing_and_a_hostile_goal_is_escaped(
     status, _, refused = client.request("/plans/PLAN-1%22..%00/approve", form)
     assert status == 400 and "is not a plan id" in refused
     assert client.request(f"/plans/{plan.id}/explode", form)[0] == 404
+
+
+def test_a_task_whose_blocker_failed_shows_as_held_on_the_board(git_project, client):
+    blocker = q.create_task("the api")
+    waiting = q.create_task("the docs", blocked_by=[blocker.id])
+    q.fail_task(q.claim_task(None, "impl-1"), "exploded")
+    card = re.search(rf'id="card-{waiting.label}">(.*?)</li>', board(client), re.S)[1]
+    assert f"held by {blocker.label}, which failed: `octopoid retry {blocker.label}`" in (
+        html.unescape(card)
+    )
+    q.retry_task(blocker.id)
+    card = re.search(rf'id="card-{waiting.label}">(.*?)</li>', board(client), re.S)[1]
+    assert "held" not in card and f"blocked by {blocker.label}" in card
