@@ -20,14 +20,14 @@ COMMON = ["the", "test", "fix", "run", "error", "file", "config", "check", "queu
 SCOPE = "notes:octopoid:proj"
 
 
-CAP, BUDGET, WINDOW = 60, 240, 100  # the limits, scaled down to a test's few hundred notes
+CAP, BUDGET, SAMPLE = 60, 240, 20  # the limits, scaled down to a test's few hundred notes
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(project: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(ranking, "COMMON_CAP", CAP)
     monkeypatch.setattr(ranking, "POSTINGS_BUDGET", BUDGET)
-    monkeypatch.setattr(memory_store, "PROBE_WINDOW", WINDOW)
+    monkeypatch.setattr(memory_store, "SAMPLE", SAMPLE)
     if request.param == "postgres":
         monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
     s = open_memory()
@@ -80,24 +80,25 @@ def test_counting_only_enough_chooses_what_exact_counts_choose() -> None:
         assert sum(asked) <= sum(exact.values())
 
 
-def test_the_probe_chooses_the_terms_counting_every_note_would(project: Path, monkeypatch):
-    """SQLite counts a phrase among the newest notes first (PostgreSQL has ANALYZE's)."""
+def test_sampling_chooses_the_terms_counting_every_note_would(project: Path, monkeypatch):
+    """SQLite reads a phrase's newest notes first (PostgreSQL has ANALYZE's counts)."""
     monkeypatch.setattr(ranking, "COMMON_CAP", CAP)
     monkeypatch.setattr(ranking, "POSTINGS_BUDGET", BUDGET)
-    monkeypatch.setattr(memory_store, "PROBE_WINDOW", WINDOW)
-    monkeypatch.setattr(memory_store, "PROBE_FLOOR", 5)
-    big = MemoryStore(project / "probe.db")
+    monkeypatch.setattr(memory_store, "SAMPLE", SAMPLE)
+    big = MemoryStore(project / "sample.db")
     filler(big, CAP * 5)
     query = "the test queue filler7 filler8 word3 word4 word5 run config missing"
     phrases = memory_store.fts_phrases(query)
     exact = {p: len(big._ids(p)) for p in phrases}
-    read: list[str] = []
+    read: list[tuple[str, int | None]] = []
     ids = big._ids
-    monkeypatch.setattr(big, "_ids", lambda p, at_most=None: read.append(p) or ids(p, at_most))
-    probed = big._postings(phrases, big._size())
-    assert exact['"the"'] >= CAP and list(probed) == selective(exact)
-    assert all(probed[p] == ids(p) for p in probed)
-    assert '"the"' not in read and '"filler7"' in read  # the common word's notes unvisited
+    monkeypatch.setattr(
+        big, "_ids", lambda p, at_most=None: read.append((p, at_most)) or ids(p, at_most)
+    )
+    chosen = big._postings(phrases, big._size())
+    assert exact['"the"'] >= CAP and list(chosen) == selective(exact)
+    assert all(chosen[p] == ids(p) for p in chosen)
+    assert [n for p, n in read if p == '"the"'] == [SAMPLE]  # the common word's 20 newest
 
 
 def test_a_filter_that_rejects_the_leaders_still_finds_the_note(big, monkeypatch) -> None:

@@ -69,19 +69,15 @@ CREATE INDEX IF NOT EXISTS notes_pinned ON notes (scope, importance DESC, update
 SCHEMA_VERSION = 1  # PRAGMA user_version; a store of an older version gets _SCHEMA again
 WORD_RE = re.compile(r"\w+")
 REINFORCE_STEP = 0.1  # importance gained when the same note is written again
-# A term is first counted among the newest notes (see ``_postings``): so many that a common
-# term shows (5% of them is 100 notes), few enough that counting is cheap.
-PROBE_WINDOW = 2000
-# Seen this often, a term's rate is known well enough: one with half that many expected is
-# seen 30 times once in 5,000 (Poisson)
-PROBE_FLOOR = 30
-PROBE = (
-    "SELECT count(*) FROM (SELECT 1 FROM notes_fts WHERE notes_fts MATCH ? AND rowid > ? LIMIT ?)"
-)
-# A term's notes, newest first, as one string: one value to step over, not a row per note
+# A phrase's oldest notes read first: all of a rare one's, and a common one's rate (its
+# notes per note up to the last of these; 300 make it good to 6%)
+SAMPLE = 300
+PLAINLY = 1.5  # an estimate this many times what is asked is taken as enough (8 sigma)
+# A term's notes after a rowid, oldest first (FTS5 reads a doclist forward: newest first
+# would read all of it), as one string: one value to step over, not a row per note
 POSTINGS = (
     "SELECT group_concat(rowid) FROM (SELECT rowid FROM notes_fts WHERE notes_fts MATCH ? "
-    "ORDER BY rowid DESC LIMIT ?)"
+    "AND rowid > ? LIMIT ?)"
 )
 # Notes by id, in the order given, through the filters (``search_notes``)
 BY_IDS = "SELECT notes.* FROM json_each(?) AS j CROSS JOIN notes ON notes.id = j.value WHERE 1"
@@ -241,45 +237,46 @@ class MemoryStore:
     def _postings(self, phrases: list[str], newest: int) -> dict[str, list[int]]:
         """The notes of each ``selective`` phrase, visiting few of the others' notes.
 
-        In a large store each phrase is first counted among the newest ``PROBE_WINDOW``
-        notes. Then ``counted_enough`` asks, rarest first by that count, how many notes have
-        a phrase, up to the most it needs: a phrase seen in the window at twice that rate or
-        more is plainly that common and is not read ("the" costs 200 visits, not 5000); the
-        others' notes are read, as far as that. (A phrase common only lately counts as
-        common; its idf was low anyway.)
+        One read of each phrase's oldest ``SAMPLE`` notes has all of a rare phrase's, and
+        estimates how many a common one has from how old the last of them is. Then
+        ``counted_enough`` asks, rarest first by that, how many notes a phrase has up to the
+        most it needs: an estimate ``PLAINLY`` above that is enough ("the" costs 300 visits,
+        not 5000), and the others are read on, as far as that. (A phrase common only in the
+        oldest notes counts as common; its idf was low anyway.)
         """
-        probe = newest > 2 * PROBE_WINDOW
-
-        def plainly(at_most: int) -> int:
-            """Seen this often in the window, a phrase has ``at_most`` notes or more."""
-            if not probe:
-                return PROBE_WINDOW + 1  # never: the count is read
-            return max(PROBE_FLOOR, -(-2 * at_most * PROBE_WINDOW // newest))
-
-        common, seen = plainly(ranking.COMMON_CAP), dict.fromkeys(phrases, 0)
-        for phrase in phrases if probe else ():
-            args = (phrase, newest - PROBE_WINDOW, common)
-            seen[phrase] = self.db.execute(PROBE, args).fetchone()[0]
+        sample = {p: self._ids(p, SAMPLE) for p in phrases}
+        estimate = {
+            p: len(ids) if len(ids) < SAMPLE else SAMPLE * newest // ids[-1]
+            for p, ids in sample.items()
+        }
         found: dict[str, list[int]] = {}
 
         def count(phrase: str, at_most: int) -> int:
-            if seen[phrase] >= plainly(at_most):
+            ids = sample[phrase]
+            if len(ids) < SAMPLE or len(ids) >= at_most:  # all of them, or enough
+                found[phrase] = ids
+                return min(len(ids), at_most)
+            if estimate[phrase] >= PLAINLY * at_most:
                 return at_most
-            found[phrase] = self._ids(phrase, at_most)
+            found[phrase] = ids + self._ids(phrase, at_most - len(ids), after=ids[-1])
             return len(found[phrase])
 
-        counts = ranking.counted_enough(sorted(phrases, key=seen.__getitem__), count)
-        return {p: found[p] if p in found else self._ids(p) for p in ranking.selective(counts)}
+        counts = ranking.counted_enough(sorted(phrases, key=estimate.__getitem__), count)
+        return {  # a chosen phrase was read to the end, unless every phrase was common
+            p: found[p] if counts[p] < ranking.COMMON_CAP else self._ids(p)
+            for p in ranking.selective(counts)
+        }
 
-    def _ids(self, phrase: str, at_most: int | None = None) -> list[int]:
-        """The ids of the phrase's newest notes, up to ``at_most`` (``COMMON_CAP``)."""
-        args = (phrase, at_most or ranking.COMMON_CAP)
+    def _ids(self, phrase: str, at_most: int = 0, after: int = 0) -> list[int]:
+        """The ids of the phrase's oldest notes after ``after``, up to ``at_most``
+        (``COMMON_CAP``)."""
+        args = (phrase, after, at_most or ranking.COMMON_CAP)
         text = self.db.execute(POSTINGS, args).fetchone()[0]
         return list(map(int, text.split(","))) if text else []
 
     def _size(self) -> int:
         """The highest note id: the number of notes, give or take the deleted ones (idf and
-        the probe's rate need no more; ``count(*)`` would visit every note)."""
+        a phrase's rate need no more; ``count(*)`` would visit every note)."""
         return int(self.db.execute("SELECT max(id) FROM notes").fetchone()[0] or 0)
 
     def get_recent_notes(self, *, limit: int = 10, **given: Any) -> list[dict[str, Any]]:
