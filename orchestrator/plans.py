@@ -82,15 +82,18 @@ def from_answer(plan: Plan, output: str) -> Plan:
     names tasks by position (1 is the first), in any order; ``InvalidTask`` says why not."""
     fix = "plan a smaller goal, or fewer, larger tasks"
     items = breakdown.read_block(output, "plan", MAX_PLAN_TASKS, "tasks", fix)
+    keys, edges = [], []
     for n, item in enumerate(items, 1):
         fields = breakdown.read_item(f"task {n}", item, ANSWER_KEYS)
         optional = {k: fields[k] for k in ("priority", "role") if fields[k] is not None}
-        add_task(plan, fields["title"], fields["context"], fields["criteria"], **optional)
-    for n, item in enumerate(items, 1):
-        for d in item.get("depends_on") or []:
-            if not 1 <= d <= len(items):
-                raise InvalidTask(f"task {n} depends on {d}: the plan has tasks 1 to {len(items)}")
-            add_edge(plan, f"T{d}", f"T{n}")
+        keys.append(
+            add_task(plan, fields["title"], fields["context"], fields["criteria"], **optional)
+        )
+        edges += [(d, n) for d in fields["depends_on"] or []]
+    for d, n in edges:
+        if not 1 <= d <= len(items):
+            raise InvalidTask(f"task {n} depends on {d}: the plan has tasks 1 to {len(items)}")
+        add_edge(plan, keys[d - 1], keys[n - 1])
     validate(plan)
     return plan
 
