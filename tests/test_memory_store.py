@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.memory.retrieval import relevant_notes, task_query
-from orchestrator.memory.store import MemoryStore, fts_query, open_memory
+from orchestrator.memory.store import MemoryStore, fts_phrases, open_memory
 from orchestrator.prompts import render_memory
 from orchestrator.tasks import Task
 
@@ -66,7 +66,7 @@ def test_punctuation_queries_never_break_the_search(store: MemoryStore, query: s
     if query in ("auth.py", "token-refresh", "c++", "don't"):
         stop_words_only = query == "don't" and not isinstance(store, MemoryStore)
         assert len(hits) == (0 if stop_words_only else 1)  # PostgreSQL drops stop words
-    assert fts_query(query).count('"') % 2 == 0
+    assert all(p.count('"') == 2 for p in fts_phrases(query))  # each one quoted phrase
 
 
 def test_filters_scope_agent_tags_topic_session(store: MemoryStore) -> None:

@@ -171,7 +171,8 @@ class PostgresMemoryStore:
             cur.execute("SELECT coalesce(max(id), 0) FROM octopoid.memory")
             size = int(cur.fetchone()[0])
             common = {}
-            if stats and stats[0]:  # the quoted lexemes, as a one-lexeme tsquery prints
+            if stats and stats[0]:  # quoted as a one-lexeme tsquery prints (else counted);
+                # the frequencies end with three summary numbers, which zip leaves out
                 common = {
                     "'" + e.replace("'", "''") + "'": f * max(stats[2], 0)
                     for e, f in zip(stats[0], stats[1], strict=False)

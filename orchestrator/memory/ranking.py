@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 # A query term in this many notes is dropped: its idf is low, and visiting its notes is what
-# a search costs (bench_memory: 5000 and 12000 kept the relevance set's recall, 46/72 vs 39/72
-# with every word, at 100k notes; 8000 notes lost it, 28/72: the task's mid-frequency words
-# did not fit).
+# a search costs. The rarest terms are searched by until they match ``POSTINGS_BUDGET``
+# notes. (bench_memory at 100k notes: 5000 and 12000 kept the relevance set's recall, 46/72
+# vs 39/72 with every word; a budget of 8000 lost it, 28/72: a task's mid-frequency words
+# did not fit.)
 COMMON_CAP = 5000
-POSTINGS_BUDGET = 12_000  # the rarest terms are searched by until they match this many notes
+POSTINGS_BUDGET = 12_000
 # The summed-idf leaders BM25 orders (bench_memory's relevance set, recall@5 and in the
 # prompt of 72: 46 and 59 with 50, 45 and 58 with 100, 45 and 56 with 200)
 RERANK = 50

@@ -116,11 +116,6 @@ def fts_phrases(text: str) -> list[str]:
     return list(dict.fromkeys(phrases))
 
 
-def fts_query(text: str) -> str:
-    """Every phrase of ``text``, OR-ed."""
-    return " OR ".join(fts_phrases(text))
-
-
 def _tags(tags: Any) -> str:
     items = [tags] if isinstance(tags, str) else list(tags or ())
     return " ".join(dict.fromkeys(t.strip() for t in items if t and t.strip()))
