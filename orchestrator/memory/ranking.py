@@ -55,14 +55,16 @@ def counted_enough(terms: list[str], count: Callable[[str, int], int]) -> dict[s
 
     ``count(term, at_most)`` counts a term's notes up to ``at_most``. Once the terms counted
     overflow the budget, ``selective`` cannot choose a term as common as the one it stops
-    at, so the next terms are counted only up to that: ``terms`` in a likely rarest-first
-    order make most counts short.
+    at, so the next terms are counted only up to that, and one reaching it is as good as
+    common (never chosen with a count cut short): ``terms`` in a likely rarest-first order
+    make most counts short.
     """
     counts: dict[str, int] = {}
     at_most = COMMON_CAP
     for term in terms:
-        counts[term] = count(term, at_most)
-        if counts[term] < at_most:
+        n = count(term, at_most)
+        counts[term] = n if n < at_most else COMMON_CAP
+        if n < at_most:
             rare = sorted(n for n in counts.values() if 0 < n < COMMON_CAP)
             total = 0
             for n in rare:
