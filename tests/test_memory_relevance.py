@@ -193,3 +193,10 @@ def test_an_old_sqlite_store_is_migrated_on_open(project: Path) -> None:
     store.close()
     with sqlite3.connect(path) as db:  # a second open changes nothing
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_long_query_is_searched_by_its_first_distinct_words(store) -> None:
+    late = store.write_note("zanzibar comes late in the query", scope=SCOPE)
+    words = [f"w{i}" for i in range(ranking.MAX_QUERY_WORDS)]
+    assert store.search_notes(" ".join([*words, "zanzibar"])) == []
+    assert [h["id"] for h in store.search_notes(" ".join(["zanzibar", *words]))] == [late]

@@ -30,13 +30,11 @@ from .store import (
     project_scope,
 )
 
-MAX_QUERY_WORDS = 64  # a task's text can be long; its first distinct words are plenty
-
 
 def query_words(text: str) -> list[str]:
     """The distinct words of free text that have something to search for."""
     words = [word for word in text.split() if WORD_RE.search(word)]
-    return list(dict.fromkeys(words))[:MAX_QUERY_WORDS]
+    return list(dict.fromkeys(words))[: ranking.MAX_QUERY_WORDS]
 
 
 # Each distinct query word as a tsquery parsed exactly as a note's text is (so ``auth.py`` or

@@ -216,7 +216,7 @@ class MemoryStore:
         """Notes matching ``query``, best first (``score``: higher is better, BM25 over the
         ``ranking`` leaders of its ``selective`` terms)."""
         size = self._size()
-        postings = self._postings(fts_phrases(query), size)
+        postings = self._postings(fts_phrases(query)[: ranking.MAX_QUERY_WORDS], size)
         if not postings:
             return []
         score = ranking.summed_idf(postings, size)
