@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from .cli_forge import forge_group, intake_command
+from .cli_mcp import mcp_command
 from .cli_memory import memory_group
+from .cli_plan import plan_group
 from .exceptions import ConfigError, InvalidInput, InvalidTaskId, OctopoidError
 from .lazy import lazy_import
 from .tasks import (
@@ -46,6 +48,7 @@ importer = lazy_import("orchestrator.importer")
 intake = lazy_import("orchestrator.intake")
 listing = lazy_import("orchestrator.listing")
 queue_utils = lazy_import("orchestrator.queue_utils")
+questions = lazy_import("orchestrator.questions")
 recovery = lazy_import("orchestrator.recovery")
 reports = lazy_import("orchestrator.reports")
 review = lazy_import("orchestrator.review")
@@ -378,6 +381,8 @@ def status(as_json: bool) -> None:
             click.echo(f"  {t['id']} is stuck: {t['why']}")
     for t in summary["unmergeable"]:
         click.echo(_no_longer_merges(t["id"], t["conflicts"]))
+    for asked in summary["questions"]:
+        click.echo(f"{asked['task']} asks: {asked['question'][:200]} (`octopoid answer`)")
     for t in summary["pull_requests"]:
         click.echo(f"in review on the forge: {t['id']}, pull request #{t['number']} {t['url']}")
     if not summary["config_problem"]:  # that one is said last, on stderr
@@ -468,6 +473,21 @@ def _accepted_line(done: review.Accepted) -> str:
         "no-change": "no change needed, nothing merged",
     }.get(done.strategy, "branch left in place")
     return f"{done.task.label} accepted ({how}): done"
+
+
+@cli.command()
+@click.argument("task_id")
+@click.argument("text")
+@click.option("--by", "actor", default="human", show_default=True, help="Who answers.")
+def answer(task_id: str, text: str, actor: str) -> None:
+    """Answer the question an attempt of TASK_ID asked (its agent's ask_human).
+
+    The answer goes into the task's notes, so the next attempt's prompt carries it; a task
+    waiting for it ("needs input") may be claimed again at once. An attempt still waiting
+    for the answer gets it as its tool's reply.
+    """
+    asked = questions.answer(task_id, text, intake.clean_text(actor, "--by"))
+    click.echo(f"{asked['task']}: answered ({asked['question'][:60]})")
 
 
 @cli.command()
@@ -930,6 +950,8 @@ def web(host: str, port: int, token_file: Path | None, token: str | None) -> Non
 cli.add_command(memory_group)
 cli.add_command(forge_group)
 cli.add_command(intake_command)
+cli.add_command(mcp_command)
+cli.add_command(plan_group)
 
 
 def main() -> None:

@@ -118,7 +118,9 @@ DATABASE_URL_ENV = "OCTOPOID_DATABASE_URL"
 DATABASE_WAIT_ENV = "OCTOPOID_DATABASE_WAIT_SECONDS"
 # a git remote's name (never an option: it is passed to git as an argument)
 REMOTE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-NOTIFY_EVENTS = ("needs_review", "failed", "breakdown", "scheduler_stopped", "budget")
+NOTIFY_EVENTS = (
+    "needs_review", "failed", "breakdown", "question", "scheduler_stopped", "budget"
+)  # fmt: skip
 #: One budget's limits (budgets.py): each unlimited unless set
 BUDGET_LIMITS = {
     name: Field(float, None, minimum=0) for name in ("usd", "tokens", "turns", "seconds")
@@ -154,6 +156,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "intake_label": Field(str, None),  # the scheduler imports open issues with it
         "log_tail_chars": Field(int, 3000, minimum=200, maximum=50_000),
         "web_url": Field(str, None),  # `octopoid web` as reviewers reach it: linked from PRs
+    },
+    "questions": {  # an attempt's ask_human (questions.py)
+        "wait_seconds": Field(int, 300, minimum=0, maximum=3000),  # under the relay's hour
     },
     "prices": Field(dict, {}, items=dict),
     "breakdown": {

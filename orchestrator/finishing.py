@@ -90,7 +90,7 @@ def finish(task_id: str) -> dict[str, Any]:
 
 def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
     # Here, not at the top: `octopoid doctor` asks for journals every time and rarely has one.
-    from . import drafts, git_utils
+    from . import drafts, git_utils, questions
     from .memory import lifecycle
     from .memory.distill import distill
     from .memory.notes import NotesManager
@@ -104,6 +104,7 @@ def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
     elif step == NOTES:
         working.cleanup()
         drafts.clear_task(task_id)  # reviewers' unsent drafts: the task left review for good
+        questions.forget(task_id)  # a question nobody answered: nobody needs to now
     elif step == WORKTREE and git_utils.worktree_for(task_id).exists():
         git_utils.remove_worktree(git_utils.open_repo(), task_id, delete_branch=False)
     elif step == BRANCH:

@@ -20,6 +20,7 @@ from .tasks import Task, TaskState, parse_time, task_label, utcnow
 # `status` uses these; `list` and `show`, which use this module too, need none of them.
 agent_status = lazy_import("orchestrator.agent_status")
 git_utils = lazy_import("orchestrator.git_utils")
+questions = lazy_import("orchestrator.questions")
 sandbox = lazy_import("orchestrator.sandbox")
 stalls = lazy_import("orchestrator.stalls")
 # Only `task_details` (show) uses these.
@@ -123,6 +124,7 @@ def status_summary(
     return {
         "unmergeable": [{"id": label, "conflicts": files} for label, files in conflicts.items()],
         "pull_requests": [pull_request_of(t) for t in in_review if "PR_NUMBER" in t.headers],
+        "questions": questions.open_questions(),
         "config_problem": problem,
         "stalls": stalls.report(digest.roles),
         "sandbox": None if problem else sandbox.describe(),

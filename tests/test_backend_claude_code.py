@@ -65,7 +65,9 @@ def test_a_recorded_success_commits_and_reports_real_numbers(fake_claude) -> Non
     assert argv[:5] == ["-p", "--output-format", "stream-json", "--verbose", "--max-turns"]
     assert argv[argv.index("--max-turns") + 1] == "5"
     assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
-    assert argv[argv.index("--allowedTools") + 1] == "Bash,Edit"
+    assert argv[argv.index("--allowedTools") + 1] == "Bash,Edit,mcp__octopoid"  # + the channel
+    mcp = json.loads(argv[argv.index("--mcp-config") + 1])["mcpServers"]["octopoid"]
+    assert (mcp["command"], mcp["args"]) == ("octopoid", ["mcp"]) and "--strict-mcp-config" in argv
     assert argv[argv.index("--disallowedTools") + 1] == "WebFetch"
     assert argv[argv.index("--max-budget-usd") + 1] == "2.5"
     assert argv[argv.index("--model") + 1] == "claude-sonnet-4-5"

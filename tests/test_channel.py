@@ -30,7 +30,7 @@ def served(project: Path, tmp_path: Path):
     folder = tmp_path / "chan"
     folder.mkdir()
     progress: list[str] = []
-    server = channel.ChannelServer(folder, mine.id, progress.append).start()
+    server = channel.ChannelServer(folder, mine.id, mine.attempts, progress.append).start()
     server.progress = progress
     yield str(folder / SOCKET_NAME), mine, other, server
     server.close()
@@ -71,15 +71,15 @@ def test_an_agent_remembers_reads_and_reports_for_its_own_task_only(served) -> N
     [
         (b"not json\n", channel.PARSE_ERROR),
         (b"[1, 2]\n", channel.INVALID_REQUEST),
-        (b'{"method": "accept", "params": {"task": "1"}}\n', channel.NO_METHOD),
-        (b'{"method": "remember", "params": ["x"]}\n', channel.INVALID_PARAMS),
-        (b'{"method": "remember", "params": {"section": 7, "text": "x"}}\n',
+        (b'{"id": 1, "method": "accept", "params": {"task": "1"}}\n', channel.NO_METHOD),
+        (b'{"id": 1, "method": "remember", "params": ["x"]}\n', channel.INVALID_PARAMS),
+        (b'{"id": 1, "method": "remember", "params": {"section": 7, "text": "x"}}\n',
          channel.INVALID_PARAMS),
-        (b'{"method": "remember", "params": {"section": "Key Topics", "text": "a\\u0000b"}}\n',
+        (b'{"id": 1, "method": "remember", "params": {"section": "Key Topics", "text": "a\\u0000b"}}\n',
          channel.INVALID_PARAMS),
-        (b'{"method": "remember", "params": {"section": "Gossip", "text": "x"}}\n',
+        (b'{"id": 1, "method": "remember", "params": {"section": "Gossip", "text": "x"}}\n',
          channel.REFUSED),
-        (b'{"method": "search_memory", "params": {"query": "x", "limit": 10000}}\n',
+        (b'{"id": 1, "method": "search_memory", "params": {"query": "x", "limit": 10000}}\n',
          channel.INVALID_PARAMS),
         (b"[" * 100_000 + b"\n", channel.INVALID_REQUEST),  # too long a line
     ],

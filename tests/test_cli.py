@@ -331,15 +331,16 @@ def test_a_task_whose_blocker_failed_is_stuck_and_so_is_what_waits_on_it(
     run("enqueue", "third", "--blocked-by", "2")
     q.fail_task(q.claim_task(None, "a"), "boom")
     out = run("list").output
-    assert "TASK-2 is stuck: TASK-1 is in failed (`octopoid retry TASK-1`)" in out
-    assert "TASK-3 is stuck: it waits on TASK-2, which is stuck" in out
+    held = "which failed: `octopoid retry TASK-1` releases it once TASK-1 succeeds"
+    assert f"TASK-2 is stuck: held by TASK-1, {held}" in out
+    assert f"TASK-3 is stuck: held by TASK-1 (through TASK-2), {held}" in out
     assert "TASK-1 (in failed); stuck:" in run("show", "2").output
     assert dependencies.blocked_summary() == {
         "count": 2,
         "waiting": ["TASK-2", "TASK-3"],
         "stuck": [
-            {"id": "TASK-2", "why": "TASK-1 is in failed (`octopoid retry TASK-1`)"},
-            {"id": "TASK-3", "why": "it waits on TASK-2, which is stuck"},
+            {"id": "TASK-2", "why": f"held by TASK-1, {held}"},
+            {"id": "TASK-3", "why": f"held by TASK-1 (through TASK-2), {held}"},
         ],
     }
     run("retry", "1")

@@ -27,6 +27,7 @@ from ..fsutil import TailBuffer
 from ..processes import in_new_session_dying_with_parent, signal_group
 from ..redaction import redact
 from ..sandbox.box import Box
+from ..sandbox.channel import TOOLS as CHANNEL_TOOLS
 from . import worktree_tools
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import readable
@@ -38,6 +39,12 @@ SYSTEM = (
     "finish with a short summary; uncommitted changes are then committed for you."
 )
 TOOL_NAMES = {spec["name"] for spec in TOOL_SPECS}
+#: The channel's tools (remember, search_memory, ask_human, ...) as the API takes them
+CHANNEL_SPECS = [
+    {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
+    for t in CHANNEL_TOOLS
+]
+CHANNEL_NAMES = {spec["name"] for spec in CHANNEL_SPECS}
 #: Keys the tools' box never gets: the API call is the runner's, not the tools'.
 API_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 SERVER_GRACE_SECONDS = 30.0  # beyond a command's own timeout, before the server is stuck
@@ -152,6 +159,8 @@ class AnthropicBackend:
             api_key=key, base_url=agent.get("base_url") or request.box.env.get("ANTHROPIC_BASE_URL")
         )
         tools = ToolServer(request.box, agent["command_timeout_seconds"])
+        if request.channel is not None:  # a question's wait keeps the claim alive
+            request.channel.tick = request.on_tick
         try:
             return self._loop(client, request, tally, tools, output)
         finally:
@@ -178,7 +187,7 @@ class AnthropicBackend:
                     model=agent["model"],
                     max_tokens=agent["max_tokens"],
                     system=SYSTEM,
-                    tools=TOOL_SPECS,
+                    tools=[*TOOL_SPECS, *CHANNEL_SPECS] if request.channel else TOOL_SPECS,
                     messages=messages,
                     timeout=max(1.0, deadline - time.monotonic()),
                 )
@@ -189,7 +198,7 @@ class AnthropicBackend:
             except anthropic.APIConnectionError as exc:
                 return tally.result("error", f"cannot reach the API: {exc}")
             tally.add(response.usage)
-            finished = self._turn(response, messages, tools, output)
+            finished = self._turn(response, messages, tools, output, request.channel)
             if finished is not None:
                 committed, is_error = tools.call(COMMIT, {"summary": redact(finished)})
                 if committed:
@@ -218,8 +227,10 @@ class AnthropicBackend:
         messages: list[dict[str, Any]],
         tools: ToolServer,
         output: TailBuffer,
+        channel: Any = None,
     ) -> str | None:
-        """Log a response, run its tool calls; the finish summary ends the loop."""
+        """Log a response, run its tool calls (the box's, or the channel's: ``channel``);
+        the finish summary ends the loop."""
         blocks, results, finished = [], [], None
         for block in read_blocks(getattr(response, "content", None), output):
             if block["type"] == "text":
@@ -237,6 +248,8 @@ class AnthropicBackend:
                 text, is_error = "ok", False
             elif name in TOOL_NAMES:
                 text, is_error = tools.call(name, tool_input)
+            elif name in CHANNEL_NAMES and channel is not None:
+                text, is_error = channel.call_tool(name, tool_input)
             else:
                 text, is_error = f"unknown tool {name!r}", True
             _say(output, f"{'✗' if is_error else '←'} {clipped(text, 300, output)}")

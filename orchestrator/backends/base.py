@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..fsutil import TailBuffer
 from ..prompts import NO_CHANGE_MARK
@@ -40,6 +40,7 @@ class AgentRequest:
     max_budget_usd: float | None = None
     max_tokens_total: int | None = None  # a budget's tokens left (backends that can count)
     on_tick: Callable[[], None] = lambda: None  # called every second or so (lease renewal)
+    channel: Any = None  # the attempt's ChannelServer: its tools, for a loop run here
 
 
 @dataclass

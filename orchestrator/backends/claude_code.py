@@ -27,6 +27,12 @@ if TYPE_CHECKING:
 INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
 CREDENTIALS = ".claude/.credentials.json"  # where `claude login` keeps its token, under $HOME
 DEFAULT_TOOLS = ("Bash", "Edit", "Write", "Read", "Glob", "Grep")
+#: The attempt's channel as an MCP server (``octopoid mcp`` in the box: sandbox/client.py);
+#: only it: --strict-mcp-config leaves out MCP servers of the user's own settings.
+MCP_CONFIG = json.dumps(
+    {"mcpServers": {"octopoid": {"type": "stdio", "command": "octopoid", "args": ["mcp"]}}}
+)
+MCP_TOOLS = "mcp__octopoid"  # every tool of that server
 RATE_LIMIT_RE = re.compile(r"rate.?limit|overloaded|credit balance|quota|\b(429|529)\b", re.I)
 #: Claude Code's subscription limit: "Claude AI usage limit reached|<epoch of the reset>",
 #: or "... limit reached ... resets 3pm" (the machine's local time).
@@ -92,7 +98,10 @@ def claude_argv(executable: str, request: AgentRequest) -> list[str]:
         "--permission-mode",
         agent.get("permission_mode") or "acceptEdits",
         "--allowedTools",
-        ",".join(agent.get("allowed_tools") or DEFAULT_TOOLS),
+        ",".join([*(agent.get("allowed_tools") or DEFAULT_TOOLS), MCP_TOOLS]),
+        "--mcp-config",
+        MCP_CONFIG,
+        "--strict-mcp-config",
     ]
     if agent.get("disallowed_tools"):
         argv += ["--disallowedTools", ",".join(agent["disallowed_tools"])]

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from githubkit import GitHub
+from githubkit.cache import MemCacheStrategy
 from githubkit.exception import GitHubException, RateLimitExceeded, RequestFailed
 
 from ..exceptions import ForgeError, ForgeUnavailable
@@ -43,7 +44,9 @@ class GitHubForge:
 
     def __init__(self, url: str, repository: str, token: str) -> None:
         self.owner, self.repo = repository.split("/", 1)
-        self.api = GitHub(token, base_url=url, auto_retry=False, timeout=30.0)
+        self.api = GitHub(  # a cache of its own: githubkit's default is the process's
+            token, base_url=url, auto_retry=False, timeout=30.0, cache_strategy=MemCacheStrategy()
+        )
         self.rest = self.api.rest
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -30,6 +30,7 @@ from .. import (
     bytecode,
     config,
     git_utils,
+    questions,
     queue_utils,
     recovery,
     sandbox,
@@ -247,6 +248,10 @@ def _next_move(
         return _out_of_budget(task, spent, f"the attempt stopped at {spent.named()}")
     if task.headers.get("PHASE") == "breakdown":
         return _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
+    if result.details.get("stop") is None and space is not None:
+        asked = _asked(task, result, commits, space)
+        if asked is not None:
+            return asked
     verdict = None
     why = result.details.get("no_change")
     if why and space is not None:
@@ -401,6 +406,21 @@ def _branch_block(task: Task, space: Workspace) -> str:
     return render_branch(branch, space.base, [redact(line) for line in held], behind)
 
 
+def _asked(task: Task, result: AgentResult, commits: int, space: Workspace) -> AttemptReport | None:
+    """What the agent asked for through its channel, if anything: a split held for a
+    person's approval, or "needs input" until a person answers its question."""
+    reason = f"{result.outcome}: {result.summary}; {commits} commit{'s' * (commits != 1)}"
+    if space.channel.proposed is not None:
+        subtasks = space.channel.proposed
+        queue_utils.propose_split(task, breakdown.proposal_text(subtasks))
+        why = f"{len(subtasks)} subtasks proposed; waiting for `octopoid approve`"
+        return _report(task, result, commits, TaskState.PROVISIONAL.value, why)
+    if (question := questions.unanswered(task)) is not None:
+        questions.hold_for_answer(task, question, reason)
+        return _report(task, result, commits, TaskState.INCOMING.value, f"needs input: {question}")
+    return None
+
+
 def _work(
     task: Task,
     agent: dict,
@@ -445,6 +465,7 @@ def _work(
         max_budget_usd=agent.get("max_budget_usd"),
         max_tokens_total=agent.get("max_tokens_total"),
         on_tick=tick,
+        channel=space.channel,
     )
     return get_backend(agent["backend"]).run(request, output)
 

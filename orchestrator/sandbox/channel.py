@@ -1,8 +1,10 @@
 """The one way back from a box: a Unix socket the runner serves for one task and attempt.
 
-It speaks JSON-RPC 2.0, one JSON object per line (the framing of MCP's stdio transport,
-so the MCP tools can reuse it). Its vocabulary is fixed and scoped by construction: every
-method acts on the runner's own task, and none moves a task, accepts, or names another.
+It speaks JSON-RPC 2.0, one JSON object per line, and is an MCP server (the framing of
+MCP's stdio transport: ``octopoid mcp`` inside the box relays stdin to it, so Claude Code
+takes it with ``--mcp-config``, and the Anthropic API backend calls the same tools in its
+loop). Its vocabulary is fixed and scoped by construction: every tool acts on the
+runner's own task, and none moves a task, accepts, or names another.
 
 - ``remember {section, text}``: an item in the task's working notes (promoted to project
   memory when the task is accepted). What ``octopoid memory add`` does inside an attempt.
@@ -10,11 +12,18 @@ method acts on the runner's own task, and none moves a task, accepts, or names a
 - ``read_task {}``: the task's own file (without its claim token).
 - ``read_notes {}``: its own retry notes.
 - ``report_progress {text}``: one line saying what the agent is doing (kept as the task's
-  ``PROGRESS`` header by the runner).
+  ``PROGRESS`` header by the runner, shown live on the board).
+- ``propose_split {subtasks}``: the task is too big; the attempt ends with the subtasks
+  held for a person's approval (as a breakdown's are).
+- ``ask_human {question}``: the question goes to the board and the alerts; the answer
+  comes back if given within ``questions.wait_seconds``, else the attempt ends "needs
+  input" and the next one reads the answer (``questions``).
 
-A hostile client gets an error, never the runner's attention: lines are capped, idle
-connections closed, at most ``MAX_CONNECTIONS`` served at once, requests handled one at a
-time, and every text redacted before it is stored.
+MCP clients call them through ``tools/call``; the CLI client inside the box calls the
+first five by name. A hostile client gets an error, never the runner's attention: lines are
+capped, idle connections closed, at most ``MAX_CONNECTIONS`` served at once, requests
+handled one at a time (but for a question's wait), and every text redacted before it is
+stored.
 """
 
 from __future__ import annotations
@@ -29,11 +38,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import queue_utils
-from ..exceptions import OctopoidError
+from .. import config, questions, queue_utils
+from ..exceptions import InvalidTask, OctopoidError
 from ..memory import lifecycle
 from ..memory.notes import NotesManager
 from ..redaction import redact
+from ..roles import breakdown
 from ..tasks import one_line, render_task, task_label
 from .box import SOCKET_NAME
 
@@ -57,14 +67,90 @@ class ChannelError(Exception):
         self.code = code
 
 
+PROTOCOL_VERSION = "2025-06-18"  # MCP's, as this server speaks it
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "remember",
+        "description": "Record a learning in this task's working notes (project memory once "
+        "the task is accepted). section: Key Topics, Important Facts, People & Entities, "
+        "Ongoing Threads or File Knowledge.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"section": {"type": "string"}, "text": {"type": "string"}},
+            "required": ["section", "text"],
+        },
+    },
+    {
+        "name": "search_memory",
+        "description": "Search the project's long-term memory (BM25 ranked).",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["query"],
+        },
+    },
+    {
+        "name": "read_task",
+        "description": "This attempt's task: its file, context and acceptance criteria.",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+    {
+        "name": "read_notes",
+        "description": "This task's retry notes: what earlier attempts and reviewers said.",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+    {
+        "name": "report_progress",
+        "description": "Say in one line what you are doing now (shown live to people).",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
+    },
+    {
+        "name": "propose_split",
+        "description": "The task is too big for one attempt: propose subtasks instead of "
+        "doing it. The attempt ends and a person approves or rejects the split. Each "
+        "subtask: title, context, criteria (list), depends_on (earlier subtask numbers).",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"subtasks": {"type": "array", "items": {"type": "object"}}},
+            "required": ["subtasks"],
+        },
+    },
+    {
+        "name": "ask_human",
+        "description": "Ask a person a question you cannot answer from the task, the code or "
+        "memory. Waits a while for the answer; if none comes, stop and finish: the task "
+        "waits for the answer and the next attempt reads it.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"question": {"type": "string"}},
+            "required": ["question"],
+        },
+    },
+]
+
+
 class ChannelServer:
     """Serves one attempt's channel in threads of the runner until ``close``."""
 
-    def __init__(self, folder: Path, task_id: str, on_progress: Callable[[str], None]) -> None:
+    def __init__(
+        self, folder: Path, task_id: str, attempt: int, on_progress: Callable[[str], None]
+    ) -> None:
         self.path = folder / SOCKET_NAME
         self.task_id = task_id
+        self.attempt = attempt
         self.on_progress = on_progress
         self.remembered = 0
+        self.proposed: list[Any] | None = None  # propose_split's subtasks, for the runner
+        self.tick: Callable[[], None] = lambda: None  # keeps the claim alive in a long wait
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -79,6 +165,17 @@ class ChannelServer:
             "read_task": self.read_task,
             "read_notes": self.read_notes,
             "report_progress": self.report_progress,
+            "initialize": self.initialize,
+            "ping": dict,
+            "tools/list": lambda **_: {"tools": TOOLS},
+            "tools/call": self.tools_call,
+        }
+        self.tools: dict[str, Callable[..., Any]] = {
+            **{name: self.methods[name] for name in ("remember", "search_memory")},
+            **{name: self.methods[name] for name in ("read_task", "read_notes")},
+            "report_progress": self.report_progress,
+            "propose_split": self.propose_split,
+            "ask_human": self.ask_human,
         }
 
     def start(self) -> ChannelServer:
@@ -120,21 +217,24 @@ class ChannelServer:
                         conn.shutdown(socket.SHUT_WR)
                         lines.read(DRAIN_BYTES)  # let the client read why before it is cut off
                         return
-                    if line.strip():
-                        _send(conn, self.handle(line))
+                    if line.strip() and (reply := self.handle(line)) is not None:
+                        _send(conn, reply)
         except OSError:
             return  # the client went away, or idled out
         finally:
             self._slots.release()
 
-    def handle(self, line: bytes) -> dict[str, Any]:
-        """One request line in, one response object out; never raises."""
+    def handle(self, line: bytes) -> dict[str, Any] | None:
+        """One request line in, one response object out (none for a notification, a
+        message without an id, as MCP's ``notifications/initialized``); never raises."""
         try:
             request = json.loads(line)
         except (ValueError, RecursionError):
             return _error(None, PARSE_ERROR, "not JSON")
         if not isinstance(request, dict) or not isinstance(request.get("method"), str):
             return _error(None, INVALID_REQUEST, "a request is an object with a 'method'")
+        if "id" not in request:
+            return None
         rid = request.get("id")
         rid = rid if isinstance(rid, int | str) and not isinstance(rid, bool) else None
         method = self.methods.get(request["method"])
@@ -145,6 +245,8 @@ class ChannelServer:
         if not isinstance(params, dict):
             return _error(rid, INVALID_PARAMS, "params must be an object")
         try:
+            if method == self.tools_call:  # its own lock: a question's wait holds none
+                return {"jsonrpc": "2.0", "id": rid, "result": method(**params)}
             with self._lock:
                 return {"jsonrpc": "2.0", "id": rid, "result": method(**params)}
         except TypeError as exc:
@@ -156,6 +258,46 @@ class ChannelServer:
         except Exception:
             traceback.print_exc()
             return _error(rid, INTERNAL_ERROR, "the channel failed; the runner's log says why")
+
+    # --- MCP ----------------------------------------------------------------------------
+
+    def initialize(self, **_: Any) -> dict[str, Any]:
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "octopoid-attempt", "version": "1"},
+            "instructions": f"Tools for {task_label(self.task_id)} only.",
+        }
+
+    def tools_call(self, name: object = None, arguments: object = None, **_: Any) -> dict:
+        """MCP's ``tools/call``: a tool's failure is its result (``isError``), as MCP says."""
+        text, is_error = self.call_tool(name, arguments)
+        return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+    def call_tool(self, name: object, arguments: object) -> tuple[str, bool]:
+        """Run tool ``name``; (its answer as text, whether it failed). For MCP and for the
+        Anthropic API backend's loop alike."""
+        tool = self.tools.get(name) if isinstance(name, str) else None
+        if tool is None:
+            return f"no tool {str(name)[:80]!r} (known: {', '.join(self.tools)})", True
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            return "arguments must be an object", True
+        try:
+            if name == "ask_human":  # waits without the lock: other tools go on meanwhile
+                result = tool(**arguments)
+            else:
+                with self._lock:
+                    result = tool(**arguments)
+        except TypeError as exc:
+            return f"bad arguments for {name}: {exc}", True
+        except (ChannelError, OctopoidError) as exc:
+            return redact(str(exc)), True
+        except Exception:
+            traceback.print_exc()
+            return "the tool failed; the runner's log says why", True
+        return (result if isinstance(result, str) else json.dumps(result, indent=1)), False
 
     # --- the methods ------------------------------------------------------------------
 
@@ -192,6 +334,32 @@ class ChannelServer:
             one_line(redact(_text(text, "text", 10 * MAX_PROGRESS_CHARS)), MAX_PROGRESS_CHARS)
         )
         return {"ok": True}
+
+    def propose_split(self, subtasks: object) -> dict[str, Any]:
+        if not isinstance(subtasks, list):
+            raise ChannelError(INVALID_PARAMS, "subtasks must be a list")
+        try:  # the breakdown role's rules: fields, limits, only earlier dependencies
+            parsed = breakdown.parse_answer(f"```subtasks\n{json.dumps(subtasks)}\n```")
+            breakdown.check(queue_utils.get_task(self.task_id), parsed)
+        except InvalidTask as exc:
+            raise ChannelError(INVALID_PARAMS, f"the split is refused: {exc}") from None
+        self.proposed = parsed
+        return {
+            "proposed": len(parsed),
+            "next": "stop now: the attempt ends and a person approves or rejects the split",
+        }
+
+    def ask_human(self, question: object) -> str:
+        asked = questions.ask(self.task_id, self.attempt, _text(question, "question", 10**6))
+        wait = config.load_config()["questions"]["wait_seconds"]
+        found = questions.wait_for_answer(self.task_id, wait, self.tick, lambda: self._closed)
+        if found is not None:
+            return f"The answer: {found}"
+        return (
+            f"No answer yet (asked at {asked['asked_at']}). The question is saved and shown "
+            "to people. Stop now and finish without further changes: the task waits for the "
+            "answer, and the next attempt reads it in its notes."
+        )
 
 
 def _text(value: object, name: str, limit: int) -> str:

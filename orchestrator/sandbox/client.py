@@ -16,6 +16,7 @@ from typing import Any
 CHANNEL_ENV = "OCTOPOID_CHANNEL"
 REPLY_BYTES = 16 * 1024 * 1024
 TIMEOUT_SECONDS = 60.0
+IDLE_TIMEOUT_SECONDS = 3600.0  # of one MCP request: ask_human waits for a person
 USAGE_EXIT, REFUSED_EXIT = 2, 1
 
 
@@ -25,18 +26,23 @@ class ChannelFailure(Exception):
         self.exit_code = code
 
 
+def round_trip(socket_path: str, line: bytes, timeout: float = TIMEOUT_SECONDS) -> bytes:
+    """One request line to the channel, on a connection of its own; its reply line."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(socket_path)
+            sock.sendall(line.rstrip(b"\n") + b"\n")
+            with sock.makefile("rb") as replies:
+                return replies.readline(REPLY_BYTES)
+    except OSError as exc:
+        raise ChannelFailure(f"cannot reach octopoid's channel at {socket_path}: {exc}") from None
+
+
 def request(socket_path: str, method: str, params: dict[str, Any] | None = None) -> Any:
     """Send one request and return its result; ``ChannelFailure`` with the channel's error."""
     line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}})
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(TIMEOUT_SECONDS)
-            sock.connect(socket_path)
-            sock.sendall(line.encode() + b"\n")
-            with sock.makefile("rb") as replies:
-                reply = replies.readline(REPLY_BYTES)
-    except OSError as exc:
-        raise ChannelFailure(f"cannot reach octopoid's channel at {socket_path}: {exc}") from None
+    reply = round_trip(socket_path, line.encode())
     try:
         answer = json.loads(reply)
     except ValueError:
@@ -46,6 +52,30 @@ def request(socket_path: str, method: str, params: dict[str, Any] | None = None)
         code = USAGE_EXIT if error.get("code") in (-32602, -32601) else REFUSED_EXIT
         raise ChannelFailure(str(error.get("message")), code)
     return answer.get("result")
+
+
+def serve_mcp(socket_path: str, stdin: Any = None, stdout: Any = None) -> int:
+    """``octopoid mcp``: an MCP server on stdio for the agent (Claude Code's
+    ``--mcp-config``), relaying each request line to the channel, which answers it. A
+    notification (no id) wants no answer and is not sent: the channel keeps no session."""
+    stdin, stdout = stdin or sys.stdin.buffer, stdout or sys.stdout.buffer
+    for line in iter(lambda: stdin.readline(REPLY_BYTES), b""):
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None  # the channel says what is wrong with it
+        if isinstance(message, dict) and "id" not in message:
+            continue
+        rid = message.get("id") if isinstance(message, dict) else None
+        try:  # a question may wait for its answer: no timeout short of the channel's own
+            answer = json.loads(round_trip(socket_path, line, timeout=IDLE_TIMEOUT_SECONDS))
+        except (ChannelFailure, ValueError) as exc:
+            answer = {"jsonrpc": "2.0", "error": {"code": -32603, "message": str(exc)}}
+        if isinstance(answer, dict) and answer.get("id") is None:  # refused before it was read
+            answer["id"] = rid  # (too long a line): the client waits for this id
+        stdout.write(json.dumps(answer).encode() + b"\n")
+        stdout.flush()
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,6 +105,9 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("notes", help="print the task's retry notes")
     progress = commands.add_parser("progress", help="say in one line what you are doing")
     progress.add_argument("text")
+    commands.add_parser(
+        "mcp", help="serve this attempt's tools over MCP on stdio (for an agent's MCP config)"
+    )
     return top
 
 
@@ -104,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     if not socket_path:
         print(f"octopoid: {CHANNEL_ENV} is not set: this runs inside an attempt", file=sys.stderr)
         return USAGE_EXIT
+    if args.command == "mcp":
+        return serve_mcp(socket_path)
     try:
         sys.stdout.write(run(args, socket_path))
     except ChannelFailure as exc:

@@ -68,7 +68,9 @@ class Workspace(ABC):
     def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
         self.task, self.token = task, token
         self.channel_host = _channel_folder()
-        self.channel = ChannelServer(self.channel_host, task.id, self._progress).start()
+        self.channel = ChannelServer(
+            self.channel_host, task.id, task.attempts, self._progress
+        ).start()
         self.progress: str | None = None
         try:
             self._make(agent, cfg, needs)

@@ -28,7 +28,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import drafts, intake, plans, queue_utils, recovery, review
+from .. import drafts, intake, plans, questions, queue_utils, recovery, review
 from ..exceptions import (
     InvalidInput,
     InvalidTask,
@@ -55,6 +55,7 @@ DONE = {
     "enqueued": "Queued.",
     "plan-approved": "Plan approved: its tasks are queued, each after the tasks it waits for.",
     "plan-discarded": "Plan discarded: nothing was queued.",
+    "answered": "Answered: the answer is in its notes, and the task may run again.",
 }
 
 
@@ -303,6 +304,10 @@ def _close(task_id: str, form: FormData, reviewer: str) -> None:
     review.close(task_id, "wont-do" if form.get("wont_do") else "done", reason, reviewer)
 
 
+def _answer(task_id: str, form: FormData, reviewer: str) -> None:
+    questions.answer(task_id, str(form.get("answer") or ""), reviewer)
+
+
 ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "accept": (_accept, "accepted"),
     "reject": (_reject, "rejected"),
@@ -310,6 +315,7 @@ ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "retry": (_retry, "retried"),
     "requeue": (_requeue, "requeued"),
     "close": (_close, "closed"),
+    "answer": (_answer, "answered"),
 }
 PLAN_ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "approve": (lambda plan_id, reviewer: plans.approve(plan_id, reviewer), "plan-approved"),

@@ -398,4 +398,5 @@ def board(query: Mapping[str, str] | None = None, now: datetime | None = None) -
         "stalls": [] if summary["config_problem"] else stalls.lines(summary["stalls"]),
         "sandbox": summary["sandbox"],
         "plans": plan_cards(),
+        "questions": summary["questions"],
     }

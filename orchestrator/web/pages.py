@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import config, diffs, drafts, git_utils, queue_utils, reports, task_notes
+from .. import config, diffs, drafts, git_utils, questions, queue_utils, reports, task_notes
 from ..exceptions import ConfigError, NothingToShow, OctopoidError, TaskNotFound
 from ..redaction import redact
 from ..roles import breakdown
@@ -206,6 +206,12 @@ def _placed(
     return placed, unplaced
 
 
+def _open_question(task: Task) -> dict[str, Any] | None:
+    """The question an attempt of the task asked and nobody answered yet (``questions``)."""
+    asked = questions.read(task.id)
+    return asked if asked.get("question") and "answer" not in asked else None
+
+
 def task_page(
     task_id: str,
     reviewer: str = "web",
@@ -258,4 +264,5 @@ def task_page(
         "proposal": _proposal(task),
         "live": live_since(task.id, None) if task.state is S.CLAIMED else ("", 0),
         "pull_request": reports.pull_request_link(task),
+        "question": _open_question(task),
     }

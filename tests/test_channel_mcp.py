@@ -1,0 +1,170 @@
+"""The channel as an MCP server: the agent's tools inside an attempt.
+
+``octopoid mcp`` in the box (sandbox/client.py, run here as the box runs it) is driven by
+the official MCP SDK's stdio client; the tools act on the attempt's own task only; a
+question is answered while it waits, or ends the attempt "needs input" until a person
+answers, and whichever of the answer and the attempt's end comes second sees the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import ClientSession, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from orchestrator import questions
+from orchestrator import queue_utils as q
+from orchestrator.exceptions import InvalidInput
+from orchestrator.memory import lifecycle
+from orchestrator.memory.notes import NotesManager
+from orchestrator.sandbox import channel
+from orchestrator.sandbox.box import write_client
+from orchestrator.tasks import TaskState
+
+from .conftest import set_config
+from .test_channel import served  # noqa: F401
+
+
+def with_session(path: str, work) -> object:
+    """Run ``work(session)`` against ``octopoid mcp`` relaying to the channel at ``path``."""
+    folder = Path(path).parent
+    write_client(folder)
+    server = StdioServerParameters(
+        command=str(folder / "bin" / "octopoid"),
+        args=["mcp"],
+        env={"OCTOPOID_CHANNEL": path, "PATH": os.environ["PATH"]},
+    )
+
+    async def main() -> object:
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await work(session)
+
+    return anyio.run(main)
+
+
+def text_of(result) -> str:
+    return "".join(block.text for block in result.content)
+
+
+def test_an_mcp_client_lists_and_calls_the_attempt_s_tools(served) -> None:  # noqa: F811
+    path, mine, other, server = served
+    lifecycle.add_learning("Important Facts", "the staging database is pg-staging-2", [], None)
+
+    async def work(session: ClientSession) -> dict:
+        tools = await session.list_tools()
+        calls = {
+            "remember": await session.call_tool(
+                "remember", {"section": "Important Facts", "text": "use port 5433"}
+            ),
+            "search": await session.call_tool("search_memory", {"query": "staging database"}),
+            "task": await session.call_tool("read_task", {}),
+            "progress": await session.call_tool("report_progress", {"text": "testing MCP"}),
+            "unknown": await session.call_tool("accept", {"task": other.id}),
+            "bad": await session.call_tool("remember", {"section": "Key Topics"}),
+            "huge": await session.call_tool("report_progress", {"text": "x" * 5000}),
+        }
+        try:  # past the channel's line limit: refused before it is read, as the request's
+            await session.call_tool("remember", {"section": "Key Topics", "text": "x" * 10**5})
+        except MCPError as exc:
+            calls["too_long"] = str(exc)
+        return {"tools": [t.name for t in tools.tools], **calls}
+
+    got = with_session(path, work)
+    assert got["tools"] == [t["name"] for t in channel.TOOLS]
+    assert not got["remember"].is_error and json.loads(text_of(got["remember"]))["added"]
+    assert "use port 5433" in NotesManager(notes_id=mine.label).load_notes()
+    assert "pg-staging-2" in text_of(got["search"])
+    assert "my context" in text_of(got["task"]) and "OTHER-SECRET" not in text_of(got["task"])
+    assert server.progress == ["testing MCP"]
+    for name in ("unknown", "bad", "huge"):  # refused as tool errors; the channel goes on
+        assert got[name].is_error, name
+    assert "no tool 'accept'" in text_of(got["unknown"])
+    assert "too long" in got["too_long"]
+
+
+def test_a_proposed_split_is_checked_then_left_for_the_runner(served) -> None:  # noqa: F811
+    path, _, _, server = served
+    cycle = [{"title": "a", "depends_on": [2]}, {"title": "b", "depends_on": [1]}]
+    good = [{"title": "schema"}, {"title": "API", "depends_on": [1], "criteria": ["it works"]}]
+
+    async def work(session: ClientSession) -> list:
+        return [
+            await session.call_tool("propose_split", {"subtasks": cycle}),
+            await session.call_tool("propose_split", {"subtasks": good}),
+        ]
+
+    refused, taken = with_session(path, work)
+    assert refused.is_error and "only earlier subtasks" in text_of(refused)
+    assert not taken.is_error and [s.title for s in server.proposed] == ["schema", "API"]
+
+
+def test_a_question_answered_while_it_waits_is_the_tool_s_reply(
+    served,  # noqa: F811
+    project: Path,
+) -> None:
+    path, mine, _, _ = served
+    set_config(project, questions={"wait_seconds": 600})
+
+    def person() -> None:
+        while not questions.open_questions():
+            threading.Event().wait(0.05)
+        questions.answer(mine.id, "use the blue one", "alice")
+
+    helper = threading.Thread(target=person)
+    helper.start()
+
+    async def work(session: ClientSession):
+        return await session.call_tool("ask_human", {"question": "Which colour?"})
+
+    answered = with_session(path, work)
+    helper.join()
+    assert not answered.is_error and text_of(answered) == "The answer: use the blue one"
+    notes = q.get_task_notes(mine.id) or ""
+    assert "Q: Which colour?" in notes and "A: use the blue one" in notes
+
+
+def test_an_unanswered_question_holds_the_task_until_the_answer_releases_it(
+    served,  # noqa: F811
+    project: Path,
+) -> None:
+    path, mine, _, _ = served
+    set_config(project, questions={"wait_seconds": 0})
+
+    async def work(session: ClientSession):
+        return await session.call_tool("ask_human", {"question": "Staging or prod?"})
+
+    assert "No answer yet" in text_of(with_session(path, work))
+    task = q.get_task(mine.id)
+    assert questions.unanswered(task) == "Staging or prod?"
+    questions.hold_for_answer(task, "Staging or prod?", "success: asked")
+    held = q.get_task(mine.id)
+    assert held.state is TaskState.INCOMING and held.headers["NOT_BEFORE"] == questions.NEVER
+    assert held.headers["INTERRUPTED"] == "1"  # not counted as an attempt
+    assert q.claim_task("implement", "agent") is None  # nothing else is claimable here
+    assert "Staging or prod?" in (q.get_task_notes(mine.id) or "")
+    questions.answer(mine.id, "staging", "bob")
+    released = q.get_task(mine.id)
+    assert "NOT_BEFORE" not in released.headers and "QUESTION" not in released.headers
+    assert q.claim_task("implement", "agent").id == mine.id
+    with pytest.raises(InvalidInput, match="no open question"):
+        questions.answer(mine.id, "again", "bob")
+
+
+def test_an_answer_given_as_the_attempt_gives_up_leaves_the_task_free(
+    served,  # noqa: F811
+    project: Path,
+) -> None:
+    _, mine, _, _ = served
+    questions.ask(mine.id, mine.attempts, "Which branch?")
+    questions.answer(mine.id, "main", "carol")  # arrives before the runner settles
+    questions.hold_for_answer(q.get_task(mine.id), "Which branch?", "success: asked")
+    task = q.get_task(mine.id)
+    assert task.state is TaskState.INCOMING and "NOT_BEFORE" not in task.headers
+    assert (q.get_task_notes(mine.id) or "").count("Which branch?") == 1  # the Q&A only
