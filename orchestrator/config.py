@@ -387,6 +387,14 @@ def _check_forge(cfg: dict[str, Any], path: Path) -> None:
     for key in ("url", "web_url"):
         if forge[key] is not None and not forge[key].startswith(("https://", "http://")):
             raise ConfigError(f"{path}: 'forge.{key}' must be an http(s) URL, not {forge[key]!r}")
+    from urllib.parse import urlsplit  # here: every command reads config.yaml, few a forge
+
+    host = urlsplit(forge["url"]).hostname or ""
+    if forge["url"].startswith("http://") and host not in ("127.0.0.1", "::1", "localhost"):
+        raise ConfigError(
+            f"{path}: 'forge.url' must be https: the token would cross the network in clear "
+            "(plain http is only for a server on this machine)"
+        )
     repository = forge["repository"] or ""
     parts = repository.split("/")
     if not REPOSITORY_RE.fullmatch(repository) or {".", ".."} & set(parts):

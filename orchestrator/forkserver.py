@@ -25,7 +25,7 @@ import sys
 import time
 import traceback
 
-from . import bytecode, config
+from . import bytecode, config, forge
 from .processes import PR_SET_PDEATHSIG, note_forked
 
 RUNNER_MODULE = "orchestrator.roles.implementer"
@@ -90,7 +90,9 @@ class ForkServer:
         self._sock = ours
         self.proc = subprocess.Popen(
             [sys.executable, "-m", __name__, str(theirs.fileno()), str(os.getpid())],
-            env=bytecode.runner_env(os.environ, bytecode.cache_dir(config.get_orchestrator_dir())),
+            env=bytecode.runner_env(
+                forge.without_token(os.environ), bytecode.cache_dir(config.get_orchestrator_dir())
+            ),
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C to the daemon's group is the daemon's

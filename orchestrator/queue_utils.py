@@ -647,9 +647,10 @@ def fail_task(
     *,
     token: str | None = None,
     actor: str | None = None,
+    drop: tuple[str, ...] = (),
 ) -> Task:
     """-> failed, with the error kept (one line, capped) in the ERROR header. ``actor``
-    None is the agent holding the claim."""
+    None is the agent holding the claim; ``drop`` are headers the move removes."""
     from .redaction import redact  # at first use: readers never redact
 
     error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
@@ -661,7 +662,7 @@ def fail_task(
         error,
         now,
         {"ERROR": error},
-        LEASE_HEADERS,
+        (*LEASE_HEADERS, *drop),
         edit=_refuse_if_merged,
         token=token,
     )

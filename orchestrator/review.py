@@ -110,10 +110,8 @@ def accept(
     store = queue_utils.get_store()
     with store.hold(task_id, "accepted"):
         task = queue_utils.get_task(task_id)
-        if task.state is TaskState.DONE and finishing.pending(task.id):
-            return _finished(Accepted(task, "finished", task.headers.get("MERGED")))
-        if task.state is not TaskState.PROVISIONAL:
-            raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
+        if (finished := _finished_or_refused(task)) is not None:
+            return finished
         check_expected(task, expect, seen_attempt)
         if "PROPOSED_SPLIT" in task.headers:
             raise IllegalTransition(
@@ -149,18 +147,21 @@ def accept(
 
 def accept_merged(task_id: str, merged_by: str, merged_sha: str, reason: str) -> Accepted:
     """A task whose pull request a forge merged: done, and finished as an accept is (its
-    learnings promoted, notes, worktree and branches removed), with nothing merged here."""
+    learnings promoted, notes and worktree removed), with nothing merged here. Its branch
+    goes too, unless the merge lacks the branch's tip (an attempt that came after the
+    merge): then ``agent/TASK-<id>`` stays, and History says so."""
     store = queue_utils.get_store()
     with store.hold(task_id, "accepted"):
         task = queue_utils.get_task(task_id)
-        if task.state is TaskState.DONE and finishing.pending(task.id):
-            return _finished(Accepted(task, "finished", task.headers.get("MERGED")))
-        if task.state is not TaskState.PROVISIONAL:
-            raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
+        if (finished := _finished_or_refused(task)) is not None:
+            return finished
+        steps = [finishing.PROMOTE, finishing.NOTES, finishing.WORKTREE]
         if merged_sha:
             store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, merged_sha))
-        steps = [finishing.PROMOTE, finishing.NOTES, finishing.WORKTREE, finishing.BRANCH]
-        steps.append(finishing.REMOTE_BRANCH)
+        if merged_sha and _merge_holds_branch(task, merged_sha):
+            steps += [finishing.BRANCH, finishing.REMOTE_BRANCH]
+        else:
+            reason += f"; the merge lacks the tip of agent/{task.label}, which is kept"
         done = _move_journaled(
             task.id,
             steps,
@@ -168,6 +169,31 @@ def accept_merged(task_id: str, merged_by: str, merged_sha: str, reason: str) ->
             lambda: queue_utils.accept_completion(task.id, merged_by, reason=reason),
         )
         return _finished(Accepted(done, "pull-request", merged_sha or None))
+
+
+def _finished_or_refused(task: Task) -> Accepted | None:
+    """An accept that died after its move is finished now; a task not in review is
+    refused; None: go on."""
+    if task.state is TaskState.DONE and finishing.pending(task.id):
+        return _finished(Accepted(task, "finished", task.headers.get("MERGED")))
+    if task.state is not TaskState.PROVISIONAL:
+        raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
+    return None
+
+
+def _merge_holds_branch(task: Task, merged_sha: str) -> bool:
+    """Whether a forge's merge commit has the task branch's tip (fetched from the remote)."""
+    repo, remote = git_utils.open_repo(), git_utils.remote_name()
+    branch = git_utils.branch_for(task.id)
+    if not git_utils.branch_exists(repo, branch):
+        return True  # nothing here to keep
+    try:
+        if remote is not None:
+            with git_utils.repo_admin_lock():
+                git_utils.fetch_branches(repo, remote, [task.branch])
+        return repo.is_ancestor(git_utils.branch_tip(repo, branch), merged_sha)
+    except Exception:  # the merge commit is not here (a fetch that failed): keep the branch
+        return False
 
 
 def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Accepted:

@@ -37,6 +37,7 @@ from . import (
     config,
     defaults,
     finishing,
+    forge,
     queue_utils,
     recovery,
     sandbox,
@@ -316,7 +317,7 @@ class Scheduler:
         token = claim_token(task)
         env = bytecode.runner_env(  # where bytecode is off for the user, on for runners
             dict(
-                os.environ,
+                forge.without_token(os.environ),  # the forge's token is the poller's alone
                 OCTOPOID_ROOT=str(self.root),
                 **{TOKEN_ENV: token, TASK_ENV: task.label},
                 **{config.DATABASE_WAIT_ENV: str(defaults.RUNNER_DATABASE_WAIT_SECONDS)},

@@ -7,13 +7,14 @@ pull requests and turns their verdicts into moves, ``issues`` imports issues and
 what became of their task, ``poller`` runs both from the scheduler. docs/forge.md.
 
 The token is read from the variable ``forge.token_env`` names, here and nowhere else: it is
-never written to a file, a log, a note or a prompt, and runners never see it (the scheduler
-does not pass it on: ``sandbox`` gives an attempt only the variables it lists).
+never written to a file, a log, a note or a prompt, and neither runners, the fork server
+nor an attempt's box inherit it (``without_token``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +55,7 @@ class Review:
     state: str
     body: str
     comments: tuple[ReviewComment, ...] = ()
+    commit: str = ""  # the head it judged, where the forge says (GitHub)
 
 
 @dataclass(frozen=True)
@@ -77,13 +79,6 @@ class Issue:
     state: str  # open | closed
     labels: tuple[str, ...] = ()
     closed_by: str = ""
-    updated: str = ""
-
-
-@dataclass(frozen=True)
-class Comment:
-    body: str
-    author: str = ""
 
 
 class Forge(Protocol):
@@ -95,13 +90,28 @@ class Forge(Protocol):
     def find_pull_request(self, branch: str) -> PullRequest | None: ...
     def open_pull_request(self, branch: str, base: str, title: str, body: str) -> PullRequest: ...
     def pull_request(self, number: int) -> PullRequest: ...
-    def reviews(self, number: int) -> list[Review]: ...
+    def reviews(self, number: int, since: int) -> list[Review]: ...
     def ci(self, number: int, sha: str, log_tail_chars: int) -> CI: ...
     def merge(self, number: int, sha: str) -> None: ...
     def issues(self, label: str, since: str | None) -> list[Issue]: ...
-    def issue(self, number: int) -> Issue: ...
-    def comments(self, number: int) -> list[Comment]: ...
+    def comments(self, number: int) -> list[str]: ...
     def comment(self, number: int, body: str) -> None: ...
+
+
+def token_vars() -> tuple[str, ...]:
+    """The variables that hold a forge token: the configured one, or, while config.yaml
+    cannot be read, both kinds' defaults (failing closed)."""
+    try:
+        forge = config.load_config()["forge"]
+    except ConfigError:
+        return tuple(name for _, name in config.FORGE_DEFAULTS.values())
+    return () if forge["kind"] == "none" else (forge["token_env"],)
+
+
+def without_token(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the forge's token: what runners and the fork server inherit."""
+    drop = token_vars()
+    return {key: value for key, value in environ.items() if key not in drop}
 
 
 def settings() -> dict[str, Any] | None:

@@ -26,7 +26,6 @@ from . import (
     NONE,
     PASSED,
     PENDING,
-    Comment,
     Issue,
     Job,
     PullRequest,
@@ -88,13 +87,7 @@ class GitHubForge:
 
     def open_pull_request(self, branch: str, base: str, title: str, body: str) -> PullRequest:
         data = {"title": title, "head": branch, "base": base, "body": body}
-        try:
-            return _pull(self._call("opening a pull request", self.rest.pulls.create, data=data))
-        except ForgeError as exc:  # one is open already (an answer lost on the way): use it
-            found = self.find_pull_request(branch)
-            if found is None or isinstance(exc, ForgeUnavailable):
-                raise
-            return found
+        return _pull(self._call("opening a pull request", self.rest.pulls.create, data=data))
 
     def pull_request(self, number: int) -> PullRequest:
         data = self._call(f"reading pull request #{number}", self.rest.pulls.get, number)
@@ -104,22 +97,26 @@ class GitHubForge:
             pull = replace(pull, closed_by=_login(issue.get("closed_by")))
         return pull
 
-    def reviews(self, number: int) -> list[Review]:
+    def reviews(self, number: int, since: int) -> list[Review]:
+        """Every review; the line comments of those asking for changes after ``since``."""
         what = f"reading the reviews of #{number}"
         found = []
         for raw in self._pages(what, self.rest.pulls.list_reviews, number):
             state = REVIEW_STATES.get(raw.get("state", ""), "comment")
             comments: tuple[ReviewComment, ...] = ()
-            if state == "changes":
+            if state == "changes" and int(raw["id"]) > since:
                 listed = self._pages(
                     what, self.rest.pulls.list_comments_for_review, number, raw["id"]
                 )
                 comments = tuple(c for c in map(_review_comment, listed) if c is not None)
-            author = _login(raw.get("user"))
-            found.append(Review(raw["id"], author, state, raw.get("body") or "", comments))
+            author, body = _login(raw.get("user")), str(raw.get("body") or "")
+            commit = str(raw.get("commit_id") or "")
+            found.append(Review(int(raw["id"]), author, state, body, comments, commit))
         return found
 
     def ci(self, number: int, sha: str, log_tail_chars: int) -> CI:
+        """The head's CI; failed jobs' log tails only with ``log_tail_chars`` (a head
+        acted on already needs none, and a log may be large)."""
         what = f"reading the checks of {sha[:12]}"
         runs = list(self._pages(what, self.rest.checks.list_for_ref, sha))
         status = self._call(what, self.rest.repos.get_combined_status_for_ref, sha)
@@ -128,7 +125,8 @@ class GitHubForge:
             if run.get("status") != "completed":
                 pending = True
             elif run.get("conclusion") in FAILED_CONCLUSIONS:
-                failed.append(Job(run.get("name") or "check", self._run_log(run, log_tail_chars)))
+                log = self._run_log(run, log_tail_chars) if log_tail_chars else ""
+                failed.append(Job(str(run.get("name") or "check"), log))
         for one in status.get("statuses") or []:
             if one.get("state") in ("failure", "error"):
                 said = " ".join(filter(None, [one.get("description"), one.get("target_url")]))
@@ -170,14 +168,11 @@ class GitHubForge:
         listed = self._pages("listing issues", self.rest.issues.list_for_repo, **kwargs)
         return [_issue(raw) for raw in listed if "pull_request" not in raw]
 
-    def issue(self, number: int) -> Issue:
-        return _issue(self._call(f"reading issue #{number}", self.rest.issues.get, number))
-
-    def comments(self, number: int) -> list[Comment]:
+    def comments(self, number: int) -> list[str]:
         listed = self._pages(
             f"reading #{number}'s comments", self.rest.issues.list_comments, number
         )
-        return [Comment(raw.get("body") or "", _login(raw.get("user"))) for raw in listed]
+        return [str(raw.get("body") or "") for raw in listed]
 
     def comment(self, number: int, body: str) -> None:
         self._call(
@@ -215,9 +210,9 @@ def _review_comment(raw: dict[str, Any]) -> ReviewComment | None:
     line = raw.get("line") or raw.get("original_line")
     if not raw.get("path") or not line:  # a comment on the whole file
         return None
-    start = raw.get("start_line") or raw.get("original_start_line")
+    start = int(raw.get("start_line") or raw.get("original_start_line") or 0)
     side = "old" if raw.get("side") == "LEFT" else "new"
-    first, end = (int(start), int(line)) if start and start < line else (int(line), 0)
+    first, end = (start, int(line)) if 0 < start < int(line) else (int(line), 0)
     return ReviewComment(raw["path"], first, raw.get("body") or "", end, side)
 
 
@@ -234,5 +229,4 @@ def _issue(raw: dict[str, Any]) -> Issue:
         state="closed" if raw.get("state") == "closed" else "open",
         labels=labels,
         closed_by=_login(raw.get("closed_by")),
-        updated=raw.get("updated_at") or "",
     )

@@ -27,7 +27,6 @@ from . import (
     NONE,
     PASSED,
     PENDING,
-    Comment,
     Issue,
     Job,
     PullRequest,
@@ -75,15 +74,8 @@ class GitLabForge:
         return _merge_request(found[0].attributes) if found else None
 
     def open_pull_request(self, branch: str, base: str, title: str, body: str) -> PullRequest:
-        data = {"source_branch": branch, "target_branch": base, "title": title}
-        data["description"] = body
-        try:
-            made = self._call("opening a merge request", self.project.mergerequests.create, data)
-        except ForgeError as exc:  # one is open already (an answer lost on the way): use it
-            found = self.find_pull_request(branch)
-            if found is None or isinstance(exc, ForgeUnavailable):
-                raise
-            return found
+        data = {"source_branch": branch, "target_branch": base, "title": title, "description": body}
+        made = self._call("opening a merge request", self.project.mergerequests.create, data)
         return _merge_request(made.attributes)
 
     def _mr(self, iid: int) -> Any:
@@ -92,7 +84,10 @@ class GitLabForge:
     def pull_request(self, number: int) -> PullRequest:
         return _merge_request(self._mr(number).attributes)
 
-    def reviews(self, number: int) -> list[Review]:
+    def reviews(self, number: int, since: int) -> list[Review]:
+        """Approvals, and for each reviewer asking for changes the notes written after
+        ``since`` (the newest review acted on): a review's body and line comments. One who
+        asks with no note at all is a review too, once (its id 1)."""
         what = f"reading the reviews of !{number}"
         mr = self.project.mergerequests.get(number, lazy=True)
         found = []
@@ -114,7 +109,10 @@ class GitLabForge:
                 if who in notes and not note.get("system"):
                     notes[who].append(note)
         for who, theirs in notes.items():
-            newest = max((int(n["id"]) for n in theirs), default=0)
+            theirs = [n for n in theirs if int(n["id"]) > since]
+            newest = max((int(n["id"]) for n in theirs), default=0 if since else 1)
+            if not newest:
+                continue  # nothing said since the review acted on
             body = "\n\n".join(n.get("body") or "" for n in theirs if n.get("type") != "DiffNote")
             comments = tuple(c for c in map(_diff_note, theirs) if c is not None)
             found.append(Review(newest, who, "changes", body, comments))
@@ -135,8 +133,10 @@ class GitLabForge:
         failed = []
         for job in jobs:
             if job.attributes.get("status") in BROKEN:
-                name = job.attributes.get("name") or "job"
-                failed.append(Job(name, self._trace(int(job.attributes["id"]), log_tail_chars)))
+                name, job_id = str(job.attributes.get("name") or "job"), int(job.attributes["id"])
+                failed.append(
+                    Job(name, self._trace(job_id, log_tail_chars) if log_tail_chars else "")
+                )
         return CI(FAILED, tuple(failed) or (Job(f"pipeline {newest.attributes['id']}"),))
 
     def _trace(self, job_id: int, limit: int) -> str:
@@ -160,16 +160,11 @@ class GitLabForge:
         listed = self._call("listing issues", self.project.issues.list, **kwargs)
         return [_issue(i.attributes) for i in listed]
 
-    def issue(self, number: int) -> Issue:
-        return _issue(self._call(f"reading #{number}", self.project.issues.get, number).attributes)
-
-    def comments(self, number: int) -> list[Comment]:
+    def comments(self, number: int) -> list[str]:
         issue = self.project.issues.get(number, lazy=True)
         notes = self._call(f"reading #{number}'s notes", issue.notes.list, get_all=True)
         return [
-            Comment(n.attributes.get("body") or "", _login(n.attributes.get("author")))
-            for n in notes
-            if not n.attributes.get("system")
+            str(n.attributes.get("body") or "") for n in notes if not n.attributes.get("system")
         ]
 
     def comment(self, number: int, body: str) -> None:
@@ -217,5 +212,4 @@ def _issue(raw: dict[str, Any]) -> Issue:
         state="closed" if raw.get("state") == "closed" else "open",
         labels=tuple(raw.get("labels") or ()),
         closed_by=_login(raw.get("closed_by")),
-        updated=raw.get("updated_at") or "",
     )

@@ -194,7 +194,7 @@ def _tell(forge: Forge, task_id: str, entry: dict[str, Any]) -> list[str]:
         if event in said:
             continue
         if posted is None:
-            posted = {c.body for c in forge.comments(number)}
+            posted = set(forge.comments(number))
         mark = text.marker(task, event)
         if not any(mark in body for body in posted):
             forge.comment(number, text.issue_comment(task, event, detail))
@@ -217,6 +217,9 @@ def _due(task: Task, state: TaskState) -> list[tuple[str, str]]:
     if state is TaskState.DONE:
         if closed == "wont-do" and task.attempts == 0:
             due.append(("cancelled", ""))
+        elif closed:
+            why = task.headers.get("CLOSE_REASON", "")
+            due.append(("done", f"closed without a merge ({closed}){': ' + why if why else ''}"))
         else:
             merged = task.headers.get("PR_URL")
             due.append(("done", f"merged in {merged}" if merged else task.history[-1]))

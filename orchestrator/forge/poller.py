@@ -69,6 +69,9 @@ class ForgePoller:
                 self.failures += 1
                 asked = exc.retry_after
                 log.warning("forge: %s (try %d)", exc, self.failures)
+            except ImportError as exc:  # said once: polling cannot work until it is installed
+                log.error("forge: %s is not installed: pip install 'octopoid[forge]'", exc.name)
+                return
             except OctopoidError as exc:  # a bad token, a broken config.yaml: said, tried again
                 self.failures += 1
                 log.error("forge: %s", exc)

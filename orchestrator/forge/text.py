@@ -21,6 +21,7 @@ MAX_TITLE = 200  # tasks.py refuses longer: an imported title is cut, saying so
 MAX_CRITERION = 500
 MAX_CRITERIA = 50
 MAX_CONTEXT = 64 * 1024  # of an issue's body; the rest is a link away
+MAX_BODY = 60_000  # of a pull request's description (GitHub's limit is 65,536)
 TASK_ITEM_RE = re.compile(r"^\s{0,3}[-*+]\s+\[([ xX])\]\s+(.+?)\s*$")
 BLOCKED_BY_RE = re.compile(r"(?i)\b(?:blocked\s+by|depends\s+on)\s+#(\d{1,9})\b")
 PRIORITY_LABEL_RE = re.compile(r"(?i)^(?:priority\s*[:/=]{0,2}\s*)?p([0-3])$")
@@ -62,8 +63,10 @@ def pull_request_body(task: Task, web_url: str | None = None) -> str:
         lines += ["", "## Checks", "", *(f"- {c}" for c in checks[-10:])]
     if issue := task.headers.get("ISSUE_NUMBER"):
         lines += ["", f"Closes #{issue}"]
-    lines += ["", marker(task, "pull-request")]
-    return redact("\n".join(lines))
+    body = redact("\n".join(lines))
+    if len(body) > MAX_BODY:  # GitHub refuses a description past 65,536 characters
+        body = f"{body[:MAX_BODY]}\n\n[... cut: `octopoid show {task.label}` has it all]"
+    return f"{body}\n\n{marker(task, 'pull-request')}"
 
 
 def _closed(text: str) -> str:

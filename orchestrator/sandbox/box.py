@@ -16,15 +16,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import config
-from ..exceptions import ConfigError
+from .. import forge
 from ..processes import MARK_ENV, TASK_ENV, claim_mark
 from ..tasks import Task, task_label
 from .bwrap import CHANNEL_INSIDE, Mounts, command_line, is_hidden
 
 #: Host variables a box never inherits: octopoid's own (its root, the database URL and
 #: its wait, the web token) and libpq's (a password, a password file, a service file); nor
-#: the forge's token (``forge_token_var``).
+#: the forge's token (``forge.token_vars``).
 SCRUBBED_PREFIXES = ("OCTOPOID_", "PG")
 #: Inherited with ``sandbox: none`` only: they point at host sockets a box cannot reach.
 HOST_SOCKET_VARS = ("SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
@@ -87,7 +86,7 @@ def environment(
     as the host's environment or ``author`` (your repository's identity: a box's private
     home has no git config) says."""
     drop = (*HOST_SOCKET_VARS, *TEMP_VARS, *COMMITTER_VARS) if sandboxed else COMMITTER_VARS
-    drop = (*drop, *forge_token_var())
+    drop = (*drop, *forge.token_vars())
     env = {k: v for k, v in host.items() if not k.startswith(SCRUBBED_PREFIXES) and k not in drop}
     env.update(GIT_COMMITTER_NAME=COMMITTER_NAME, GIT_COMMITTER_EMAIL=committer_email(task.id))
     env.update(agent_env)
@@ -104,16 +103,6 @@ def environment(
     if sandboxed:
         env["TMPDIR"] = "/tmp"
     return env
-
-
-def forge_token_var() -> tuple[str, ...]:
-    """The variable holding the forge's token (``forge.token_env``): octopoid's to use on
-    the forge, never an agent's (an agent's own ``env`` in agents.yaml may still set it)."""
-    try:
-        forge = config.load_config()["forge"]
-    except ConfigError:
-        return ()
-    return () if forge["kind"] == "none" else (forge["token_env"],)
 
 
 def with_client(env: dict[str, str], channel: Path) -> dict[str, str]:

@@ -1,0 +1,144 @@
+"""The forge loop at its edges, on GitHub and GitLab: a pull request that cannot be merged
+blocks no other, an approval of an earlier attempt merges nothing, a merge by hand during a
+retry keeps the retry's branch, a closed pull request is forgotten by a retry, a lost push
+is made again, a reviewer's silence acts once, and a CI log's control characters never
+reach the notes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import queue_utils as q
+from orchestrator import review
+from orchestrator.forge import connect, poller
+from orchestrator.tasks import TaskState
+
+from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
+from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+
+
+def in_review(title: str) -> tuple[str, int, str]:
+    """A task whose attempt is in review with its pull request open: (id, number, head)."""
+    task = q.create_task(title)
+    assert attempt(task.id) == "provisional"
+    review.accept(task.id, "alice")
+    return task.id, int(q.get_task(task.id).headers["PR_NUMBER"]), task.label
+
+
+def head(forge: Driver, task_id: str) -> str:  # noqa: F811
+    return forge.head(f"agent/TASK-{task_id}")
+
+
+def test_a_pull_request_that_cannot_merge_blocks_no_other(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    stuck, stuck_pr, label = in_review("conflicts")
+    other, _, _ = in_review("fails its CI")
+    main = forge.head("main")
+    forge.server.force_push(ALICE, "main", {f"{label}.txt": "main's own\n"}, parent=main)
+    forge.ci(head(forge, stuck), "build", passed=True)
+    forge.review(stuck_pr, BOB, "approve")
+    forge.ci(head(forge, other), "build", passed=False, log="broken\n")
+    done = poller.poll_once(connect())
+    assert done == [f"TASK-{other}: CI failed (build)"]  # the other is judged all the same
+    assert q.get_task(stuck).state is TaskState.PROVISIONAL  # left for a person
+    assert q.get_task(other).state is TaskState.INCOMING
+
+
+def test_an_approval_of_an_earlier_attempt_does_not_merge_the_next(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    if forge.kind == "gitlab":
+        pytest.skip("GitLab's approvals name no commit: the project's reset-on-push decides")
+    task_id, pr, _ = in_review("approved early")
+    first = head(forge, task_id)
+    forge.review(pr, ALICE, "approve")
+    forge.ci(first, "build", passed=False, log="boom\n")
+    assert "CI failed" in poller.poll_once(connect())[0]
+    assert attempt(task_id) == "provisional"
+    forge.ci(head(forge, task_id), "build", passed=True)
+    assert poller.poll_once(connect()) == []  # approved was attempt 1, not this one
+    forge.review(pr, ALICE, "approve")
+    assert "merged" in poller.poll_once(connect())[0]
+
+
+def test_a_merge_by_hand_during_a_retry_keeps_the_retry_s_branch(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    task_id, pr, label = in_review("merged meanwhile")
+    forge.ci(head(forge, task_id), "build", passed=False, log="boom\n")
+    poller.poll_once(connect())
+    forge.server.merge_by_hand(pr, BOB)  # while the task waits for its next attempt
+    assert attempt(task_id) == "provisional"
+    tip = git.Repo(forged).commit(f"agent/{label}").hexsha
+    assert poller.poll_once(connect())[0] == f"{label}: merged by {BOB}"
+    done = q.get_task(task_id)
+    assert done.state is TaskState.DONE and "which is kept" in done.history[-1]
+    assert git.Repo(forged).commit(f"agent/{label}").hexsha == tip  # nothing of it lost
+
+
+def test_a_closed_pull_request_is_forgotten_so_a_retry_opens_a_new_one(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    task_id, pr, _ = in_review("closed")
+    forge.server.close_by_hand(pr, BOB)
+    poller.poll_once(connect())
+    failed = q.get_task(task_id)
+    assert failed.state is TaskState.FAILED and "PR_NUMBER" not in failed.headers
+    review.retry(task_id)
+    assert attempt(task_id) == "provisional"
+    assert poller.poll_once(connect()) == []  # not failed again by the old one
+    review.accept(task_id, "alice")
+    assert int(q.get_task(task_id).headers["PR_NUMBER"]) != pr
+
+
+def test_a_push_the_remote_lost_is_made_again(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    task_id, _, label = in_review("pushed twice")
+    first = head(forge, task_id)
+    forge.ci(first, "build", passed=False, log="boom\n")
+    poller.poll_once(connect())
+    assert attempt(task_id) == "provisional"
+    forge.server.remote.git("update-ref", f"refs/heads/agent/{label}", first)  # push lost
+    poller.poll_once(connect())
+    assert head(forge, task_id) == git.Repo(forged).commit(f"agent/{label}").hexsha
+
+
+def test_a_reviewer_asking_for_changes_without_a_word_is_heard_once(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    task_id, pr, _ = in_review("silent reviewer")
+    forge.review(pr, BOB, "changes")
+    assert poller.poll_once(connect()) == [f"TASK-{task_id}: changes requested by {BOB}"]
+    assert "(no summary)" in (q.get_task_notes(task_id) or "")
+    assert attempt(task_id) == "provisional"
+    assert poller.poll_once(connect()) == []  # the same silence is not a new review
+    forge.review(pr, BOB, "changes", "still the name")
+    assert poller.poll_once(connect()) == [f"TASK-{task_id}: changes requested by {BOB}"]
+    notes = q.get_task_notes(task_id) or ""
+    assert notes.count("still the name") == 1
+
+
+def test_a_ci_log_s_control_characters_never_reach_the_notes(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    task_id, _, _ = in_review("odd bytes")
+    log = "ok\n\x1b]52;c;aGVsbG8=\x07\x1b[2Jcleared\x00\n"
+    forge.ci(head(forge, task_id), "b\x1b[31muild", passed=False, log=log)
+    poller.poll_once(connect())
+    notes = q.get_task_notes(task_id) or ""
+    task = q.get_task(task_id)
+    assert "cleared" in notes
+    for text in (notes, "\n".join(task.history)):
+        assert not any(c in text for c in "\x1b\x07\x00")
