@@ -266,3 +266,33 @@ def test_the_plan_building_api_refuses_what_a_tool_could_hand_it(planned) -> Non
     assert plans.load(plans.add(plan).id).tasks[0].priority == "P3"
     with pytest.raises(InvalidInput, match="is not a plan id"):
         plans.load("../../etc/passwd")
+
+
+def test_a_planner_drafts_through_its_mcp_tools_each_checked_as_it_comes(
+    git_project: Path, monkeypatch
+) -> None:
+    """An Anthropic API planner (the scripted Messages API) drafts with draft_task and
+    draft_dependency; a dependency closing a cycle is refused as a tool error and not kept."""
+    from .helpers.fake_messages_api import FakeMessagesAPI, tool_use
+
+    script = [
+        tool_use("draft_task", {"title": "schema", "criteria": ["tables exist"]}, tool_id="a"),
+        tool_use("draft_task", {"title": "API", "priority": "P0"}, tool_id="b"),
+        tool_use("draft_dependency", {"task": "T2", "blocked_by": "T1"}, tool_id="c"),
+        tool_use("draft_dependency", {"task": "T1", "blocked_by": "T2"}, tool_id="d"),
+        tool_use("finish", {"summary": "planned"}, tool_id="e"),
+    ]
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-dummy-33333333")
+    with FakeMessagesAPI(script) as api:
+        doc = {"agents": [{"name": "planner", "role": "plan", "backend": "anthropic",
+                           "model": "claude-haiku-4-5", "base_url": api.base_url}]}  # fmt: skip
+        (git_project / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))
+        plan = planner.plan_goal(GOAL)
+    assert [(t.key, t.title, t.blocked_by) for t in plan.tasks] == [
+        ("T1", "schema", []),
+        ("T2", "API", ["T1"]),
+    ]
+    offered = {tool["name"] for tool in api.requests[0]["tools"]}
+    assert {"draft_task", "draft_dependency", "ask_human"} <= offered
+    refused = api.requests[4]["messages"][-1]["content"][0]
+    assert refused["is_error"] and "cycle" in refused["content"]

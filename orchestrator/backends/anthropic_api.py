@@ -27,7 +27,6 @@ from ..fsutil import TailBuffer
 from ..processes import in_new_session_dying_with_parent, signal_group
 from ..redaction import redact
 from ..sandbox.box import Box
-from ..sandbox.channel import TOOLS as CHANNEL_TOOLS
 from . import worktree_tools
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import readable
@@ -39,12 +38,14 @@ SYSTEM = (
     "finish with a short summary; uncommitted changes are then committed for you."
 )
 TOOL_NAMES = {spec["name"] for spec in TOOL_SPECS}
-#: The channel's tools (remember, search_memory, ask_human, ...) as the API takes them
-CHANNEL_SPECS = [
-    {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
-    for t in CHANNEL_TOOLS
-]
-CHANNEL_NAMES = {spec["name"] for spec in CHANNEL_SPECS}
+
+
+def channel_specs(channel: Any) -> list[dict[str, Any]]:
+    """The channel's tools (remember, search_memory, ask_human, ...) as the API takes them."""
+    return [
+        {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
+        for t in channel.tool_specs()
+    ]
 #: Keys the tools' box never gets: the API call is the runner's, not the tools'.
 API_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 SERVER_GRACE_SECONDS = 30.0  # beyond a command's own timeout, before the server is stuck
@@ -187,7 +188,9 @@ class AnthropicBackend:
                     model=agent["model"],
                     max_tokens=agent["max_tokens"],
                     system=SYSTEM,
-                    tools=[*TOOL_SPECS, *CHANNEL_SPECS] if request.channel else TOOL_SPECS,
+                    tools=[*TOOL_SPECS, *channel_specs(request.channel)]
+                    if request.channel
+                    else TOOL_SPECS,
                     messages=messages,
                     timeout=max(1.0, deadline - time.monotonic()),
                 )
@@ -248,7 +251,7 @@ class AnthropicBackend:
                 text, is_error = "ok", False
             elif name in TOOL_NAMES:
                 text, is_error = tools.call(name, tool_input)
-            elif name in CHANNEL_NAMES and channel is not None:
+            elif channel is not None and name in channel.tools:
                 text, is_error = channel.call_tool(name, tool_input)
             else:
                 text, is_error = f"unknown tool {name!r}", True

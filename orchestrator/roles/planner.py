@@ -4,10 +4,12 @@
 attempt runs: a task carries the run (title ``Plan: ...``, the goal as its context) so the
 claim, its lease, the sandbox's workspace and channel, the notes and the log are the
 queue's own. That task's role is ``planning``, which no agent has: the scheduler never
-claims it; this process claims it by id. The agent answers with one ```plan block (the
-breakdown's format, with priority, role and blockers named by position); ``plans`` checks
-it and stores it as a draft for a person to review. The carrying task ends in done with
-``PLAN: PLAN-<n>``, or in failed with why the plan was refused (the answer is in its notes).
+claims it; this process claims it by id. The agent drafts with the channel's MCP tools
+``draft_task`` and ``draft_dependency`` (each checked as it comes), or answers with one
+```plan block (the breakdown's format, with priority, role and blockers named by
+position); ``plans`` checks it and stores it as a draft for a person to review. The
+carrying task ends in done with ``PLAN: PLAN-<n>``, or in failed with why the plan was
+refused (the answer is in its notes).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ ANSWER_FORMAT = f"""## How to answer
 
 Do not implement anything. Plan the goal above as 2 to {plans.MAX_PLAN_TASKS} tasks, each small
 enough for one agent's attempt, and say which task must be done before which. Read the
-repository as much as you need. Print the plan as ONE fenced block of JSON, exactly:
+repository as much as you need. Draft each task with the `draft_task` tool and each
+"must be done before" with `draft_dependency`, if you have them; otherwise print the plan
+as ONE fenced block of JSON, exactly:
 
 ```plan
 [
@@ -77,13 +81,14 @@ def plan_goal(goal: str, agent_name: str | None = None, branch: str = DEFAULT_BR
     claim = Claim(task.id, claim_token(task), agents_cfg["lease_seconds"])
     task = claim.take_over(deadline_seconds(agent, task, cfg))
     log = attempt_log_dir(task.id) / f"attempt-{task.attempts}.log"
+    drafted = plans.draft(goal, branch, planned_by=f"{agent['name']} ({task.label})")
     try:
-        result = _run(task, agent, cfg, claim, log)
+        result = _run(task, agent, cfg, claim, log, drafted)
     except BaseException:  # Ctrl-C: the carrying task must not wait for a reaper
         with contextlib.suppress(OctopoidError):
             queue_utils.fail_task(task, "the planning was interrupted", token=claim.token)
         raise
-    return _settle(task, goal, agent, result, log, branch)
+    return _settle(task, drafted, result, log)
 
 
 def _carrying_task(goal: str, agent_name: str, lease_seconds: int, branch: str) -> Task:
@@ -106,9 +111,12 @@ def _carrying_task(goal: str, agent_name: str, lease_seconds: int, branch: str) 
     return store.move(task.id, TaskState.INCOMING, TaskState.CLAIMED, claim)
 
 
-def _run(task: Task, agent: dict, cfg: dict, claim: Claim, log: Path) -> AgentResult:
-    """The agent's run in its workspace; its output (redacted) in ``log``. What it
-    committed is not kept: a plan is its answer, not a branch."""
+def _run(
+    task: Task, agent: dict, cfg: dict, claim: Claim, log: Path, drafted: plans.Plan
+) -> AgentResult:
+    """The agent's run in its workspace; its output (redacted) in ``log``; what it drafts
+    with the channel's draft_task and draft_dependency tools goes into ``drafted``. What
+    it committed is not kept: a plan is its answer, not a branch."""
     output = TailBuffer(
         cfg["notes"]["stdout_limit"], log, cfg["notes"]["log_cap_bytes"], Redactor(agent_env(agent))
     )
@@ -116,6 +124,7 @@ def _run(task: Task, agent: dict, cfg: dict, claim: Claim, log: Path) -> AgentRe
     result = AgentResult(None, "error", summary="the planner did not start")
     try:
         space = sandbox.prepare(task, agent, cfg, claim.token, backend.needs(agent))
+        space.channel.plan = drafted  # the drafting tools, for this attempt only
         output.feed(f"{space.banner}\n".encode())
         prompt = build_prompt(instructions_for(PLAN_ROLE), task, howto=ANSWER_FORMAT)
         atomic_write(log.with_suffix(".prompt.md"), prompt)
@@ -149,16 +158,18 @@ def _run(task: Task, agent: dict, cfg: dict, claim: Claim, log: Path) -> AgentRe
     return result
 
 
-def _settle(
-    task: Task, goal: str, agent: dict, result: AgentResult, log: Path, branch: str
-) -> plans.Plan:
-    """The answer as a stored draft plan and the carrying task done; or failed, and why."""
+def _settle(task: Task, drafted: plans.Plan, result: AgentResult, log: Path) -> plans.Plan:
+    """The drafted tasks (by the tools, or else the answer's ```plan block) as a stored
+    draft plan and the carrying task done; or failed, and why."""
     token = claim_token(task)
     try:
         if result.outcome != "success":
             raise InvalidTask(f"the planner did not finish: {result.outcome}: {result.summary}")
-        plan = plans.draft(goal, branch, planned_by=f"{agent['name']} ({task.label})")
-        plan = plans.add(plans.from_answer(plan, breakdown.answer_text(log)))
+        if drafted.tasks:
+            plans.validate(drafted)
+        else:
+            drafted = plans.from_answer(drafted, breakdown.answer_text(log))
+        plan = plans.add(drafted)
     except InvalidTask as exc:
         why = f"the plan was refused: {exc}"
         queue_utils.fail_task(task, why, token=token)

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import config, questions, queue_utils
+from .. import config, plans, questions, queue_utils
 from ..exceptions import InvalidTask, OctopoidError
 from ..memory import lifecycle
 from ..memory.notes import NotesManager
@@ -138,6 +138,37 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
+#: A planner's drafting tools (``octopoid plan``): offered only when the channel carries a plan
+PLAN_TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "draft_task",
+        "description": "Draft one task of the plan; returns its key (T1, T2, ...). Do not "
+        "implement anything: a person reviews the plan before any task is created.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string"},
+                "context": {"type": "string"},
+                "criteria": {"type": "array", "items": {"type": "string"}},
+                "priority": {"type": "string", "enum": ["P0", "P1", "P2", "P3"]},
+                "role": {"type": "string"},
+            },
+            "required": ["title"],
+        },
+    },
+    {
+        "name": "draft_dependency",
+        "description": "Say that drafted task `task` must wait until `blocked_by` is done "
+        "(both keys that draft_task returned).",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"task": {"type": "string"}, "blocked_by": {"type": "string"}},
+            "required": ["task", "blocked_by"],
+        },
+    },
+]
+
+
 class ChannelServer:
     """Serves one attempt's channel in threads of the runner until ``close``."""
 
@@ -150,6 +181,7 @@ class ChannelServer:
         self.on_progress = on_progress
         self.remembered = 0
         self.proposed: list[Any] | None = None  # propose_split's subtasks, for the runner
+        self.plan: Any = None  # a planner's draft (plans.Plan), when it carries one
         self.tick: Callable[[], None] = lambda: None  # keeps the claim alive in a long wait
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
@@ -167,7 +199,7 @@ class ChannelServer:
             "report_progress": self.report_progress,
             "initialize": self.initialize,
             "ping": dict,
-            "tools/list": lambda **_: {"tools": TOOLS},
+            "tools/list": lambda **_: {"tools": self.tool_specs()},
             "tools/call": self.tools_call,
         }
         self.tools: dict[str, Callable[..., Any]] = {
@@ -176,6 +208,8 @@ class ChannelServer:
             "report_progress": self.report_progress,
             "propose_split": self.propose_split,
             "ask_human": self.ask_human,
+            "draft_task": self.draft_task,
+            "draft_dependency": self.draft_dependency,
         }
 
     def start(self) -> ChannelServer:
@@ -260,6 +294,10 @@ class ChannelServer:
             return _error(rid, INTERNAL_ERROR, "the channel failed; the runner's log says why")
 
     # --- MCP ----------------------------------------------------------------------------
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools this attempt has: the drafting ones only for a planner."""
+        return TOOLS + (PLAN_TOOLS if self.plan is not None else [])
 
     def initialize(self, **_: Any) -> dict[str, Any]:
         return {
@@ -348,6 +386,41 @@ class ChannelServer:
             "proposed": len(parsed),
             "next": "stop now: the attempt ends and a person approves or rejects the split",
         }
+
+    def draft_task(
+        self,
+        title: object,
+        context: object = "",
+        criteria: object = None,
+        priority: object = "P1",
+        role: object = "implement",
+    ) -> dict[str, Any]:
+        plan = self._drafting()
+        fields = {"title": title, "context": context, "criteria": criteria or []}
+        fields |= {"priority": priority, "role": role}
+        key = plans.add_task(plan, **fields)  # type: ignore[arg-type]
+        try:
+            plans.validate(plan)
+        except InvalidTask as exc:
+            plans.drop_task(plan, key)
+            raise ChannelError(INVALID_PARAMS, f"the task is refused: {exc}") from None
+        return {"key": key, "tasks": len(plan.tasks)}
+
+    def draft_dependency(self, task: object, blocked_by: object) -> dict[str, Any]:
+        plan = self._drafting()
+        try:
+            plans.add_edge(plan, str(blocked_by), str(task))
+            plans.validate(plan)
+        except InvalidTask as exc:
+            with contextlib.suppress(InvalidTask):
+                plans.task_of(plan, str(task)).blocked_by.remove(str(blocked_by))
+            raise ChannelError(INVALID_PARAMS, f"the dependency is refused: {exc}") from None
+        return {"task": task, "blocked_by": plans.task_of(plan, str(task)).blocked_by}
+
+    def _drafting(self) -> Any:
+        if self.plan is None:
+            raise ChannelError(REFUSED, "only a planner's attempt drafts tasks")
+        return self.plan
 
     def ask_human(self, question: object) -> str:
         asked = questions.ask(self.task_id, self.attempt, _text(question, "question", 10**6))
