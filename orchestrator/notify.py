@@ -3,7 +3,8 @@ a JSON webhook, ...), as config.yaml's ``notify:`` says.
 
 Runners move tasks in their own processes, so the scheduler notices arrivals itself: each
 pass lists the names in provisional/, failed/ and breakdown/ (no file is parsed unless it
-is new) and compares them with the last pass. Names present when the scheduler starts are
+is new), and the open questions attempts asked (``questions``), and compares them with the
+last pass. Names present when the scheduler starts are
 not news. Sending happens on one background thread, so a slow or dead notifier never holds
 up a pass or a move; a failing URL is logged once (by scheme and host only: apprise URLs
 carry tokens) until it works again.
@@ -11,6 +12,7 @@ carry tokens) until it works again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -20,7 +22,7 @@ from urllib.parse import urlsplit
 from . import config, queue_utils
 from .exceptions import ConfigError, OctopoidError
 from .redaction import redact
-from .tasks import FILE_RE, TaskState, task_label
+from .tasks import FILE_RE, TaskState, normalize_task_id, task_label
 
 log = logging.getLogger("octopoid.notify")
 
@@ -44,6 +46,7 @@ class Alerts:
 
     def __init__(self) -> None:
         self._seen: dict[TaskState, set[str]] = {state: self._names(state) for state in ARRIVALS}
+        self._asked = self._questions()  # open questions: those of before the start are old
         self._outbox: queue.Queue = queue.Queue(BACKLOG)
         self._thread: threading.Thread | None = None
         self._failing: set[str] = set()
@@ -57,6 +60,17 @@ class Alerts:
                 return {m[1] for e in entries if (m := FILE_RE.fullmatch(e.name))}
         except OSError:
             return set()
+
+    @staticmethod
+    def _questions() -> set[tuple[str, str]]:
+        """(task id, when asked) of every open question (``questions``): one listing."""
+        from . import questions  # at first use: the scheduler's passes, not its start
+
+        found = set()
+        for asked in questions.open_questions():
+            with contextlib.suppress(OctopoidError, KeyError):
+                found.add((normalize_task_id(asked["task"]), asked.get("asked_at", "")))
+        return found
 
     @staticmethod
     def _settings() -> tuple[list[str], set[str]]:
@@ -75,6 +89,9 @@ class Alerts:
             now = self._names(state)
             found += [(event, task_id) for task_id in sorted(now - self._seen[state])]
             self._seen[state] = now
+        asked = self._questions()
+        found += [("question", task_id) for task_id, _ in sorted(asked - self._asked)]
+        self._asked = asked
         if urls:
             for event, task_id in found:
                 if event in events:
@@ -161,7 +178,12 @@ def _message(event: str, task_id: str) -> tuple[str, str]:
                          '--reason "..."'),
         "failed": ("failed", f"octopoid notes {label}, then octopoid retry {label}"),
         "breakdown": ("needs a breakdown", f"octopoid show {label}"),
+        "question": ("asks a question", f'octopoid answer {label} "..." (or its page)'),
     }[event]  # fmt: skip
     root = config.find_project_root()
     body = f"{label}: {title}\nproject: {root}\nnext: {what[1]}\nsee: octopoid show {label}"
+    if event == "question":
+        from . import questions
+
+        body += f"\nquestion: {questions.read(task_id).get('question', '?')[:500]}"
     return f"octopoid: {label} {what[0]}", redact(body)

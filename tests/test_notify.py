@@ -160,3 +160,23 @@ def test_unknown_events_are_a_clear_config_error(git_project) -> None:
 def test_a_log_line_never_shows_a_notifier_s_credentials() -> None:
     assert notify.where("slack://T1/B2/secret-token") == "slack://t1"
     assert notify.where("json://user:pass@hooks.example.com/x?key=1") == "json://hooks.example.com"
+
+
+def test_a_question_an_attempt_asks_is_alerted_once_with_its_text(git_project, hook, sched) -> None:
+    from orchestrator import questions
+
+    set_notify(git_project, urls=[hook.url])
+    daemon = sched()
+    task = q.create_task("paint the widget")
+    questions.ask(task.id, 1, "Blue or red?")
+    daemon.loop_once()
+    (post,) = hook.wait_for(1)
+    assert post["title"] == f"octopoid: TASK-{task.id} asks a question"
+    assert (
+        "Blue or red?" in post["message"] and f"octopoid answer TASK-{task.id}" in post["message"]
+    )
+    daemon.loop_once()  # the same question is not news twice
+    questions.answer(task.id, "red", "alice")
+    daemon.shutdown(grace=5)
+    posts = hook.wait_for(2)
+    assert [p["title"] for p in posts] == [post["title"], "octopoid: the scheduler stopped"]
