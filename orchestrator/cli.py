@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import json
 import shlex
@@ -676,17 +675,11 @@ def diff(task_id: str, stat: bool, as_json: bool) -> None:
     if not stat:  # git's bytes as they are, whatever the locale says: `git diff` prints them so
         click.echo(diffs.task_diff(task_id).encode("utf-8", "surrogateescape"))
         return
-    task_id = normalize_task_id(task_id)
-    files = diffs.task_diff_stat(task_id)
-    totals = {
-        "files": len(files),
-        "added": sum(f.added for f in files),
-        "removed": sum(f.removed for f in files),
-    }
+    summary = diffs.stat_summary(task_id)
     if as_json:
-        rows = [dataclasses.asdict(f) for f in files]
-        _emit_json({"id": task_label(task_id), "files": rows, "totals": totals})
+        _emit_json(summary)
         return
+    files, totals = summary["files"], summary["totals"]
     if not files:
         click.echo("no changes against its base")
         return
@@ -694,12 +687,12 @@ def diff(task_id: str, stat: bool, as_json: bool) -> None:
     click.echo(f"{plural(len(files), 'file')} changed, +{totals['added']} -{totals['removed']}")
 
 
-def _stat_table(files: list[diffs.FileStat]) -> str:
+def _stat_table(files: list[dict[str, Any]]) -> str:
     """As ``git diff --numstat`` reads, with a header: ``-`` counts for a binary file."""
     rows = [["ADDED", "REMOVED", "FILE"]]
     for f in files:
-        counts = ["-", "-"] if f.binary else [str(f.added), str(f.removed)]
-        rows.append([*counts, f"{f.old_path} -> {f.path}" if f.old_path else f.path])
+        counts = ["-", "-"] if f["binary"] else [str(f["added"]), str(f["removed"])]
+        rows.append([*counts, f"{f['old_path']} -> {f['path']}" if f["old_path"] else f["path"]])
     return _table(rows)
 
 

@@ -7,12 +7,13 @@ branch" means different things by state; git alone cannot tell them apart.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from . import config, git_utils, queue_utils
 from .exceptions import GitError, NothingToShow
-from .tasks import Task, TaskState, normalize_task_id
+from .tasks import Task, TaskState, normalize_task_id, task_label
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,19 @@ def task_diff_stat(task_id: str) -> list[FileStat]:
     git's order; ``NothingToShow`` if it has no branch."""
     task = with_branch(task_id)
     return file_stats(config.find_project_root(), task.branch, git_utils.branch_for(task.id))
+
+
+def stat_summary(task_id: str) -> dict[str, Any]:
+    """`diff --stat --json`'s answer (and the MCP tool's): each file with its counts, and
+    the totals."""
+    task_id = normalize_task_id(task_id)
+    files = task_diff_stat(task_id)
+    totals = {
+        "files": len(files),
+        "added": sum(f.added for f in files),
+        "removed": sum(f.removed for f in files),
+    }
+    return {"id": task_label(task_id), "files": [asdict(f) for f in files], "totals": totals}
 
 
 def file_stats(root: Path, base: str, head: str) -> list[FileStat]:

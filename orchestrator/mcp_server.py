@@ -13,7 +13,6 @@ Only `octopoid mcp` imports this module, so no other command pays for the SDK.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import threading
@@ -164,15 +163,7 @@ def notes(task_id: TaskIdArg) -> dict[str, Any]:
 def diff_summary(task_id: TaskIdArg) -> dict[str, Any]:
     """Lines added and removed per file on the task's branch against its base, as
     `octopoid diff --stat --json`."""
-    task_id = normalize_task_id(task_id)
-    files = diffs.task_diff_stat(task_id)
-    totals = {
-        "files": len(files),
-        "added": sum(f.added for f in files),
-        "removed": sum(f.removed for f in files),
-    }
-    rows = [dataclasses.asdict(f) for f in files]
-    return {"id": task_label(task_id), "files": rows, "totals": totals}
+    return diffs.stat_summary(task_id)
 
 
 def accept(task_id: TaskIdArg, expect: ExpectArg = None) -> dict[str, Any]:
