@@ -111,7 +111,7 @@ def test_a_pull_request_closed_unmerged_fails_the_task_saying_who(
     poller.poll_once(connect())
     task = q.get_task(task_id)
     assert task.state is TaskState.FAILED
-    assert "closed by" in task.headers["ERROR"] and "without merging" in task.headers["ERROR"]
+    assert f"closed by {BOB} without merging" in task.headers["ERROR"]
     said = forge.comments(int(task_id.split("-")[1]))
     assert any(":failed -->" in s for s in said)
     review.retry(task_id)  # a person's retry: the next attempt opens a new pull request

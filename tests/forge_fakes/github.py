@@ -107,6 +107,7 @@ class Issue:
     updated_at: str
     state: str = "open"
     closed_at: str | None = None
+    closed_by: str | None = None
     comments: list[dict[str, Any]] = field(default_factory=list)
     pull: Pull | None = None
 
@@ -228,9 +229,9 @@ class GitHubFake(ForgeServer):
             issue.labels = issue.labels if labels is None else list(labels)
             issue.updated_at = now_iso()
 
-    def close_issue(self, number: int) -> None:
+    def close_issue(self, number: int, login: str | None = None) -> None:
         with self.lock:
-            self._close(self.issues[number])
+            self._close(self.issues[number], login)
 
     def review(
         self, number: int, login: str, state: str, body: str = "", comments: Iterable[LineNote] = ()
@@ -281,7 +282,7 @@ class GitHubFake(ForgeServer):
 
     def close_by_hand(self, number: int, login: str) -> None:
         with self.lock:
-            self._close(self.issues[number])
+            self._close(self.issues[number], login)
 
     # -- state
     def _new_issue(self, login: str, title: str, body: str, labels: list[str]) -> Issue:
@@ -292,9 +293,9 @@ class GitHubFake(ForgeServer):
         )
         return self.issues[number]
 
-    def _close(self, issue: Issue) -> None:
+    def _close(self, issue: Issue, login: str | None = None) -> None:
         issue.state, issue.closed_at = "closed", now_iso()
-        issue.updated_at = issue.closed_at
+        issue.updated_at, issue.closed_by = issue.closed_at, login
 
     def _issue(self, n: str, pull: bool = False) -> Issue:
         issue = self.issues.get(int(n))
@@ -327,7 +328,7 @@ class GitHubFake(ForgeServer):
                 },
             )
         pull.merge_sha, pull.merged_by, pull.merged_at = sha, login, now_iso()
-        self._close(issue)
+        self._close(issue, login)
         return sha
 
     # -- JSON
@@ -468,6 +469,7 @@ class GitHubFake(ForgeServer):
             "created_at": issue.created_at,
             "updated_at": issue.updated_at,
             "closed_at": issue.closed_at,
+            "closed_by": self._user(issue.closed_by) if issue.closed_by else None,
             "author_association": "MEMBER",
             "state_reason": "completed" if issue.closed_at else None,
         }
@@ -587,7 +589,7 @@ class GitHubFake(ForgeServer):
         issue.title = req.body.get("title", issue.title)
         issue.body = req.body.get("body", issue.body)
         if req.body.get("state") == "closed" and issue.state == "open":
-            self._close(issue)
+            self._close(issue, req.login)
         elif (
             req.body.get("state") == "open" and issue.state == "closed" and not issue.pull.merge_sha
         ):
