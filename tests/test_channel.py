@@ -75,7 +75,8 @@ def test_an_agent_remembers_reads_and_reports_for_its_own_task_only(served) -> N
         (b'{"id": 1, "method": "remember", "params": ["x"]}\n', channel.INVALID_PARAMS),
         (b'{"id": 1, "method": "remember", "params": {"section": 7, "text": "x"}}\n',
          channel.INVALID_PARAMS),
-        (b'{"id": 1, "method": "remember", "params": {"section": "Key Topics", "text": "a\\u0000b"}}\n',
+        (b'{"id": 1, "method": "remember", '
+         b'"params": {"section": "Key Topics", "text": "a\\u0000b"}}\n',
          channel.INVALID_PARAMS),
         (b'{"id": 1, "method": "remember", "params": {"section": "Gossip", "text": "x"}}\n',
          channel.REFUSED),

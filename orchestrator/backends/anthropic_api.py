@@ -46,6 +46,8 @@ def channel_specs(channel: Any) -> list[dict[str, Any]]:
         {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
         for t in channel.tool_specs()
     ]
+
+
 #: Keys the tools' box never gets: the API call is the runner's, not the tools'.
 API_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 SERVER_GRACE_SECONDS = 30.0  # beyond a command's own timeout, before the server is stuck
