@@ -36,11 +36,17 @@ ARGS = [
 
 
 def require_chromium() -> None:
-    """Skip without Debian's Chromium (fail, with OCTOPOID_REQUIRE_BROWSER=1, as in CI)."""
+    """Skip without Debian's Chromium (fail, with OCTOPOID_REQUIRE_BROWSER=1, as in CI).
+
+    A page's expectations then wait for their condition up to 60 s, not Playwright's 5:
+    under the whole suite on 2 cores a draft's save has taken longer than 5 s."""
     if not os.path.exists(CHROMIUM):
         if os.environ.get("OCTOPOID_REQUIRE_BROWSER") == "1":
             pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
         pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=60_000)
 
 
 @pytest.fixture(scope="module")
