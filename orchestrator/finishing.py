@@ -27,8 +27,8 @@ from .tasks import TaskState, normalize_task_id, task_label
 log = logging.getLogger("octopoid.finishing")
 
 PROMOTE, NOTES, WORKTREE, BRANCH = "promote", "notes", "worktree", "branch"
-REMOTE_BRANCH = "remote-branch"
-STEPS = (PROMOTE, NOTES, WORKTREE, BRANCH, REMOTE_BRANCH)  # in the order they run
+REMOTE_BRANCH, PULL_REQUEST = "remote-branch", "pull-request"
+STEPS = (PROMOTE, NOTES, WORKTREE, BRANCH, REMOTE_BRANCH, PULL_REQUEST)  # the order they run
 
 
 def journal_dir() -> Path:
@@ -111,6 +111,10 @@ def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
         git_utils.remove_worktree(git_utils.open_repo(), task_id)
     elif step == REMOTE_BRANCH and (remote := git_utils.remote_name()) is not None:
         git_utils.delete_remote_branch(git_utils.open_repo(), remote, task_id)
+    elif step == PULL_REQUEST:  # a closed task's open pull request (docs/forge.md)
+        from .forge import pulls
+
+        pulls.close_for(task_id, actor)
 
 
 def finish_interrupted() -> list[str]:

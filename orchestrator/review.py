@@ -200,12 +200,14 @@ def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Acc
     """Move a task to done without merging (``queue_utils.close_task``), then finish it:
     closed as ``done``, its learnings are promoted like an accepted task's; as ``wont-do``,
     they are dropped. Its worktree goes; its branch stays (`octopoid worktrees --prune`
-    deletes it once its base has all of it)."""
+    deletes it once its base has all of it); its open pull request is closed, saying why."""
     task_id = normalize_task_id(task_id)
     with queue_utils.get_store().hold(task_id, "closed"):
         steps = [finishing.NOTES, finishing.WORKTREE]
         if kind == "done":
             steps.insert(0, finishing.PROMOTE)
+        if "PR_NUMBER" in queue_utils.get_task(task_id).headers:
+            steps.append(finishing.PULL_REQUEST)  # closed on the forge too
         done = _move_journaled(
             task_id,
             steps,

@@ -142,3 +142,27 @@ def test_a_ci_log_s_control_characters_never_reach_the_notes(
     assert "cleared" in notes
     for text in (notes, "\n".join(task.history)):
         assert not any(c in text for c in "\x1b\x07\x00")
+
+
+def test_closing_a_task_closes_its_pull_request_and_an_outage_only_delays_it(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    from orchestrator import finishing
+
+    task_id, pr, label = in_review("not needed after all")
+    forge.server.fail_next(1, 502)  # the forge is down as the person closes it
+    closed = review.close(task_id, "wont-do", "done upstream", "alice")
+    assert closed.task.state is TaskState.DONE and "pull-request" in closed.cleanup_error
+    assert connect().pull_request(pr).state == "open"
+    assert finishing.finish_interrupted()  # the scheduler's housekeeping, later
+    assert connect().pull_request(pr).state == "closed"
+    said = [c for c in _pr_comments(forge, pr) if f"{label}:closed" in c]
+    assert len(said) == 1 and "done upstream" in said[0]
+    assert finishing.finish_interrupted() == []  # nothing left to do
+
+
+def _pr_comments(forge: Driver, number: int) -> list[str]:  # noqa: F811
+    if forge.kind == "github":
+        return [c["body"] for c in forge.server.issues[number].comments]
+    return [n.body for n in forge.server.mrs[number].notes]

@@ -159,6 +159,10 @@ class GitHubForge:
     def merge(self, number: int, sha: str) -> None:
         self._call(f"merging #{number}", self.rest.pulls.merge, number, data={"sha": sha})
 
+    def close_pull_request(self, number: int, comment: str) -> None:
+        self.comment(number, comment)  # a pull request is an issue: its comments are
+        self._call(f"closing #{number}", self.rest.pulls.update, number, data={"state": "closed"})
+
     # --- issues -----------------------------------------------------------------------
 
     def issues(self, label: str, since: str | None) -> list[Issue]:

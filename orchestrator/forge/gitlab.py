@@ -151,6 +151,13 @@ class GitLabForge:
         path = f"/projects/{self.project.encoded_id}/merge_requests/{number}/merge"
         self._call(f"merging !{number}", self.api.http_put, path, post_data={"sha": sha})
 
+    def close_pull_request(self, number: int, comment: str) -> None:
+        mr = self.project.mergerequests.get(number, lazy=True)
+        self._call(f"commenting on !{number}", mr.notes.create, {"body": comment})
+        path = f"/projects/{self.project.encoded_id}/merge_requests/{number}"
+        closing = {"state_event": "close"}
+        self._call(f"closing !{number}", self.api.http_put, path, post_data=closing)
+
     # --- issues -----------------------------------------------------------------------
 
     def issues(self, label: str, since: str | None) -> list[Issue]:

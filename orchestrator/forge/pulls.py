@@ -288,3 +288,24 @@ def _valid(comments: list[LineComment]) -> list[LineComment]:
         except InvalidInput as exc:
             log.warning("a forge's line comment left out: %s", exc)
     return kept
+
+
+def close_for(task_id: str, actor: str) -> str | None:
+    """A task closed in octopoid takes its open pull request with it: closed on the forge,
+    with why. A finishing step (``finishing``): a forge that cannot answer now leaves it
+    journaled, and the scheduler tries again."""
+    task = queue_utils.get_task(task_id)
+    number, cfg = pr_number(task), settings()
+    if number is None or cfg is None:
+        return None
+    forge = connect(cfg)
+    if forge.pull_request(number).state != "open":
+        return None
+    why = task.headers.get("CLOSE_REASON", "") or "closed"
+    kind = task.headers.get("CLOSED", "done")
+    forge.close_pull_request(
+        number,
+        f"Closed in octopoid by {text.one_line(actor, 80)} ({kind}): {why}\n\n"
+        + text.marker(task, "closed"),
+    )
+    return f"closed #{number}"

@@ -133,6 +133,7 @@ class GitLabFake(ForgeServer):
             ("GET", mr + "/approvals", self._approvals),
             ("GET", mr + "/reviewers", self._reviewers),
             ("GET", mr + "/discussions", self._discussions),
+            ("POST", mr + "/notes", self._add_mr_note),
             ("GET", mr + "/pipelines", self._mr_pipelines),
             ("GET", p + "/pipelines", self._list_pipelines),
             ("GET", p + r"/pipelines/(?P<pid>\d+)", self._get_pipeline),
@@ -565,8 +566,13 @@ class GitLabFake(ForgeServer):
         issue = self._find(self.issues, p, iid, "Issue")
         return self.paginate(req, [self._note_json(issue, n) for n in reversed(issue.notes)])
 
+    def _add_mr_note(self, req: Request, p: str, iid: str) -> Any:
+        return self._note_on(self._find(self.mrs, p, iid, "Merge Request"), req)
+
     def _add_note(self, req: Request, p: str, iid: str) -> Any:
-        issue = self._find(self.issues, p, iid, "Issue")
+        return self._note_on(self._find(self.issues, p, iid, "Issue"), req)
+
+    def _note_on(self, issue: Issue, req: Request) -> Any:
         if not req.body.get("body"):
             raise HTTPError(400, {"message": '400 (Bad request) "body" not given'})
         note = Note(next(self._ids), req.login, req.body["body"], now_iso())
