@@ -168,3 +168,25 @@ def test_an_answer_given_as_the_attempt_gives_up_leaves_the_task_free(
     task = q.get_task(mine.id)
     assert task.state is TaskState.INCOMING and "NOT_BEFORE" not in task.headers
     assert (q.get_task_notes(mine.id) or "").count("Which branch?") == 1  # the Q&A only
+
+
+def test_octopoid_answer_answers_once_and_says_why_not_in_one_line(project: Path) -> None:
+    import subprocess
+
+    from .conftest import child_env
+
+    task = q.create_task("asks")
+    questions.ask(task.id, 1, "Which port?")
+
+    def answer(*args: str) -> subprocess.CompletedProcess:
+        argv = ["octopoid", "answer", *args]
+        return subprocess.run(argv, env=child_env(project), capture_output=True, text=True)
+
+    done = answer(task.label, "5433", "--by", "dana")
+    assert done.returncode == 0 and done.stdout == f"{task.label}: answered (Which port?)\n"
+    assert "A: 5433" in (q.get_task_notes(task.id) or "")
+    again = answer(task.label, "5434")
+    assert again.returncode == 2
+    assert again.stderr == f"octopoid: {task.label} has no open question\n"
+    assert answer("TASK-999", "x").returncode == 2  # none open there either
+    assert answer("../x", "x").stderr.startswith("octopoid: invalid task id")
