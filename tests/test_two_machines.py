@@ -71,21 +71,26 @@ def _processes_of(root: Path) -> list[int]:
     ]
 
 
-def _kill_all_of(root: Path) -> list[int]:
-    """SIGKILL every runner and agent of ``root``, as a machine's death would, until a scan
-    finds none: a runner its fork server was forking as the daemon died appears after the
-    first scan (the fork server outlives the daemon's group by a moment)."""
-    killed: list[int] = []
+def _kill(pids: list[int]) -> list[int]:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):  # it may have just finished
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def _kill_stragglers(root: Path, killed: list[int]) -> list[int]:
+    """SIGKILL what of ``root`` a first kill missed, as a machine's death would, until
+    three scans in a row find none: a runner its fork server was forking as the daemon
+    died appears after the first scan (the fork server outlives the daemon's group by a
+    moment)."""
+    more: list[int] = []
     quiet = 0
-    while quiet < 3:  # three scans in a row, 0.2 s apart, that find nothing
-        found = [pid for pid in _processes_of(root) if pid not in killed]
-        for pid in found:
-            with contextlib.suppress(ProcessLookupError):  # it may have just finished
-                os.kill(pid, signal.SIGKILL)
-        killed += found
+    while quiet < 3:
+        found = [pid for pid in _processes_of(root) if pid not in killed + more]
+        more += _kill(found)
         quiet = 0 if found else quiet + 1
         time.sleep(0.2)
-    return killed
+    return more
 
 
 @pytest.mark.slow
@@ -140,12 +145,13 @@ def test_two_machines_run_every_task_exactly_once_through_a_kill_9(
             assert time.monotonic() < deadline, f"the machines made no progress: {counts}"
             time.sleep(0.1)
         os.killpg(schedulers["b"].pid, signal.SIGKILL)
-        victims = _kill_all_of(machines.roots["b"])
+        victims = _kill(_processes_of(machines.roots["b"]))
         killed_at = time.time()
         orphans = [
             t.id for t in q.get_store().list(TaskState.CLAIMED)
             if t.headers.get("HOST") == "machine-b"
         ]  # fmt: skip
+        victims += _kill_stragglers(machines.roots["b"], victims)
         schedulers["b"].wait()
         for reviewer, name in zip(reviewers, said, strict=True):
             assert reviewer.wait(timeout=400) == 0, said[name].read_text()[-2000:]
