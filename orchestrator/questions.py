@@ -69,7 +69,8 @@ def read(task_id: str) -> dict[str, Any]:
 
 
 def ask(task_id: str, attempt: int, question: str) -> dict[str, Any]:
-    """Record an attempt's question (replacing an older one of the task)."""
+    """Record an attempt's question (replacing an older attempt's). One an attempt: a
+    second while its first waits is refused, so an agent cannot flood people with them."""
     question = intake.clean_text(question, "the question").strip()
     if not question:
         raise InvalidInput("a question needs words")
@@ -78,6 +79,12 @@ def ask(task_id: str, attempt: int, question: str) -> dict[str, Any]:
     asked = {"task": task_label(task_id), "attempt": attempt, "question": question}
     asked["asked_at"] = format_time(utcnow())
     with _lock(task_id):
+        before = read(task_id)
+        if before.get("attempt") == attempt and "answer" not in before:
+            raise InvalidInput(
+                "this attempt asked already and has no answer yet: stop and finish; "
+                "the next attempt reads the answer"
+            )
         atomic_write(_path(task_id), json.dumps(asked))
     log.info("%s asks: %s", task_label(task_id), one_line(question, 200))
     return asked
@@ -135,8 +142,12 @@ def _release(task_id: str) -> None:
     store = queue_utils.get_store()
     if store.locate(task_id) is not TaskState.INCOMING:
         return  # still asking (its attempt takes the answer), or moved on
+    def release(t: Task) -> None:
+        if "QUESTION" in t.headers:  # not a rate limit's NOT_BEFORE: only the hold's
+            t.drop_header(*HOLD_HEADERS)
+
     with contextlib.suppress(LostRace, IllegalTransition):  # claimed or moved meanwhile
-        store.update(task_id, TaskState.INCOMING, lambda t: t.drop_header(*HOLD_HEADERS))
+        store.update(task_id, TaskState.INCOMING, release)
 
 
 def unanswered(task: Task) -> str | None:

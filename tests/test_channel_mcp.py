@@ -112,9 +112,12 @@ def test_a_question_answered_while_it_waits_is_the_tool_s_reply(
     path, mine, _, _ = served
     set_config(project, questions={"wait_seconds": 600})
 
-    def person() -> None:
+    over = threading.Event()
+
+    def person() -> None:  # answers once the question is up (or gives up with the session)
         while not questions.open_questions():
-            threading.Event().wait(0.05)
+            if over.wait(0.05):
+                return
         questions.answer(mine.id, "use the blue one", "alice")
 
     helper = threading.Thread(target=person)
@@ -123,8 +126,11 @@ def test_a_question_answered_while_it_waits_is_the_tool_s_reply(
     async def work(session: ClientSession):
         return await session.call_tool("ask_human", {"question": "Which colour?"})
 
-    answered = with_session(path, work)
-    helper.join()
+    try:
+        answered = with_session(path, work)
+    finally:
+        over.set()
+        helper.join()
     assert not answered.is_error and text_of(answered) == "The answer: use the blue one"
     notes = q.get_task_notes(mine.id) or ""
     assert "Q: Which colour?" in notes and "A: use the blue one" in notes
@@ -138,9 +144,12 @@ def test_an_unanswered_question_holds_the_task_until_the_answer_releases_it(
     set_config(project, questions={"wait_seconds": 0})
 
     async def work(session: ClientSession):
-        return await session.call_tool("ask_human", {"question": "Staging or prod?"})
+        first = await session.call_tool("ask_human", {"question": "Staging or prod?"})
+        return first, await session.call_tool("ask_human", {"question": "And again?"})
 
-    assert "No answer yet" in text_of(with_session(path, work))
+    first, again = with_session(path, work)
+    assert "No answer yet" in text_of(first)
+    assert again.is_error and "asked already" in text_of(again)  # one question an attempt
     task = q.get_task(mine.id)
     assert questions.unanswered(task) == "Staging or prod?"
     questions.hold_for_answer(task, "Staging or prod?", "success: asked")
@@ -190,3 +199,12 @@ def test_octopoid_answer_answers_once_and_says_why_not_in_one_line(project: Path
     assert again.stderr == f"octopoid: {task.label} has no open question\n"
     assert answer("TASK-999", "x").returncode == 2  # none open there either
     assert answer("../x", "x").stderr.startswith("octopoid: invalid task id")
+
+
+def test_an_answer_releases_only_a_question_s_hold_not_a_rate_limit_s(project: Path) -> None:
+    task = q.create_task("backing off")
+    later = "2999-01-01T00:00:00Z"
+    q.get_store().update(task.id, TaskState.INCOMING, lambda t: t.set_header("NOT_BEFORE", later))
+    questions.ask(task.id, 0, "Is the quota raised?")
+    questions.answer(task.id, "not yet", "erin")
+    assert q.get_task(task.id).headers["NOT_BEFORE"] == later
