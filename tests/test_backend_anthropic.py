@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config, git_utils
+from orchestrator import config, git_utils, review
 from orchestrator import queue_utils as q
+from orchestrator.memory.notes import NotesManager
 from orchestrator.tasks import TaskState
 
 from .conftest import branch_file, branch_head, run_claimed
@@ -197,3 +198,35 @@ def test_an_unpriced_model_has_an_unknown_cost(anthropic_agent, git_project: Pat
     assert price_per_token("claude-haiku-4-5-20251001") == (1e-6, 5e-6)  # built-in table
     (git_project / ".octopoid/config.yaml").write_text("")
     assert price_per_token("some-future-model") is None
+
+
+def test_an_api_agent_asks_through_the_channel_and_its_attempt_ends_needs_input(
+    anthropic_agent,
+) -> None:
+    """The channel's tools in the API loop, inside a real attempt: remember lands in the
+    task's notes; an unanswered ask_human holds the task, not counting the attempt."""
+    tid, report, api = anthropic_agent(
+        [
+            tool_use("remember", {"section": "Key Topics", "text": "greetings live in src"}),
+            tool_use("ask_human", {"question": "Formal or casual?"}),
+            tool_use("finish", {"summary": "asked"}),
+        ],
+        config="questions: {wait_seconds: 0}\n",
+    )
+    task = q.get_task(tid)
+    assert report.next_state == "incoming" and task.headers["QUESTION"] == "Formal or casual?"
+    assert task.headers["INTERRUPTED"] == "1"
+    assert "No answer yet" in str(api.requests[2]["messages"][-1])
+    assert "greetings live in src" in NotesManager(notes_id=task.label).load_notes()
+
+
+def test_an_api_agent_proposes_a_split_that_waits_for_a_person(anthropic_agent) -> None:
+    split = [{"title": "the module"}, {"title": "its tests", "depends_on": [1]}]
+    tid, report, _ = anthropic_agent(
+        [tool_use("propose_split", {"subtasks": split}), tool_use("finish", {"summary": "split"})]
+    )
+    task = q.get_task(tid)
+    assert report.next_state == "provisional" and task.headers["PROPOSED_SPLIT"] == "2"
+    created = review.approve(tid, "fay")
+    assert [t.title for t in created] == ["the module", "its tests"]
+    assert created[1].blocked_by == [created[0].id]
