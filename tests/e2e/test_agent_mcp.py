@@ -56,7 +56,9 @@ def test_claude_code_remembers_searches_and_asks_through_mcp_and_gets_its_answer
         )
         write_agent(git_project, backend="claude-code", claude_path=str(claude_cli))
         tid = q.create_task("make the widget").id
-        run_daemon_until(git_project, env, lambda: "QUESTION" in q.get_task(tid).headers)
+        run_daemon_until(  # a cap for a loaded machine, not a window: it stops once asked
+            git_project, env, lambda: "QUESTION" in q.get_task(tid).headers, timeout=300
+        )
         held = q.get_task(tid)
         assert held.state.value == "incoming", (git_project.parent / "daemon.out").read_text()
         assert held.headers["NOT_BEFORE"] == questions.NEVER
@@ -79,7 +81,9 @@ def test_claude_code_remembers_searches_and_asks_through_mcp_and_gets_its_answer
             server.stop()
         assert "NOT_BEFORE" not in q.get_task(tid).headers
 
-        run_daemon_until(git_project, env, lambda: q.get_task(tid).state.value == "provisional")
+        run_daemon_until(
+            git_project, env, lambda: q.get_task(tid).state.value == "provisional", timeout=300
+        )
     assert q.get_task(tid).state.value == "provisional", (
         git_project.parent / "daemon.out"
     ).read_text()
