@@ -244,3 +244,22 @@ def test_blockers_between_imported_issues_become_blocked_by_and_a_cycle_is_broke
     cycle = [got[third].blocked_by, got[fourth].blocked_by]
     assert sorted(map(len, cycle)) == [0, 1]  # one edge kept, the one closing the cycle not
     assert q.get_task(f"{forge.prefix}-{second}").state is TaskState.INCOMING
+
+
+def test_a_hostile_chain_of_blockers_is_imported_without_recursing_forever(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    from orchestrator.forge import issues
+
+    first = forge.server.create_issue(ALICE, "link 0", "", ["octopoid"])
+    n = issues.MAX_CHAIN + 20  # each blocked by the next: deeper than the import recurses
+    for i in range(1, n):
+        forge.server.create_issue(ALICE, f"link {i}", f"blocked by #{first + i + 1}", ["octopoid"])
+    forge.server.create_issue(ALICE, f"link {n}", "", ["octopoid"])
+    poller.poll_once(connect())
+    assert len(q.list_tasks(TaskState.INCOMING)) == n + 1  # every issue, once
+    chained = q.get_task(f"{forge.prefix}-{first + 1}")
+    assert chained.blocked_by == [f"{forge.prefix}-{first + 2}"]
+    deepest = q.get_task(f"{forge.prefix}-{first + 1 + issues.MAX_CHAIN}")  # the cap's edge
+    assert deepest.blocked_by == [] and f"#{first + 2 + issues.MAX_CHAIN}" in deepest.context

@@ -31,6 +31,9 @@ log = logging.getLogger("octopoid.forge")
 PREFIX = {"github": "GH", "gitlab": "GL"}
 #: seconds an issue listing reaches back before the last one: clocks differ
 SINCE_OVERLAP = 120
+#: blockers imported ahead of what they block, at most this deep; a longer chain's
+#: further edges are left out (named in the context), not a RecursionError every poll
+MAX_CHAIN = 100
 
 
 def folder() -> Path:
@@ -72,6 +75,7 @@ def _take(
     registry: dict[str, Any],
     new: bool,
     making: set[int],
+    depth: int = 0,
 ) -> list[str]:
     task_id = task_id_for(forge.kind, issue.number)
     store = queue_utils.get_store()
@@ -84,8 +88,9 @@ def _take(
     made = text.from_issue(issue.number, issue.url, issue.title, issue.body, issue.labels)
     done, blockers, left_out = [], [], []
     for number in made.blockers:
-        if number in listed and listed[number].state == "open":
-            done += _take(forge, listed[number], listed, registry, new, making)
+        deep = depth >= MAX_CHAIN  # a hostile chain of issues: no deeper recursion
+        if number in listed and listed[number].state == "open" and not deep:
+            done += _take(forge, listed[number], listed, registry, new, making, depth + 1)
         blocker = task_id_for(forge.kind, number)  # a cycle's last edge finds none: left out
         if store.locate(blocker) not in (None, TaskState.QUARANTINE):
             blockers.append(blocker)

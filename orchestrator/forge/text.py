@@ -20,6 +20,7 @@ from ..tasks import DEFAULT_PRIORITY, Task, unclosed_fence
 MAX_TITLE = 200  # tasks.py refuses longer: an imported title is cut, saying so
 MAX_CRITERION = 500
 MAX_CRITERIA = 50
+MAX_BLOCKERS = 20  # "blocked by #N" an issue may name (BLOCKED_BY is one header line)
 MAX_CONTEXT = 64 * 1024  # of an issue's body; the rest is a link away
 MAX_BODY = 60_000  # of a pull request's description (GitHub's limit is 65,536)
 TASK_ITEM_RE = re.compile(r"^\s{0,3}[-*+]\s+\[([ xX])\]\s+(.+?)\s*$")
@@ -123,7 +124,7 @@ def from_issue(
         if found := PRIORITY_LABEL_RE.match(label.strip()):
             priority = f"P{found.group(1)}"
             break
-    blockers = sorted({int(n) for n in BLOCKED_BY_RE.findall(body)} - {number})
+    blockers = sorted({int(n) for n in BLOCKED_BY_RE.findall(body)} - {number})[:MAX_BLOCKERS]
     return ImportedIssue(
         one_line(title, MAX_TITLE) or f"Issue #{number}", context_text, criteria, priority, blockers
     )
