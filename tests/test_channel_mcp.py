@@ -208,3 +208,23 @@ def test_an_answer_releases_only_a_question_s_hold_not_a_rate_limit_s(project: P
     questions.ask(task.id, 0, "Is the quota raised?")
     questions.answer(task.id, "not yet", "erin")
     assert q.get_task(task.id).headers["NOT_BEFORE"] == later
+
+
+def test_two_people_answering_at_the_same_instant_give_one_answer(project: Path) -> None:
+    import subprocess
+
+    from .conftest import child_env
+
+    task = q.create_task("asks once")
+    questions.ask(task.id, 1, "Which region?")
+    argv = ["octopoid", "answer", task.label]
+    people = [
+        subprocess.Popen([*argv, f"region {n}"], env=child_env(project), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for n in range(4)
+    ]  # fmt: skip
+    codes = sorted(p.wait(timeout=120) for p in people)
+    for p in people:
+        p.communicate()
+    assert codes == [0, 2, 2, 2]
+    assert (q.get_task_notes(task.id) or "").count("Q: Which region?") == 1
