@@ -263,3 +263,23 @@ def test_a_hostile_chain_of_blockers_is_imported_without_recursing_forever(
     assert chained.blocked_by == [f"{forge.prefix}-{first + 2}"]
     deepest = q.get_task(f"{forge.prefix}-{first + 1 + issues.MAX_CHAIN}")  # the cap's edge
     assert deepest.blocked_by == [] and f"#{first + 2 + issues.MAX_CHAIN}" in deepest.context
+
+
+def test_four_intakes_at_the_same_instant_import_each_issue_once(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    numbers = [forge.server.create_issue(ALICE, f"issue {i}", "", ["octopoid"]) for i in range(5)]
+    argv = ["octopoid", "intake", forge.kind, "--label", "octopoid"]
+    runs = [
+        subprocess.Popen(argv, cwd=forged, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]  # fmt: skip
+    outs = [r.communicate(timeout=120) for r in runs]
+    assert all(r.returncode == 0 for r in runs), outs
+    imported = [line for out, _ in outs for line in out.splitlines() if "imported" in line]
+    assert sorted(imported) == sorted(
+        f"TASK-{forge.prefix}-{n}: imported from issue #{n}" for n in numbers
+    )
+    assert len(q.list_tasks(TaskState.INCOMING)) == 5
