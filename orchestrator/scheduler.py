@@ -329,6 +329,7 @@ class Scheduler:
             proc, how = self._spawn([task.id, agent["name"]], env, log_dir / "runner.log")
         except OSError as exc:
             log.error("cannot start a runner for %s: %s; giving the claim back", task.label, exc)
+            kill_claim_processes(token)  # a fork server that answered late may have forked one
             with contextlib.suppress(IllegalTransition):
                 queue_utils.release_claim(
                     task, f"the runner could not start: {exc}", "octopoid", counted=False
