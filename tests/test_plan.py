@@ -17,7 +17,7 @@ import yaml
 from orchestrator import plans, review, scheduler
 from orchestrator import queue_utils as q
 from orchestrator.exceptions import ConfigError, IllegalTransition, InvalidInput, InvalidTask
-from orchestrator.roles import planner
+from orchestrator.roles import breakdown, planner
 from orchestrator.tasks import TaskState
 
 from .conftest import HELPERS, child_env
@@ -296,3 +296,25 @@ def test_a_planner_drafts_through_its_mcp_tools_each_checked_as_it_comes(
     assert {"draft_task", "draft_dependency", "ask_human"} <= offered
     refused = api.requests[4]["messages"][-1]["content"][0]
     assert refused["is_error"] and "cycle" in refused["content"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"title": "red \x1b]52;c;aGk=\x07 title"},
+        {"title": "ok", "context": "a NUL \x00 inside"},
+        {"title": "ok", "criteria": ["fine", "bell \x07"]},
+    ],
+    ids=["escape-in-title", "nul-in-context", "bell-in-criterion"],
+)
+def test_an_agent_s_control_characters_never_reach_a_plan_or_a_split(planned, fields) -> None:
+    """A planner's (or a breakdown's) text is checked as a person's enqueue is: a task file
+    with a NUL would be quarantined at creation, an escape would reach terminals."""
+    plan = plans.draft(GOAL)
+    plans.add_task(plan, **fields)
+    with pytest.raises(InvalidTask, match=r"NUL byte|control character"):
+        plans.validate(plan)
+    task = q.create_task("too big")
+    subtasks = [breakdown.Subtask(**fields)]
+    with pytest.raises(InvalidTask, match=r"NUL byte|control character"):
+        breakdown.check(task, subtasks)

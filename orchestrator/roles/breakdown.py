@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import queue_utils
-from ..exceptions import InvalidTask, OctopoidError
+from .. import intake, queue_utils
+from ..exceptions import InvalidInput, InvalidTask, OctopoidError
 from ..leases import claim_token
 from ..tasks import Task, TaskState, new_task, task_label
 
@@ -177,10 +177,16 @@ def check(task: Task, subtasks: list[Subtask]) -> None:
 
 def check_new(where: str, title: str, **fields: object) -> None:
     """``title`` with ``fields`` would be a valid new task (``tasks.new_task``'s limits);
-    ``InvalidTask`` prefixed with ``where`` if not."""
+    ``InvalidTask`` prefixed with ``where`` if not. An agent's text is checked as a
+    person's is (``intake.clean_text``): no NUL or control character reaches a task file."""
+    texts = [("the title", title), ("the context", fields.get("context") or "")]
+    texts += [("a criterion", c) for c in fields.get("criteria") or [] if isinstance(c, str)]
     try:
+        for what, text in texts:
+            if isinstance(text, str):
+                intake.clean_text(text, what)
         new_task("0", title, **fields)  # type: ignore[arg-type]
-    except InvalidTask as exc:
+    except (InvalidTask, InvalidInput) as exc:
         raise InvalidTask(f"{where}: {exc}") from None
 
 
