@@ -28,7 +28,7 @@ from pathlib import Path
 
 from . import config, queue_utils
 from .exceptions import IllegalTransition, InvalidInput, InvalidTask
-from .fsutil import atomic_write, fsync_dir
+from .fsutil import atomic_write, fsync_dir, write_temp
 from .locks import holding
 from .roles import breakdown
 from .tasks import (
@@ -220,19 +220,24 @@ def draft(goal: str, branch: str = DEFAULT_BRANCH, planned_by: str = "") -> Plan
 
 
 def add(plan: Plan) -> Plan:
-    """Store a valid new plan under the next free id (its file made with ``O_EXCL``)."""
+    """Store a valid new plan under the next free id. Written whole to a temporary file
+    first, then linked to its name (a link never replaces a file): a planner killed here
+    leaves no empty plan, and two at once never share an id."""
     validate(plan)
     folder = plans_dir()
     folder.mkdir(parents=True, exist_ok=True)
     while True:
         used = [int(m.group(1)) for p in folder.glob("PLAN-*.json") if (m := ID_RE.match(p.stem))]
         plan.id = f"PLAN-{max(used, default=0) + 1}"
+        staged = write_temp(_path(plan.id), json.dumps(asdict(plan), indent=1).encode())
         try:
-            os.close(os.open(_path(plan.id), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            os.link(staged, _path(plan.id))
         except FileExistsError:
             continue  # another planner took this id
+        finally:
+            staged.unlink(missing_ok=True)
         fsync_dir(folder)
-        return save(plan)
+        return plan
 
 
 def save(plan: Plan) -> Plan:
@@ -352,6 +357,7 @@ def _must_be_draft(plan: Plan) -> None:
 
 @contextlib.contextmanager
 def _locked(plan_id: str) -> Iterator[Plan]:
+    load(plan_id)  # "no plan ..." before a lock file is made for an id that has none
     plan_id = normalize_plan_id(plan_id)
     with holding(plans_dir() / f"{plan_id}.lock"):
         yield load(plan_id)

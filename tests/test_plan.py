@@ -318,3 +318,30 @@ def test_an_agent_s_control_characters_never_reach_a_plan_or_a_split(planned, fi
     subtasks = [breakdown.Subtask(**fields)]
     with pytest.raises(InvalidTask, match=r"NUL byte|control character"):
         breakdown.check(task, subtasks)
+
+
+def test_an_unknown_plan_is_one_line_and_leaves_no_file(git_project: Path) -> None:
+    for action in ("approve", "discard", "show"):
+        done = octopoid(git_project, "plan", action, "PLAN-99")
+        assert done.returncode == 2 and done.stderr.startswith("octopoid: no plan PLAN-99"), done
+    folder = git_project / ".octopoid/runtime/plans"
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_plans_stored_at_the_same_instant_get_ids_of_their_own(planned) -> None:
+    import threading
+
+    made: list[str] = []
+
+    def store(n: int) -> None:
+        plan = plans.draft(f"goal {n}")
+        plans.add_task(plan, f"step {n}")
+        made.append(plans.add(plan).id)
+
+    threads = [threading.Thread(target=store, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(made) == sorted(f"PLAN-{n}" for n in range(1, 9))
+    assert sorted(p.goal for p in plans.all_plans()) == sorted(f"goal {n}" for n in range(8))
