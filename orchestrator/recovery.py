@@ -26,7 +26,7 @@ from .leases import (
 )
 from .processes import kill_claim_processes, signal_group, wait_gone
 from .task_notes import cleanup_task_notes, noted_task_ids, salvage_output_log
-from .tasks import ID_RE, Task, TaskState, format_time, normalize_task_id, utcnow
+from .tasks import ID_RE, Task, TaskState, format_time, normalize_task_id, refuse_planning, utcnow
 
 log = logging.getLogger("octopoid.recovery")
 S = TaskState
@@ -137,6 +137,7 @@ def requeue_running(task_id: str, reason: str, actor: str = "human") -> tuple[Ta
     task = queue_utils.get_task(normalize_task_id(task_id))
     if task.state is not S.CLAIMED:
         raise IllegalTransition(f"{task.label} is in {task.state.value}, not claimed")
+    refuse_planning(task, "requeued")
     moved = queue_utils.release_claim(task, reason, actor)
     runner = owner(task)
     if not ever_started(task) or runner is None or not runner.alive():

@@ -17,7 +17,7 @@ from .exceptions import BranchMoved, IllegalTransition, InvalidInput
 from .lazy import lazy_import
 from .store import QueueStore
 from .task_notes import LineComment
-from .tasks import MAX_COUNT, Task, TaskState, normalize_task_id, shown
+from .tasks import MAX_COUNT, Task, TaskState, normalize_task_id, refuse_planning, shown
 
 if TYPE_CHECKING:
     from git import Repo
@@ -228,6 +228,7 @@ def retry(
     commits earlier attempts left (the old tip is kept under ``refs/octopoid/replaced/``,
     and with ``git.remote`` the remote's copy of the branch is deleted too). ``budget``
     replaces the task's own budget (one a budget stopped needs more to go on)."""
+    refuse_planning(queue_utils.get_task(task_id), "retried")
     if not fresh:
         return queue_utils.retry_task(task_id, actor, budget=budget)
     repo, remote = git_utils.open_repo(), git_utils.remote_name()

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import defaults
-from .exceptions import InvalidTask, InvalidTaskId, TaskParseError
+from .exceptions import IllegalTransition, InvalidTask, InvalidTaskId, TaskParseError
 from .lazy import lazy_import
 
 # Every command imports this module for its states and ids; only writers need these.
@@ -45,6 +45,9 @@ class TaskState(str, enum.Enum):
 PRIORITIES = ("P0", "P1", "P2", "P3")
 DEFAULT_PRIORITY = "P1"
 DEFAULT_ROLE = "implement"
+#: The role of the task that carries an `octopoid plan` run: no agent has it, only that
+#: command runs it, so nothing may send it back to incoming (retry, requeue).
+PLANNING_ROLE = "planning"
 DEFAULT_BRANCH = "main"
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -613,3 +616,14 @@ def _highest_numeric_id(queue_dir: Path) -> int:
                 if match and match.group(1).isdigit():
                     highest = max(highest, int(match.group(1)))
     return highest
+
+
+def refuse_planning(task: Task, what: str) -> None:
+    """A planner's carrying task is not work to retry or requeue: it would wait in incoming
+    for an agent of a role none has."""
+    if task.role == PLANNING_ROLE:
+        raise IllegalTransition(
+            f"{task.label} carried an `octopoid plan` run: it cannot be {what}; run "
+            "`octopoid plan` again (its answer is in `octopoid notes "
+            f"{task.label}`)"
+        )

@@ -134,6 +134,9 @@ def test_a_bad_plan_is_refused_and_nothing_is_stored(planned, monkeypatch, answe
     carrier = q.get_task("1")
     assert carrier.state is S.FAILED and why in carrier.headers["ERROR"]
     assert "here is the plan" in q.get_task_notes("1")  # the answer, for whoever asks why
+    with pytest.raises(IllegalTransition, match="run `octopoid plan` again"):
+        review.retry("1")  # incoming would wait for a role no agent has
+    assert q.get_task("1").state is S.FAILED
 
 
 def test_a_plan_is_its_answer_not_a_branch(planned, monkeypatch) -> None:
@@ -345,3 +348,14 @@ def test_plans_stored_at_the_same_instant_get_ids_of_their_own(planned) -> None:
         t.join()
     assert sorted(made) == sorted(f"PLAN-{n}" for n in range(1, 9))
     assert sorted(p.goal for p in plans.all_plans()) == sorted(f"goal {n}" for n in range(8))
+
+
+def test_a_running_planner_s_task_is_not_requeued_into_a_dead_end(git_project: Path) -> None:
+    from orchestrator import recovery
+    from orchestrator.tasks import PLANNING_ROLE
+
+    carrier = q.create_task("Plan: a goal", role=PLANNING_ROLE)
+    assert q.claim_task(PLANNING_ROLE, "planner").id == carrier.id
+    with pytest.raises(IllegalTransition, match="run `octopoid plan` again"):
+        recovery.requeue_running(carrier.id, "by hand")
+    assert q.get_task(carrier.id).state is S.CLAIMED

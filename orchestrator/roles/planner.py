@@ -25,13 +25,12 @@ from ..leases import claim_token, lease_headers, new_token
 from ..processes import ProcessId, kill_claim_processes
 from ..prompts import build_prompt
 from ..redaction import Redactor
-from ..tasks import DEFAULT_BRANCH, Task, TaskState, one_line, utcnow
+from ..tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, TaskState, one_line, utcnow
 from . import breakdown
 from .base import Claim, agent_env, deadline_seconds
 from .implementer import attempt_log_dir, instructions_for
 
 PLAN_ROLE = "plan"  # agents.yaml: an agent with this role drafts plans
-PLANNING_ROLE = "planning"  # the carrying task's: no agent has it, so no scheduler claims it
 TITLE_CHARS = 120  # of the goal, in the carrying task's title
 
 ANSWER_FORMAT = f"""## How to answer
