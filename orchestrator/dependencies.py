@@ -58,7 +58,7 @@ def blocked_report(incoming: Sequence[HasBlockers] | None = None) -> dict[str, B
     """Every blocked task of ``incoming`` (tasks, or the claim index's rows; default: the
     incoming queue as the index knows it), by id."""
     store = queue_utils.get_store()
-    tasks = store.waiting() if incoming is None else incoming
+    tasks = store.waiting(titled=False) if incoming is None else incoming
     where, released = cache(store.locate), cache(store.released)
     waiting: dict[str, Pending] = {}
     for task in tasks:

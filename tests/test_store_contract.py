@@ -173,6 +173,10 @@ def test_waiting_rows_carry_what_a_list_line_shows(store: QueueStore) -> None:
     assert rows[first.id][4:] == ("[odd] caf\u00e9 ] title", "P0", 0)
     assert rows[second.id][3:] == ("review", "later", "P2", 3)
     assert rows[second.id].blocked_by == [first.id]
+    brief = {w.id: w for w in store.waiting(titled=False)}  # the same tasks, order and edges
+    assert [(w.id, w.role, w.blocked_by, w.priority) for w in brief.values()] == [
+        (w.id, w.role, w.blocked_by, w.priority) for w in rows.values()
+    ]
 
 
 def test_the_waiting_digest_agrees_with_the_rows(store: QueueStore) -> None:

@@ -212,7 +212,7 @@ def rewire_dependants(old_id: str, new_id: str) -> list[str]:
     """Tasks waiting for ``old_id`` wait for ``new_id`` instead (octopoid's rewiring)."""
     store = queue_utils.get_store()
     rewired = []
-    for waiting in store.waiting():
+    for waiting in store.waiting(titled=False):
         if old_id not in waiting.blocked_by:
             continue
         blockers = [new_id if b == old_id else b for b in waiting.blocked_by]

@@ -122,10 +122,14 @@ class QueueStore(ABC):
         """The waiting tasks as `status` needs them (``WaitingDigest``), in a few queries."""
 
     @abstractmethod
-    def waiting(self, role: str | None = None, skip: int = 0, limit: int = -1) -> list[Waiting]:
+    def waiting(
+        self, role: str | None = None, skip: int = 0, limit: int = -1, *, titled: bool = True
+    ) -> list[Waiting]:
         """The incoming tasks (of ``role``) as ``Waiting`` rows, in claim order, read from
         the store's index rather than the task files: all of them, or ``limit`` (>= 0) after
-        the first ``skip``."""
+        the first ``skip``. Without ``titled`` a row's title and attempts may be left empty
+        (the board and the blocked report need only ids and edges: PostgreSQL would read
+        every body for them)."""
 
     @abstractmethod
     def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:

@@ -381,8 +381,10 @@ class FolderStore(QueueStore):
             self.index.upsert(task, task.path.stat().st_ino)
         return ok
 
-    def waiting(self, role: str | None = None, skip: int = 0, limit: int = -1) -> list[Waiting]:
-        if self.index.is_stale():
+    def waiting(
+        self, role: str | None = None, skip: int = 0, limit: int = -1, *, titled: bool = True
+    ) -> list[Waiting]:
+        if self.index.is_stale():  # the index keeps titles: ``titled`` costs nothing here
             self.index.reconcile(self._read_or_quarantine)
         return self.index.waiting(role, skip, limit)
 

@@ -549,11 +549,18 @@ class PostgresStore(QueueStore):
                 self._save(cur, task, TaskState.CLAIMED)
                 return task
 
-    def waiting(self, role: str | None = None, skip: int = 0, limit: int = -1) -> list[Waiting]:
+    def waiting(
+        self, role: str | None = None, skip: int = 0, limit: int = -1, *, titled: bool = True
+    ) -> list[Waiting]:
+        body = (  # the title from the body's first line; attempts from its headers
+            "split_part(body, E'\\n', 1), rank, "
+            "coalesce(substring(body from '\\nATTEMPTS: (\\d+)\\n')::int, 0)"
+            if titled
+            else "'', rank, 0"
+        )
         with self._tx() as cur:
-            cur.execute(  # the title from the body's first line; attempts from its headers
-                "SELECT id, created, blocked_by, role, split_part(body, E'\\n', 1), rank, "
-                "coalesce(substring(body from '\\nATTEMPTS: (\\d+)\\n')::int, 0) "
+            cur.execute(
+                f"SELECT id, created, blocked_by, role, {body} "
                 "FROM octopoid.tasks WHERE state = 'incoming' AND (%s::text IS NULL OR role = %s) "
                 f"ORDER BY {_CLAIM_ORDER} LIMIT %s OFFSET %s",
                 (role, role, None if limit < 0 else limit, skip),

@@ -375,7 +375,7 @@ def board(query: Mapping[str, str] | None = None, now: datetime | None = None) -
     now = now or utcnow()
     filters = Filters.parse(query or {})
     store = queue_utils.get_store()
-    waiting = store.waiting()
+    waiting = store.waiting(titled=False)  # ids and edges: cards read their own
     summary = reports.status_summary(now, waiting) | {"waiting": waiting}
     keys = [filters.group] if filters.group else list(GROUPS)
     index = _search_index(store)
