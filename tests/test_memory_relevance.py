@@ -200,3 +200,11 @@ def test_a_long_query_is_searched_by_its_first_distinct_words(store) -> None:
     words = [f"w{i}" for i in range(ranking.MAX_QUERY_WORDS)]
     assert store.search_notes(" ".join([*words, "zanzibar"])) == []
     assert [h["id"] for h in store.search_notes(" ".join(["zanzibar", *words]))] == [late]
+
+
+def test_when_every_word_is_common_the_best_note_is_found_however_new(big) -> None:
+    """A query of common words alone must not search only their oldest notes: the newest
+    note, the one most about them, comes first (both stores)."""
+    best = big.write_note("queue queue queue: the queue", scope=SCOPE)
+    hits = big.search_notes("the queue", limit=3)
+    assert hits and hits[0]["id"] == best

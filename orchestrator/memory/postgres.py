@@ -61,7 +61,7 @@ FROM unnest(%s::text[]) WITH ORDINALITY AS t(q, n) ORDER BY n
 # with the idfs of their terms (``ranking.rerank``)
 SEARCH_SQL = """
 WITH hits AS (
-    SELECT notes.id, sum(t.w) AS score, array_agg(t.w) AS weights
+    SELECT notes.id, {score} AS score, array_agg(t.w) AS weights
     FROM unnest(%s::tsquery[], %s::float8[]) AS t(q, w)
     JOIN octopoid.memory notes ON notes.search @@ t.q
     WHERE true {where}
@@ -151,8 +151,13 @@ class PostgresMemoryStore:
             return []
         where, args = filters("%s", "strpos", agent, scope, tags, topic, session_id)
         idfs = [ranking.idf(size, counts[q]) for q in chosen]
+        # every word common: summed idf ties across their notes (the oldest would win), so
+        # the leaders are those with the words most often (ts_rank), as SQLite's BM25 does
+        common = all(counts[q] >= ranking.COMMON_CAP for q in chosen)
+        score = "sum(t.w * ts_rank(notes.search, t.q, 1))" if common else "sum(t.w)"
         rows = self._rows(
-            SEARCH_SQL.format(where=where), [chosen, idfs, *args, max(ranking.RERANK, limit)]
+            SEARCH_SQL.format(where=where, score=score),
+            [chosen, idfs, *args, max(ranking.RERANK, limit)],
         )
         weights = {row["id"]: row.pop("weights") for row in rows}
         return ranking.rerank(rows, weights)[:limit]

@@ -216,11 +216,20 @@ class MemoryStore:
         """Notes matching ``query``, best first (``score``: higher is better, BM25 over the
         ``ranking`` leaders of its ``selective`` terms)."""
         size = self._size()
-        postings = self._postings(fts_phrases(query)[: ranking.MAX_QUERY_WORDS], size)
+        phrases = fts_phrases(query)[: ranking.MAX_QUERY_WORDS]
+        postings = self._postings(phrases, size)
+        where, args = filters("?", "instr", agent, scope, tags, topic, session_id)
+        if postings is None:  # every word common: BM25 over all their notes, newest too
+            rows = self.db.execute(
+                "SELECT notes.*, -bm25(notes_fts) AS score FROM notes_fts "
+                "JOIN notes ON notes.id = notes_fts.rowid "
+                f"WHERE notes_fts MATCH ? {where} ORDER BY bm25(notes_fts) LIMIT ?",
+                [" OR ".join(phrases), *args, limit],
+            )
+            return [_row(r) for r in rows]
         if not postings:
             return []
         score = ranking.summed_idf(postings, size)
-        where, args = filters("?", "instr", agent, scope, tags, topic, session_id)
         rows: list[dict[str, Any]] = []
         for ids in ranking.leaders(score, limit):
             rows += map(_row, self.db.execute(f"{BY_IDS} {where}", [json.dumps(ids), *args]))
@@ -229,8 +238,9 @@ class MemoryStore:
         weights = ranking.term_weights(postings, size, [r["id"] for r in rows])
         return ranking.rerank(rows, weights)[:limit]
 
-    def _postings(self, phrases: list[str], newest: int) -> dict[str, list[int]]:
-        """The notes of each ``selective`` phrase, visiting few of the others' notes.
+    def _postings(self, phrases: list[str], newest: int) -> dict[str, list[int]] | None:
+        """The notes of each ``selective`` phrase, visiting few of the others' notes; None
+        when every phrase is common (their oldest notes would hide the newest, best ones).
 
         One read of each phrase's oldest ``SAMPLE`` notes has all of a rare phrase's, and
         estimates how many a common one has from how old the last of them is. Then
@@ -257,10 +267,10 @@ class MemoryStore:
             return len(found[phrase])
 
         counts = ranking.counted_enough(sorted(phrases, key=estimate.__getitem__), count)
-        return {  # a chosen phrase was read to the end, unless every phrase was common
-            p: found[p] if counts[p] < ranking.COMMON_CAP else self._ids(p)
-            for p in ranking.selective(counts)
-        }
+        chosen = ranking.selective(counts)
+        if chosen and all(counts[p] >= ranking.COMMON_CAP for p in chosen):
+            return None
+        return {p: found[p] for p in chosen}  # a chosen phrase was read to the end
 
     def _ids(self, phrase: str, at_most: int = 0, after: int = 0) -> list[int]:
         """The ids of the phrase's oldest notes after ``after``, up to ``at_most``
