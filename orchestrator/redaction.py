@@ -393,8 +393,9 @@ def shape_spans(data: bytes, engine: str | None = None) -> list[Span]:
     claim) never imports detect-secrets; text with one is scanned from the same hits.
     With ``engine``, a compiled gate on whole shapes picks the detectors first: most text
     with anchors ("task-" holds "sk-") has none left to run."""
-    if engine is not None:
-        if not (may := compiled_gate(engine)(data)):
+    gate = compiled_gate(engine) if engine is not None else None
+    if gate is not None:
+        if not (may := gate(data)):
             return []
         return shape_scanner().spans(data, only=may)
     hits = anchor_gate().find_matches_as_indexes(data)
@@ -402,10 +403,22 @@ def shape_spans(data: bytes, engine: str | None = None) -> list[Span]:
 
 
 @lru_cache(maxsize=2)
-def compiled_gate(engine: str) -> shape_gate.Gate:
+def compiled_gate(engine: str) -> shape_gate.Gate | None:
     """Built for the first stream: it needs every detector, so detect-secrets (0.15 s), and
-    a compile (Hyperscan 0.07 s, RE2 0.005 s) that only a stream's megabytes repay."""
-    return shape_gate.ENGINES[engine]([d.regex for d in shape_scanner().detectors])
+    a compile (Hyperscan 0.07 s, RE2 0.005 s) that only a stream's megabytes repay. An
+    engine installed but unable to build (Hyperscan on a CPU without SSSE3) gives way to
+    the next installed one, then to the anchor path (None): output is never left raw."""
+    regexes = [d.regex for d in shape_scanner().detectors]
+    for name in [engine, *(e for e in shape_gate.installed() if e != engine)]:
+        try:
+            return shape_gate.ENGINES[name](regexes)
+        except Exception as exc:  # each engine raises its own kinds
+            import logging  # here: readers that never stream never pay for it
+
+            logging.getLogger("octopoid.redaction").warning(
+                "redaction: the %s gate cannot be built here (%s); trying the next", name, exc
+            )
+    return None
 
 
 @lru_cache(maxsize=1)

@@ -221,3 +221,23 @@ def test_a_widened_regex_matches_wherever_its_regex_does(
     assert re.search(shape_gate.superset(regex), text)
     for engine in ENGINES[1:]:
         assert shape_gate.ENGINES[engine]([regex])(b"x " + text + b" y") == {0}, engine
+
+
+def test_an_engine_that_cannot_build_gives_way_and_output_is_still_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An installed engine whose compile fails here (Hyperscan on a CPU without SSSE3):
+    the next engine, then the anchor path, takes over; nothing goes out raw."""
+    from orchestrator import redaction, shape_gate
+
+    def broken(regexes):
+        raise RuntimeError("this CPU lacks an instruction the engine needs")
+
+    secret = b"key: AKIA" + b"Q" * 16 + b"\n"
+    for engine in list(shape_gate.ENGINES):
+        monkeypatch.setitem(shape_gate.ENGINES, engine, broken)
+        redaction.compiled_gate.cache_clear()
+        stream = redaction.Redactor({}).stream(engine)
+        out = stream.push(secret) + stream.close()
+        assert b"AKIA" + b"Q" * 16 not in out and b"REDACTED" in out, engine
+    redaction.compiled_gate.cache_clear()
