@@ -295,6 +295,10 @@ def test_a_planner_drafts_through_its_mcp_tools_each_checked_as_it_comes(
         ("T1", "schema", []),
         ("T2", "API", ["T1"]),
     ]
+    from orchestrator import agent_status, config
+
+    record = agent_status.day_records(config.load_agents())["planner"]
+    assert record["attempts_today"] == 1 and record["turns_today"] == 5  # counted in its day
     offered = {tool["name"] for tool in api.requests[0]["tools"]}
     assert {"draft_task", "draft_dependency", "ask_human"} <= offered
     refused = api.requests[4]["messages"][-1]["content"][0]

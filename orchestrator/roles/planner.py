@@ -15,16 +15,17 @@ refused (the answer is in its notes).
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
-from .. import config, git_utils, plans, queue_utils, sandbox
+from .. import agent_status, config, git_utils, plans, queue_utils, sandbox
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..exceptions import ConfigError, InvalidTask, OctopoidError, SandboxError
 from ..fsutil import TailBuffer, atomic_write
 from ..leases import claim_token, lease_headers, new_token
 from ..processes import ProcessId, kill_claim_processes
 from ..prompts import build_prompt
-from ..redaction import Redactor
+from ..redaction import Redactor, hide_also
 from ..tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, TaskState, one_line, utcnow
 from . import breakdown
 from .base import Claim, agent_env, deadline_seconds
@@ -74,6 +75,7 @@ def plan_goal(goal: str, agent_name: str | None = None, branch: str = DEFAULT_BR
     (the plan refused, with why) or another ``OctopoidError`` if there is none."""
     agents_cfg, cfg = config.load_agents(), config.load_config()
     agent = plan_agent(agents_cfg, agent_name)
+    hide_also(agent.get("env") or {})  # History, ERROR and the log hide them, as an attempt's
     if (why := sandbox.problem()) is not None:
         raise SandboxError(why)
     task = _carrying_task(goal, agent["name"], agents_cfg["lease_seconds"], branch)
@@ -81,12 +83,17 @@ def plan_goal(goal: str, agent_name: str | None = None, branch: str = DEFAULT_BR
     task = claim.take_over(deadline_seconds(agent, task, cfg))
     log = attempt_log_dir(task.id) / f"attempt-{task.attempts}.log"
     drafted = plans.draft(goal, branch, planned_by=f"{agent['name']} ({task.label})")
+    started = time.monotonic()
     try:
         result = _run(task, agent, cfg, claim, log, drafted)
     except BaseException:  # Ctrl-C: the carrying task must not wait for a reaper
         with contextlib.suppress(OctopoidError):
             queue_utils.fail_task(task, "the planning was interrupted", token=claim.token)
         raise
+    agent_status.record_attempt(  # the planner's spend counts in its agent's day, as any
+        agent["name"], task.label, result.outcome, result.turns, result.cost_usd,
+        tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
+    )  # fmt: skip
     return _settle(task, drafted, result, log)
 
 
