@@ -142,6 +142,7 @@ def _release(task_id: str) -> None:
     store = queue_utils.get_store()
     if store.locate(task_id) is not TaskState.INCOMING:
         return  # still asking (its attempt takes the answer), or moved on
+
     def release(t: Task) -> None:
         if "QUESTION" in t.headers:  # not a rate limit's NOT_BEFORE: only the hold's
             t.drop_header(*HOLD_HEADERS)
