@@ -235,8 +235,19 @@ def enqueue(
 @click.option(
     "--page", "page_no", default=1, type=click.IntRange(1), help="Which page of each queue."
 )
-@click.option("--all", "show_all", is_flag=True, help="Every task, printed as it is read.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Every task of the queues listed, printed as it is read (done is listed only when "
+    "named: `octopoid list done --all`).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Machine-readable: one JSON array, an object per task (with --all too).",
+)
 def list_cmd(
     queue: str | None,
     role: str | None,
@@ -248,48 +259,62 @@ def list_cmd(
     """List tasks in QUEUE (default: every queue but done), a page of each at a time.
 
     Waiting tasks come from the claim index and done ones from the ledger, so a page costs
-    the same at 50 tasks or 50,000; --all prints every task as it is read.
+    the same at 50 tasks or 50,000; --all prints every task as it is read. Quarantined
+    files are listed with why they could not be read.
     """
     states = [TaskState(queue)] if queue else listing.default_states()
     if show_all:
-        _print_lines(listing.stream(states, role), as_json)
+        if as_json:
+            _emit_json_array(listing.stream(states, role))
+            return
+        _print_lines(listing.stream(states, role))
+        if queue is None and (done := queue_utils.get_store().count(TaskState.DONE)):
+            click.echo(f"(done is left out: {plural(done, 'task')}; `octopoid list done --all`)")
         return
     sections = listing.page(states, role, limit or listing.PAGE, page_no)
-    lines = [line for section in sections for line in section.lines]
+    found = [line for section in sections for line in section.lines]
     if as_json:
-        _emit_json([line.as_json() for line in lines])
+        _emit_json_array(iter(found))
         return
-    _print_lines(iter(lines), as_json=False, aligned=True)
+    _print_lines(iter(found), aligned=True)
     for section in sections:
         if section.more:
             nxt = f"octopoid list {section.state.value} --page {page_no + 1}"
             click.echo(f"... and {section.more:,} more in {section.state.value} ({nxt}, or --all)")
-    for line in lines:
+    for line in found:
         if line.blockage and line.blockage.stuck:
             click.echo(f"{line.id} is stuck: {line.blockage.stuck}")
         if line.conflicts is not None:
             click.echo(_no_longer_merges(line.id, line.conflicts))
 
 
+def _emit_json_array(lines: Iterator[listing.Line]) -> None:
+    """One JSON array written as it is read, an object a line: a page and --all alike."""
+    click.echo("[")
+    previous = None
+    for line in lines:
+        if previous is not None:
+            click.echo(f"{previous},")
+        previous = json.dumps(line.as_json(), sort_keys=True)
+    if previous is not None:
+        click.echo(previous)
+    click.echo("]")
+
+
 LIST_HEADER = ["ID", "STATE", "PRI", "ROLE", "ATT", "BLOCKED", "TITLE"]
 
 
-def _print_lines(lines: Iterator[listing.Line], as_json: bool, aligned: bool = False) -> None:
-    """Lines as a table (aligned: a page, held whole) or as they come (--all: fixed widths,
-    or one JSON object a line)."""
-    if as_json:
-        for line in lines:
-            click.echo(json.dumps(line.as_json(), sort_keys=True))
-        return
+def _print_lines(lines: Iterator[listing.Line], aligned: bool = False) -> None:
+    """Lines as a table (aligned: a page, held whole) or as they come (--all: fixed widths)."""
     rows = (
         [
             line.id,
             line.state + (" (conflicts)" if line.conflicts is not None else ""),
-            line.priority,
-            line.role,
-            str(line.attempts),
+            line.priority or "-",
+            line.role or "-",
+            "-" if line.attempts is None else str(line.attempts),
             _blocked_cell(line.blockage),
-            f"{line.title} (PR #{line.pull_request})" if line.pull_request else line.title,
+            _title_cell(line),
         ]
         for line in lines
     )
@@ -305,6 +330,12 @@ def _print_lines(lines: Iterator[listing.Line], as_json: bool, aligned: bool = F
         shown += 1
     if shown == 1:
         click.echo("no tasks")
+
+
+def _title_cell(line: listing.Line) -> str:
+    if line.error is not None:
+        return f"unreadable: {line.error}"
+    return f"{line.title} (PR #{line.pull_request})" if line.pull_request else line.title
 
 
 @cli.command()

@@ -15,7 +15,7 @@ from typing import Any
 from . import queue_utils, reports
 from .dependencies import Blockage, blocked_report
 from .store.claim_index import Waiting
-from .tasks import Task, TaskState, task_label
+from .tasks import Task, TaskState, one_line, task_label
 
 S = TaskState
 PAGE = 50  # lines of a queue shown unless --all or --limit
@@ -27,15 +27,16 @@ class Line:
 
     id: str
     state: str
-    priority: str
-    role: str
-    attempts: int
+    priority: str | None  # None: not known (a quarantined file is no readable task)
+    role: str | None
+    attempts: int | None
     title: str
     created: str | None = None
     claimed_by: str | None = None
     blockage: Blockage | None = None
     conflicts: list[str] | None = None
     pull_request: str | None = None  # its number on the forge (docs/forge.md)
+    error: str | None = None  # why a quarantined file could not be read
 
     @classmethod
     def of_task(cls, task: Task, blockage: Blockage | None = None) -> Line:
@@ -66,6 +67,19 @@ class Line:
             blockage,
         )
 
+    @classmethod
+    def of_quarantined(cls, name: str, reason: str) -> Line:
+        """A quarantined file, named as `doctor` names it (it may be no task's): its file name."""
+        return cls(
+            one_line(name, 80),
+            S.QUARANTINE.value,
+            None,
+            None,
+            None,
+            "",
+            error=one_line(reason, 300),
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -80,6 +94,7 @@ class Line:
             "stuck": self.blockage.stuck if self.blockage else None,
             "conflicts": self.conflicts,
             "pull_request": self.pull_request,
+            "error": self.error,
         }
 
 
@@ -120,6 +135,10 @@ def page(
             total = sum(n for r, n in digest.roles.items() if role in (None, r))
             sections.append(Section(state, lines, total, number, size))
             continue
+        if state is S.QUARANTINE:
+            found = _quarantined(role)
+            sections.append(Section(state, found[start : start + size], len(found), number, size))
+            continue
         ids = _ids(state)
         if role is None:
             tasks = queue_utils.readable_tasks(ids[start : start + size])
@@ -144,10 +163,19 @@ def stream(states: Sequence[TaskState], role: str | None) -> Iterator[Line]:
             blocked = blocked_report(store.waiting_digest().with_blockers)
             yield from (Line.of_waiting(w, blocked.get(w.id)) for w in store.waiting(role))
             continue
+        if state is S.QUARANTINE:
+            yield from _quarantined(role)
+            continue
         for task_id in _ids(state):
             for task in queue_utils.readable_tasks([task_id]):
                 if role in (None, task.role):
                     yield Line.of_task(task)
+
+
+def _quarantined(role: str | None) -> list[Line]:
+    """Quarantine's entries and why each is there: no task to read, so no role to match."""
+    entries = queue_utils.get_store().list_quarantine() if role is None else []
+    return [Line.of_quarantined(name, reason) for name, reason in entries]
 
 
 def _ids(state: TaskState) -> list[str]:

@@ -54,13 +54,49 @@ def test_a_page_of_waiting_tasks_parses_no_task_file(many, monkeypatch) -> None:
     assert len(parsed) == 1
 
 
-def test_all_prints_every_task_and_json_lines(many: list[str]) -> None:
+def test_all_prints_every_task_and_json_is_one_array_either_way(many: list[str]) -> None:
     out = run("list", "--all").splitlines()
     assert len(out) == 1 + 120 and "more in" not in "".join(out)
-    rows = [json.loads(line) for line in run("list", "--all", "--json").splitlines()]
+    rows = json.loads(run("list", "--all", "--json"))
     assert sorted(r["id"] for r in rows) == sorted(f"TASK-{i}" for i in many)
     page = json.loads(run("list", "--json"))
     assert len(page) == 50 and page[0]["state"] == "incoming"
+    assert run("list", "--limit", "200", "--json") == run("list", "--all", "--json")
+
+
+def test_all_says_that_it_leaves_done_out(project: Path) -> None:
+    q.create_task("finished")
+    q.accept_completion(q.submit_completion(q.claim_task(None, "a"), 1, 1).id)
+    q.create_task("waits")
+    out = run("list", "--all").splitlines()
+    assert [line.split()[0] for line in out[1:-1]] == ["TASK-2"]
+    assert out[-1] == "(done is left out: 1 task; `octopoid list done --all`)"
+    assert run("list", "done", "--all").splitlines()[1].split()[:2] == ["TASK-1", "done"]
+    helped = CliRunner().invoke(cli, ["list", "--help"]).output
+    assert "done is listed only when named" in " ".join(helped.split())
+
+
+def test_quarantined_files_are_listed_with_why_and_counted_alike_everywhere(
+    project: Path,
+) -> None:
+    """Four entries, one of them no task file at all and one a second file of one name:
+    each listed (a page, --all, --json) with its reason; status and doctor both say 4."""
+    incoming = project / ".octopoid/runtime/queue/incoming"
+    for name, data in [("TASK-50.md", b"junk"), ("notes.txt", b"x"), ("TASK-70.md", b"1")]:
+        (incoming / name).write_bytes(data)
+        q.list_tasks("incoming")
+    (incoming / "TASK-70.md").write_bytes(b"2")
+    q.list_tasks("incoming")
+    names = ["TASK-50.md", "TASK-70.md", "TASK-70.md.1", "notes.txt"]
+    out = run("list", "quarantine").splitlines()
+    assert [line.split()[0] for line in out[1:]] == names and "more in" not in "".join(out)
+    assert "unreadable: file name 'notes.txt' is not TASK-<id>.md" in out[4]
+    assert run("list", "quarantine", "--page", "2") == "no tasks\n"
+    assert [line.split()[0] for line in run("list", "--all").splitlines()[1:]] == names
+    rows = json.loads(run("list", "quarantine", "--json"))
+    assert [r["id"] for r in rows] == names and all(r["error"] for r in rows)
+    assert json.loads(run("status", "--json"))["counts"]["quarantine"] == 4
+    assert "4 unreadable file(s) in quarantine/" in run("doctor")
 
 
 def test_done_lists_newest_first_and_a_role_filters(project: Path) -> None:

@@ -139,6 +139,7 @@ def test_quarantine_keeps_the_file_and_the_reason(store: QueueStore, tmp_path: P
     store.quarantine(stray, "not a task")
     ((name, reason),) = store.list_quarantine()
     assert name == "stray.md" and reason.startswith("not a task")
+    assert store.count(S.QUARANTINE) == 1  # what list_quarantine names, task file or not
 
 
 def test_sweep_only_removes_old_debris(store: QueueStore) -> None:

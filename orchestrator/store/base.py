@@ -63,7 +63,8 @@ class QueueStore(ABC):
 
     @abstractmethod
     def count(self, state: TaskState) -> int:
-        """How many tasks ``state`` holds (without parsing them)."""
+        """How many tasks ``state`` holds (without parsing them); of quarantine, how many
+        entries ``list_quarantine`` names (status, the board and doctor say one number)."""
 
     @abstractmethod
     def ids(self, state: TaskState) -> list[str]:

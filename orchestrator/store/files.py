@@ -180,8 +180,11 @@ class FolderStore(QueueStore):
 
     def count(self, state: TaskState) -> int:
         """Task files in the folder, from its listing alone, and only when the folder changed
-        since the last count (status must not scale with done/)."""
+        since the last count (status must not scale with done/); of quarantine, every entry
+        ``list_quarantine`` names, whatever its file name."""
         folder = self.dir(state)
+        if state is TaskState.QUARANTINE:
+            return self.index.counted(folder, lambda: len(self._quarantined(folder)))
         return self.index.counted(
             folder, lambda: sum(1 for name in os.listdir(folder) if FILE_RE.fullmatch(name))
         )
@@ -194,13 +197,19 @@ class FolderStore(QueueStore):
         """(file name, reason) for every quarantined file."""
         folder = self.dir(TaskState.QUARANTINE)
         out = []
-        for path in sorted(folder.iterdir()):
-            if path.name.endswith(".error") or path.name.startswith("."):
-                continue
+        for name in self._quarantined(folder):
+            path = folder / name
             error = path.with_name(path.name + ".error")
             reason = error.read_text(errors="replace").strip() if error.exists() else "unknown"
             out.append((path.name, reason))
         return out
+
+    @staticmethod
+    def _quarantined(folder: Path) -> list[str]:
+        """The quarantined entries' names: anything but the ``.error`` beside each (and our
+        hidden temporary files)."""
+        names = os.listdir(folder)
+        return sorted(n for n in names if not n.endswith(".error") and not n.startswith("."))
 
     def _files(self, state: TaskState) -> list[Path]:
         folder = self.dir(state)

@@ -405,6 +405,8 @@ class PostgresStore(QueueStore):
         return sorted(tasks, key=claim_order)
 
     def count(self, state: TaskState) -> int:
+        if state is TaskState.QUARANTINE:  # its own table: what list_quarantine names
+            return self._one("SELECT count(*) FROM octopoid.quarantine", ())[0]
         return self._one("SELECT count(*) FROM octopoid.tasks WHERE state = %s", (state.value,))[0]
 
     def ids(self, state: TaskState) -> list[str]:
