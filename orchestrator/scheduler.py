@@ -67,7 +67,7 @@ from .scheduler_control import (
     setup_logging,
     try_lock,
 )
-from .tasks import Task, TaskState, utcnow
+from .tasks import Task, TaskState, task_label, utcnow
 
 log = logging.getLogger("octopoid.scheduler")
 
@@ -250,7 +250,14 @@ class Scheduler:
         self._next_sweep = time.monotonic() + HOUSEKEEPING_SECONDS
         self._kill_orphans()  # and what the orphans killed last time left in their turn
         store = queue_utils.get_store()
-        for line in sandbox.sweep(lambda tid: store.locate(tid) is TaskState.CLAIMED):
+        # A runner not collected yet may have moved its task and still be removing its own
+        # clone: only one that is gone (collected, or never ours) left what is swept.
+        ours = {runner.task_id for runner in self.runners.values()}
+
+        def running(task_id: str) -> bool:
+            return task_label(task_id) in ours or store.locate(task_id) is TaskState.CLAIMED
+
+        for line in sandbox.sweep(running):
             log.warning("after a dead runner: %s", line)
         for line in finishing.finish_interrupted():
             log.warning("%s", line)

@@ -259,3 +259,35 @@ def test_a_daemon_s_runner_keeps_bytecode_and_its_agent_gets_the_user_s_setting(
     assert "AGENT-SEES-DWB=1" in log.read_text()
     cache = git_project / ".octopoid/runtime/pycache"
     assert any(cache.rglob("implementer*.pyc")), "the runner wrote no bytecode to the cache"
+
+
+def test_housekeeping_leaves_the_clone_of_a_runner_not_yet_collected(
+    git_project: Path, bwrap_ok: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner moves its task out of claimed before it removes its own clone: a sweep in
+    between must not take it for a dead runner's (a false WARNING, its clone pulled away)."""
+    from .e2e.test_daemon import wait_for
+
+    monkeypatch.setenv("OCTO_TEST_SLEEP", "30")
+    write_agents(git_project)
+    sched = scheduler.Scheduler()
+    sched.initialize()
+    try:
+        tid = q.create_task("slow").id
+        assert len(sched.loop_once().started) == 1
+        (runner,) = sched.runners.values()
+        prompt = config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.prompt.md"
+        wait_for("the attempt in its clone", prompt.exists)  # written once the clone is made
+        os.kill(runner.proc.pid, signal.SIGSTOP)  # held between its move and its clean-up
+        try:
+            q.submit_completion(tid, 1, 1)  # the move it makes before removing the clone
+            agent_status.set_paused(True)  # this pass sweeps and claims nothing
+            sched._next_sweep = 0
+            sched.loop_once()
+            assert (config.get_worktrees_dir() / f"TASK-{tid}").is_dir()
+        finally:
+            os.kill(runner.proc.pid, signal.SIGCONT)
+    finally:
+        sched.shutdown(grace=0)
+    log = (git_project / ".octopoid/runtime/logs/scheduler.log").read_text()
+    assert "after a dead runner" not in log
