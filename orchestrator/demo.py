@@ -139,17 +139,18 @@ def _drive(ids: list[str], say: Callable[[str], None]) -> None:
 
 
 def _narrate(ids: list[str], seen: dict[str, int], say: Callable[[str], None]) -> None:
+    """Say the History lines added since the last call, oldest first across the tasks (a
+    task's lines in turn would put one task's later moves before another's earlier ones)."""
+    new: list[tuple[str, str, str]] = []
     for tid in ids:
-        task = queue_utils.get_task(tid)
-        for line in task.history[seen.get(tid, 0) :]:
-            moment, move, who = line.split("  ", 2)
-            say(f"  {moment[11:19]}  TASK-{tid}  {move:<26} {who}")
-            if move.endswith("→ incoming") and "claimed" in move:
-                say(
-                    f"           TASK-{tid}  retry notes saved: "
-                    f"`octopoid notes TASK-{tid}` shows them"
-                )
-        seen[tid] = len(task.history)
+        history = queue_utils.get_task(tid).history
+        new += [(line.split("  ", 1)[0], tid, line) for line in history[seen.get(tid, 0) :]]
+        seen[tid] = len(history)
+    for _, tid, line in sorted(new, key=lambda event: event[0]):  # stable: a task's own order
+        moment, move, who = line.split("  ", 2)
+        say(f"  {moment[11:19]}  TASK-{tid}  {move:<26} {who}")
+        if move.endswith("→ incoming") and "claimed" in move:
+            say(f"           TASK-{tid}  retry notes saved: `octopoid notes TASK-{tid}` shows them")
 
 
 def _check_retry(tid: str, say: Callable[[str], None]) -> list[str]:
