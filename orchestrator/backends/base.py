@@ -19,7 +19,9 @@ from ..prompts import NO_CHANGE_MARK
 if TYPE_CHECKING:  # only a type here: `status` imports backends to ask if agents can run
     from ..sandbox.box import Box
 
-OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited")
+#: ``interrupted``: the runner was told to stop (the scheduler's graceful shutdown); no
+#: backend returns it, the runner records it and gives the attempt back.
+OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited", "interrupted")
 # A line starting with NO_CHANGE_MARK (Markdown emphasis around it allowed), then why.
 _NO_CHANGE = re.compile(
     rf"^[ \t>*_`]*{re.escape(NO_CHANGE_MARK)}[*_`]*[ \t]*(.+?)[ \t`*_]*$", re.I | re.M

@@ -28,7 +28,7 @@ def raise_on_stop_signals() -> None:
         signal.signal(STOP_SIGNAL, signal.SIG_IGN)
         if signum == STOP_SIGNAL:
             raise LostClaim("stopped: the claim was taken back (octopoid requeue)")
-        raise Terminated("stopped: the scheduler is shutting down")
+        raise Terminated("the scheduler is shutting down; the attempt is given back")
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(STOP_SIGNAL, handler)

@@ -137,8 +137,10 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         result = _work(task, agent, cfg, claim, log_dir, output, space)
         if (stopped := _stopped_by_budget(result, own, grant)) is not None:
             result.details["budget"] = stopped
-    except (Terminated, LostClaim) as exc:
-        result = AgentResult(None, "error", summary=str(exc), details={"stop": type(exc).__name__})
+    except Terminated as exc:  # not the attempt's failure: recorded as what it is
+        result = AgentResult(None, "interrupted", summary=str(exc), details={"stop": "Terminated"})
+    except LostClaim as exc:
+        result = AgentResult(None, "error", summary=str(exc), details={"stop": "LostClaim"})
     except OctopoidError as exc:
         result = AgentResult(None, "error", summary=str(exc))
     finally:

@@ -227,6 +227,9 @@ def test_sigterm_requeues_running_work_with_notes(loop) -> None:
     assert task.state is TaskState.INCOMING and task.headers["INTERRUPTED"] == "1"
     assert "shutting down" in q.get_task_notes(tid) and "working on" in q.get_task_notes(tid)
     assert q.attempts_left(task, 3) == 3  # a shutdown does not burn an attempt
+    said = "interrupted: the scheduler is shutting down; the attempt is given back; 0 commits"
+    assert task.history[-1].endswith(f"claimed → incoming  (octopoid: {said})")  # no "error"
+    assert f"attempt 1: {said}" in q.get_task_notes(tid)
 
 
 def test_an_agent_printing_200_mb_finishes_with_flat_memory(loop) -> None:
