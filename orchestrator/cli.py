@@ -176,7 +176,11 @@ def init(store_url: str | None) -> None:
 @click.option("--role", default=DEFAULT_ROLE, show_default=True, help="Which agents may claim it.")
 @click.option("--priority", type=click.Choice(PRIORITIES), default="P1", show_default=True)
 @click.option("--branch", help="Base branch for the work.  [default: the one checked out]")
-@click.option("--blocked-by", multiple=True, help="A task that must be done first (repeatable).")
+@click.option(
+    "--blocked-by",
+    multiple=True,
+    help="A task that must be done first (repeatable; or several at once: TASK-1,TASK-2).",
+)
 @click.option("--context", help="What the agent needs to know.")
 @click.option(
     "--context-file",
@@ -363,6 +367,8 @@ def show(task_id: str, as_json: bool) -> None:
         click.echo(f"pull request: #{task.headers['PR_NUMBER']} {task.headers.get('PR_URL', '')}")
     if "ISSUE_NUMBER" in task.headers:
         click.echo(f"issue: #{task.headers['ISSUE_NUMBER']} {task.headers.get('ISSUE_URL', '')}")
+    if task.attempts:
+        click.echo(f"attempt: {reports.attempt_of(task)}")
     if summary["attempts"] or summary["reviews"]:
         click.echo(
             f"retry notes: {plural(summary['attempts'], 'attempt')}, "
@@ -651,9 +657,12 @@ def close(task_ids: tuple[str, ...], reason: str, wont_do: bool, actor: str) -> 
     """
     reason, actor = intake.clean_text(reason, "--reason"), intake.clean_text(actor, "--by")
     kind = "wont-do" if wont_do else "done"
+
     _each(
         task_ids,
-        lambda raw: f"{review.close(raw, kind, reason, actor).task.label} closed as {kind}: done",
+        lambda raw: (
+            f"{review.close(raw, kind, reason, actor).task.label} closed as {kind} (nothing merged)"
+        ),
     )
 
 
@@ -663,16 +672,16 @@ def close(task_ids: tuple[str, ...], reason: str, wont_do: bool, actor: str) -> 
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable: id, notes, path.")
 def notes(task_id: str, show_path: bool, as_json: bool) -> None:
     """Print a task's retry notes (what earlier attempts left for the next one)."""
-    task_id = normalize_task_id(task_id)
     if as_json:
-        text = task_notes.get_task_notes(task_id)
-        path = task_notes.notes_location(task_id)
-        _emit_json({"id": task_label(task_id), "notes": text, "path": path})
+        _emit_json(reports.notes_details(task_id))
         return
+    task_id = normalize_task_id(task_id)
+    text = task_notes.get_task_notes(task_id)
+    if text is None:  # none: is it a task at all (exit 3)? Found notes need no store
+        queue_utils.known_task_id(task_id)
     if show_path:
         click.echo(task_notes.notes_location(task_id))
         return
-    text = task_notes.get_task_notes(task_id)
     if text is None:
         click.echo(f"TASK-{task_id} has no retry notes")
         return
@@ -747,9 +756,14 @@ def worktrees(prune: bool) -> None:
     "--rebuild", is_flag=True, help="Also rebuild the claim index and usage ledger from the files."
 )
 def doctor(rebuild: bool) -> None:
-    """Repair what a crash left (interrupted writes) and list what needs you, with the fix."""
+    """Repair what a crash left (interrupted writes) and list what needs you, with the fix.
+
+    Exits 2 while the configuration is invalid (it says why), as `status` does.
+    """
     lines = doctor_checks.examine(rebuild)
     click.echo("\n".join(lines) if lines else "all is well: nothing to repair")
+    if config.problem():
+        sys.exit(ConfigError.exit_code)
 
 
 @cli.command()

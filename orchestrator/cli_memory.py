@@ -15,6 +15,7 @@ finishing = lazy_import("orchestrator.finishing")
 intake = lazy_import("orchestrator.intake")
 lifecycle = lazy_import("orchestrator.memory.lifecycle")
 notes = lazy_import("orchestrator.memory.notes")
+queue_utils = lazy_import("orchestrator.queue_utils")
 
 
 @click.group("memory")
@@ -55,6 +56,8 @@ def memory_show(task_id: str | None, notes_id: str | None) -> None:
         notes_id = task_label(normalize_task_id(task_id))
     manager = notes.NotesManager(notes_id=notes_id)
     if not manager.notes_file.exists():
+        if task_id is not None:  # none: is it a task at all (exit 3)? Found notes need no store
+            queue_utils.known_task_id(task_id)
         click.echo(f"no {manager.notes_file.name} yet")
         return
     click.echo(manager.load_notes(), nl=False)
@@ -93,7 +96,7 @@ def memory_remove(target: str) -> None:
 @click.argument("task_id")
 def memory_promote(task_id: str) -> None:
     """Copy a task's working notes into long-term memory now (accept does it too)."""
-    count = lifecycle.promote_task_notes(normalize_task_id(task_id), "human")
+    count = lifecycle.promote_task_notes(queue_utils.known_task_id(task_id), "human")
     click.echo(f"{plural(count, 'new note')} in long-term memory")
 
 

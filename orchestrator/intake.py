@@ -28,6 +28,7 @@ from .tasks import (
     TaskState,
     normalize_task_id,
     shown,
+    split_ids,
     task_label,
 )
 
@@ -120,7 +121,8 @@ def _read_at_most(fd: int, limit: int) -> bytes:
 
 
 def check_blockers(new_id: str | None, blocked_by: Iterable[str]) -> list[str]:
-    """The blockers as bare ids, each an existing task that is not quarantined.
+    """The blockers as bare ids, each an existing task that is not quarantined. Each item
+    may name several, as ``BLOCKED_BY`` does (``--blocked-by TASK-1,TASK-2``).
 
     A new task's id is allocated when it is created, so it can name itself, or close a
     cycle, only through an id that does not exist yet, and such a blocker is refused as
@@ -129,7 +131,7 @@ def check_blockers(new_id: str | None, blocked_by: Iterable[str]) -> list[str]:
     """
     store = queue_utils.get_store()
     ids: list[str] = []
-    for raw in blocked_by:
+    for raw in (part for item in blocked_by for part in split_ids(item)):
         blocker = normalize_task_id(raw)
         label = task_label(blocker)
         if blocker == new_id:

@@ -127,6 +127,26 @@ def attempts_left(task: Task, max_attempts: int) -> int:
     Attempts given back (``INTERRUPTED``: shutdown, rate limits, a runner that never
     started) do not count.
     """
+    return max(0, max_attempts - counted_attempts(task))
+
+
+def counted_attempts(task: Task) -> int:
+    """Attempts that count against ``max_attempts``: since the last retry, less those given back."""
     h = task.headers
-    used = task.attempts - int(h.get("ATTEMPTS_AT_RETRY") or 0) - int(h.get("INTERRUPTED") or 0)
-    return max(0, max_attempts - used)
+    since_retry = task.attempts - int(h.get("ATTEMPTS_AT_RETRY") or 0)
+    return max(0, since_retry - int(h.get("INTERRUPTED") or 0))
+
+
+def attempt_text(task: Task, max_attempts: int | None) -> str:
+    """The attempt as every face says it: ``2 of 3``; after a retry (fresh attempts) or an
+    attempt given back, ``ATTEMPTS`` numbers more than the budget counts, and both are
+    said: ``4 (2 of 2 since the retry)``, ``3 (2 of 3; 1 given back)``."""
+    if max_attempts is None:
+        return str(task.attempts)
+    counted, h = counted_attempts(task), task.headers
+    if counted == task.attempts:
+        return f"{task.attempts} of {max_attempts}"
+    since = " since the retry" if int(h.get("ATTEMPTS_AT_RETRY") or 0) else ""
+    back = int(h.get("INTERRUPTED") or 0)
+    given = f"; {back} given back" if back else ""
+    return f"{task.attempts} ({counted} of {max_attempts}{since}{given})"

@@ -35,12 +35,11 @@ from . import (
     reports,
     review,
     scheduler_control,
-    task_notes,
 )
 from .exceptions import InvalidTaskId, OctopoidError, TaskNotFound
 from .memory import lifecycle
 from .redaction import redact
-from .tasks import DEFAULT_ROLE, PRIORITIES, TaskState, normalize_task_id, render_task, task_label
+from .tasks import DEFAULT_ROLE, PRIORITIES, TaskState, render_task
 
 ACTOR = "mcp"  #: who a move made here is recorded as, as the review page records "web"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -152,12 +151,7 @@ def show(task_id: TaskIdArg) -> dict[str, Any]:
 def notes(task_id: TaskIdArg) -> dict[str, Any]:
     """A task's retry notes (what earlier attempts and reviews left for the next one),
     as `octopoid notes --json`: null when it has none."""
-    task_id = normalize_task_id(task_id)
-    return {
-        "id": task_label(task_id),
-        "notes": task_notes.get_task_notes(task_id),
-        "path": task_notes.notes_location(task_id),
-    }
+    return reports.notes_details(task_id)
 
 
 def diff_summary(task_id: TaskIdArg) -> dict[str, Any]:

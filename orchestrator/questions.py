@@ -118,8 +118,9 @@ def wait_for_answer(
 
 def answer(task_id: str, text: str, answered_by: str = "human") -> dict[str, Any]:
     """Answer a task's open question: into its notes (the next prompt reads it), and a task
-    held for it is released. ``InvalidInput`` when it has none."""
-    task_id = normalize_task_id(task_id)
+    held for it is released. ``InvalidInput`` when it has none, ``TaskNotFound`` when no
+    queue holds the task."""
+    task_id = queue_utils.known_task_id(task_id)
     text = intake.clean_text(text, "the answer").strip()
     if not text:
         raise InvalidInput("an answer needs words")

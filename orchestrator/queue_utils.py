@@ -56,6 +56,7 @@ from .tasks import (
     normalize_task_id,
     one_line,
     shown,
+    split_ids,
     task_label,
     utcnow,
 )
@@ -170,9 +171,7 @@ def _transition(
     """
     task_id, now, token = _id(task), now or utcnow(), _token(task, token)
     store = get_store()
-    src = store.locate(task_id)
-    if src is None:
-        raise TaskNotFound(f"no task {task_label(task_id)} in any queue")
+    src = _locate(task_id)
     allowed = tuple(allowed)
     if src not in allowed:
         wanted = " or ".join(s.value for s in allowed)
@@ -303,7 +302,7 @@ def _blocker_list(blocked_by: Iterable[str] | str | None) -> list[str]:
     if blocked_by is None or blocked_by == "None":
         return []
     if isinstance(blocked_by, str):
-        return [part for part in re.split(r"[,\s]+", blocked_by) if part]
+        return split_ids(blocked_by)
     return list(blocked_by)
 
 
@@ -325,6 +324,21 @@ def list_tasks(queue: TaskState | str) -> list[Task]:
 
 def get_task(task_id: str) -> Task:
     return get_store().get(normalize_task_id(task_id))
+
+
+def known_task_id(task_id: str) -> str:
+    """The bare id of a task some queue holds, else ``TaskNotFound`` (exit 3): for commands
+    about what a task left (its notes, its working notes) that need not read the task."""
+    bare = normalize_task_id(task_id)
+    _locate(bare)
+    return bare
+
+
+def _locate(task_id: str) -> TaskState:
+    state = get_store().locate(task_id)
+    if state is None:
+        raise TaskNotFound(f"no task {task_label(task_id)} in any queue")
+    return state
 
 
 def readable_tasks(task_ids: Iterable[str]) -> list[Task]:
@@ -440,7 +454,8 @@ def submit_completion(
 ) -> Task:
     """claimed -> provisional: the attempt produced work for review.
 
-    ``checks`` are one-line results of the checks it passed; each gets a History line.
+    ``checks`` are one-line results of the checks it passed; each gets a History line
+    (``in claimed``: an event, not a move).
     ``no_change``: the agent found nothing to change, and why (``NO_CHANGE``): accepting
     it closes the task without a merge.
     ``turns`` None (octopoid's "not known") counts as 0. A submit fenced by the claim's
@@ -462,7 +477,7 @@ def submit_completion(
 
     def note_checks(t: Task) -> None:
         for line in checks:
-            t.add_history(now, S.CLAIMED.value, S.CLAIMED.value, "checks", line)
+            t.add_event(now, S.CLAIMED.value, "checks", line)
 
     return _transition(
         task,

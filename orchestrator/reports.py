@@ -10,12 +10,13 @@ from typing import Any
 
 from . import config
 from .dependencies import Blockage, blockage_of, blocked_summary
-from .exceptions import OctopoidError
+from .exceptions import ConfigError, OctopoidError
 from .fsutil import atomic_write, read_json_object
 from .lazy import lazy_import
-from .queue_utils import get_store
+from .leases import attempt_text
+from .queue_utils import get_store, known_task_id
 from .store.claim_index import Waiting, WaitingDigest
-from .tasks import Task, TaskState, parse_time, task_label, utcnow
+from .tasks import Task, TaskState, normalize_task_id, parse_time, task_label, utcnow
 
 # `status` uses these; `list` and `show`, which use this module too, need none of them.
 agent_status = lazy_import("orchestrator.agent_status")
@@ -23,7 +24,7 @@ git_utils = lazy_import("orchestrator.git_utils")
 questions = lazy_import("orchestrator.questions")
 sandbox = lazy_import("orchestrator.sandbox")
 stalls = lazy_import("orchestrator.stalls")
-# Only `task_details` (show) uses these.
+# Only `task_details` (show) and `notes_details` use these.
 review = lazy_import("orchestrator.review")
 task_notes = lazy_import("orchestrator.task_notes")
 
@@ -33,6 +34,16 @@ S = TaskState
 def task_usage(task: Task) -> tuple[int, float]:
     """(turns, USD) a task has used across all its attempts."""
     return int(task.headers.get("TURNS_TOTAL") or 0), float(task.headers.get("COST_USD_TOTAL") or 0)
+
+
+def attempt_of(task: Task) -> str:
+    """The task's attempt against the budget, as `show` and the task page say it
+    (``leases.attempt_text``); only the number while the configuration cannot be read."""
+    try:
+        max_attempts = int(config.load_agents()["max_attempts"])
+    except ConfigError:
+        max_attempts = None
+    return attempt_text(task, max_attempts)
 
 
 def task_row(task: Task, blockage: Blockage | None) -> dict[str, Any]:
@@ -51,6 +62,17 @@ def task_row(task: Task, blockage: Blockage | None) -> dict[str, Any]:
         "pull_request": task.headers.get("PR_URL"),
         "issue": task.headers.get("ISSUE_URL"),
     }
+
+
+def notes_details(task_id: str) -> dict[str, Any]:
+    """`notes --json` (and the MCP server's ``notes``): the task's retry notes (None when it
+    has none yet) and where they are kept; ``TaskNotFound`` when it has none and no queue
+    holds it, as `notes` says."""
+    task_id = normalize_task_id(task_id)
+    text = task_notes.get_task_notes(task_id)
+    if text is None:
+        known_task_id(task_id)
+    return {"id": task_label(task_id), "notes": text, "path": task_notes.notes_location(task_id)}
 
 
 def task_details(task: Task) -> dict[str, Any]:

@@ -118,6 +118,12 @@ def normalize_task_id(raw: str) -> str:
     return text
 
 
+def split_ids(text: str) -> list[str]:
+    """The ids of a list written as ``BLOCKED_BY`` holds them: separated by commas and/or
+    spaces (``TASK-1, TASK-2``); each still to be checked by ``normalize_task_id``."""
+    return [part for part in re.split(r"[,\s]+", text) if part]
+
+
 def task_label(task_id: str) -> str:
     """``12`` -> ``TASK-12``: how ids are shown and how files are named."""
     return f"TASK-{task_id}"
@@ -237,8 +243,7 @@ class Task:
 
     @property
     def blocked_by(self) -> list[str]:
-        value = self.headers.get("BLOCKED_BY", "")
-        return [normalize_task_id(part) for part in re.split(r"[,\s]+", value) if part]
+        return [normalize_task_id(part) for part in split_ids(self.headers.get("BLOCKED_BY", ""))]
 
     @property
     def attempts(self) -> int:
@@ -278,12 +283,19 @@ class Task:
 
     def moves(self) -> list[tuple[str, str]]:
         """(from, to) of every move its History records, oldest first."""
+        return [(src, dst) for _, src, dst in self.timed_moves()]
+
+    def timed_moves(self) -> list[tuple[str, str, str]]:
+        """(time, from, to) of every move its History records, oldest first; not the lines
+        of events in place (``in claimed``; or ``claimed → claimed``, as older versions
+        wrote a check's result)."""
         out = []
         for line in self.history:
             parts = line.split("  ")
             if len(parts) > 2 and " → " in parts[1]:
                 src, _, dst = parts[1].partition(" → ")
-                out.append((src, dst))
+                if src != dst:
+                    out.append((parts[0], src, dst))
         return out
 
     def set_header(self, key: str, value: object) -> None:
@@ -296,10 +308,18 @@ class Task:
     def add_history(
         self, moment: datetime, src: str, dst: str, actor: str, reason: str = ""
     ) -> None:
-        """Append one ``## History`` line: UTC time, from -> to, who, why."""
+        """Append one ``## History`` line for a move: UTC time, from -> to, who, why."""
+        self._add_history_line(moment, f"{src} → {dst}", actor, reason)
+
+    def add_event(self, moment: datetime, state: str, actor: str, reason: str = "") -> None:
+        """Append a ``## History`` line for what happened to the task where it is (a
+        check's result): ``in <state>``, so it never reads as a move."""
+        self._add_history_line(moment, f"in {state}", actor, reason)
+
+    def _add_history_line(self, moment: datetime, what: str, actor: str, reason: str) -> None:
         who = one_line(actor, 100) or "unknown"
         why = one_line(redaction.redact(reason), defaults.MAX_HISTORY_REASON_CHARS)
-        line = f"- {format_time(moment)}  {src} → {dst}  ({who}{': ' + why if why else ''})\n"
+        line = f"- {format_time(moment)}  {what}  ({who}{': ' + why if why else ''})\n"
         for i, (heading, content) in enumerate(self.sections):
             if heading == "History":
                 if content and not content.endswith("\n"):

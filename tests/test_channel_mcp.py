@@ -197,7 +197,7 @@ def test_octopoid_answer_answers_once_and_says_why_not_in_one_line(project: Path
     again = answer(task.label, "5434")
     assert again.returncode == 2
     assert again.stderr == f"octopoid: {task.label} has no open question\n"
-    assert answer("TASK-999", "x").returncode == 2  # none open there either
+    assert answer("TASK-999", "x").returncode == 3  # no such task, as every command says
     assert answer("../x", "x").stderr.startswith("octopoid: invalid task id")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator import config
 from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState
+from orchestrator.tasks import TaskState, utcnow
 
 from .conftest import child_env, run_claimed, write_agents
 
@@ -126,9 +126,25 @@ def test_the_duration_runs_from_the_claim_not_from_the_checks_line() -> None:
     task = new_task("7", "t")
     t0 = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
     task.add_history(t0, "incoming", "claimed", "impl-1", "")
+    # a check's line as older versions wrote it: still no move
     task.add_history(t0.replace(second=40), "claimed", "claimed", "checks", "check `x` passed")
     task.add_history(t0.replace(second=41), "claimed", "provisional", "impl-1", "1 commit")
     assert _duration(task, t0.replace(minute=5)) == "41s"
+
+
+def test_a_check_s_history_line_is_an_event_where_the_task_is_not_a_move(project: Path):
+    """A check that passed is written ``in claimed``, never ``claimed → claimed``: it is no
+    move (moves, the ledger, the page's duration), and the page lists it under Checks."""
+    from orchestrator.web.pages import _check_lines, _duration
+
+    tid = q.create_task("checked").id
+    q.submit_completion(q.claim_task(None, "impl-1"), 1, 1, checks=["check `x` passed (0.1s)"])
+    task = q.get_task(tid)
+    check = next(line for line in task.history if "check `x`" in line)
+    assert check.split("  ")[1:] == ["in claimed", "(checks: check `x` passed (0.1s))"]
+    assert "claimed → claimed" not in "\n".join(task.history)
+    assert [dst for _, dst in task.moves()] == ["incoming", "claimed", "provisional"]
+    assert _check_lines(task) == [check] and _duration(task, utcnow()) != "-"
 
 
 def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_project: Path):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -402,3 +404,71 @@ def test_every_face_says_whether_agents_are_sandboxed(git_project: Path) -> None
     (git_project / ".octopoid/config.yaml").write_text("sandbox: maybe\n")
     result = run("status", ok=False)
     assert result.exit_code == 2 and "'sandbox.mode' must be one of bwrap, none" in result.output
+
+
+#: The arguments each command that takes a task id needs besides it (a new such command
+#: must be added here, so it is walked too).
+NEEDS_ALSO = {
+    "show": [],
+    "notes": [],
+    "diff": [],
+    "checks": [],
+    "accept": [],
+    "reject": ["--reason", "x"],
+    "close": ["--reason", "x"],
+    "retry": [],
+    "requeue": [],
+    "approve": [],
+    "answer": ["the answer"],
+    "memory show": [],
+    "memory promote": [],
+}
+
+
+def _commands_taking_a_task_id(group: click.Group, prefix: str = "") -> Iterator[str]:
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands_taking_a_task_id(command, f"{prefix}{name} ")
+        elif any(p.name in ("task_id", "task_ids") for p in command.params):
+            yield f"{prefix}{name}"
+
+
+def test_every_command_that_takes_a_task_id_exits_3_for_an_unknown_one(
+    git_project: Path,
+) -> None:
+    assert sorted(_commands_taking_a_task_id(cli)) == sorted(NEEDS_ALSO)
+    variants = [[*name.split(), "TASK-999", *also] for name, also in NEEDS_ALSO.items()]
+    variants += [["notes", "999", "--json"], ["notes", "999", "--path"], ["diff", "999", "--stat"]]
+    for args in variants:
+        result = run(*args, ok=False)
+        assert result.exit_code == 3, (args, result.output)
+        assert result.output == "octopoid: no task TASK-999 in any queue\n", args
+
+
+def test_blocked_by_takes_commas_as_the_header_does_and_repeats(git_project: Path) -> None:
+    for title in ("a", "b", "c"):
+        run("enqueue", title)
+    run("enqueue", "both", "--blocked-by", "TASK-1,TASK-2")
+    run("enqueue", "all", "--blocked-by", "1", "--blocked-by", "TASK-2, task-3")
+    assert q.get_task("4").blocked_by == ["1", "2"]
+    assert q.get_task("5").blocked_by == ["1", "2", "3"]
+    result = run("enqueue", "no", "--blocked-by", "1,TASK-9", ok=False)
+    assert result.exit_code == 2 and "--blocked-by TASK-9: no such task" in result.output
+
+
+def test_doctor_exits_2_while_the_config_is_invalid(git_project: Path) -> None:
+    assert run("doctor").exit_code == 0
+    (git_project / ".octopoid/agents.yaml").write_text("max_attempts: many\n")
+    result = run("doctor", ok=False)
+    assert result.exit_code == 2 and "config invalid:" in result.output
+
+
+def test_close_says_how_the_task_was_closed_once(git_project: Path) -> None:
+    run("enqueue", "a")
+    run("enqueue", "b")
+    assert run("close", "1", "--reason", "done elsewhere").output == (
+        "TASK-1 closed as done (nothing merged)\n"
+    )
+    assert run("close", "2", "--wont-do", "--reason", "no").output == (
+        "TASK-2 closed as wont-do (nothing merged)\n"
+    )

@@ -11,7 +11,7 @@ import pytest
 from orchestrator import queue_utils as q
 from orchestrator import recovery, reports
 from orchestrator.exceptions import IllegalTransition, InvalidInput, TaskNotFound
-from orchestrator.leases import attempts_left
+from orchestrator.leases import attempt_text, attempts_left
 from orchestrator.tasks import TaskState, parse_time, read_task_file, utcnow
 
 from .conftest import exited_pid
@@ -112,6 +112,18 @@ def test_fail_keeps_a_capped_one_line_error_and_retry_gives_fresh_attempts(proje
     back = q.retry_task(tid)
     assert where(project, tid) == ["incoming"] and "ERROR" not in back.headers
     assert q.attempts_left(back, max_attempts=3) == 3
+
+
+def test_the_attempt_is_said_against_what_counts(project: Path) -> None:
+    """ATTEMPTS numbers every attempt; the budget counts those since a retry, less those
+    given back: when they differ, both are said."""
+    tid = claimed(project)
+    assert attempt_text(q.get_task(tid), 3) == "1 of 3"
+    q.requeue_task(tid, "shutdown", counted=False)
+    assert attempt_text(q.claim_task(None, "a"), 3) == "2 (1 of 3; 1 given back)"
+    q.fail_task(tid, "boom")
+    assert attempt_text(q.retry_task(tid), 2) == "2 (0 of 2 since the retry)"
+    assert attempt_text(q.get_task(tid), None) == "2"  # no budget known: the number alone
 
 
 def test_agent_rejects_an_invalid_task(project: Path) -> None:

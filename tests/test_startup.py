@@ -85,6 +85,13 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
     for args in (["init"], ["enqueue", "a task to show"]):
         subprocess.run([*octopoid, *args], cwd=root, env=env, check=True, capture_output=True)
+    # TASK-1 has retry notes and working notes: `notes` and `memory show` that find them
+    # ask no store (finding none, they ask it whether the task exists: exit 3 if not)
+    noted = "from orchestrator import queue_utils as q; q.save_task_notes('1', 'agent', 'out')"
+    subprocess.run([sys.executable, "-c", noted], cwd=root, env=env, check=True)
+    working = {**env, "OCTOPOID_NOTES_ID": "TASK-1"}
+    remember = [*octopoid, "memory", "add", "Important Facts", "a fact"]
+    subprocess.run(remember, cwd=root, env=working, check=True, capture_output=True)
     (root / "work.txt").write_text("TASK-1's work, for `diff` to show\n")
     for argv in (
         ["checkout", "-q", "-b", "agent/TASK-1"],

@@ -466,3 +466,22 @@ def test_a_proposed_split_is_shown_and_approved_from_its_page(git_project, web, 
     assert status == 303 and headers["location"].endswith("?done=approved")
     assert q.get_task(tid).state is TaskState.DONE
     assert q.get_store().count(TaskState.INCOMING) == 4  # three subtasks and the dependant
+
+
+def test_the_attempt_is_counted_within_its_budget_after_a_retry(git_project, client) -> None:
+    """`retry` gives fresh attempts while ATTEMPTS goes on numbering them: the 4th attempt
+    is the 2nd of 2 since the retry, on the page as in `show` (never "4 of 2")."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli
+
+    write_agents(git_project, max_attempts=2)
+    tid = q.create_task("tried again").id
+    q.requeue_task(q.claim_task(None, "impl-1"), "attempt 1 failed")
+    q.fail_task(q.claim_task(None, "impl-1"), "attempt 2 failed")
+    q.retry_task(tid)
+    q.requeue_task(q.claim_task(None, "impl-1"), "attempt 3 failed")
+    q.claim_task(None, "impl-1")
+    _, _, page = client.request(f"/tasks/TASK-{tid}")
+    assert "<dt>attempt</dt><dd>4 (2 of 2 since the retry)</dd>" in page
+    assert "attempt: 4 (2 of 2 since the retry)\n" in CliRunner().invoke(cli, ["show", tid]).output

@@ -334,7 +334,7 @@ def _enqueue(fields: dict[str, str]):
         fields["title"].strip(),
         priority=fields["priority"],
         branch=fields["branch"].strip() or None,
-        blocked_by=fields["blocked_by"].replace(",", " ").split(),
+        blocked_by=[fields["blocked_by"]],  # "TASK-1, TASK-2": read as BLOCKED_BY is
         context=fields["context"],
         criteria=_lines(fields["criteria"]),
     )

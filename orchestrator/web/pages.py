@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config, diffs, drafts, git_utils, questions, queue_utils, reports, task_notes
-from ..exceptions import ConfigError, NothingToShow, OctopoidError, TaskNotFound
+from ..exceptions import NothingToShow, OctopoidError, TaskNotFound
 from ..redaction import redact
 from ..roles import breakdown
 from ..tasks import Task, TaskState, parse_time, utcnow
@@ -83,25 +83,16 @@ def live_since(task_id: str, after: int | None) -> tuple[str, int]:
     return text, start + len(data) - len(decoder.getstate()[0])
 
 
-def _max_attempts() -> int | None:
-    try:
-        return int(config.load_agents()["max_attempts"])
-    except ConfigError:
-        return None
-
-
 def _duration(task: Task, now: datetime) -> str:
     """How long the latest attempt ran: from its claim to the next move in History (or to
-    now while it runs); the lines its checks add (claimed → claimed) are not moves."""
+    now while it runs); the lines its checks add are events, not moves."""
     moves = []
-    for line in task.history:
-        stamp, _, rest = line.partition("  ")
+    for stamp, _, dst in task.timed_moves():
         try:
-            moves.append((parse_time(stamp), rest.split("  ", 1)[0]))
+            moves.append((parse_time(stamp), dst))
         except ValueError:
             continue
-    moves = [(t, move) for t, move in moves if move != "claimed → claimed"]  # checks' lines
-    claims = [i for i, (_, move) in enumerate(moves) if move.endswith("→ claimed")]
+    claims = [i for i, (_, dst) in enumerate(moves) if dst == S.CLAIMED.value]
     if not claims:
         return "-"
     start = moves[claims[-1]][0]
@@ -180,7 +171,7 @@ def _diff(task: Task, git: BranchFacts) -> tuple[DiffView | None, str]:
 
 def _check_lines(task: Task) -> list[str]:
     """What the task's checks said, attempt by attempt, from its History."""
-    return [line for line in task.history if "  checks: " in line]
+    return [line for line in task.history if "  (checks: " in line]
 
 
 def _placed(
@@ -230,8 +221,8 @@ def task_page(
     turns, cost = reports.task_usage(task)
     facts = {
         "state": task.state.value if task.state else "?",
-        "attempt": task.attempts,
-        "max_attempts": _max_attempts(),
+        "attempt": task.attempts,  # the forms' guard: the page was drawn for this attempt
+        "attempt_text": reports.attempt_of(task),
         "turns": turns,
         "tokens": int(task.headers.get("TOKENS_TOTAL") or 0),
         "cost": cost,
