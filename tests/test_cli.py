@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from orchestrator import config, dependencies, git_utils
 from orchestrator import queue_utils as q
 from orchestrator.cli import cli
+from orchestrator.processes import hostname
 
 from .conftest import child_env
 
@@ -402,3 +403,12 @@ def test_every_face_says_whether_agents_are_sandboxed(git_project: Path) -> None
     (git_project / ".octopoid/config.yaml").write_text("sandbox: maybe\n")
     result = run("status", ok=False)
     assert result.exit_code == 2 and "'sandbox.mode' must be one of bwrap, none" in result.output
+
+
+def test_status_names_the_machine_that_holds_each_claim(project: Path) -> None:
+    tid = q.create_task("held").id
+    q.claim_task(None, "impl-1")
+    host = hostname()
+    assert f"claimed TASK-{tid} by impl-1 on {host} since" in run("status").output
+    (claim,) = json.loads(run("status", "--json").output)["claimed"]
+    assert claim["host"] == host
