@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 # Each command imports only what it uses, at its first use: `octopoid --help` or `pause` does
 # not pay for the store, PyYAML, GitPython or the scheduler (docs/performance.md).
 agent_status = lazy_import("orchestrator.agent_status")
+bounces = lazy_import("orchestrator.bounces")
 budgets = lazy_import("orchestrator.budgets")
 config = lazy_import("orchestrator.config")
 demo_run = lazy_import("orchestrator.demo")
@@ -405,7 +406,8 @@ def status(as_json: bool) -> None:
     for c in summary["claimed"]:
         left = c["lease_seconds_left"]
         lease = "no lease" if left is None else f"lease {left}s left"
-        click.echo(f"claimed {c['id']} by {c['agent']} since {c['claimed_at']} ({lease})")
+        host = f" on {c['host']}" if c["host"] else ""
+        click.echo(f"claimed {c['id']} by {c['agent']}{host} since {c['claimed_at']} ({lease})")
     oldest = summary["oldest_incoming"]
     if oldest:
         click.echo(f"oldest waiting: {oldest['id']}, {oldest['age_seconds']}s old")
@@ -417,6 +419,8 @@ def status(as_json: bool) -> None:
             click.echo(f"  {t['id']} is stuck: {t['why']}")
     for t in summary["unmergeable"]:
         click.echo(_no_longer_merges(t["id"], t["conflicts"]))
+    for t in summary["bouncing"]:
+        click.echo(bounces.line(t))
     for asked in summary["questions"]:
         click.echo(f"{asked['task']} asks: {asked['question'][:200]} (`octopoid answer`)")
     for t in summary["pull_requests"]:

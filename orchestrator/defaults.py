@@ -70,3 +70,7 @@ DATABASE_WAIT_SECONDS = 30.0
 #: connection included: its agent's work and notes should survive an outage of minutes,
 #: while an interactive command says at once that the database is down.
 RUNNER_DATABASE_WAIT_SECONDS = 300.0
+
+#: Refusals in a row that say the same (a reject, failing checks) before `status` and
+#: `doctor` call a task bouncing: at two the loop has come round once without settling it.
+BOUNCE_REPEATS = 2

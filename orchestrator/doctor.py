@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from . import config, finishing, sandbox, stalls
+from . import bounces, config, finishing, sandbox, stalls
+from .defaults import BOUNCE_REPEATS
 from .dependencies import blocked_summary
 from .leases import dead_since
-from .queue_utils import get_store, unfenced_submit
+from .queue_utils import get_store, readable_tasks, unfenced_submit
+from .store import QueueStore
 from .tasks import TaskState, utcnow
 
 S = TaskState
@@ -24,6 +26,14 @@ def _sandbox() -> list[str]:
     if not walls["usable"] or walls["mode"] == "none":
         return [walls["summary"]]
     return []
+
+
+def _bouncing(store: QueueStore) -> list[dict]:
+    """Tasks in flight or waiting that keep coming back with the same refusal (only those
+    with enough attempts to have bounced are read)."""
+    again = [w.id for w in store.waiting() if w.attempts >= BOUNCE_REPEATS]
+    tasks = [*store.list(S.PROVISIONAL), *store.list(S.CLAIMED), *readable_tasks(again)]
+    return [found for task in tasks if (found := bounces.bouncing(task)) is not None]
 
 
 def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
@@ -60,6 +70,7 @@ def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
                 f"{task.label}: its runner is gone; a running scheduler requeues it, or "
                 f"`octopoid requeue {task.label}`"
             )
+    lines += [bounces.line(found) for found in _bouncing(store)]
     for stuck in blocked_summary()["stuck"]:
         lines.append(f"{stuck['id']} is stuck: {stuck['why']}")
     quarantined = store.list_quarantine()

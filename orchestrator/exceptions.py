@@ -94,6 +94,13 @@ class MergeRefused(GitError):
     exit_code = 1
 
 
+class PushRefused(GitError):
+    """The remote refused a push (it holds work the push would overwrite); trying again
+    cannot help."""
+
+    exit_code = 1
+
+
 class SchedulerError(OctopoidError):
     """The scheduler cannot start, stop or be reached."""
 

@@ -90,7 +90,7 @@ def finish(task_id: str) -> dict[str, Any]:
 
 def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
     # Here, not at the top: `octopoid doctor` asks for journals every time and rarely has one.
-    from . import drafts, git_utils, questions
+    from . import drafts, git_utils, questions, task_tips
     from .memory import lifecycle
     from .memory.distill import distill
     from .memory.notes import NotesManager
@@ -110,7 +110,8 @@ def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
     elif step == BRANCH:
         git_utils.remove_worktree(git_utils.open_repo(), task_id)
     elif step == REMOTE_BRANCH and (remote := git_utils.remote_name()) is not None:
-        git_utils.delete_remote_branch(git_utils.open_repo(), remote, task_id)
+        merged = task_tips.recorded(queue_utils.get_task(task_id))
+        git_utils.delete_remote_branch(git_utils.open_repo(), remote, task_id, merged)
     elif step == PULL_REQUEST:  # a closed task's open pull request (docs/forge.md)
         from .forge import pulls
 

@@ -7,9 +7,10 @@ Every git command octopoid runs has hooks and fsmonitor off (``HOOKS_OFF``): an 
 have planted either, and only ``merge.run_hooks: true`` lets the user's own merge hooks run.
 
 With ``git.remote`` set, branches travel between machines through that remote: an attempt
-starts from the remote's copy of its branch (or of the base), pushes its branch after, and
-an accept merges onto the remote's base and lands by a plain push, which the remote refuses
-if the base moved meanwhile (a compare-and-swap: the accept fetches and merges again).
+starts from its task's recorded tip (``task_tips``) or the remote's base, pushes its branch
+after with a lease on the remote's tip it started from, and an accept merges onto the
+remote's base and lands by a plain push, which the remote refuses if the base moved
+meanwhile (a compare-and-swap: the accept fetches and merges again).
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from . import config
-from .exceptions import ConfigError, GitError, MergeRefused
+from .exceptions import ConfigError, GitError, MergeRefused, PushRefused
 from .fsutil import remove_tree
 from .lazy import lazy_import
 from .locks import FileMutex
-from .tasks import task_label
+from .tasks import ID_RE, task_label
 
 git = lazy_import("git")  # GitPython: only commands that use git pay for it
 
@@ -151,6 +152,16 @@ def branch_tip(repo: git.Repo, name: str) -> str:
         return repo.git.rev_parse("--verify", f"{full_ref(name)}^{{commit}}")
 
 
+def ref_tip(repo: git.Repo, name: str) -> str | None:
+    """The commit ``name`` (a branch or full ref) points at, or None where there is none."""
+    status, out, _ = repo.git.execute(
+        ["git", "rev-parse", "-q", "--verify", f"{full_ref(name)}^{{commit}}"],
+        with_extended_output=True,
+        with_exceptions=False,
+    )
+    return out.strip() if status == 0 else None
+
+
 # --- branches through a remote (git.remote) -------------------------------------------------
 
 
@@ -163,16 +174,22 @@ def remote_ref(remote: str, branch: str) -> str:
     return f"refs/remotes/{remote}/{branch}"
 
 
+def on_remote(branch: str) -> str:
+    """The ref ``branch`` (a base or a task's branch) has on ``git.remote``: the one place
+    that names it, so task branches can move to a namespace of their own there."""
+    return f"refs/heads/{branch}"
+
+
 def remote_heads(repo: git.Repo, remote: str, branches: list[str]) -> dict[str, str]:
     """{branch: commit} for those of ``branches`` the remote has (``git ls-remote``)."""
-    wanted = [f"refs/heads/{b}" for b in branches]
+    wanted = {on_remote(b): b for b in branches}
     with git_errors(f"git ls-remote {remote}"):
-        listing = repo.git.ls_remote("--heads", remote, *wanted)
+        listing = repo.git.ls_remote(remote, *wanted)
     found = {}
     for line in listing.splitlines():
         sha, _, ref = line.partition("\t")
         if ref in wanted:
-            found[ref.removeprefix("refs/heads/")] = sha
+            found[wanted[ref]] = sha
     return found
 
 
@@ -185,19 +202,22 @@ def fetch_branches(repo: git.Repo, remote: str, branches: list[str]) -> dict[str
     """
     found = remote_heads(repo, remote, branches)
     if found:
-        specs = [f"+refs/heads/{b}:{remote_ref(remote, b)}" for b in found]
+        specs = [f"+{on_remote(b)}:{remote_ref(remote, b)}" for b in found]
         with repo_admin_lock(), git_errors(f"git fetch {remote}"):
             repo.git.fetch("--no-tags", remote, *specs)
     return found
 
 
-def adopt(repo: git.Repo, branch: str, sha: str, replace: bool = False) -> bool:
+def adopt(
+    repo: git.Repo, branch: str, sha: str, replace: bool = False, exact: bool = False
+) -> bool:
     """Move the local ``branch`` to ``sha`` (another machine's work); True if it has it.
 
     Without ``replace`` only a fast-forward is made, and a branch checked out with changes
     is left alone (the user's base). With ``replace`` (a task's branch: the remote's copy is
     what the last attempt pushed) a diverged local tip is kept as
-    ``refs/octopoid/replaced/<branch>`` and the task's worktree is reset to ``sha``.
+    ``refs/octopoid/replaced/<branch>`` and the task's worktree is reset to ``sha``; a local
+    tip ahead of ``sha`` stays, unless ``exact`` (the tip an attempt recorded, and no other).
     Callers hold ``repo_admin_lock``.
     """
     ref = f"refs/heads/{branch}"
@@ -205,7 +225,7 @@ def adopt(repo: git.Repo, branch: str, sha: str, replace: bool = False) -> bool:
     if tip == sha:
         return True
     with git_errors(f"moving {branch} to {sha[:12]}"):
-        if tip is not None and repo.is_ancestor(sha, tip):
+        if tip is not None and not exact and repo.is_ancestor(sha, tip):
             return True  # ahead of it already (work not pushed yet): nothing to take
         forward = tip is None or repo.is_ancestor(tip, sha)
         if not forward and not replace:
@@ -226,32 +246,64 @@ def adopt(repo: git.Repo, branch: str, sha: str, replace: bool = False) -> bool:
     return True
 
 
-def sync_task_branch(repo: git.Repo, remote: str, task_id: str, base: str) -> str:
-    """Before an attempt: the task's branch set to the remote's copy (the last attempt that
-    pushed, on any machine). Returns where a new branch should start: the remote's
-    base when it has one (what other machines merged), else the local base."""
+def has_commit(repo: git.Repo, sha: str) -> bool:
+    """Whether this repository holds commit ``sha``."""
+    status, _, _ = repo.git.execute(
+        ["git", "cat-file", "-e", f"{sha}^{{commit}}"],
+        with_extended_output=True,
+        with_exceptions=False,
+    )
+    return status == 0
+
+
+def contains(repo: git.Repo, tip: str | None, sha: str | None) -> bool:
+    """Whether commit ``tip`` has ``sha`` in its history (both held here)."""
+    if not tip or not sha or not has_commit(repo, tip) or not has_commit(repo, sha):
+        return False
+    with git_errors(f"git merge-base --is-ancestor {sha[:12]} {tip[:12]}"):
+        return repo.is_ancestor(sha, tip)
+
+
+def fetch_commit(repo: git.Repo, remote: str, sha: str) -> bool:
+    """Fetch commit ``sha`` by its id from ``remote`` unless it is here; whether it is."""
+    if not has_commit(repo, sha):
+        with repo_admin_lock(), suppress(git.GitCommandError):
+            repo.git.fetch("--no-tags", "--no-write-fetch-head", remote, sha)
+    return has_commit(repo, sha)
+
+
+def push_task_branch(repo: git.Repo, remote: str, task_id: str, lease: str | None = None) -> None:
+    """Publish the task's branch. With ``lease`` (the remote's tip the attempt started
+    from, "" for none) it may replace what the remote has only if that is still there
+    (``--force-with-lease``): an attempt's rebase reaches the remote, anyone else's push
+    meanwhile refuses it. Without, a plain push: a stale copy cannot overwrite newer work.
+    ``PushRefused`` when the remote said no."""
+    branch, there = branch_for(task_id), on_remote(branch_for(task_id))
+    guard = [] if lease is None else [f"--force-with-lease={there}:{lease}"]
+    try:
+        repo.git.push("--porcelain", *guard, remote, f"refs/heads/{branch}:{there}")
+    except git.GitCommandError as exc:
+        said = getattr(exc, "stdout", "") or ""
+        if "[rejected]" in said or "[remote rejected]" in said:
+            why = "stale info" if "stale info" in said else "non-fast-forward"
+            raise PushRefused(
+                f"{remote}'s {branch} holds commits this push would overwrite ({why}: "
+                "someone else pushed to it); it was left as it is"
+            ) from None
+        raise GitError(f"git push {remote} {branch} failed: {_git_message(exc)}") from None
+
+
+def delete_remote_branch(
+    repo: git.Repo, remote: str, task_id: str, only: str | None = None
+) -> None:
+    """Remove the task's branch from the remote once merged (if it was ever pushed); with
+    ``only``, only while it is that commit (what was merged: a push since then stays)."""
     branch = branch_for(task_id)
-    with repo_admin_lock():
-        found = fetch_branches(repo, remote, [base, branch])
-        if branch in found:
-            adopt(repo, branch, found[branch], replace=True)
-    return remote_ref(remote, base) if base in found else base
-
-
-def push_task_branch(repo: git.Repo, remote: str, task_id: str) -> None:
-    """Publish the task's branch. Not forced: a stale attempt cannot overwrite work another
-    machine pushed since."""
-    branch = branch_for(task_id)
-    with git_errors(f"git push {remote} {branch}"):
-        repo.git.push("--porcelain", remote, f"refs/heads/{branch}:refs/heads/{branch}")
-
-
-def delete_remote_branch(repo: git.Repo, remote: str, task_id: str) -> None:
-    """Remove the task's branch from the remote once merged (if it was ever pushed)."""
-    branch = branch_for(task_id)
-    if branch in remote_heads(repo, remote, [branch]):
-        with git_errors(f"git push {remote} --delete {branch}"):
-            repo.git.push(remote, "--delete", f"refs/heads/{branch}")
+    there = remote_heads(repo, remote, [branch]).get(branch)
+    if there is not None and only in (None, there):
+        with git_errors(f"git push {remote} --delete {branch}"):  # not if it moved meanwhile
+            lease = f"--force-with-lease={on_remote(branch)}:{there}"
+            repo.git.push(lease, remote, "--delete", on_remote(branch))
 
 
 def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) -> bool:
@@ -354,16 +406,21 @@ def set_branch_aside(repo: git.Repo, task_id: str) -> str | None:
     return tip
 
 
-def delete_branch_if_merged(repo: git.Repo, task_id: str, base: str | None) -> bool:
-    """Delete the task's branch only when ``base`` has all of it (``git branch -d``)."""
+def delete_branch_if_merged(
+    repo: git.Repo, task_id: str, bases: Sequence[str], merged_tip: str | None = None
+) -> bool:
+    """Delete the task's branch only when what was merged has all of it: one of ``bases``
+    (a local base, the remote's) holds its tip, or its tip is ``merged_tip`` (the tip an
+    accept merged, squashed or not)."""
     branch = branch_for(task_id)
     with repo_admin_lock():
         if not branch_exists(repo, branch):
             return True
-        if base is None or not branch_exists(repo, base) or not repo.is_ancestor(branch, base):
+        tip = branch_tip(repo, branch)
+        if tip != merged_tip and not any(contains(repo, ref_tip(repo, b), tip) for b in bases):
             return False
         with git_errors(f"git branch -d {branch}"):
-            repo.git.update_ref("-d", f"refs/heads/{branch}")
+            repo.git.update_ref("-d", f"refs/heads/{branch}", tip)
     return True
 
 
@@ -443,12 +500,15 @@ def file_text(repo: git.Repo, ref: str, path: str) -> str | None:
     return out.decode("utf-8", errors="replace") if status == 0 else None
 
 
-def merge_conflicts(repo: git.Repo, task_id: str, base: str) -> list[str] | None:
-    """Files that would conflict merging the task's branch into ``base`` (None: it merges
-    cleanly). ``git merge-tree --write-tree`` touches no worktree, index or ref."""
+def merge_conflicts(
+    repo: git.Repo, task_id: str, base: str, tip: str | None = None
+) -> list[str] | None:
+    """Files that would conflict merging the task's branch (or its commit ``tip``) into
+    ``base`` (None: it merges cleanly). ``git merge-tree --write-tree`` touches no
+    worktree, index or ref."""
     status, out, err = repo.git.execute(
         ["git", "merge-tree", "--write-tree", "--name-only", "--no-messages",
-         full_ref(base), f"refs/heads/{branch_for(task_id)}"],
+         full_ref(base), tip or f"refs/heads/{branch_for(task_id)}"],
         with_extended_output=True,
         with_exceptions=False,
     )  # fmt: skip
@@ -491,6 +551,13 @@ def branch_tips(root: Path) -> dict[str, str]:
         raise GitError(f"git for-each-ref failed: {' '.join(done.stderr.split())}")
     lines = done.stdout.splitlines()
     return {name: sha for sha, _, name in (line.partition(" ") for line in lines)}
+
+
+def task_branch_ids(root: Path) -> list[str]:
+    """The ids of the tasks that have a local branch (``agent/TASK-<id>``)."""
+    prefix = branch_for("0").removesuffix("0")
+    names = [name.removeprefix(prefix) for name in branch_tips(root) if name.startswith(prefix)]
+    return sorted(name for name in names if ID_RE.fullmatch(name))
 
 
 def _checkout_of(repo: git.Repo, branch: str) -> Path | None:

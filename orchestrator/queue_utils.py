@@ -49,6 +49,7 @@ from .tasks import (
     DEFAULT_BRANCH,
     DEFAULT_PRIORITY,
     DEFAULT_ROLE,
+    TIP_HEADER,
     Task,
     TaskState,
     format_time,
@@ -451,11 +452,13 @@ def submit_completion(
     token: str | None = None,
     checks: Iterable[str] = (),
     no_change: str | None = None,
+    tip: str | None = None,
 ) -> Task:
     """claimed -> provisional: the attempt produced work for review.
 
     ``checks`` are one-line results of the checks it passed; each gets a History line
     (``in claimed``: an event, not a move).
+    ``tip``: the commit the attempt left on its branch (``BRANCH_TIP``), what accept merges.
     ``no_change``: the agent found nothing to change, and why (``NO_CHANGE``): accepting
     it closes the task without a merge.
     ``turns`` None (octopoid's "not known") counts as 0. A submit fenced by the claim's
@@ -468,6 +471,8 @@ def submit_completion(
     headers: dict[str, Any] = {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)}
     if token:
         headers["SUBMITTED_CLAIM"] = claim_mark(token)[:16]
+    if tip:
+        headers[TIP_HEADER] = tip
     cost = f", ${cost_usd:.2f}" if cost_usd is not None else ""
     if no_change:
         headers["NO_CHANGE"] = one_line(redact(no_change), 500)
@@ -663,9 +668,11 @@ def fail_task(
     token: str | None = None,
     actor: str | None = None,
     drop: tuple[str, ...] = (),
+    headers: dict[str, Any] | None = None,
 ) -> Task:
     """-> failed, with the error kept (one line, capped) in the ERROR header. ``actor``
-    None is the agent holding the claim; ``drop`` are headers the move removes."""
+    None is the agent holding the claim; ``drop`` are headers the move removes, ``headers``
+    others it sets."""
     from .redaction import redact  # at first use: readers never redact
 
     error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
@@ -676,7 +683,7 @@ def fail_task(
         actor,
         error,
         now,
-        {"ERROR": error},
+        {**(headers or {}), "ERROR": error},
         (*LEASE_HEADERS, *drop),
         edit=_refuse_if_merged,
         token=token,

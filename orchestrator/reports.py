@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from . import config
+from . import bounces, config
 from .dependencies import Blockage, blockage_of, blocked_summary
 from .exceptions import ConfigError, OctopoidError
 from .fsutil import atomic_write, read_json_object
@@ -114,7 +114,8 @@ def status_summary(
     """Counts per queue, claimed tasks with agent and lease, the oldest task that can run,
     blocked and stuck tasks, what is paused, whether the configuration is usable, the
     sandbox (whether agents can start, and whether they are trusted), why nothing is
-    claimed (``stalls.report``), and reviews whose branch no longer merges.
+    claimed (``stalls.report``), reviews whose branch no longer merges, and tasks in
+    flight that keep coming back with the same refusal (``bounces``).
 
     Only tasks in flight are parsed (claimed, and those in review for their merge check):
     waiting tasks come from the claim index, usage from the ledger, counts from the
@@ -126,13 +127,14 @@ def status_summary(
     digest = store.waiting_digest() if waiting is None else WaitingDigest.of(waiting)
     blocked = blocked_summary(digest.with_blockers)
     problem = config.problem()
-    claimed = []
-    for task in store.list(S.CLAIMED):
+    claimed, running = [], store.list(S.CLAIMED)
+    for task in running:
         lease = task.lease_expires
         claimed.append(
             {
                 "id": task.label,
                 "agent": task.headers.get("CLAIMED_BY", "?"),
+                "host": task.headers.get("HOST"),
                 "claimed_at": task.headers.get("CLAIMED_AT"),
                 "lease_seconds_left": int((lease - now).total_seconds()) if lease else None,
             }
@@ -143,7 +145,9 @@ def status_summary(
     turns, cost, most = store.usage()
     in_review = store.list(S.PROVISIONAL)
     conflicts = unmergeable(in_review)
+    looping = [bounces.bouncing(t) for t in [*in_review, *running]]
     return {
+        "bouncing": [found for found in looping if found is not None],
         "unmergeable": [{"id": label, "conflicts": files} for label, files in conflicts.items()],
         "pull_requests": [pull_request_of(t) for t in in_review if "PR_NUMBER" in t.headers],
         "questions": questions.open_questions(),

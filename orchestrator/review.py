@@ -11,13 +11,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import config, finishing, git_utils, intake, queue_utils, sandbox
+from . import config, finishing, git_utils, intake, queue_utils, sandbox, task_tips
 from .config import OCTOPOID_DIR
-from .exceptions import BranchMoved, IllegalTransition, InvalidInput
+from .exceptions import BranchMoved, IllegalTransition, InvalidInput, MergeRefused
 from .lazy import lazy_import
 from .store import QueueStore
 from .task_notes import LineComment
-from .tasks import MAX_COUNT, Task, TaskState, normalize_task_id, refuse_planning, shown
+from .tasks import (
+    MAX_COUNT,
+    TIP_HEADER,
+    Task,
+    TaskState,
+    normalize_task_id,
+    refuse_planning,
+    shown,
+    task_label,
+)
 
 if TYPE_CHECKING:
     from git import Repo
@@ -235,6 +244,7 @@ def retry(
 
     def start_over(task: Task) -> None:  # under the task's lock: nobody claims it meanwhile
         git_utils.set_branch_aside(repo, task.id)
+        task.drop_header(TIP_HEADER)  # no tip to come back to
         if remote is not None:
             git_utils.delete_remote_branch(repo, remote, task.id)
 
@@ -278,19 +288,17 @@ def _merge_once(store: QueueStore, task: Task, strategy: str) -> str:
 
     ``MERGING`` (the base's tip before) is written before the merge and ``MERGED`` (the
     tip after) once it is done. An accept that finds ``MERGING`` asks git whether the
-    merge already happened before merging. With ``git.remote`` the base is the remote's:
-    the branch is fetched (it may have been pushed from another machine), merged onto the
-    remote's base and pushed (``git_utils.merge_onto_remote``).
+    merge already happened before merging. A merge git refused (``MergeRefused``: nothing
+    was merged) takes ``MERGING`` back, leaving the task as it was. With ``git.remote``
+    the base is the remote's: the tip the attempt submitted is taken (fetched from the
+    remote if need be: ``task_tips.take_for_accept``), merged onto the remote's base and
+    pushed (``git_utils.merge_onto_remote``).
     """
     repo = git_utils.open_repo()
     remote = git_utils.remote_name()
     base = task.branch
     if remote is not None:
-        branch = git_utils.branch_for(task.id)
-        with git_utils.repo_admin_lock():
-            found = git_utils.fetch_branches(repo, remote, [task.branch, branch])
-            if branch in found:  # what the last attempt pushed is what is merged
-                git_utils.adopt(repo, branch, found[branch], replace=True)
+        task_tips.take_for_accept(repo, remote, task)
         base = git_utils.remote_ref(remote, task.branch)
     before = task.headers.get("MERGING")
     if before and git_utils.already_merged(repo, task.id, base, before):
@@ -299,17 +307,23 @@ def _merge_once(store: QueueStore, task: Task, strategy: str) -> str:
         _refuse_empty(repo, task, base)
         base_tip = git_utils.branch_tip(repo, base)
         store.update(task.id, TaskState.PROVISIONAL, lambda t: t.set_header("MERGING", base_tip))
-        run_hooks = config.load_config()["merge"]["run_hooks"]
-        if remote is not None:
-            merged = git_utils.merge_onto_remote(
-                repo, remote, task.id, task.branch, strategy, task.title, run_hooks
-            )
-        else:
-            merged = git_utils.merge_task_branch(
-                repo, task.id, task.branch, strategy, task.title, run_hooks
-            )
+        try:
+            merged = _merge(repo, remote, task, strategy)
+        except MergeRefused:
+            store.update(task.id, TaskState.PROVISIONAL, lambda t: t.drop_header("MERGING"))
+            raise
     store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, merged))
     return merged
+
+
+def _merge(repo: Repo, remote: str | None, task: Task, strategy: str) -> str:
+    """Merge the task's branch onto its base (the remote's, pushed, with ``git.remote``)."""
+    run_hooks = config.load_config()["merge"]["run_hooks"]
+    if remote is not None:
+        return git_utils.merge_onto_remote(
+            repo, remote, task.id, task.branch, strategy, task.title, run_hooks
+        )
+    return git_utils.merge_task_branch(repo, task.id, task.branch, strategy, task.title, run_hooks)
 
 
 def _refuse_empty(repo: Repo, task: Task, base: str) -> None:
@@ -497,32 +511,56 @@ def recheck(task_id: str) -> checks.Verdict:
 
 
 def prune_worktrees() -> list[str]:
-    """Remove worktrees of tasks that are done or gone; one line per worktree saying what
-    happened to it and its branch.
+    """Remove worktrees of tasks that are done or gone, and the branches of done tasks
+    whose work was merged; one line per worktree, and per branch deleted.
 
-    A branch is deleted only when its base has all of it: a branch left for a pull request
-    (``merge.strategy: none``), or one whose base is unknown, is kept and the line says why.
+    A branch is deleted only when what was merged has all of it: its base holds its tip
+    (the local base, and with ``git.remote`` the remote's, which moves on a machine that
+    does not do the accepts), or its tip is the one an accept merged (``task_tips``). A
+    branch left for a pull request (``merge.strategy: none``), or one whose task is gone
+    (its base unknown), is kept; a worktree's line says why.
     """
-    finished = [name for name, state in list_worktrees() if state in ("done", "gone")]
-    if not finished:
+    store = queue_utils.get_store()
+    ended = ("done", "gone")
+    finished = [name.removeprefix("TASK-") for name, state in list_worktrees() if state in ended]
+    root = config.find_project_root()
+    branches = [
+        tid
+        for tid in git_utils.task_branch_ids(root)
+        if tid not in finished and store.locate(tid) is TaskState.DONE
+    ]
+    if not finished and not branches:
         return []
     repo = git_utils.open_repo()
-    store = queue_utils.get_store()
+    judged: dict[str, list[str]] = {}  # a base -> what says merged into it (fetched once)
     lines = []
-    for name in finished:
-        task_id = name.removeprefix("TASK-")
-        base = store.get(task_id).branch if store.locate(task_id) else None
-        git_utils.remove_worktree(repo, task_id, delete_branch=False)
-        branch = git_utils.branch_for(task_id)
-        if git_utils.delete_branch_if_merged(repo, task_id, base):
-            lines.append(f"removed {name} and its branch")
-        elif base is None:
-            lines.append(f"removed {name}; kept {branch}: the task is gone, its base unknown")
-        else:
-            lines.append(
-                f"removed {name}; kept {branch}: not merged into {base} (for review or a PR)"
+    for task_id in [*finished, *branches]:
+        task = store.get(task_id) if store.locate(task_id) else None
+        if task_id in finished:
+            git_utils.remove_worktree(repo, task_id, delete_branch=False)
+        bases = []
+        if task is not None:
+            bases = judged.setdefault(
+                task.branch, [task.branch, task_tips.accept_base(repo, task.branch)]
             )
+        merged = git_utils.delete_branch_if_merged(
+            repo, task_id, bases, task_tips.merged_tip(task) if task else None
+        )
+        if task_id in finished:
+            lines.append(_pruned(task_id, task, merged))
+        elif merged:
+            lines.append(f"deleted {git_utils.branch_for(task_id)}: merged")
     return lines
+
+
+def _pruned(task_id: str, task: Task | None, merged: bool) -> str:
+    """What became of a finished task's worktree and branch, in one line."""
+    name, branch = task_label(task_id), git_utils.branch_for(task_id)
+    if merged:
+        return f"removed {name} and its branch"
+    if task is None:
+        return f"removed {name}; kept {branch}: the task is gone, its base unknown"
+    return f"removed {name}; kept {branch}: not merged into {task.branch} (for review or a PR)"
 
 
 def list_worktrees() -> list[tuple[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -56,24 +57,30 @@ def use_postgres(root: Path, url: str) -> list[str]:
     """Point the project at a PostgreSQL queue: create or migrate its schema, then add a
     ``store:`` section to config.yaml naming the database *without* its password (which
     belongs in ``OCTOPOID_DATABASE_URL``, ``PGPASSWORD`` or ``~/.pgpass``). Returns what
-    was done, one line each."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    was done, one line each. Idempotent: a config.yaml that names this database already
+    (the second machine's checked-in one) is left as it is; one naming another is refused."""
+    from psycopg.conninfo import make_conninfo
 
     from .store.postgres import upgrade_database
 
-    try:
-        parts = conninfo_to_dict(url)
-    except Exception:
-        raise InvalidInput("--store: not a PostgreSQL URL (postgresql://user@host/db)") from None
+    parts = _conninfo(url, "--store")
     path = root / OCTOPOID_DIR / "config.yaml"
-    try:
-        if config.load_config()["store"]["backend"] == "postgres":
-            raise InvalidInput(f"{path} already names a PostgreSQL store; edit it by hand")
-    except ConfigError as exc:
-        raise InvalidInput(str(exc)) from None
-    done = [upgrade_database(url)]
     password = parts.pop("password", None)
     dsn = make_conninfo("", **parts)  # key=value form: every part but the password
+    try:
+        store = config.load_config()["store"]
+    except ConfigError as exc:
+        raise InvalidInput(str(exc)) from None
+    if store["backend"] == "postgres":
+        named = _conninfo(store["dsn"] or os.environ.get(config.DATABASE_URL_ENV, ""), str(path))
+        named.pop("password", None)
+        if named != parts:
+            raise InvalidInput(
+                f"{path} already names another PostgreSQL store ({make_conninfo('', **named)}),"
+                f" not {dsn}: edit store.dsn there by hand to move this project"
+            )
+        return [upgrade_database(url), f"config.yaml already names this store ({dsn})"]
+    done = [upgrade_database(url)]
     block = f"store:\n  backend: postgres\n  dsn: {json.dumps(dsn)}\n"
     atomic_write(path, f"{path.read_text(encoding='utf-8').rstrip()}\n\n{block}")
     done.append(f"config.yaml: store.backend postgres, dsn {dsn}")
@@ -83,3 +90,13 @@ def use_postgres(root: Path, url: str) -> list[str]:
             "PGPASSWORD, or ~/.pgpass) on every machine"
         )
     return done
+
+
+def _conninfo(url: str, what: str) -> dict[str, str]:
+    """A PostgreSQL URL or key=value DSN as its parts; ``InvalidInput`` naming ``what``."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return conninfo_to_dict(url)
+    except Exception:
+        raise InvalidInput(f"{what}: not a PostgreSQL URL (postgresql://user@host/db)") from None

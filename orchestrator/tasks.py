@@ -49,6 +49,7 @@ DEFAULT_ROLE = "implement"
 #: command runs it, so nothing may send it back to incoming (retry, requeue).
 PLANNING_ROLE = "planning"
 DEFAULT_BRANCH = "main"
+TIP_HEADER = "BRANCH_TIP"  # the tip an attempt left on its branch (task_tips.py)
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 FILE_RE = re.compile(r"TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.md")

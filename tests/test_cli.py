@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from orchestrator import config, dependencies, git_utils
 from orchestrator import queue_utils as q
 from orchestrator.cli import cli
+from orchestrator.processes import hostname
 
 from .conftest import child_env
 
@@ -472,3 +473,12 @@ def test_close_says_how_the_task_was_closed_once(git_project: Path) -> None:
     assert run("close", "2", "--wont-do", "--reason", "no").output == (
         "TASK-2 closed as wont-do (nothing merged)\n"
     )
+
+
+def test_status_names_the_machine_that_holds_each_claim(project: Path) -> None:
+    tid = q.create_task("held").id
+    q.claim_task(None, "impl-1")
+    host = hostname()
+    assert f"claimed TASK-{tid} by impl-1 on {host} since" in run("status").output
+    (claim,) = json.loads(run("status", "--json").output)["claimed"]
+    assert claim["host"] == host

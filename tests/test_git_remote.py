@@ -11,11 +11,11 @@ import pytest
 
 from orchestrator import queue_utils as q
 from orchestrator import review
-from orchestrator.exceptions import GitError
+from orchestrator.exceptions import GitError, MergeRefused
 from orchestrator.scaffold import init_project
 from orchestrator.tasks import TaskState
 
-from .conftest import make_git_repo, run_claimed, write_agents
+from .conftest import make_git_repo, run_claimed, set_config, write_agents
 
 # A pre-receive hook on the remote that, at the first push to main, lands another commit on
 # main first (as another machine's accept would), so that push is refused mid-flight.
@@ -181,3 +181,80 @@ def test_accept_merges_what_the_last_attempt_pushed_over_a_stale_local_branch(
     assert "stale.txt" not in [item.path for item in main.tree.traverse()]
     kept = b_repo.commit(f"refs/octopoid/replaced/{branch}")
     assert kept == stale  # the replaced tip is kept, not lost
+
+
+def land_on_main(root: Path, path: str, text: str) -> None:
+    """A person's change to main, pushed to the remote from ``root``'s checkout."""
+    repo = git.Repo(root)
+    (root / path).write_text(text)
+    repo.index.add([path])
+    repo.index.commit(f"a person changes {path}")
+    repo.git.push("origin", "main")
+
+
+def test_a_conflict_is_settled_by_one_reject_and_one_attempt_then_accepted_elsewhere(
+    machines: Machines,
+) -> None:
+    machines.on("a")
+    task = q.create_task("conflict rebase-on-retry")
+    branch = f"agent/TASK-{task.id}"
+    assert attempt(machines, "a", task.id) == "provisional"
+    land_on_main(machines.roots["b"], "README.md", "# changed by a person\n")
+
+    machines.on("b")
+    with pytest.raises(MergeRefused, match="conflicts in"):
+        review.accept(task.id, "bob")
+    assert "MERGING" not in q.get_task(task.id).headers  # the refusal left nothing behind
+    review.reject(task.id, "it conflicts with main: rebase it", "bob")
+
+    assert attempt(machines, "a", task.id) == "provisional"  # rebased and resolved
+    submitted = q.get_task(task.id).headers["BRANCH_TIP"]
+    assert machines.remote_branch(branch) == submitted  # the rewrite reached the remote
+
+    machines.on("b")
+    done = review.accept(task.id, "bob")  # the first try, on the other machine
+    assert done.task.state is TaskState.DONE
+    origin = git.Repo(machines.origin)
+    assert origin.is_ancestor(submitted, origin.commit("main").hexsha)
+    assert origin.git.show("main:README.md") == "# changed by the agent"
+
+
+def test_an_attempt_never_overwrites_a_push_someone_made_meanwhile(machines: Machines) -> None:
+    root = machines.on("a")
+    set_config(root, sandbox="none")  # its agent pushes as someone else would: no box
+    machines.monkeypatch.setenv("OCTO_TEST_ORIGIN", str(machines.origin))
+    task = q.create_task("push-aside")
+    branch = f"agent/TASK-{task.id}"
+    assert attempt(machines, "a", task.id) == "provisional"
+    theirs = git.Repo(machines.origin).commit(branch)
+    assert theirs.message.strip() == "pushed by someone else"  # still there: not overwritten
+    assert "someone else pushed to it" in q.get_task_notes(task.id)
+    mine = q.get_task(task.id).headers["BRANCH_TIP"]
+
+    done = review.accept(task.id, "alice")  # what the attempt submitted, not their push
+    origin = git.Repo(machines.origin)
+    assert origin.is_ancestor(mine, done.merged_sha)
+    assert not origin.is_ancestor(theirs.hexsha, done.merged_sha)
+    assert machines.remote_branch(branch) == theirs.hexsha  # their branch is left to them
+
+
+def test_prune_on_the_machine_that_ran_the_attempts_removes_what_the_other_merged(
+    machines: Machines,
+) -> None:
+    machines.on("a")
+    merged, squashed = q.create_task("merged"), q.create_task("squashed")
+    for task in (merged, squashed):
+        assert attempt(machines, "a", task.id) == "provisional"
+    review.reject(merged.id, "one more thing", "bob")
+    assert attempt(machines, "b", merged.id) == "provisional"  # a keeps the older tip
+    review.accept(merged.id, "bob")
+    set_config(machines.roots["b"], merge={"strategy": "squash"})
+    review.accept(squashed.id, "bob")
+
+    machines.on("a")  # its main never moved: the remote's holds the first, History the other
+    assert review.prune_worktrees() == [
+        f"deleted agent/TASK-{merged.id}: merged",
+        f"deleted agent/TASK-{squashed.id}: merged",
+    ]
+    a_repo = git.Repo(machines.roots["a"])
+    assert not [ref for ref in a_repo.references if ref.path.startswith("refs/heads/agent/")]

@@ -3,6 +3,7 @@ durability, lean imports, and `octopoid doctor`."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -13,9 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from orchestrator import doctor, reports
+from orchestrator import doctor, reports, review
 from orchestrator import queue_utils as q
+from orchestrator.cli import cli
 from orchestrator.store import files
 from orchestrator.tasks import TaskState, new_task, render_task
 
@@ -242,3 +245,23 @@ def test_a_process_squatting_on_the_writer_gate_delays_claims_but_never_stalls_t
     finally:
         squatter.kill()
         squatter.wait(10)
+
+
+def test_a_task_sent_back_twice_with_the_same_refusal_is_called_bouncing(project: Path) -> None:
+    tid = q.create_task("loops on a conflict").id
+    conflict = f"merging agent/TASK-{tid} conflicts in: README.md; rebase it"
+    for _ in range(2):
+        q.submit_completion(q.claim_task(None, "impl-1"), 1, 1)
+        review.reject(tid, conflict, "bob")
+    said = f"TASK-{tid} keeps coming back with the same refusal (2 times in a row: {conflict})"
+    assert [line for line in doctor.examine() if said in line]  # waiting in incoming
+    assert "octopoid close" in next(line for line in doctor.examine() if said in line)
+
+    q.claim_task(None, "impl-1")  # in flight again: status says it too
+    status = CliRunner().invoke(cli, ["status"])
+    assert said in status.output
+    found = json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)["bouncing"]
+    assert found == [{"id": f"TASK-{tid}", "times": 2, "refusal": conflict}]
+    q.submit_completion(q.get_task(tid), 1, 1)
+    review.reject(tid, "the tests are missing", "bob")  # another refusal: no longer a loop
+    assert not [line for line in doctor.examine() if "keeps coming back" in line]

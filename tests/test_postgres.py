@@ -130,6 +130,32 @@ def test_init_store_keeps_the_password_out_of_config_and_db_upgrade_is_idempoten
     assert PostgresStore(dsn).count(TaskState.INCOMING) == 1  # it went to the database
 
 
+def test_init_store_again_on_a_machine_whose_config_names_it_is_idempotent(
+    pg_server, tmp_path: Path
+) -> None:
+    dsn, other = pg_server.create_database("shared"), pg_server.create_database("another")
+    root = tmp_path / "second-machine"
+    root.mkdir()
+    make_git_repo(root)
+    env = {k: v for k, v in os.environ.items() if k not in ("OCTOPOID_ROOT",)}
+    env.pop("OCTOPOID_DATABASE_URL", None)
+
+    def init(url: str) -> subprocess.CompletedProcess[str]:
+        argv = [OCTOPOID, "init", "--store", url]
+        return subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
+
+    assert init(dsn).returncode == 0  # the first machine, whose config.yaml is checked in
+    config_text = (root / ".octopoid/config.yaml").read_text()
+    again = init(dsn)
+    assert again.returncode == 0, again.stderr
+    assert "config.yaml already names this store" in again.stdout
+    assert (root / ".octopoid/config.yaml").read_text() == config_text
+    moved = init(other)
+    assert moved.returncode == 2 and "already names another PostgreSQL store" in moved.stderr
+    assert "edit store.dsn there by hand" in moved.stderr and "Traceback" not in moved.stderr
+    assert (root / ".octopoid/config.yaml").read_text() == config_text
+
+
 def test_an_unreachable_database_is_one_line_without_the_password(project: Path) -> None:
     env = child_env(project)
     env["OCTOPOID_DATABASE_URL"] = "postgresql://me:hunter2-sekrit@/nodb?host=/nonexistent"

@@ -10,7 +10,7 @@ import pytest
 from orchestrator import diffs, git_utils, review
 from orchestrator import queue_utils as q
 from orchestrator.exceptions import GitError, IllegalTransition, MergeRefused
-from orchestrator.tasks import TaskState
+from orchestrator.tasks import TaskState, render_task
 
 
 def provisional_with_commit(root: Path, filename: str = "feature.txt", text: str = "new\n") -> str:
@@ -69,19 +69,21 @@ def test_strategy_none_leaves_the_branch_for_a_pull_request(git_project: Path) -
     assert q.get_task(tid).state is TaskState.DONE
 
 
-def test_conflict_is_aborted_and_the_task_stays_provisional(git_project: Path) -> None:
+def test_a_conflict_is_aborted_and_leaves_the_task_as_it_was(git_project: Path) -> None:
     tid = provisional_with_commit(git_project, "README.md", "agent's readme\n")
     repo = git.Repo(git_project)
     (git_project / "README.md").write_text("human's readme\n")
     repo.index.add(["README.md"])
     repo.index.commit("human edit")
-    head = repo.head.commit.hexsha
+    head, before = repo.head.commit.hexsha, render_task(q.get_task(tid))
     with pytest.raises(MergeRefused, match=r"conflicts in:\n  README\.md\nnothing was merged"):
         review.accept(tid)
     assert repo.head.commit.hexsha == head and not repo.is_dirty()
     assert (git_project / "README.md").read_text() == "human's readme\n"
-    assert q.get_task(tid).state is TaskState.PROVISIONAL
+    assert render_task(q.get_task(tid)) == before  # no MERGING left: nothing to finish
     assert q.get_task_notes(tid) is not None and git_utils.worktree_for(tid).exists()
+    closed = review.close(tid, "done", "merged by hand instead")
+    assert closed.task.state is TaskState.DONE
 
 
 def test_uncommitted_edits_block_only_a_merge_that_touches_them(git_project: Path) -> None:

@@ -33,7 +33,7 @@ from ..exceptions import (
     TaskBusy,
 )
 from ..task_notes import LineComment
-from ..tasks import Task, TaskState
+from ..tasks import TIP_HEADER, Task, TaskState
 from . import FAILED, NONE, PASSED, Forge, Job, PullRequest, Review, connect, settings, text
 
 log = logging.getLogger("octopoid.forge")
@@ -193,7 +193,8 @@ def _merge(forge: Forge, task: Task, number: int, pull: PullRequest, ci: str, wh
 def _follow_head(task: Task, pull: PullRequest) -> None:
     """Keep the branch and the pull request's head together. A person pushed to it: take
     their commits as the branch (the tip octopoid had kept under ``refs/octopoid/replaced/``,
-    ``git_utils.adopt``). Octopoid's push was lost (the remote was down): push again."""
+    ``git_utils.adopt``), and as the task's recorded tip, which the next attempt takes
+    (``task_tips``). Octopoid's push was lost (the remote was down): push again."""
     repo = git_utils.open_repo()
     branch = git_utils.branch_for(task.id)
     remote = git_utils.remote_name()
@@ -212,6 +213,9 @@ def _follow_head(task: Task, pull: PullRequest) -> None:
         return
     with git_utils.repo_admin_lock():
         git_utils.adopt(repo, branch, pull.head_sha, replace=True)
+    queue_utils.get_store().update(
+        task.id, TaskState.PROVISIONAL, lambda t: t.set_header(TIP_HEADER, pull.head_sha)
+    )
     log.info("%s: its branch moved on the forge to %s", task.label, pull.head_sha[:12])
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import git_utils
+from .. import git_utils, task_tips
 from ..backends.process import run_process
 from ..exceptions import InvalidTask
 from ..fsutil import TailBuffer
@@ -73,14 +73,17 @@ class Verdict:
         return ", ".join(parts)
 
 
-def verify(task: Task, box: Box, cfg: dict, on_tick: Callable[[], None]) -> Verdict:
-    """Run the task's checks in ``box`` (the attempt's work), then the merge pre-check."""
+def verify(
+    task: Task, box: Box, cfg: dict, on_tick: Callable[[], None], tip: str | None = None
+) -> Verdict:
+    """Run the task's checks in ``box`` (the attempt's work), then the merge pre-check
+    (of ``tip``, the attempt's, when given)."""
     limit = cfg["notes"]["stdout_limit"]
     timeout = cfg["checks"]["timeout_seconds"]
     results = [
         _run_one(command, box, limit, timeout, on_tick) for command in commands_for(task, cfg)
     ]
-    return Verdict(results, merge_conflicts(task))
+    return Verdict(results, merge_conflicts(task, tip))
 
 
 def budget_seconds(task: Task, cfg: dict) -> int:
@@ -119,12 +122,19 @@ def _run_one(
     return CheckResult(command, done.exit_code, seconds, output.text(), problem)
 
 
-def merge_conflicts(task: Task) -> list[str] | None:
-    """Files that would conflict if the branch were merged into its base now (None: clean).
+def merge_conflicts(task: Task, tip: str | None = None) -> list[str] | None:
+    """Files that would conflict if accept merged the task now (None: clean): ``tip`` (the
+    attempt's), else the tip its attempt recorded when this machine has it, else its local
+    branch, onto the base accept merges onto (with ``git.remote`` the remote's, fetched).
 
     ``git merge-tree --write-tree`` computes the merge without touching any worktree or ref.
     """
-    return git_utils.merge_conflicts(git_utils.open_repo(), task.id, task.branch)
+    repo = git_utils.open_repo()
+    mine = task_tips.recorded(task)
+    if tip is None and mine is not None and git_utils.has_commit(repo, mine):
+        tip = mine
+    base = task_tips.accept_base(repo, task.branch)
+    return git_utils.merge_conflicts(repo, task.id, base, tip)
 
 
 def notes_text(verdict: Verdict) -> str:

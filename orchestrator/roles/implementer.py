@@ -63,7 +63,15 @@ from ..prompts import (
 from ..redaction import Redactor, hide_also, redact
 from ..sandbox.workspace import BroughtBack, Workspace
 from ..task_notes import add_notes_section, stdout_log_path
-from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
+from ..tasks import (
+    TIP_HEADER,
+    Task,
+    TaskState,
+    format_time,
+    normalize_task_id,
+    task_label,
+    utcnow,
+)
 from . import breakdown, checks
 from .base import (
     Claim,
@@ -262,9 +270,10 @@ def _next_move(
             result.details.pop("no_change")
             add_notes_section(task.id, f"No further change — attempt {task.attempts}", why)
             commits = held
+    tip = space.tip() if space is not None else None
     if result.outcome == "success" and commits > 0 and space is not None:
-        verdict = _verify(task, cfg, claim, space)
-    return _settle(task, agent, agents_cfg, result, commits, verdict)
+        verdict = _verify(task, cfg, claim, space, tip)
+    return _settle(task, agent, agents_cfg, result, commits, verdict, tip)
 
 
 def _settle_breakdown(
@@ -297,8 +306,11 @@ def _settle_breakdown(
     return _report(task, result, commits, TaskState.DONE.value, f"split into {labels}")
 
 
-def _verify(task: Task, cfg: dict, claim: Claim, space: Workspace) -> checks.Verdict:
-    """Checks and the merge pre-check on the attempt's work; what failed goes in the notes.
+def _verify(
+    task: Task, cfg: dict, claim: Claim, space: Workspace, tip: str | None
+) -> checks.Verdict:
+    """Checks and the merge pre-check on the attempt's work (its branch at ``tip``); what
+    failed goes in the notes.
 
     The checks run the agent's code: in a box of their own with ``sandbox: bwrap``, and
     followed by another containment check with ``sandbox: none``.
@@ -308,9 +320,9 @@ def _verify(task: Task, cfg: dict, claim: Claim, space: Workspace) -> checks.Ver
         if checks.commands_for(task, cfg):
             ran = True
             with space.check_box() as box:
-                verdict = checks.verify(task, box, cfg, claim.tick)
+                verdict = checks.verify(task, box, cfg, claim.tick, tip)
         else:  # nothing runs the agent's code: the merge pre-check needs no box
-            verdict = checks.Verdict([], checks.merge_conflicts(task))
+            verdict = checks.Verdict([], checks.merge_conflicts(task, tip))
     except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
         failed = checks.CheckResult("(the checks)", None, 0.0, "", str(exc))
         verdict = checks.Verdict([failed], None)
@@ -497,9 +509,12 @@ def _settle(
     result: AgentResult,
     commits: int,
     verdict: checks.Verdict | None = None,
+    tip: str | None = None,
 ) -> AttemptReport:
-    """Decide and make the task's next move (each move fenced by the claim ``task`` carries)."""
+    """Decide and make the task's next move (each move fenced by the claim ``task`` carries);
+    the moves that end the attempt record ``tip``, what it left on the branch."""
     stop = result.details.get("stop")
+    mark = {TIP_HEADER: tip} if tip else {}
     reason = f"{result.outcome}: {result.summary}; {commits} commit{'s' * (commits != 1)}"
     burned = commits == 0 and result.turns >= BURN_OUT_SHARE * agent["max_turns"]
     burned_total = int(task.headers.get("BURNED_OUT") or 0) + burned
@@ -511,7 +526,7 @@ def _settle(
     if stop == "LostClaim":
         return report("(not ours any more)")
     if stop == "Terminated":
-        queue_utils.requeue_task(task, reason, "octopoid", counted=False)
+        queue_utils.requeue_task(task, reason, "octopoid", counted=False, set_headers=mark)
         return report(TaskState.INCOMING)
     if result.outcome == "rate_limited" and result.details.get("reset_at"):
         soonest = utcnow() + timedelta(seconds=agents_cfg["rate_limit_backoff_seconds"])
@@ -534,7 +549,7 @@ def _settle(
     if result.outcome == "success" and commits == 0 and result.details.get("no_change"):
         why = result.details["no_change"]
         queue_utils.submit_completion(
-            task, 0, result.turns, cost_usd=result.cost_usd, no_change=why
+            task, 0, result.turns, cost_usd=result.cost_usd, no_change=why, tip=tip
         )
         reason = f"no change needed: {why}"
         return report(TaskState.PROVISIONAL)
@@ -545,6 +560,7 @@ def _settle(
             result.turns,
             cost_usd=result.cost_usd,
             checks=[r.line() for r in verdict.results] if verdict else [],
+            tip=tip,
         )
         return report(TaskState.PROVISIONAL)
     if verdict is not None:
@@ -556,10 +572,10 @@ def _settle(
         return report(TaskState.BREAKDOWN)
     if attempts_left(task, agents_cfg["max_attempts"]) > 0:
         queue_utils.requeue_task(
-            task, reason, agent["name"], set_headers={"BURNED_OUT": burned_total}
+            task, reason, agent["name"], set_headers={"BURNED_OUT": burned_total, **mark}
         )
         return report(TaskState.INCOMING)
-    queue_utils.fail_task(task, f"attempts exhausted; {reason}")
+    queue_utils.fail_task(task, f"attempts exhausted; {reason}", headers=mark)
     return report(TaskState.FAILED)
 
 

@@ -78,7 +78,7 @@ class WalledWorkspace(Workspace):
     def _make(self, agent: dict, cfg: dict, needs: list[str]) -> None:
         self.bwrap, self.userns = _walls()
         repo = git_utils.open_repo()
-        self.base, self.remote, self.remote_problem = base_for(self.task)
+        self.base, self.remote, self.remote_problem, self.lease = base_for(self.task)
         base = self.base
         if (self.clone_path / ".git").is_file():  # sandbox: none's worktree, from before
             git_utils.remove_worktree(repo, self.task.id, delete_branch=False)

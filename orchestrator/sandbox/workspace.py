@@ -17,8 +17,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import config, defaults, git_utils
-from ..exceptions import GitError
+from .. import config, defaults, git_utils, task_tips
+from ..exceptions import GitError, PushRefused
 from ..fsutil import remove_tree
 from ..processes import leftovers, owner_tag
 from ..tasks import Task
@@ -37,20 +37,23 @@ class BroughtBack:
     remarks: list[str] = field(default_factory=list)  # worth the notes, not a failure
 
 
-def base_for(task: Task) -> tuple[str, str | None, str | None]:
-    """(where a new branch starts, git.remote, why the remote's copy could not be fetched).
+def base_for(task: Task) -> tuple[str, str | None, str | None, str | None]:
+    """(where a new branch starts, git.remote, why the attempt does not start from the
+    task's recorded tip, the lease its push will use).
 
-    With ``git.remote`` the task's branch is first brought up to the remote's copy (an
-    attempt on another machine pushed it) and a new branch starts from the remote's base.
+    With ``git.remote`` the task's branch is first set to the tip its last attempt left
+    (``task_tips.start``, fetched from the remote if need be) and a new branch starts
+    from the remote's base.
     """
     remote, base = git_utils.remote_name(), task.branch
     if remote is None:
-        return base, None, None
+        return base, None, None, None
     try:
-        base = git_utils.sync_task_branch(git_utils.open_repo(), remote, task.id, task.branch)
+        found = task_tips.start(git_utils.open_repo(), remote, task)
     except GitError as exc:
-        return base, remote, f"could not fetch from {remote}; this attempt starts from here: {exc}"
-    return base, remote, None
+        why = f"could not fetch from {remote}; this attempt starts from here: {exc}"
+        return base, remote, why, None
+    return found.base, remote, found.remark, found.lease
 
 
 class Workspace(ABC):
@@ -63,6 +66,7 @@ class Workspace(ABC):
     base: str  # the ref the branch is judged against (the remote's base with git.remote)
     remote: str | None
     remote_problem: str | None
+    lease: str | None  # the remote's tip the branch started from ("" none; None: unknown)
     banner: str  # the first line of the attempt's log: what walls there are
 
     def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
@@ -109,18 +113,26 @@ class Workspace(ABC):
         """After the checks: what they changed outside the workspace (``sandbox: none``)."""
         return []
 
+    def tip(self) -> str | None:
+        """The commit the task's branch points at now (after ``bring_back``: the attempt's)."""
+        return git_utils.ref_tip(git_utils.open_repo(), git_utils.branch_for(self.task.id))
+
     def publish(self, commits: int) -> str | None:
-        """Push the branch to ``git.remote`` when the attempt added to it, retrying with
-        backoff; None when pushed (or nothing to do), else why not, for the notes. The work
-        stays on the local branch either way, and the next push (or an accept here) carries it.
-        """
+        """Push the branch to ``git.remote`` when the attempt added to it, with a lease on
+        the remote's tip it started from (``git_utils.push_task_branch``), retrying with
+        backoff while the remote cannot be reached; None when pushed (or nothing to do),
+        else why not, for the notes. The work stays on the local branch either way."""
         if self.remote is None or commits == 0:
             return None
         error = ""
         for delay in (*defaults.PUSH_BACKOFF_SECONDS, None):
             try:
-                git_utils.push_task_branch(git_utils.open_repo(), self.remote, self.task.id)
+                git_utils.push_task_branch(
+                    git_utils.open_repo(), self.remote, self.task.id, self.lease
+                )
                 return None
+            except PushRefused as exc:  # the remote answered: asking again changes nothing
+                return f"the branch was not pushed to {self.remote}: {exc}"
             except GitError as exc:
                 error = str(exc)
             if delay is not None:

@@ -12,6 +12,10 @@
   on a branch of its own making; ``move-main`` points main at its commit (all then commit).
 - ``check-fix``: commit a test that fails with ARITH-CLUE; once the notes show the clue
   (a failed check), fix it. ``conflict``: change README.md and commit.
+- ``rebase-on-retry``: once a reviewer rejected it, first rebase the branch onto
+  ``origin/main`` (the base as the clone has it), settling every conflict with its own side.
+- ``push-aside``: before committing, someone else pushes a commit to the task's branch on
+  the remote at ``$OCTO_TEST_ORIGIN`` (``sandbox: none`` only: a box has no remote).
 - after committing: ``move-main`` points main at its commit; ``fake-commit`` does it from
   inside the user's checkout; ``side-worktree`` adds a worktree of its own to move a branch
   from; ``dir-swap`` plants a hook, moves main and turns a hook file into a directory;
@@ -93,6 +97,21 @@ if "learn" in title:
     )
 if "Review — rejected" in prompt:
     print("addressing review: " + prompt.split("Review — rejected", 1)[1][:200])
+if "rebase-on-retry" in title and "Review — rejected" in prompt:
+    step = subprocess.run(["git", "rebase", "origin/main"])
+    for _ in range(10):  # each replayed commit that conflicts keeps its own side
+        if step.returncode == 0:
+            break
+        listed = ["git", "diff", "--name-only", "--diff-filter=U", "-z"]
+        out = subprocess.run(listed, capture_output=True, text=True, check=True).stdout
+        conflicted = [name for name in out.split("\0") if name]
+        subprocess.run(["git", "checkout", "--theirs", "--", *conflicted], check=True)
+        subprocess.run(["git", "add", "--", *conflicted], check=True)
+        step = subprocess.run(["git", "-c", "core.editor=true", "rebase", "--continue"])
+if "push-aside" in title:
+    aside = "git commit-tree -p HEAD -m 'pushed by someone else' 'HEAD^{tree}'"
+    where = f'"$OCTO_TEST_ORIGIN" "$({aside})":refs/heads/agent/{task}'
+    subprocess.run(["sh", "-c", f"git push -q {where}"], check=True)
 if "tick" in title:
     ticks = 240 if "long-tick" in title else int(os.environ.get("OCTO_TEST_TICKS", "8"))
     for i in range(ticks):
