@@ -22,17 +22,17 @@ from orchestrator.web import board
 from .conftest import run_claimed, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text
 from .test_cli import run as cli
-from .test_notify import hook, set_notify  # noqa: F401  (hook is a fixture)
+from .test_notify import hook, sched, set_notify  # noqa: F401  (fixtures)
 
 KEY = "sk-ant-api03-breaker-test-0123456789"
 
 
-def passes_until_quiet(sched: scheduler.Scheduler, timeout: float = 120) -> None:
+def passes_until_quiet(daemon: scheduler.Scheduler, timeout: float = 120) -> None:
     """Scheduler passes until one starts nothing and no runner is left."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        started = sched.loop_once().started
-        if not started and not sched.runners:
+        started = daemon.loop_once().started
+        if not started and not daemon.runners:
             return
         time.sleep(0.05)
     raise AssertionError("the scheduler did not go quiet")
@@ -95,44 +95,41 @@ def test_a_missing_program_is_said_everywhere_and_no_attempt_is_spent(git_projec
     assert row["problem"] == "'/nonexistent/prog' does not exist" and said in row["not_claiming"]
     summary = json.loads(cli("status", "--json").output)["stalls"]
     assert {"code": "cannot-run", "text": said} in summary["agents"]["impl-1"]
-    sched = scheduler.Scheduler()
-    sched.initialize()
+    daemon = scheduler.Scheduler()
+    daemon.initialize()
     try:
-        assert sched.loop_once().started == []
+        assert daemon.loop_once().started == []
     finally:
-        sched.shutdown(grace=0)
+        daemon.shutdown(grace=0)
     for tid in ids:
         task = q.get_task(tid)
         assert task.state is TaskState.INCOMING and task.attempts == 0
 
 
-@pytest.fixture
-def night(git_project: Path, hook, monkeypatch: pytest.MonkeyPatch):  # noqa: F811
-    """Sets up one agent failing for ``cause`` (the agents.yaml it needs), three tasks and
-    alerts to ``hook``; yields a started scheduler."""
-    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    set_notify(git_project, urls=[hook.url], events=["agent_paused"])
-    made: list[scheduler.Scheduler] = []
-
-    def start() -> scheduler.Scheduler:
-        made.append(scheduler.Scheduler())
-        made[-1].initialize()
-        return made[-1]
-
-    yield start
-    for sched in made:
-        if sched._lock_fd is not None:
-            sched.shutdown(grace=10)
-
-
-def _cannot_start(root: Path) -> str:
-    """A command agent whose program the box cannot exec: a script in the checkout that was
-    never committed (so the readiness check passes) is not in the attempt's clone."""
+def _failing_agent(root: Path, cause: str, base_url: str) -> str:
+    """agents.yaml with one agent that will fail for ``cause``; its name. For
+    ``cannot-start``, a script in the checkout that was never committed: the readiness
+    check finds it, the attempt's clone (all its box shows there) does not have it."""
+    if cause != "cannot-start":
+        api_agent(root, base_url)
+        return "api-1"
     script = root / "my-agent.sh"
     script.write_text("#!/bin/sh\necho never runs\n")
     script.chmod(0o755)
     write_agents(root, argv=[str(script), "{prompt_file}"])
     return "impl-1"
+
+
+def _said_everywhere(agent: str, cause: str) -> None:
+    """The breaker's pause in every face, with its reason."""
+    said = f"agent {agent}: paused by the circuit breaker: 3 attempts in a row"
+    for face in ("status", "agents", "doctor"):
+        assert said in cli(face).output, face
+    assert any(said in line for line in board.board()["stalls"])
+    (row,) = json.loads(cli("agents", "--json").output)
+    assert row["state"] == "paused" and CAUSES[cause] in row["breaker"]["why"]
+    codes = json.loads(cli("status", "--json").output)["stalls"]["agents"][agent]
+    assert [s["code"] for s in codes] == ["breaker"]
 
 
 @pytest.mark.parametrize(
@@ -145,23 +142,22 @@ def _cannot_start(root: Path) -> str:
 )
 def test_three_tasks_failing_for_one_cause_pause_the_agent_once_and_cost_nothing(
     git_project: Path,
-    night,
     hook,  # noqa: F811
+    sched,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
     cause: str,
     replies: list,
 ):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    set_notify(git_project, urls=[hook.url], events=["agent_paused"])
     with FakeMessagesAPI(replies) as api:
-        if cause == "cannot-start":
-            agent = _cannot_start(git_project)
-        else:
-            api_agent(git_project, api.base_url)
-            agent = "api-1"
+        agent = _failing_agent(git_project, cause, api.base_url)
         assert agent_status.readiness_problem(config.load_agents()["agents"][0]) is None
         ids = [q.create_task(f"task {n}").id for n in range(3)]
-        sched = night()
+        daemon = sched()
         if cause != "cannot-start":
             attempts_in_process(agent)
-        passes_until_quiet(sched)  # cannot-start: its runners, as on any night
+        passes_until_quiet(daemon)  # cannot-start: its runners, as on any night
         hold = agent_status.held(agent)
         assert hold is not None and hold.kind == agent_status.BREAKER
         assert CAUSES[cause] in hold.why and "TASK-1, TASK-2, TASK-3" in hold.why
@@ -175,22 +171,15 @@ def test_three_tasks_failing_for_one_cause_pause_the_agent_once_and_cost_nothing
             assert q.attempts_left(task, 3) == 3
             assert f"not counted: {CAUSES[cause]}" in q.get_task_notes(tid)
         later = q.create_task("enqueued after the trip").id
-        passes_until_quiet(sched)
+        passes_until_quiet(daemon)
         assert q.get_task(later).attempts == 0
-        sched.shutdown(grace=10)  # its sender is done once this returns
+        daemon.shutdown(grace=10)  # its sender is done once this returns
     (post,) = hook.posts
     assert post["title"] == f"octopoid: agent {agent} is paused"
     assert CAUSES[cause] in post["message"] and f"resume --agent {agent}" in post["message"]
     log = (config.get_logs_dir() / "scheduler.log").read_text()
     assert log.count(f"circuit breaker tripped for agent {agent}") == 1
-    said = f"agent {agent}: paused by the circuit breaker: 3 attempts in a row"
-    for face in ("status", "agents", "doctor"):
-        assert said in cli(face).output, face
-    assert any(said in line for line in board.board()["stalls"])
-    (row,) = json.loads(cli("agents", "--json").output)
-    assert row["state"] == "paused" and CAUSES[cause] in row["breaker"]["why"]
-    codes = json.loads(cli("status", "--json").output)["stalls"]["agents"][agent]
-    assert [s["code"] for s in codes] == ["breaker"]
+    _said_everywhere(agent, cause)
     assert "circuit breaker is reset" in cli("resume", "--agent", agent).output
     assert agent_status.held(agent) is None and stalls.report()["claiming"]
 
