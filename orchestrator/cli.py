@@ -814,9 +814,13 @@ def pause(agent: str | None) -> None:
 @cli.command()
 @click.option("--agent", help="Resume one agent instead of the whole system.")
 def resume(agent: str | None) -> None:
-    """Claim tasks again after `octopoid pause`, and say what is still paused, if anything."""
+    """Claim tasks again after `octopoid pause` (with --agent: after a usage limit or the
+    circuit breaker too), and say what is still paused, if anything."""
+    hold = agent_status.held(agent) if agent else None
     still = _paused_list(agent_status.set_paused(False, agent))
     resumed = f"resumed {agent or 'the system'}"
+    if hold is not None and hold.kind == agent_status.BREAKER:
+        resumed += " (its circuit breaker is reset)"
     click.echo(f"{resumed}, but still paused: {', '.join(still)}" if still else resumed)
 
 

@@ -119,7 +119,8 @@ DATABASE_WAIT_ENV = "OCTOPOID_DATABASE_WAIT_SECONDS"
 # a git remote's name (never an option: it is passed to git as an argument)
 REMOTE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 NOTIFY_EVENTS = (
-    "needs_review", "failed", "breakdown", "question", "scheduler_stopped", "budget"
+    "needs_review", "failed", "breakdown", "question", "scheduler_stopped", "budget",
+    "agent_paused",
 )  # fmt: skip
 #: One budget's limits (budgets.py): each unlimited unless set
 BUDGET_LIMITS = {

@@ -50,6 +50,15 @@ CLAIM_BATCH = 32
 #: Seconds a rate-limited or overloaded task waits before it may be claimed again.
 RATE_LIMIT_BACKOFF_SECONDS = 300
 
+#: Attempts of one agent in a row failing for one cause no task can fix (its program cannot
+#: start, its key is refused, the API is overloaded or unreachable, no box) before the
+#: circuit breaker pauses it: one is an accident, two can be a bad minute, three is the agent.
+BREAKER_THRESHOLD = 3
+
+#: Seconds the breaker's pause lasts for a cause that passes by itself (an overloaded or
+#: unreachable API); the others wait for a person (`octopoid resume --agent`).
+BREAKER_RETRY_SECONDS = 3600
+
 #: USD per million tokens (input, output) for the anthropic backend's cost, matched by
 #: prefix. Only published prices octopoid's authors checked; config.yaml ``prices`` adds or
 #: overrides models, and a model priced nowhere has an unknown cost (never a guess).

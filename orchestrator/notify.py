@@ -4,10 +4,11 @@ a JSON webhook, ...), as config.yaml's ``notify:`` says.
 Runners move tasks in their own processes, so the scheduler notices arrivals itself: each
 pass lists the names in provisional/, failed/ and breakdown/ (no file is parsed unless it
 is new), and the open questions attempts asked (``questions``), and compares them with the
-last pass. Names present when the scheduler starts are
-not news. Sending happens on one background thread, so a slow or dead notifier never holds
-up a pass or a move; a failing URL is logged once (by scheme and host only: apprise URLs
-carry tokens) until it works again.
+last pass. Names present when the scheduler starts are not news. An agent paused by its
+circuit breaker is alerted once (its pause remembers it). Sending happens on one
+background thread, so a slow or dead notifier never holds up a pass or a move; a failing
+URL is logged once (by scheme and host only: apprise URLs carry tokens) until it works
+again.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import queue
 import threading
 from urllib.parse import urlsplit
 
-from . import config, queue_utils
+from . import agent_status, config, queue_utils
 from .exceptions import ConfigError, OctopoidError
 from .redaction import redact
 from .tasks import FILE_RE, TaskState, normalize_task_id, task_label
@@ -110,6 +111,26 @@ class Alerts:
                 root = config.find_project_root()
                 self._send(urls, "octopoid: a budget is running out", redact(f"{root}: {message}"))
         return [message for _, message in new]
+
+    def tripped(self, agents: list[str]) -> list[str]:
+        """Alert (and log) each circuit breaker that paused one of ``agents``, once: the
+        pause remembers it was said, so a restarted (or ``--once``) scheduler does not say
+        it again. Return the agents said now."""
+        urls, events = self._settings()
+        said = []
+        for name in agents:
+            hold = agent_status.held(name)
+            if hold is None or hold.kind != agent_status.BREAKER or hold.alerted:
+                continue
+            if not agent_status.mark_alerted(name, hold.since):
+                continue
+            said.append(name)
+            log.warning("circuit breaker tripped for agent %s: %s", name, hold.why)
+            if urls and "agent_paused" in events:
+                root = config.find_project_root()
+                body = f"{root}: {hold.why}\nnext: fix it, then octopoid resume --agent {name}"
+                self._send(urls, f"octopoid: agent {name} is paused", redact(body))
+        return said
 
     def stopped(self, why: str, wait: float = 5.0) -> None:
         """Say the scheduler stopped, then give the sender up to ``wait`` s to finish."""

@@ -220,12 +220,13 @@ class Scheduler:
             log.warning("reaped %s: lease expired, owner gone -> %s", task.label, state.value)
             report.reaped.append(task.label)
         self._collect_finished(report)
+        agents_cfg = config.load_agents()
         if self._alerts is not None:
             self._alerts.look()
+            self._alerts.tripped([agent["name"] for agent in agents_cfg["agents"]])
         if self._stopping:
             report.skipped = "stopping"
             return report
-        agents_cfg = config.load_agents()
         records = agent_status.day_records(agents_cfg)  # once a pass: the budgets read them
         report.skipped = self._blocked_reason(agents_cfg, records)
         if not report.skipped:

@@ -25,7 +25,7 @@ class Stall:
     """One reason for not claiming: ``code`` for scripts, ``text`` (with the way out) for people."""
 
     code: str  # config-invalid, paused, sandbox, backpressure, budget, no-agent, cannot-run,
-    # usage-limit, unserved
+    # usage-limit, breaker, unserved
     text: str
 
     def as_dict(self) -> dict[str, str]:
@@ -69,20 +69,29 @@ def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any], records: Record
     problem = agent_status.readiness_problem(agent)
     if problem:
         found.append(Stall("cannot-run", f"cannot run: {problem}"))
-    limited = agent_status.limited_until(agent["name"])
-    if limited:
-        until, why = limited
-        found.append(
-            Stall(
-                "usage-limit",
-                f"waits for its usage limit to reset at {format_time(until)} ({why}); "
-                f"`octopoid resume --agent {agent['name']}` tries again now",
-            )
-        )
+    hold = agent_status.held(agent["name"])
+    if hold is not None:
+        found.append(_held(agent["name"], hold))
     spent = budgets.of_agent(agent["name"], records, config.load_config(), utcnow())
     if spent is not None and spent.spent():
         found.append(Stall("budget", f"{spent.why()}; raise budgets.agent_daily to go on"))
     return found
+
+
+def _held(name: str, hold: agent_status.Hold) -> Stall:
+    """octopoid's own pause of an agent, with when it ends and how to end it now."""
+    resume = f"`octopoid resume --agent {name}`"
+    if hold.kind == agent_status.BREAKER:
+        if hold.until is None:
+            then = f"fix that, then {resume}"
+        else:
+            then = f"it tries again at {format_time(hold.until)}, or at {resume}"
+        return Stall("breaker", f"paused by the circuit breaker: {hold.why}; {then}")
+    until = format_time(hold.until) if hold.until else "?"
+    return Stall(
+        "usage-limit",
+        f"waits for its usage limit to reset at {until} ({hold.why}); {resume} tries again now",
+    )
 
 
 def unserved(

@@ -110,6 +110,37 @@ def test_overload_backs_off_without_burning_an_attempt(fake_claude) -> None:
     assert q.claim_task(None, "claude-1", now=later + timedelta(seconds=1)).id == tid
 
 
+@pytest.mark.parametrize(
+    ("session", "outcome", "cause"),
+    [
+        ("auth_failed", "error", "auth"),
+        ("overloaded", "rate_limited", "overloaded"),
+        ("unreachable", "error", "unreachable"),
+        ("usage_limit", "rate_limited", None),  # its own pause, until the reset
+        ("error_during_execution", "error", None),
+    ],
+)
+def test_a_failure_no_task_can_fix_is_named(session: str, outcome: str, cause: str | None):
+    """(auth_failed.jsonl and unreachable.jsonl are the real CLI, 2.1.197, against a local
+    API answering 401 and against a closed port, with CLAUDE_CODE_MAX_RETRIES=0.)"""
+    out = TailBuffer(10_000)
+    parser = StreamJsonParser(out)
+    parser.feed((FIXTURES / f"{session}.jsonl").read_bytes())
+    parser.finish()
+    out.close()
+    result = parser.to_result(1, False)
+    assert (result.outcome, result.cause) == (outcome, cause)
+
+
+def test_a_refused_key_costs_the_task_nothing(fake_claude) -> None:
+    tid, report, _ = fake_claude("auth_failed")
+    task = q.get_task(tid)
+    assert report.next_state == "incoming" and task.headers["INTERRUPTED"] == "1"
+    assert "not counted: the agent's API credentials are missing or refused" in (
+        q.get_task_notes(tid)
+    )
+
+
 def test_a_session_killed_mid_stream_counts_its_turns(fake_claude) -> None:
     tid, report, _ = fake_claude("success", FAKE_CLAUDE_DIE_AFTER="3")
     assert report.outcome == "error" and report.turns == 1  # one assistant message seen

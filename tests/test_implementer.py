@@ -87,11 +87,13 @@ def test_finishing_without_commits_is_not_success(repo_with_agent: Path) -> None
     assert "without committing" in q.get_task(tid).history[-1]
 
 
-def test_a_missing_program_is_a_clear_note(git_project: Path) -> None:
+def test_a_missing_program_is_a_clear_note_and_costs_no_attempt(git_project: Path) -> None:
     write_agents(git_project, argv=["/no/such/agent-binary", "{prompt_file}"])
     tid, report = attempt("anything")
     assert report.next_state == "incoming"
-    assert "cannot run '/no/such/agent-binary'" in q.get_task_notes(tid)
+    assert "cannot run '/no/such/agent-binary': it does not exist" in q.get_task_notes(tid)
+    task = q.get_task(tid)
+    assert task.headers["INTERRUPTED"] == "1" and q.attempts_left(task, 3) == 3
 
 
 def test_a_missing_base_branch_fails_the_attempt_with_gits_words(repo_with_agent: Path) -> None:

@@ -135,7 +135,7 @@ class _Tally:
         if self.price:
             self.cost = self.tokens_in * self.price[0] + self.tokens_out * self.price[1]
 
-    def result(self, outcome: str, summary: str, **details: Any) -> AgentResult:
+    def result(self, outcome: str, summary: str, cause: str | None = None) -> AgentResult:
         return AgentResult(
             0 if outcome == "success" else None,
             outcome,
@@ -144,8 +144,28 @@ class _Tally:
             tokens_in=self.tokens_in,
             tokens_out=self.tokens_out,
             summary=clipped(summary, 500),
-            details=details,
+            cause=cause,
         )
+
+
+def _failure(exc: anthropic.APIError, deadline: float) -> tuple[str, str, str | None]:
+    """(outcome, summary, cause) of a call the API (or the way to it) refused: an overload
+    or a rate limit waits and is tried again without spending the attempt; credentials
+    refused, an overload or no answer at all are no task's fault (``base.CAUSES``)."""
+    if isinstance(exc, anthropic.APITimeoutError) and time.monotonic() >= deadline - 1:
+        return "timeout", "the API did not answer before the attempt's time ran out", None
+    if isinstance(exc, anthropic.APIConnectionError):
+        return "error", f"cannot reach the API: {exc}", "unreachable"
+    if not isinstance(exc, anthropic.APIStatusError):
+        return "error", f"API error: {exc}", None
+    said = f"API {exc.status_code}: {exc.message}"
+    if isinstance(exc, anthropic.OverloadedError):
+        return "rate_limited", said, "overloaded"
+    if isinstance(exc, anthropic.RateLimitError):
+        return "rate_limited", said, None
+    if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
+        return "error", said, "auth"
+    return "error", said, None
 
 
 class AnthropicBackend:
@@ -157,7 +177,7 @@ class AnthropicBackend:
         key = request.box.env.get("ANTHROPIC_API_KEY")
         tally = _Tally(agent["model"])
         if not key:
-            return tally.result("error", "ANTHROPIC_API_KEY is not set")
+            return tally.result("error", "ANTHROPIC_API_KEY is not set", "auth")
         client = anthropic.Anthropic(
             api_key=key, base_url=agent.get("base_url") or request.box.env.get("ANTHROPIC_BASE_URL")
         )
@@ -196,12 +216,8 @@ class AnthropicBackend:
                     messages=messages,
                     timeout=max(1.0, deadline - time.monotonic()),
                 )
-            except (anthropic.RateLimitError, anthropic.OverloadedError) as exc:
-                return tally.result("rate_limited", f"API {exc.status_code}: {exc.message}")
-            except anthropic.APIStatusError as exc:
-                return tally.result("error", f"API {exc.status_code}: {exc.message}")
-            except anthropic.APIConnectionError as exc:
-                return tally.result("error", f"cannot reach the API: {exc}")
+            except anthropic.APIError as exc:  # after the SDK's own retries
+                return tally.result(*_failure(exc, deadline))
             tally.add(response.usage)
             finished = self._turn(response, messages, tools, output, request.channel)
             if finished is not None:

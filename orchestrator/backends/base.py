@@ -22,6 +22,16 @@ if TYPE_CHECKING:  # only a type here: `status` imports backends to ask if agent
 #: ``interrupted``: the runner was told to stop (the scheduler's graceful shutdown); no
 #: backend returns it, the runner records it and gives the attempt back.
 OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited", "interrupted")
+#: Why an attempt failed when no task could have made it work: the agent's own setup or its
+#: API, the same for every task. Such an attempt is given back, and a run of them pauses
+#: the agent (the circuit breaker, ``agent_status.record_attempt``). What each means:
+CAUSES = {
+    "cannot-start": "the agent's program cannot start",
+    "box": "the sandbox cannot start",
+    "auth": "the agent's API credentials are missing or refused",
+    "overloaded": "the API is overloaded",
+    "unreachable": "the API cannot be reached",
+}
 # A line starting with NO_CHANGE_MARK (Markdown emphasis around it allowed), then why.
 _NO_CHANGE = re.compile(
     rf"^[ \t>*_`]*{re.escape(NO_CHANGE_MARK)}[*_`]*[ \t]*(.+?)[ \t`*_]*$", re.I | re.M
@@ -58,10 +68,13 @@ class AgentResult:
     session_id: str | None = None
     summary: str = ""
     details: dict = field(default_factory=dict)
+    cause: str | None = None  # one of CAUSES when no task could have made it work
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {self.outcome!r}")
+        if self.cause is not None and self.cause not in CAUSES:
+            raise ValueError(f"unknown cause {self.cause!r}")
 
 
 def clipped(text: str, limit: int, output: TailBuffer | None = None) -> str:

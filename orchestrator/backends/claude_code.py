@@ -34,6 +34,8 @@ MCP_CONFIG = json.dumps(
 )
 MCP_TOOLS = "mcp__octopoid"  # every tool of that server
 RATE_LIMIT_RE = re.compile(r"rate.?limit|overloaded|credit balance|quota|\b(429|529)\b", re.I)
+#: What Claude Code says when the API never answered (it names no HTTP status then).
+UNREACHABLE_RE = re.compile(r"unable to connect to API|connection error", re.I)
 #: Claude Code's subscription limit: "Claude AI usage limit reached|<epoch of the reset>",
 #: or "... limit reached ... resets 3pm" (the machine's local time).
 USAGE_LIMIT_RE = re.compile(r"usage limit reached\|(\d{9,11})", re.I)
@@ -129,6 +131,7 @@ class StreamJsonParser:
         self.result: dict[str, Any] | None = None
         self.session_id: str | None = None
         self.last_text = ""
+        self.api_error: str | None = None  # an assistant message's ``error`` (its API's)
         self._partial = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -185,6 +188,8 @@ class StreamJsonParser:
             self._say(f"[claude session {event.get('session_id')} model {event.get('model')}]")
 
     def _on_assistant(self, event: dict[str, Any]) -> None:
+        if isinstance(event.get("error"), str):
+            self.api_error = event["error"]
         message = event.get("message") or {}
         if message.get("id"):
             self.message_ids.add(message["id"])
@@ -251,6 +256,7 @@ class StreamJsonParser:
         return AgentResult(
             exit_code,
             outcome,
+            cause=_cause(r, text, self.api_error) if r.get("is_error") and not reset else None,
             turns=self.turns,
             cost_usd=_number(r.get("total_cost_usd")),
             tokens_in=count_of(usage.get("input_tokens")),
@@ -260,6 +266,19 @@ class StreamJsonParser:
             details=({"permission_denials": denials} if denials else {})
             | ({"reset_at": reset.isoformat()} if reset else {}),
         )
+
+
+def _cause(result: dict[str, Any], text: str, api_error: str | None) -> str | None:
+    """Which failure no task could have avoided a failed session reports (``base.CAUSES``):
+    the HTTP status Claude Code gives up on, else its own words for it."""
+    status = result.get("api_error_status")
+    if status in (401, 403) or api_error == "authentication_failed":
+        return "auth"
+    if status == 529 or (status is None and re.search(r"overloaded", text, re.I)):
+        return "overloaded"
+    if status is None and UNREACHABLE_RE.search(text):
+        return "unreachable"
+    return None
 
 
 def _number(value: Any) -> float | None:
@@ -279,10 +298,11 @@ class ClaudeCodeBackend:
         executable = find_claude(request.options)
         if executable is None:
             name = request.options.get("claude_path") or "claude"
-            return AgentResult(None, "error", summary=f"'{name}' is not on PATH; {INSTALL_HINT}")
+            why = f"'{name}' is not on PATH; {INSTALL_HINT}"
+            return AgentResult(None, "error", summary=why, cause="cannot-start")
         parser = StreamJsonParser(output)
         done = run_agent_process(claude_argv(executable, request), request, output, parser.feed)
         parser.finish()
         if done.start_error:
-            return AgentResult(None, "error", summary=done.start_error)
+            return AgentResult(None, "error", summary=done.start_error, cause=done.cause)
         return parser.to_result(done.exit_code, done.timed_out)

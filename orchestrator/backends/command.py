@@ -40,7 +40,7 @@ class CommandBackend:
         argv = expand_argv(request.options["argv"], request)
         done = run_agent_process(argv, request, output)
         if done.start_error:
-            return AgentResult(None, "error", summary=done.start_error)
+            return AgentResult(None, "error", summary=done.start_error, cause=done.cause)
         if done.timed_out:
             return AgentResult(
                 None, "timeout", summary=f"timed out after {request.timeout_seconds:g}s"

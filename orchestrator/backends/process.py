@@ -22,18 +22,23 @@ from pathlib import Path
 
 from ..fsutil import TailBuffer
 from ..processes import in_new_session_dying_with_parent, signal_group
+from ..sandbox.box import interpreter_of
 from .base import AgentRequest
 
 KILL_GRACE_SECONDS = 5.0
 TICK_SECONDS = 1.0
 EXIT_DRAIN_SECONDS = 0.5  # after the agent exits, output still arriving within this is kept
+HEAD_BYTES = 1024  # output kept aside: a box's own complaint is all a box that never ran says
+BWRAP_SAYS = "bwrap: "  # how bubblewrap starts what it says when it cannot go on
 
 
 @dataclass
 class ProcessOutcome:
     exit_code: int | None
     timed_out: bool
-    start_error: str | None = None
+    start_error: str | None = None  # it never ran, and why
+    cause: str | None = None  # why it never ran, in ``base.CAUSES``' words
+    head: bytes = b""  # the first ``HEAD_BYTES`` + 1 bytes of its output
 
 
 def run_agent_process(
@@ -45,12 +50,13 @@ def run_agent_process(
     """Run ``argv`` for ``request`` in its box, prompt on stdin, until exit or timeout.
 
     Raw output goes to ``on_chunk`` (a parser) or straight into ``output``. A program that
-    does not exist is said so plainly (the box would only say that it could not exec it).
+    cannot start is said so plainly (the box would only say that it could not exec it), and
+    so is a box that could not be made; both carry their ``cause``.
     """
-    missing = _missing(argv[0], request.box.cwd, request.box.env.get("PATH"))
-    if missing:
-        return ProcessOutcome(None, False, missing)
-    return run_process(
+    why = program_problem(argv[0], request.box.cwd, request.box.env.get("PATH"))
+    if why:
+        return ProcessOutcome(None, False, f"cannot run {argv[0]!r}: it {why}", "cannot-start")
+    done = run_process(
         request.box.wrap(argv),
         request.box.cwd,
         request.box.env,
@@ -60,12 +66,49 @@ def run_agent_process(
         request.on_tick,
         on_chunk,
     )
+    if done.start_error:  # bwrap itself, when there is a box
+        done.cause = "box" if request.box.sandboxed else "cannot-start"
+    elif request.box.sandboxed:
+        return _box_refused(done, argv[0])
+    return done
 
 
-def _missing(program: str, cwd: Path, path: str | None) -> str | None:
-    """Why ``program`` cannot be run from ``cwd`` with ``path``, or None if it can."""
-    found = shutil.which(program if "/" not in program else str(cwd / program), path=path)
-    return None if found else f"cannot run {program!r}: no such program (or not executable)"
+def _box_refused(done: ProcessOutcome, program: str) -> ProcessOutcome:
+    """bwrap's own complaint (status 1, one line of its own and nothing else) means the box
+    never ran the program: it could not exec it, or the box could not be made."""
+    said = done.head.decode(errors="replace").strip()
+    if done.exit_code != 1 or len(done.head) > HEAD_BYTES or "\n" in said:
+        return done
+    if not said.startswith(BWRAP_SAYS):
+        return done
+    if said.startswith(f"{BWRAP_SAYS}execvp "):
+        why = f"cannot run {program!r} in its box: {said}"
+        return ProcessOutcome(1, False, why, "cannot-start")
+    return ProcessOutcome(1, False, f"the box could not start: {said}", "box")
+
+
+def program_problem(
+    program: str, cwd: Path, path: str | None, unseen: tuple[Path, ...] = ()
+) -> str | None:
+    """Why ``program`` cannot start from ``cwd`` with ``path`` (to follow "it": "is not on
+    PATH", "does not exist", ...), or None: found, an executable file, its ``#!``
+    interpreter found too, and not inside one of ``unseen`` (where its box sees nothing)."""
+    if "/" in program:
+        found: str | None = str(cwd / program)  # an absolute program stays itself
+        if not os.path.exists(found):
+            return "does not exist"
+    elif (found := shutil.which(program, path=path)) is None:
+        return "is not on PATH"
+    if not os.path.isfile(found) or not os.access(found, os.X_OK):
+        return "is not an executable file"
+    real = Path(os.path.realpath(found))
+    hidden = next((p for p in unseen if p == real or p in real.parents), None)
+    if hidden is not None:
+        return f"is inside {hidden}, which no box is shown"
+    interpreter = interpreter_of(real)
+    if interpreter and not shutil.which(interpreter, path=path):
+        return f"needs {interpreter!r} (its #! line), which is not found"
+    return None
 
 
 def run_process(
@@ -91,17 +134,24 @@ def run_process(
         )
     except OSError as exc:
         return ProcessOutcome(None, False, f"cannot run {argv[0]!r}: {exc.strerror or exc}")
-    sink = on_chunk or output.feed
+    head = bytearray()
+
+    def sink(chunk: bytes) -> None:
+        if len(head) <= HEAD_BYTES:
+            head.extend(chunk[: HEAD_BYTES + 1 - len(head)])
+        (on_chunk or output.feed)(chunk)
+
     try:
         if stdin_data is not None:
             _feed_stdin(proc, stdin_data)
         deadline = time.monotonic() + timeout_seconds
         if _pump(proc, sink, deadline, on_tick):
-            return ProcessOutcome(None, True)
+            return ProcessOutcome(None, True, head=bytes(head))
         try:  # output closed; the process may still be finishing
-            return ProcessOutcome(proc.wait(max(0.0, deadline - time.monotonic())), False)
+            code = proc.wait(max(0.0, deadline - time.monotonic()))
+            return ProcessOutcome(code, False, head=bytes(head))
         except subprocess.TimeoutExpired:
-            return ProcessOutcome(None, True)
+            return ProcessOutcome(None, True, head=bytes(head))
     finally:
         _kill_group(proc)
 

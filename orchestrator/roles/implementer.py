@@ -36,8 +36,15 @@ from .. import (
     sandbox,
 )
 from ..backends import AgentRequest, AgentResult, get_backend
-from ..backends.base import no_change_reason
-from ..exceptions import InvalidInput, InvalidTask, LostClaim, OctopoidError, StorageError
+from ..backends.base import CAUSES, no_change_reason
+from ..exceptions import (
+    InvalidInput,
+    InvalidTask,
+    LostClaim,
+    OctopoidError,
+    SandboxError,
+    StorageError,
+)
 from ..fsutil import TailBuffer, atomic_write
 from ..leases import attempts_left
 from ..memory import lifecycle
@@ -149,8 +156,9 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         result = AgentResult(None, "interrupted", summary=str(exc), details={"stop": "Terminated"})
     except LostClaim as exc:
         result = AgentResult(None, "error", summary=str(exc), details={"stop": "LostClaim"})
-    except OctopoidError as exc:
-        result = AgentResult(None, "error", summary=str(exc))
+    except OctopoidError as exc:  # a box that cannot be made is no task's fault
+        cause = "box" if isinstance(exc, SandboxError) else None
+        result = AgentResult(None, "error", summary=str(exc), cause=cause)
     finally:
         kill_claim_processes(token)  # whatever the agent left running dies with the attempt
         if space is not None:
@@ -177,6 +185,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     agent_status.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd,
         tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
+        cause=result.cause, summary=result.summary,
     )  # fmt: skip
     return report
 
@@ -352,7 +361,7 @@ def _contained(result: AgentResult, back: BroughtBack, output: TailBuffer) -> Ag
     if not back.breaches:
         return result
     summary = f"the agent reached outside its branch: {'; '.join(back.breaches)}"
-    return dataclasses.replace(result, outcome="error", summary=summary)
+    return dataclasses.replace(result, outcome="error", summary=summary, cause=None)
 
 
 def _release(task: Task, result: AgentResult, commits: int, exc: StorageError) -> AttemptReport:
@@ -393,9 +402,10 @@ def _save_notes(
     output: TailBuffer,
     log_dir: Path,
 ) -> None:
+    given_back = f"; not counted: {CAUSES[result.cause]}" if result.cause else ""
     output.feed(
         f"\n[octopoid] attempt {task.attempts}: {result.outcome}: {result.summary}; "
-        f"{commits} commit{'s' * (commits != 1)}\n".encode()
+        f"{commits} commit{'s' * (commits != 1)}{given_back}\n".encode()
     )
     output.close()
     queue_utils.save_task_notes(
@@ -528,23 +538,8 @@ def _settle(
     if stop == "Terminated":
         queue_utils.requeue_task(task, reason, "octopoid", counted=False, set_headers=mark)
         return report(TaskState.INCOMING)
-    if result.outcome == "rate_limited" and result.details.get("reset_at"):
-        soonest = utcnow() + timedelta(seconds=agents_cfg["rate_limit_backoff_seconds"])
-        until = max(datetime.fromisoformat(result.details["reset_at"]), soonest)  # not past
-        why = f"usage limit reached; it resets at {format_time(until)}"
-        agent_status.pause_until(agent["name"], until, why)
-        reason = f"{agent['name']}'s {why}; the attempt is given back"
-        queue_utils.requeue_task(task, reason, "octopoid", counted=False)
-        return report(TaskState.INCOMING)
-    if result.outcome == "rate_limited":
-        wait = timedelta(seconds=agents_cfg["rate_limit_backoff_seconds"])
-        queue_utils.requeue_task(
-            task,
-            f"{reason}; backing off {wait}",
-            "octopoid",
-            counted=False,
-            set_headers={"NOT_BEFORE": format_time(utcnow() + wait)},
-        )
+    if (given_back := _give_back(task, agent, agents_cfg, result, reason, mark)) is not None:
+        reason = given_back
         return report(TaskState.INCOMING)
     if result.outcome == "success" and commits == 0 and result.details.get("no_change"):
         why = result.details["no_change"]
@@ -577,6 +572,36 @@ def _settle(
         return report(TaskState.INCOMING)
     queue_utils.fail_task(task, f"attempts exhausted; {reason}", headers=mark)
     return report(TaskState.FAILED)
+
+
+def _give_back(
+    task: Task, agent: dict, agents_cfg: dict, result: AgentResult, reason: str, mark: dict
+) -> str | None:
+    """Requeue the task without spending the attempt when the task was not why it failed,
+    and say why (None: it was). A usage limit pauses the agent until its reset; a rate
+    limit, or a cause no task can fix (``CAUSES``), holds the task back a while, so the
+    next claim takes another task (and the breaker counts across tasks)."""
+    if result.outcome == "rate_limited" and result.details.get("reset_at"):
+        soonest = utcnow() + timedelta(seconds=agents_cfg["rate_limit_backoff_seconds"])
+        until = max(datetime.fromisoformat(result.details["reset_at"]), soonest)  # not past
+        why = f"usage limit reached; it resets at {format_time(until)}"
+        agent_status.pause_until(agent["name"], until, why)
+        reason = f"{agent['name']}'s {why}; the attempt is given back"
+        queue_utils.requeue_task(task, reason, "octopoid", counted=False, set_headers=mark)
+        return reason
+    if result.outcome != "rate_limited" and result.cause is None:
+        return None
+    if result.cause is not None:
+        reason = f"not counted, {CAUSES[result.cause]}: {result.summary}"
+    wait = timedelta(seconds=agents_cfg["rate_limit_backoff_seconds"])
+    queue_utils.requeue_task(
+        task,
+        f"{reason}; backing off {wait}",
+        "octopoid",
+        counted=False,
+        set_headers={"NOT_BEFORE": format_time(utcnow() + wait), **mark},
+    )
+    return reason
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -165,18 +165,25 @@ def _needed_paths(need: str) -> list[Path]:
     if not os.access(real, os.X_OK):
         return [path, real]
     paths = [path.parent, real.parent]
+    interpreter = interpreter_of(real)
+    located = shutil.which(interpreter) if interpreter else None
+    if located:
+        paths.append(Path(os.path.realpath(located)).parent.parent)
+    return paths
+
+
+def interpreter_of(program: Path) -> str | None:
+    """The interpreter a script's ``#!`` line names (``#!/usr/bin/env node``: ``node``),
+    or None for a binary (or a file that cannot be read)."""
     try:
-        with open(real, "rb") as f:
+        with open(program, "rb") as f:
             first = f.readline(256)
     except OSError:
-        return paths
+        return None
     words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
-    if words:
-        interpreter = words[1] if words[0] == "/usr/bin/env" and len(words) > 1 else words[0]
-        located = shutil.which(interpreter)
-        if located:
-            paths.append(Path(os.path.realpath(located)).parent.parent)
-    return paths
+    if not words:
+        return None
+    return words[1] if words[0] == "/usr/bin/env" and len(words) > 1 else words[0]
 
 
 def bwrap_box(

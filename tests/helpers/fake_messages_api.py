@@ -79,8 +79,9 @@ class FakeMessagesAPI:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
-                if status in (429, 529):
+                if status in (429, 529):  # try again at once (the SDK waits out a 0)
                     self.send_header("retry-after", "0")
+                    self.send_header("retry-after-ms", "1")
                 self.end_headers()
                 self.wfile.write(data)
 
