@@ -248,3 +248,38 @@ def test_the_live_log_appends_and_keeps_the_reader_s_place(page, git_project: Pa
     wait_for("more lines below", lambda: log.inner_text().count("tick") > seen, timeout=15)
     assert page.evaluate("document.getElementById('live-log').scrollTop") == 0
     assert page.evaluate("document.getElementById('live-log').firstChild.marked") is True
+
+
+def test_the_page_s_own_reload_never_aborts_a_click_the_reader_made(page, git_project) -> None:
+    """The attempt ends while the reader's click on a tab is on its way: the page must not
+    reload itself over it (that aborted the click, and a test's navigation, under load).
+
+    The click's request is held until the page has been told the attempt is over, so the
+    two always meet, however fast this machine is."""
+    task_id = q.create_task("long-tick along").id
+    wait_for("the claim", lambda: state_of(task_id) == "claimed", timeout=30)
+    page.goto(f"{page.url.split('?')[0].rstrip('/')}/tasks/TASK-{task_id}")
+    running, held, told_over = [True], [], []
+
+    def live(route) -> None:  # the server's answer, except that we say when it is over
+        if not running[0]:
+            told_over.append(route.request.url)
+        body = f'{{"running": {"true" if running[0] else "false"}, "text": "", "next": 0}}'
+        route.fulfill(status=200, content_type="application/json", body=body)
+
+    page.route("**/live.json*", live)
+    page.route("**/tasks/*?tab=history", lambda route: held.append(route))
+    # A click as the reader makes it, dispatched without Playwright waiting for its navigation
+    page.evaluate("document.querySelector('nav.tabs a[href=\"?tab=history\"]').click()")
+    pump = page.wait_for_timeout  # Playwright hands us its events while we wait on it (an
+    # evaluate would wait for the held navigation instead)
+    wait_for("the click's request", lambda: pump(50) or held, timeout=30)
+    running[0] = False
+    # Asked again after being told: the page has read the news and not reloaded over the click
+    # (before the fix, the first answer made it reload, aborting the held request).
+    wait_for("the news read", lambda: pump(50) or len(told_over) > 1, timeout=30)
+    held[0].continue_()
+    page.wait_for_url("**?tab=history")
+    from playwright.sync_api import expect
+
+    expect(page.locator("nav.tabs a.on")).to_have_text("History")

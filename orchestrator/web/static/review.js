@@ -221,13 +221,26 @@ document.addEventListener("submit", (event) => {
 
 // The Live tab: new output is appended (never the whole log again), the reader's scroll
 // position is kept unless they were at the newest line, which it then follows; once the
-// attempt has ended the page reloads, once, into review.
+// attempt has ended the page reloads, once, into review. A navigation the reader started
+// (a tab clicked, a link, the address bar) wins: a reload then would abort it, so the page
+// only reloads itself when nobody is leaving it.
 (function followLive() {
   const live = document.getElementById("live");
   if (!live) return;
   const log = document.getElementById("live-log");
   let offset = Number(live.dataset.offset || 0);
   let busy = false;
+  let leaving = 0;  // when the reader last started a navigation away (beforeunload)
+  window.addEventListener("beforeunload", () => { leaving = Date.now(); });
+  // A navigation that was cancelled (a download, a 204) leaves the page here: then it may
+  // reload itself again after a while.
+  const readerIsLeaving = () => Date.now() - leaving < 10000;
+  const reloadUnlessLeaving = () => {
+    if (readerIsLeaving()) return false;
+    clearInterval(timer);
+    window.location.reload();
+    return true;
+  };
   log.scrollTop = log.scrollHeight;
   const timer = setInterval(async () => {
     if (busy) return;
@@ -237,14 +250,12 @@ document.addEventListener("submit", (event) => {
                                 {credentials: "same-origin"});
       const json = (reply.headers.get("content-type") || "").includes("json");
       if (!reply.ok || !json) {  // signed out (the sign-in page came back), or gone
-        clearInterval(timer);
-        window.location.reload();
+        reloadUnlessLeaving();
         return;
       }
       const news = await reply.json();
       if (!news.running) {
-        clearInterval(timer);
-        window.location.reload();
+        reloadUnlessLeaving();
         return;
       }
       if (news.text) {
