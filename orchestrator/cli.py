@@ -46,6 +46,7 @@ doctor_checks = lazy_import("orchestrator.doctor")
 importer = lazy_import("orchestrator.importer")
 intake = lazy_import("orchestrator.intake")
 listing = lazy_import("orchestrator.listing")
+merge_guard = lazy_import("orchestrator.merge_guard")
 queue_utils = lazy_import("orchestrator.queue_utils")
 questions = lazy_import("orchestrator.questions")
 recovery = lazy_import("orchestrator.recovery")
@@ -124,6 +125,13 @@ def _no_longer_merges(label: str, files: list[str]) -> str:
     return (
         f"{label} no longer merges into its base (conflicts in {shown or '?'}): "
         f"`octopoid reject {label} --reason ...` sends it back to rebase"
+    )
+
+
+def _refused(label: str, paths: list[str]) -> str:
+    return (
+        f"{label} is refused: {merge_guard.reason(paths)}: "
+        f"`octopoid reject {label} --reason ...` sends it back without them"
     )
 
 
@@ -269,6 +277,8 @@ def list_cmd(
             click.echo(f"{line.id} is stuck: {line.blockage.stuck}")
         if line.conflicts is not None:
             click.echo(_no_longer_merges(line.id, line.conflicts))
+        if line.refused:
+            click.echo(_refused(line.id, line.refused))
 
 
 LIST_HEADER = ["ID", "STATE", "PRI", "ROLE", "ATT", "BLOCKED", "TITLE"]
@@ -284,7 +294,9 @@ def _print_lines(lines: Iterator[listing.Line], as_json: bool, aligned: bool = F
     rows = (
         [
             line.id,
-            line.state + (" (conflicts)" if line.conflicts is not None else ""),
+            line.state
+            + (" (refused)" if line.refused else "")
+            + (" (conflicts)" if line.conflicts is not None else ""),
             line.priority,
             line.role,
             str(line.attempts),
@@ -379,7 +391,10 @@ def status(as_json: bool) -> None:
         for t in blocked["stuck"]:
             click.echo(f"  {t['id']} is stuck: {t['why']}")
     for t in summary["unmergeable"]:
-        click.echo(_no_longer_merges(t["id"], t["conflicts"]))
+        if t["conflicts"] is not None:
+            click.echo(_no_longer_merges(t["id"], t["conflicts"]))
+        if t["refused"]:
+            click.echo(_refused(t["id"], t["refused"]))
     for asked in summary["questions"]:
         click.echo(f"{asked['task']} asks: {asked['question'][:200]} (`octopoid answer`)")
     for t in summary["pull_requests"]:
@@ -659,7 +674,9 @@ def checks_cmd(task_id: str) -> None:
             click.echo(result.output.rstrip())
     if verdict.conflicts is not None:
         click.echo(f"merge pre-check: conflicts in {', '.join(verdict.conflicts) or '?'}")
-    else:
+    if verdict.refused:
+        click.echo(f"merge pre-check: refused: {merge_guard.reason(verdict.refused)}")
+    if verdict.conflicts is None and not verdict.refused:
         click.echo("merge pre-check: merges cleanly into its base")
     sys.exit(0 if verdict.passed else 1)
 

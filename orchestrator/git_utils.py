@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from . import config
+from . import config, merge_guard
 from .exceptions import ConfigError, GitError, MergeRefused
 from .fsutil import remove_tree
 from .lazy import lazy_import
@@ -217,7 +217,9 @@ def adopt(repo: git.Repo, branch: str, sha: str, replace: bool = False) -> bool:
             where = open_repo(checkout)
             if replace:
                 where.git.reset("--hard", sha)
-            elif where.is_dirty(untracked_files=False):
+            elif where.is_dirty(untracked_files=False) or merge_guard.replaced_in(
+                checkout, tip, sha
+            ):
                 return False
             else:
                 where.git.merge("--ff-only", sha)
@@ -274,17 +276,6 @@ def commits_on_branch(repo: git.Repo, task_id: str, since: str, base: str | None
     exclude = [f"^{since}"] + ([f"^{full_ref(base)}"] if base else [])
     with git_errors(f"git rev-list {since}..{branch_for(task_id)}"):
         return int(repo.git.rev_list("--count", f"refs/heads/{branch_for(task_id)}", *exclude))
-
-
-def changed_paths(repo: git.Repo, task_id: str, base: str, *paths: str) -> list[str]:
-    """Paths at or under ``paths`` that the task's branch changes since it left ``base``."""
-    branch = branch_for(task_id)
-    with git_errors(f"git diff {base}...{branch}"):
-        out = repo.git.diff(
-            "--no-ext-diff", "--no-renames", "--name-only", "-z",
-            f"{full_ref(base)}...refs/heads/{branch}", "--", *paths,
-        )  # fmt: skip
-    return [name for name in out.split("\0") if name]
 
 
 def branch_history(
@@ -522,6 +513,7 @@ def merge_task_branch(
         raise GitError(f"base branch '{base}' does not exist")
     message = f"Merge {task_label(task_id)}: {title}"
     with repo_admin_lock():
+        merge_guard.refuse_replacing(Path(repo.working_dir), full_ref(base), full_ref(branch))
         checkout = _checkout_of(repo, base)
         if checkout is not None:
             where = open_repo(checkout, hooks=run_hooks)
@@ -630,6 +622,9 @@ def merge_onto_remote(
             old = fetch_branches(repo, remote, [base]).get(base)
             if old is None:
                 raise GitError(f"the remote {remote} has no branch '{base}' to merge into")
+            merge_guard.refuse_replacing(
+                Path(repo.working_dir), remote_ref(remote, base), full_ref(branch)
+            )
             try:
                 new = _merge_detached(
                     repo, branch, remote_ref(remote, base), strategy, message, run_hooks, push

@@ -207,7 +207,9 @@ def test_list_and_status_mark_a_review_whose_branch_no_longer_merges(git_project
     assert rows[f"TASK-{tid}"]["conflicts"] == ["README.md"]
     assert rows[f"TASK-{clean}"]["conflicts"] is None
     status = json.loads(cli("status", "--json"))
-    assert status["unmergeable"] == [{"id": f"TASK-{tid}", "conflicts": ["README.md"]}]
+    assert status["unmergeable"] == [
+        {"id": f"TASK-{tid}", "conflicts": ["README.md"], "refused": []}
+    ]
     assert f"TASK-{tid} no longer merges" in cli("status")
     cache = git_project / ".octopoid/runtime/merge-checks.json"
-    assert len(json.loads(cache.read_text())) == 2  # one judgement per waiting review
+    assert len(json.loads(cache.read_text())) == 4  # two judgements per waiting review

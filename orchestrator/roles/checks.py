@@ -4,7 +4,8 @@ An attempt that made commits reaches provisional only if every configured check 
 its work (in a box: ``sandbox.Workspace.check_box``) and its branch still merges cleanly
 into its base. Otherwise the attempt counts, the task goes back to incoming, and its retry
 notes get a ``## Checks`` section with each failing command, its exit code and the tail of
-its output (or the conflicting files), so the next attempt starts from exactly what failed.
+its output (or the conflicting files, or the paths a merge would refuse to write), so the
+next attempt starts from exactly what failed.
 
 Checks come from config.yaml ``checks.commands`` plus the task's own ``CHECKS`` header (a
 JSON list, set by ``enqueue --check``). Each runs with ``sh -c`` in its own process group,
@@ -16,9 +17,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .. import git_utils
+from .. import config, git_utils, merge_guard
 from ..backends.process import run_process
 from ..exceptions import InvalidTask
 from ..fsutil import TailBuffer
@@ -53,6 +54,7 @@ class Verdict:
 
     results: list[CheckResult]
     conflicts: list[str] | None  # None: the branch merges cleanly
+    refused: list[str] = field(default_factory=list)  # paths accept would refuse to write
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -60,7 +62,7 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        return not self.failed and self.conflicts is None
+        return not self.failed and self.conflicts is None and not self.refused
 
     def summary(self) -> str:
         """One line for the task's History."""
@@ -70,6 +72,8 @@ class Verdict:
             parts.append(f"{len(self.failed)} failed ({each})")
         if self.conflicts is not None:
             parts.append(f"conflicts with its base in {', '.join(self.conflicts) or '?'}")
+        if self.refused:
+            parts.append(f"refused: {merge_guard.reason(self.refused)}")
         return ", ".join(parts)
 
 
@@ -80,7 +84,7 @@ def verify(task: Task, box: Box, cfg: dict, on_tick: Callable[[], None]) -> Verd
     results = [
         _run_one(command, box, limit, timeout, on_tick) for command in commands_for(task, cfg)
     ]
-    return Verdict(results, merge_conflicts(task))
+    return Verdict(results, *merge_precheck(task))
 
 
 def budget_seconds(task: Task, cfg: dict) -> int:
@@ -119,12 +123,17 @@ def _run_one(
     return CheckResult(command, done.exit_code, seconds, output.text(), problem)
 
 
-def merge_conflicts(task: Task) -> list[str] | None:
-    """Files that would conflict if the branch were merged into its base now (None: clean).
+def merge_precheck(task: Task) -> tuple[list[str] | None, list[str]]:
+    """Would the branch merge into its base now: the files that would conflict (None:
+    clean), and the paths accept would refuse to write (``merge_guard``: what the person's
+    checkout holds untracked or ignored, octopoid's runtime).
 
     ``git merge-tree --write-tree`` computes the merge without touching any worktree or ref.
     """
-    return git_utils.merge_conflicts(git_utils.open_repo(), task.id, task.branch)
+    conflicts = git_utils.merge_conflicts(git_utils.open_repo(), task.id, task.branch)
+    checkouts = merge_guard.Checkouts(config.find_project_root())
+    branch = f"refs/heads/{git_utils.branch_for(task.id)}"
+    return conflicts, checkouts.refused(git_utils.full_ref(task.branch), branch)
 
 
 def notes_text(verdict: Verdict) -> str:
@@ -139,5 +148,13 @@ def notes_text(verdict: Verdict) -> str:
         parts.append(
             "The branch no longer merges cleanly into its base. Conflicting files:\n"
             f"{files}\nRebase onto the base branch (git rebase) and resolve them.\n"
+        )
+    if verdict.refused:
+        paths = "\n".join(f"  {name}" for name in verdict.refused)
+        parts.append(
+            "The branch writes paths that the person's checkout holds untracked or ignored "
+            "(their files, or octopoid's runtime), which a merge would delete or replace; "
+            f"accept refuses it:\n{paths}\nTake these paths out of the branch (git rm "
+            "--cached, then commit): they are not the task's to change.\n"
         )
     return "\n".join(parts)

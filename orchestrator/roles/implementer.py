@@ -308,7 +308,7 @@ def _verify(task: Task, cfg: dict, claim: Claim, space: Workspace) -> checks.Ver
             with space.check_box() as box:
                 verdict = checks.verify(task, box, cfg, claim.tick)
         else:  # nothing runs the agent's code: the merge pre-check needs no box
-            verdict = checks.Verdict([], checks.merge_conflicts(task))
+            verdict = checks.Verdict([], *checks.merge_precheck(task))
     except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
         failed = checks.CheckResult("(the checks)", None, 0.0, "", str(exc))
         verdict = checks.Verdict([failed], None)
