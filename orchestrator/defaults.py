@@ -70,3 +70,19 @@ DATABASE_WAIT_SECONDS = 30.0
 #: connection included: its agent's work and notes should survive an outage of minutes,
 #: while an interactive command says at once that the database is down.
 RUNNER_DATABASE_WAIT_SECONDS = 300.0
+
+#: What one attempt's read-back may bring, and its clone may use (config.yaml ``sandbox``,
+#: sandbox/bounds.py). A task's branch usually brings kilobytes to a few megabytes; these
+#: leave room for a vendored dependency or generated data, and stop bombs (a blob of
+#: gigabytes of zeros packs into megabytes; a million objects cost memory in every walk).
+#: The pack upload-pack sends (compressed): a few hundred MB is already a huge commit.
+MAX_PACK_BYTES = 256 * 1024 * 1024
+#: New objects in it: a vendored node_modules is tens of thousands; a bomb is millions.
+MAX_OBJECTS = 200_000
+#: Their size unpacked: what a checkout of them writes (the checks' clone, the merge).
+MAX_BRANCH_BYTES = 1024 * 1024 * 1024
+#: What the agent may add to its clone's disk use while it runs (builds, caches and
+#: dependencies included: a Rust target/ or a node_modules take gigabytes).
+MAX_CLONE_BYTES = 10 * 1024 * 1024 * 1024
+#: Seconds between measurements of a running attempt's clone (a walk of its files).
+CLONE_CHECK_SECONDS = 10.0

@@ -61,6 +61,7 @@ from ..prompts import (
     render_previous_notes,
 )
 from ..redaction import Redactor, hide_also, redact
+from ..sandbox.bounds import ReadBackRefused
 from ..sandbox.workspace import BroughtBack, Workspace
 from ..task_notes import add_notes_section, stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
@@ -332,9 +333,13 @@ def _publish(task: Task, space: Workspace, commits: int) -> None:
 
 def _contained(result: AgentResult, back: BroughtBack, output: TailBuffer) -> AgentResult:
     """What octopoid found bringing the work back goes into the output (and so the notes);
-    an attempt that reached outside its branch fails, whatever the agent said."""
-    for line in (*back.remarks, *back.breaches):
+    an attempt that reached outside its branch, or left what a ``sandbox`` bound refuses,
+    fails, whatever the agent said."""
+    for line in (*back.remarks, *back.breaches, *back.refused):
         output.feed(f"[octopoid] {line}\n".encode())
+    if back.refused:
+        summary = f"octopoid refused the attempt's work: {'; '.join(back.refused)}"
+        return dataclasses.replace(result, outcome="error", summary=summary)
     if not back.breaches:
         return result
     summary = f"the agent reached outside its branch: {'; '.join(back.breaches)}"
@@ -448,6 +453,8 @@ def _work(
 
     def tick() -> None:
         claim.tick()
+        if (too_big := space.over_bounds()) is not None:
+            raise ReadBackRefused(too_big)  # the attempt stops; bring_back says why
         if time.monotonic() - shown[0] >= PROGRESS_EVERY_SECONDS:
             progress = space.take_progress()
             if progress is not None:
