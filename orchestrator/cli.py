@@ -690,7 +690,7 @@ def diff(task_id: str, stat: bool, as_json: bool) -> None:
     if as_json and not stat:
         raise click.UsageError("--json goes with --stat (the diff itself is text)")
     if not stat:  # git's bytes as they are, whatever the locale says: `git diff` prints them so
-        click.echo(diffs.task_diff(task_id).encode("utf-8", "surrogateescape"))
+        diffs.write_diff(task_id, sys.stdout.buffer)
         return
     summary = diffs.stat_summary(task_id)
     if as_json:

@@ -86,3 +86,12 @@ MAX_BRANCH_BYTES = 1024 * 1024 * 1024
 MAX_CLONE_BYTES = 10 * 1024 * 1024 * 1024
 #: Seconds between measurements of a running attempt's clone (a walk of its files).
 CLONE_CHECK_SECONDS = 10.0
+
+#: Bytes past which a file is a binary file to every diff octopoid reads (the review page,
+#: `diff`, `diff --stat`): git does not load it. git's diff of a file holds ~40 bytes a
+#: line, so 30 MB of empty lines cost it 1.2 GB and half a minute; source files are far
+#: smaller than this.
+DIFF_TEXT_BYTES = 8 * 1024 * 1024
+#: Seconds the review page gives git to count a diff's lines before it says the diff is
+#: too big to draw there (`octopoid diff` streams it whatever its size).
+DIFF_STAT_SECONDS = 20.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import git
@@ -144,7 +145,9 @@ def test_reject_keeps_branch_and_worktree(git_project: Path) -> None:
 
 def test_diff_and_prune(git_project: Path) -> None:
     tid = provisional_with_commit(git_project)
-    assert "+new" in diffs.task_diff(tid)
+    out = io.BytesIO()
+    diffs.write_diff(tid, out)
+    assert b"+new" in out.getvalue()
     assert review.prune_worktrees() == []  # provisional: kept
     set_strategy(git_project, "none")
     review.accept(tid)
