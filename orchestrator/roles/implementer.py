@@ -90,6 +90,7 @@ class AttemptReport:
     next_state: str
     reason: str
     peak_rss_kib: int = 0
+    peak_children_rss_kib: int = 0  # of what it waited for: the agent, checks, git
 
 
 def attempt_log_dir(task_id: str) -> Path:
@@ -590,6 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         kill_descendants()  # orphans the attempt left, adopted by us as subreaper
     report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report.peak_children_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(redact(json.dumps(report.__dict__)), flush=True)
     return 0
 
