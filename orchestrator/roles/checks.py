@@ -123,17 +123,21 @@ def _run_one(
     return CheckResult(command, done.exit_code, seconds, output.text(), problem)
 
 
-def merge_precheck(task: Task) -> tuple[list[str] | None, list[str]]:
-    """Would the branch merge into its base now: the files that would conflict (None:
-    clean), and the paths accept would refuse to write (``merge_guard``: what the person's
-    checkout holds untracked or ignored, octopoid's runtime).
+def merge_conflicts(task: Task) -> list[str] | None:
+    """Files that would conflict if the branch were merged into its base now (None: clean).
 
     ``git merge-tree --write-tree`` computes the merge without touching any worktree or ref.
     """
-    conflicts = git_utils.merge_conflicts(git_utils.open_repo(), task.id, task.branch)
+    return git_utils.merge_conflicts(git_utils.open_repo(), task.id, task.branch)
+
+
+def merge_precheck(task: Task) -> tuple[list[str] | None, list[str]]:
+    """Would the branch merge into its base now: the files that would conflict (None:
+    clean), and the paths accept would refuse to write (``merge_guard``: what the person's
+    checkout holds untracked or ignored, octopoid's runtime)."""
     checkouts = merge_guard.Checkouts(config.find_project_root())
     branch = f"refs/heads/{git_utils.branch_for(task.id)}"
-    return conflicts, checkouts.refused(git_utils.full_ref(task.branch), branch)
+    return merge_conflicts(task), checkouts.refused(git_utils.full_ref(task.branch), branch)
 
 
 def notes_text(verdict: Verdict) -> str:
