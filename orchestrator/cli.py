@@ -47,6 +47,7 @@ doctor_checks = lazy_import("orchestrator.doctor")
 importer = lazy_import("orchestrator.importer")
 intake = lazy_import("orchestrator.intake")
 listing = lazy_import("orchestrator.listing")
+merge_guard = lazy_import("orchestrator.merge_guard")
 queue_utils = lazy_import("orchestrator.queue_utils")
 questions = lazy_import("orchestrator.questions")
 recovery = lazy_import("orchestrator.recovery")
@@ -125,6 +126,13 @@ def _no_longer_merges(label: str, files: list[str]) -> str:
     return (
         f"{label} no longer merges into its base (conflicts in {shown or '?'}): "
         f"`octopoid reject {label} --reason ...` sends it back to rebase"
+    )
+
+
+def _refused(label: str, paths: list[str]) -> str:
+    return (
+        f"{label} is refused: {merge_guard.reason(paths)}: "
+        f"`octopoid reject {label} --reason ...` sends it back without them"
     )
 
 
@@ -291,6 +299,8 @@ def list_cmd(
             click.echo(f"{line.id} is stuck: {line.blockage.stuck}")
         if line.conflicts is not None:
             click.echo(_no_longer_merges(line.id, line.conflicts))
+        if line.refused:
+            click.echo(_refused(line.id, line.refused))
 
 
 def _emit_json_array(lines: Iterator[listing.Line]) -> None:
@@ -314,7 +324,9 @@ def _print_lines(lines: Iterator[listing.Line], aligned: bool = False) -> None:
     rows = (
         [
             line.id,
-            line.state + (" (conflicts)" if line.conflicts is not None else ""),
+            line.state
+            + (" (refused)" if line.refused else "")
+            + (" (conflicts)" if line.conflicts is not None else ""),
             line.priority or "-",
             line.role or "-",
             "-" if line.attempts is None else str(line.attempts),
@@ -418,7 +430,10 @@ def status(as_json: bool) -> None:
         for t in blocked["stuck"]:
             click.echo(f"  {t['id']} is stuck: {t['why']}")
     for t in summary["unmergeable"]:
-        click.echo(_no_longer_merges(t["id"], t["conflicts"]))
+        if t["conflicts"] is not None:
+            click.echo(_no_longer_merges(t["id"], t["conflicts"]))
+        if t["refused"]:
+            click.echo(_refused(t["id"], t["refused"]))
     for t in summary["bouncing"]:
         click.echo(bounces.line(t))
     for asked in summary["questions"]:
@@ -703,7 +718,9 @@ def checks_cmd(task_id: str) -> None:
             click.echo(result.output.rstrip())
     if verdict.conflicts is not None:
         click.echo(f"merge pre-check: conflicts in {', '.join(verdict.conflicts) or '?'}")
-    else:
+    if verdict.refused:
+        click.echo(f"merge pre-check: refused: {merge_guard.reason(verdict.refused)}")
+    if verdict.conflicts is None and not verdict.refused:
         click.echo("merge pre-check: merges cleanly into its base")
     sys.exit(0 if verdict.passed else 1)
 
@@ -717,7 +734,7 @@ def diff(task_id: str, stat: bool, as_json: bool) -> None:
     if as_json and not stat:
         raise click.UsageError("--json goes with --stat (the diff itself is text)")
     if not stat:  # git's bytes as they are, whatever the locale says: `git diff` prints them so
-        click.echo(diffs.task_diff(task_id).encode("utf-8", "surrogateescape"))
+        diffs.write_diff(task_id, sys.stdout.buffer)
         return
     summary = diffs.stat_summary(task_id)
     if as_json:

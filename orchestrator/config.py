@@ -177,6 +177,11 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "mode": Field(str, "bwrap", choices=("bwrap", "none")),
         "network": Field(str, "host", choices=("host", "none")),  # for the checks
         "expose": Field(list, [], items=str),  # host paths every box sees read-only
+        # what a read-back may bring and a clone may use (sandbox/bounds.py)
+        "max_pack_bytes": Field(int, defaults.MAX_PACK_BYTES, minimum=1024),
+        "max_objects": Field(int, defaults.MAX_OBJECTS, minimum=1),
+        "max_branch_bytes": Field(int, defaults.MAX_BRANCH_BYTES, minimum=1024),
+        "max_clone_bytes": Field(int, defaults.MAX_CLONE_BYTES, minimum=1024),
     },
     "budgets": {  # budgets.py: per task (its BUDGET header wins), per agent and project a day
         "alert_at": Field(float, 0.8, minimum=0),

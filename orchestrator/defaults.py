@@ -83,3 +83,28 @@ RUNNER_DATABASE_WAIT_SECONDS = 300.0
 #: Refusals in a row that say the same (a reject, failing checks) before `status` and
 #: `doctor` call a task bouncing: at two the loop has come round once without settling it.
 BOUNCE_REPEATS = 2
+
+#: What one attempt's read-back may bring, and its clone may use (config.yaml ``sandbox``,
+#: sandbox/bounds.py). A task's branch usually brings kilobytes to a few megabytes; these
+#: leave room for a vendored dependency or generated data, and stop bombs (a blob of
+#: gigabytes of zeros packs into megabytes; a million objects cost memory in every walk).
+#: The pack upload-pack sends (compressed): a few hundred MB is already a huge commit.
+MAX_PACK_BYTES = 256 * 1024 * 1024
+#: New objects in it: a vendored node_modules is tens of thousands; a bomb is millions.
+MAX_OBJECTS = 200_000
+#: Their size unpacked: what a checkout of them writes (the checks' clone, the merge).
+MAX_BRANCH_BYTES = 1024 * 1024 * 1024
+#: What the agent may add to its clone's disk use while it runs (builds, caches and
+#: dependencies included: a Rust target/ or a node_modules take gigabytes).
+MAX_CLONE_BYTES = 10 * 1024 * 1024 * 1024
+#: Seconds between measurements of a running attempt's clone (a walk of its files).
+CLONE_CHECK_SECONDS = 10.0
+
+#: Bytes past which a file is a binary file to every diff octopoid reads (the review page,
+#: `diff`, `diff --stat`): git does not load it. git's diff of a file holds ~40 bytes a
+#: line, so 30 MB of empty lines cost it 1.2 GB and half a minute; source files are far
+#: smaller than this.
+DIFF_TEXT_BYTES = 8 * 1024 * 1024
+#: Seconds the review page gives git to count a diff's lines before it says the diff is
+#: too big to draw there (`octopoid diff` streams it whatever its size).
+DIFF_STAT_SECONDS = 20.0

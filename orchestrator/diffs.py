@@ -6,10 +6,9 @@ branch" means different things by state; git alone cannot tell them apart.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import config, git_utils, queue_utils
 from .exceptions import GitError, NothingToShow
@@ -27,16 +26,14 @@ class FileStat:
     old_path: str | None = None  #: a renamed file's name on the base
 
 
-def task_diff(task_id: str) -> str:
-    """What the task's branch changes against its base; ``NothingToShow`` if it has no branch.
-
-    One ``git diff`` process, as ``read_diff`` runs it for the review page (hooks off), and
-    no GitPython: importing it costs more than the diff of a task's branch does."""
+def write_diff(task_id: str, out: BinaryIO) -> None:
+    """Write what the task's branch changes against its base to ``out`` as git prints it,
+    a chunk at a time (a diff of any size costs no more memory than a small one);
+    ``NothingToShow`` if it has no branch. One ``git diff`` process (hooks off), no
+    GitPython: importing it costs more than the diff of a task's branch does."""
     task = with_branch(task_id)
     root, branch = config.find_project_root(), git_utils.branch_for(task.id)
-    text, _ = git_utils.read_diff(root, task.branch, branch, limit=sys.maxsize)
-    # As GitPython gave it: bytes that are not UTF-8 (a Latin-1 file) survive, as surrogates.
-    return text.decode("utf-8", "surrogateescape").removesuffix("\n")  # echo ends the line
+    git_utils.copy_diff(root, task.branch, branch, out)
 
 
 def task_diff_stat(task_id: str) -> list[FileStat]:
@@ -59,11 +56,12 @@ def stat_summary(task_id: str) -> dict[str, Any]:
     return {"id": task_label(task_id), "files": [asdict(f) for f in files], "totals": totals}
 
 
-def file_stats(root: Path, base: str, head: str) -> list[FileStat]:
+def file_stats(root: Path, base: str, head: str, timeout: float | None = None) -> list[FileStat]:
     """Each file ``git diff base...head`` changes, with its line counts: the names as they
-    are (``-z`` never quotes them), renames with both names, binary files marked."""
+    are (``-z`` never quotes them), renames with both names, binary files marked.
+    ``GitError`` when git takes over ``timeout`` seconds to count them."""
     done = git_utils.git_command(
-        root, *git_utils.DIFF_ARGS, "--numstat", "-z", f"{base}...{head}", "--"
+        root, *git_utils.DIFF_ARGS, "--numstat", "-z", f"{base}...{head}", "--", timeout=timeout
     )
     if done.returncode != 0:
         why = done.stderr.strip().splitlines()

@@ -90,9 +90,7 @@ class ForkServer:
         self._sock = ours
         self.proc = subprocess.Popen(
             [sys.executable, "-m", __name__, str(theirs.fileno()), str(os.getpid())],
-            env=bytecode.runner_env(
-                forge.without_token(os.environ), bytecode.cache_dir(config.get_orchestrator_dir())
-            ),
+            env=bytecode.runner_env(forge.without_token(os.environ), bytecode.cache_dir()),
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C to the daemon's group is the daemon's

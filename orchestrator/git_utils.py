@@ -19,12 +19,14 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import BinaryIO
 
-from . import config
+from . import config, defaults, merge_guard
 from .exceptions import ConfigError, GitError, MergeRefused, PushRefused
 from .fsutil import remove_tree
 from .lazy import lazy_import
@@ -237,7 +239,9 @@ def adopt(
             where = open_repo(checkout)
             if replace:
                 where.git.reset("--hard", sha)
-            elif where.is_dirty(untracked_files=False):
+            elif where.is_dirty(untracked_files=False) or merge_guard.replaced_in(
+                checkout, tip, sha
+            ):
                 return False
             else:
                 where.git.merge("--ff-only", sha)
@@ -326,17 +330,6 @@ def commits_on_branch(repo: git.Repo, task_id: str, since: str, base: str | None
     exclude = [f"^{since}"] + ([f"^{full_ref(base)}"] if base else [])
     with git_errors(f"git rev-list {since}..{branch_for(task_id)}"):
         return int(repo.git.rev_list("--count", f"refs/heads/{branch_for(task_id)}", *exclude))
-
-
-def changed_paths(repo: git.Repo, task_id: str, base: str, *paths: str) -> list[str]:
-    """Paths at or under ``paths`` that the task's branch changes since it left ``base``."""
-    branch = branch_for(task_id)
-    with git_errors(f"git diff {base}...{branch}"):
-        out = repo.git.diff(
-            "--no-ext-diff", "--no-renames", "--name-only", "-z",
-            f"{full_ref(base)}...refs/heads/{branch}", "--", *paths,
-        )  # fmt: skip
-    return [name for name in out.split("\0") if name]
 
 
 def branch_history(
@@ -434,10 +427,13 @@ def diff(repo: git.Repo, base: str, task_id: str) -> str:
 
 
 #: How every diff octopoid reads is asked for: no program an agent could configure, no
-#: colour, and file names as they are (``café.py``, not git's quoted ``"caf\\303\\251.py"``).
+#: colour, file names as they are (``café.py``, not git's quoted ``"caf\\303\\251.py"``),
+#: and a file larger than ``DIFF_TEXT_BYTES`` counted as binary, never loaded.
 DIFF_ARGS = (
     "-c",
     "core.quotePath=false",
+    "-c",
+    f"core.bigFileThreshold={defaults.DIFF_TEXT_BYTES}",
     "diff",
     "--no-ext-diff",
     "--no-textconv",
@@ -455,6 +451,26 @@ def read_diff(
 
     git is stopped as soon as the budget is spent, so a 400,000-line commit costs a
     reader no more than a small one (a page never holds the whole diff)."""
+    chunks: list[bytes] = []
+    more = _stream_diff(root, base, head, limit, leave_out, chunks.append)
+    return b"".join(chunks)[:limit], more
+
+
+def copy_diff(root: Path, base: str, head: str, out: BinaryIO) -> None:
+    """All of ``git diff base...head`` into ``out``, a chunk at a time (never held whole)."""
+    _stream_diff(root, base, head, sys.maxsize, (), lambda chunk: (out.write(chunk), out.flush()))
+
+
+def _stream_diff(
+    root: Path,
+    base: str,
+    head: str,
+    limit: int,
+    leave_out: Sequence[str],
+    sink: Callable[[bytes], object],
+) -> bool:
+    """Give ``sink`` git's diff as it comes, until ``limit`` bytes are past (then git is
+    killed); whether there was more."""
     skip = [f":(exclude,literal){path}" for path in leave_out]
     argv = ["git", "-C", str(root), *DIFF_ARGS, f"{base}...{head}", "--", *skip]
     try:
@@ -466,20 +482,21 @@ def read_diff(
         )
     except FileNotFoundError:
         raise ConfigError("git is not installed (or not on PATH); octopoid needs it") from None
-    chunks, size = [], 0
+    size, read = 0, False
     try:
         while size <= limit and (chunk := proc.stdout.read1(1 << 16)):  # type: ignore[union-attr]
-            chunks.append(chunk)
+            sink(chunk)
             size += len(chunk)
+        read = True
     finally:
         more = size > limit
-        if more:
-            proc.kill()
+        if more or not read:
+            proc.kill()  # spent, or the reader went away (a closed pipe)
         _, err = proc.communicate()
     if proc.returncode != 0 and not more:
         why = err.decode("utf-8", "replace").strip().splitlines()
         raise GitError(f"git diff {base}...{head}: {why[0] if why else proc.returncode}")
-    return b"".join(chunks)[:limit], more
+    return more
 
 
 def merge_base(repo: git.Repo, base: str, branch: str) -> str:
@@ -519,9 +536,12 @@ def merge_conflicts(
     return [line for line in out.splitlines()[1:] if line.strip()]
 
 
-def git_command(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def git_command(
+    root: Path, *args: str, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
     """``git -C root ARGS`` as a plain process: what the quick commands (status, list,
-    show, enqueue) read through, since importing GitPython costs more than they do."""
+    show, enqueue) read through, since importing GitPython costs more than they do.
+    Past ``timeout`` seconds git is killed: ``GitError``."""
     try:
         return subprocess.run(
             ["git", "-C", str(root), *args],
@@ -530,9 +550,12 @@ def git_command(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
             encoding="utf-8",  # git's bytes (file names, messages), whatever the locale says
             errors="replace",
             check=False,
+            timeout=timeout,
         )
     except FileNotFoundError:
         raise ConfigError("git is not installed (or not on PATH); octopoid needs it") from None
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git {' '.join(args[-3:])} took over {timeout:g}s") from None
 
 
 def branch_head(root: Path, name: str) -> str | None:
@@ -589,6 +612,7 @@ def merge_task_branch(
         raise GitError(f"base branch '{base}' does not exist")
     message = f"Merge {task_label(task_id)}: {title}"
     with repo_admin_lock():
+        merge_guard.refuse_replacing(Path(repo.working_dir), full_ref(base), full_ref(branch))
         checkout = _checkout_of(repo, base)
         if checkout is not None:
             where = open_repo(checkout, hooks=run_hooks)
@@ -697,6 +721,9 @@ def merge_onto_remote(
             old = fetch_branches(repo, remote, [base]).get(base)
             if old is None:
                 raise GitError(f"the remote {remote} has no branch '{base}' to merge into")
+            merge_guard.refuse_replacing(
+                Path(repo.working_dir), remote_ref(remote, base), full_ref(branch)
+            )
             try:
                 new = _merge_detached(
                     repo, branch, remote_ref(remote, base), strategy, message, run_hooks, push

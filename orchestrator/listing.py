@@ -35,6 +35,7 @@ class Line:
     claimed_by: str | None = None
     blockage: Blockage | None = None
     conflicts: list[str] | None = None
+    refused: list[str] | None = None  # paths accept refuses to write (merge_guard)
     pull_request: str | None = None  # its number on the forge (docs/forge.md)
     error: str | None = None  # why a quarantined file could not be read
 
@@ -93,6 +94,7 @@ class Line:
             "blocked_by": [label for label, _ in self.blockage.waiting_on] if self.blockage else [],
             "stuck": self.blockage.stuck if self.blockage else None,
             "conflicts": self.conflicts,
+            "refused": self.refused or [],
             "pull_request": self.pull_request,
             "error": self.error,
         }
@@ -148,9 +150,10 @@ def page(
             tasks, total = every[start : start + size], len(every)
         lines = [Line.of_task(t) for t in tasks]
         if state is S.PROVISIONAL:
-            conflicts = reports.unmergeable(tasks)
+            unmergeable = reports.unmergeable(tasks)
             for line in lines:
-                line.conflicts = conflicts.get(line.id)
+                if (why := unmergeable.get(line.id)) is not None:
+                    line.conflicts, line.refused = why.conflicts, why.refused
         sections.append(Section(state, lines, total, number, size))
     return sections
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import bounces, config
+from . import bounces, config, merge_guard
 from .dependencies import Blockage, blockage_of, blocked_summary
 from .exceptions import ConfigError, OctopoidError
 from .fsutil import atomic_write, read_json_object
@@ -144,11 +145,10 @@ def status_summary(
     oldest = min(ready, key=lambda w: w.created, default=None)
     turns, cost, most = store.usage()
     in_review = store.list(S.PROVISIONAL)
-    conflicts = unmergeable(in_review)
     looping = [bounces.bouncing(t) for t in [*in_review, *running]]
     return {
         "bouncing": [found for found in looping if found is not None],
-        "unmergeable": [{"id": label, "conflicts": files} for label, files in conflicts.items()],
+        "unmergeable": [why.as_json(label) for label, why in unmergeable(in_review).items()],
         "pull_requests": [pull_request_of(t) for t in in_review if "PR_NUMBER" in t.headers],
         "questions": questions.open_questions(),
         "config_problem": problem,
@@ -176,21 +176,36 @@ def status_summary(
     }
 
 
-def unmergeable(tasks: list[Task]) -> dict[str, list[str]]:
-    """Tasks (waiting for review) whose branch no longer merges cleanly into its base: label
-    -> the conflicting files. ``git merge-tree`` runs only for a pair of tips it has not
-    judged before (``runtime/merge-checks.json``), so `status` stays quick as reviews wait.
-    Empty when git cannot tell (no repository): `octopoid checks TASK-N` says why."""
+@dataclass
+class MergeCheck:
+    """Why a task waiting for review would not merge now."""
+
+    conflicts: list[str] | None  # the files that conflict with its base (None: none)
+    refused: list[str]  # paths accept refuses to write (merge_guard)
+
+    def as_json(self, label: str) -> dict[str, Any]:
+        return {"id": label, "conflicts": self.conflicts, "refused": self.refused}
+
+
+def unmergeable(tasks: list[Task]) -> dict[str, MergeCheck]:
+    """Tasks (waiting for review) whose branch no longer merges cleanly into its base, or
+    that accept would refuse (``merge_guard``): label -> why. git runs only for what it has
+    not judged before (``runtime/merge-checks.json``): conflicts for a pair of tips, a
+    refusal for a pair of tips and what the checkouts hold untracked, so `status` stays
+    quick as reviews wait. Empty when git cannot tell (no repository): `octopoid checks
+    TASK-N` says why."""
     if not tasks:
         return {}
     path = config.get_orchestrator_dir() / "merge-checks.json"
+    root = config.find_project_root()
     try:
-        tips = git_utils.branch_tips(config.find_project_root())
+        tips = git_utils.branch_tips(root)
     except OctopoidError:
         return {}
     stored = read_json_object(path)
     known = dict(stored)
     repo = None  # GitPython only for a pair not judged yet
+    checkouts = merge_guard.Checkouts(root)
     judged: dict[str, list[str] | None] = {}
     found = {}
     for task in tasks:
@@ -199,14 +214,17 @@ def unmergeable(tasks: list[Task]) -> dict[str, list[str]]:
             continue
         key = f"{tips[base]}:{tips[branch]}"
         try:
+            guard = f"refused:{key}:{checkouts.fingerprint(base)}"
             if key not in known:
                 repo = repo or git_utils.open_repo()
                 known[key] = git_utils.merge_conflicts(repo, task.id, base)
+            if guard not in known:
+                known[guard] = checkouts.refused(f"refs/heads/{base}", f"refs/heads/{branch}")
         except OctopoidError:
             continue
-        judged[key] = known[key]
-        if judged[key] is not None:
-            found[task.label] = judged[key]
+        judged[key], judged[guard] = known[key], known[guard]
+        if judged[key] is not None or judged[guard]:
+            found[task.label] = MergeCheck(judged[key], judged[guard] or [])
     if judged != stored:
         atomic_write(path, json.dumps(judged))  # only the pairs of tasks still waiting
     return found

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from . import config, finishing, git_utils, intake, queue_utils, sandbox, task_tips
-from .config import OCTOPOID_DIR
 from .exceptions import BranchMoved, IllegalTransition, InvalidInput, MergeRefused
 from .lazy import lazy_import
 from .store import QueueStore
@@ -39,7 +38,6 @@ MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs 
 MAX_COMMENT_CHARS = 4000  # one line comment; the notes' prompt budget is ~12k in all
 MAX_CODE_CHARS = 500  # of the commented lines quoted in the notes (a minified file is one line)
 MAX_RANGE_LINES = 200  # of one comment
-RUNTIME_PATH = f"{OCTOPOID_DIR}/runtime"  # octopoid's state: no branch brings files there
 
 
 @dataclass
@@ -327,21 +325,15 @@ def _merge(repo: Repo, remote: str | None, task: Task, strategy: str) -> str:
 
 
 def _refuse_empty(repo: Repo, task: Task, base: str) -> None:
-    """Accepting a branch with nothing beyond its base would mark the task done without work;
-    one that writes into ``.octopoid/runtime/`` would plant queue state by merging."""
+    """Accepting a branch with nothing beyond its base would mark the task done without work.
+    (One that writes octopoid's runtime, or replaces what git does not track, is refused by
+    the merge itself: ``merge_guard``.)"""
     if not git_utils.branch_exists(repo, git_utils.branch_for(task.id)):
         return
     if not git_utils.commits_ahead(repo, task.id, base):
         raise IllegalTransition(
             f"{task.label}'s branch has no commits beyond {task.branch}: there is nothing to "
             f"accept; reject it with what is missing (`octopoid reject {task.label} --reason ...`)"
-        )
-    changed = git_utils.changed_paths(repo, task.id, base, OCTOPOID_DIR)
-    runtime = [p for p in changed if p == OCTOPOID_DIR or p.startswith(f"{RUNTIME_PATH}/")]
-    if runtime:
-        raise IllegalTransition(
-            f"{task.label}'s branch changes {', '.join(runtime[:3])}: a merge would write "
-            f"octopoid's runtime state ({RUNTIME_PATH}/); it is never merged, reject it"
         )
 
 

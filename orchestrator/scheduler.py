@@ -330,7 +330,7 @@ class Scheduler:
                 **{TOKEN_ENV: token, TASK_ENV: task.label},
                 **{config.DATABASE_WAIT_ENV: str(defaults.RUNNER_DATABASE_WAIT_SECONDS)},
             ),
-            bytecode.cache_dir(config.get_orchestrator_dir()),
+            bytecode.cache_dir(),
         )
         try:
             log_dir.mkdir(parents=True, exist_ok=True)

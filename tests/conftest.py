@@ -221,9 +221,17 @@ def branch_head(root: Path, task_id: str):
     return git.Repo(root).commit(f"agent/TASK-{task_id}")
 
 
-def commit_on_branch(root: Path, task_id: str, files: dict[str, bytes], message: str) -> None:
-    """Commit ``files`` onto the task's branch, as a later attempt would have (in a scratch
-    worktree: the attempt's own clone is gone)."""
+def commit_on_branch(
+    root: Path,
+    task_id: str,
+    files: dict[str, bytes],
+    message: str,
+    links: dict[str, str] | None = None,
+    remove: tuple[str, ...] = (),
+) -> None:
+    """Commit ``files`` (and symlinks ``links``: path -> target; paths ``remove``d first)
+    onto the task's branch, as a later attempt would have (in a scratch worktree: the
+    attempt's own clone is gone)."""
     import tempfile
 
     import git
@@ -233,11 +241,16 @@ def commit_on_branch(root: Path, task_id: str, files: dict[str, bytes], message:
         where = Path(scratch) / "wt"
         repo.git.worktree("add", "-q", "-f", str(where), f"agent/TASK-{task_id}")
         try:
+            for name in remove:
+                git.Repo(where).git.rm("-r", "-q", name)
             for name, data in files.items():
                 (where / name).parent.mkdir(parents=True, exist_ok=True)
                 (where / name).write_bytes(data)
+            for name, target in (links or {}).items():
+                (where / name).parent.mkdir(parents=True, exist_ok=True)
+                (where / name).symlink_to(target)
             wt = git.Repo(where)
-            wt.git.add("-A")
+            wt.git.add("-A", "-f")
             wt.git.commit("-q", "--allow-empty", "-m", message)
         finally:
             repo.git.worktree("remove", "--force", str(where))

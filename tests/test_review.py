@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import git
@@ -146,7 +147,9 @@ def test_reject_keeps_branch_and_worktree(git_project: Path) -> None:
 
 def test_diff_and_prune(git_project: Path) -> None:
     tid = provisional_with_commit(git_project)
-    assert "+new" in diffs.task_diff(tid)
+    out = io.BytesIO()
+    diffs.write_diff(tid, out)
+    assert b"+new" in out.getvalue()
     assert review.prune_worktrees() == []  # provisional: kept
     set_strategy(git_project, "none")
     review.accept(tid)
@@ -209,7 +212,9 @@ def test_list_and_status_mark_a_review_whose_branch_no_longer_merges(git_project
     assert rows[f"TASK-{tid}"]["conflicts"] == ["README.md"]
     assert rows[f"TASK-{clean}"]["conflicts"] is None
     status = json.loads(cli("status", "--json"))
-    assert status["unmergeable"] == [{"id": f"TASK-{tid}", "conflicts": ["README.md"]}]
+    assert status["unmergeable"] == [
+        {"id": f"TASK-{tid}", "conflicts": ["README.md"], "refused": []}
+    ]
     assert f"TASK-{tid} no longer merges" in cli("status")
     cache = git_project / ".octopoid/runtime/merge-checks.json"
-    assert len(json.loads(cache.read_text())) == 2  # one judgement per waiting review
+    assert len(json.loads(cache.read_text())) == 4  # two judgements per waiting review

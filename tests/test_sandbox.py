@@ -16,6 +16,7 @@ from orchestrator import queue_utils as q
 from orchestrator.exceptions import GitError
 from orchestrator.sandbox import bwrap as walls
 from orchestrator.sandbox import clone
+from orchestrator.sandbox.bounds import Bounds
 from orchestrator.sandbox.box import environment
 from orchestrator.sandbox.bwrap import Mounts, command_line
 from orchestrator.scheduler import Scheduler
@@ -176,13 +177,14 @@ def test_the_clone_comes_back_as_data_whatever_its_config_says(
     expected = in_box(repo, dest, "git rev-parse refs/heads/agent/TASK-1")
     bwrap, userns = walls.find_bwrap(), walls.probe()[1]
     box = Mounts(dest, dest, (git_project,), clone.object_mounts(repo), False, False)
-    sha = clone.read_back(repo, "1", dest, command_line(bwrap, box, userns))
+    bounds = Bounds.of(config.load_config())
+    sha = clone.read_back(repo, "1", dest, command_line(bwrap, box, userns), bounds)
     assert sha == expected and repo.commit(sha).message.strip() == "agent work"
     assert not marker.exists()  # nothing of the clone's config or hooks ran here
     assert "refs/octopoid/fetched/TASK-1" not in repo.git.for_each_ref()
     in_box(repo, dest, "git update-ref -d refs/heads/agent/TASK-1")  # the agent deleted it
     with pytest.raises(GitError, match="reading agent/TASK-1 back"):
-        clone.read_back(repo, "1", dest, command_line(bwrap, box, userns))
+        clone.read_back(repo, "1", dest, command_line(bwrap, box, userns), bounds)
 
 
 def test_the_clone_reads_history_through_the_users_objects_read_only(

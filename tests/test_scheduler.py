@@ -232,8 +232,8 @@ def test_a_daemon_s_runner_keeps_bytecode_and_its_agent_gets_the_user_s_setting(
     git_project: Path,
 ) -> None:
     """With PYTHONDONTWRITEBYTECODE set for the user, the scheduler's runner writes octopoid's
-    bytecode under .octopoid/runtime/pycache (so the next one reads it), and the agent it
-    starts sees the user's own setting again."""
+    bytecode into the user's cache folder, outside the work tree where no merge writes
+    (so the next one reads it), and the agent it starts sees the user's own setting again."""
     import subprocess
 
     from orchestrator import queue_utils as q
@@ -242,7 +242,8 @@ def test_a_daemon_s_runner_keeps_bytecode_and_its_agent_gets_the_user_s_setting(
 
     write_agents(git_project, argv=["sh", "-c", "echo AGENT-SEES-DWB=$PYTHONDONTWRITEBYTECODE"])
     task = q.create_task("print the setting")
-    env = {**child_env(git_project), "PYTHONDONTWRITEBYTECODE": "1"}
+    caches = git_project.parent / "caches"
+    env = {**child_env(git_project), "PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(caches)}
     subprocess.run(
         ["octopoid", "scheduler", "run", "--once"],
         cwd=git_project,
@@ -257,8 +258,9 @@ def test_a_daemon_s_runner_keeps_bytecode_and_its_agent_gets_the_user_s_setting(
         "the attempt's log", lambda: "AGENT-SEES-DWB" in (log.read_text() if log.exists() else "")
     )
     assert "AGENT-SEES-DWB=1" in log.read_text()
-    cache = git_project / ".octopoid/runtime/pycache"
+    (cache,) = (caches / "octopoid").iterdir()  # this install's
     assert any(cache.rglob("implementer*.pyc")), "the runner wrote no bytecode to the cache"
+    assert not (git_project / ".octopoid/runtime/pycache").exists()  # where a merge reaches
 
 
 def test_housekeeping_leaves_the_clone_of_a_runner_not_yet_collected(

@@ -126,6 +126,20 @@ def test_version_still_prints_the_installed_version(project: Path):
     assert done.stdout.strip() == f"octopoid, version {importlib.metadata.version('octopoid')}"
 
 
+def test_without_a_private_cache_runners_compile_as_the_user_says(tmp_path: Path, monkeypatch):
+    """A cache folder that is a link (or another user's) is never where runners load
+    octopoid's code from."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "caches" / "octopoid").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "caches"))
+    name = bytecode.cache_dir().name  # type: ignore[union-attr]
+    (tmp_path / "caches" / "octopoid" / name).rmdir()
+    (tmp_path / "caches" / "octopoid" / name).symlink_to(tmp_path / "elsewhere")
+    assert bytecode.cache_dir() is None
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    assert bytecode.runner_env(env, None) == env
+
+
 def test_runner_env_is_unchanged_where_bytecode_is_written(tmp_path: Path):
     env = {"PATH": "/bin", "PYTHONDONTWRITEBYTECODE": ""}
     assert bytecode.runner_env(env, tmp_path) == env
@@ -153,8 +167,10 @@ subprocess.run([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode
 """
 
 
-def test_a_second_runner_reads_the_bytecode_the_first_wrote(tmp_path: Path):
-    cache = bytecode.cache_dir(tmp_path / "runtime")
+def test_a_second_runner_reads_the_bytecode_the_first_wrote(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "caches"))
+    cache = bytecode.cache_dir()
+    assert cache is not None and cache.parent == tmp_path / "caches" / "octopoid"
     user = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env = bytecode.runner_env(user, cache)
     first = subprocess.run(

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator import dependencies, doctor, git_utils, review
 from orchestrator import queue_utils as q
-from orchestrator.exceptions import IllegalTransition
+from orchestrator.exceptions import IllegalTransition, MergeRefused
 from orchestrator.tasks import TaskState
 
 from .conftest import commit_on_branch
@@ -76,7 +76,7 @@ def test_a_branch_writing_octopoids_runtime_is_never_merged(git_project: Path) -
     tid = provisional_with_commit(git_project)
     planted = {".octopoid/runtime/queue/done/TASK-99.md": b"# [TASK-99] planted\n"}
     commit_on_branch(git_project, tid, planted, "plant a task state")
-    with pytest.raises(IllegalTransition, match=r"\.octopoid/runtime/queue/done/TASK-99\.md"):
+    with pytest.raises(MergeRefused, match=r"\.octopoid/runtime/queue/done/TASK-99\.md"):
         review.accept(tid)
     assert not (git_project / QUEUE / "done" / "TASK-99.md").exists()
     assert q.get_task(tid).state is TaskState.PROVISIONAL

@@ -4,7 +4,8 @@ An attempt that made commits reaches provisional only if every configured check 
 its work (in a box: ``sandbox.Workspace.check_box``) and its branch still merges cleanly
 into its base. Otherwise the attempt counts, the task goes back to incoming, and its retry
 notes get a ``## Checks`` section with each failing command, its exit code and the tail of
-its output (or the conflicting files), so the next attempt starts from exactly what failed.
+its output (or the conflicting files, or the paths a merge would refuse to write), so the
+next attempt starts from exactly what failed.
 
 Checks come from config.yaml ``checks.commands`` plus the task's own ``CHECKS`` header (a
 JSON list, set by ``enqueue --check``). Each runs with ``sh -c`` in its own process group,
@@ -16,15 +17,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .. import git_utils, task_tips
+from .. import config, git_utils, merge_guard, task_tips
 from ..backends.process import run_process
 from ..exceptions import InvalidTask
 from ..fsutil import TailBuffer
 from ..redaction import Redactor
 from ..sandbox.box import Box
 from ..tasks import Task
+
+if TYPE_CHECKING:
+    from git import Repo
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Verdict:
 
     results: list[CheckResult]
     conflicts: list[str] | None  # None: the branch merges cleanly
+    refused: list[str] = field(default_factory=list)  # paths accept would refuse to write
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -60,7 +66,7 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        return not self.failed and self.conflicts is None
+        return not self.failed and self.conflicts is None and not self.refused
 
     def summary(self) -> str:
         """One line for the task's History."""
@@ -70,6 +76,8 @@ class Verdict:
             parts.append(f"{len(self.failed)} failed ({each})")
         if self.conflicts is not None:
             parts.append(f"conflicts with its base in {', '.join(self.conflicts) or '?'}")
+        if self.refused:
+            parts.append(f"refused: {merge_guard.reason(self.refused)}")
         return ", ".join(parts)
 
 
@@ -83,7 +91,7 @@ def verify(
     results = [
         _run_one(command, box, limit, timeout, on_tick) for command in commands_for(task, cfg)
     ]
-    return Verdict(results, merge_conflicts(task, tip))
+    return Verdict(results, *merge_precheck(task, tip))
 
 
 def budget_seconds(task: Task, cfg: dict) -> int:
@@ -122,19 +130,35 @@ def _run_one(
     return CheckResult(command, done.exit_code, seconds, output.text(), problem)
 
 
+def judged_tip(repo: Repo, task: Task, tip: str | None = None) -> str | None:
+    """The tip a pre-check judges: ``tip`` (the attempt's), else the tip its attempt
+    recorded when this machine has it; None: its local branch."""
+    mine = task_tips.recorded(task)
+    if tip is None and mine is not None and git_utils.has_commit(repo, mine):
+        return mine
+    return tip
+
+
 def merge_conflicts(task: Task, tip: str | None = None) -> list[str] | None:
-    """Files that would conflict if accept merged the task now (None: clean): ``tip`` (the
-    attempt's), else the tip its attempt recorded when this machine has it, else its local
-    branch, onto the base accept merges onto (with ``git.remote`` the remote's, fetched).
+    """Files that would conflict if accept merged the task now (None: clean): its
+    ``judged_tip`` onto the base accept merges onto (with ``git.remote`` the remote's,
+    fetched).
 
     ``git merge-tree --write-tree`` computes the merge without touching any worktree or ref.
     """
     repo = git_utils.open_repo()
-    mine = task_tips.recorded(task)
-    if tip is None and mine is not None and git_utils.has_commit(repo, mine):
-        tip = mine
     base = task_tips.accept_base(repo, task.branch)
-    return git_utils.merge_conflicts(repo, task.id, base, tip)
+    return git_utils.merge_conflicts(repo, task.id, base, judged_tip(repo, task, tip))
+
+
+def merge_precheck(task: Task, tip: str | None = None) -> tuple[list[str] | None, list[str]]:
+    """Would the branch merge into its base now: the files that would conflict (None:
+    clean), and the paths accept would refuse to write (``merge_guard``: what the person's
+    checkout holds untracked or ignored, octopoid's runtime), both of its ``judged_tip``."""
+    tip = judged_tip(git_utils.open_repo(), task, tip)
+    checkouts = merge_guard.Checkouts(config.find_project_root())
+    branch = tip or f"refs/heads/{git_utils.branch_for(task.id)}"
+    return merge_conflicts(task, tip), checkouts.refused(git_utils.full_ref(task.branch), branch)
 
 
 def notes_text(verdict: Verdict) -> str:
@@ -149,5 +173,13 @@ def notes_text(verdict: Verdict) -> str:
         parts.append(
             "The branch no longer merges cleanly into its base. Conflicting files:\n"
             f"{files}\nRebase onto the base branch (git rebase) and resolve them.\n"
+        )
+    if verdict.refused:
+        paths = "\n".join(f"  {name}" for name in verdict.refused)
+        parts.append(
+            "The branch writes paths that the person's checkout holds untracked or ignored "
+            "(their files, or octopoid's runtime), which a merge would delete or replace; "
+            f"accept refuses it:\n{paths}\nTake these paths out of the branch (git rm "
+            "--cached, then commit): they are not the task's to change.\n"
         )
     return "\n".join(parts)

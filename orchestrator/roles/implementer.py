@@ -68,6 +68,7 @@ from ..prompts import (
     render_previous_notes,
 )
 from ..redaction import Redactor, hide_also, redact
+from ..sandbox.bounds import ReadBackRefused
 from ..sandbox.workspace import BroughtBack, Workspace
 from ..task_notes import add_notes_section, stdout_log_path
 from ..tasks import (
@@ -104,6 +105,7 @@ class AttemptReport:
     next_state: str
     reason: str
     peak_rss_kib: int = 0
+    peak_children_rss_kib: int = 0  # of what it waited for: the agent, checks, git
 
 
 def attempt_log_dir(task_id: str) -> Path:
@@ -331,7 +333,7 @@ def _verify(
             with space.check_box() as box:
                 verdict = checks.verify(task, box, cfg, claim.tick, tip)
         else:  # nothing runs the agent's code: the merge pre-check needs no box
-            verdict = checks.Verdict([], checks.merge_conflicts(task, tip))
+            verdict = checks.Verdict([], *checks.merge_precheck(task, tip))
     except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
         failed = checks.CheckResult("(the checks)", None, 0.0, "", str(exc))
         verdict = checks.Verdict([failed], None)
@@ -355,9 +357,13 @@ def _publish(task: Task, space: Workspace, commits: int) -> None:
 
 def _contained(result: AgentResult, back: BroughtBack, output: TailBuffer) -> AgentResult:
     """What octopoid found bringing the work back goes into the output (and so the notes);
-    an attempt that reached outside its branch fails, whatever the agent said."""
-    for line in (*back.remarks, *back.breaches):
+    an attempt that reached outside its branch, or left what a ``sandbox`` bound refuses,
+    fails, whatever the agent said."""
+    for line in (*back.remarks, *back.breaches, *back.refused):
         output.feed(f"[octopoid] {line}\n".encode())
+    if back.refused:
+        summary = f"octopoid refused the attempt's work: {'; '.join(back.refused)}"
+        return dataclasses.replace(result, outcome="error", summary=summary)
     if not back.breaches:
         return result
     summary = f"the agent reached outside its branch: {'; '.join(back.breaches)}"
@@ -472,6 +478,8 @@ def _work(
 
     def tick() -> None:
         claim.tick()
+        if (too_big := space.over_bounds()) is not None:
+            raise ReadBackRefused(too_big)  # the attempt stops; bring_back says why
         if time.monotonic() - shown[0] >= PROGRESS_EVERY_SECONDS:
             progress = space.take_progress()
             if progress is not None:
@@ -626,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         kill_descendants()  # orphans the attempt left, adopted by us as subreaper
     report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report.peak_children_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(redact(json.dumps(report.__dict__)), flush=True)
     return 0
 

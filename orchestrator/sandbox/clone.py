@@ -13,18 +13,24 @@ its objects checked (``fetch.fsckObjects``), no hook and none of the clone's con
 from __future__ import annotations
 
 import os
-import shlex
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .. import git_utils
 from ..fsutil import remove_tree
+from ..lazy import lazy_import
 from ..tasks import task_label
+from .bounds import (
+    STREAM_ABOVE,
+    Bounds,
+    ReadBackRefused,
+    refused_by_relay,
+    unpacked_size,
+    upload_pack,
+)
 from .bwrap import OBJECTS_INSIDE
 
-if TYPE_CHECKING:
-    import git
+git = lazy_import("git")
 
 HEAD_BYTES = 256  # a HEAD file holds one ref name or object id
 
@@ -82,36 +88,52 @@ def make(repo: git.Repo, task_id: str, base: str, base_sha: str, dest: Path) -> 
     alternates.write_text(f"{OBJECTS_INSIDE}\n")
 
 
-def read_back(repo: git.Repo, task_id: str, clone: Path, box: list[str]) -> str:
+def read_back(repo: git.Repo, task_id: str, clone: Path, box: list[str], bounds: Bounds) -> str:
     """Fetch the clone's ``agent/TASK-<id>`` into the user's repository as data; its commit.
 
     ``box`` is the bwrap command line of a read-only box without network that shows the
-    clone at its own path. ``GitError`` when the clone has no such branch any more.
+    clone at its own path. ``GitError`` when the clone has no such branch any more;
+    ``ReadBackRefused`` when what it holds is beyond ``bounds`` (the relay stops the fetch
+    at ``max_pack_bytes`` or ``max_objects``; ``max_branch_bytes`` is judged once fetched,
+    before anything points at it).
     """
     branch = git_utils.branch_for(task_id)
-    upload_pack = shlex.join([*box, "git", "upload-pack"])
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/"),
         "LANG": "C",
         **git_utils.HOOKS_OFF,
     }
+    staging = staging_ref(task_id)
     with git_utils.repo_admin_lock(), git_utils.git_errors(f"reading {branch} back from its clone"):
-        repo.git.execute(
-            [
-                "git",
-                "-c", "fetch.fsckObjects=true",
-                "-c", "maintenance.auto=false",
-                "-c", "gc.auto=0",
-                "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
-                "--upload-pack", upload_pack,
-                str(clone),
-                f"+refs/heads/{branch}:{staging_ref(task_id)}",
-            ],
-            env=env,
-        )  # fmt: skip
-        sha = repo.git.rev_parse("--verify", f"{staging_ref(task_id)}^{{commit}}")
-        repo.git.update_ref("-d", staging_ref(task_id))
+        try:
+            repo.git.execute(
+                [
+                    "git",
+                    "-c", "fetch.fsckObjects=true",
+                    "-c", "maintenance.auto=false",
+                    "-c", "gc.auto=0",
+                    "-c", "protocol.version=2",  # the relay reads the pack's header
+                    "-c", f"core.bigFileThreshold={STREAM_ABOVE}",
+                    "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+                    "--upload-pack", upload_pack(box, bounds),
+                    str(clone),
+                    f"+refs/heads/{branch}:{staging}",
+                ],
+                env=env,
+            )  # fmt: skip
+        except git.GitCommandError as exc:
+            why = refused_by_relay(str(exc.stderr))
+            if why is not None:
+                raise ReadBackRefused(why) from None
+            raise
+        sha = repo.git.rev_parse("--verify", f"{staging}^{{commit}}")
+        try:
+            too_big = unpacked_size(repo, sha, staging, bounds)
+        finally:
+            repo.git.update_ref("-d", staging)
+    if too_big is not None:
+        raise ReadBackRefused(too_big)
     return sha
 
 

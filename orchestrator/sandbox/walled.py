@@ -13,16 +13,19 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import config, git_utils
+from .. import config, defaults, git_utils
 from ..exceptions import OctopoidError, SandboxError
 from ..fsutil import remove_tree
 from ..processes import owner_tag
 from ..tasks import Task
 from . import clone
+from .bounds import Bounds, ReadBackRefused, clone_growth, disk_use
 from .box import COMMITTER_NAME, Box, bwrap_box, environment, exposures
 from .bwrap import HIDDEN, Mounts, command_line, find_bwrap, probe
 from .workspace import BroughtBack, Workspace, base_for
@@ -86,6 +89,9 @@ class WalledWorkspace(Workspace):
             self.start = git_utils.ensure_branch(repo, self.task.id, base)
         base_sha = git_utils.branch_tip(repo, base)
         clone.make(repo, self.task.id, self.task.branch, base_sha, self.clone_path)
+        self.bounds = Bounds.of(cfg)
+        self.clone_size = disk_use(self.clone_path, sys.maxsize)
+        self.measured = time.monotonic()
         own = agent.get("sandbox") or {}
         network = (own.get("network") or cfg["sandbox"]["network"]) == "host"
         expose = [*cfg["sandbox"]["expose"], *(own.get("expose") or [])]
@@ -103,10 +109,24 @@ class WalledWorkspace(Workspace):
             f"network {'host' if network else 'none'}; octopoid only through its channel"
         )
 
+    def over_bounds(self) -> str | None:
+        """The clone's growth on disk, measured every ``CLONE_CHECK_SECONDS``."""
+        if time.monotonic() - self.measured < defaults.CLONE_CHECK_SECONDS:
+            return None
+        self.measured = time.monotonic()
+        return self._grown()
+
+    def _grown(self) -> str | None:
+        limit = self.clone_size + self.bounds.clone_bytes
+        return clone_growth(disk_use(self.clone_path, limit), self.clone_size, self.bounds)
+
     def bring_back(self) -> BroughtBack:
         """Read the clone's branch back as data and move the task's branch to it. Never
-        raises: what went wrong is a remark (the notes are saved after this)."""
+        raises: what went wrong is a remark, what is beyond a bound is refused (the notes
+        are saved after this)."""
         branch = git_utils.branch_for(self.task.id)
+        if (grown := self._grown()) is not None:
+            return BroughtBack(0, refused=[f"nothing was read back: {grown}"])
         remarks = []
         head = clone.head_of(self.clone_path)
         if head != f"refs/heads/{branch}":
@@ -125,10 +145,11 @@ class WalledWorkspace(Workspace):
                 writable=False,
             )
             box = command_line(self.bwrap, readback, self.userns)
-            remarks += _move_branch(
-                repo, branch, clone.read_back(repo, self.task.id, self.clone_path, box)
-            )
+            sha = clone.read_back(repo, self.task.id, self.clone_path, box, self.bounds)
+            remarks += _move_branch(repo, branch, sha)
             commits = git_utils.commits_on_branch(repo, self.task.id, self.start, self.base)
+        except ReadBackRefused as exc:
+            return BroughtBack(0, remarks=remarks, refused=[f"nothing was read back: {exc}"])
         except (OctopoidError, OSError) as exc:
             return BroughtBack(0, remarks=[*remarks, f"nothing came back from the clone: {exc}"])
         return BroughtBack(commits, [], remarks)

@@ -35,6 +35,7 @@ class BroughtBack:
     commits: int
     breaches: list[str] = field(default_factory=list)  # it reached outside: the attempt fails
     remarks: list[str] = field(default_factory=list)  # worth the notes, not a failure
+    refused: list[str] = field(default_factory=list)  # beyond a sandbox bound: it fails
 
 
 def base_for(task: Task) -> tuple[str, str | None, str | None, str | None]:
@@ -108,6 +109,11 @@ class Workspace(ABC):
     @abstractmethod
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
         """A box in which the checks run the attempt's work."""
+
+    def over_bounds(self) -> str | None:
+        """While the agent runs: why its workspace is beyond a ``sandbox`` bound (the
+        attempt is stopped), or None."""
+        return None
 
     def recheck(self) -> list[str]:
         """After the checks: what they changed outside the workspace (``sandbox: none``)."""

@@ -27,7 +27,7 @@ from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_for_filename
 from pygments.util import ClassNotFound
 
-from .. import diffs, git_utils
+from .. import defaults, diffs, git_utils
 
 MAX_BYTES = 2 * 1024 * 1024  # of the diff read for a page
 MAX_ROWS = 5000  # rows drawn in all
@@ -267,7 +267,7 @@ def task_diff_view(root: Path, base_tip: str, head: str) -> DiffView:
 
 
 def _draw(root: Path, base_tip: str, head: str) -> DiffView:
-    stat = diffs.file_stats(root, base_tip, head)
+    stat = diffs.file_stats(root, base_tip, head, timeout=defaults.DIFF_STAT_SECONDS)
     big = [(f.path, f.added, f.removed) for f in stat if f.added + f.removed > MAX_FILE_LINES]
     big = big[:MAX_SKIPPED]
     data, more = git_utils.read_diff(root, base_tip, head, MAX_BYTES, [p for p, _, _ in big])

@@ -9,7 +9,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import config, diffs, drafts, git_utils, questions, queue_utils, reports, task_notes
+from .. import (
+    config,
+    diffs,
+    drafts,
+    git_utils,
+    merge_guard,
+    questions,
+    queue_utils,
+    reports,
+    task_notes,
+)
 from ..exceptions import NothingToShow, OctopoidError, TaskNotFound
 from ..redaction import redact
 from ..roles import breakdown
@@ -111,6 +121,12 @@ class BranchFacts:
     commits: list[str] = field(default_factory=list)  # "abc1234 subject", newest first
     head: str = ""  # the branch's tip: every review from the page names it
     base_tip: str = ""  # its base's, which the diff is drawn against
+    refused: list[str] = field(default_factory=list)  # paths accept refuses (merge_guard)
+
+    @property
+    def refusal(self) -> str:
+        """Why accept refuses the branch, in one line ("" when it does not)."""
+        return merge_guard.reason(self.refused) if self.refused else ""
 
 
 def branch_facts(task: Task) -> BranchFacts:
@@ -129,7 +145,10 @@ def branch_facts(task: Task) -> BranchFacts:
         commits = redact(log).splitlines()  # an agent's commit message may hold a secret
         head = git_utils.branch_tip(repo, branch)
         base_tip = git_utils.branch_tip(repo, task.branch)
-        return BranchFacts(True, ahead, behind, conflicts, "", commits, head, base_tip)
+        refused = merge_guard.Checkouts(config.find_project_root()).refused(
+            git_utils.full_ref(task.branch), f"refs/heads/{branch}"
+        )
+        return BranchFacts(True, ahead, behind, conflicts, "", commits, head, base_tip, refused)
     except Exception as exc:  # a git failure must not take the page down: say it instead
         return BranchFacts(False, problem=str(exc).splitlines()[0] if str(exc) else repr(exc))
 
@@ -143,6 +162,8 @@ def _confirm_accept(task: Task, git: BranchFacts) -> str | None:
         parts.append(f"{git.ahead} commits, {git.ahead - last} of them from earlier attempts")
     if git.conflicts:
         parts.append(f"conflicts with {task.branch} in {', '.join(git.conflicts[:5])}")
+    if git.refused:
+        return f"Accept will be refused: {git.refusal}. Try anyway?"
     return f"This branch holds {' and '.join(parts)}. Accept it?" if parts else None
 
 

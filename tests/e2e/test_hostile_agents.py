@@ -10,6 +10,7 @@ The same attacks come through the anthropic backend's tools and the real Claude 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from orchestrator import config
 from orchestrator import queue_utils as q
 from orchestrator.memory import lifecycle
 from orchestrator.sandbox import containment
+from orchestrator.sandbox.bounds import disk_use
 
 from ..conftest import HELPERS, child_env, set_config
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
@@ -305,3 +307,89 @@ def test_the_real_claude_cli_works_and_is_walled_in(arena, claude_cli: Path, bwr
     assert git.Repo(arena.root).commit(f"agent/TASK-{tid}").summary == "hello"
     assert os.environ.get("OCTOPOID_ROOT") == str(arena.root)
     assert child_env(arena.root)["OCTOPOID_ROOT"] == str(arena.root)
+
+
+# --- a branch is data: what it carries past the walls ---------------------------------------
+
+MB = 1024 * 1024
+#: The person's own files that git does not track (.gitignore names them).
+MINE = {
+    ".env": b"API_KEY=the person's own\n",
+    "local.db": b"SQLite format 3\x00 the person's rows",
+    "data/cache.bin": b"\x00\x01 the person's cache",
+}
+
+
+def cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
+    )
+
+
+def test_a_hostile_branch_replaces_nothing_that_git_does_not_track(arena, bwrap_ok) -> None:
+    """Branches that add the person's ignored files, a symlink where their ignored folder is,
+    the path ``.octopoid/runtime`` or ``.octopoid`` as a file: the pre-check refuses the
+    last two (the runtime is always there), the first reaches review and is shown refused
+    once the person's files exist, and accept refuses it; every byte survives."""
+    root = arena.root
+    (root / ".gitignore").write_text(".env\n*.db\ndata/\n")
+    repo = git.Repo(root)
+    repo.git.add(".gitignore", ".octopoid")  # as a real project: its config is committed
+    repo.index.commit("the project's config")
+    canary = config.get_orchestrator_dir() / "canary.bin"
+    canary.write_bytes(b"octopoid's state \x00\x01")
+    daemon, ids, _ = arena(["smuggle-ignored", "replace-runtime", "replace-octopoid"])
+    smuggle, runtime, octopoid_dir = ids
+    wait_for("every attack to end", lambda: settled(ids), 120)
+    assert daemon.stop() == 0
+    for tid, named in ((runtime, ".octopoid/runtime/"), (octopoid_dir, ".octopoid")):
+        assert state_of(tid) == "failed"  # refused before review: it never got there
+        notes = q.get_task_notes(tid)
+        assert "which a merge would delete or replace" in notes and f"  {named}\n" in notes
+        assert any("refused: merging it would replace" in h for h in q.get_task(tid).history)
+    assert canary.read_bytes() == b"octopoid's state \x00\x01" and config.get_queue_dir().is_dir()
+    assert state_of(smuggle) == "provisional"  # nothing of the person's was there yet
+    for name, data in MINE.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    main = repo.head.commit.hexsha
+    listed, status = cli(root, "list").stdout, cli(root, "status").stdout
+    assert f"TASK-{smuggle}  provisional (refused)" in listed
+    said = f"TASK-{smuggle} is refused: merging it would replace or write what git does not "
+    assert f"{said}track in the checkout: .env, data/, local.db" in listed and said in status
+    accepted = cli(root, "accept", smuggle)
+    assert accepted.returncode == 1
+    assert all(f"  {p}\n" in accepted.stderr for p in (".env", "data/", "local.db"))
+    for name, data in MINE.items():
+        assert (root / name).read_bytes() == data  # byte for byte
+    assert canary.read_bytes() == b"octopoid's state \x00\x01"
+    assert repo.head.commit.hexsha == main and state_of(smuggle) == "provisional"
+    assert "Traceback" not in accepted.stderr
+
+
+def test_read_back_bombs_are_refused_within_their_bounds(arena, bwrap_ok) -> None:
+    """300 MB of zeros (a few hundred KB packed), 3,000 objects and a clone filling its
+    disk, against low limits: each attempt fails saying which bound, its branch stays
+    where it was, and the host's disk and memory stay bounded (measured)."""
+    limits = {"max_branch_bytes": 50 * MB, "max_objects": 1000, "max_clone_bytes": 40 * MB}
+    set_config(arena.root, sandbox=limits)
+    objects = arena.root / ".git" / "objects"
+    before = disk_use(objects, 1 << 62)
+    daemon, ids, _ = arena(["zero-bomb", "object-bomb", "fill-clone"], at_once=3)
+    # the clone filler sleeps 120 s: only its bound stops it before the wait is over
+    wait_for("every attack to end", lambda: settled(ids), 60)
+    assert daemon.stop() == 0
+    why = ["(sandbox.max_branch_bytes)", "(sandbox.max_objects)", "(sandbox.max_clone_bytes)"]
+    for tid, bound in zip(ids, why, strict=True):
+        task = q.get_task(tid)
+        assert task.state.value == "failed" and bound in task.headers["ERROR"], task.headers
+        assert "octopoid refused the attempt's work: nothing was read back" in task.headers["ERROR"]
+        assert bound in (q.get_task_notes(tid) or "")
+        main = git.Repo(arena.root).commit("main")
+        assert git.Repo(arena.root).commit(f"agent/TASK-{tid}") == main  # nothing came back
+        report = (config.get_logs_dir() / f"TASK-{tid}" / "runner.log").read_text()
+        usage = json.loads(report.strip().splitlines()[-1])
+        assert usage["peak_rss_kib"] < 250 * 1024, usage
+        assert usage["peak_children_rss_kib"] < 250 * 1024, usage  # git streamed the zeros
+    assert disk_use(objects, 1 << 62) - before < 10 * MB  # the pack of zeros, at most
+    assert not any(config.get_worktrees_dir().glob("TASK-*"))  # the clones went with them

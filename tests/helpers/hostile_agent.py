@@ -83,6 +83,34 @@ ATTACKS = {
         ("link-objects", f"rm -rf .git/objects && ln -s {q(ROOT)}/.git/objects .git/objects"
          " && git cat-file -e HEAD"),
     ],
+    # A branch is data: paths that would replace what git does not track in the checkout
+    "smuggle-ignored": [
+        ("add-env", "echo 'API_KEY=the agent' > .env && echo rows > local.db"
+         " && git add -f .env local.db"),
+        ("link-data", "ln -s /etc data && git add data"),
+        ("commit", "git commit -qm 'env, database, data'"),
+    ],
+    "replace-runtime": [
+        ("link-runtime", "ln -s /tmp .octopoid/runtime && git add -f .octopoid/runtime"
+         " && git commit -qm runtime"),
+    ],
+    "replace-octopoid": [
+        ("file-octopoid", "git rm -rq .octopoid && echo x > .octopoid && git add .octopoid"
+         " && git commit -qm octopoid"),
+    ],
+    # ... and bombs: zeros (a sparse file, hashed streaming), objects, a clone filling up
+    "zero-bomb": [
+        ("zeros", "truncate -s 300M zeros.bin && git -c core.bigFileThreshold=1m add zeros.bin"
+         " && rm zeros.bin && git commit -qm zeros"),
+    ],
+    "object-bomb": [
+        ("objects", "mkdir many && i=0; while [ $i -lt 3000 ]; do echo $i > many/$i;"
+         " i=$((i+1)); done; git add many && git commit -qm many"),
+    ],
+    "fill-clone": [
+        ("fill", "head -c 80000000 /dev/zero > fill.bin"),
+        ("stay", "sleep 120"),
+    ],
 }  # fmt: skip
 
 print(f"working on {TASK}: {title}", flush=True)
