@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from . import config, defaults, queue_utils
-from .backends.base import CAUSES
 from .exceptions import ConfigError, InvalidInput
 from .fsutil import atomic_write, read_json_object
 from .lazy import lazy_import
@@ -26,7 +25,7 @@ stalls = lazy_import("orchestrator.stalls")  # it asks this module; imported whe
 # Needed only to say whether an agent can run: `status` does not pay for them.
 claude_code = lazy_import("orchestrator.backends.claude_code")
 process = lazy_import("orchestrator.backends.process")
-roles_base = lazy_import("orchestrator.roles.base")
+backends_base = lazy_import("orchestrator.backends.base")  # CAUSES, for a runner's record
 
 #: Backends that cannot report what an attempt cost (their cost is unknown, not zero).
 COSTLESS_BACKENDS = ("command",)
@@ -112,7 +111,7 @@ def _count_systemic(
         return None
     why = (
         f"{len(tasks)} attempts in a row ({', '.join(tasks)}) failed because "
-        f"{CAUSES[cause]}: {summary[:300]}"
+        f"{backends_base.CAUSES[cause]}: {summary[:300]}"
     )
     retry = timedelta(seconds=defaults.BREAKER_RETRY_SECONDS)
     return pause_until(agent, now + retry if cause in PASSING_CAUSES else None, why, BREAKER, now)
@@ -263,7 +262,7 @@ def readiness_problem(agent: dict[str, Any]) -> str | None:
     """Why this agent cannot run at all (so the scheduler skips it, and every face says
     so), or None. Every backend is asked the same: is its program (``command``'s argv[0],
     ``claude``) found and executable as its box will see it, is its API key set?"""
-    env = roles_base.agent_env(agent)
+    env = config.agent_env(agent)
     if agent["backend"] == "anthropic":
         if not env.get("ANTHROPIC_API_KEY"):
             return "ANTHROPIC_API_KEY is not set (in the environment or the agent's env)"

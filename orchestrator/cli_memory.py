@@ -96,7 +96,10 @@ def memory_remove(target: str) -> None:
 @click.argument("task_id")
 def memory_promote(task_id: str) -> None:
     """Copy a task's working notes into long-term memory now (accept does it too)."""
-    count = lifecycle.promote_task_notes(queue_utils.known_task_id(task_id), "human")
+    task_id = normalize_task_id(task_id)
+    if not notes.NotesManager(notes_id=task_label(task_id)).notes_file.exists():
+        queue_utils.known_task_id(task_id)  # no notes: is it a task at all (exit 3)?
+    count = lifecycle.promote_task_notes(task_id, "human")
     click.echo(f"{plural(count, 'new note')} in long-term memory")
 
 

@@ -452,6 +452,12 @@ def load_agents() -> dict[str, Any]:
     return _load_agents(path, *_stamp(path))
 
 
+def agent_env(agent: dict[str, Any]) -> dict[str, str]:
+    """Ours plus the agent's own ``env`` from agents.yaml: what its program is looked up
+    with, and what redaction must hide (the box's environment is ``sandbox.box.environment``)."""
+    return {**os.environ, **(agent.get("env") or {})}
+
+
 @lru_cache(maxsize=8)
 def _load_agents(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     data = validate(_parse_yaml(path), AGENTS_FILE_SCHEMA, str(path))

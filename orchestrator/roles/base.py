@@ -84,12 +84,6 @@ class Claim:
         return task
 
 
-def agent_env(agent: dict) -> dict[str, str]:
-    """Ours plus the agent's own ``env`` from agents.yaml: what redaction must hide (the
-    box's environment is ``sandbox.box.environment``)."""
-    return {**os.environ, **(agent.get("env") or {})}
-
-
 def deadline_seconds(agent: dict, task: Task, cfg: dict) -> float:
     """How long a runner may take in all before it counts as hung: the agent's timeout, its
     checks, and a grace for the rest (workspace, notes, waiting for an earlier attempt)."""

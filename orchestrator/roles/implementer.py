@@ -84,7 +84,6 @@ from . import breakdown, checks
 from .base import (
     Claim,
     Terminated,
-    agent_env,
     deadline_seconds,
     find_agent,
     raise_on_stop_signals,
@@ -143,7 +142,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         cfg["notes"]["stdout_limit"],
         stdout_log_path(task_id),
         cfg["notes"]["log_cap_bytes"],
-        Redactor(agent_env(agent)),  # the agent's own env may hold secrets too
+        Redactor(config.agent_env(agent)),  # the agent's own env may hold secrets too
     )
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
     space, started = None, time.monotonic()
