@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from . import bounces, config, finishing, sandbox, stalls
+from . import bounces, ci_triggers, config, finishing, git_utils, sandbox, stalls
 from .defaults import BOUNCE_REPEATS
 from .dependencies import blocked_summary
 from .leases import dead_since
@@ -26,6 +26,27 @@ def _sandbox() -> list[str]:
     if not walls["usable"] or walls["mode"] == "none":
         return [walls["summary"]]
     return []
+
+
+def _ci_on_push() -> list[str]:
+    """A project whose pull requests put task branches on a forge, where CI runs on every
+    push: each such push runs an attempt's code with the repository's secrets."""
+    cfg = config.load_config()
+    forge = cfg["forge"]
+    provisional = forge["kind"] != "none" and forge["open_on"] == "provisional"
+    if cfg["merge"]["strategy"] != "pull-request" and not provisional:
+        return []
+    found = ci_triggers.on_push(config.find_project_root(), git_utils.branch_for("1"))
+    if not found:
+        return []
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return [
+        f"CI runs on every push of a task's branch ({', '.join(found[:5])}{more}): the "
+        "pull requests octopoid opens push agent/TASK-<id>, and attempts push to them, so "
+        "that code runs with the repository's secrets before anyone reviews it; leave "
+        "agent/** out of `on: push` (or out of the job's rules) and keep secrets behind "
+        "a person's approval (docs/security.md)"
+    ]
 
 
 def _bouncing(store: QueueStore) -> list[dict]:
@@ -48,7 +69,7 @@ def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
     if problem:
         lines.append(f"{problem} (nothing is claimed until it is fixed)")
     else:
-        lines += _sandbox()
+        lines += _sandbox() + _ci_on_push()
         found = stalls.report()  # the sandbox's own stall is said just above
         found["system"] = [s for s in found["system"] if s["code"] != "sandbox"]
         lines += stalls.lines(found)

@@ -10,7 +10,9 @@ With ``git.remote`` set, branches travel between machines through that remote: a
 starts from its task's recorded tip (``task_tips``) or the remote's base, pushes its branch
 after with a lease on the remote's tip it started from, and an accept merges onto the
 remote's base and lands by a plain push, which the remote refuses if the base moved
-meanwhile (a compare-and-swap: the accept fetches and merges again).
+meanwhile (a compare-and-swap: the accept fetches and merges again). A task's branch
+travels as ``refs/octopoid/tasks/TASK-<id>``, which no forge runs CI on; it becomes a
+branch there only when put up for review on a forge (``on_remote``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ HOOKS_OFF = {
 
 
 PUSH_TRIES = 10  # a push refused because the remote's base moved: fetch, merge again
+TASK_BRANCHES = "agent/"  # a task's branch is agent/TASK-<id>
+#: Where a task's branch travels on ``git.remote``: refs no forge takes for a branch.
+TASK_REFS = "refs/octopoid/tasks/"
 
 
 def full_ref(name: str) -> str:
@@ -55,7 +60,7 @@ def full_ref(name: str) -> str:
 
 
 def branch_for(task_id: str) -> str:
-    return f"agent/{task_label(task_id)}"
+    return f"{TASK_BRANCHES}{task_label(task_id)}"
 
 
 def worktree_for(task_id: str) -> Path:
@@ -172,39 +177,53 @@ def remote_name() -> str | None:
     return config.load_config()["git"]["remote"]
 
 
-def remote_ref(remote: str, branch: str) -> str:
-    return f"refs/remotes/{remote}/{branch}"
+def on_remote(branch: str, review: bool = False) -> str:
+    """The ref ``branch`` has on ``git.remote``: the one place that names it. A base is a
+    branch there. A task's branch travels as ``refs/octopoid/tasks/TASK-<id>``, a ref no
+    forge takes for a branch, so no workflow or pipeline runs an attempt nobody reviewed;
+    only once put up for review on a forge (``review``) is it the branch itself."""
+    name = branch.removeprefix(TASK_BRANCHES)
+    if review or name == branch or not name.startswith("TASK-"):
+        return f"refs/heads/{branch}"
+    return f"{TASK_REFS}{name}"
 
 
-def on_remote(branch: str) -> str:
-    """The ref ``branch`` (a base or a task's branch) has on ``git.remote``: the one place
-    that names it, so task branches can move to a namespace of their own there."""
-    return f"refs/heads/{branch}"
+def remote_ref(remote: str, branch: str, review: bool = False) -> str:
+    """Where this repository keeps what it fetched of the remote's ``branch``
+    (``refs/remotes/<remote>/octopoid/tasks/TASK-<id>`` for a task's carried branch)."""
+    there = on_remote(branch, review)
+    return f"refs/remotes/{remote}/" + there.removeprefix("refs/heads/").removeprefix("refs/")
 
 
-def remote_heads(repo: git.Repo, remote: str, branches: list[str]) -> dict[str, str]:
-    """{branch: commit} for those of ``branches`` the remote has (``git ls-remote``)."""
-    wanted = {on_remote(b): b for b in branches}
+def _ls_remote(repo: git.Repo, remote: str, refs: list[str]) -> dict[str, str]:
+    """{ref: commit} for those of the full ``refs`` the remote has."""
     with git_errors(f"git ls-remote {remote}"):
-        listing = repo.git.ls_remote(remote, *wanted)
-    found = {}
-    for line in listing.splitlines():
-        sha, _, ref = line.partition("\t")
-        if ref in wanted:
-            found[wanted[ref]] = sha
-    return found
+        listing = repo.git.ls_remote(remote, *refs)
+    pairs = (line.split("\t", 1) for line in listing.splitlines() if "\t" in line)
+    return {ref: sha for sha, ref in pairs if ref in refs}
 
 
-def fetch_branches(repo: git.Repo, remote: str, branches: list[str]) -> dict[str, str]:
+def remote_heads(
+    repo: git.Repo, remote: str, branches: list[str], review: bool = False
+) -> dict[str, str]:
+    """{branch: commit} for those of ``branches`` the remote has (``git ls-remote``); a
+    task's branch as ``on_remote`` names it (``review``: its forge branch)."""
+    wanted = {on_remote(b, review): b for b in branches}
+    return {wanted[ref]: sha for ref, sha in _ls_remote(repo, remote, list(wanted)).items()}
+
+
+def fetch_branches(
+    repo: git.Repo, remote: str, branches: list[str], review: bool = False
+) -> dict[str, str]:
     """Fetch those of ``branches`` the remote has into ``refs/remotes/<remote>/``; return
     {branch: commit} for them (a branch not pushed yet is simply absent).
 
     Under ``repo_admin_lock``: a fetch reads every worktree's HEAD, and one that
     ``git worktree add`` is making at that moment holds a placeholder (a "bad object").
     """
-    found = remote_heads(repo, remote, branches)
+    found = remote_heads(repo, remote, branches, review)
     if found:
-        specs = [f"+{on_remote(b)}:{remote_ref(remote, b)}" for b in found]
+        specs = [f"+{on_remote(b, review)}:{remote_ref(remote, b, review)}" for b in found]
         with repo_admin_lock(), git_errors(f"git fetch {remote}"):
             repo.git.fetch("--no-tags", remote, *specs)
     return found
@@ -276,19 +295,25 @@ def fetch_commit(repo: git.Repo, remote: str, sha: str) -> bool:
     return has_commit(repo, sha)
 
 
-def push_task_branch(repo: git.Repo, remote: str, task_id: str, lease: str | None = None) -> None:
-    """Publish the task's branch. With ``lease`` (the remote's tip the attempt started
+def push_task_branch(
+    repo: git.Repo, remote: str, task_id: str, lease: str | None = None, review: bool = False
+) -> None:
+    """Publish the task's branch where ``on_remote`` says (``review``: as the branch a
+    forge's pull request shows). With ``lease`` (the remote's tip the attempt started
     from, "" for none) it may replace what the remote has only if that is still there
     (``--force-with-lease``): an attempt's rebase reaches the remote, anyone else's push
     meanwhile refuses it. Without, a plain push: a stale copy cannot overwrite newer work.
     ``PushRefused`` when the remote said no."""
-    branch, there = branch_for(task_id), on_remote(branch_for(task_id))
+    branch = branch_for(task_id)
+    there = on_remote(branch, review)
     guard = [] if lease is None else [f"--force-with-lease={there}:{lease}"]
     try:
         repo.git.push("--porcelain", *guard, remote, f"refs/heads/{branch}:{there}")
     except git.GitCommandError as exc:
         said = getattr(exc, "stdout", "") or ""
-        if "[rejected]" in said or "[remote rejected]" in said:
+        if "[remote rejected]" in said:
+            raise PushRefused(_refused(remote, there, said)) from None
+        if "[rejected]" in said:
             why = "stale info" if "stale info" in said else "non-fast-forward"
             raise PushRefused(
                 f"{remote}'s {branch} holds commits this push would overwrite ({why}: "
@@ -297,17 +322,32 @@ def push_task_branch(repo: git.Repo, remote: str, task_id: str, lease: str | Non
         raise GitError(f"git push {remote} {branch} failed: {_git_message(exc)}") from None
 
 
+def _refused(remote: str, ref: str, said: str) -> str:
+    """What a remote that refused ``ref`` itself said, and what to do about it."""
+    why = said.split("[remote rejected]", 1)[1].splitlines()[0].strip(" ()")[:200]
+    text = f"{remote} refused to update {ref} ({why or 'no reason given'})"
+    if ref.startswith(TASK_REFS):
+        text += (
+            f": octopoid carries task branches under {TASK_REFS}, where no forge runs CI "
+            "on them; let that remote take pushes there (docs/scale-out.md)"
+        )
+    return text
+
+
 def delete_remote_branch(
     repo: git.Repo, remote: str, task_id: str, only: str | None = None
 ) -> None:
-    """Remove the task's branch from the remote once merged (if it was ever pushed); with
-    ``only``, only while it is that commit (what was merged: a push since then stays)."""
+    """Remove the task's refs from the remote (its carried branch, and the branch a
+    forge's pull request showed or an older octopoid pushed), those there. With ``only``
+    (what was merged), only those it holds all of: a push since then stays. Each is
+    deleted only while it is what was read (a lease), never a push made meanwhile."""
     branch = branch_for(task_id)
-    there = remote_heads(repo, remote, [branch]).get(branch)
-    if there is not None and only in (None, there):
-        with git_errors(f"git push {remote} --delete {branch}"):  # not if it moved meanwhile
-            lease = f"--force-with-lease={on_remote(branch)}:{there}"
-            repo.git.push(lease, remote, "--delete", on_remote(branch))
+    there = _ls_remote(repo, remote, [on_remote(branch), on_remote(branch, review=True)])
+    gone = {r: sha for r, sha in there.items() if only in (None, sha) or contains(repo, only, sha)}
+    if gone:
+        leases = [f"--force-with-lease={ref}:{sha}" for ref, sha in gone.items()]
+        with git_errors(f"git push {remote} --delete {branch}"):
+            repo.git.push(*leases, remote, "--delete", *gone)
 
 
 def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) -> bool:

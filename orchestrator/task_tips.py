@@ -8,6 +8,10 @@ push meanwhile refuses the attempt's instead of being overwritten. Accept and th
 attempt, on any machine, take the recorded tip (fetched by its id from the remote when
 this machine lacks it), and the merge pre-check judges it onto the base accept merges
 onto. So a conflict settled by an attempt is settled everywhere.
+
+On the remote a task's branch is ``refs/octopoid/tasks/TASK-<id>``, where no forge runs
+CI on it, until its pull request is open (``on_forge``): from then on it is the branch
+``agent/TASK-<id>`` that the pull request shows, and the attempts continue there.
 """
 
 from __future__ import annotations
@@ -41,6 +45,18 @@ def recorded(task: Task) -> str | None:
     return tip if SHA_RE.fullmatch(tip) else None
 
 
+def on_forge(task: Task) -> bool:
+    """Whether the task's branch is up for review on a forge (its pull request is open):
+    then it travels as the branch the pull request shows, which later attempts update."""
+    return "PR_NUMBER" in task.headers
+
+
+def _pushed_before(repo: git.Repo, remote: str, branch: str) -> str | None:
+    """The remote's ``agent/TASK-<id>`` branch an octopoid from before task branches
+    travelled under ``refs/octopoid/tasks/`` pushed, fetched (None: none there)."""
+    return git_utils.fetch_branches(repo, remote, [branch], review=True).get(branch)
+
+
 def take(repo: git.Repo, remote: str, task_id: str, sha: str) -> bool:
     """Point the task's branch at ``sha`` exactly, fetching it by its id from ``remote``
     when it is not here; False when it cannot be had. A local tip it replaces is kept
@@ -54,11 +70,13 @@ def start(repo: git.Repo, remote: str, task: Task) -> Start:
     """Before an attempt: the task's branch at its recorded tip, or at the remote's copy
     when that only adds to it (a person's push on top); a task recorded before octopoid
     kept tips takes the remote's copy. Returns the base and the lease its push will use."""
-    branch = git_utils.branch_for(task.id)
+    branch, review = git_utils.branch_for(task.id), on_forge(task)
     mine, remark = recorded(task), None
     with git_utils.repo_admin_lock():
-        found = git_utils.fetch_branches(repo, remote, [task.branch, branch])
-        pushed = found.get(branch)
+        found = git_utils.fetch_branches(repo, remote, [task.branch, branch], review)
+        pushed = carried = found.get(branch)
+        if pushed is None and mine is None and not review and task.attempts > 1:
+            pushed = _pushed_before(repo, remote, branch)
         follow = pushed is not None and (mine is None or git_utils.contains(repo, pushed, mine))
         if not follow and mine is not None and not take(repo, remote, task.id, mine):
             remark = (
@@ -70,7 +88,7 @@ def start(repo: git.Repo, remote: str, task: Task) -> Start:
         if follow:
             git_utils.adopt(repo, branch, pushed, replace=True)
         tip = git_utils.ref_tip(repo, branch)
-    lease = "" if pushed is None else pushed if git_utils.contains(repo, tip, pushed) else None
+    lease = "" if carried is None else carried if git_utils.contains(repo, tip, carried) else None
     base = git_utils.remote_ref(remote, task.branch) if task.branch in found else task.branch
     return Start(base, lease, remark)
 
@@ -78,12 +96,15 @@ def start(repo: git.Repo, remote: str, task: Task) -> Start:
 def take_for_accept(repo: git.Repo, remote: str, task: Task) -> None:
     """Before accept merges: the task's branch at the tip its attempt submitted, from the
     remote if need be (a task recorded before octopoid kept tips: the remote's copy)."""
-    branch = git_utils.branch_for(task.id)
+    branch, review = git_utils.branch_for(task.id), on_forge(task)
     mine = recorded(task)
     with git_utils.repo_admin_lock():
-        found = git_utils.fetch_branches(repo, remote, [task.branch, branch])
-        if mine is None and branch in found:
-            git_utils.adopt(repo, branch, found[branch], replace=True)
+        found = git_utils.fetch_branches(repo, remote, [task.branch, branch], review)
+        pushed = found.get(branch)
+        if mine is None and pushed is None and not review:
+            pushed = _pushed_before(repo, remote, branch)
+        if mine is None and pushed is not None:
+            git_utils.adopt(repo, branch, pushed, replace=True)
         elif mine is not None and not take(repo, remote, task.id, mine):
             raise GitError(
                 f"{task.label}'s submitted tip {mine[:12]} is neither here nor on {remote}: "

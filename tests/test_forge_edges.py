@@ -1,8 +1,9 @@
-"""The forge loop at its edges, on GitHub and GitLab: a pull request that cannot be merged
-blocks no other, an approval of an earlier attempt merges nothing, a merge by hand during a
-retry keeps the retry's branch, a closed pull request is forgotten by a retry, a lost push
-is made again, a reviewer's silence acts once, and a CI log's control characters never
-reach the notes."""
+"""The forge loop at its edges, on GitHub and GitLab: an attempt becomes a branch on the
+forge only when a person asks for review, a pull request that cannot be merged blocks no
+other, an approval of an earlier attempt merges nothing, a merge by hand during a retry
+keeps the retry's branch, a closed pull request is forgotten by a retry, a lost push is
+made again, a reviewer's silence acts once, and a CI log's control characters never reach
+the notes."""
 
 from __future__ import annotations
 
@@ -30,6 +31,21 @@ def in_review(title: str) -> tuple[str, int, str]:
 
 def head(forge: Driver, task_id: str) -> str:  # noqa: F811
     return forge.head(f"agent/TASK-{task_id}")
+
+
+def test_an_attempt_is_a_branch_on_the_forge_only_once_a_person_asks_for_review(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    task = q.create_task("reviewed first")
+    assert attempt(task.id) == "provisional"
+    tip = q.get_task(task.id).headers["BRANCH_TIP"]
+    assert forge.head(f"agent/{task.label}") is None  # no branch: no workflow ran it
+    assert forge.server.remote.git("rev-parse", f"refs/octopoid/tasks/{task.label}") == tip
+    review.accept(task.id, "alice")  # merge.strategy pull-request: the person asks
+    assert forge.head(f"agent/{task.label}") == tip  # pushed from the submitted tip
+    pr = int(q.get_task(task.id).headers["PR_NUMBER"])
+    assert connect().pull_request(pr).head_sha == tip
 
 
 def test_a_pull_request_that_cannot_merge_blocks_no_other(

@@ -213,6 +213,7 @@ def test_open_on_provisional_opens_the_pull_request_when_an_attempt_reaches_revi
     set_config(forged, forge={**config.load_config()["forge"], "open_on": "provisional"})
     task = q.create_task("no person in between")
     assert attempt(task.id) == "provisional"
+    assert forge.head(f"agent/{task.label}") is None  # not a branch until the poll opens it
     assert poller.poll_once(connect()) == [
         f"{task.label}: opened {q.get_task(task.id).headers['PR_URL']}"
     ]

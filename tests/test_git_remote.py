@@ -61,8 +61,16 @@ class Machines:
         return self.roots[name]
 
     def remote_branch(self, name: str) -> str | None:
-        refs = {r.path: r.commit.hexsha for r in git.Repo(self.origin).references}
-        return refs.get(f"refs/heads/{name}")
+        return self.listed().get(f"refs/heads/{name}")
+
+    def carried(self, task_id: str) -> str | None:
+        """The remote's copy of a task's branch, where octopoid carries it."""
+        return self.listed().get(f"refs/octopoid/tasks/TASK-{task_id}")
+
+    def listed(self) -> dict[str, str]:
+        """Every ref of the remote, as ``git ls-remote`` lists them: {ref: commit}."""
+        out = git.Git().ls_remote(str(self.origin))
+        return {ref: sha for sha, ref in (line.split("\t") for line in out.splitlines())}
 
 
 @pytest.fixture
@@ -84,7 +92,7 @@ def test_a_retry_on_another_machine_continues_the_pushed_branch_and_accept_lands
     task = q.create_task("feature")
     branch = f"agent/TASK-{task.id}"
     assert attempt(machines, "a", task.id) == "provisional"
-    first = machines.remote_branch(branch)
+    first = machines.carried(task.id)
     assert first is not None  # the attempt on a pushed its branch
     config = (machines.roots["a"] / ".git" / "config").read_text()
     assert "agent/" not in config  # no upstream written: the shared config is left alone
@@ -94,7 +102,9 @@ def test_a_retry_on_another_machine_continues_the_pushed_branch_and_accept_lands
     b_repo = git.Repo(machines.roots["b"])
     second = b_repo.commit(branch)
     assert b_repo.is_ancestor(first, second) and second.hexsha != first  # built on a's work
-    assert machines.remote_branch(branch) == second.hexsha
+    assert machines.carried(task.id) == second.hexsha
+    on_forge = [ref for ref in machines.listed() if ref.startswith("refs/heads/agent/")]
+    assert on_forge == []  # no branch nobody reviewed, so no CI runs it
     prompt = (machines.roots["b"] / ".octopoid/runtime/logs").rglob("attempt-2.prompt.md")
     assert "## Attempt 1" in next(prompt).read_text()  # a's notes, from the database
 
@@ -104,7 +114,7 @@ def test_a_retry_on_another_machine_continues_the_pushed_branch_and_accept_lands
     main = git.Repo(machines.origin).commit("main")
     assert main.message.startswith(f"Merge TASK-{task.id}: feature")
     assert git.Repo(machines.origin).is_ancestor(second.hexsha, main.hexsha)
-    assert machines.remote_branch(branch) is None  # merged, so removed from the remote
+    assert machines.carried(task.id) is None  # merged, so removed from the remote
     assert git.Repo(machines.roots["a"]).commit("main") == main  # a's main followed
 
 
@@ -172,7 +182,7 @@ def test_accept_merges_what_the_last_attempt_pushed_over_a_stale_local_branch(
     stale = b_repo.index.commit("stale work")
     b_repo.git.checkout("main")
     assert attempt(machines, "a", task.id) == "provisional"
-    pushed = machines.remote_branch(branch)
+    pushed = machines.carried(task.id)
 
     machines.on("b")
     review.accept(task.id, "bob")
@@ -197,7 +207,6 @@ def test_a_conflict_is_settled_by_one_reject_and_one_attempt_then_accepted_elsew
 ) -> None:
     machines.on("a")
     task = q.create_task("conflict rebase-on-retry")
-    branch = f"agent/TASK-{task.id}"
     assert attempt(machines, "a", task.id) == "provisional"
     land_on_main(machines.roots["b"], "README.md", "# changed by a person\n")
 
@@ -209,7 +218,7 @@ def test_a_conflict_is_settled_by_one_reject_and_one_attempt_then_accepted_elsew
 
     assert attempt(machines, "a", task.id) == "provisional"  # rebased and resolved
     submitted = q.get_task(task.id).headers["BRANCH_TIP"]
-    assert machines.remote_branch(branch) == submitted  # the rewrite reached the remote
+    assert machines.carried(task.id) == submitted  # the rewrite reached the remote
 
     machines.on("b")
     done = review.accept(task.id, "bob")  # the first try, on the other machine
@@ -224,9 +233,8 @@ def test_an_attempt_never_overwrites_a_push_someone_made_meanwhile(machines: Mac
     set_config(root, sandbox="none")  # its agent pushes as someone else would: no box
     machines.monkeypatch.setenv("OCTO_TEST_ORIGIN", str(machines.origin))
     task = q.create_task("push-aside")
-    branch = f"agent/TASK-{task.id}"
     assert attempt(machines, "a", task.id) == "provisional"
-    theirs = git.Repo(machines.origin).commit(branch)
+    theirs = git.Repo(machines.origin).commit(f"refs/octopoid/tasks/TASK-{task.id}")
     assert theirs.message.strip() == "pushed by someone else"  # still there: not overwritten
     assert "someone else pushed to it" in q.get_task_notes(task.id)
     mine = q.get_task(task.id).headers["BRANCH_TIP"]
@@ -235,7 +243,7 @@ def test_an_attempt_never_overwrites_a_push_someone_made_meanwhile(machines: Mac
     origin = git.Repo(machines.origin)
     assert origin.is_ancestor(mine, done.merged_sha)
     assert not origin.is_ancestor(theirs.hexsha, done.merged_sha)
-    assert machines.remote_branch(branch) == theirs.hexsha  # their branch is left to them
+    assert machines.carried(task.id) == theirs.hexsha  # their branch is left to them
 
 
 def test_prune_on_the_machine_that_ran_the_attempts_removes_what_the_other_merged(
@@ -258,3 +266,45 @@ def test_prune_on_the_machine_that_ran_the_attempts_removes_what_the_other_merge
     ]
     a_repo = git.Repo(machines.roots["a"])
     assert not [ref for ref in a_repo.references if ref.path.startswith("refs/heads/agent/")]
+
+
+def test_a_remote_that_refuses_octopoid_s_refs_is_named_in_the_notes(machines: Machines) -> None:
+    git.Repo(machines.origin).git.config("receive.hideRefs", "refs/octopoid")  # as GitLab hides
+    machines.on("a")
+    task = q.create_task("refused")
+    assert attempt(machines, "a", task.id) == "provisional"  # the work is kept here
+    notes = q.get_task_notes(task.id) or ""
+    said = f"origin refused to update refs/octopoid/tasks/TASK-{task.id} (deny updating a hidden"
+    assert said in notes and "let that remote take pushes there" in notes
+    assert not [ref for ref in machines.listed() if "TASK-" in ref]  # nor pushed elsewhere
+
+
+def as_an_older_octopoid_left_it(machines: Machines, task_id: str) -> str:
+    """The task's branch on the remote as ``refs/heads/agent/TASK-<id>`` and no tip recorded
+    on the task, as octopoid left them before task branches moved under refs/octopoid/."""
+    origin = git.Repo(machines.origin)
+    tip = q.get_task(task_id).headers["BRANCH_TIP"]
+    origin.git.update_ref(f"refs/heads/agent/TASK-{task_id}", tip)
+    origin.git.update_ref("-d", f"refs/octopoid/tasks/TASK-{task_id}")
+    q.get_store().update(task_id, TaskState.PROVISIONAL, lambda t: t.drop_header("BRANCH_TIP"))
+    return tip
+
+
+def test_branches_an_older_octopoid_pushed_are_continued_then_removed(
+    machines: Machines,
+) -> None:
+    machines.on("a")
+    accepted, retried = q.create_task("accepted"), q.create_task("retried")
+    for task in (accepted, retried):
+        assert attempt(machines, "a", task.id) == "provisional"
+    first = as_an_older_octopoid_left_it(machines, accepted.id)
+    older = as_an_older_octopoid_left_it(machines, retried.id)
+    machines.on("b")  # never had either branch
+    done = review.accept(accepted.id, "bob")
+    assert git.Repo(machines.origin).is_ancestor(first, done.merged_sha)
+    review.reject(retried.id, "one more thing", "bob")
+    assert attempt(machines, "b", retried.id) == "provisional"
+    tip = q.get_task(retried.id).headers["BRANCH_TIP"]
+    assert git.Repo(machines.origin).is_ancestor(older, tip)  # built on the older push
+    review.accept(retried.id, "bob")
+    assert not [ref for ref in machines.listed() if "TASK-" in ref]  # both names removed

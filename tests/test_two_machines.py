@@ -2,7 +2,8 @@
 bare git remote, two real schedulers and two reviewers, 30 tasks. One machine's scheduler
 and runners are killed with SIGKILL mid-run; the other reaps its claims after their lease
 and finishes them. Every task is done and merged exactly once; no task ever runs twice at
-the same time."""
+the same time, and no attempt is ever a branch on the remote (where a forge's CI would run
+it): task branches travel as refs/octopoid/tasks/."""
 
 from __future__ import annotations
 
@@ -98,6 +99,10 @@ def test_two_machines_run_every_task_exactly_once_through_a_kill_9(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str
 ) -> None:
     machines = Machines(tmp_path, monkeypatch, pg_dsn)
+    pushed = tmp_path / "pushed-refs.log"  # every ref any push ever updated on the remote
+    hook = machines.origin / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\ncat >> '{pushed}'\n")
+    hook.chmod(0o755)
     for root in machines.roots.values():  # the agent logs its runs in a file: trusted
         set_config(root, sandbox="none")
     agent = tmp_path / "timed_agent.py"
@@ -170,7 +175,10 @@ def test_two_machines_run_every_task_exactly_once_through_a_kill_9(
     merges = Counter(s.split(":")[0] for s in subjects if s.startswith("Merge TASK-"))
     assert sorted(merges) == sorted(f"Merge TASK-{t}" for t in ids)
     assert set(merges.values()) == {1}  # every branch merged once
-    assert not [r for r in origin.references if r.path.startswith("refs/heads/agent/")]
+    assert not [r for r in origin.references if "TASK-" in r.path]  # none left behind
+    updated = {line.split()[2] for line in pushed.read_text().splitlines()}
+    assert f"refs/octopoid/tasks/TASK-{ids[0]}" in updated  # how attempts travelled
+    assert not [ref for ref in updated if ref.startswith("refs/heads/agent/")]  # never a branch
 
     runs: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     open_runs: dict[str, tuple[float, str]] = {}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .. import git_utils, queue_utils, review
+from .. import git_utils, queue_utils, review, task_tips
 from ..exceptions import (
     ForgeError,
     ForgeUnavailable,
@@ -51,7 +51,11 @@ def pr_number(task: Task) -> int | None:
 
 def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
     """Push the task's branch and open its pull request (or find the one open for it);
-    the task stays in provisional with ``PR_NUMBER`` and ``PR_URL``. Safe to repeat."""
+    the task stays in provisional with ``PR_NUMBER`` and ``PR_URL``. Safe to repeat.
+
+    The only push of a branch a forge runs CI on (until then it travels under
+    ``refs/octopoid/tasks/``): ``agent/TASK-<id>`` at the tip its attempt submitted,
+    fetched from the remote if this machine lacks it (``task_tips.take_for_accept``)."""
     cfg = settings()
     if cfg is None:
         raise ForgeError("merge.strategy is pull-request but no forge is configured")
@@ -61,9 +65,10 @@ def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
         raise ForgeError("a pull request needs git.remote: the remote its branch is pushed to")
     repo = git_utils.open_repo()
     branch = git_utils.branch_for(task.id)
+    task_tips.take_for_accept(repo, remote, task)
     if not git_utils.branch_exists(repo, branch):
         raise IllegalTransition(f"{task.label} has no branch {branch} to open a pull request for")
-    git_utils.push_task_branch(repo, remote, task.id)
+    git_utils.push_task_branch(repo, remote, task.id, review=True)
     pull = forge.find_pull_request(branch)
     if pull is None:
         title, body = text.pull_request_title(task), text.pull_request_body(task, cfg["web_url"])
@@ -204,11 +209,11 @@ def _follow_head(task: Task, pull: PullRequest) -> None:
     if tip == pull.head_sha:
         return
     with git_utils.repo_admin_lock():
-        found = git_utils.fetch_branches(repo, remote, [branch])
+        found = git_utils.fetch_branches(repo, remote, [branch], review=True)
     if found.get(branch) != pull.head_sha:
         return  # the forge is behind its own remote for a moment: the next poll looks again
     if repo.is_ancestor(pull.head_sha, tip):
-        git_utils.push_task_branch(repo, remote, task.id)
+        git_utils.push_task_branch(repo, remote, task.id, review=True)
         log.info("%s: pushed %s, which the pull request lacked", task.label, tip[:12])
         return
     with git_utils.repo_admin_lock():

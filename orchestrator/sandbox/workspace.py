@@ -127,14 +127,16 @@ class Workspace(ABC):
         """Push the branch to ``git.remote`` when the attempt added to it, with a lease on
         the remote's tip it started from (``git_utils.push_task_branch``), retrying with
         backoff while the remote cannot be reached; None when pushed (or nothing to do),
-        else why not, for the notes. The work stays on the local branch either way."""
+        else why not, for the notes. The work stays on the local branch either way. It
+        goes where no forge runs CI on it, unless the task's pull request is open
+        (``task_tips.on_forge``): then to the branch the pull request shows."""
         if self.remote is None or commits == 0:
             return None
-        error = ""
+        error, review = "", task_tips.on_forge(self.task)
         for delay in (*defaults.PUSH_BACKOFF_SECONDS, None):
             try:
                 git_utils.push_task_branch(
-                    git_utils.open_repo(), self.remote, self.task.id, self.lease
+                    git_utils.open_repo(), self.remote, self.task.id, self.lease, review
                 )
                 return None
             except PushRefused as exc:  # the remote answered: asking again changes nothing

@@ -14,8 +14,9 @@
   (a failed check), fix it. ``conflict``: change README.md and commit.
 - ``rebase-on-retry``: once a reviewer rejected it, first rebase the branch onto
   ``origin/main`` (the base as the clone has it), settling every conflict with its own side.
-- ``push-aside``: before committing, someone else pushes a commit to the task's branch on
-  the remote at ``$OCTO_TEST_ORIGIN`` (``sandbox: none`` only: a box has no remote).
+- ``push-aside``: before committing, someone else pushes a commit to the task's carried
+  branch (``refs/octopoid/tasks/TASK-<id>``) on the remote at ``$OCTO_TEST_ORIGIN``
+  (``sandbox: none`` only: a box has no remote).
 - after committing: ``move-main`` points main at its commit; ``fake-commit`` does it from
   inside the user's checkout; ``side-worktree`` adds a worktree of its own to move a branch
   from; ``dir-swap`` plants a hook, moves main and turns a hook file into a directory;
@@ -110,7 +111,7 @@ if "rebase-on-retry" in title and "Review — rejected" in prompt:
         step = subprocess.run(["git", "-c", "core.editor=true", "rebase", "--continue"])
 if "push-aside" in title:
     aside = "git commit-tree -p HEAD -m 'pushed by someone else' 'HEAD^{tree}'"
-    where = f'"$OCTO_TEST_ORIGIN" "$({aside})":refs/heads/agent/{task}'
+    where = f'"$OCTO_TEST_ORIGIN" "$({aside})":refs/octopoid/tasks/{task}'
     subprocess.run(["sh", "-c", f"git push -q {where}"], check=True)
 if "tick" in title:
     ticks = 240 if "long-tick" in title else int(os.environ.get("OCTO_TEST_TICKS", "8"))
