@@ -114,10 +114,14 @@ def run_all(root: Path, argvs: list[list[str]], timeout: float = 120) -> None:
         assert proc.returncode == 0
 
 
-def start_then_kill(root: Path, argv: list[str], delay: float) -> None:
-    """Start a helper, wait until it says ready, let it work ``delay`` s, then kill -9 it."""
+def start_then_kill(root: Path, argv: list[str], delay: float, done: int = 0) -> None:
+    """Start a helper, wait until it says ready and then that it did ``done`` pieces of
+    work (a line each: a condition, however slow the machine), let it work ``delay`` s
+    more, then kill -9 it."""
     proc = subprocess.Popen(argv, env=child_env(root), stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
+    for _ in range(done):
+        assert proc.stdout.readline(), "the helper ended before it was killed"
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

@@ -69,14 +69,16 @@ def _assert_invariant(project: Path, ids: set[str]) -> None:
 
 
 def test_kill_9_during_transitions_loses_no_task(project: Path) -> None:
-    """The state machine alone: a churner moving tasks at random, killed 25 times."""
+    """The state machine alone: a churner moving tasks at random, killed 25 times, each
+    time after a few moves of its own and at a random instant of the next ones."""
     ids = {q.create_task(f"task {i}").id for i in range(30)}
     rng = random.Random(1234)
     for round_ in range(25):
-        start_then_kill(project, helper_cmd("churn", str(round_)), rng.uniform(0.02, 0.4))
+        churn = helper_cmd("churn", str(round_))
+        start_then_kill(project, churn, rng.uniform(0, 0.1), done=rng.randint(2, 8))
         _assert_invariant(project, ids)
     moves = sum(len(t.history) for s in TaskState for t in q.list_tasks(s))
-    assert moves > 100, "the churner barely moved anything: the test proved little"
+    assert moves >= 30 + 25 * 2, "the churner's moves are not all in History"
 
 
 def test_four_processes_saving_notes_lose_and_interleave_nothing(project: Path) -> None:
@@ -255,9 +257,12 @@ def heal(chaos: Chaos, ids: set[str]) -> None:
     """Stop the chaos, let the daemon finish, and accept everything that reaches review."""
     chaos.ensure_daemon()
     open_states = (TaskState.INCOMING, TaskState.CLAIMED, TaskState.PROVISIONAL)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # generous: CI shares two cores with everything else
     while any(q.get_store().count(s) for s in open_states):
-        assert time.monotonic() < deadline, [(t.label, t.state) for t in open_tasks()]
+        assert time.monotonic() < deadline, [
+            (s.value, q.get_store().count(s), [t.label for t in q.list_tasks(s)])
+            for s in open_states
+        ]
         for task in q.list_tasks(TaskState.PROVISIONAL):
             done = subprocess.run(
                 [OCTOPOID, "accept", task.id], cwd=chaos.root, env=child_env(chaos.root)
@@ -265,7 +270,3 @@ def heal(chaos: Chaos, ids: set[str]) -> None:
             assert done.returncode == 0, task.id
         time.sleep(0.2)
     chaos.check(ids)
-
-
-def open_tasks() -> list:
-    return [t for s in (TaskState.INCOMING, TaskState.CLAIMED) for t in q.list_tasks(s)]

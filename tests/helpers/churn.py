@@ -1,6 +1,7 @@
 """Move tasks through every transition at random, forever, until killed.
 
-argv: seed. Used by the crash test, which kill -9s this process at random moments.
+argv: seed. Used by the crash test, which kill -9s this process at random moments; it
+prints a line after each move, so the test can let it make some first.
 """
 
 import random
@@ -20,6 +21,7 @@ while True:
             if task is not None:
                 q.save_task_notes(task.id, "churner", "output " * rng.randint(1, 900), 0, 3)
                 q.submit_completion(task, 1, 3)
+                print("moved", flush=True)
             continue
         state = rng.choice([TaskState.CLAIMED, TaskState.PROVISIONAL, TaskState.FAILED])
         tasks = q.list_tasks(state)
@@ -34,5 +36,6 @@ while True:
             q.requeue_task(task, "churn")
         else:
             q.fail_task(task, "churn")
+        print("moved", flush=True)
     except OctopoidError:
         continue  # a race with a leftover of an earlier, killed churner
