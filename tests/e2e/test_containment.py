@@ -16,7 +16,7 @@ from orchestrator import queue_utils as q
 from orchestrator.processes import ProcessId
 from orchestrator.tasks import TaskState
 
-from ..conftest import HELPERS, child_env, set_config
+from ..conftest import HELPERS, child_env, set_config, write_agents
 from .test_daemon import OCTOPOID, _runner_owned, loop, state_of, wait_for
 
 pytestmark = pytest.mark.slow
@@ -82,6 +82,11 @@ def alive(pid: int) -> bool:
 
 
 def test_requeue_of_a_running_task_never_runs_two_agents(loop, git_project: Path) -> None:
+    # The stopped runner saves its own notes within the grace, however loaded the machine
+    # (with the fixture's 1 s, the next runner once killed it first and salvaged them).
+    write_agents(
+        git_project, max_concurrent=3, max_claimed=6, lease_seconds=3, shutdown_grace_seconds=60
+    )
     loop(OCTO_TEST_SLEEP="4")
     counter = AgentCounter()
     counter.start()
