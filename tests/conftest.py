@@ -243,6 +243,18 @@ def commit_on_branch(root: Path, task_id: str, files: dict[str, bytes], message:
             repo.git.worktree("remove", "--force", str(where))
 
 
+def remembered(task_id: str, text: str, attempt: int = 1, section: str = "Important Facts"):
+    """``text`` in the task's working notes as attempt ``attempt``'s channel writes it
+    (stamped with the task, attempt and agent); the notes manager."""
+    from orchestrator.memory.notes import NotesManager
+    from orchestrator.memory.provenance import Origin
+
+    label = f"TASK-{task_id}"
+    notes = NotesManager.create_ephemeral(label, "the task")
+    notes.add_item(section, text, Origin(label, attempt, "agent"))
+    return notes
+
+
 def run_claimed(task, agent: str):
     """Run one attempt in this process for a task just claimed, as its runner would."""
     from orchestrator.roles.implementer import run_attempt

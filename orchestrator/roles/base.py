@@ -85,7 +85,7 @@ class Claim:
 
 
 def agent_env(agent: dict) -> dict[str, str]:
-    """Ours plus the agent's own ``env`` from agents.yaml: what redaction must hide (the
+    """Ours plus the agent's own ``env`` from agents.yaml: what its backend finds (the
     box's environment is ``sandbox.box.environment``)."""
     return {**os.environ, **(agent.get("env") or {})}
 

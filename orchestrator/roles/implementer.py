@@ -60,7 +60,7 @@ from ..prompts import (
     render_memory,
     render_previous_notes,
 )
-from ..redaction import Redactor, hide_also, redact
+from ..redaction import Redactor, every_agent_env, hide_also, redact
 from ..sandbox.workspace import BroughtBack, Workspace
 from ..task_notes import add_notes_section, stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
@@ -68,7 +68,6 @@ from . import breakdown, checks
 from .base import (
     Claim,
     Terminated,
-    agent_env,
     deadline_seconds,
     find_agent,
     raise_on_stop_signals,
@@ -126,7 +125,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         cfg["notes"]["stdout_limit"],
         stdout_log_path(task_id),
         cfg["notes"]["log_cap_bytes"],
-        Redactor(agent_env(agent)),  # the agent's own env may hold secrets too
+        Redactor(agent_env=every_agent_env()),  # its own env (hide_also) included
     )
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
     space, started = None, time.monotonic()

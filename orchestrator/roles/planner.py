@@ -25,10 +25,10 @@ from ..fsutil import TailBuffer, atomic_write
 from ..leases import claim_token, lease_headers, new_token
 from ..processes import ProcessId, kill_claim_processes
 from ..prompts import build_prompt
-from ..redaction import Redactor, hide_also
+from ..redaction import Redactor, every_agent_env, hide_also
 from ..tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, TaskState, one_line, utcnow
 from . import breakdown
-from .base import Claim, agent_env, deadline_seconds
+from .base import Claim, deadline_seconds
 from .implementer import attempt_log_dir, instructions_for
 
 PLAN_ROLE = "plan"  # agents.yaml: an agent with this role drafts plans
@@ -124,7 +124,10 @@ def _run(
     with the channel's draft_task and draft_dependency tools goes into ``drafted``. What
     it committed is not kept: a plan is its answer, not a branch."""
     output = TailBuffer(
-        cfg["notes"]["stdout_limit"], log, cfg["notes"]["log_cap_bytes"], Redactor(agent_env(agent))
+        cfg["notes"]["stdout_limit"],
+        log,
+        cfg["notes"]["log_cap_bytes"],
+        Redactor(agent_env=every_agent_env()),
     )
     backend, space = get_backend(agent["backend"]), None
     result = AgentResult(None, "error", summary="the planner did not start")

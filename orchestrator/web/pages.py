@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import config, diffs, drafts, git_utils, questions, queue_utils, reports, task_notes
 from ..exceptions import ConfigError, NothingToShow, OctopoidError, TaskNotFound
+from ..memory import lifecycle
 from ..redaction import redact
 from ..roles import breakdown
 from ..tasks import Task, TaskState, parse_time, utcnow
@@ -265,4 +266,5 @@ def task_page(
         "live": live_since(task.id, None) if task.state is S.CLAIMED else ("", 0),
         "pull_request": reports.pull_request_link(task),
         "question": _open_question(task),
+        "learnings": lifecycle.learning_rows(lifecycle.pending_learnings(task)),
     }
