@@ -640,14 +640,52 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
 UNSHOWN_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
 
 
-def scrub(text: str, multiline: bool = True) -> str:
+#: A terminal escape sequence as a whole (CSI, OSC, a charset or other ESC sequence), so a
+#: colour code leaves no ``[31m`` behind.
+ESCAPE_RE = re.compile(
+    "\x1b(?:\\[[0-?]*[ -/]*[@-~]|\\][^\x07\x1b\n]{0,256}(?:\x07|\x1b\\\\)?|[ -/]*[0-~])"
+)
+
+
+def scrub(text: str, multiline: bool = True, redactor: Callable[[str], str] | None = None) -> str:
     """The one redact-and-clean of a string from an attempt, a check or a forge, before it
-    is stored anywhere: control characters go (a multi-line field keeps tab and newline, CR
-    becomes LF), then secrets are redacted (after: a secret cut by a BEL is whole again),
-    then a one-line field's whitespace becomes single spaces. Bounding is the caller's."""
-    text = UNSHOWN_RE.sub("", str(text).replace("\r\n", "\n").replace("\r", "\n"))
-    text = redact(text)
+    is stored anywhere: terminal escapes and control characters go (a multi-line field
+    keeps tab and newline, CR becomes LF), then secrets are redacted (after: a secret cut
+    by a BEL is whole again; ``redactor``: a stream's own, else ``redact``), then a
+    one-line field's whitespace becomes single spaces. Bounding is the caller's."""
+    text = ESCAPE_RE.sub("", str(text).replace("\r\n", "\n").replace("\r", "\n"))
+    text = (redactor or redact)(UNSHOWN_RE.sub("", text))
     return text if multiline else " ".join(text.split())
+
+
+class CleaningStream:
+    """``scrub``'s cleaning for output that arrives in pieces (``fsutil.TailBuffer``, before
+    its redaction): escape sequences and control characters out, CR LF and CR as LF. An
+    unfinished sequence at the end of a piece (ESC and what follows, a C1 or bidi
+    character's first bytes, a CR) is held, at most ``ESCAPE_HOLD`` bytes, for the next."""
+
+    ESCAPE_HOLD = 256
+    ESCAPES = re.compile(ESCAPE_RE.pattern.encode("latin-1"))
+    UNSHOWN = re.compile(
+        rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]"
+    )
+    UNFINISHED = re.compile(
+        rb"(?:\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b\n]*|[ -/]*)|\xc2|\xe2\x80?|\xe2\x81|\r)\Z"
+    )
+
+    def __init__(self) -> None:
+        self._held = b""
+
+    def push(self, data: bytes, final: bool = False) -> bytes:
+        data, self._held = self._held + data, b""
+        if not final and (tail := self.UNFINISHED.search(data[-self.ESCAPE_HOLD :])):
+            cut = len(data) - len(tail.group())
+            data, self._held = data[:cut], data[cut:]
+        data = self.ESCAPES.sub(b"", data.replace(b"\r\n", b"\n"))
+        return self.UNSHOWN.sub(b"", data.replace(b"\r", b"\n"))
+
+    def close(self) -> bytes:
+        return self.push(b"", final=True)
 
 
 def default_redactor() -> Redactor:

@@ -240,7 +240,8 @@ def test_a_key_block_with_other_newlines_is_redacted_wherever_chunks_cut(
         for i in range(0, len(data), chunk):
             buf.feed(data[i : i + chunk])
         buf.close()
-        assert buf.text() == f'"[REDACTED:private-key]{newline}"\nafter\n', chunk
+        kept = "\n" if newline == "\r\n" else newline  # output keeps a CR LF as LF
+        assert buf.text() == f'"[REDACTED:private-key]{kept}"\nafter\n', chunk
 
 
 def test_a_stream_without_newlines_holds_only_its_last_bytes() -> None:
