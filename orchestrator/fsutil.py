@@ -193,18 +193,18 @@ class TailBuffer:
         self.total_bytes += len(data)
         if b"\x00" in data:
             data = data.replace(b"\x00", self.NUL_REPLACEMENT)
-        if self._clean and self._stream:
-            data = self._stream.push(self._clean.push(data))
-        self._emit(data)
+        if self._clean:
+            data = self._clean.push(data)
+        self._emit(self._stream.push(data) if self._stream else data)
 
     def close(self) -> None:
         """Flush what redaction held back and a trailing partial character; close the log."""
         if self._closed:
             return
         self._closed = True
-        rest = b""
-        if self._clean and self._stream:
-            rest = self._stream.push(self._clean.close()) + self._stream.close()
+        rest = self._clean.close() if self._clean else b""
+        if self._stream:
+            rest = self._stream.push(rest) + self._stream.close()
         self._emit(rest, final=True)
         if self._log:
             self._log.close()

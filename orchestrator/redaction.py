@@ -666,9 +666,13 @@ class CleaningStream:
 
     ESCAPE_HOLD = 256
     ESCAPES = re.compile(ESCAPE_RE.pattern.encode("latin-1"))
-    UNSHOWN = re.compile(
-        rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]"
-    )
+    C0 = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])  # deleted by translate: 200+ MB/s
+    #: C1 and bidi characters in UTF-8, one literal start each (an alternation: 20 MB/s)
+    MULTIBYTE = tuple(
+        (start, re.compile(re.escape(start) + rest))
+        for start, rest in ((b"\xc2", rb"[\x80-\x9f]"), (b"\xe2\x80", rb"[\xaa-\xae]"),
+                            (b"\xe2\x81", rb"[\xa6-\xa9]"))
+    )  # fmt: skip
     UNFINISHED = re.compile(
         rb"(?:\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b\n]*|[ -/]*)|\xc2|\xe2\x80?|\xe2\x81|\r)\Z"
     )
@@ -681,8 +685,15 @@ class CleaningStream:
         if not final and (tail := self.UNFINISHED.search(data[-self.ESCAPE_HOLD :])):
             cut = len(data) - len(tail.group())
             data, self._held = data[:cut], data[cut:]
-        data = self.ESCAPES.sub(b"", data.replace(b"\r\n", b"\n"))
-        return self.UNSHOWN.sub(b"", data.replace(b"\r", b"\n"))
+        if b"\x1b" in data:  # each pass only where it has work: a memchr is ~20 GB/s
+            data = self.ESCAPES.sub(b"", data)
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        data = data.translate(None, self.C0)
+        for start, pattern in self.MULTIBYTE:
+            if start in data:
+                data = pattern.sub(b"", data)
+        return data
 
     def close(self) -> bytes:
         return self.push(b"", final=True)
