@@ -179,8 +179,11 @@ def client(web):
     return web.client()
 
 
-def write_agents(root: Path, *, argv: list[str] | None = None, **top: object) -> None:
-    """agents.yaml with one command agent running tests/helpers/agent.py (or ``argv``)."""
+def write_agents(
+    root: Path, *, argv: list[str] | None = None, env: dict | None = None, **top: object
+) -> None:
+    """agents.yaml with one command agent running tests/helpers/agent.py (or ``argv``),
+    with ``env`` as its own environment."""
     import yaml
 
     agent = {
@@ -191,6 +194,7 @@ def write_agents(root: Path, *, argv: list[str] | None = None, **top: object) ->
         "max_concurrent": int(top.pop("max_concurrent", 1)),
         "timeout_seconds": int(top.pop("timeout_seconds", 60)),
         "max_turns": 10,
+        **({"env": env} if env else {}),
     }
     doc = {"lease_seconds": 30, **top, "agents": [agent]}
     (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))

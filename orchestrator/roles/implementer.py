@@ -60,7 +60,7 @@ from ..prompts import (
     render_memory,
     render_previous_notes,
 )
-from ..redaction import Redactor, every_agent_env, hide_also, redact
+from ..redaction import Redactor, every_agent_env, hide_also, redact, scrub
 from ..sandbox.workspace import BroughtBack, Workspace
 from ..task_notes import add_notes_section, stdout_log_path
 from ..tasks import Task, TaskState, format_time, normalize_task_id, task_label, utcnow
@@ -402,7 +402,7 @@ def _branch_block(task: Task, space: Workspace) -> str:
     repo = git_utils.open_repo()
     held, behind = git_utils.branch_history(repo, task.id, space.base)
     branch = git_utils.branch_for(task.id)
-    return render_branch(branch, space.base, [redact(line) for line in held], behind)
+    return render_branch(branch, space.base, [scrub(line, False) for line in held], behind)
 
 
 def _asked(task: Task, result: AgentResult, commits: int, space: Workspace) -> AttemptReport | None:

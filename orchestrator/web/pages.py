@@ -12,7 +12,7 @@ from typing import Any
 from .. import config, diffs, drafts, git_utils, questions, queue_utils, reports, task_notes
 from ..exceptions import ConfigError, NothingToShow, OctopoidError, TaskNotFound
 from ..memory import lifecycle
-from ..redaction import redact
+from ..redaction import scrub
 from ..roles import breakdown
 from ..tasks import Task, TaskState, parse_time, utcnow
 from .diffview import DiffView, task_diff_view
@@ -136,7 +136,7 @@ def branch_facts(task: Task) -> BranchFacts:
         log = repo.git.log(
             "--format=%h %s", f"-{COMMITS_SHOWN}", f"refs/heads/{task.branch}..refs/heads/{branch}"
         )
-        commits = redact(log).splitlines()  # an agent's commit message may hold a secret
+        commits = scrub(log).splitlines()  # an agent's commit message: secrets, escapes
         head = git_utils.branch_tip(repo, branch)
         base_tip = git_utils.branch_tip(repo, task.branch)
         return BranchFacts(True, ahead, behind, conflicts, "", commits, head, base_tip)
