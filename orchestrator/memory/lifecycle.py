@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..exceptions import InvalidInput
+from ..lazy import lazy_import
 from ..locks import FileMutex
-from ..redaction import redact
 from ..tasks import Task, format_time, plural, utcnow
 from .notes import Item, NotesManager, get_notes_manager
 from .provenance import TASK_LABEL, Origin, clean_name, note_metadata
@@ -26,6 +26,7 @@ from .store import open_memory, project_scope
 if TYPE_CHECKING:
     from .store import Memory
 
+redaction = lazy_import("orchestrator.redaction")  # `show` lists learnings, redacts nothing
 MAX_LEARNING_CHARS = 4000  # as one item an agent may remember
 EPHEMERAL_RE = re.compile(r"notes\.TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.(md|lock)")
 
@@ -124,7 +125,7 @@ def promote_task_notes(
     source = NotesManager(notes_id=task.label).notes_file.name
     for item in learnings:
         store.write_note(
-            redact(item.text),
+            redaction.redact(item.text),
             section=item.section,
             tags=[task.label],
             agent=clean_name(item.origin.agent),
@@ -156,7 +157,7 @@ def index_main_notes(store: Memory) -> int:
 def add_learning(section: str, text: str, tags: list[str], topic: str | None) -> dict[str, Any]:
     """`octopoid memory add`: into the task's notes when OCTOPOID_NOTES_ID is set, else into
     the main notes and long-term memory. Secrets are redacted first: memory reaches prompts."""
-    text = redact(text)
+    text = redaction.redact(text)
     manager = get_notes_manager()
     added = manager.add_item(section, text, _persons_origin(manager.notes_id))
     note_id = None
