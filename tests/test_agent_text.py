@@ -116,6 +116,30 @@ def test_what_an_agent_says_through_its_channel_reaches_no_face_in_clear(
     assert not faults(texts)
 
 
+def test_the_secrets_corpus_through_progress_questions_and_memory_is_redacted(
+    served,  # noqa: F811
+) -> None:
+    """Each fake secret of the corpus, in context, as a progress line, a question (each
+    answered before the next, as one attempt may ask one at a time) and a remembered item:
+    none is kept in clear."""
+    path, mine, _, server = served
+    set_config(Path.cwd(), questions={"wait_seconds": 0})
+    kept = {}
+    for n, secret in enumerate(fake_secrets()):
+        said = f"{CONTROLS} {secret.text} {CONTROLS}"
+        request(path, "report_progress", {"text": said})
+        kept[f"progress {secret.name}"] = server.progress[-1]
+        call = {"name": "ask_human", "arguments": {"question": said}}
+        assert not request(path, "tools/call", call)["isError"], secret.name
+        kept[f"question {secret.name}"] = questions.read(mine.id)["question"]
+        questions.answer(mine.id, f"answer {n}")
+        request(path, "remember", {"section": "Key Topics", "text": said})
+    kept["working notes"] = NotesManager(notes_id=mine.label).notes_file.read_text()
+    kept["retry notes"] = q.get_task_notes(mine.id) or ""
+    assert len(questions.read(mine.id)) and "[REDACTED:private-key]" in kept["working notes"]
+    assert not faults(kept, tuple(s.secret for s in fake_secrets()))
+
+
 def pages(root: Path, task_id: str) -> dict[str, str]:
     """The board and the task page's tabs, as a signed-in reviewer gets them."""
     server = start_web(root)
@@ -131,8 +155,9 @@ def pages(root: Path, task_id: str) -> dict[str, str]:
 
 def test_what_a_forge_sends_reaches_no_face_in_clear(forge: Driver, forged: Path) -> None:  # noqa: F811
     """An issue's title and body, a CI log, a review's body and its line comment, each with
-    a token, an agents.yaml value and control characters: the task, its notes, `show`,
-    `list`, `status`, `notes` and its page carry none of it."""
+    a token, an agents.yaml value and control characters (the logs and comments with the
+    whole secrets corpus too): the task, its notes, `show`, `list`, `status`, `notes` and
+    its page carry none of it."""
     write_agents(forged, env={"DEPLOY_KEY": DEPLOY})
     client = connect()
     number = forge.server.create_issue(BOB, hostile("title"), hostile("body"), ["octopoid"])
@@ -142,9 +167,10 @@ def test_what_a_forge_sends_reaches_no_face_in_clear(forge: Driver, forged: Path
     review.accept(task_id, "alice")  # opens the pull request
     pr = int(q.get_task(task_id).headers["PR_NUMBER"])
     head = forge.head(f"agent/TASK-{task_id}")
-    forge.ci(head, hostile("job"), passed=False, log=hostile("log"))
-    note = LineNote(f"TASK-{task_id}.txt", 1, hostile("line comment"))
-    forge.review(pr, BOB, "changes", hostile("review"), [note])
+    everything = "\n".join(s.text for s in fake_secrets())  # the whole corpus, in context
+    forge.ci(head, hostile("job"), passed=False, log=f"{everything}\n{hostile('log')}")
+    note = LineNote(f"TASK-{task_id}.txt", 1, f"{hostile('line comment')} {everything}")
+    forge.review(pr, BOB, "changes", f"{hostile('review')}\n{everything}", [note])
     poller.poll_once(client)
     task = q.get_task(task_id)
     assert task.state is q.TaskState.INCOMING
@@ -153,4 +179,4 @@ def test_what_a_forge_sends_reaches_no_face_in_clear(forge: Driver, forged: Path
         texts[" ".join(argv)] = cli_out(*argv)
     texts |= pages(forged, task_id)
     assert "log: red" in texts["retry notes"] and "title: " in texts["list"]
-    assert not faults(texts)
+    assert not faults(texts, (TOKEN, DEPLOY, *(s.secret for s in fake_secrets())))

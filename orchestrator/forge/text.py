@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..redaction import redact, scrub
+from ..redaction import PEM_HOLD_BYTES, redact, scrub
 from ..tasks import DEFAULT_PRIORITY, Task, unclosed_fence
 
 MAX_TITLE = 200  # tasks.py refuses longer: an imported title is cut, saying so
@@ -97,6 +97,15 @@ def clean(text: str) -> str:
     """Text a forge sent, as octopoid keeps it (``redaction.scrub``): without NUL or other
     control characters (tab and newline stay), lines ending in LF, secrets redacted."""
     return scrub(text)
+
+
+def log_tail(log: bytes | str, limit: int) -> str:
+    """The last ``limit`` characters of a CI log, cleaned before the cut: a cut first would
+    leave the rest of a secret it went through (a key block's base64) unrecognised. The
+    part cleaned reaches back as far as redaction holds a key block."""
+    before = limit + PEM_HOLD_BYTES
+    text = log[-4 * before :].decode("utf-8", "replace") if isinstance(log, bytes) else log
+    return clean(text[-before:])[-limit:]
 
 
 def one_line(text: str, limit: int) -> str:
