@@ -666,13 +666,13 @@ class CleaningStream:
 
     ESCAPE_HOLD = 256
     ESCAPES = re.compile(ESCAPE_RE.pattern.encode("latin-1"))
-    C0 = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])  # deleted by translate: 200+ MB/s
-    #: C1 and bidi characters in UTF-8, one literal start each (an alternation: 20 MB/s)
-    MULTIBYTE = tuple(
-        (start, re.compile(re.escape(start) + rest))
-        for start, rest in ((b"\xc2", rb"[\x80-\x9f]"), (b"\xe2\x80", rb"[\xaa-\xae]"),
-                            (b"\xe2\x81", rb"[\xa6-\xa9]"))
-    )  # fmt: skip
+    C0 = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])  # deleted by translate: ~900 MB/s
+    #: C1 and bidi characters in UTF-8, each pattern with one literal first byte: a scan for
+    #: it runs at ~1.4 GB/s, where an alternation of starts runs at 20 MB/s
+    MULTIBYTE = (
+        (b"\xc2", re.compile(rb"\xc2[\x80-\x9f]")),
+        (b"\xe2", re.compile(rb"\xe2(?:\x80[\xaa-\xae]|\x81[\xa6-\xa9])")),
+    )
     UNFINISHED = re.compile(
         rb"(?:\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b\n]*|[ -/]*)|\xc2|\xe2\x80?|\xe2\x81|\r)\Z"
     )
