@@ -119,21 +119,25 @@ def promote_task_notes(
     learnings = kept_learnings(task)
     if not learnings:
         return 0
-    store = store or open_memory()
-    before = store.count()
+    memory = store or open_memory()
+    before = memory.count()
     when = task.headers.get("COMPLETED_AT") or format_time(utcnow())
     source = NotesManager(notes_id=task.label).notes_file.name
-    for item in learnings:
-        store.write_note(
-            redaction.redact(item.text),
-            section=item.section,
-            tags=[task.label],
-            agent=clean_name(item.origin.agent),
-            scope=project_scope(),
-            task_id=task.label,
-            metadata=note_metadata(item.origin, source, clean_name(promoted_by), when),
-        )
-    return store.count() - before
+    try:
+        for item in learnings:
+            memory.write_note(
+                redaction.redact(item.text),
+                section=item.section,
+                tags=[task.label],
+                agent=clean_name(item.origin.agent),
+                scope=project_scope(),
+                task_id=task.label,
+                metadata=note_metadata(item.origin, source, clean_name(promoted_by), when),
+            )
+        return memory.count() - before
+    finally:
+        if store is None:  # opened here
+            memory.close()
 
 
 def index_main_notes(store: Memory) -> int:

@@ -168,10 +168,10 @@ class NotesManager:
         replaced = []
 
         def change(lines: list[str]) -> None:
-            for n, (at, item) in enumerate(_lines_of_items(lines)):
+            for at, item in _lines_of_items(lines):
                 if item == old:
                     lines[at] = f"- {render_item(_clean(new.text), new.origin)}"
-                    replaced.append(n)
+                    replaced.append(at)
                     return
 
         self._edit(change)
@@ -211,14 +211,15 @@ class NotesManager:
         self._edit(change)
 
     def rebuild_with_items(self, items: Iterable[dict]) -> None:
-        """Rewrite every section from ``items``; the header and Task Context are kept."""
-        wanted = [(_known(i["section"]), _clean(i["item"])) for i in items]
+        """Rewrite every section from ``items`` (an ``origin`` of one is kept); the header
+        and Task Context are kept."""
+        wanted = [Item(_known(i["section"]), _clean(i["item"]), i.get("origin")) for i in items]
         context = self.task_context() if self.is_ephemeral else None
 
         def change(lines: list[str]) -> None:
             lines[:] = self._template(context).splitlines()
-            for section, item in wanted:
-                _add(lines, Item(section, item))
+            for item in wanted:
+                _add(lines, item)
 
         self._edit(change)
 
