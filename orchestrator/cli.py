@@ -16,7 +16,7 @@ import click
 
 from .cli_forge import forge_group, intake_command
 from .cli_mcp import mcp_command
-from .cli_memory import memory_group
+from .cli_memory import learning_lines, memory_group, pending_rows
 from .cli_plan import plan_group
 from .exceptions import ConfigError, InvalidInput, InvalidTaskId, OctopoidError
 from .lazy import lazy_import
@@ -361,8 +361,9 @@ def _title_cell(line: listing.Line) -> str:
 def show(task_id: str, as_json: bool) -> None:
     """Print a task: where it is, its branch head, its notes, usage, and its file."""
     task = queue_utils.get_task(task_id)
+    learnings = pending_rows(task)
     if as_json:
-        _emit_json(reports.task_details(task))
+        _emit_json(reports.task_details(task) | {"learnings": learnings})
         return
     summary = task_notes.notes_summary(task.id)
     blockage = dependencies.blockage_of(task)
@@ -389,6 +390,8 @@ def show(task_id: str, as_json: bool) -> None:
         )
     else:
         click.echo("retry notes: none")
+    for line in learning_lines(learnings):
+        click.echo(line)
     if turns or cost:
         click.echo(
             f"usage: {plural(turns, 'turn')}, ${cost:.2f} across {plural(task.attempts, 'attempt')}"
@@ -500,17 +503,43 @@ def _failed_row(raw: str, exc: OctopoidError) -> dict[str, Any]:
     help="Accept only if the branch is still at this commit (the head `show` printed when "
     "you judged it); with several tasks, it applies to each.",
 )
+@click.option(
+    "--forget",
+    multiple=True,
+    type=click.IntRange(1),
+    metavar="N",
+    help="Strike learning N (as `show` numbers them): it is not kept in memory (repeatable).",
+)
+@click.option(
+    "--edit",
+    "edits",
+    multiple=True,
+    type=(click.IntRange(1), str),
+    metavar="N TEXT",
+    help="Keep learning N as TEXT instead (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: one list.")
-def accept(task_ids: tuple[str, ...], actor: str, expect: str | None, as_json: bool) -> None:
+def accept(
+    task_ids: tuple[str, ...],
+    actor: str,
+    expect: str | None,
+    forget: tuple[int, ...],
+    edits: tuple[tuple[int, str], ...],
+    as_json: bool,
+) -> None:
     """Accept provisional tasks: merge each branch into its base, mark done, clean up.
 
     The merge follows merge.strategy in config.yaml (merge, squash, ff-only, or none to
     leave the branch for a pull request). A conflict or a dirty checkout changes nothing.
+    What the accepted attempt learned is kept in project memory, as `show` lists it.
     """
     actor = intake.clean_text(actor, "--by")
+    if (forget or edits) and len(task_ids) > 1:
+        raise click.UsageError("--forget and --edit take one task (their numbers are its own)")
+    rewritten = {n: intake.clean_text(text, "--edit") for n, text in edits}
 
     def one(raw: str) -> review.Accepted:
-        done = review.accept(raw, actor, expect)
+        done = review.accept(raw, actor, expect, forget=forget, edits=rewritten)
         if done.cleanup_error:
             click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
         return done
@@ -527,7 +556,9 @@ def _accepted_line(done: review.Accepted) -> str:
         "ff-only": "fast-forwarded",
         "no-change": "no change needed, nothing merged",
     }.get(done.strategy, "branch left in place")
-    return f"{done.task.label} accepted ({how}): done"
+    when = "when its pull request merges" if done.strategy == "pull-request" else "now"
+    kept = learning_lines(done.learnings, f"learnings kept in project memory {when}")
+    return "\n".join([f"{done.task.label} accepted ({how}): done", *kept])
 
 
 @cli.command()

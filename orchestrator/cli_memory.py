@@ -15,6 +15,7 @@ finishing = lazy_import("orchestrator.finishing")
 intake = lazy_import("orchestrator.intake")
 lifecycle = lazy_import("orchestrator.memory.lifecycle")
 notes = lazy_import("orchestrator.memory.notes")
+provenance = lazy_import("orchestrator.memory.provenance")
 queue_utils = lazy_import("orchestrator.queue_utils")
 
 
@@ -80,6 +81,8 @@ def memory_search(query: str, tags: tuple[str, ...], limit: int, as_json: bool) 
     for hit in hits:
         tags_text = f" [{' '.join(hit['tags'])}]" if hit["tags"] else ""
         click.echo(f"#{hit['id']:<5} {hit['content']}{tags_text}")
+        if said := provenance.describe(hit):
+            click.echo(f"       {said}")
 
 
 @memory_group.command("remove")
@@ -95,11 +98,9 @@ def memory_remove(target: str) -> None:
 @memory_group.command("promote")
 @click.argument("task_id")
 def memory_promote(task_id: str) -> None:
-    """Copy a task's working notes into long-term memory now (accept does it too)."""
-    task_id = normalize_task_id(task_id)
-    if not notes.NotesManager(notes_id=task_label(task_id)).notes_file.exists():
-        queue_utils.known_task_id(task_id)  # no notes: is it a task at all (exit 3)?
-    count = lifecycle.promote_task_notes(task_id, "human")
+    """Copy what an accept of TASK_ID would keep into long-term memory now (accept does it
+    too): the learnings of its submitted attempt (and a person's), not those struck."""
+    count = lifecycle.promote_task_notes(queue_utils.get_task(task_id), "human")
     click.echo(f"{plural(count, 'new note')} in long-term memory")
 
 
@@ -113,3 +114,23 @@ def memory_gc() -> None:
         click.echo(line)
     removed = lifecycle.gc_ephemeral(finishing.is_over)
     click.echo("\n".join(f"removed {name}" for name in removed) or "nothing to remove")
+
+
+SHOW_HEADING = "learnings an accept keeps (`accept --forget N` strikes one, `--edit N TEXT`)"
+
+
+def learning_lines(rows: list[dict], heading: str = "") -> list[str]:
+    """Learnings numbered as `accept --forget N` takes them, under ``heading`` (`show`'s
+    by default); none: no lines."""
+    if not rows:
+        return []
+    lines = [f"{heading or SHOW_HEADING}:"]
+    for row in rows:
+        struck = " - struck: not kept" if row["struck"] else ""
+        lines.append(f"  {row['number']}. [{row['section']}] {row['text']} ({row['from']}){struck}")
+    return lines
+
+
+def pending_rows(task: object) -> list[dict]:
+    """A task's pending learnings as rows (``lifecycle.learning_rows``)."""
+    return lifecycle.learning_rows(lifecycle.pending_learnings(task))

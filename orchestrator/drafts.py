@@ -1,6 +1,7 @@
 """A reviewer's draft review of a task, kept server-side so a reload, a closed tab or a
 restart of `octopoid web` loses nothing: the line comments not sent yet, the reason being
-typed, the acceptance criteria ticked and the files marked viewed.
+typed, the acceptance criteria ticked, the files marked viewed, and the learnings struck
+or rewritten (by their numbers, as `octopoid show` gives them).
 
 One JSON file per task and reviewer (``runtime/reviews/TASK-<id>/<reviewer>.json``),
 replaced atomically. It is the page's memory, not the queue's: nothing in it changes a
@@ -28,6 +29,8 @@ MAX_COMMENTS = 200
 MAX_REASON_CHARS = 4000
 MAX_VIEWED = 5000  # files marked viewed
 MAX_CRITERIA = 200
+MAX_LEARNINGS = 400  # numbers a draft may strike or rewrite (an attempt remembers 200 at most)
+MAX_LEARNING_CHARS = 4000
 SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -37,6 +40,8 @@ class Draft:
     comments: list[LineComment] = field(default_factory=list)
     ticked: list[int] = field(default_factory=list)  # acceptance criteria, counted from 0
     viewed: dict[str, str] = field(default_factory=dict)  # path: the blob the reviewer saw
+    struck: list[int] = field(default_factory=list)  # learnings, counted from 1
+    edited: dict[str, str] = field(default_factory=dict)  # a learning's number: its new text
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,7 +109,27 @@ def parse(data: Mapping[str, Any]) -> Draft:
         for k, v in viewed.items()
     ):
         raise InvalidInput("viewed files are path: blob id pairs")
-    return Draft(reason, [_comment(c) for c in comments], sorted(set(ticked)), dict(viewed))
+    struck, edited = _learnings(data)
+    return Draft(
+        reason, [_comment(c) for c in comments], sorted(set(ticked)), dict(viewed), struck, edited
+    )
+
+
+def _learnings(data: Mapping[str, Any]) -> tuple[list[int], dict[str, str]]:
+    """The learnings a draft strikes and rewrites, checked."""
+    struck = _typed(data, "struck", list, [])
+    if len(struck) > MAX_LEARNINGS or not all(
+        isinstance(n, int) and 1 <= n <= MAX_LEARNINGS for n in struck
+    ):
+        raise InvalidInput("struck learnings are numbers from 1")
+    edited = _typed(data, "edited", dict, {})
+    if len(edited) > MAX_LEARNINGS or not all(
+        isinstance(k, str) and k.isdigit() and isinstance(v, str) and len(v) <= MAX_LEARNING_CHARS
+        for k, v in edited.items()
+    ):
+        raise InvalidInput(f"rewritten learnings are number: text of {MAX_LEARNING_CHARS} at most")
+    texts = {k: intake.clean_text(v, f"learning {k}") for k, v in edited.items()}
+    return sorted(set(struck)), texts
 
 
 def _comment(data: Any) -> LineComment:

@@ -96,10 +96,11 @@ def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
     from .memory.notes import NotesManager
 
     working = NotesManager(notes_id=task_label(task_id))
-    if step == PROMOTE:
-        items = working.get_all_items() if working.notes_file.exists() else []
-        done["promoted"] = lifecycle.promote_task_notes(task_id, actor)
+    if step == PROMOTE:  # only what the accepted attempt recorded, as its reviewer left it
         task = queue_utils.get_task(task_id)
+        kept = lifecycle.kept_learnings(task)
+        done["promoted"] = lifecycle.promote_task_notes(task, actor)
+        items = [{"section": item.section, "item": item.text} for item in kept]
         done["distilled"] = distill(task, items, config.load_config()["memory"])
     elif step == NOTES:
         working.cleanup()

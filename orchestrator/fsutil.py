@@ -14,9 +14,12 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .lazy import lazy_import
+
 if TYPE_CHECKING:
     from .redaction import Redactor
 
+redaction = lazy_import("orchestrator.redaction")  # loaded by whoever hands a TailBuffer one
 TEMP_PREFIX = "."
 TEMP_SUFFIX = ".tmp"
 
@@ -146,8 +149,10 @@ def is_temp_name(name: str) -> bool:
 class TailBuffer:
     """Keep the last ``limit`` characters of a byte stream in bounded memory.
 
-    With ``redact``, the bytes pass through a stream of it first, so a secret never reaches
-    the tail or the log, even one split across chunks anywhere; that stream holds back an
+    With ``redact``, the bytes are cleaned (``redaction.CleaningStream``: terminal escapes
+    and control characters out) and pass through a stream of it, so neither a secret nor an
+    escape reaches the tail or the log, even one split across chunks anywhere; that stream
+    holds back an
     unfinished line (4 KiB, a private key block 16 KiB, at most) until it can tell, and
     ``close`` lets it go. Bytes are decoded incrementally, so a multi-byte character split
     across two chunks is never cut in half; NUL bytes become U+FFFD. When ``log_path`` is
@@ -172,6 +177,7 @@ class TailBuffer:
         self.redactor = redact  # for text a caller shortens before feeding it (a clip must
         # not cut a secret down to a prefix the stream no longer recognises)
         self._stream = redact.stream() if redact else None
+        self._clean = redaction.CleaningStream() if redact else None
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._closed = False
         self._chunks: list[str] = []
@@ -187,6 +193,8 @@ class TailBuffer:
         self.total_bytes += len(data)
         if b"\x00" in data:
             data = data.replace(b"\x00", self.NUL_REPLACEMENT)
+        if self._clean:
+            data = self._clean.push(data)
         self._emit(self._stream.push(data) if self._stream else data)
 
     def close(self) -> None:
@@ -194,7 +202,10 @@ class TailBuffer:
         if self._closed:
             return
         self._closed = True
-        self._emit(self._stream.close() if self._stream else b"", final=True)
+        rest = self._clean.close() if self._clean else b""
+        if self._stream:
+            rest = self._stream.push(rest) + self._stream.close()
+        self._emit(rest, final=True)
         if self._log:
             self._log.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .memory.provenance import describe
 from .task_notes import NotesSection, fence_for, split_notes
 from .tasks import Task
 
@@ -92,7 +93,10 @@ def task_text(task: Task) -> str:
 
 
 MEMORY_HEADING = "## Relevant Memory"
-MEMORY_INTRO = "What earlier tasks in this project learned that may help here:"
+MEMORY_INTRO = (
+    "What earlier tasks in this project learned that may help here (each with the task, "
+    "attempt and agent that recorded it, and the person who accepted it):"
+)
 MEMORY_HOWTO = (
     "## Recording what you learn\n\n"
     "When you learn something a later task could use (where things live, how to run the "
@@ -124,7 +128,8 @@ def render_memory(notes: list[dict[str, Any]]) -> str:
     lines = []
     for note in notes:
         where = note.get("section") or note.get("topic")
-        label = f"[memory #{note['id']}{' ' + where if where else ''}]"
+        said = describe(note)
+        label = f"[memory #{note['id']}{' ' + where if where else ''}{'; ' + said if said else ''}]"
         lines.append(f"- {label} {' '.join(note['content'].split())}")
     body = "\n".join(lines)
     fence = fence_for(body)

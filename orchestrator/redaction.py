@@ -33,7 +33,9 @@ from . import shape_gate
 
 SECRET_SUFFIXES = ("_API_KEY", "_TOKEN")
 SECRET_PARTS = ("SECRET", "PASSWORD")
-MIN_SECRET_LEN = 6  # shorter values ("1", "true") would redact ordinary words
+#: Shorter values ("1", "true", "debug") would redact ordinary words: an env value, even of
+#: an agent's ``env`` (every value of which is hidden whatever its name), is hidden from 6 on
+MIN_SECRET_LEN = 6
 
 #: Bytes of an unfinished line a stream holds back: the longest single-line secret it
 #: promises to recognise (JWT headers and URL credentials included) fits in it.
@@ -189,27 +191,34 @@ def looks_secret(name: str) -> bool:
 URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*:([^@/\s]+)@")
 
 
-def secret_env(environ: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+def secret_env(
+    environ: Mapping[str, str] | Iterable[tuple[str, str]], every_value: bool = False
+) -> frozenset[tuple[str, str]]:
     """(name, value) of every variable whose name looks secret and value is long enough,
     and (name:password, password) of every variable holding a URL with a password, the
-    password also as it reads percent-decoded."""
+    password also as it reads percent-decoded. ``every_value``: an agent's ``env`` from
+    agents.yaml, whose every value long enough is hidden whatever its name (docs/backends.md)."""
     found = set()
-    for name, value in environ.items():
-        if len(value) >= MIN_SECRET_LEN and looks_secret(name):
+    pairs = environ.items() if isinstance(environ, Mapping) else environ
+    for name, value in pairs:
+        if len(value) >= MIN_SECRET_LEN and (every_value or looks_secret(name)):
             found.add((name, value))
-        elif (match := URL_PASSWORD.match(value)) is not None:
+        if (match := URL_PASSWORD.match(value)) is not None:
             forms = {f"{name}:password": match.group(1)}  # a name per form: callers key by it
             forms[f"{name}:password-decoded"] = unquote(match.group(1))
             found.update((k, v) for k, v in forms.items() if len(v) >= MIN_SECRET_LEN)
     return frozenset(found)
 
 
-def secret_values(environ: Mapping[str, str]) -> dict[bytes, str]:
-    """UTF-8 value -> variable name; a multi-line value line by line, as streams let go of
-    output at line ends."""
+def secret_values(
+    environ: Mapping[str, str], agent_env: Mapping[str, str] | Iterable[tuple[str, str]] = ()
+) -> dict[bytes, str]:
+    """UTF-8 value -> variable name, of ``environ``'s secrets and every value of
+    ``agent_env``; a multi-line value line by line, as streams let go of output at line ends."""
+    found = secret_env(environ) | secret_env(agent_env, every_value=True)
     return {
         line.encode("utf-8", "surrogateescape"): name
-        for name, value in secret_env(environ)
+        for name, value in found
         for line in value.splitlines()
         if len(line) >= MIN_SECRET_LEN
     }
@@ -453,8 +462,14 @@ def apply(data: bytes, spans: Sequence[Span]) -> bytes:
 class Redactor:
     """The redaction for one environment; build once, apply to every text or stream."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        self._values = secret_values(os.environ if environ is None else environ)
+    def __init__(
+        self,
+        environ: Mapping[str, str] | None = None,
+        agent_env: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """Hides ``environ``'s secrets (default: this process's) and every value of
+        ``agent_env`` (an agent's ``env``, or secrets already chosen) long enough."""
+        self._values = secret_values(os.environ if environ is None else environ, agent_env)
         self._encoded = {
             form: f"{name}:encoded"
             for value, name in self._values.items()
@@ -619,15 +634,86 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
     return default_redactor()(text)
 
 
+#: What no field from an attempt, a check or a forge keeps: C0 controls but tab and newline
+#: (NUL, BEL, ESC...), DEL, C1 (CSI...), lone surrogates, and bidi overrides and isolates
+#: (text that reads differently than it is).
+UNSHOWN_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
+
+
+#: A terminal escape sequence as a whole (CSI, OSC, a charset or other ESC sequence), so a
+#: colour code leaves no ``[31m`` behind.
+ESCAPE_RE = re.compile(
+    "\x1b(?:\\[[0-?]*[ -/]*[@-~]|\\][^\x07\x1b\n]{0,256}(?:\x07|\x1b\\\\)?|[ -/]*[0-~])"
+)
+
+
+def scrub(text: str, multiline: bool = True, redactor: Callable[[str], str] | None = None) -> str:
+    """The one redact-and-clean of a string from an attempt, a check or a forge, before it
+    is stored anywhere: terminal escapes and control characters go (a multi-line field
+    keeps tab and newline, CR becomes LF), then secrets are redacted (after: a secret cut
+    by a BEL is whole again; ``redactor``: a stream's own, else ``redact``), then a
+    one-line field's whitespace becomes single spaces. Bounding is the caller's."""
+    text = ESCAPE_RE.sub("", str(text).replace("\r\n", "\n").replace("\r", "\n"))
+    text = (redactor or redact)(UNSHOWN_RE.sub("", text))
+    return text if multiline else " ".join(text.split())
+
+
+class CleaningStream:
+    """``scrub``'s cleaning for output that arrives in pieces (``fsutil.TailBuffer``, before
+    its redaction): escape sequences and control characters out, CR LF and CR as LF. An
+    unfinished sequence at the end of a piece (ESC and what follows, a C1 or bidi
+    character's first bytes, a CR) is held, at most ``ESCAPE_HOLD`` bytes, for the next."""
+
+    ESCAPE_HOLD = 256
+    ESCAPES = re.compile(ESCAPE_RE.pattern.encode("latin-1"))
+    C0 = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])  # deleted by translate: ~900 MB/s
+    #: C1 and bidi characters in UTF-8, each pattern with one literal first byte: a scan for
+    #: it runs at ~1.4 GB/s, where an alternation of starts runs at 20 MB/s
+    MULTIBYTE = (
+        (b"\xc2", re.compile(rb"\xc2[\x80-\x9f]")),
+        (b"\xe2", re.compile(rb"\xe2(?:\x80[\xaa-\xae]|\x81[\xa6-\xa9])")),
+    )
+    UNFINISHED = re.compile(
+        rb"(?:\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b\n]*|[ -/]*)|\xc2|\xe2\x80?|\xe2\x81|\r)\Z"
+    )
+
+    def __init__(self) -> None:
+        self._held = b""
+
+    def push(self, data: bytes, final: bool = False) -> bytes:
+        data, self._held = self._held + data, b""
+        if not final and (tail := self.UNFINISHED.search(data[-self.ESCAPE_HOLD :])):
+            cut = len(data) - len(tail.group())
+            data, self._held = data[:cut], data[cut:]
+        if b"\x1b" in data:  # each pass only where it has work: a memchr is ~20 GB/s
+            data = self.ESCAPES.sub(b"", data)
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        data = data.translate(None, self.C0)
+        for start, pattern in self.MULTIBYTE:
+            if start in data:
+                data = pattern.sub(b"", data)
+        return data
+
+    def close(self) -> bytes:
+        return self.push(b"", final=True)
+
+
 def default_redactor() -> Redactor:
     """The one set of secrets every reader and writer of agent text hides: this process's
     environment, ``hide_also``'s, and every agent's ``env`` in agents.yaml, so a page,
     an accept or a memory promotion hides what only an agent's process had."""
-    also = frozenset({*_ALSO_HIDDEN.items(), *agents_env()})
+    also = every_agent_env()
     # CPython's raw copy of the environment: hashing it is ~20x cheaper than decoding and
     # testing every variable again, which claims and moves would do for each History line.
     raw = getattr(os.environ, "_data", None)
     return _cached(_own_secrets(None if raw is None else frozenset(raw.items()), also))
+
+
+def every_agent_env() -> frozenset[tuple[str, str]]:
+    """(name, value) of every agent's ``env`` this process knows: ``hide_also``'s and
+    agents.yaml's. Every value long enough is hidden, whatever its name."""
+    return frozenset({*_ALSO_HIDDEN.items(), *agents_env()})
 
 
 def agents_env() -> frozenset[tuple[str, str]]:
@@ -668,13 +754,10 @@ def _own_secrets(
     _raw: frozenset[tuple[bytes, bytes]] | None, also: frozenset[tuple[str, str]]
 ) -> frozenset[tuple[str, str]]:
     """The secrets of this process's environment (the cache key ``_raw`` is its raw form)
-    plus ``hide_also``'s; a name set in both hides both values."""
-    environ = {**os.environ}
-    for n, (name, value) in enumerate(sorted(also)):  # one name, several values: all hidden
-        environ[name if environ.get(name, value) == value else f"AGENT{n}_{name}"] = value
-    return secret_env(environ)
+    plus every value of ``also`` (agents' ``env``: whatever its name)."""
+    return secret_env(os.environ) | secret_env(also, every_value=True)
 
 
 @lru_cache(maxsize=16)
 def _cached(secrets: frozenset[tuple[str, str]]) -> Redactor:
-    return Redactor(dict(secrets))
+    return Redactor({}, secrets)  # chosen already: each is hidden as it is

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 # Only `approve` and `checks` run them: `worktrees` and the others do not pay for them.
 breakdown = lazy_import("orchestrator.roles.breakdown")
 checks = lazy_import("orchestrator.roles.checks")
+lifecycle = lazy_import("orchestrator.memory.lifecycle")
 log = logging.getLogger("octopoid.review")
 MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs it
 MAX_COMMENT_CHARS = 4000  # one line comment; the notes' prompt budget is ~12k in all
@@ -48,6 +49,7 @@ class Accepted:
     cleanup_error: str | None = None
     promoted: int = 0
     distilled: dict = field(default_factory=dict)
+    learnings: list[dict[str, Any]] = field(default_factory=list)  # as the reviewer left them
 
 
 def accepted_row(done: Accepted) -> dict[str, Any]:
@@ -60,6 +62,8 @@ def accepted_row(done: Accepted) -> dict[str, Any]:
         "strategy": done.strategy,
         "merged": done.merged_sha,
         "cleanup_error": done.cleanup_error,
+        "learnings": done.learnings,
+        "promoted": done.promoted,
     }
 
 
@@ -101,8 +105,14 @@ def accept(
     accepted_by: str = "human",
     expect: str | None = None,
     seen_attempt: int | None = None,
+    forget: Collection[int] = (),
+    edits: Mapping[int, str] | None = None,
 ) -> Accepted:
     """Merge the task's branch into its base, move it to done, then finish (``finishing``).
+
+    The learnings its submitted attempt recorded are kept in project memory, but for those
+    the reviewer strikes (``forget``, by the numbers ``show`` gives) and as they rewrite
+    them (``edits``); the decisions are written first, so a refused merge keeps them.
 
     The task is held for the whole workflow (``QueueStore.hold``): a reject, requeue or
     second accept meanwhile fails at once saying the task is being accepted. A refused
@@ -133,13 +143,15 @@ def accept(
                 f"work an attempt brought back; `octopoid reject {task.label} --reason ...` "
                 "sends it back for one"
             )
+        learnings = _reviewed_learnings(task, forget, edits or {}, accepted_by)
         strategy = config.load_config()["merge"]["strategy"]
         if "NO_CHANGE" in task.headers and not _holds_work(task):  # nothing to merge: why said
             strategy = "no-change"
         elif strategy == "pull-request" or "PR_NUMBER" in task.headers:
             from .forge import pulls  # its client libraries load only with a forge
 
-            return Accepted(pulls.open_for(task, accepted_by), "pull-request", None)
+            opened = pulls.open_for(task, accepted_by)
+            return Accepted(opened, "pull-request", None, learnings=learnings)
         merged = task.headers.get("MERGED") or None
         if strategy not in ("none", "no-change") and merged is None:
             merged = _merge_once(store, task, strategy)
@@ -149,7 +161,16 @@ def accept(
         done = _move_journaled(
             task.id, steps, accepted_by, lambda: queue_utils.accept_completion(task.id, accepted_by)
         )
-        return _finished(Accepted(done, strategy, merged))
+        return _finished(Accepted(done, strategy, merged, learnings=learnings))
+
+
+def _reviewed_learnings(
+    task: Task, forget: Collection[int], edits: Mapping[int, str], by: str
+) -> list[dict[str, Any]]:
+    """The reviewer's strikes and edits applied; the pending learnings as rows."""
+    if forget or edits:
+        return lifecycle.learning_rows(lifecycle.review_learnings(task, forget, edits, by))
+    return lifecycle.learning_rows(lifecycle.pending_learnings(task))
 
 
 def accept_merged(task_id: str, merged_by: str, merged_sha: str, reason: str) -> Accepted:

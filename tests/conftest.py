@@ -183,8 +183,11 @@ def client(web):
     return web.client()
 
 
-def write_agents(root: Path, *, argv: list[str] | None = None, **top: object) -> None:
-    """agents.yaml with one command agent running tests/helpers/agent.py (or ``argv``)."""
+def write_agents(
+    root: Path, *, argv: list[str] | None = None, env: dict | None = None, **top: object
+) -> None:
+    """agents.yaml with one command agent running tests/helpers/agent.py (or ``argv``),
+    with ``env`` as its own environment."""
     import yaml
 
     agent = {
@@ -195,6 +198,7 @@ def write_agents(root: Path, *, argv: list[str] | None = None, **top: object) ->
         "max_concurrent": int(top.pop("max_concurrent", 1)),
         "timeout_seconds": int(top.pop("timeout_seconds", 60)),
         "max_turns": 10,
+        **({"env": env} if env else {}),
     }
     doc = {"lease_seconds": 30, **top, "agents": [agent]}
     (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))
@@ -258,6 +262,18 @@ def commit_on_branch(
             wt.git.commit("-q", "--allow-empty", "-m", message)
         finally:
             repo.git.worktree("remove", "--force", str(where))
+
+
+def remembered(task_id: str, text: str, attempt: int = 1, section: str = "Important Facts"):
+    """``text`` in the task's working notes as attempt ``attempt``'s channel writes it
+    (stamped with the task, attempt and agent); the notes manager."""
+    from orchestrator.memory.notes import NotesManager
+    from orchestrator.memory.provenance import Origin
+
+    label = f"TASK-{task_id}"
+    notes = NotesManager.create_ephemeral(label, "the task")
+    notes.add_item(section, text, Origin(label, attempt, "agent"))
+    return notes
 
 
 def run_claimed(task, agent: str):

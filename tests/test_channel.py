@@ -76,7 +76,7 @@ def test_an_agent_remembers_reads_and_reports_for_its_own_task_only(served) -> N
         (b'{"id": 1, "method": "remember", "params": {"section": 7, "text": "x"}}\n',
          channel.INVALID_PARAMS),
         (b'{"id": 1, "method": "remember", '
-         b'"params": {"section": "Key Topics", "text": "a\\u0000b"}}\n',
+         b'"params": {"section": "Key\\u0000Topics", "text": "a"}}\n',
          channel.INVALID_PARAMS),
         (b'{"id": 1, "method": "remember", "params": {"section": "Gossip", "text": "x"}}\n',
          channel.REFUSED),

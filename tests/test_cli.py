@@ -385,7 +385,7 @@ def test_memory_show_takes_a_task_id(git_project: Path) -> None:
     assert run("memory", "show", "TASK-1").output == "no notes.TASK-1.md yet\n"
     env = {"OCTOPOID_NOTES_ID": "TASK-1"}
     CliRunner().invoke(cli, ["memory", "add", "File Knowledge", "auth lives in a.py"], env=env)
-    assert "- auth lives in a.py" in run("memory", "show", "1").output
+    assert "- [TASK-1 by human] auth lives in a.py" in run("memory", "show", "1").output
     result = run("memory", "show", "1", "--notes-id", "TASK-1", ok=False)
     assert result.exit_code == 2 and "not both" in result.output
 

@@ -160,6 +160,8 @@ def test_accept_json_covers_every_id_and_exits_with_the_worst(git_project: Path)
             "merged": merged,
             "cleanup_error": None,
             "error": None,
+            "learnings": [],  # what its attempt remembered, as kept (none here)
+            "promoted": 0,
         },
         {"id": "TASK-99", "ok": False, "error": "no task TASK-99 in any queue", "exit_code": 3},
     ]

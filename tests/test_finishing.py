@@ -14,11 +14,10 @@ import pytest
 
 from orchestrator import finishing, scheduler
 from orchestrator import queue_utils as q
-from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, write_agents
+from .conftest import child_env, remembered, write_agents
 from .test_review import provisional_with_commit
 from .test_review_races import merges_of
 
@@ -77,9 +76,7 @@ def test_an_accept_killed_at_any_step_is_finished_and_loses_no_learning(
 ) -> None:
     write_agents(git_project)
     tid = provisional_with_commit(git_project)
-    working = NotesManager(notes_id=f"TASK-{tid}")
-    working.create_ephemeral(f"TASK-{tid}", "add feature.txt")
-    working.add_item("Important Facts", LEARNED)
+    working = remembered(tid, LEARNED)
     killed_accept(git_project, tid, point)
     state = q.get_task(tid).state
     assert state is (TaskState.PROVISIONAL if point == "move" else TaskState.DONE)

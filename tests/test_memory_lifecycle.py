@@ -14,7 +14,7 @@ from orchestrator.cli import cli
 from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
 
-from .conftest import run_claimed, write_agents
+from .conftest import remembered, run_claimed, write_agents
 
 
 def run(*args: str, env: dict | None = None, code: int = 0) -> str:
@@ -37,7 +37,14 @@ def test_an_agent_learns_and_accept_makes_it_project_memory(git_project: Path) -
     assert done.promoted == 1 and not eph.notes_file.exists()
     (hit,) = MemoryStore().search_notes("build cache")
     assert hit["tags"] == [f"TASK-{tid}"] and hit["task_id"] == f"TASK-{tid}"
-    assert hit["metadata"] == {"source": f"notes.TASK-{tid}.md", "promoted_by": "alice"}
+    assert hit["metadata"] == {
+        "source": f"notes.TASK-{tid}.md",
+        "task": f"TASK-{tid}",
+        "attempt": 1,
+        "agent": "impl-1",
+        "accepted_by": "alice",
+        "accepted_at": done.task.headers["COMPLETED_AT"],
+    }
     nxt = q.create_task("speed up the build cache").id
     run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     prompt = (config.get_logs_dir() / f"TASK-{nxt}" / "attempt-1.prompt.md").read_text()
@@ -63,11 +70,15 @@ def test_memory_cli(project: Path) -> None:
     assert "#" in run("memory", "search", "redis", "--tag", "ci")
     assert "no matching notes" in run("memory", "search", "redis", "--tag", "other")
     assert "- Tests need Redis" in run("memory", "show")
-    env = {"OCTOPOID_NOTES_ID": "TASK-5"}
-    assert "added to notes.TASK-5.md" in run("memory", "add", "File Knowledge", "a.py: x", env=env)
-    assert "- a.py: x" in run("memory", "show", "--notes-id", "TASK-5")
-    assert "1 new note in" in run("memory", "promote", "TASK-5")
-    assert "removed notes.TASK-5.md" in run("memory", "gc")  # TASK-5 does not exist
+    tid = q.create_task("a task of mine").id
+    env = {"OCTOPOID_NOTES_ID": f"TASK-{tid}"}  # a person's, outside any attempt
+    assert f"added to notes.TASK-{tid}.md" in run(
+        "memory", "add", "File Knowledge", "a.py: x", env=env
+    )
+    assert f"- [TASK-{tid} by human] a.py: x" in run("memory", "show", "--notes-id", f"TASK-{tid}")
+    assert "1 new note in" in run("memory", "promote", f"TASK-{tid}")
+    NotesManager.create_ephemeral("TASK-99", "gone")
+    assert "removed notes.TASK-99.md" in run("memory", "gc")  # TASK-99 does not exist
     assert run("memory", "remove", f"#{hits[0]['id']}").startswith("removed 1")
     assert "Tests need Redis" not in run("memory", "show")
     run("memory", "add", "Ongoing Threads", "Flaky: retry twice")
@@ -121,9 +132,7 @@ def _accept_with_distill(git_project: Path, reply: str) -> tuple[object, list]:
 
     NotesManager().add_item("Important Facts", "the old build used make")
     tid = provisional_with_commit(git_project)
-    NotesManager.create_ephemeral(f"TASK-{tid}", "ctx").add_item(
-        "Important Facts", "builds use nox"
-    )
+    remembered(tid, "builds use nox")
     with FakeMessagesAPI([text(reply)]) as api:
         (git_project / ".octopoid/config.yaml").write_text(
             f"memory:\n  distill: anthropic\n  distill_model: claude-haiku-4-5\n"

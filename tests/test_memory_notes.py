@@ -26,7 +26,8 @@ def test_main_and_ephemeral_files_and_properties(mem: Path, monkeypatch) -> None
     assert eph.is_ephemeral and eph.notes_file == mem / "notes.TASK-7.md"
     text = eph.notes_file.read_text()
     assert text.startswith("# Agent Notes (TASK-7)\n\nLast updated: ")
-    assert "## Task Context\nFix the login bug\nin auth.py\n" in text
+    assert "## Task Context\n> Fix the login bug\n> in auth.py\n" in text  # quoted: never parsed
+    assert eph.task_context() == "Fix the login bug\nin auth.py"
     for section in SECTIONS:  # every section, People & Entities included
         assert f"## {section}\n" in text
     monkeypatch.setenv("OCTOPOID_NOTES_ID", "TASK-7")

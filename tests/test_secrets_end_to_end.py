@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,9 @@ from .helpers.secrets_corpus import fake_secrets
 from .web_server import Client, start_web
 
 SERVICE_TOKEN = "svc-7f3a9c2e5b1d4f608a2c"
+DEPLOY_KEY = "dk-4e9b2a7c1f"  # every agents.yaml env value is hidden, whatever its name
+#: What no file or page keeps of an agent's terminal escapes and control characters
+UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]")
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 
 
@@ -36,15 +40,16 @@ def leaked(texts: dict[str, str], secrets: list[str]) -> list[tuple[str, str]]:
 
 
 def test_no_secret_an_agent_meets_leaks_anywhere_octopoid_writes_or_shows(git_project: Path):
-    """The corpus, an agents.yaml secret (plain, base64, hex), in output, memory and commit
-    messages: none reaches notes, logs, task files, the next prompt, the review page
+    """The corpus, an agents.yaml secret (plain, base64, hex) and an agents.yaml value of any
+    name, in output (among terminal escapes), memory and commit messages: none reaches
+    notes, logs, task files, the next prompt, the review page
     (served by a process whose environment never had the agent's secret), or memory."""
     agent = {
         "name": "leaky",
         "role": "implement",
         "backend": "command",
         "argv": [sys.executable, str(HELPERS / "secret_printer.py")],
-        "env": {"MY_SERVICE_TOKEN": SERVICE_TOKEN},
+        "env": {"MY_SERVICE_TOKEN": SERVICE_TOKEN, "DEPLOY_KEY": DEPLOY_KEY},
     }
     (git_project / ".octopoid/agents.yaml").write_text(yaml.safe_dump({"agents": [agent]}))
     tid = q.create_task("print everything").id
@@ -77,7 +82,10 @@ def test_no_secret_an_agent_meets_leaks_anywhere_octopoid_writes_or_shows(git_pr
     assert "deploys use [REDACTED:" in texts["memory"]
     assert any("## Previous Agent Notes" in t for t in texts.values())  # the next prompt
     assert any("[REDACTED:MY_SERVICE_TOKEN:encoded]" in t for t in texts.values())
-    secrets = [s.secret for s in fake_secrets()] + [SERVICE_TOKEN]
+    logs = "".join(t for where, t in texts.items() if where.endswith("attempt-1.log"))
+    assert "the deploy key is [REDACTED:DEPLOY_KEY]\ufffd in colour" in logs  # NUL: U+FFFD
+    assert not [(w, m.group()) for w, t in texts.items() for m in UNSHOWN.finditer(t)]
+    secrets = [s.secret for s in fake_secrets()] + [SERVICE_TOKEN, DEPLOY_KEY]
     secrets += [SERVICE_TOKEN.encode().hex(), base64.b64encode(SERVICE_TOKEN.encode()).decode()]
     assert not leaked(texts, secrets)
 

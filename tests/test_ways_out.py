@@ -16,7 +16,7 @@ from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, write_agents
+from .conftest import child_env, remembered, write_agents
 from .test_review import provisional_with_commit
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
@@ -120,9 +120,7 @@ def test_line_comments_with_several_ids_reject_nothing(git_project):
 def test_closing_as_done_keeps_the_learnings_and_won_t_do_drops_them(git_project):
     tids = {kind: provisional_with_commit(git_project, f"{kind}.txt") for kind in ("done", "no")}
     for kind, tid in tids.items():
-        notes = NotesManager(notes_id=f"TASK-{tid}")
-        notes.create_ephemeral(f"TASK-{tid}", kind)
-        notes.add_item("Important Facts", f"fact from the {kind} task")
+        remembered(tid, f"fact from the {kind} task")
     assert cli(git_project, "close", tids["done"], "--reason", "nothing to change").returncode == 0
     wont = cli(git_project, "close", tids["no"], "--wont-do", "--reason", "out of scope")
     assert wont.returncode == 0 and "closed as wont-do" in wont.stdout
@@ -158,9 +156,7 @@ def test_two_closes_of_one_task_at_the_same_instant_end_it_once(git_project, tmp
     """Both start together through the installed CLI: one closes (its learnings promoted
     once), the other is refused in one line, and no journal is left."""
     tid = provisional_with_commit(git_project)
-    notes = NotesManager(notes_id=f"TASK-{tid}")
-    notes.create_ephemeral(f"TASK-{tid}", "race")
-    notes.add_item("Important Facts", "learned once, kept once")
+    remembered(tid, "learned once, kept once")
     go = tmp_path / "go"
     wait = f"while [ ! -e {go} ]; do :; done; exec {OCTOPOID} close {tid} --reason race"
     procs = [

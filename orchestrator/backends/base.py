@@ -78,13 +78,14 @@ class AgentResult:
 
 
 def clipped(text: str, limit: int, output: TailBuffer | None = None) -> str:
-    """``text`` redacted, then cut to ``limit`` characters. Cut first, the head of a secret
-    straddling the cut would no longer be recognised, and would leak. Redacted as
-    ``output`` redacts (the agent's own secrets too), else with every secret octopoid knows."""
-    from ..redaction import redact  # here: `status` imports backends and redacts nothing
+    """``text`` scrubbed (``redaction.scrub``: control characters out, redacted), then cut
+    to ``limit`` characters. Cut first, the head of a secret straddling the cut would no
+    longer be recognised, and would leak. Redacted as ``output`` redacts (the agent's own
+    secrets too), else with every secret octopoid knows."""
+    from ..redaction import scrub  # here: `status` imports backends and redacts nothing
 
-    redactor = output.redactor if output is not None and output.redactor else redact
-    return redactor(text)[:limit]
+    redactor = output.redactor if output is not None and output.redactor else None
+    return scrub(text, redactor=redactor)[:limit]
 
 
 def no_change_reason(text: str) -> str | None:

@@ -31,6 +31,7 @@ from . import (
     PullRequest,
     Review,
     ReviewComment,
+    text,
 )
 
 PAGE = 100
@@ -152,9 +153,9 @@ class GitHubForge:
                 raw=True,
             )
         except ForgeError:  # not an Actions job, or its log expired
-            return said[-limit:]
+            return text.log_tail(said, limit)
         # githubkit reads the whole log (its streamed answers close before they are read)
-        return log.content[-4 * limit :].decode("utf-8", "replace")[-limit:] or said[-limit:]
+        return text.log_tail(log.content, limit) or text.log_tail(said, limit)
 
     def merge(self, number: int, sha: str) -> None:
         self._call(f"merging #{number}", self.rest.pulls.merge, number, data={"sha": sha})

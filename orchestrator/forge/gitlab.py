@@ -32,6 +32,7 @@ from . import (
     PullRequest,
     Review,
     ReviewComment,
+    text,
 )
 
 T = TypeVar("T")
@@ -145,7 +146,7 @@ class GitLabForge:
             raw = self._call(f"reading job {job_id}'s log", job.trace)
         except ForgeError:
             return ""
-        return bytes(raw or b"")[-4 * limit :].decode("utf-8", "replace")[-limit:]
+        return text.log_tail(bytes(raw or b""), limit)
 
     def merge(self, number: int, sha: str) -> None:
         path = f"/projects/{self.project.encoded_id}/merge_requests/{number}/merge"
@@ -200,12 +201,12 @@ def _diff_note(note: dict[str, Any]) -> ReviewComment | None:
     position = note.get("position") or {}
     if note.get("type") != "DiffNote" or not position:
         return None
-    text = note.get("body") or ""
+    body = note.get("body") or ""
     if position.get("new_line"):
-        return ReviewComment(position.get("new_path") or "", int(position["new_line"]), text)
+        return ReviewComment(position.get("new_path") or "", int(position["new_line"]), body)
     if position.get("old_line"):
         return ReviewComment(
-            position.get("old_path") or "", int(position["old_line"]), text, side="old"
+            position.get("old_path") or "", int(position["old_line"]), body, side="old"
         )
     return None
 

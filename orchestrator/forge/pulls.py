@@ -32,6 +32,7 @@ from ..exceptions import (
     InvalidInput,
     TaskBusy,
 )
+from ..memory import lifecycle
 from ..task_notes import LineComment
 from ..tasks import TIP_HEADER, Task, TaskState
 from . import FAILED, NONE, PASSED, Forge, Job, PullRequest, Review, connect, settings, text
@@ -71,7 +72,9 @@ def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
     git_utils.push_task_branch(repo, remote, task.id, review=True)
     pull = forge.find_pull_request(branch)
     if pull is None:
-        title, body = text.pull_request_title(task), text.pull_request_body(task, cfg["web_url"])
+        learnings = lifecycle.learning_rows(lifecycle.pending_learnings(task))
+        title = text.pull_request_title(task)
+        body = text.pull_request_body(task, cfg["web_url"], learnings)
         try:
             pull = forge.open_pull_request(branch, task.branch, title, body)
         except ForgeUnavailable:
@@ -83,7 +86,7 @@ def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
 
     def record(t: Task) -> None:
         t.set_header("PR_NUMBER", pull.number)
-        t.set_header("PR_URL", pull.url)
+        t.set_header("PR_URL", text.one_line(pull.url, 500))
 
     log.info("%s: pull request #%d (%s) by %s", task.label, pull.number, pull.url, actor)
     return queue_utils.get_store().update(task.id, TaskState.PROVISIONAL, record)

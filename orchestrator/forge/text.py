@@ -3,18 +3,18 @@
 Everything written is redacted (a task's context may quote a secret) and carries a hidden
 marker, ``<!-- octopoid:TASK-7:pull-request -->``: a comment is posted only when the issue
 holds none with its marker, so a poll that dies after posting never posts twice. Everything
-read (an issue's title and body) is hostile until cleaned: control characters go, lengths
-are bounded, and it reaches the task file only through ``tasks.new_task``, which escapes any
-line that could pose as a section.
+read (an issue's title and body, a review, a CI log) is hostile until cleaned by ``clean``
+(``redaction.scrub``): control characters go, secrets are redacted, lengths are bounded,
+and it reaches the task file only through ``tasks.new_task``, which escapes any line that
+could pose as a section.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 
-from ..redaction import redact
+from ..redaction import PEM_HOLD_BYTES, redact, scrub
 from ..tasks import DEFAULT_PRIORITY, Task, unclosed_fence
 
 MAX_TITLE = 200  # tasks.py refuses longer: an imported title is cut, saying so
@@ -37,9 +37,12 @@ def pull_request_title(task: Task) -> str:
     return f"{redact(task.title)} ({task.label})"
 
 
-def pull_request_body(task: Task, web_url: str | None = None) -> str:
+def pull_request_body(
+    task: Task, web_url: str | None = None, learnings: list[dict] | None = None
+) -> str:
     """The description of a task's pull request: the task as the agent got it, what its
-    attempts cost, and how to find it in octopoid (its page, with ``forge.web_url``)."""
+    attempts cost, the ``learnings`` (``lifecycle.learning_rows``) its merge keeps in
+    project memory, and how to find it in octopoid (its page, with ``forge.web_url``)."""
     criteria = "\n".join(f"- [ ] {c}" for c in task.criteria) or "_none given_"
     facts = [f"**Attempts:** {task.attempts}"]
     if cost := task.headers.get("COST_USD_TOTAL"):
@@ -62,6 +65,10 @@ def pull_request_body(task: Task, web_url: str | None = None) -> str:
     ]
     if checks:
         lines += ["", "## Checks", "", *(f"- {c}" for c in checks[-10:])]
+    if kept := [row for row in learnings or () if not row["struck"]]:
+        lines += ["", "## Learnings kept in project memory when this merges", ""]
+        lines += [f"- [{row['section']}] {row['text']} ({row['from']})" for row in kept]
+        lines += ["", f"`octopoid accept {task.label} --forget N` before the merge strikes one."]
     if issue := task.headers.get("ISSUE_NUMBER"):
         lines += ["", f"Closes #{issue}"]
     body = redact("\n".join(lines))
@@ -87,17 +94,22 @@ class ImportedIssue:
 
 
 def clean(text: str) -> str:
-    """Text a forge sent, made safe for a task file: UTF-8 without NUL or other control
-    characters (tab and newline stay), lines ending in LF."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = text.encode("utf-8", "replace").decode("utf-8")
-    return "".join(
-        c for c in text if c in "\t\n" or unicodedata.category(c) not in ("Cc", "Cs", "Co")
-    )
+    """Text a forge sent, as octopoid keeps it (``redaction.scrub``): without NUL or other
+    control characters (tab and newline stay), lines ending in LF, secrets redacted."""
+    return scrub(text)
+
+
+def log_tail(log: bytes | str, limit: int) -> str:
+    """The last ``limit`` characters of a CI log, cleaned before the cut: a cut first would
+    leave the rest of a secret it went through (a key block's base64) unrecognised. The
+    part cleaned reaches back as far as redaction holds a key block."""
+    before = limit + PEM_HOLD_BYTES
+    text = log[-4 * before :].decode("utf-8", "replace") if isinstance(log, bytes) else log
+    return clean(text[-before:])[-limit:]
 
 
 def one_line(text: str, limit: int) -> str:
-    text = " ".join(clean(text).split())
+    text = scrub(text, multiline=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

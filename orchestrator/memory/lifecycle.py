@@ -1,27 +1,33 @@
 """Memory across a task's life: seeded at claim, written by the agent, promoted at accept.
 
 The implementer seeds ``notes.TASK-<id>.md`` with the task (kept across retries, like the
-retry notes); the agent adds to it with ``octopoid memory add``; the accept workflow
-promotes its items into long-term memory (project scope, tagged with the task id,
-provenance kept) and removes the file. ``queue_utils`` knows nothing of any of this.
+retry notes); the agent adds to it with ``octopoid memory add`` (the channel stamps each
+item with its task, attempt and agent); the accept workflow promotes the items of the
+attempt it accepts, as the reviewer left them, into long-term memory (project scope,
+tagged with the task id, provenance kept) and removes the file. Items of other attempts
+(failed, rejected) are never promoted. ``queue_utils`` knows nothing of any of this.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import config
+from ..exceptions import InvalidInput
+from ..lazy import lazy_import
 from ..locks import FileMutex
-from ..redaction import redact
-from ..tasks import Task, task_label
-from .notes import NotesManager, get_notes_manager
+from ..tasks import Task, format_time, plural, utcnow
+from .notes import Item, NotesManager, get_notes_manager
+from .provenance import TASK_LABEL, Origin, clean_name, note_metadata
 from .store import open_memory, project_scope
 
 if TYPE_CHECKING:
     from .store import Memory
 
+redaction = lazy_import("orchestrator.redaction")  # `show` lists learnings, redacts nothing
+MAX_LEARNING_CHARS = 4000  # as one item an agent may remember
 EPHEMERAL_RE = re.compile(r"notes\.TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.(md|lock)")
 
 
@@ -31,25 +37,107 @@ def seed_task_notes(task: Task) -> NotesManager:
     return NotesManager.create_ephemeral(task.label, context)
 
 
-def promote_task_notes(
-    task_id: str, promoted_by: str = "octopoid", store: Memory | None = None
-) -> int:
-    """Copy a task's ephemeral items into long-term memory; return how many were new."""
-    manager = NotesManager(notes_id=task_label(task_id))
+def submitted_attempt(task: Task) -> int | None:
+    """The attempt whose work an accept of ``task`` takes: the one a runner submitted
+    (``SUBMITTED_CLAIM``; no claim since); None when no attempt's work is in review."""
+    return task.attempts if "SUBMITTED_CLAIM" in task.headers else None
+
+
+def pending_learnings(task: Task) -> list[Item]:
+    """What an accept of ``task`` would keep, numbered from 1 in this order (``show``,
+    ``accept --forget N``): the items its submitted attempt recorded and those a person
+    added, struck ones included (marked), so the numbers never shift. Items of other
+    attempts (failed, rejected, superseded) and unstamped lines are not among them."""
+    manager = NotesManager(notes_id=task.label)
     if not manager.notes_file.exists():
-        return 0
-    store = store or open_memory()
-    before = store.count()
-    for entry in manager.get_all_items():  # an agent may have edited the file directly
-        store.write_note(
-            redact(entry["item"]),
-            section=entry["section"],
-            tags=[task_label(task_id)],
-            scope=project_scope(),
-            task_id=task_label(task_id),
-            metadata={"source": manager.notes_file.name, "promoted_by": promoted_by},
+        return []
+    attempt = submitted_attempt(task)
+    return [
+        item
+        for item in manager.items()
+        if item.origin is not None
+        and item.origin.task == task.label
+        and item.origin.attempt in (None, attempt)
+    ]
+
+
+def kept_learnings(task: Task) -> list[Item]:
+    """The pending learnings a reviewer did not strike: what promotion writes."""
+    return [item for item in pending_learnings(task) if not item.origin.struck_by]
+
+
+def review_learnings(
+    task: Task, forget: Collection[int], edits: Mapping[int, str], by: str
+) -> list[Item]:
+    """A reviewer strikes (``forget``) and rewrites (``edits``) pending learnings by their
+    numbers before an accept; each change is stamped with ``by``. Numbers are checked
+    before anything changes (``InvalidInput``); the learnings as they are now come back."""
+    pending = pending_learnings(task)
+    wrong = sorted(n for n in {*forget, *edits} if not 1 <= n <= len(pending))
+    if wrong:
+        raise InvalidInput(
+            f"{task.label} has {plural(len(pending), 'pending learning')}: no "
+            f"{', '.join(f'#{n}' for n in wrong)} (`octopoid show {task.label}` numbers them)"
         )
-    return store.count() - before
+    for n, text in edits.items():
+        if not text.strip() or len(text) > MAX_LEARNING_CHARS:
+            raise InvalidInput(
+                f"learning #{n}: an edit is 1 to {MAX_LEARNING_CHARS} characters "
+                "(`--forget` strikes a learning)"
+            )
+    manager = NotesManager(notes_id=task.label)
+    for n, item in enumerate(pending, 1):
+        origin, text = item.origin, item.text
+        if n in edits and " ".join(edits[n].split()) != text:
+            origin, text = origin.edited(by), edits[n]
+        if n in forget and not origin.struck_by:
+            origin = origin.struck(by)
+        if (origin, text) != (item.origin, item.text):
+            manager.replace_item(item, Item(item.section, text, origin))
+    return pending_learnings(task)
+
+
+def learning_rows(items: list[Item]) -> list[dict[str, Any]]:
+    """Pending learnings as `show --json`, `accept --json` and the page give them."""
+    return [
+        {
+            "number": n,
+            "section": item.section,
+            "text": item.text,
+            "from": item.origin.said() if item.origin else "",
+            "struck": bool(item.origin and item.origin.struck_by),
+        }
+        for n, item in enumerate(items, 1)
+    ]
+
+
+def promote_task_notes(
+    task: Task, promoted_by: str = "octopoid", store: Memory | None = None
+) -> int:
+    """Copy the learnings an accept of ``task`` keeps into long-term memory, each with its
+    provenance; return how many were new."""
+    learnings = kept_learnings(task)
+    if not learnings:
+        return 0
+    memory = store or open_memory()
+    before = memory.count()
+    when = task.headers.get("COMPLETED_AT") or format_time(utcnow())
+    source = NotesManager(notes_id=task.label).notes_file.name
+    try:
+        for item in learnings:
+            memory.write_note(
+                redaction.redact(item.text),
+                section=item.section,
+                tags=[task.label],
+                agent=clean_name(item.origin.agent),
+                scope=project_scope(),
+                task_id=task.label,
+                metadata=note_metadata(item.origin, source, clean_name(promoted_by), when),
+            )
+        return memory.count() - before
+    finally:
+        if store is None:  # opened here
+            memory.close()
 
 
 def index_main_notes(store: Memory) -> int:
@@ -73,9 +161,9 @@ def index_main_notes(store: Memory) -> int:
 def add_learning(section: str, text: str, tags: list[str], topic: str | None) -> dict[str, Any]:
     """`octopoid memory add`: into the task's notes when OCTOPOID_NOTES_ID is set, else into
     the main notes and long-term memory. Secrets are redacted first: memory reaches prompts."""
-    text = redact(text)
+    text = redaction.redact(text)
     manager = get_notes_manager()
-    added = manager.add_item(section, text)
+    added = manager.add_item(section, text, _persons_origin(manager.notes_id))
     note_id = None
     if not manager.is_ephemeral:
         store = open_memory()
@@ -89,6 +177,14 @@ def add_learning(section: str, text: str, tags: list[str], topic: str | None) ->
         )
         store.close()
     return {"file": manager.notes_file.name, "added": added, "note_id": note_id}
+
+
+def _persons_origin(notes_id: str | None) -> Origin | None:
+    """A person's item in a task's notes (``OCTOPOID_NOTES_ID`` set outside an attempt: an
+    attempt's ``octopoid`` is the channel's client) is theirs, kept by the task's accept."""
+    if notes_id is None or not re.fullmatch(TASK_LABEL, notes_id):
+        return None
+    return Origin(notes_id, None, "human")
 
 
 def search(query: str, tags: list[str], limit: int) -> list[dict[str, Any]]:

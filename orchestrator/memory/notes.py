@@ -5,6 +5,11 @@
 a removal deletes one, and only the ``Last updated:`` line is ever rewritten, so anything a
 person wrote in between survives. Every change holds ``notes[.<id>].lock`` and replaces the
 file atomically (fsync of file and folder, mode kept), so ``apply_diff`` is all or nothing.
+
+The file's structure comes from octopoid's writes only: an ephemeral file's Task Context is
+quoted (``> `` before each line), so a ``## Important Facts`` heading in a task's text is not
+a section and its ``- ...`` lines are not items; an item an attempt records is one line,
+stamped with its origin (``provenance.py``) before its text.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
@@ -19,6 +25,7 @@ from ..exceptions import InvalidMemoryInput, InvalidNotesId
 from ..fsutil import atomic_write
 from ..locks import FileMutex
 from ..tasks import format_time, utcnow
+from .provenance import Origin, parse_item, render_item
 
 NOTES_ENV = "OCTOPOID_NOTES_ID"
 SECTIONS = (
@@ -31,7 +38,17 @@ SECTIONS = (
 TASK_CONTEXT = "Task Context"
 NOTES_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 UPDATED_PREFIX = "Last updated: "
+QUOTE = "> "  # before every line of an ephemeral file's Task Context
 ItemMatch = Callable[[str, str], bool]  # (section, item) -> remove it?
+
+
+@dataclass(frozen=True)
+class Item:
+    """One ``- ...`` line of a section: its text, and who recorded it (None: unstamped)."""
+
+    section: str
+    text: str
+    origin: Origin | None = None
 
 
 def validate_notes_id(notes_id: str) -> str:
@@ -86,7 +103,8 @@ class NotesManager:
     def create_ephemeral(
         cls, notes_id: str, initial_context: str, memory_dir: Path | str | None = None
     ) -> NotesManager:
-        """Start ``notes.<id>.md`` with the task context and every section (kept if present)."""
+        """Start ``notes.<id>.md`` with the task context (quoted: never parsed as sections or
+        items) and every section; a file that exists is kept as it is."""
         manager = cls(memory_dir, notes_id)
         with manager._locked():
             if not manager.notes_file.exists():
@@ -97,7 +115,7 @@ class NotesManager:
         title = f"# Agent Notes ({self._notes_id})" if self._notes_id else "# Agent Notes"
         parts = [f"{title}\n\n{UPDATED_PREFIX}{format_time(utcnow())}\n\n"]
         if self.is_ephemeral:
-            parts.append(f"## {TASK_CONTEXT}\n{(context or '').strip()}\n\n")
+            parts.append(f"## {TASK_CONTEXT}\n{_quoted((context or '').strip())}\n\n")
         parts += [f"## {section}\n\n" for section in SECTIONS]
         return "".join(parts)
 
@@ -114,12 +132,16 @@ class NotesManager:
     def get_notes(self) -> str:
         return self._text if self._text is not None else self.load_notes()
 
+    def items(self) -> list[Item]:
+        """Every item of every section, with its origin, in file order."""
+        return list(_items(self.load_notes().splitlines()))
+
     def get_all_items(self) -> list[dict[str, str]]:
-        return [{"section": s, "item": i} for s, i in _items(self.load_notes().splitlines())]
+        return [{"section": i.section, "item": i.text} for i in self.items()]
 
     def get_section_items(self, section: str) -> list[str]:
         section = _known(section)
-        return [i for s, i in _items(self.load_notes().splitlines()) if s == section]
+        return [i.text for i in self.items() if i.section == section]
 
     def count_items(self) -> int:
         return len(self.get_all_items())
@@ -127,15 +149,33 @@ class NotesManager:
     def task_context(self) -> str:
         lines = self.load_notes().splitlines()
         span = _span(lines, TASK_CONTEXT)
-        return "\n".join(lines[span[0] + 1 : span[1]]).strip() if span else ""
+        quoted = lines[span[0] + 1 : span[1]] if span else []
+        return "\n".join(ln.removeprefix(QUOTE.rstrip()).removeprefix(" ") for ln in quoted).strip()
 
     # --- writing ----------------------------------------------------------------------
 
-    def add_item(self, section: str, item: str) -> bool:
-        """Add ``item`` to ``section``; False when the section already holds it."""
+    def add_item(self, section: str, item: str, origin: Origin | None = None) -> bool:
+        """Add ``item`` to ``section``, stamped with ``origin`` when given; False when the
+        section already holds it from the same origin (task and attempt)."""
+        new = Item(_known(section), _clean(item), origin)
         added = []
-        self._edit(lambda lines: added.append(_add(lines, _known(section), _clean(item))))
+        self._edit(lambda lines: added.append(_add(lines, new)))
         return added[0]
+
+    def replace_item(self, old: Item, new: Item) -> bool:
+        """Rewrite the line of ``old`` (same section, text and origin) as ``new`` (in the
+        same section); False when the file holds no such item."""
+        replaced = []
+
+        def change(lines: list[str]) -> None:
+            for at, item in _lines_of_items(lines):
+                if item == old:
+                    lines[at] = f"- {render_item(_clean(new.text), new.origin)}"
+                    replaced.append(at)
+                    return
+
+        self._edit(change)
+        return bool(replaced)
 
     def remove_item(self, section: str, item_pattern: str) -> bool:
         """Remove the first item *of that section* containing ``item_pattern``."""
@@ -154,7 +194,7 @@ class NotesManager:
         def change(lines: list[str]) -> None:
             _drop_items(lines, lambda s, i: s == section)
             for item in new:
-                _add(lines, section, item)
+                _add(lines, Item(section, item))
 
         self._edit(change)
 
@@ -166,19 +206,20 @@ class NotesManager:
         def change(lines: list[str]) -> None:
             _drop_items(lines, lambda s, i: normalize_item(i) in drops)
             for section, item in adds:
-                _add(lines, section, item)
+                _add(lines, Item(section, item))
 
         self._edit(change)
 
     def rebuild_with_items(self, items: Iterable[dict]) -> None:
-        """Rewrite every section from ``items``; the header and Task Context are kept."""
-        wanted = [(_known(i["section"]), _clean(i["item"])) for i in items]
+        """Rewrite every section from ``items`` (an ``origin`` of one is kept); the header
+        and Task Context are kept."""
+        wanted = [Item(_known(i["section"]), _clean(i["item"]), i.get("origin")) for i in items]
         context = self.task_context() if self.is_ephemeral else None
 
         def change(lines: list[str]) -> None:
             lines[:] = self._template(context).splitlines()
-            for section, item in wanted:
-                _add(lines, section, item)
+            for item in wanted:
+                _add(lines, item)
 
         self._edit(change)
 
@@ -241,45 +282,52 @@ def _span(lines: list[str], section: str) -> tuple[int, int] | None:
     return start, end
 
 
-def _items(lines: list[str]) -> Iterable[tuple[str, str]]:
+def _quoted(text: str) -> str:
+    return "\n".join(f"{QUOTE}{line}".rstrip() for line in text.splitlines())
+
+
+def _lines_of_items(lines: list[str]) -> Iterable[tuple[int, Item]]:
+    """(line index, item) of every item line: ``- ...`` under a known section's heading."""
     section = None
-    for line in lines:
+    for n, line in enumerate(lines):
         if line.startswith("## "):
             section = line[3:].strip()
         elif section in SECTIONS and line.startswith("- "):
-            yield section, line[2:].strip()
+            origin, text = parse_item(line[2:].strip())
+            yield n, Item(section, text, origin)
 
 
-def _add(lines: list[str], section: str, item: str) -> bool:
-    span = _span(lines, section)
+def _items(lines: list[str]) -> Iterable[Item]:
+    return (item for _, item in _lines_of_items(lines))
+
+
+def _same(item: Item) -> tuple[str, str, str | None, int | None]:
+    """What makes two items one: section, text (normalised), task and attempt."""
+    origin = item.origin
+    task, attempt = (origin.task, origin.attempt) if origin else (None, None)
+    return item.section, normalize_item(item.text), task, attempt
+
+
+def _add(lines: list[str], item: Item) -> bool:
+    span = _span(lines, item.section)
     if span is None:
-        lines.extend([f"## {section}", ""])
+        lines.extend([f"## {item.section}", ""])
         span = (len(lines) - 2, len(lines))
     start, end = span
-    existing = {normalize_item(ln[2:]) for ln in lines[start + 1 : end] if ln.startswith("- ")}
-    if normalize_item(item) in existing:
+    if any(_same(old) == _same(item) for _, old in _lines_of_items(lines)):
         return False
     at = end
     while at > start + 1 and not lines[at - 1].strip():
         at -= 1
-    lines.insert(at, f"- {item}")
+    lines.insert(at, f"- {render_item(item.text, item.origin)}")
     return True
 
 
 def _drop_items(lines: list[str], match: ItemMatch, first: bool = False) -> int:
-    dropped, section, n = 0, None, 0
-    while n < len(lines):
-        line = lines[n]
-        if line.startswith("## "):
-            section = line[3:].strip()
-        elif section in SECTIONS and line.startswith("- ") and match(section, line[2:].strip()):
-            del lines[n]
-            dropped += 1
-            if first:
-                return dropped
-            continue
-        n += 1
-    return dropped
+    doomed = [n for n, item in _lines_of_items(lines) if match(item.section, item.text)]
+    for n in reversed(doomed[:1] if first else doomed):
+        del lines[n]
+    return len(doomed[:1] if first else doomed)
 
 
 def _touch(lines: list[str]) -> None:

@@ -24,7 +24,7 @@ from .. import config, git_utils, merge_guard, task_tips
 from ..backends.process import run_process
 from ..exceptions import InvalidTask
 from ..fsutil import TailBuffer
-from ..redaction import Redactor
+from ..redaction import Redactor, every_agent_env
 from ..sandbox.box import Box
 from ..tasks import Task
 
@@ -120,7 +120,7 @@ def task_checks(task: Task) -> list[str]:
 def _run_one(
     command: str, box: Box, limit: int, timeout: float, on_tick: Callable[[], None]
 ) -> CheckResult:
-    output = TailBuffer(limit, redact=Redactor(box.env))
+    output = TailBuffer(limit, redact=Redactor(box.env, every_agent_env()))
     started = time.monotonic()
     argv = box.wrap(["sh", "-c", command])
     done = run_process(argv, box.cwd, box.env, output, timeout, on_tick=on_tick)

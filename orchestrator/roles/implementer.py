@@ -67,7 +67,7 @@ from ..prompts import (
     render_memory,
     render_previous_notes,
 )
-from ..redaction import Redactor, hide_also, redact
+from ..redaction import Redactor, every_agent_env, hide_also, redact, scrub
 from ..sandbox.bounds import ReadBackRefused
 from ..sandbox.workspace import BroughtBack, Workspace
 from ..task_notes import add_notes_section, stdout_log_path
@@ -142,7 +142,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         cfg["notes"]["stdout_limit"],
         stdout_log_path(task_id),
         cfg["notes"]["log_cap_bytes"],
-        Redactor(config.agent_env(agent)),  # the agent's own env may hold secrets too
+        Redactor(agent_env=every_agent_env()),  # its own env (hide_also) included
     )
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
     space, started = None, time.monotonic()
@@ -432,7 +432,7 @@ def _branch_block(task: Task, space: Workspace) -> str:
     repo = git_utils.open_repo()
     held, behind = git_utils.branch_history(repo, task.id, space.base)
     branch = git_utils.branch_for(task.id)
-    return render_branch(branch, space.base, [redact(line) for line in held], behind)
+    return render_branch(branch, space.base, [scrub(line, False) for line in held], behind)
 
 
 def _asked(task: Task, result: AgentResult, commits: int, space: Workspace) -> AttemptReport | None:

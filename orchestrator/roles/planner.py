@@ -25,7 +25,7 @@ from ..fsutil import TailBuffer, atomic_write
 from ..leases import claim_token, lease_headers, new_token
 from ..processes import ProcessId, kill_claim_processes
 from ..prompts import build_prompt
-from ..redaction import Redactor, hide_also
+from ..redaction import Redactor, every_agent_env, hide_also
 from ..tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, TaskState, one_line, utcnow
 from . import breakdown
 from .base import Claim, deadline_seconds
@@ -127,7 +127,7 @@ def _run(
         cfg["notes"]["stdout_limit"],
         log,
         cfg["notes"]["log_cap_bytes"],
-        Redactor(config.agent_env(agent)),
+        Redactor(agent_env=every_agent_env()),
     )
     backend, space = get_backend(agent["backend"]), None
     result = AgentResult(None, "error", summary="the planner did not start")

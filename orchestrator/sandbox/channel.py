@@ -6,8 +6,9 @@ takes it with ``--mcp-config``, and the Anthropic API backend calls the same too
 loop). Its vocabulary is fixed and scoped by construction: every tool acts on the
 runner's own task, and none moves a task, accepts, or names another.
 
-- ``remember {section, text}``: an item in the task's working notes (promoted to project
-  memory when the task is accepted). What ``octopoid memory add`` does inside an attempt.
+- ``remember {section, text}``: an item in the task's working notes, stamped with the task,
+  attempt and agent (promoted to project memory only if this attempt's work is accepted).
+  What ``octopoid memory add`` does inside an attempt.
 - ``search_memory {query, limit?, tags?}``: long-term memory, BM25 ranked.
 - ``read_task {}``: the task's own file (without its claim token).
 - ``read_notes {}``: its own retry notes.
@@ -22,8 +23,8 @@ runner's own task, and none moves a task, accepts, or names another.
 MCP clients call them through ``tools/call``; the CLI client inside the box calls the
 first five by name. A hostile client gets an error, never the runner's attention: lines are
 capped, idle connections closed, at most ``MAX_CONNECTIONS`` served at once, requests
-handled one at a time (but for a question's wait), and every text redacted before it is
-stored.
+handled one at a time (but for a question's wait), and every text it stores goes through
+``redaction.scrub`` here, where it enters: redacted and cleaned of control characters.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from .. import config, plans, questions, queue_utils
 from ..exceptions import InvalidTask, OctopoidError
 from ..memory import lifecycle
 from ..memory.notes import NotesManager
-from ..redaction import redact
+from ..memory.provenance import Origin
+from ..redaction import redact, scrub
 from ..roles import breakdown
 from ..tasks import one_line, render_task, task_label
 from .box import SOCKET_NAME
@@ -173,11 +175,17 @@ class ChannelServer:
     """Serves one attempt's channel in threads of the runner until ``close``."""
 
     def __init__(
-        self, folder: Path, task_id: str, attempt: int, on_progress: Callable[[str], None]
+        self,
+        folder: Path,
+        task_id: str,
+        attempt: int,
+        on_progress: Callable[[str], None],
+        agent: str = "agent",
     ) -> None:
         self.path = folder / SOCKET_NAME
         self.task_id = task_id
         self.attempt = attempt
+        self.agent = agent
         self.on_progress = on_progress
         self.remembered = 0
         self.proposed: list[Any] | None = None  # propose_split's subtasks, for the runner
@@ -340,11 +348,13 @@ class ChannelServer:
     # --- the methods ------------------------------------------------------------------
 
     def remember(self, section: str, text: str) -> dict[str, Any]:
-        text = _text(text, "text", MAX_TEXT_CHARS)
+        text = _said(text, "text", MAX_TEXT_CHARS, multiline=False)
         if self.remembered >= MAX_REMEMBERED:
             raise ChannelError(REFUSED, f"this attempt already remembered {MAX_REMEMBERED} items")
-        manager = NotesManager(notes_id=task_label(self.task_id))
-        added = manager.add_item(_text(section, "section", 100), redact(text))
+        label = task_label(self.task_id)
+        origin = Origin(label, self.attempt, self.agent)
+        manager = NotesManager(notes_id=label)
+        added = manager.add_item(_text(section, "section", 100), text, origin)
         self.remembered += added
         return {"added": added, "file": manager.notes_file.name}
 
@@ -368,16 +378,15 @@ class ChannelServer:
         return queue_utils.get_task_notes(self.task_id) or ""
 
     def report_progress(self, text: str) -> dict[str, bool]:
-        self.on_progress(
-            one_line(redact(_text(text, "text", 10 * MAX_PROGRESS_CHARS)), MAX_PROGRESS_CHARS)
-        )
+        self.on_progress(one_line(_said(text, "text", 10 * MAX_PROGRESS_CHARS), MAX_PROGRESS_CHARS))
         return {"ok": True}
 
     def propose_split(self, subtasks: object) -> dict[str, Any]:
         if not isinstance(subtasks, list):
             raise ChannelError(INVALID_PARAMS, "subtasks must be a list")
         try:  # the breakdown role's rules: fields, limits, only earlier dependencies
-            parsed = breakdown.parse_answer(f"```subtasks\n{json.dumps(subtasks)}\n```")
+            said = json.dumps(_scrubbed(subtasks))
+            parsed = breakdown.parse_answer(f"```subtasks\n{said}\n```")
             breakdown.check(queue_utils.get_task(self.task_id), parsed)
         except InvalidTask as exc:
             raise ChannelError(INVALID_PARAMS, f"the split is refused: {exc}") from None
@@ -396,7 +405,7 @@ class ChannelServer:
         role: object = "implement",
     ) -> dict[str, Any]:
         plan = self._drafting()
-        fields = {"title": title, "context": context, "criteria": criteria or []}
+        fields = _scrubbed({"title": title, "context": context, "criteria": criteria or []})
         fields |= {"priority": priority, "role": role}
         key = plans.add_task(plan, **fields)  # type: ignore[arg-type]
         try:
@@ -423,7 +432,7 @@ class ChannelServer:
         return self.plan
 
     def ask_human(self, question: object) -> str:
-        asked = questions.ask(self.task_id, self.attempt, _text(question, "question", 10**6))
+        asked = questions.ask(self.task_id, self.attempt, _said(question, "question", 10**6))
         wait = config.load_config()["questions"]["wait_seconds"]
         found = questions.wait_for_answer(self.task_id, wait, self.tick, lambda: self._closed)
         if found is not None:
@@ -433,6 +442,25 @@ class ChannelServer:
             "to people. Stop now and finish without further changes: the task waits for the "
             "answer, and the next attempt reads it in its notes."
         )
+
+
+def _said(value: object, name: str, limit: int, multiline: bool = True) -> str:
+    """Free text an agent says (an item, a progress line, a question), as octopoid keeps
+    it: bounded, then ``scrub``bed (redacted, control characters out), and not blank."""
+    if not isinstance(value, str) or len(value) > limit:
+        raise ChannelError(INVALID_PARAMS, f"{name} must be a string of at most {limit} characters")
+    return _text(scrub(value, multiline), name, limit)
+
+
+def _scrubbed(value: Any) -> Any:
+    """Every string in a JSON value ``scrub``bed (a proposed split, a drafted task)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [_scrubbed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrubbed(v) for k, v in value.items()}
+    return value
 
 
 def _text(value: object, name: str, limit: int) -> str:

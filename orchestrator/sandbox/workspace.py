@@ -74,7 +74,7 @@ class Workspace(ABC):
         self.task, self.token = task, token
         self.channel_host = _channel_folder()
         self.channel = ChannelServer(
-            self.channel_host, task.id, task.attempts, self._progress
+            self.channel_host, task.id, task.attempts, self._progress, str(agent.get("name"))
         ).start()
         self.progress: str | None = None
         try:

@@ -270,8 +270,20 @@ def _typed(form: FormData) -> dict[str, Any]:
 
 
 def _accept(task_id: str, form: FormData, reviewer: str) -> None:
-    review.accept(task_id, reviewer, *_judged(form))
+    forget, edits = _learnings(form)
+    review.accept(task_id, reviewer, *_judged(form), forget=forget, edits=edits)
     drafts.clear(task_id, reviewer)
+
+
+def _learnings(form: FormData) -> tuple[list[int], dict[int, str]]:
+    """The learnings the Accept form strikes (``forget``) and rewrites (``edit_<n>``)."""
+    forget = [int(n) for n in form.getlist("forget") if str(n).isdigit()]
+    edits = {
+        int(key.removeprefix("edit_")): intake.clean_text(str(value), "a learning")
+        for key, value in form.multi_items()
+        if key.startswith("edit_") and key.removeprefix("edit_").isdigit()
+    }
+    return forget, edits
 
 
 def _reject(task_id: str, form: FormData, reviewer: str) -> None:

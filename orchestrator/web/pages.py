@@ -21,7 +21,8 @@ from .. import (
     task_notes,
 )
 from ..exceptions import NothingToShow, OctopoidError, TaskNotFound
-from ..redaction import redact
+from ..memory import lifecycle
+from ..redaction import scrub
 from ..roles import breakdown
 from ..tasks import Task, TaskState, parse_time, utcnow
 from .diffview import DiffView, task_diff_view
@@ -142,7 +143,7 @@ def branch_facts(task: Task) -> BranchFacts:
         log = repo.git.log(
             "--format=%h %s", f"-{COMMITS_SHOWN}", f"refs/heads/{task.branch}..refs/heads/{branch}"
         )
-        commits = redact(log).splitlines()  # an agent's commit message may hold a secret
+        commits = scrub(log).splitlines()  # an agent's commit message: secrets, escapes
         head = git_utils.branch_tip(repo, branch)
         base_tip = git_utils.branch_tip(repo, task.branch)
         refused = merge_guard.Checkouts(config.find_project_root()).refused(
@@ -277,4 +278,5 @@ def task_page(
         "live": live_since(task.id, None) if task.state is S.CLAIMED else ("", 0),
         "pull_request": reports.pull_request_link(task),
         "question": _open_question(task),
+        "learnings": lifecycle.learning_rows(lifecycle.pending_learnings(task)),
     }

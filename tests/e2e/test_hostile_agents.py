@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ import git
 import pytest
 import yaml
 
-from orchestrator import config
+from orchestrator import config, notify, questions
 from orchestrator import queue_utils as q
 from orchestrator.memory import lifecycle
 from orchestrator.sandbox import containment
@@ -53,6 +54,9 @@ ATTACKS = [
     "symlink-queue",
 ]
 LEFT_BEHIND = ("sleep 31337", "sleep 31338", "sleep 31339")
+DEPLOY_KEY = "dk-9f8e7d6c5b4a"
+TOKEN = "ghp_" + "Q7w" * 12  # what say-things says, with DEPLOY_KEY and terminal escapes
+UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]")
 
 
 def protected(root: Path, victims: list[str], checkout: bool = True) -> dict[str, bytes]:
@@ -128,6 +132,7 @@ def arena(git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             "ATTACK_OUTSIDE": str(outside),
             "ATTACK_VICTIM": victim.id,
             "ATTACK_SCHEDULER": str(daemon.proc.pid),
+            "ATTACK_DEPLOY_KEY": DEPLOY_KEY,  # a value whose name does not look secret
         }
         doc = {
             "max_attempts": 1,
@@ -393,3 +398,49 @@ def test_read_back_bombs_are_refused_within_their_bounds(arena, bwrap_ok) -> Non
         assert usage["peak_children_rss_kib"] < 250 * 1024, usage  # git streamed the zeros
     assert disk_use(objects, 1 << 62) - before < 10 * MB  # the pack of zeros, at most
     assert not any(config.get_worktrees_dir().glob("TASK-*"))  # the clones went with them
+
+
+def octopoid(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_what_an_attempt_says_is_data_cleaned_and_kept_only_once_accepted(arena, bwrap_ok) -> None:
+    """Through the channel, from the default box: a failed attempt's remembered lie never
+    reaches memory when a later attempt of its task is accepted; a progress line and a
+    question holding a token, an agents.yaml value and terminal escapes reach the task,
+    the question's file, `status`, `show` and the alert without any of them."""
+    set_config(arena.root, questions={"wait_seconds": 0})
+    daemon, (liar, speaker), _ = arena(["poison-memory", "say-things"])
+    wait_for("the liar to fail", lambda: state_of(liar) == "failed", 120)
+    wait_for("the question", lambda: "QUESTION" in q.get_task(speaker).headers, 120)
+    octopoid(arena.root, "retry", liar)
+    wait_for("the retry to reach review", lambda: state_of(liar) == "provisional", 120)
+    shown = octopoid(arena.root, "show", liar)
+    assert "HONEST: tests run with pytest" in shown and "POISON" not in shown
+    octopoid(arena.root, "accept", liar)
+    found = octopoid(arena.root, "memory", "search", "push main review tests pytest")
+    assert "HONEST: tests run with pytest" in found and "POISON" not in found
+    assert f"TASK-{liar} attempt 2 by hostile, accepted by human" in found
+    log = (config.get_logs_dir() / f"TASK-{speaker}" / "attempt-1.log").read_text()
+    kept = [ln for ln in log.splitlines() if ln.startswith("ATTACK kept-progress: ")]
+    assert kept and "progress" in kept[0] and "ATTACK ask: False" in log, log
+    label = f"TASK-{speaker}"
+    texts = {
+        "progress header, as read back": kept[0].encode().decode("unicode_escape"),
+        "task file": q.get_task(speaker).path.read_text(),
+        "question file": (
+            config.get_orchestrator_dir() / "questions" / f"{label}.json"
+        ).read_text(),
+        "status": octopoid(arena.root, "status"),
+        "show": octopoid(arena.root, "show", speaker),
+        "alert": "\n".join(notify._message("question", speaker)),
+        "log": log,
+    }
+    assert "may I?" in texts["status"] and questions.read(speaker)["question"].startswith("may I?")
+    assert not [(w, m.group()) for w, t in texts.items() for m in UNSHOWN.finditer(t)]
+    assert not [w for w, t in texts.items() if TOKEN in t or DEPLOY_KEY in t]
+    assert daemon.stop() == 0

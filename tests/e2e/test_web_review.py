@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator import queue_utils as q
+from orchestrator.memory.store import open_memory
 from orchestrator.tasks import TaskState
 
-from ..conftest import child_env, commit_on_branch, run_claimed, write_agents
+from ..conftest import child_env, commit_on_branch, remembered, run_claimed, write_agents
 from ..web_server import OCTOPOID, start_web
 from .test_web import browser, shoot  # noqa: F401  (browser: the module's Chromium)
 
@@ -138,6 +139,32 @@ def test_a_draft_review_survives_a_reload_and_is_what_reject_sends(
     assert "### a:b.py, line 1" in notes and "COLON-NAME" in notes
     assert "### caf\u00e9.py, line 1" in notes and "ACCENT-NAME" in notes
     assert "RANGE" not in notes and "REASON: see the comments" in notes
+
+
+def test_learnings_struck_and_rewritten_survive_a_reload_and_are_what_accept_keeps(
+    page, web, reviewed: str
+) -> None:
+    from playwright.sync_api import expect
+
+    remembered(reviewed, "KEEP-ME: the tests run with tox")
+    remembered(reviewed, "STRIKE-ME: push to main directly")
+    page.goto(f"{web.base}/tasks/TASK-{reviewed}")
+    expect(page.locator("#learnings li")).to_have_count(2)
+    page.locator('#learnings input.strike[data-learning="2"]').check()
+    saved(page)
+    edit = page.locator('#learnings input.learning-edit[data-learning="1"]')
+    edit.fill("KEEP-ME: the tests run with nox")
+    saved(page)
+    page.reload()
+    expect(page.locator('#learnings input.strike[data-learning="2"]')).to_be_checked()
+    expect(edit).to_have_value("KEEP-ME: the tests run with nox")
+    page.on("dialog", lambda dialog: dialog.accept())  # the branch holds two commits
+    page.click("#accept-form button.accept")
+    expect(page.locator(".done")).to_contain_text("Accepted")
+    store = open_memory()
+    kept = [n["content"] for n in store.search_notes("KEEP STRIKE tests main", limit=10)]
+    store.close()
+    assert kept == ["KEEP-ME: the tests run with nox"]
 
 
 def test_a_refused_reject_keeps_every_word(page, web, git_project: Path, reviewed: str) -> None:

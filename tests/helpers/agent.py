@@ -6,7 +6,8 @@
 - ``nothing-to-do``: say ``NO CHANGE NEEDED: why`` and exit 0 without committing.
 - ``slow``: sleep OCTO_TEST_SLEEP seconds (default 30) before committing.
 - ``flood``: print OCTO_TEST_FLOOD_MB megabytes, then commit.
-- ``learn``: record a fact with `octopoid memory add`, then commit.
+- ``learn``: record a fact with `octopoid memory add`, then commit. ``remember-each``:
+  record "learned in attempt N", then fail in attempt 1 and commit in the others.
 - hostile, through the shell: ``plant-hook`` writes a post-merge hook into the common git
   dir; ``hooks-path`` sets core.hooksPath in the shared config; ``switch-branch`` commits
   on a branch of its own making; ``move-main`` points main at its commit (all then commit).
@@ -96,6 +97,12 @@ if "learn" in title:
         [octopoid, "memory", "add", "Important Facts", "the build cache lives in .cache/build"],
         check=True,
     )
+if "remember-each" in title:
+    attempt = os.environ["OCTOPOID_ATTEMPT"]
+    said = f"learned in attempt {attempt}"
+    subprocess.run(["octopoid", "memory", "add", "Important Facts", said], check=True)
+    if attempt == "1":
+        sys.exit(1)
 if "Review — rejected" in prompt:
     print("addressing review: " + prompt.split("Review — rejected", 1)[1][:200])
 if "rebase-on-retry" in title and "Review — rejected" in prompt:

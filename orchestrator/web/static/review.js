@@ -1,5 +1,6 @@
 // The task page's draft review: line comments drawn under their lines, the reason, the
-// ticked criteria and the files marked viewed, kept on the server (POST draft) as they
+// ticked criteria, the files marked viewed and the learnings struck or rewritten (their
+// fields belong to the Accept form), kept on the server (POST draft) as they
 // change, so a reload or a closed tab loses nothing. The page itself (the comments it
 // draws, each with its hidden fields for the Reject form) is the draft: saving reads it.
 // Text is only ever set with textContent / value, never as HTML.
@@ -33,8 +34,14 @@ function currentDraft() {
     const file = box.closest("details.file");
     viewed[file.dataset.path] = file.dataset.blob;
   }
+  const struck = [...document.querySelectorAll("#learnings input.strike:checked")].map(
+    (box) => Number(box.dataset.learning));
+  const edited = {};
+  for (const input of document.querySelectorAll("#learnings input.learning-edit")) {
+    if (input.value !== input.dataset.original) edited[input.dataset.learning] = input.value;
+  }
   const reason = document.getElementById("reason");
-  return {reason: reason ? reason.value : "", comments, ticked, viewed};
+  return {reason: reason ? reason.value : "", comments, ticked, viewed, struck, edited};
 }
 
 let saving = Promise.resolve();
@@ -180,7 +187,7 @@ document.addEventListener("click", (event) => {
 
 let typing = null;
 document.addEventListener("input", (event) => {
-  if (event.target.id !== "reason") return;
+  if (event.target.id !== "reason" && !event.target.matches("input.learning-edit")) return;
   const status = document.getElementById("draft-status");
   if (status) status.textContent = "Saving the draft…";
   clearTimeout(typing);
@@ -194,6 +201,8 @@ document.addEventListener("change", (event) => {
     const ticked = document.querySelectorAll("#criteria input:checked").length;
     const count = document.getElementById("criteria-count");
     if (count) count.textContent = `${ticked} of ${all} ticked; your ticks are kept with your draft review`;
+    saveDraft();
+  } else if (box.matches("#learnings input.strike")) {
     saveDraft();
   } else if (box.matches("input.viewed-box")) {
     box.closest("details.file").open = !box.checked;

@@ -1,0 +1,117 @@
+"""Where a learning came from: the stamp octopoid writes before each working-note item, and
+the provenance a long-term note keeps (pure functions).
+
+An item an attempt remembers is written as ``- [TASK-12 attempt 2 by impl-1] text``: the
+stamp comes first, from octopoid, so no text an agent writes can pose as another attempt's.
+A reviewer's edit or strike is added to it (``; edited by alice``, ``; struck by alice``).
+An accept keeps only the items of the attempt it accepts (docs/memory.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+MAX_NAME = 100
+NAME = r"[^\[\];]{1,100}"
+TASK_LABEL = r"TASK-[A-Za-z0-9_-]{1,64}"
+STAMPED_RE = re.compile(
+    rf"\[(?P<task>{TASK_LABEL}) (?:attempt (?P<attempt>\d{{1,9}}) )?"
+    rf"by (?P<agent>{NAME})(?:; edited by (?P<edited>{NAME}))?"
+    rf"(?:; struck by (?P<struck>{NAME}))?\] (?P<text>.*)"
+)
+UNNAMEABLE_RE = re.compile(r"[\[\];\x00-\x1f\x7f-\x9f]")
+
+
+def clean_name(who: object) -> str:
+    """A name as a stamp holds it: no brackets, ``;`` or control characters, one line."""
+    name = " ".join(UNNAMEABLE_RE.sub(" ", str(who)).split())[:MAX_NAME].strip()
+    return name or "someone"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Who recorded an item: the task, the attempt (None: a person, outside any attempt),
+    the agent (or person), and a reviewer who edited or struck it."""
+
+    task: str
+    attempt: int | None
+    agent: str
+    edited_by: str = ""
+    struck_by: str = ""
+
+    def stamp(self) -> str:
+        made = f"attempt {self.attempt} by" if self.attempt is not None else "by"
+        parts = [f"{self.task} {made} {clean_name(self.agent)}"]
+        if self.edited_by:
+            parts.append(f"edited by {clean_name(self.edited_by)}")
+        if self.struck_by:
+            parts.append(f"struck by {clean_name(self.struck_by)}")
+        return f"[{'; '.join(parts)}]"
+
+    def said(self) -> str:
+        """In words: ``TASK-3 attempt 2 by impl-1, edited by bob``."""
+        made = f" attempt {self.attempt}" if self.attempt is not None else ""
+        words = [f"{self.task}{made} by {clean_name(self.agent)}"]
+        words += [f"{what} by {who}" for what, who in self._marks() if who]
+        return ", ".join(words)
+
+    def _marks(self) -> tuple[tuple[str, str], ...]:
+        return (("edited", self.edited_by), ("struck", self.struck_by))
+
+    def edited(self, who: str) -> Origin:
+        return replace(self, edited_by=clean_name(who))
+
+    def struck(self, who: str) -> Origin:
+        return replace(self, struck_by=clean_name(who))
+
+
+def parse_item(line_text: str) -> tuple[Origin | None, str]:
+    """(its origin, its text) of an item's text as the file holds it; None for an item
+    without octopoid's stamp (written by hand, or before stamps)."""
+    found = STAMPED_RE.fullmatch(line_text)
+    if found is None:
+        return None, line_text
+    attempt = found["attempt"]
+    origin = Origin(
+        found["task"],
+        None if attempt is None else int(attempt),
+        found["agent"],
+        found["edited"] or "",
+        found["struck"] or "",
+    )
+    return origin, found["text"].strip()
+
+
+def render_item(text: str, origin: Origin | None) -> str:
+    return f"{origin.stamp()} {text}" if origin is not None else text
+
+
+def note_metadata(origin: Origin, source: str, accepted_by: str, accepted_at: str) -> dict:
+    """What a long-term note keeps of where it came from (its ``metadata``)."""
+    kept: dict[str, Any] = {"source": source, "task": origin.task, "agent": origin.agent}
+    if origin.attempt is not None:
+        kept["attempt"] = origin.attempt
+    if origin.edited_by:
+        kept["edited_by"] = origin.edited_by
+    kept.update(accepted_by=accepted_by, accepted_at=accepted_at)
+    return kept
+
+
+def describe(note: dict[str, Any]) -> str:
+    """A long-term note's provenance in words (`memory search`, the prompt): the task,
+    attempt and agent that recorded it, who accepted it and when; "" when unknown."""
+    meta = note.get("metadata") or {}
+    if "accepted_by" not in meta:
+        source = meta.get("source")
+        return f"from {source}" if source else ""
+    task = meta.get("task") or note.get("task_id") or "a task"
+    attempt = f" attempt {meta['attempt']}" if "attempt" in meta else ""
+    agent = meta.get("agent") or note.get("agent") or "someone"
+    said = f"{task}{attempt} by {agent}, accepted by {meta['accepted_by']}"
+    if meta.get("accepted_at"):
+        said += f" at {meta['accepted_at']}"
+    if meta.get("edited_by"):
+        said += f", edited by {meta['edited_by']}"
+    return said
