@@ -268,9 +268,11 @@ def test_keys_are_checked_and_any_name_can_be_made_one(store: QueueStore) -> Non
 
 
 def _race(argvs: list[list[str]], go: Path) -> None:
-    """Start every worker, release them together, and wait for all to succeed."""
-    procs = [subprocess.Popen(argv) for argv in argvs]
+    """Start every worker, release them together once all are ready, and wait for all
+    to succeed."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for argv in argvs]
     try:
+        assert [proc.stdout.readline().strip() for proc in procs] == ["ready"] * len(procs)
         go.touch()
         for proc in procs:
             assert proc.wait(timeout=240) == 0

@@ -2,9 +2,10 @@
 
 argv: SPEC COMMAND ...; SPEC is ``folder:<queue dir>`` or ``postgres:<dsn>`` (``open_store``).
 
-- ``update KEY COUNT GO``: once GO exists, add 1 to the record's ``n`` COUNT times.
-- ``sweep LOG GO``: once GO exists, run every pending ``test`` journal's steps until none is
-  left, each step logged to LOG as ``start|end <journal> <step> <pid>`` lines.
+- ``update KEY COUNT GO``: say ``ready``; once GO exists, add 1 to the record's ``n``
+  COUNT times.
+- ``sweep LOG GO``: say ``ready``; once GO exists, run every pending ``test`` journal's
+  steps until none is left, each step logged to LOG as ``start|end <journal> <step> <pid>``.
 - ``hold KEY``: take the ``test`` journal KEY, mark its first step done, say ``ready``, and
   wait to be killed.
 """
@@ -34,6 +35,7 @@ def open_store(spec: str) -> QueueStore:
 
 
 def _wait_for(go: Path) -> None:
+    print("ready", flush=True)
     while not go.exists():
         time.sleep(0.005)
 
