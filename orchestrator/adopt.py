@@ -30,9 +30,9 @@ def agent_files(records: Records, runtime: Path) -> list[str]:
     ``records`` (``agents``, ``agents/<name>``), once per process; say what was moved."""
     if runtime in _looked:
         return []
-    _looked.add(runtime)
     folder, system = runtime / "agents", runtime / "paused"
     if not folder.is_dir() and not system.exists():
+        _looked.add(runtime)
         return []
     moved = []
     with holding(runtime / ".adopt.lock"):
@@ -48,6 +48,7 @@ def agent_files(records: Records, runtime: Path) -> list[str]:
                 path.unlink(missing_ok=True)
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
+    _looked.add(runtime)  # not before: a store that failed meanwhile is tried again
     for path in moved:
         log.info("moved %s into the store's records (octopoid keeps agents' state there now)", path)
     return moved

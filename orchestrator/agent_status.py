@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from . import adopt, config, defaults, queue_utils
-from .backends.base import CAUSES
 from .exceptions import ConfigError, InvalidInput
 from .lazy import lazy_import
 from .store.records import Records, key_part
@@ -25,6 +24,7 @@ from .tasks import TaskState, format_time, parse_time, utcnow
 
 stalls = lazy_import("orchestrator.stalls")  # it asks this module; imported when used
 # Needed only to say whether an agent can run: `status` does not pay for them.
+backends_base = lazy_import("orchestrator.backends.base")  # CAUSES, when the breaker trips
 claude_code = lazy_import("orchestrator.backends.claude_code")
 process = lazy_import("orchestrator.backends.process")
 roles_base = lazy_import("orchestrator.roles.base")
@@ -140,7 +140,7 @@ def _count_systemic(
         return None
     why = (
         f"{len(tasks)} attempts in a row ({', '.join(tasks)}) failed because "
-        f"{CAUSES[cause]}: {summary[:300]}"
+        f"{backends_base.CAUSES[cause]}: {summary[:300]}"
     )
     retry = timedelta(seconds=defaults.BREAKER_RETRY_SECONDS)
     hold = Hold(BREAKER, why, now + retry if cause in PASSING_CAUSES else None, format_time(now))

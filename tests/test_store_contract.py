@@ -294,6 +294,9 @@ def test_a_journal_is_begun_once_and_finished_by_its_holder(store: QueueStore) -
     journals = store.journals
     first = journals.begin("test", "12", ["merge", "move", "clean"], {"tip": "abc"})
     assert first.left == ("merge", "move", "clean") and first.data == {"tip": "abc"}
+    for steps in ([], ["a", "a"]):
+        with pytest.raises(ValueError, match="distinct names"):
+            journals.begin("test", "13", steps)
     again = journals.begin("test", "12", ["other"], {"tip": "zzz"})  # continues the open one
     assert (again.steps, again.data) == (first.steps, first.data)
     with pytest.raises(JournalBusy, match="not held"):

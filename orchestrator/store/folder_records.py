@@ -32,6 +32,7 @@ from .records import (
     changed,
     check_journal,
     check_key,
+    check_kind,
     check_step,
     encode,
     next_version,
@@ -221,7 +222,7 @@ class FolderJournals(Journals):
 
     def pending(self, kind: str | None = None) -> list[Journal]:
         if kind is not None:
-            check_journal(kind, "-")
+            check_kind(kind)
         folder = self.root / kind if kind else self.root
         found = [j for path in _walk(folder) if (j := self._journal(path)) is not None]
         return sorted(found, key=lambda j: (j.begun, j.kind, j.key))

@@ -27,6 +27,7 @@ from .records import (
     changed,
     check_journal,
     check_key,
+    check_kind,
     check_step,
     encode,
     not_held,
@@ -183,7 +184,7 @@ class PostgresJournals(Journals):
 
     def pending(self, kind: str | None = None) -> list[Journal]:
         if kind is not None:
-            check_journal(kind, "-")
+            check_kind(kind)
         rows = self.store._fetch(
             f"SELECT {_JOURNAL} FROM octopoid.journals WHERE %s::text IS NULL OR kind = %s "
             "ORDER BY begun, kind, key",

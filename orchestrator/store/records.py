@@ -157,15 +157,28 @@ class Journal:
         return f"{self.kind} {self.key}"
 
 
-def check_journal(kind: str, key: str, steps: Iterable[str] = ("-",)) -> tuple[str, ...]:
-    """The steps, checked with the kind and key (a bug if they are not valid)."""
-    steps = tuple(steps)
+def check_kind(kind: str) -> str:
+    """``kind`` if it is a journal's kind (``accept``, ``plan-approval``); else a bug."""
     if not KIND_RE.fullmatch(kind):
         raise ValueError(f"not a journal kind: {kind!r}")
+    return kind
+
+
+def check_journal(kind: str, key: str, steps: Iterable[str] | None = None) -> tuple[str, ...]:
+    """A journal's kind and key checked, and its ``steps`` when given: one or more distinct
+    names (a bug if not)."""
+    check_kind(kind)
     check_key(key)
-    if not steps or len(set(steps)) != len(steps) or not all(isinstance(s, str) for s in steps):
-        raise ValueError(f"a journal's steps are distinct names: {steps!r}")
-    return steps
+    if steps is None:
+        return ()
+    found = tuple(steps)
+    if (
+        not found
+        or len(set(found)) != len(found)
+        or not all(isinstance(s, str) and s for s in found)
+    ):
+        raise ValueError(f"a journal's steps are distinct names: {found!r}")
+    return found
 
 
 def check_step(journal: Journal, step: str) -> None:
