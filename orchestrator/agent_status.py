@@ -1,31 +1,32 @@
 """Agents' state: pauses, whether they can run at all, and what they did today.
 
-Runners record each finished attempt in ``runtime/agents/<name>.json``; whether an agent is
-running comes from the claimed folder (the truth); pausing is a flag file the scheduler
-watches, and octopoid's own pauses of an agent (a usage limit, the circuit breaker) are
-its ``.limited`` record. `octopoid agents`, `pause` and `resume` read and write these.
+Each agent's state is one record of the store, ``agents/<name>``: what it did and spent
+today (the daily budgets read it), the circuit breaker's count, octopoid's own pause of
+it (``hold``: a usage limit's, the breaker's) and a person's ``octopoid pause --agent``
+(``paused``). The whole system's pause is the record ``agents``. On PostgreSQL every
+machine shares them; a pass reads them all at once (``day_records``). Whether an agent
+is running comes from the claimed tasks (the truth). `octopoid agents`, `pause` and
+`resume` read and write these.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import config, defaults, queue_utils
+from . import adopt, config, defaults, queue_utils
 from .exceptions import ConfigError, InvalidInput
-from .fsutil import atomic_write, read_json_object
 from .lazy import lazy_import
-from .locks import FileMutex
+from .store.records import Records, key_part
 from .tasks import TaskState, format_time, parse_time, utcnow
 
 stalls = lazy_import("orchestrator.stalls")  # it asks this module; imported when used
 # Needed only to say whether an agent can run: `status` does not pay for them.
+backends_base = lazy_import("orchestrator.backends.base")  # CAUSES, when the breaker trips
 claude_code = lazy_import("orchestrator.backends.claude_code")
 process = lazy_import("orchestrator.backends.process")
-backends_base = lazy_import("orchestrator.backends.base")  # CAUSES, for a runner's record
 
 #: Backends that cannot report what an attempt cost (their cost is unknown, not zero).
 COSTLESS_BACKENDS = ("command",)
@@ -37,6 +38,9 @@ USAGE_LIMIT, BREAKER = "usage-limit", "breaker"
 #: Causes that pass by themselves: the breaker's pause for them ends after
 #: ``defaults.BREAKER_RETRY_SECONDS``; the others wait for a person.
 PASSING_CAUSES = ("overloaded", "unreachable")
+#: The system's record (its pause); each agent's is beneath it.
+SYSTEM = "agents"
+_DAY = {"attempts_today": 0, "turns_today": 0, "cost_today_usd": 0.0, "tokens_today": 0}
 
 
 @dataclass(frozen=True)
@@ -50,14 +54,37 @@ class Hold:
     since: str
     alerted: bool = False
 
+    def as_record(self) -> dict[str, Any]:
+        until = None if self.until is None else format_time(self.until)
+        return {"kind": self.kind, "why": self.why, "since": self.since, "until": until,
+                "alerted": self.alerted}  # fmt: skip
 
-def _state_file(agent: str) -> Path:
-    return config.get_orchestrator_dir() / "agents" / f"{agent}.json"
+
+class AgentRecords(dict[str, dict[str, Any]]):
+    """Every configured agent's record by name (``{}`` if none), and the system's record
+    (``system``): one read of the store, made once a pass."""
+
+    def __init__(self, agents: dict[str, dict[str, Any]], system: dict[str, Any]) -> None:
+        super().__init__(agents)
+        self.system = system
 
 
-def _record_lock(agent: str) -> FileMutex:
-    """The agent's lock: its day record and its holds change under it (reentrant)."""
-    return FileMutex(str(_state_file(agent)) + ".lock")
+def _records() -> Records:
+    records = queue_utils.get_store().records
+    adopt.agent_files(records, config.get_orchestrator_dir())
+    return records
+
+
+def _key(agent: str) -> str:
+    return f"{SYSTEM}/{key_part(agent)}"
+
+
+def day_records(agents_cfg: dict[str, Any]) -> AgentRecords:
+    """Every configured agent's record (its day, pauses, the breaker's count) and the
+    system's, in one read: what the scheduler's pass, status and the budgets look at."""
+    found = {key: record.value for key, record in _records().list(SYSTEM).items()}
+    agents = {a["name"]: found.get(_key(a["name"]), {}) for a in agents_cfg["agents"]}
+    return AgentRecords(agents, found.get(SYSTEM, {}))
 
 
 def record_attempt(
@@ -77,27 +104,28 @@ def record_attempt(
     the daily budgets read them). ``cause``: why it failed when no task could have helped
     (``backends.base.CAUSES``); a run of them trips the breaker, whose pause is returned."""
     now = now or utcnow()
-    path = _state_file(agent)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _record_lock(agent):
-        data = read_json_object(path)
+    tripped: list[Hold | None] = [None]
+
+    def count(data: dict[str, Any] | None) -> dict[str, Any]:
+        data = data or {}
         day = now.date().isoformat()
         if data.get("day") != day:
-            data.update(day=day, attempts_today=0, turns_today=0, cost_today_usd=0.0)
-            data.update(tokens_today=0, seconds_today=0.0)
-        data["attempts_today"] += 1
-        data["turns_today"] += turns
+            data.update(_DAY, day=day, seconds_today=0.0)
+        data["attempts_today"] = data.get("attempts_today", 0) + 1
+        data["turns_today"] = data.get("turns_today", 0) + turns
         data["tokens_today"] = data.get("tokens_today", 0) + tokens
         data["seconds_today"] = round(data.get("seconds_today", 0.0) + seconds, 3)
-        data["cost_today_usd"] = round(data["cost_today_usd"] + (cost_usd or 0.0), 6)
+        data["cost_today_usd"] = round(data.get("cost_today_usd", 0.0) + (cost_usd or 0.0), 6)
         data.update(last_task=task_label, last_outcome=outcome, last_finished=format_time(now))
-        tripped = _count_systemic(agent, data, task_label, cause, summary, now)
-        atomic_write(path, json.dumps(data, indent=2, sort_keys=True))
-    return tripped
+        tripped[0] = _count_systemic(data, task_label, cause, summary, now)
+        return data
+
+    _records().update(_key(agent), count)
+    return tripped[0]
 
 
 def _count_systemic(
-    agent: str, data: dict, task_label: str, cause: str | None, summary: str, now: datetime
+    data: dict, task_label: str, cause: str | None, summary: str, now: datetime
 ) -> Hold | None:
     """The circuit breaker: ``defaults.BREAKER_THRESHOLD`` attempts in a row failing for
     one cause pause the agent (an attempt that ran, or failed otherwise, starts over)."""
@@ -114,12 +142,9 @@ def _count_systemic(
         f"{backends_base.CAUSES[cause]}: {summary[:300]}"
     )
     retry = timedelta(seconds=defaults.BREAKER_RETRY_SECONDS)
-    return pause_until(agent, now + retry if cause in PASSING_CAUSES else None, why, BREAKER, now)
-
-
-def day_records(agents_cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every configured agent's record (what it did, and spent, on its last day)."""
-    return {a["name"]: read_json_object(_state_file(a["name"])) for a in agents_cfg["agents"]}
+    hold = Hold(BREAKER, why, now + retry if cause in PASSING_CAUSES else None, format_time(now))
+    data["hold"] = hold.as_record()
+    return hold
 
 
 def pause_until(
@@ -133,30 +158,47 @@ def pause_until(
     it lifts by itself then, or at `octopoid resume --agent`. A usage limit never
     replaces the breaker's pause, which needs a person more."""
     now = now or utcnow()
-    flag = _limit_flag(agent)
-    flag.parent.mkdir(parents=True, exist_ok=True)
-    with _record_lock(agent):
-        current = held(agent, now)
+    made: list[Hold] = []
+
+    def pause(data: dict[str, Any] | None) -> dict[str, Any]:
+        data = data or {}
+        current = _hold_in(data, now)
         if kind == USAGE_LIMIT and current is not None and current.kind == BREAKER:
-            return current
-        hold = Hold(kind, why, until, format_time(now))
-        record = {"kind": kind, "why": why, "since": hold.since, "alerted": False}
-        atomic_write(flag, json.dumps({**record, "until": until and format_time(until)}))
-    return hold
+            made[:] = [current]
+        else:
+            made[:] = [Hold(kind, why, until, format_time(now))]
+            data["hold"] = made[0].as_record()
+        return data
+
+    _records().update(_key(agent), pause)
+    return made[0]
 
 
-def held(agent: str, now: datetime | None = None) -> Hold | None:
-    """octopoid's own pause of ``agent`` while it lasts, else None."""
-    data = read_json_object(_limit_flag(agent))
+def _hold_in(record: dict[str, Any], now: datetime) -> Hold | None:
+    """The pause an agent's record holds, while it lasts."""
+    data = record.get("hold") or {}
     kind = str(data.get("kind") or USAGE_LIMIT)
     try:
         until = None if data.get("until") is None else parse_time(str(data["until"]))
     except ValueError:
         return None
-    if (until is None and kind != BREAKER) or (until is not None and until <= (now or utcnow())):
+    if (until is None and kind != BREAKER) or (until is not None and until <= now):
         return None
     why, since = str(data.get("why", "")), str(data.get("since", ""))
     return Hold(kind, why, until, since, data.get("alerted") is True)
+
+
+def held(
+    agent: str, now: datetime | None = None, records: AgentRecords | None = None
+) -> Hold | None:
+    """octopoid's own pause of ``agent`` while it lasts, else None (from ``records``, a
+    pass's read, when given)."""
+    if records is None:
+        found = _records().read(_key(agent))
+        record = {} if found is None else found.value
+    else:
+        record = records.get(agent, {})
+    return _hold_in(record, now or utcnow())
 
 
 def limited_until(agent: str, now: datetime | None = None) -> tuple[datetime, str] | None:
@@ -170,26 +212,22 @@ def limited_until(agent: str, now: datetime | None = None) -> tuple[datetime, st
 def mark_alerted(agent: str, since: str) -> bool:
     """Remember that the pause made at ``since`` was alerted; False if it is gone or
     another replaced it (a person resumed the agent meanwhile)."""
-    flag = _limit_flag(agent)
-    with _record_lock(agent):
-        data = read_json_object(flag)
-        if not data or data.get("since") != since or data.get("alerted") is True:
-            return False
-        atomic_write(flag, json.dumps({**data, "alerted": True}))
-    return True
+    said = [False]
 
+    def mark(data: dict[str, Any] | None) -> dict[str, Any] | None:
+        hold = (data or {}).get("hold") or {}
+        said[0] = hold.get("since") == since and hold.get("alerted") is not True
+        if said[0]:
+            hold["alerted"] = True
+        return data
 
-def _limit_flag(agent: str) -> Path:
-    return config.get_orchestrator_dir() / "agents" / f"{agent}.limited"
-
-
-def _pause_flag(agent: str | None) -> Path:
-    runtime = config.get_orchestrator_dir()
-    return runtime / "agents" / f"{agent}.paused" if agent else runtime / "paused"
+    _records().update(_key(agent), mark)
+    return said[0]
 
 
 def set_paused(paused: bool, agent: str | None = None) -> dict[str, Any]:
-    """Pause or resume the whole system, or one agent (a flag file the scheduler watches).
+    """Pause or resume the whole system, or one agent (its record's ``paused``; every
+    scheduler sharing the store sees it at its next pass).
 
     Returns ``pause_state()`` afterwards, so a resume can say what is still paused.
     """
@@ -199,24 +237,18 @@ def set_paused(paused: bool, agent: str | None = None) -> dict[str, Any]:
             raise InvalidInput(
                 f"no agent named {agent!r} in agents.yaml (agents: {', '.join(names) or 'none'})"
             )
-    flag = _pause_flag(agent)
-    flag.parent.mkdir(parents=True, exist_ok=True)
-    if paused:
-        atomic_write(flag, f"paused at {utcnow().isoformat()}\n")
-    else:
-        flag.unlink(missing_ok=True)
-        if agent is not None:  # a resume also lifts octopoid's own pauses, and starts over
-            _lift_holds(agent)
+
+    def flag(data: dict[str, Any] | None) -> dict[str, Any] | None:
+        data = data or {}
+        if paused:
+            data.setdefault("paused", format_time(utcnow()))
+        else:  # a resume of an agent also lifts octopoid's own pauses, and starts over
+            for field in ("paused", "hold", "systemic") if agent else ("paused",):
+                data.pop(field, None)
+        return data or None
+
+    _records().update(SYSTEM if agent is None else _key(agent), flag)
     return pause_state()
-
-
-def _lift_holds(agent: str) -> None:
-    """End a usage-limit wait or the breaker's pause, and forget the failures counted."""
-    with _record_lock(agent):
-        _limit_flag(agent).unlink(missing_ok=True)
-        record = read_json_object(_state_file(agent))
-        if record.pop("systemic", None) is not None:
-            atomic_write(_state_file(agent), json.dumps(record, indent=2, sort_keys=True))
 
 
 def pause_state() -> dict[str, Any]:
@@ -226,29 +258,24 @@ def pause_state() -> dict[str, Any]:
     since only an edit of agents.yaml lifts it); unpaused agents are left out.
     """
     agents_cfg = config.load_agents()
+    records = day_records(agents_cfg)
     agents = {
-        a["name"]: by
-        for a in agents_cfg["agents"]
-        if (by := _paused_by(a["paused"], _pause_flag(a["name"])))
+        a["name"]: by for a in agents_cfg["agents"] if (by := paused_by(agents_cfg, records, a))
     }
-    return {"system": _paused_by(agents_cfg["paused"], _pause_flag(None)), "agents": agents}
+    return {"system": paused_by(agents_cfg, records), "agents": agents}
 
 
-def _paused_by(in_config: bool, flag: Path) -> str | None:
+def paused_by(agents_cfg: dict, records: AgentRecords, agent: dict | None = None) -> str | None:
+    """What holds the system's (or ``agent``'s) pause, or None when it is not paused."""
+    in_config = (agent or agents_cfg)["paused"]
+    record = records.system if agent is None else records.get(agent["name"], {})
     if in_config:
         return PAUSED_IN_CONFIG
-    return PAUSED_BY_FLAG if flag.exists() else None
+    return PAUSED_BY_FLAG if record.get("paused") else None
 
 
-def paused_by(agents_cfg: dict, agent: dict | None = None) -> str | None:
-    """What holds the system's (or ``agent``'s) pause, or None when it is not paused."""
-    if agent is None:
-        return _paused_by(agents_cfg["paused"], _pause_flag(None))
-    return _paused_by(agent["paused"], _pause_flag(agent["name"]))
-
-
-def is_paused(agents_cfg: dict, agent: dict | None = None) -> bool:
-    return paused_by(agents_cfg, agent) is not None
+def is_paused(agents_cfg: dict, records: AgentRecords, agent: dict | None = None) -> bool:
+    return paused_by(agents_cfg, records, agent) is not None
 
 
 def how_to_resume(by: str, agent: str = "") -> str:
@@ -303,17 +330,19 @@ def agents_overview(
     claimed = queue_utils.list_tasks(TaskState.CLAIMED)
     found = found or stalls.report()
     system = [s["text"] for s in found["system"]]
+    records = day_records(agents_cfg)
     rows = []
     for agent in agents_cfg["agents"]:
         running = [t.label for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"]]
-        record = read_json_object(_state_file(agent["name"]))
+        record = records[agent["name"]]
         fresh = record.get("day") == today
-        hold = held(agent["name"])
+        hold = held(agent["name"], records=records)
         breaker = hold if hold is not None and hold.kind == BREAKER else None
         if running:
             state = "running " + ", ".join(running)
         else:
-            paused = is_paused(agents_cfg, agent) or is_paused(agents_cfg) or breaker
+            paused = is_paused(agents_cfg, records, agent) or is_paused(agents_cfg, records)
+            paused = paused or breaker
             state = "paused" if paused else "idle"
         rows.append(
             {

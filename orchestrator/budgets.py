@@ -4,7 +4,8 @@ overrides the task budget). At ``alert_at`` (80 %) an alert; at 100 % no attempt
 and a running one is given only what is left, so it stops cleanly with its notes saved.
 
 Spending comes from what octopoid records anyway: a task's ``*_TOTAL`` headers, and each
-agent's day in ``runtime/agents/<name>.json``. Days are UTC days.
+agent's day in its record in the store (``agent_status``: shared by every machine on
+PostgreSQL, so a project's day is spent once). Days are UTC days.
 """
 
 from __future__ import annotations

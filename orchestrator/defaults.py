@@ -59,6 +59,10 @@ BREAKER_THRESHOLD = 3
 #: unreachable API); the others wait for a person (`octopoid resume --agent`).
 BREAKER_RETRY_SECONDS = 3600
 
+#: Tries of a record's read-change-write before giving up: each lost try means another
+#: writer succeeded, so many in a row only happen under a storm of writers to one key.
+RECORD_UPDATE_TRIES = 200
+
 #: USD per million tokens (input, output) for the anthropic backend's cost, matched by
 #: prefix. Only published prices octopoid's authors checked; config.yaml ``prices`` adds or
 #: overrides models, and a model priced nowhere has an unknown cost (never a guess).

@@ -82,6 +82,18 @@ class StorageError(OctopoidError):
     exit_code = 1
 
 
+class RecordChanged(OctopoidError):
+    """A record's compare-and-swap write lost: someone else wrote it first. Read it again."""
+
+    exit_code = 1
+
+
+class JournalBusy(OctopoidError):
+    """Another process holds the journal (runs its steps), or this one does not hold it."""
+
+    exit_code = 1
+
+
 class GitError(OctopoidError):
     """A git operation failed; the message carries git's own words."""
 

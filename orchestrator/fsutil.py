@@ -11,9 +11,11 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .exceptions import StorageError
 from .lazy import lazy_import
 
 if TYPE_CHECKING:
@@ -87,6 +89,24 @@ def atomic_write(
         raise
     if sync:
         fsync_dir(target.parent)
+
+
+@contextlib.contextmanager
+def writing(folder: Path, what: str = "the queue") -> Iterator[None]:
+    """An OS error while writing ``what`` becomes one clear ``StorageError`` (no traceback).
+
+    ``FileNotFoundError`` passes through: in a queue it means another process moved first.
+    """
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        where = exc.filename or folder
+        raise StorageError(
+            f"cannot write {what} at {where}: {exc.strerror or exc} "
+            "(check the folder's permissions and free space)"
+        ) from None
 
 
 def read_json_object(path: Path) -> dict[str, Any]:

@@ -112,14 +112,15 @@ class Alerts:
                 self._send(urls, "octopoid: a budget is running out", redact(f"{root}: {message}"))
         return [message for _, message in new]
 
-    def tripped(self, agents: list[str]) -> list[str]:
-        """Alert (and log) each circuit breaker that paused one of ``agents``, once: the
-        pause remembers it was said, so a restarted (or ``--once``) scheduler does not say
-        it again. Return the agents said now."""
+    def tripped(self, records: agent_status.AgentRecords) -> list[str]:
+        """Alert (and log) each circuit breaker that paused an agent of ``records`` (a
+        pass's read), once: the pause remembers it was said, so a restarted (or
+        ``--once``) scheduler, or another machine's, does not say it again. Return the
+        agents said now."""
         urls, events = self._settings()
         said = []
-        for name in agents:
-            hold = agent_status.held(name)
+        for name in records:
+            hold = agent_status.held(name, records=records)
             if hold is None or hold.kind != agent_status.BREAKER or hold.alerted:
                 continue
             if not agent_status.mark_alerted(name, hold.since):

@@ -16,7 +16,7 @@ from .store import FolderStore
 from .tasks import TaskState
 
 TEMPLATE_FILES = ("config.yaml", "agents.yaml", "prompts/implement.md", "prompts/breakdown.md")
-RUNTIME_DIRS = ("shared/notes", "memory", "worktrees", "logs", "agents")
+RUNTIME_DIRS = ("shared/notes", "memory", "worktrees", "logs")
 
 
 def init_project(root: Path, *, require_git: bool = False) -> list[Path]:

@@ -221,17 +221,17 @@ class Scheduler:
             report.reaped.append(task.label)
         self._collect_finished(report)
         agents_cfg = config.load_agents()
+        records = agent_status.day_records(agents_cfg)  # once a pass: pauses, days, breakers
         if self._alerts is not None:
             self._alerts.look()
-            self._alerts.tripped([agent["name"] for agent in agents_cfg["agents"]])
+            self._alerts.tripped(records)
         if self._stopping:
             report.skipped = "stopping"
             return report
-        records = agent_status.day_records(agents_cfg)  # once a pass: the budgets read them
         report.skipped = self._blocked_reason(agents_cfg, records)
         if not report.skipped:
             self._dispatch(agents_cfg, records, report, now)
-        self._sweep(now)
+        self._sweep(records, now)
         return report
 
     def _note_config(self, problem: str | None) -> None:
@@ -242,7 +242,7 @@ class Scheduler:
                 log.info("configuration is valid again; claiming resumes")
         self._config_problem = problem
 
-    def _sweep(self, now: datetime | None = None) -> None:
+    def _sweep(self, records: stalls.Records, now: datetime | None = None) -> None:
         """What dead runners' attempts left (containment settled, clones removed), what
         dead accepts left (``finishing``), and budget alerts: at most every
         ``HOUSEKEEPING_SECONDS``, after the claims, as it is nobody's wait."""
@@ -263,8 +263,7 @@ class Scheduler:
         for line in finishing.finish_interrupted():
             log.warning("%s", line)
         if self._alerts is not None:  # budgets at 80 % or spent: no claim waits for this
-            agents_cfg, cfg = config.load_agents(), config.load_config()
-            records = agent_status.day_records(agents_cfg)
+            cfg = config.load_config()
             claimed = store.list(TaskState.CLAIMED)
             self._alerts.budgets(budgets.watched(claimed, records, cfg, now or utcnow()))
 
@@ -588,12 +587,13 @@ class Scheduler:
             log.exception("pass failed with an unexpected error")
 
     def _watch_state(self) -> tuple[int, ...]:
-        """Cheap fingerprints of what should wake the scheduler: new tasks, pause flags, config."""
+        """Cheap fingerprints of what should wake the scheduler: new tasks, pauses (the
+        folder store's records of agents: PostgreSQL's NOTIFY them), config."""
         runtime = config.get_orchestrator_dir()
         paths = [
             *([] if self._inotify else [runtime / "queue" / "incoming"]),
-            runtime / "agents",
-            runtime / "paused",
+            runtime / "records",
+            runtime / "records" / agent_status.SYSTEM,
             config.get_octopoid_dir() / "agents.yaml",
         ]
         out = []

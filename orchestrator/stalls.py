@@ -32,13 +32,13 @@ class Stall:
         return asdict(self)
 
 
-Records = dict[str, dict[str, Any]]  # every agent's day (agent_status.day_records)
+Records = agent_status.AgentRecords  # every agent's record, the system's (day_records)
 
 
 def system(agents_cfg: dict[str, Any], records: Records, store: QueueStore) -> list[Stall]:
     """Why no agent claims anything now (the configuration is valid: ``config.problem``)."""
     found = []
-    if by := agent_status.paused_by(agents_cfg):
+    if by := agent_status.paused_by(agents_cfg, records):
         found.append(Stall("paused", f"paused ({agent_status.how_to_resume(by)})"))
     walls = sandbox.problem()
     if walls:
@@ -64,12 +64,12 @@ def system(agents_cfg: dict[str, Any], records: Records, store: QueueStore) -> l
 def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any], records: Records) -> list[Stall]:
     """Why this one agent claims nothing, whatever the rest of the system does."""
     found = []
-    if by := agent_status.paused_by(agents_cfg, agent):
+    if by := agent_status.paused_by(agents_cfg, records, agent):
         found.append(Stall("paused", f"paused ({agent_status.how_to_resume(by, agent['name'])})"))
     problem = agent_status.readiness_problem(agent)
     if problem:
         found.append(Stall("cannot-run", f"cannot run: {problem}"))
-    hold = agent_status.held(agent["name"])
+    hold = agent_status.held(agent["name"], records=records)
     if hold is not None:
         found.append(_held(agent["name"], hold))
     spent = budgets.of_agent(agent["name"], records, config.load_config(), utcnow())

@@ -50,7 +50,7 @@ NOT_NEEDED = {
     ("web", "--help"): set(HEAVY),
     ("scheduler", "status"): set(HEAVY),
     ("memory", "show", "TASK-1"): set(HEAVY),
-    ("pause",): set(HEAVY) - {"PyYAML", "secrets"},  # its flag file is written atomically
+    ("pause",): set(HEAVY) - {"PyYAML", "secrets", "the store"},  # its record is the store's
     ("notes", "TASK-1"): set(HEAVY) - {"PyYAML"},
     ("list",): WRITERS_ONLY | {"GitPython", "the backends"},
     ("show", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},

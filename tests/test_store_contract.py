@@ -5,43 +5,50 @@ Add a store by adding a factory to STORES; nothing else here may know which stor
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import subprocess
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from orchestrator.exceptions import IllegalTransition, LostRace, TaskNotFound
-from orchestrator.store import FolderStore, QueueStore
+from orchestrator.exceptions import (
+    IllegalTransition,
+    JournalBusy,
+    LostRace,
+    RecordChanged,
+    TaskNotFound,
+)
+from orchestrator.store import QueueStore
+from orchestrator.store.records import Journal, key_part
 from orchestrator.tasks import Task, TaskState, new_task, utcnow
+
+from .conftest import helper_cmd
+from .e2e.test_daemon import wait_for
+from .helpers.records_worker import open_store
 
 S = TaskState
 
 
-def folder_store(tmp_path: Path) -> QueueStore:
-    store = FolderStore(tmp_path / "queue")
-    store.initialize()
-    return store
-
-
-def postgres_store(request: pytest.FixtureRequest) -> QueueStore:
-    from orchestrator.store.postgres import PostgresStore
-
-    store = PostgresStore(request.getfixturevalue("pg_dsn"))
-    store.initialize()
-    request.addfinalizer(store.close)
-    return store
-
-
-STORES: dict[str, Callable[[pytest.FixtureRequest], QueueStore]] = {
-    "folder": lambda request: folder_store(request.getfixturevalue("tmp_path")),
-    "postgres": postgres_store,
+#: How each store is named to a process (``helpers/records_worker.open_store``), so that
+#: other processes can race this one on the same store.
+STORES: dict[str, Callable[[pytest.FixtureRequest], str]] = {
+    "folder": lambda request: f"folder:{request.getfixturevalue('tmp_path') / 'queue'}",
+    "postgres": lambda request: f"postgres:{request.getfixturevalue('pg_dsn')}",
 }
 
 
 @pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest) -> QueueStore:
+def spec(request: pytest.FixtureRequest) -> str:
     return STORES[request.param](request)
+
+
+@pytest.fixture
+def store(spec: str) -> Iterator[QueueStore]:
+    store = open_store(spec)
+    yield store
+    getattr(store, "close", lambda: None)()  # a database store's connections
 
 
 def add(store: QueueStore, title: str = "t", **fields) -> Task:
@@ -205,3 +212,154 @@ def test_waiting_pages_in_claim_order_and_by_role(store: QueueStore) -> None:
     reviews = [t.id for t in made if t.role == "review"]
     assert [w.id for w in store.waiting("review")] == reviews
     assert [w.id for w in store.waiting("review", 1, 1)] == reviews[1:2]
+
+
+# --- records ---------------------------------------------------------------------------
+
+
+def test_a_record_is_written_by_compare_and_swap(store: QueueStore) -> None:
+    records = store.records
+    assert records.read("agents/a") is None
+    first = records.write("agents/a", {"n": 1}, None)
+    assert records.read("agents/a") == ({"n": 1}, first)
+    with pytest.raises(RecordChanged, match="exists already"):
+        records.write("agents/a", {"n": 9}, None)  # "must not exist"
+    second = records.write("agents/a", {"n": 2}, first)
+    with pytest.raises(RecordChanged, match="changed since"):
+        records.write("agents/a", {"n": 9}, first)  # someone wrote in between
+    with pytest.raises(RecordChanged):
+        records.delete("agents/a", first)
+    assert records.read("agents/a") == ({"n": 2}, second)
+    assert records.delete("agents/a", second) and not records.delete("agents/a")
+    again = records.write("agents/a", {"n": 3}, None)  # made anew: never an old version
+    assert again not in (first, second)
+    with pytest.raises(RecordChanged):
+        records.write("agents/a", {"n": 9}, second)
+
+
+def test_update_changes_keeps_and_deletes(store: QueueStore) -> None:
+    records = store.records
+    made = records.update("k", lambda v: {"n": 1} if v is None else None)
+    assert made is not None and made.value == {"n": 1}
+    assert records.update("k", lambda v: v) == made  # unchanged: nothing written
+    assert records.update("k", lambda v: None) is None and records.read("k") is None
+
+
+def test_list_by_prefix_is_the_key_and_what_is_beneath_it(store: QueueStore) -> None:
+    keys = ["agents", "agents/a", "agents/b/c", "agents-old", "agentsx", "other/agents"]
+    for n, key in enumerate(keys):
+        store.records.write(key, {"n": n}, None)
+    assert list(store.records.list("agents")) == ["agents", "agents/a", "agents/b/c"]
+    assert list(store.records.list("agents/b")) == ["agents/b/c"]
+    assert store.records.list("agents/a")["agents/a"].value == {"n": 1}
+    assert sorted(store.records.list()) == sorted(keys)
+    assert store.records.list("none") == {}
+
+
+def test_keys_are_checked_and_any_name_can_be_made_one(store: QueueStore) -> None:
+    for bad in ("", "/a", "a/", "a//b", ".hidden", "a/../b", "a b"):
+        with pytest.raises(ValueError, match="not a record key"):
+            store.records.read(bad)
+    for name in ("../../etc", ".x", "a b/c", "é"):
+        key = f"agents/{key_part(name)}"
+        store.records.write(key, {"name": name}, None)
+        assert store.records.read(key).value == {"name": name}
+    assert len(store.records.list("agents")) == 4
+
+
+def _race(argvs: list[list[str]], go: Path) -> None:
+    """Start every worker, release them together once all are ready, and wait for all
+    to succeed."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for argv in argvs]
+    try:
+        assert [proc.stdout.readline().strip() for proc in procs] == ["ready"] * len(procs)
+        go.touch()
+        for proc in procs:
+            assert proc.wait(timeout=240) == 0
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+def test_racing_writers_lose_no_update(store: QueueStore, spec: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    _race([helper_cmd("records_worker", spec, "update", "counter", "25", str(go))] * 4, go)
+    assert store.records.read("counter").value == {"n": 100}
+
+
+# --- journals --------------------------------------------------------------------------
+
+
+def test_a_journal_is_begun_once_and_finished_by_its_holder(store: QueueStore) -> None:
+    journals = store.journals
+    first = journals.begin("test", "12", ["merge", "move", "clean"], {"tip": "abc"})
+    assert first.left == ("merge", "move", "clean") and first.data == {"tip": "abc"}
+    for steps in ([], ["a", "a"]):
+        with pytest.raises(ValueError, match="distinct names"):
+            journals.begin("test", "13", steps)
+    again = journals.begin("test", "12", ["other"], {"tip": "zzz"})  # continues the open one
+    assert (again.steps, again.data) == (first.steps, first.data)
+    with pytest.raises(JournalBusy, match="not held"):
+        journals.mark_done(first, "merge")
+    with journals.take("test", "12") as held:
+        assert held == first
+        held = journals.mark_done(journals.mark_done(held, "merge"), "merge")  # once
+        with pytest.raises(ValueError):
+            journals.mark_done(held, "nope")
+        with journals.take("test", "12"):  # its holder may take it again
+            pass
+        assert held.done == ("merge",) and held.left == ("move", "clean")
+    journals.begin("other", "12", ["x"])
+    assert [(j.kind, j.left) for j in journals.pending("test")] == [("test", ("move", "clean"))]
+    assert {j.kind for j in journals.pending()} == {"test", "other"}
+    with journals.take("test", "12") as held:
+        journals.finish(held)
+    assert journals.get("test", "12") is None and journals.pending("test") == []
+    with journals.take("test", "12") as held:
+        assert held is None  # nothing open: begin one here, atomically with the take
+        assert journals.begin("test", "12", ["a"]).steps == ("a",)
+
+
+def test_a_killed_runner_leaves_its_journal_to_the_next_taker(store: QueueStore, spec: str) -> None:
+    journals = store.journals
+    journals.begin("test", "7", ["merge", "move"])
+    proc = subprocess.Popen(
+        helper_cmd("records_worker", spec, "hold", "7"), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with pytest.raises(JournalBusy, match="another process"), journals.take("test", "7"):
+            pass
+    finally:
+        proc.kill()  # SIGKILL: no clean-up of its own
+        proc.wait()
+
+    def taken() -> Journal | None:
+        with contextlib.suppress(JournalBusy), journals.take("test", "7") as held:
+            return journals.mark_done(held, "move")
+        return None
+
+    resumed = wait_for("the dead holder's journal to be free", taken)
+    assert resumed.done == ("merge", "move")
+
+
+def test_two_sweepers_never_run_a_step_at_once(
+    store: QueueStore, spec: str, tmp_path: Path
+) -> None:
+    steps = ("one", "two", "three")
+    for key in "abcdef":
+        store.journals.begin("test", key, steps)
+    log, go = tmp_path / "steps.log", tmp_path / "go"
+    _race([helper_cmd("records_worker", spec, "sweep", str(log), str(go))] * 3, go)
+    running: dict[str, str] = {}
+    ran = []
+    for line in log.read_text().splitlines():
+        what, key, step, pid = line.split()
+        if what == "start":
+            assert key not in running, f"{key} ran {step} while {running[key]} ran"
+            running[key] = f"{step} in {pid}"
+            ran.append((key, step))
+        else:
+            assert running.pop(key) == f"{step} in {pid}"
+    assert sorted(ran) == sorted((key, step) for key in "abcdef" for step in steps)
+    assert store.journals.pending() == []

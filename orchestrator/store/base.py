@@ -2,7 +2,8 @@
 
 ``queue_utils`` holds the rules (which move is legal, what a move writes); a store only
 keeps tasks and moves them atomically. A second store (PostgreSQL) implements the same
-methods and runs the same contract tests.
+methods and runs the same contract tests. Besides tasks a store keeps ``records`` and
+``journals`` (``records.py``: the state every other part of octopoid remembers).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from ..exceptions import TaskBusy
 from ..tasks import Task, TaskState, task_label
 from .claim_index import Waiting, WaitingDigest
+from .records import Journals, Records
 
 #: How long a refused hold waits for the holder's words: it writes them just after taking
 #: the hold, so a refusal in between would otherwise have to guess what it is doing.
@@ -27,6 +29,18 @@ Guard = Callable[[Task], bool]
 
 
 class QueueStore(ABC):
+    @property
+    @abstractmethod
+    def records(self) -> Records:
+        """The store's records: keyed documents written by compare-and-swap (pauses, the
+        agents' days, ...), shared wherever the store is (``store/records.py``)."""
+
+    @property
+    @abstractmethod
+    def journals(self) -> Journals:
+        """The store's journals: workflows of several steps, written before they run and
+        finished by whoever comes next, on any machine (``store/records.py``)."""
+
     @abstractmethod
     def initialize(self) -> None:
         """Create whatever the store needs (folders, tables); safe to call again."""

@@ -21,17 +21,25 @@ import zlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 
 from .. import defaults
 from ..exceptions import (
     IllegalTransition,
     LostRace,
-    StorageError,
     TaskNotFound,
     TaskParseError,
 )
-from ..fsutil import atomic_write, durable_rename, fsync_dir, is_temp_name, write_synced, write_temp
+from ..fsutil import (
+    atomic_write,
+    durable_rename,
+    fsync_dir,
+    is_temp_name,
+    write_synced,
+    write_temp,
+    writing,
+)
 from ..locks import FileMutex
 from ..tasks import (
     FILE_RE,
@@ -46,27 +54,10 @@ from ..tasks import (
 )
 from .base import Change, Guard, QueueStore, busy, id_order
 from .claim_index import ClaimIndex, Waiting, WaitingDigest
+from .folder_records import FolderJournals, FolderRecords
 
 LOCK_STRIPES = 64  # bounded lock files; two tasks sharing a stripe only wait a moment
 NEW, OLD = ".new", ".old"  # a write's staged text, and the file it takes away
-
-
-@contextmanager
-def writing(folder: Path) -> Iterator[None]:
-    """An OS error while writing the queue becomes one clear ``StorageError`` (no traceback).
-
-    ``FileNotFoundError`` passes through: in a queue it means another process moved first.
-    """
-    try:
-        yield
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        where = exc.filename or folder
-        raise StorageError(
-            f"cannot write the queue at {where}: {exc.strerror or exc} "
-            "(check the folder's permissions and free space)"
-        ) from None
 
 
 class FolderStore(QueueStore):
@@ -74,6 +65,16 @@ class FolderStore(QueueStore):
         self.root = queue_dir
         self.durable = durable  # False (durability: relaxed): no fsync; renames stay atomic
         self.index = ClaimIndex(queue_dir / ".claim-index.sqlite", self.dir(TaskState.INCOMING))
+
+    @cached_property
+    def records(self) -> FolderRecords:
+        """Beside the queue: ``runtime/records/``."""
+        return FolderRecords(self.root.parent / "records", self.durable)
+
+    @cached_property
+    def journals(self) -> FolderJournals:
+        """Beside the queue: ``runtime/journals/``."""
+        return FolderJournals(self.root.parent / "journals", self.durable)
 
     def dir(self, state: TaskState) -> Path:
         return self.root / state.value

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from ..tasks import (
 )
 from .base import Change, Guard, QueueStore, busy, id_order
 from .claim_index import Waiting, WaitingDigest
+from .pg_records import PostgresJournals, PostgresRecords
 
 SCHEMA = "octopoid"
 MIGRATIONS: list[str] = [
@@ -126,6 +127,27 @@ MIGRATIONS: list[str] = [
         WHERE pinned = 1;
     CREATE INDEX tasks_blocked ON octopoid.tasks (rank, created, seq, id)
         WHERE state = 'incoming' AND cardinality(blocked_by) > 0;
+    """,
+    # 5: records (keyed documents written by compare-and-swap on their version) and
+    # journals (workflows of steps), issue 36: pg_records.py. Keys sort bytewise ("C"),
+    # so a prefix is a range of the primary key.
+    """
+    CREATE SEQUENCE octopoid.record_versions;
+    CREATE TABLE octopoid.records (
+        key text COLLATE "C" PRIMARY KEY,
+        value jsonb NOT NULL,
+        version bigint NOT NULL,
+        written timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE TABLE octopoid.journals (
+        kind text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        steps text[] NOT NULL,
+        done text[] NOT NULL DEFAULT '{}',
+        data jsonb NOT NULL,
+        begun timestamptz NOT NULL DEFAULT clock_timestamp(),
+        PRIMARY KEY (kind, key)
+    );
     """,
 ]
 _COLUMNS = "state, body, role, rank, created, seq, blocked_by, not_before, turns, cost"
@@ -248,22 +270,35 @@ class PostgresStore(QueueStore):
         finally:
             self._connections.put(conn)
 
-    def _one(self, sql: str, args: tuple = ()) -> Any:
-        """The first row of one read-only statement, run on its own (autocommit): one round
-        trip, no BEGIN and COMMIT around it."""
+    def _fetch(self, sql: str, args: tuple = ()) -> list[Any]:
+        """The rows of one statement, run on its own (autocommit: a transaction of its
+        own): one round trip, no BEGIN and COMMIT around it."""
         conn = self._connections.get(self.patience.left())
         try:
             conn.autocommit = True
             with self._errors(), conn.cursor() as cur:
                 cur.execute(sql, args)
-                return cur.fetchone()
+                return cur.fetchall() if cur.description is not None else []
         finally:
             if not conn.closed:
                 conn.autocommit = False
             self._connections.put(conn)
 
+    def _one(self, sql: str, args: tuple = ()) -> Any:
+        """The first row of one statement, as ``_fetch`` runs it (None: no row)."""
+        rows = self._fetch(sql, args)
+        return rows[0] if rows else None
+
     def close(self) -> None:
         self._connections.close()
+
+    @cached_property
+    def records(self) -> PostgresRecords:
+        return PostgresRecords(self, CHANNEL)
+
+    @cached_property
+    def journals(self) -> PostgresJournals:
+        return PostgresJournals(self)
 
     # --- schema -------------------------------------------------------------------------
 
@@ -453,37 +488,62 @@ class PostgresStore(QueueStore):
 
     @contextmanager
     def hold(self, task_id: str, purpose: str) -> Iterator[None]:
+        def refused(conn: Any) -> Exception:
+            def words() -> str:
+                row = conn.execute(
+                    "SELECT purpose FROM octopoid.holds WHERE id = %s", (task_id,)
+                ).fetchone()
+                return row[0] if row else ""
+
+            return busy(task_id, words)
+
+        with self.session_lock(f"octopoid:hold:{task_id}", refused) as (conn, depth):
+            if depth == 1:
+                with self._errors():
+                    conn.execute(
+                        "INSERT INTO octopoid.holds VALUES (%s, %s) "
+                        "ON CONFLICT (id) DO UPDATE SET purpose = excluded.purpose",
+                        (task_id, f"being {purpose} (pid {os.getpid()})"),
+                    )
+            try:
+                yield
+            finally:
+                if depth == 1:
+                    with self._errors():
+                        conn.execute("DELETE FROM octopoid.holds WHERE id = %s", (task_id,))
+
+    @contextmanager
+    def session_lock(
+        self, name: str, refused: Callable[[Any], Exception]
+    ) -> Iterator[tuple[Any, int]]:
+        """A session advisory lock on ``name``, on this thread's own connection, so it dies
+        with the holder's process; yields (that connection, how often this thread holds it
+        now). Taken by another session: ``refused(connection)`` is raised at once."""
         conn, depths = self._hold_connection()
-        key = f"octopoid:hold:{task_id}"
         with self._errors():
-            got = conn.execute(
-                "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)
-            ).fetchone()[0]
-            if not got:
-
-                def words() -> str:
-                    row = conn.execute(
-                        "SELECT purpose FROM octopoid.holds WHERE id = %s", (task_id,)
-                    ).fetchone()
-                    return row[0] if row else ""
-
-                raise busy(task_id, words)
-            depths[task_id] = depths.get(task_id, 0) + 1
-            if depths[task_id] == 1:
-                conn.execute(
-                    "INSERT INTO octopoid.holds VALUES (%s, %s) "
-                    "ON CONFLICT (id) DO UPDATE SET purpose = excluded.purpose",
-                    (task_id, f"being {purpose} (pid {os.getpid()})"),
-                )
+            if not depths.get(name):
+                got = conn.execute(
+                    "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (name,)
+                ).fetchone()[0]
+                if not got:
+                    raise refused(conn)
+            depths[name] = depths.get(name, 0) + 1
         try:
-            yield
+            yield conn, depths[name]
         finally:
-            with self._errors():
-                depths[task_id] -= 1
-                if depths[task_id] == 0:
-                    del depths[task_id]
-                    conn.execute("DELETE FROM octopoid.holds WHERE id = %s", (task_id,))
-                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+            depths[name] -= 1
+            if depths[name] == 0:
+                del depths[name]
+                with self._errors():
+                    conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (name,))
+
+    def holder(self, name: str) -> Any | None:
+        """The connection holding the ``session_lock`` ``name`` for this thread, or None.
+        Never a new one: a write on it fails if the session, and so the lock, is gone."""
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid() or not local.depths.get(name):
+            return None
+        return local.conn
 
     def _hold_connection(self) -> tuple[Any, dict[str, int]]:
         """This thread's own autocommit connection: a hold lives as long as its session."""
