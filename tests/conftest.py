@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,18 @@ def run_all(root: Path, argvs: list[list[str]], timeout: float = 120) -> None:
     for proc in procs:
         proc.communicate(timeout=timeout)
         assert proc.returncode == 0
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> object:
+    """Wait until ``check()`` is true (a condition, never a fixed window) and return it;
+    past ``timeout`` s fail, saying ``what`` was waited for."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def start_then_kill(root: Path, argv: list[str], delay: float, done: int = 0) -> None:
