@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import config, queue_utils
+from . import config, netpolicy, queue_utils
 from .exceptions import ConfigError, InvalidInput
 from .fsutil import atomic_write, read_json_object
 from .lazy import lazy_import
@@ -44,9 +44,10 @@ def record_attempt(
     *,
     tokens: int = 0,
     seconds: float = 0.0,
+    refused: int = 0,
 ) -> None:
     """Add one finished attempt to the agent's record (today's totals reset each UTC day;
-    the daily budgets read them)."""
+    the daily budgets read them; ``refused``: destinations its network refused)."""
     now = now or utcnow()
     path = _state_file(agent)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,11 +56,12 @@ def record_attempt(
         day = now.date().isoformat()
         if data.get("day") != day:
             data.update(day=day, attempts_today=0, turns_today=0, cost_today_usd=0.0)
-            data.update(tokens_today=0, seconds_today=0.0)
+            data.update(tokens_today=0, seconds_today=0.0, refused_today=0)
         data["attempts_today"] += 1
         data["turns_today"] += turns
         data["tokens_today"] = data.get("tokens_today", 0) + tokens
         data["seconds_today"] = round(data.get("seconds_today", 0.0) + seconds, 3)
+        data["refused_today"] = data.get("refused_today", 0) + refused
         data["cost_today_usd"] = round(data["cost_today_usd"] + (cost_usd or 0.0), 6)
         data.update(last_task=task_label, last_outcome=outcome, last_finished=format_time(now))
         atomic_write(path, json.dumps(data, indent=2, sort_keys=True))
@@ -199,6 +201,7 @@ def agents_overview(
                 "backend": agent["backend"],
                 "sandbox": cfg["sandbox"]["mode"],
                 "network": network_of(agent, cfg),
+                "refused_today": record.get("refused_today", 0) if fresh else 0,
                 "state": state,
                 "problem": readiness_problem(agent),
                 "not_claiming": system
@@ -214,10 +217,18 @@ def agents_overview(
 
 
 def network_of(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
-    """What network the agent's box has: host, none, or host because nothing walls it in."""
+    """What network the agent's box has (netpolicy.py): allow, none, open, or open because
+    nothing walls it in."""
     if cfg["sandbox"]["mode"] == "none":
-        return "host (no sandbox)"
-    return (agent.get("sandbox") or {}).get("network") or cfg["sandbox"]["network"]
+        return "open (no sandbox)"
+    return netpolicy.agent_mode(agent, cfg)
+
+
+def refused_today(now: datetime | None = None) -> int:
+    """Destinations the agents' networks refused today, all attempts together."""
+    today = (now or utcnow()).date().isoformat()
+    records = day_records(config.load_agents()).values()
+    return sum(r.get("refused_today", 0) for r in records if r.get("day") == today)
 
 
 def _cost_today(agent: dict[str, Any], record: dict[str, Any]) -> float | None:

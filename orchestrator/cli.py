@@ -364,6 +364,11 @@ def status(as_json: bool) -> None:
     )
     if summary["sandbox"]:
         click.echo(summary["sandbox"]["summary"])
+    if summary["refused_today"]:
+        click.echo(
+            f"network: {plural(summary['refused_today'], 'destination')} refused today "
+            "(`octopoid agents` says whose; each attempt's notes say which)"
+        )
     click.echo(_table([[k, str(v)] for k, v in summary["counts"].items()]))
     for c in summary["claimed"]:
         left = c["lease_seconds_left"]
@@ -719,6 +724,8 @@ def doctor(rebuild: bool) -> None:
     """Repair what a crash left (interrupted writes) and list what needs you, with the fix."""
     lines = doctor_checks.examine(rebuild)
     click.echo("\n".join(lines) if lines else "all is well: nothing to repair")
+    for line in doctor_checks.network():
+        click.echo(line)
 
 
 @cli.command()
@@ -736,12 +743,13 @@ def agents(as_json: bool) -> None:
     table = [["NAME", "ROLE", "BACKEND", "NETWORK", "STATE", "LAST", "TURNS", "COST TODAY"]]
     for r in rows:
         last = f"{r['last_task']} {r['last_outcome']}" if r["last_task"] else "-"
+        refused = f", {r['refused_today']} refused" if r["refused_today"] else ""
         table.append(
             [
                 r["name"],
                 r["role"],
                 r["backend"],
-                r["network"],
+                r["network"] + refused,
                 r["state"],
                 last,
                 str(r["turns_today"]),

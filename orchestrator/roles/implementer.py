@@ -129,7 +129,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         Redactor(agent_env(agent)),  # the agent's own env may hold secrets too
     )
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
-    space, started = None, time.monotonic()
+    space, started, refused = None, time.monotonic(), 0
     try:
         backend = get_backend(agent["backend"])
         space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent))
@@ -146,6 +146,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         if space is not None:
             back = space.bring_back()
             commits, result = back.commits, _contained(result, back, output)
+            refused = back.refused
         result.details["seconds"] = time.monotonic() - started  # the task's wall time
         if result.outcome == "success" and commits == 0:
             why = no_change_reason(result.summary) or no_change_reason(output.text())
@@ -167,6 +168,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     agent_status.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd,
         tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
+        refused=refused,
     )  # fmt: skip
     return report
 
@@ -301,12 +303,13 @@ def _verify(task: Task, cfg: dict, claim: Claim, space: Workspace) -> checks.Ver
     The checks run the agent's code: in a box of their own with ``sandbox: bwrap``, and
     followed by another containment check with ``sandbox: none``.
     """
-    ran = False
+    ran, refused = False, []
     try:
         if checks.commands_for(task, cfg):
             ran = True
             with space.check_box() as box:
                 verdict = checks.verify(task, box, cfg, claim.tick)
+                refused = box.refusals()
         else:  # nothing runs the agent's code: the merge pre-check needs no box
             verdict = checks.Verdict([], checks.merge_conflicts(task))
     except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
@@ -319,6 +322,8 @@ def _verify(task: Task, cfg: dict, claim: Claim, space: Workspace) -> checks.Ver
         verdict.results.append(checks.CheckResult("(containment)", None, 0.0, "", why))
     if not verdict.passed:
         add_notes_section(task.id, f"Checks — attempt {task.attempts}", checks.notes_text(verdict))
+    if refused:  # the next attempt and the reviewer see what the checks could not reach
+        add_notes_section(task.id, f"Checks' network — attempt {task.attempts}", "\n".join(refused))
     return verdict
 
 

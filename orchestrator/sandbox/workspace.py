@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import config, defaults, git_utils
 from ..exceptions import GitError
@@ -24,6 +25,9 @@ from ..processes import leftovers, owner_tag
 from ..tasks import Task
 from .box import Box, write_client
 from .channel import ChannelServer
+
+if TYPE_CHECKING:
+    from .proxy import NetworkProxy
 
 PROMPT_FILE = "prompt.md"
 
@@ -35,6 +39,7 @@ class BroughtBack:
     commits: int
     breaches: list[str] = field(default_factory=list)  # it reached outside: the attempt fails
     remarks: list[str] = field(default_factory=list)  # worth the notes, not a failure
+    refused: int = 0  # destinations its network refused (`agents` counts them)
 
 
 def base_for(task: Task) -> tuple[str, str | None, str | None]:
@@ -64,10 +69,11 @@ class Workspace(ABC):
     remote: str | None
     remote_problem: str | None
     banner: str  # the first line of the attempt's log: what walls there are
+    proxy: NetworkProxy | None = None  # the box's way out with ``network: allow``
 
     def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
         self.task, self.token = task, token
-        self.channel_host = _channel_folder()
+        self.channel_host = private_folder()
         self.channel = ChannelServer(
             self.channel_host, task.id, task.attempts, self._progress
         ).start()
@@ -128,9 +134,12 @@ class Workspace(ABC):
         return f"the branch was not pushed to {self.remote}: {error}"
 
     def close(self) -> None:
-        """Stop the channel and remove what the attempt used; a leftover the sweep can
-        still remove is said on stderr (the runner's log), never raised."""
+        """Stop the channel and the network's proxy and remove what the attempt used; a
+        leftover the sweep can still remove is said on stderr (the runner's log), never
+        raised."""
         self.channel.close()
+        if self.proxy is not None:
+            self.proxy.close()
         self._remove(self.channel_host)
 
     @staticmethod
@@ -141,9 +150,10 @@ class Workspace(ABC):
             print(f"octopoid runner: could not remove {path}: {exc}", file=sys.stderr)
 
 
-def _channel_folder() -> Path:
-    """A new private folder for the channel's socket, client and prompt, named for this
-    process (``owner_tag``): no sweep takes it for a leftover while the runner lives."""
+def private_folder() -> Path:
+    """A new private folder for a box's sockets (the channel's, the network proxy's), the
+    client and the prompt, named for this process (``owner_tag``): no sweep takes it for a
+    leftover while the runner lives."""
     folder = Path(tempfile.mkdtemp(prefix=f"{_prefix(config.find_project_root())}{owner_tag()}-"))
     write_client(folder)
     return folder

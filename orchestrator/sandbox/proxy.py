@@ -1,0 +1,458 @@
+"""The runner's side of a box's network (``network: allow``): a proxy that lets through only
+the destinations the box's list names (``netpolicy.py``), gone with the attempt.
+
+The box has a network namespace of its own. Its bridge (``netbridge.py``, run first in the
+box) opens listening sockets on the box's loopback and hands them here over a Unix socket
+in the box's private folder; the runner accepts every connection made to them, in threads
+of its own. So nothing in the box reaches past the runner's judgement, and no port of this
+machine listens for anyone. The proxy's socket takes ``CONNECT host:port`` and absolute-form
+``http://`` requests (anything else is refused with 405); a forwarded loopback port is a
+tunnel to its one destination.
+
+A destination is judged by name (on the list) and by the address it resolves to, resolved
+here once and connected to as resolved: a name that resolves to loopback, link-local or a
+private range is refused unless the list names that address itself (DNS is the attacker's
+to answer). Every refusal is answered with its reason and kept, one line per destination,
+for the attempt's log and notes. Bounded: connections at once, bytes per attempt, the time
+and size of a request's head (slowloris), idle tunnels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import selectors
+import shutil
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .. import defaults, netpolicy
+from ..netpolicy import Entry, IPAddress, Policy
+
+PROXY_SOCKET = "proxy.sock"
+BRIDGE = Path(__file__).with_name("netbridge.py")
+MAX_LINES = 20  # destinations named one by one in the log and notes; the rest are counted
+MAX_KEPT = 1000  # destinations remembered per attempt
+MAX_BOXES = 64  # boxes one proxy serves (the anthropic backend's tools restart theirs)
+MAX_FDS = 8  # sockets one box hands over: the proxy's and its forwarded ports
+CHUNK = 1 << 20
+TICK_SECONDS = 30  # how often a quiet tunnel looks at its idle time
+METHOD_RE = re.compile(r"[A-Z]{1,20}")
+#: Hop-by-hop headers of a forwarded request; it gets ``Connection: close`` (one request
+#: per connection: a second one on it would go to the first one's destination).
+HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
+REASONS = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed",
+           408: "Request Timeout", 431: "Request Header Fields Too Large",
+           502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Limits:
+    connections: int = defaults.PROXY_MAX_CONNECTIONS
+    bytes: int = defaults.PROXY_MAX_BYTES
+    head_seconds: float = defaults.PROXY_HEAD_SECONDS
+    head_bytes: int = defaults.PROXY_MAX_HEAD_BYTES
+    idle_seconds: float = defaults.PROXY_IDLE_SECONDS
+    connect_seconds: float = defaults.PROXY_CONNECT_SECONDS
+
+
+class Refused(Exception):
+    """A request not served: its status, why, and the destination when the list said no."""
+
+    def __init__(self, status: int, why: str, destination: str | None = None) -> None:
+        super().__init__(why)
+        self.status, self.why, self.destination = status, why, destination
+
+
+@dataclass
+class Request:
+    host: str
+    port: int
+    head: bytes = b""  # what goes to the destination first (none for a tunnel)
+    rest: bytes = b""  # what the client sent after its head
+    tunnel: bool = True  # CONNECT (or a forwarded port): no head of its own
+
+
+@dataclass
+class Tunnel:
+    last: float = field(default_factory=time.monotonic)  # when a byte last went either way
+
+
+class NetworkProxy:
+    """Serves the boxes of one attempt (or of its checks) in threads until ``close``."""
+
+    def __init__(self, folder: Path, policy: Policy, limits: Limits | None = None) -> None:
+        self.folder, self.policy, self.limits = folder, policy, limits or Limits()
+        self.refused: dict[str, str] = {}  # destination -> why
+        self.reached: dict[str, int] = {}  # destination -> connections
+        self.problems: dict[str, int] = {}  # what was wrong with a request -> how often
+        self.moved = 0
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.limits.connections)
+        self._live: set[socket.socket] = set()
+        self._boxes = 0
+        (folder / "lib").mkdir(exist_ok=True)
+        shutil.copyfile(BRIDGE, folder / "lib" / BRIDGE.name)
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(str(folder / PROXY_SOCKET))
+        os.chmod(folder / PROXY_SOCKET, 0o600)
+        self._server.listen(MAX_BOXES)
+        self._wake, self._woken = socket.socketpair()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._server, selectors.EVENT_READ, ("register", None))
+        self._selector.register(self._woken, selectors.EVENT_READ, ("stop", None))
+        self._thread = threading.Thread(target=self._loop, name="network-proxy", daemon=True)
+
+    def start(self) -> NetworkProxy:
+        self._thread.start()
+        return self
+
+    def bridge(self, inside: Path) -> list[str]:
+        """The argv that starts a box's bridge before its program (``--`` last), the
+        proxy's folder seen in the box at ``inside``."""
+        script = inside / "lib" / BRIDGE.name
+        forwards = [str(entry) for entry in self.policy.forwards()]
+        return [
+            sys.executable,
+            "-I",
+            "-S",
+            str(script),
+            str(inside / PROXY_SOCKET),
+            *forwards,
+            "--",
+        ]
+
+    def close(self) -> None:
+        """Stop serving: listeners, boxes and live connections are closed."""
+        with contextlib.suppress(OSError):
+            self._wake.send(b"x")
+        self._thread.join(5)
+        for key in list(self._selector.get_map().values()):
+            key.fileobj.close()
+        self._selector.close()
+        self._wake.close()
+        with self._lock:
+            live = list(self._live)
+        for sock in live:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        (self.folder / PROXY_SOCKET).unlink(missing_ok=True)
+
+    def refusals(self) -> list[str]:
+        """One line per refused destination, then what was wrong with other requests."""
+        with self._lock:
+            refused, problems = list(self.refused.items()), dict(self.problems)
+        out = [f"network: refused {dest}: {why}" for dest, why in refused[:MAX_LINES]]
+        if len(refused) > MAX_LINES:
+            out.append(f"network: and {len(refused) - MAX_LINES} more destinations refused")
+        return out + [f"network: {n} request(s) not served: {what}" for what, n in problems.items()]
+
+    def lines(self) -> list[str]:
+        """What the attempt's log and notes say: what was refused, then what was reached."""
+        with self._lock:
+            reached = list(self.reached.items())
+        shown = [f"network: reached {dest} ({n} connection(s))" for dest, n in reached[:MAX_LINES]]
+        return self.refusals() + shown
+
+    # --- the event loop: boxes hand their sockets over, connections are accepted --------
+
+    def _loop(self) -> None:
+        while True:
+            for key, _ in self._selector.select():
+                kind, data = key.data
+                if kind == "stop":
+                    return
+                if kind == "register":
+                    self._register()
+                elif kind == "box":
+                    self._box_gone(key.fileobj, data)
+                else:
+                    self._accept(key.fileobj, data)
+
+    def _register(self) -> None:
+        """A box's bridge hands over its listening sockets, a line each saying what for."""
+        try:
+            conn, _ = self._server.accept()
+            conn.settimeout(1)  # a bridge says it all at once
+            message, fds, _, _ = socket.recv_fds(conn, 4096, MAX_FDS)
+        except OSError:
+            return
+        sockets = [socket.socket(fileno=fd) for fd in fds]
+        what = message.decode("ascii", "replace").splitlines()
+        allowed = [str(entry) for entry in self.policy.forwards()]
+        wanted = len(what) == len(sockets) and what[:1] == ["proxy"]
+        wanted = wanted and all(name in allowed for name in what[1:])
+        if not wanted or self._boxes >= MAX_BOXES or not all(map(_listening, sockets)):
+            self._problem("a box handed over sockets octopoid did not ask for")
+            for sock in [*sockets, conn]:
+                sock.close()
+            return
+        self._boxes += 1
+        served = []
+        for sock, name in zip(sockets, what, strict=True):
+            forward = None if name == "proxy" else self.policy.forwards()[allowed.index(name)]
+            sock.setblocking(False)
+            self._selector.register(sock, selectors.EVENT_READ, ("listener", forward))
+            served.append(sock)
+        conn.setblocking(False)
+        self._selector.register(conn, selectors.EVENT_READ, ("box", served))
+
+    def _box_gone(self, conn: socket.socket, served: list[socket.socket]) -> None:
+        """The box's last process closed its end (or wrote to it): stop serving it."""
+        for sock in [*served, conn]:
+            self._selector.unregister(sock)
+            sock.close()
+
+    def _accept(self, listener: socket.socket, forward: Entry | None) -> None:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        conn.setblocking(True)
+        if not self._slots.acquire(blocking=False):
+            self._problem(f"more than {self.limits.connections} connections at once")
+            if forward is None:
+                _answer(conn, 503, "too many connections at once")
+            conn.close()
+            return
+        threading.Thread(target=self._serve, args=(conn, forward), daemon=True).start()
+
+    # --- one connection --------------------------------------------------------------
+
+    def _serve(self, conn: socket.socket, forward: Entry | None) -> None:
+        upstream = None
+        self._track(conn)
+        try:
+            if forward is None:
+                request = self._request(conn)
+            else:
+                request = Request(str(forward.address), forward.port or 0)
+            destination, addresses = self._judge(request.host, request.port)
+            upstream = self._connect(addresses, request.port, destination)
+            self._track(upstream)
+            with self._lock:
+                self.reached[destination] = self.reached.get(destination, 0) + 1
+            if request.tunnel and forward is None:
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            upstream.sendall(request.head + request.rest)
+            self._relay(conn, upstream)
+        except Refused as exc:
+            self._note(exc)
+            if forward is None:
+                _answer(conn, exc.status, exc.why)
+        except OSError:
+            pass  # either end went away
+        finally:
+            for sock in (conn, upstream):
+                if sock is not None:
+                    self._untrack(sock)
+            self._slots.release()
+
+    def _request(self, conn: socket.socket) -> Request:
+        """The client's request, read within the head's time and size limits."""
+        head, rest = self._read_head(conn)
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not METHOD_RE.fullmatch(parts[0]) or parts[2] not in _VERSIONS:
+            raise Refused(400, "not an HTTP request")
+        method, target, version = parts
+        if method == "CONNECT":
+            host, port = _authority(target)
+            return Request(host, port, rest=rest)
+        if not target.startswith("http://"):
+            raise Refused(405, "only CONNECT and absolute-form http:// requests go through")
+        try:
+            url = urlsplit(target)
+            port = url.port or 80
+        except ValueError:
+            raise Refused(400, "a URL that cannot be read") from None
+        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        kept = [ln for ln in lines[1:] if ln.split(":", 1)[0].strip().lower() not in HOP_HEADERS]
+        out = "\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""])
+        return Request(url.hostname or "", port, out.encode("latin-1"), rest, tunnel=False)
+
+    def _read_head(self, conn: socket.socket) -> tuple[bytes, bytes]:
+        deadline = time.monotonic() + self.limits.head_seconds
+        data = b""
+        while b"\r\n\r\n" not in data:
+            if len(data) > self.limits.head_bytes:
+                raise Refused(431, f"a request head over {self.limits.head_bytes} bytes")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Refused(408, f"a request head not sent within {self.limits.head_seconds:g}s")
+            conn.settimeout(left)
+            try:
+                chunk = conn.recv(4096)
+            except TimeoutError:
+                continue
+            if not chunk:
+                raise OSError("the client went away")
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        if len(head) > self.limits.head_bytes:
+            raise Refused(431, f"a request head over {self.limits.head_bytes} bytes")
+        return head, rest
+
+    def _judge(self, host: str, port: int) -> tuple[str, list[IPAddress]]:
+        """(the destination as the log names it, the addresses it may be connected to), or
+        ``Refused``: not on the list, or resolving where only a named address may lead."""
+        literal = netpolicy.address_of(host)
+        try:
+            name = str(literal) if literal is not None else netpolicy.host_name(host)
+        except ValueError:
+            raise Refused(403, "a host that is no host name") from None
+        shown = f"[{name}]" if literal is not None and literal.version == 6 else name
+        destination = f"{shown}:{port}"
+        if not self.policy.named(name, port):
+            raise Refused(403, "not on this box's list (sandbox.network.allow)", destination)
+        addresses = [literal] if literal is not None else _resolve(name, port)
+        if not addresses:
+            raise Refused(502, f"{destination} does not resolve")
+        usable = [addr for addr in addresses if self.policy.reachable(addr, port)]
+        if not usable:
+            first = addresses[0]
+            why = (
+                f"it resolves to {first}, {netpolicy.kind_of(first)}; only an address the "
+                "list names itself is reached there"
+            )
+            raise Refused(403, why, destination)
+        return destination, usable
+
+    def _connect(self, addresses: list[IPAddress], port: int, destination: str) -> socket.socket:
+        error: OSError | None = None
+        for addr in addresses:
+            try:
+                return socket.create_connection((str(addr), port), self.limits.connect_seconds)
+            except OSError as exc:
+                error = exc
+        raise Refused(502, f"could not connect to {destination}: {error}")
+
+    # --- relaying ---------------------------------------------------------------------
+
+    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Both ways at once, in the kernel (``splice``), until both ends are done."""
+        tick = struct.pack("ll", min(TICK_SECONDS, int(self.limits.idle_seconds) or 1), 0)
+        stuck = struct.pack("ll", int(self.limits.idle_seconds) or 1, 0)
+        for sock in (client, upstream):
+            sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tick)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, stuck)
+        tunnel = Tunnel()
+        back = threading.Thread(target=self._pump, args=(upstream, client, tunnel), daemon=True)
+        back.start()
+        self._pump(client, upstream, tunnel)
+        back.join()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, tunnel: Tunnel) -> None:
+        """``src`` to ``dst``; at ``src``'s end, ``dst`` is told (the other way may go on);
+        idle past the limit, over the byte allowance or failing, both ways are cut."""
+        pipe_out, pipe_in = os.pipe()
+        ended = False
+        try:
+            while True:
+                try:
+                    n = os.splice(src.fileno(), pipe_in, CHUNK)
+                except BlockingIOError:  # a tick of quiet on this side
+                    if time.monotonic() - tunnel.last < self.limits.idle_seconds:
+                        continue
+                    break
+                if n == 0:
+                    ended = True
+                    break
+                if not self._spend(n):
+                    break
+                tunnel.last = time.monotonic()
+                while n:
+                    n -= os.splice(pipe_out, dst.fileno(), n)
+        except OSError:
+            pass
+        finally:
+            os.close(pipe_out)
+            os.close(pipe_in)
+            cut = ((src, socket.SHUT_RDWR), (dst, socket.SHUT_RDWR))
+            for sock, how in ((dst, socket.SHUT_WR),) if ended else cut:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(how)
+
+    def _spend(self, n: int) -> bool:
+        with self._lock:
+            self.moved += n
+            over = self.moved > self.limits.bytes
+        if over:
+            self._problem(f"the attempt's {self.limits.bytes} bytes through the proxy were spent")
+        return not over
+
+    # --- bookkeeping ------------------------------------------------------------------
+
+    def _note(self, refused: Refused) -> None:
+        if refused.destination is None:
+            self._problem(refused.why)
+            return
+        with self._lock:
+            if len(self.refused) < MAX_KEPT:
+                self.refused.setdefault(refused.destination, refused.why)
+
+    def _problem(self, what: str) -> None:
+        with self._lock:
+            self.problems[what] = self.problems.get(what, 0) + 1
+
+    def _track(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._live.add(sock)
+
+    def _untrack(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._live.discard(sock)
+        sock.close()
+
+
+_VERSIONS = ("HTTP/1.0", "HTTP/1.1")
+
+
+def _authority(target: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) of a CONNECT."""
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise Refused(400, "a CONNECT names host:port")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def _resolve(name: str, port: int) -> list[IPAddress]:
+    """Every address ``name`` resolves to, once (the connection goes to one of these)."""
+    try:
+        found = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    addresses = (netpolicy.address_of(str(info[4][0])) for info in found)
+    return list(dict.fromkeys(addr for addr in addresses if addr is not None))
+
+
+def _listening(sock: socket.socket) -> bool:
+    """A listening TCP socket (what a bridge hands over), nothing else."""
+    try:
+        return (
+            sock.type == socket.SOCK_STREAM
+            and sock.family in (socket.AF_INET, socket.AF_INET6)
+            and bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+        )
+    except OSError:
+        return False
+
+
+def _answer(conn: socket.socket, status: int, why: str) -> None:
+    """Say why a request was not served (a plain-text body), then close."""
+    body = f"octopoid: {why}\n".encode()
+    head = (
+        f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError):
+        conn.settimeout(2)
+        conn.sendall(head.encode() + body)
