@@ -43,6 +43,7 @@ MAX_KEPT = 1000  # destinations remembered per attempt
 MAX_BOXES = 64  # boxes one proxy serves (the anthropic backend's tools restart theirs)
 MAX_FDS = 8  # sockets one box hands over: the proxy's and its forwarded ports
 CHUNK = 1 << 20
+DRAIN_BYTES = 1 << 20  # of a refused request read (and dropped) before closing
 TICK_SECONDS = 30  # how often a quiet tunnel looks at its idle time
 METHOD_RE = re.compile(r"[A-Z]{1,20}")
 #: Hop-by-hop headers of a forwarded request; it gets ``Connection: close`` (one request
@@ -131,6 +132,8 @@ class NetworkProxy:
 
     def close(self) -> None:
         """Stop serving: listeners, boxes and live connections are closed."""
+        if self._selector.get_map() is None:
+            return  # closed already
         with contextlib.suppress(OSError):
             self._wake.send(b"x")
         self._thread.join(5)
@@ -144,6 +147,11 @@ class NetworkProxy:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
         (self.folder / PROXY_SOCKET).unlink(missing_ok=True)
+
+    def idle(self) -> bool:
+        """Whether no connection is being served now."""
+        with self._lock:
+            return not self._live
 
     def refusals(self) -> list[str]:
         """One line per refused destination, then what was wrong with other requests."""
@@ -180,27 +188,31 @@ class NetworkProxy:
         """A box's bridge hands over its listening sockets, a line each saying what for."""
         try:
             conn, _ = self._server.accept()
+        except OSError:
+            return
+        try:
             conn.settimeout(1)  # a bridge says it all at once
             message, fds, _, _ = socket.recv_fds(conn, 4096, MAX_FDS)
         except OSError:
+            conn.close()
             return
-        sockets = [socket.socket(fileno=fd) for fd in fds]
+        sockets = [_listening(fd) for fd in fds]
         what = message.decode("ascii", "replace").splitlines()
         allowed = [str(entry) for entry in self.policy.forwards()]
-        wanted = len(what) == len(sockets) and what[:1] == ["proxy"]
+        wanted = len(what) == len(fds) and what[:1] == ["proxy"] and all(sockets)
         wanted = wanted and all(name in allowed for name in what[1:])
-        if not wanted or self._boxes >= MAX_BOXES or not all(map(_listening, sockets)):
+        if not wanted or self._boxes >= MAX_BOXES:
             self._problem("a box handed over sockets octopoid did not ask for")
             for sock in [*sockets, conn]:
-                sock.close()
+                if sock is not None:
+                    sock.close()
             return
         self._boxes += 1
-        served = []
-        for sock, name in zip(sockets, what, strict=True):
+        served = [sock for sock in sockets if sock is not None]
+        for sock, name in zip(served, what, strict=True):
             forward = None if name == "proxy" else self.policy.forwards()[allowed.index(name)]
             sock.setblocking(False)
             self._selector.register(sock, selectors.EVENT_READ, ("listener", forward))
-            served.append(sock)
         conn.setblocking(False)
         self._selector.register(conn, selectors.EVENT_READ, ("box", served))
 
@@ -434,25 +446,39 @@ def _resolve(name: str, port: int) -> list[IPAddress]:
     return list(dict.fromkeys(addr for addr in addresses if addr is not None))
 
 
-def _listening(sock: socket.socket) -> bool:
-    """A listening TCP socket (what a bridge hands over), nothing else."""
+def _listening(fd: int) -> socket.socket | None:
+    """The listening TCP socket a bridge handed over as ``fd``; None (and ``fd`` closed)
+    when it is anything else."""
     try:
-        return (
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    try:
+        if (
             sock.type == socket.SOCK_STREAM
             and sock.family in (socket.AF_INET, socket.AF_INET6)
-            and bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
-        )
+            and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        ):
+            return sock
     except OSError:
-        return False
+        pass
+    sock.close()
+    return None
 
 
 def _answer(conn: socket.socket, status: int, why: str) -> None:
-    """Say why a request was not served (a plain-text body), then close."""
+    """Say why a request was not served (a plain-text body); what the client still sends is
+    read and dropped for a moment, so that closing on it does not reset the answer away."""
     body = f"octopoid: {why}\n".encode()
     head = (
         f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     with contextlib.suppress(OSError):
-        conn.settimeout(2)
+        conn.settimeout(1)
         conn.sendall(head.encode() + body)
+        conn.shutdown(socket.SHUT_WR)
+        drained = 0
+        while drained < DRAIN_BYTES and (chunk := conn.recv(65536)):
+            drained += len(chunk)
