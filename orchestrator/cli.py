@@ -662,6 +662,8 @@ def checks_cmd(task_id: str) -> None:
         click.echo(result.line())
         if not result.passed and result.output.strip():
             click.echo(result.output.rstrip())
+    for line in verdict.refused:
+        click.echo(line)
     if verdict.conflicts is not None:
         click.echo(f"merge pre-check: conflicts in {', '.join(verdict.conflicts) or '?'}")
     else:

@@ -4,11 +4,9 @@ the program. The box's namespace itself is test_hostile_agents.py's part."""
 
 from __future__ import annotations
 
-import http.server
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,37 +17,8 @@ import pytest
 from orchestrator.netpolicy import Policy
 from orchestrator.sandbox.proxy import BRIDGE, PROXY_SOCKET, Limits, NetworkProxy
 
+from .conftest import PAGE, Served
 from .e2e.test_daemon import wait_for
-
-BODY = b"the allowed server's page\n"
-
-
-class Page(http.server.BaseHTTPRequestHandler):
-    """Answers every GET with BODY and says, in headers, what request line it got."""
-
-    def do_GET(self) -> None:
-        size = int(self.headers.get("X-Size", "0"))
-        body = BODY if not size else b"x" * size
-        self.send_response(200)
-        self.send_header("X-Seen", f"{self.requestline} {self.headers.get('Proxy-Authorization')}")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def servers() -> Iterator[tuple[int, int]]:
-    """Two servers on this machine's loopback: (one the list names, one it does not)."""
-    started = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page) for _ in range(2)]
-    for server in started:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield started[0].server_address[1], started[1].server_address[1]
-    for server in started:
-        server.shutdown()
-        server.server_close()
 
 
 @contextmanager
@@ -81,19 +50,19 @@ def ask(port: int, request: bytes, timeout: float = 10) -> bytes:
 
 
 def test_only_named_destinations_are_reached_and_each_refusal_says_why(
-    tmp_path: Path, servers: tuple[int, int]
+    tmp_path: Path, loopback_servers: list[Served]
 ) -> None:
-    named, other = servers
+    named, other = (served.port for served in loopback_servers)
     with boxed(tmp_path, [f"127.0.0.1:{named}", "localhost"]) as (proxy, port):
         page = ask(port, f"GET http://127.0.0.1:{named}/a?b=1 HTTP/1.1\r\nHost: x\r\n"
                          "Proxy-Authorization: Basic c2VjcmV0\r\n\r\n".encode())  # fmt: skip
-        assert page.startswith(b"HTTP/1.0 200") and page.endswith(BODY)
+        assert page.startswith(b"HTTP/1.0 200") and page.endswith(PAGE)
         assert b"X-Seen: GET /a?b=1 HTTP/1.1 None" in page  # origin-form, no Proxy-* header
         with socket.create_connection(("127.0.0.1", port), 10) as tunnel:
             tunnel.sendall(f"CONNECT 127.0.0.1:{named} HTTP/1.1\r\n\r\n".encode())
             assert tunnel.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
             tunnel.sendall(b"GET / HTTP/1.0\r\n\r\n")
-            assert BODY in tunnel.makefile("rb").read()
+            assert PAGE in tunnel.makefile("rb").read()
         refused = {
             f"CONNECT 127.0.0.1:{other} HTTP/1.1": f"127.0.0.1:{other}",  # an address literal
             f"CONNECT [::ffff:127.0.0.1]:{other} HTTP/1.1": f"127.0.0.1:{other}",  # the same
@@ -112,9 +81,10 @@ def test_only_named_destinations_are_reached_and_each_refusal_says_why(
 
 
 def test_what_is_not_a_proxy_request_is_refused_with_its_reason(
-    tmp_path: Path, servers: tuple[int, int]
+    tmp_path: Path, loopback_servers: list[Served]
 ) -> None:
-    with boxed(tmp_path, [f"127.0.0.1:{servers[0]}"], head_bytes=2048) as (proxy, port):
+    named = loopback_servers[0].port
+    with boxed(tmp_path, [f"127.0.0.1:{named}"], head_bytes=2048) as (proxy, port):
         answers = {
             b"GET /etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n": b"405",  # origin-form: no proxy
             b"GET https://example.com/ HTTP/1.1\r\n\r\n": b"405",  # TLS goes by CONNECT
@@ -130,9 +100,9 @@ def test_what_is_not_a_proxy_request_is_refused_with_its_reason(
 
 
 def test_a_slow_head_a_flood_and_a_download_past_the_allowance_are_cut_off(
-    tmp_path: Path, servers: tuple[int, int]
+    tmp_path: Path, loopback_servers: list[Served]
 ) -> None:
-    named = servers[0]
+    named = loopback_servers[0].port
     limits = {"head_seconds": 2, "connections": 2, "bytes": 100_000}
     with boxed(tmp_path, [f"127.0.0.1:{named}"], **limits) as (proxy, port):
         slow = [socket.create_connection(("127.0.0.1", port), 10) for _ in range(2)]
@@ -152,9 +122,9 @@ def test_a_slow_head_a_flood_and_a_download_past_the_allowance_are_cut_off(
 
 
 def test_a_box_can_hand_over_only_listening_sockets_and_everything_ends_with_close(
-    tmp_path: Path, servers: tuple[int, int]
+    tmp_path: Path, loopback_servers: list[Served]
 ) -> None:
-    named = servers[0]
+    named = loopback_servers[0].port
     with boxed(tmp_path, [f"127.0.0.1:{named}"]) as (proxy, port):
         with socket.socket(socket.AF_UNIX) as forger, open(__file__, "rb") as file:
             forger.connect(str(tmp_path / PROXY_SOCKET))

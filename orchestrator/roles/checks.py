@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import git_utils
 from ..backends.process import run_process
@@ -53,6 +53,7 @@ class Verdict:
 
     results: list[CheckResult]
     conflicts: list[str] | None  # None: the branch merges cleanly
+    refused: list[str] = field(default_factory=list)  # what their network refused, a line each
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -80,7 +81,7 @@ def verify(task: Task, box: Box, cfg: dict, on_tick: Callable[[], None]) -> Verd
     results = [
         _run_one(command, box, limit, timeout, on_tick) for command in commands_for(task, cfg)
     ]
-    return Verdict(results, merge_conflicts(task))
+    return Verdict(results, merge_conflicts(task), box.refusals())
 
 
 def budget_seconds(task: Task, cfg: dict) -> int:

@@ -303,13 +303,12 @@ def _verify(task: Task, cfg: dict, claim: Claim, space: Workspace) -> checks.Ver
     The checks run the agent's code: in a box of their own with ``sandbox: bwrap``, and
     followed by another containment check with ``sandbox: none``.
     """
-    ran, refused = False, []
+    ran = False
     try:
         if checks.commands_for(task, cfg):
             ran = True
             with space.check_box() as box:
                 verdict = checks.verify(task, box, cfg, claim.tick)
-                refused = box.refusals()
         else:  # nothing runs the agent's code: the merge pre-check needs no box
             verdict = checks.Verdict([], checks.merge_conflicts(task))
     except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
@@ -322,8 +321,9 @@ def _verify(task: Task, cfg: dict, claim: Claim, space: Workspace) -> checks.Ver
         verdict.results.append(checks.CheckResult("(containment)", None, 0.0, "", why))
     if not verdict.passed:
         add_notes_section(task.id, f"Checks — attempt {task.attempts}", checks.notes_text(verdict))
-    if refused:  # the next attempt and the reviewer see what the checks could not reach
-        add_notes_section(task.id, f"Checks' network — attempt {task.attempts}", "\n".join(refused))
+    if verdict.refused:  # the next attempt and the reviewer see what they could not reach
+        section = f"Checks' network — attempt {task.attempts}"
+        add_notes_section(task.id, section, "\n".join(verdict.refused))
     return verdict
 
 
