@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import selectors
 import shutil
 import socket
@@ -31,27 +30,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from .. import defaults, netpolicy
 from ..netpolicy import Entry, IPAddress, Policy
+from .httphead import Refused, Request, answer, read_request
 
 PROXY_SOCKET = "proxy.sock"
 BRIDGE = Path(__file__).with_name("netbridge.py")
 MAX_LINES = 20  # destinations named one by one in the log and notes; the rest are counted
 MAX_KEPT = 1000  # destinations remembered per attempt
 MAX_BOXES = 64  # boxes one proxy serves (the anthropic backend's tools restart theirs)
-MAX_FDS = 8  # sockets one box hands over: the proxy's and its forwarded ports
+MAX_FDS = 32  # sockets one box hands over: the proxy's and its forwarded ports
 CHUNK = 1 << 20
-DRAIN_BYTES = 1 << 20  # of a refused request read (and dropped) before closing
 TICK_SECONDS = 30  # how often a quiet tunnel looks at its idle time
-METHOD_RE = re.compile(r"[A-Z]{1,20}")
-#: Hop-by-hop headers of a forwarded request; it gets ``Connection: close`` (one request
-#: per connection: a second one on it would go to the first one's destination).
-HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
-REASONS = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed",
-           408: "Request Timeout", 431: "Request Header Fields Too Large",
-           502: "Bad Gateway", 503: "Service Unavailable"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -62,23 +53,6 @@ class Limits:
     head_bytes: int = defaults.PROXY_MAX_HEAD_BYTES
     idle_seconds: float = defaults.PROXY_IDLE_SECONDS
     connect_seconds: float = defaults.PROXY_CONNECT_SECONDS
-
-
-class Refused(Exception):
-    """A request not served: its status, why, and the destination when the list said no."""
-
-    def __init__(self, status: int, why: str, destination: str | None = None) -> None:
-        super().__init__(why)
-        self.status, self.why, self.destination = status, why, destination
-
-
-@dataclass
-class Request:
-    host: str
-    port: int
-    head: bytes = b""  # what goes to the destination first (none for a tunnel)
-    rest: bytes = b""  # what the client sent after its head
-    tunnel: bool = True  # CONNECT (or a forwarded port): no head of its own
 
 
 @dataclass
@@ -231,7 +205,7 @@ class NetworkProxy:
         if not self._slots.acquire(blocking=False):
             self._problem(f"more than {self.limits.connections} connections at once")
             if forward is None:
-                _answer(conn, 503, "too many connections at once")
+                answer(conn, 503, "too many connections at once")
             conn.close()
             return
         threading.Thread(target=self._serve, args=(conn, forward), daemon=True).start()
@@ -242,10 +216,11 @@ class NetworkProxy:
         upstream = None
         self._track(conn)
         try:
-            if forward is None:
-                request = self._request(conn)
-            else:
-                request = Request(str(forward.address), forward.port or 0)
+            request = (
+                read_request(conn, self.limits.head_seconds, self.limits.head_bytes)
+                if forward is None
+                else Request(str(forward.address), forward.port or 0)
+            )
             destination, addresses = self._judge(request.host, request.port)
             upstream = self._connect(addresses, request.port, destination)
             self._track(upstream)
@@ -258,7 +233,7 @@ class NetworkProxy:
         except Refused as exc:
             self._note(exc)
             if forward is None:
-                _answer(conn, exc.status, exc.why)
+                answer(conn, exc.status, exc.why)
         except OSError:
             pass  # either end went away
         finally:
@@ -266,51 +241,6 @@ class NetworkProxy:
                 if sock is not None:
                     self._untrack(sock)
             self._slots.release()
-
-    def _request(self, conn: socket.socket) -> Request:
-        """The client's request, read within the head's time and size limits."""
-        head, rest = self._read_head(conn)
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not METHOD_RE.fullmatch(parts[0]) or parts[2] not in _VERSIONS:
-            raise Refused(400, "not an HTTP request")
-        method, target, version = parts
-        if method == "CONNECT":
-            host, port = _authority(target)
-            return Request(host, port, rest=rest)
-        if not target.startswith("http://"):
-            raise Refused(405, "only CONNECT and absolute-form http:// requests go through")
-        try:
-            url = urlsplit(target)
-            port = url.port or 80
-        except ValueError:
-            raise Refused(400, "a URL that cannot be read") from None
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        kept = [ln for ln in lines[1:] if ln.split(":", 1)[0].strip().lower() not in HOP_HEADERS]
-        out = "\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""])
-        return Request(url.hostname or "", port, out.encode("latin-1"), rest, tunnel=False)
-
-    def _read_head(self, conn: socket.socket) -> tuple[bytes, bytes]:
-        deadline = time.monotonic() + self.limits.head_seconds
-        data = b""
-        while b"\r\n\r\n" not in data:
-            if len(data) > self.limits.head_bytes:
-                raise Refused(431, f"a request head over {self.limits.head_bytes} bytes")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Refused(408, f"a request head not sent within {self.limits.head_seconds:g}s")
-            conn.settimeout(left)
-            try:
-                chunk = conn.recv(4096)
-            except TimeoutError:
-                continue
-            if not chunk:
-                raise OSError("the client went away")
-            data += chunk
-        head, _, rest = data.partition(b"\r\n\r\n")
-        if len(head) > self.limits.head_bytes:
-            raise Refused(431, f"a request head over {self.limits.head_bytes} bytes")
-        return head, rest
 
     def _judge(self, host: str, port: int) -> tuple[str, list[IPAddress]]:
         """(the destination as the log names it, the addresses it may be connected to), or
@@ -323,7 +253,10 @@ class NetworkProxy:
         shown = f"[{name}]" if literal is not None and literal.version == 6 else name
         destination = f"{shown}:{port}"
         if not self.policy.named(name, port):
-            raise Refused(403, "not on this box's list (sandbox.network.allow)", destination)
+            why = "not on this box's list (sandbox.network.allow)"
+            if literal is not None and not netpolicy.is_public(literal):
+                why += f"; {literal} is {netpolicy.kind_of(literal)}"
+            raise Refused(403, why, destination)
         addresses = [literal] if literal is not None else _resolve(name, port)
         if not addresses:
             raise Refused(502, f"{destination} does not resolve")
@@ -425,17 +358,6 @@ class NetworkProxy:
         sock.close()
 
 
-_VERSIONS = ("HTTP/1.0", "HTTP/1.1")
-
-
-def _authority(target: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port``) of a CONNECT."""
-    host, _, port = target.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise Refused(400, "a CONNECT names host:port")
-    return host.removeprefix("[").removesuffix("]"), int(port)
-
-
 def _resolve(name: str, port: int) -> list[IPAddress]:
     """Every address ``name`` resolves to, once (the connection goes to one of these)."""
     try:
@@ -465,20 +387,3 @@ def _listening(fd: int) -> socket.socket | None:
         pass
     sock.close()
     return None
-
-
-def _answer(conn: socket.socket, status: int, why: str) -> None:
-    """Say why a request was not served (a plain-text body); what the client still sends is
-    read and dropped for a moment, so that closing on it does not reset the answer away."""
-    body = f"octopoid: {why}\n".encode()
-    head = (
-        f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    with contextlib.suppress(OSError):
-        conn.settimeout(1)
-        conn.sendall(head.encode() + body)
-        conn.shutdown(socket.SHUT_WR)
-        drained = 0
-        while drained < DRAIN_BYTES and (chunk := conn.recv(65536)):
-            drained += len(chunk)

@@ -135,9 +135,8 @@ class WalledWorkspace(Workspace):
         except (OctopoidError, OSError) as exc:
             remarks.append(f"nothing came back from the clone: {exc}")
             commits = 0
-        if self.proxy is None:
-            return BroughtBack(commits, [], remarks)
-        return BroughtBack(commits, [], [*remarks, *self.proxy.lines()], len(self.proxy.refused))
+        refused = len(self.proxy.refused) if self.proxy is not None else 0
+        return BroughtBack(commits, [], [*remarks, *self.network_lines()], refused)
 
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
         return checks_box(self.task, config.load_config(), self.token)

@@ -111,6 +111,10 @@ class Workspace(ABC):
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
         """A box in which the checks run the attempt's work."""
 
+    def network_lines(self) -> list[str]:
+        """What the box's network refused and reached, a line each (``network: allow``)."""
+        return self.proxy.lines() if self.proxy is not None else []
+
     def recheck(self) -> list[str]:
         """After the checks: what they changed outside the workspace (``sandbox: none``)."""
         return []

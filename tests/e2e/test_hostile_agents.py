@@ -358,9 +358,11 @@ def test_the_anthropic_backends_tools_run_in_the_box(
     assert results[-1].count("refused (") == 3 and loopback_servers[0].seen == []
     assert state_of(tid) == "provisional"
     # the API is the runner's to call: the tools' box names nothing and reached nothing
+    log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
+    assert "network allow, naming nothing" in log.splitlines()[0]
     notes = q.get_task_notes(tid)
-    assert "network allow, naming nothing" in notes and "] network: reached" not in notes
     assert refusals(notes) == [f"127.0.0.1:{host}", "example.com:80"], notes
+    assert "] network: reached" not in notes
 
 
 def network_probes(port: int) -> str:
