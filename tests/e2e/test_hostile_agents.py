@@ -22,7 +22,7 @@ import git
 import pytest
 import yaml
 
-from orchestrator import agent_status, config
+from orchestrator import agent_status, config, reports
 from orchestrator import queue_utils as q
 from orchestrator.memory import lifecycle
 from orchestrator.sandbox import containment
@@ -305,6 +305,7 @@ def test_an_attempt_reaches_only_the_hosts_its_list_names(
     assert f"localhost:{host}: it resolves to " in notes
     [row] = agent_status.agents_overview()
     assert row["refused_today"] == 4 and row["network"] == "allow"
+    assert reports.status_summary()["refused_today"] == 4
 
 
 PLANT = 'printf "#!/bin/sh\\ntouch {outside}/hook-ran\\n" > {root}/.git/hooks/post-merge'
