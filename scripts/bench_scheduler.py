@@ -306,17 +306,54 @@ print(got / (time.perf_counter() - started))
 """
 
 
+def network_boxes(folder: Path, allow: list[str]) -> tuple[dict, object]:
+    """Boxes on ``folder`` with each network mode (the runner's own making, as an attempt's:
+    ``sandbox.box.bwrap_box``) and the proxy serving the ``allow`` one; close it after."""
+    from orchestrator.netpolicy import Policy
+    from orchestrator.sandbox import bwrap
+    from orchestrator.sandbox.box import bwrap_box, exposures
+    from orchestrator.sandbox.proxy import NetworkProxy
+
+    _problem, userns = bwrap.probe()
+    shown = tuple((p, p) for p in exposures([], [], bwrap.HIDDEN))
+    proxy = NetworkProxy(folder, Policy.of(allow)).start()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    boxes = {
+        network: bwrap_box(
+            bwrap.find_bwrap() or "bwrap", userns, folder, folder, (), shown, env, None,
+            network=network, proxy=proxy if network == "allow" else None,
+        )
+        for network in ("allow", "none", "open")
+    }  # fmt: skip
+    return boxes, proxy
+
+
+def bridge_alone(runs: int = 40) -> list[float]:
+    """What ``network: allow`` adds to a box's start (its bridge, before the program), the
+    same round's box with ``none`` taken from one with ``allow``: bash to its first builtin."""
+    folder = Path(tempfile.mkdtemp(prefix="octopoid-box-"))
+    boxes, proxy = network_boxes(folder, [])
+    added = []
+    for _ in range(runs):
+        took = {}
+        for network in ("allow", "none"):
+            box = boxes[network]
+            before = time.time()
+            argv = box.wrap(["bash", "-c", "echo $EPOCHREALTIME"])
+            said = subprocess.run(argv, env=box.env, capture_output=True, text=True).stdout
+            took[network] = float(said) - before
+        added.append(took["allow"] - took["none"])
+    proxy.close()
+    shutil.rmtree(folder, ignore_errors=True)
+    return added
+
+
 def bench_download(megabytes: int, rounds: int = 7) -> list[tuple[str, str]]:
     """A download of ``megabytes`` from a server on this machine (sendfile), by a box with
     ``network: open`` (straight) and by one with ``network: allow`` naming the server
     (through the proxy), interleaved round by round."""
     import socketserver
     import threading
-
-    from orchestrator.netpolicy import Policy
-    from orchestrator.sandbox import bwrap
-    from orchestrator.sandbox.box import bwrap_box, exposures
-    from orchestrator.sandbox.proxy import NetworkProxy
 
     payload = Path(tempfile.mkdtemp(prefix="octopoid-download-")) / "payload"
     payload.write_bytes(os.urandom(1 << 20) * megabytes)
@@ -331,20 +368,11 @@ def bench_download(megabytes: int, rounds: int = 7) -> list[tuple[str, str]]:
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Send)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
-    _problem, userns = bwrap.probe()
-    shown = tuple((p, p) for p in exposures([], [], bwrap.HIDDEN))
-    proxy = NetworkProxy(payload.parent, Policy.of([f"127.0.0.1:{port}"])).start()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    boxes = {
-        how: bwrap_box(
-            bwrap.find_bwrap() or "bwrap", userns, payload.parent, payload.parent, (), shown,
-            env, None, network=network, proxy=proxy if network == "allow" else None,
-        )
-        for how, network in (("direct", "open"), ("proxy", "allow"))
-    }  # fmt: skip
-    rates: dict[str, list[float]] = {how: [] for how in boxes}
+    boxes, proxy = network_boxes(payload.parent, [f"127.0.0.1:{port}"])
+    ways = {"direct": boxes["open"], "proxy": boxes["allow"]}
+    rates: dict[str, list[float]] = {how: [] for how in ways}
     for _ in range(rounds):
-        for how, box in boxes.items():
+        for how, box in ways.items():
             argv = box.wrap([sys.executable, "-c", CLIENT, "127.0.0.1", str(port), how])
             done = subprocess.run(argv, env=box.env, capture_output=True, text=True, check=True)
             rates[how].append(float(done.stdout))
@@ -443,6 +471,9 @@ def report(args: argparse.Namespace) -> None:
             )
     rows += network_rows(daemons)
     if len(networks) > 1:
+        rows.append(
+            ("a box's start: allow minus none, paired (bash alone)", quartiles(bridge_alone()))
+        )
         rows += bench_download(args.download_mb)
     rows.append(("bash alone: fork to its first builtin", quartiles(agent_alone())))
     if "bwrap" in modes:
