@@ -44,6 +44,7 @@ MAX_BOXES = 64  # boxes one proxy serves (the anthropic backend's tools restart 
 MAX_FDS = 32  # sockets one box hands over: the proxy's and its forwarded ports
 CHUNK = 1 << 20
 TICK_SECONDS = 30  # how often a quiet tunnel looks at its idle time
+TURNED_AWAY_AT_ONCE = 4  # connections over the limit told why at once; others just closed
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class NetworkProxy:
         self.moved = 0
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.limits.connections)
+        self._turning_away = threading.BoundedSemaphore(TURNED_AWAY_AT_ONCE)
         self._live: set[socket.socket] = set()
         self._boxes = 0
         (folder / "lib").mkdir(exist_ok=True)
@@ -203,13 +205,19 @@ class NetworkProxy:
         except OSError:
             return
         conn.setblocking(True)
-        if not self._slots.acquire(blocking=False):
-            self._problem(f"more than {self.limits.connections} connections at once")
-            if forward is None:
-                answer(conn, 503, "too many connections at once")
-            conn.close()
+        if self._slots.acquire(blocking=False):
+            threading.Thread(target=self._serve, args=(conn, forward), daemon=True).start()
             return
-        threading.Thread(target=self._serve, args=(conn, forward), daemon=True).start()
+        self._problem(f"more than {self.limits.connections} connections at once")
+        if forward is None and self._turning_away.acquire(blocking=False):  # told why, in a
+            threading.Thread(target=self._turn_away, args=(conn,), daemon=True).start()
+        else:  # thread of its own (never this loop's time), while a few are
+            conn.close()
+
+    def _turn_away(self, conn: socket.socket) -> None:
+        answer(conn, 503, "too many connections at once")
+        conn.close()
+        self._turning_away.release()
 
     # --- one connection --------------------------------------------------------------
 
