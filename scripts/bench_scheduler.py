@@ -348,7 +348,7 @@ def bridge_alone(runs: int = 40) -> list[float]:
     return added
 
 
-def bench_download(megabytes: int, rounds: int = 7) -> list[tuple[str, str]]:
+def bench_download(megabytes: int, rounds: int = 15) -> list[tuple[str, str]]:
     """A download of ``megabytes`` from a server on this machine (sendfile), by a box with
     ``network: open`` (straight) and by one with ``network: allow`` naming the server
     (through the proxy), interleaved round by round."""
