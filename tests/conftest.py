@@ -130,6 +130,17 @@ def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> o
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def peak_rss_kib(root: Path, out: Path, *argv: str) -> int:
+    """KiB at the peak of ``argv`` and all it ran (its stdout goes to ``out``), measured by
+    a fresh small process: a child's peak counts its parent's memory at the fork, so one
+    measured from a test worker would be the worker's."""
+    done = subprocess.run(
+        [sys.executable, str(HELPERS / "peak_rss.py"), str(out), *argv],
+        env=child_env(root), cwd=root, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(done.stdout)
+
+
 def start_then_kill(root: Path, argv: list[str], delay: float, done: int = 0) -> None:
     """Start a helper, wait until it says ready and then that it did ``done`` pieces of
     work (a line each: a condition, however slow the machine), let it work ``delay`` s

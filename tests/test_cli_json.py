@@ -98,7 +98,7 @@ def test_diff_stat_names_files_as_they_are(git_project: Path) -> None:
         "feature.txt": stat("feature.txt", 1),
         "café.py": stat("café.py", 2),
         "a:b.txt": stat("a:b.txt", 1),
-        "logo.bin": stat("logo.bin", 0, binary=True),
+        "logo.bin": stat("logo.bin", 0, binary=True, size=40),
         "notes: ü.md": stat("notes: ü.md", 0, old_path="README.md"),
     }
     assert doc["totals"] == {"files": 5, "added": 4, "removed": 0}
@@ -132,8 +132,21 @@ def test_diff_prints_what_git_diff_prints_whatever_the_bytes(git_project: Path) 
     assert b"+caf\xe9\n" in done.stdout
 
 
-def stat(path: str, added: int, binary: bool = False, old_path: str | None = None) -> dict:
-    return {"path": path, "added": added, "removed": 0, "binary": binary, "old_path": old_path}
+def stat(
+    path: str,
+    added: int,
+    binary: bool = False,
+    old_path: str | None = None,
+    size: int | None = None,
+) -> dict:
+    return {
+        "path": path,
+        "added": added,
+        "removed": 0,
+        "binary": binary,
+        "old_path": old_path,
+        "size": size,
+    }
 
 
 def test_diff_stat_of_a_task_never_attempted_says_why(git_project: Path) -> None:

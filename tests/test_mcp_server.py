@@ -189,6 +189,7 @@ def test_every_tool_and_the_resources(project_with_agent: Path) -> None:
             "removed": 0,
             "binary": False,
             "old_path": None,
+            "size": None,
         }
     ]
     assert seen["accept"]["state"] == "done" and seen["accept"]["strategy"] == "merge"

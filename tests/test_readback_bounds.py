@@ -5,8 +5,7 @@ and disk stay bounded while octopoid reads them (measured, generously)."""
 from __future__ import annotations
 
 import json
-import os
-import resource
+import sys
 from pathlib import Path
 
 import git
@@ -18,6 +17,7 @@ from orchestrator.sandbox import clone
 from orchestrator.sandbox.bounds import Bounds, ReadBackRefused, disk_use
 from orchestrator.sandbox.bwrap import Mounts, command_line
 
+from .conftest import peak_rss_kib
 from .test_sandbox import in_box
 
 MB = 1024 * 1024
@@ -45,31 +45,30 @@ def agent_clone(git_project: Path, script: str) -> tuple[git.Repo, Path, list[st
     return repo, dest, command_line(walls.find_bwrap(), mounts, walls.probe()[1])
 
 
-def read_back_in_a_fresh_process(
-    root: Path, dest: Path, box: list[str], bounds: Bounds
+#: The read-back, run by a fresh process (``peak_rss_kib`` measures it and what it ran).
+READ_BACK = """
+import json, sys
+import git
+from orchestrator.sandbox import clone
+from orchestrator.sandbox.bounds import Bounds, ReadBackRefused
+root, dest, box, bounds = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4:]
+try:
+    clone.read_back(git.Repo(root), "1", dest, box, Bounds(*map(int, bounds)))
+    print("nothing refused")
+except ReadBackRefused as exc:
+    print(exc)
+"""
+
+
+def read_back_measured(
+    root: Path, dest: Path, box: list[str], bounds: Bounds, out: Path
 ) -> tuple[str, int]:
-    """``clone.read_back`` in a forked child of this process, whose own children are only
-    what the read-back starts: (what it raised, their peak memory in KiB). Measured in this
-    process, the peak would be that of every child this test worker ever waited for."""
-    readable, writable = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no test machinery runs here, it only reports and exits
-        os.close(readable)
-        try:
-            clone.read_back(git.Repo(root), "1", dest, box, bounds)
-            said = "nothing"
-        except ReadBackRefused as exc:
-            said = str(exc)
-        except BaseException as exc:  # anything else is the test's failure, said in full
-            said = f"{type(exc).__name__}: {exc}"
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        os.write(writable, json.dumps([said, peak]).encode())
-        os._exit(0)
-    os.close(writable)
-    with os.fdopen(readable, "rb") as out:
-        said, peak = json.loads(out.read())
-    os.waitpid(pid, 0)
-    return said, peak
+    """What ``clone.read_back`` said (its refusal), and the peak memory in KiB of it and
+    every git it ran."""
+    numbers = [str(n) for n in (bounds.pack_bytes, bounds.objects, bounds.branch_bytes)]
+    argv = [sys.executable, "-c", READ_BACK, str(root), str(dest), json.dumps(box)]
+    kib = peak_rss_kib(root, out, *argv, *numbers, str(bounds.clone_bytes))
+    return out.read_text(), kib
 
 
 def objects_bytes(repo: git.Repo) -> int:
@@ -77,12 +76,12 @@ def objects_bytes(repo: git.Repo) -> int:
 
 
 def test_a_pack_of_zeros_is_refused_unpacked_and_costs_no_memory(
-    git_project: Path, bwrap_ok: None
+    git_project: Path, bwrap_ok: None, tmp_path: Path
 ) -> None:
     repo, dest, box = agent_clone(git_project, ZEROS.format(size="300M"))
     before = objects_bytes(repo)
     bounds = Bounds(pack_bytes=64 * MB, objects=1000, branch_bytes=100 * MB, clone_bytes=MB)
-    said, peak_kib = read_back_in_a_fresh_process(git_project, dest, box, bounds)
+    said, peak_kib = read_back_measured(git_project, dest, box, bounds, tmp_path / "out")
     assert "over 104857600 (sandbox.max_branch_bytes)" in said, said
     assert repo.commit("agent/TASK-1").hexsha == repo.commit("main").hexsha  # not moved
     assert "refs/octopoid/fetched/" not in repo.git.for_each_ref()

@@ -23,6 +23,7 @@ from pathlib import Path
 from ..fsutil import TailBuffer
 from ..processes import in_new_session_dying_with_parent, signal_group
 from ..sandbox.box import interpreter_of
+from ..sandbox.netbridge import CANNOT_RUN_SAYS, CANNOT_RUN_STATUS
 from .base import AgentRequest
 
 KILL_GRACE_SECONDS = 5.0
@@ -74,12 +75,16 @@ def run_agent_process(
 
 
 def _box_refused(done: ProcessOutcome, program: str) -> ProcessOutcome:
-    """bwrap's own complaint (status 1, one line of its own and nothing else) means the box
-    never ran the program: it could not exec it, or the box could not be made."""
+    """bwrap's own complaint (status 1, one line of its own and nothing else), or the network
+    bridge's that runs first in a box with ``network: allow``, means the box never ran the
+    program: it could not exec it, or the box could not be made."""
     said = done.head.decode(errors="replace").strip()
-    if done.exit_code != 1 or len(done.head) > HEAD_BYTES or "\n" in said:
+    if len(done.head) > HEAD_BYTES or "\n" in said:
         return done
-    if not said.startswith(BWRAP_SAYS):
+    if done.exit_code == CANNOT_RUN_STATUS and said.startswith(CANNOT_RUN_SAYS):
+        why = f"cannot run {program!r} in its box: {said}"
+        return ProcessOutcome(done.exit_code, False, why, "cannot-start")
+    if done.exit_code != 1 or not said.startswith(BWRAP_SAYS):
         return done
     if said.startswith(f"{BWRAP_SAYS}execvp "):
         why = f"cannot run {program!r} in its box: {said}"

@@ -61,6 +61,11 @@ def run(program: list, env: dict) -> None:
     raise error
 
 
+#: What the bridge says, and its exit status, when the program cannot be run at all: the
+#: runner reads that as the box's own complaint, as it reads bwrap's (``backends.process``).
+CANNOT_RUN_SAYS, CANNOT_RUN_STATUS = "[octopoid] cannot run ", 127
+
+
 def main(argv: list) -> int:
     try:
         split = argv.index("--")
@@ -88,8 +93,8 @@ def main(argv: list) -> int:
     try:
         run(program, env)
     except OSError as exc:
-        print(f"[octopoid] cannot run {program[0]}: {exc}", file=sys.stderr)
-    return 127
+        print(f"{CANNOT_RUN_SAYS}{program[0]}: {exc}", file=sys.stderr)
+    return CANNOT_RUN_STATUS
 
 
 if __name__ == "__main__":
