@@ -172,14 +172,18 @@ def test_a_pull_request_closed_by_mistake_and_reopened_is_followed_to_its_merge(
     forged: Path,  # noqa: F811
 ) -> None:
     task_id, number, label = in_review("closed by mistake")
+    forge.review(number, BOB, "changes", "one more thing")
+    assert poller.poll_once(connect()) == [f"{label}: changes requested by {BOB}"]
+    assert attempt(task_id) == "provisional"
     forge.server.close_by_hand(number, BOB)
-    poller.poll_once(connect())
+    assert poller.poll_once(connect()) == [f"{label}: closed by {BOB}"]
     assert q.get_task(task_id).state is TaskState.FAILED
     forge.server.reopen_by_hand(number)
     assert poller.poll_once(connect()) == [f"{label}: pull request #{number} reopened"]
     back = q.get_task(task_id)
     assert back.state is TaskState.PROVISIONAL and int(back.headers["PR_NUMBER"]) == number
     assert f"forge: pull request #{number} reopened" in back.history[-1]
+    assert poller.poll_once(connect()) == []  # the review it had answered is not taken again
     forge.server.merge_by_hand(number, BOB)
     assert poller.poll_once(connect()) == [f"{label}: merged by {BOB}"]
     assert q.get_task(task_id).state is TaskState.DONE

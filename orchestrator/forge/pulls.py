@@ -51,11 +51,10 @@ from . import (
     settings,
     text,
 )
-from .seen import HEADER as SEEN_HEADER
 from .seen import Seen
 
 log = logging.getLogger("octopoid.forge")
-OPEN_HEADERS = ("PR_NUMBER", SEEN_HEADER)  # while its pull request is open
+OPEN_HEADERS = ("PR_NUMBER",)  # while its pull request is open
 CLOSED_HEADER = "PR_CLOSED"  # a pull request closed unmerged: followed while the task failed
 #: what a poll's hold says to whoever else asks for the task (``review.held`` waits for it)
 JUDGING = review.FORGE_HOLD
@@ -101,11 +100,11 @@ def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
                 raise
 
     def record(t: Task) -> None:
+        if t.headers.get("PR_NUMBER") != str(pull.number):  # a new one: nothing taken yet,
+            Seen(told=t.attempts).write(t)  # and its description is of this attempt
         t.set_header("PR_NUMBER", pull.number)
         t.set_header("PR_URL", pull.url)
         t.drop_header(CLOSED_HEADER)
-        if SEEN_HEADER not in t.headers:  # its description is of this attempt
-            Seen(told=t.attempts).write(t)
 
     log.info("%s: pull request #%d (%s) by %s", task.label, pull.number, pull.url, actor)
     return queue_utils.get_store().update(task.id, TaskState.PROVISIONAL, record)
@@ -177,11 +176,13 @@ def _failed(forge: Forge, task: Task, cfg: dict) -> str | None:
         ):
             return None
         again = "reopened" if closed else pull.state
+        seen = Seen.of(now)  # what its reviews gave is still taken; its attempt is told
+        seen.told = now.attempts
         back = queue_utils.return_to_review(
             now.id,
             f"forge: pull request #{number} {again}",
             actor=forge.kind,
-            headers={"PR_NUMBER": number, "PR_URL": pull.url, **Seen(told=now.attempts).mark()},
+            headers={"PR_NUMBER": number, "PR_URL": pull.url, **seen.mark()},
             drop=(CLOSED_HEADER,),
         )
         line = verdict(forge, back, number, cfg) if pull.state == "merged" else None
