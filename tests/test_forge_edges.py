@@ -185,3 +185,21 @@ def test_closing_a_task_closes_its_pull_request_and_an_outage_only_delays_it(
     said = [c for c in forge.pr_comments(pr) if f"{label}:closed" in c]
     assert len(said) == 1 and "done upstream" in said[0]
     assert finishing.finish_interrupted() == []  # nothing left to do
+
+
+def test_a_reviewer_the_forge_will_not_ask_again_holds_up_no_verdict(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    if forge.kind == "gitlab":
+        pytest.skip("GitLab takes a quick action for anyone: it refuses nobody")
+    task_id, pr, label = in_review("reviewed by a guest")
+    forge.review(pr, "carol", "changes", "from outside the team")  # not a collaborator
+    assert poller.poll_once(connect()) == [f"{label}: changes requested by carol"]
+    assert attempt(task_id) == "provisional"
+    forge.ci(head(forge, task_id), "build", passed=False, log="still broken\n")
+    assert poller.poll_once(connect()) == [  # refused the re-request; judged all the same
+        f"{label}: told #{pr} of attempt 2; CI failed (build)"
+    ]
+    assert "the forge refused request_review" in caplog.text

@@ -15,9 +15,11 @@ holds none with it; what was said is recorded in ``FORGE_SEEN`` (``seen``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from .. import git_utils, queue_utils
-from ..exceptions import ForgeError
+from ..exceptions import ForgeError, ForgeUnavailable
 from ..tasks import TIP_HEADER, Task, TaskState, utcnow
 from . import Forge, Review, text
 from .seen import Seen
@@ -35,7 +37,7 @@ def attempt(forge: Forge, task: Task, number: int, web_url: str | None) -> str |
         return None
     told = seen.told is not None  # None: opened before octopoid told attempts; it starts now
     if told:
-        forge.describe(number, text.pull_request_body(task, web_url))
+        _refused_is_said(task, forge.describe, number, text.pull_request_body(task, web_url))
         reached = state is TaskState.PROVISIONAL
         if reached:
             skipped = max(task.attempts - seen.told - 1, 0)
@@ -80,15 +82,23 @@ def stale(forge: Forge, task: Task, number: int, approvals: list[Review], head: 
 def _say_once(forge: Forge, task: Task, number: int, body: str, event: str) -> None:
     mark = text.marker(task, event)
     if not any(mark in said for said in forge.pull_comments(number)):
-        forge.comment_on_pull(number, body)
+        _refused_is_said(task, forge.comment_on_pull, number, body)
 
 
 def _ask_again(forge: Forge, task: Task, number: int, logins: list[str]) -> None:
-    """A reviewer the forge will not ask (no longer a collaborator) is logged, not fatal."""
+    _refused_is_said(task, forge.request_review, number, logins)
+
+
+def _refused_is_said(task: Task, ask: Callable[[int, Any], None], number: int, what: Any) -> None:
+    """What the forge refuses to take from octopoid (a reviewer no longer a collaborator,
+    a description it will not have) is logged: it never holds up a verdict. A forge that
+    cannot answer ends the poll as always (``ForgeUnavailable``)."""
     try:
-        forge.request_review(number, logins)
+        ask(number, what)
+    except ForgeUnavailable:
+        raise
     except ForgeError as exc:
-        log.warning("%s: could not ask %s to review again: %s", task.label, logins, exc)
+        log.warning("%s: the forge refused %s on #%d: %s", task.label, ask.__name__, number, exc)
 
 
 def _changed(task: Task) -> list[str]:
