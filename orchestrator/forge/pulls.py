@@ -32,6 +32,7 @@ from .. import git_utils, queue_utils, review, task_tips
 from ..exceptions import (
     ForgeError,
     ForgeUnavailable,
+    GitError,
     IllegalTransition,
     InvalidInput,
     LostRace,
@@ -135,7 +136,7 @@ def _each(task: Task, act: Any) -> list[str]:
     except (TaskBusy, IllegalTransition, InvalidInput, LostRace) as exc:  # a person is at it
         log.info("%s: left for now: %s", task.label, exc)
         return []
-    except (ForgeError, ValueError, TypeError, KeyError) as exc:
+    except (ForgeError, GitError, ValueError, TypeError, KeyError) as exc:
         log.warning("%s: its pull request was left for now: %s", task.label, exc)
         return []
     return [f"{task.label}: {line}"] if line else []
