@@ -5,11 +5,13 @@ verdicts of pull requests."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from orchestrator import queue_utils as q
 from orchestrator import review
-from orchestrator.forge import connect, poller
+from orchestrator.forge import connect, issues, poller
+from orchestrator.tasks import format_time, parse_time
 
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
 from .forge_fakes.base import SINCE_RE
@@ -70,7 +72,8 @@ def test_the_issue_listing_asks_in_the_documented_form_and_unchanged_costs_nothi
     since = "since=" if forge.kind == "github" else "updated_after="
     stamp = asked[0].path.split(since, 1)[1].split("&")[0].replace("%3A", ":")
     assert SINCE_RE.fullmatch(stamp), stamp  # YYYY-MM-DDTHH:MM:SSZ, as GitHub documents
-    assert stamp == forge.server.issues[number].updated_at  # the forge's time, not ours
+    newest = parse_time(forge.server.issues[number].updated_at)  # the forge's time, not ours
+    assert stamp == format_time(newest - timedelta(seconds=issues.SINCE_OVERLAP))
     if forge.kind == "github":
         assert asked[0].status == 304  # the same question, answered from its ETag: free
     forge.server.log.clear()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ from . import Forge, Issue, text
 
 log = logging.getLogger("octopoid.forge")
 PREFIX = {"github": "GH", "gitlab": "GL"}
+#: seconds a listing reaches back before the newest update the last one had: an update
+#: in that same second, or shown late by a replica, is not missed; while nothing changes
+#: the answer is the same, so the overlap costs nothing (a 304)
+SINCE_OVERLAP = 60
 #: blockers imported ahead of what they block, at most this deep; a longer chain's
 #: further edges are left out (named in the context), not a RecursionError every poll
 MAX_CHAIN = 100
@@ -51,10 +56,10 @@ def intake_issues(forge: Forge, label: str, *, new: bool = True) -> list[str]:
     are imported before what they block; a blocker that is not imported is left out, and
     said in the task's context.
 
-    Each listing asks for the issues updated since the newest one the last listing had,
-    in the forge's own time (no clock of this machine is compared with the forge's): while
-    nothing changes the question, and the answer, stay the same, so GitHub answers it from
-    its ETag with a 304 that costs no rate limit."""
+    Each listing asks for the issues updated since the newest one the last listing had
+    (less ``SINCE_OVERLAP``), in the forge's own time (no clock of this machine is compared
+    with the forge's): while nothing changes the question, and the answer, stay the same,
+    so GitHub answers it from its ETag with a 304 that costs no rate limit."""
     folder().mkdir(parents=True, exist_ok=True)
     with holding(folder() / ".lock"):
         registry = read_json_object(_registry())
@@ -66,7 +71,8 @@ def intake_issues(forge: Forge, label: str, *, new: bool = True) -> list[str]:
             done += _take(forge, listed[number], listed, registry, new, making)
         stamps = [parse_time(i.updated_at) for i in listed.values() if i.updated_at]
         if stamps:
-            registry.setdefault("since", {})[label] = format_time(max(stamps))
+            since = max(stamps) - timedelta(seconds=SINCE_OVERLAP)
+            registry.setdefault("since", {})[label] = format_time(since)
         _save(registry)
     return done
 
