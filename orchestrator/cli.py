@@ -555,6 +555,12 @@ def accept(
 def _accepted_line(done: review.Accepted) -> str:
     if done.strategy == "finished":
         return f"{done.task.label} was done already: finished what its accept left"
+    if done.strategy == "pull-request" and done.task.state is TaskState.PROVISIONAL:
+        pull = f"#{done.task.headers.get('PR_NUMBER', '?')} {done.task.headers.get('PR_URL', '')}"
+        return (
+            f"{done.task.label}: pull request {pull.strip()} is open; the task waits in review "
+            "until it is merged there (then it is done) or closed"
+        )
     how = {
         "merge": "merged",
         "squash": "squashed",

@@ -76,6 +76,10 @@ MODEL_PRICES = {
 #: that is down for a few seconds should not strand the work on one machine).
 PUSH_BACKOFF_SECONDS = (1.0, 3.0)
 
+#: Seconds a person's accept, reject or close waits for a forge's poll that holds the task
+#: (a verdict is a few requests) before saying the task is busy: not sent away for a poll.
+FORGE_HOLD_WAIT_SECONDS = 60.0
+
 #: Seconds a PostgreSQL store waits for its pool to reconnect when the server is down
 #: (a restart, a failover) before a move fails with a StorageError.
 DATABASE_WAIT_SECONDS = 30.0

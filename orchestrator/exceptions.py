@@ -113,6 +113,11 @@ class PushRefused(GitError):
     exit_code = 1
 
 
+class RemoteMoved(PushRefused):
+    """The remote's copy of a branch moved since it was read (someone else pushed to it):
+    the push would have overwritten their commits, so it was refused."""
+
+
 class SchedulerError(OctopoidError):
     """The scheduler cannot start, stop or be reached."""
 

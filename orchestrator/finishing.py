@@ -2,13 +2,15 @@
 
 An accept (or a close) moves the task to done and then has work left: the task's learnings
 promoted into long-term memory, its working notes removed, its worktree and branch removed
-(a close keeps the branch), the branch deleted on the remote. A kill between the move and
-that work would lose the learnings (``memory gc`` later deletes the notes of done tasks)
-and leave the rest behind. So before the move, the steps are written to
-``runtime/finishing/TASK-<id>.json``; each step is taken off the journal once done, and
-the journal is removed after the last. The same accept again, the scheduler's housekeeping
-and ``octopoid doctor`` finish what a dead one left (``finish_interrupted``). Every step is
-safe to repeat: memory deduplicates, and the removals treat what is already gone as done.
+with the tips octopoid set aside for it that the base holds (a close keeps the branch),
+its pull request closed, the branch deleted on the remote (a closed task's only where its
+branch here holds it). A kill between the move and that work would lose the learnings
+(``memory gc`` later deletes the notes of done tasks) and leave the rest behind. So before
+the move, the steps are written to ``runtime/finishing/TASK-<id>.json``; each step is
+taken off the journal once done, and the journal is removed after the last. The same
+accept again, the scheduler's housekeeping and ``octopoid doctor`` finish what a dead one
+left (``finish_interrupted``). Every step is safe to repeat: memory deduplicates, and the
+removals treat what is already gone as done.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ log = logging.getLogger("octopoid.finishing")
 
 PROMOTE, NOTES, WORKTREE, BRANCH = "promote", "notes", "worktree", "branch"
 REMOTE_BRANCH, PULL_REQUEST = "remote-branch", "pull-request"
-STEPS = (PROMOTE, NOTES, WORKTREE, BRANCH, REMOTE_BRANCH, PULL_REQUEST)  # the order they run
+#: the order they run: a pull request is closed (saying why) before its branch goes, since
+#: a forge closes a pull request whose branch is deleted without a word
+STEPS = (PROMOTE, NOTES, WORKTREE, BRANCH, PULL_REQUEST, REMOTE_BRANCH)
 
 
 def journal_dir() -> Path:
@@ -74,6 +78,8 @@ def finish(task_id: str) -> dict[str, Any]:
     steps, actor = list(journal.get("steps", [])), str(journal.get("by", "octopoid"))
     done: dict[str, Any] = {"promoted": 0, "distilled": {}, "errors": []}
     for step in [s for s in STEPS if s in steps]:
+        if step == REMOTE_BRANCH and PULL_REQUEST in steps:
+            continue  # the pull request is not closed yet: its branch waits
         try:
             _run(step, task_id, actor, done)
         except Exception as exc:  # git, the memory store, a model: the step stays journaled
@@ -109,14 +115,31 @@ def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
     elif step == WORKTREE and git_utils.worktree_for(task_id).exists():
         git_utils.remove_worktree(git_utils.open_repo(), task_id, delete_branch=False)
     elif step == BRANCH:
-        git_utils.remove_worktree(git_utils.open_repo(), task_id)
+        repo = git_utils.open_repo()
+        git_utils.remove_worktree(repo, task_id)
+        base = task_tips.accept_base(repo, queue_utils.get_task(task_id).branch)
+        git_utils.drop_replaced(repo, task_id, base)
     elif step == REMOTE_BRANCH and (remote := git_utils.remote_name()) is not None:
-        merged = task_tips.recorded(queue_utils.get_task(task_id))
-        git_utils.delete_remote_branch(git_utils.open_repo(), remote, task_id, merged)
+        _remote_branch(task_id, remote)
     elif step == PULL_REQUEST:  # a closed task's open pull request (docs/forge.md)
         from .forge import pulls
 
         pulls.close_for(task_id, actor)
+
+
+def _remote_branch(task_id: str, remote: str) -> None:
+    """Delete the task's refs on the remote that what it left holds all of: the tip its
+    attempt submitted, merged; for a task closed without a merge, its branch here, which
+    keeps the work (none here: the remote keeps it)."""
+    from . import git_utils, task_tips
+
+    task, repo = queue_utils.get_task(task_id), git_utils.open_repo()
+    kept = task_tips.recorded(task)
+    if task.headers.get("CLOSED") and "MERGED" not in task.headers:
+        kept = git_utils.ref_tip(repo, git_utils.branch_for(task_id))
+        if kept is None:
+            return
+    git_utils.delete_remote_branch(repo, remote, task_id, kept)
 
 
 def finish_interrupted() -> list[str]:

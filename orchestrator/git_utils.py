@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from . import config, defaults, merge_guard
-from .exceptions import ConfigError, GitError, MergeRefused, PushRefused
+from .exceptions import ConfigError, GitError, MergeRefused, PushRefused, RemoteMoved
 from .fsutil import remove_tree
 from .lazy import lazy_import
 from .locks import FileMutex
@@ -52,6 +53,8 @@ PUSH_TRIES = 10  # a push refused because the remote's base moved: fetch, merge 
 TASK_BRANCHES = "agent/"  # a task's branch is agent/TASK-<id>
 #: Where a task's branch travels on ``git.remote``: refs no forge takes for a branch.
 TASK_REFS = "refs/octopoid/tasks/"
+#: Where a task branch's tip octopoid moved away from is kept (``adopt``, a fresh retry).
+REPLACED = "refs/octopoid/replaced/"
 
 
 def full_ref(name: str) -> str:
@@ -67,7 +70,7 @@ def worktree_for(task_id: str) -> Path:
     return config.get_worktrees_dir() / task_label(task_id)
 
 
-def _git_message(exc: git.GitError) -> str:
+def git_message(exc: git.GitError) -> str:
     text = (getattr(exc, "stderr", "") or getattr(exc, "stdout", "") or str(exc)).strip()
     text = text.removeprefix("stderr: ").strip().strip("'").strip()
     return " ".join(text.split()) or str(exc)
@@ -78,7 +81,7 @@ def git_errors(action: str) -> Iterator[None]:
     try:
         yield
     except git.GitError as exc:  # also GitCommandNotFound: no git on PATH
-        raise GitError(f"{action} failed: {_git_message(exc)}") from None
+        raise GitError(f"{action} failed: {git_message(exc)}") from None
 
 
 @contextmanager
@@ -307,19 +310,24 @@ def push_task_branch(
     branch = branch_for(task_id)
     there = on_remote(branch, review)
     guard = [] if lease is None else [f"--force-with-lease={there}:{lease}"]
+    tip = branch_tip(repo, branch)
     try:
-        repo.git.push("--porcelain", *guard, remote, f"refs/heads/{branch}:{there}")
+        repo.git.push("--porcelain", *guard, remote, f"{tip}:{there}")
     except git.GitCommandError as exc:
         said = getattr(exc, "stdout", "") or ""
         if "[remote rejected]" in said:
             raise PushRefused(_refused(remote, there, said)) from None
         if "[rejected]" in said:
             why = "stale info" if "stale info" in said else "non-fast-forward"
-            raise PushRefused(
+            raise RemoteMoved(
                 f"{remote}'s {branch} holds commits this push would overwrite ({why}: "
                 "someone else pushed to it); it was left as it is"
             ) from None
-        raise GitError(f"git push {remote} {branch} failed: {_git_message(exc)}") from None
+        raise GitError(f"git push {remote} {branch} failed: {git_message(exc)}") from None
+    # what this machine knows the remote holds, whatever its fetch refspecs say: a poll
+    # tells a push that was lost from one a person overwrote by it (forge/heads.py)
+    with git_errors(f"git update-ref {remote_ref(remote, branch, review)}"):
+        repo.git.update_ref(remote_ref(remote, branch, review), tip)
 
 
 def _refused(remote: str, ref: str, said: str) -> str:
@@ -437,6 +445,26 @@ def set_branch_aside(repo: git.Repo, task_id: str) -> str | None:
             repo.git.update_ref(kept, tip)
     remove_worktree(repo, task_id)
     return tip
+
+
+def drop_replaced(repo: git.Repo, task_id: str, base: str) -> None:
+    """Delete the tips octopoid set aside for the task (``refs/octopoid/replaced/``) whose
+    changes ``base`` holds all of, judged by content (merging one into it would change
+    nothing: a squash or a rebase counts); one holding work nothing merged is kept for a
+    person."""
+    mine = re.compile(re.escape(f"{REPLACED}{branch_for(task_id)}") + r"(-[0-9a-f]{12})?")
+    with git_errors(f"git for-each-ref {REPLACED}"):
+        held = repo.git.rev_parse(f"{full_ref(base)}^{{tree}}")
+        for ref in repo.git.for_each_ref("--format=%(refname)", REPLACED).splitlines():
+            if not mine.fullmatch(ref):
+                continue
+            status, tree, _ = repo.git.execute(
+                ["git", "merge-tree", "--write-tree", full_ref(base), ref],
+                with_extended_output=True,
+                with_exceptions=False,
+            )
+            if status == 0 and tree.strip() == held:
+                repo.git.update_ref("-d", ref)
 
 
 def delete_branch_if_merged(
@@ -711,23 +739,40 @@ def _merge_detached(
 ) -> str:
     """Merge ``branch`` onto ``start`` in a scratch worktree; ``land(old, new)`` moves the
     base (a ref update guarded by its old value, or a push)."""
-    scratch = config.get_worktrees_dir() / f".merge-{branch.replace('/', '-')}"
-    if scratch.exists():
-        shutil.rmtree(scratch)  # an accept killed mid-merge left it
-    with git_errors("git worktree prune"):
-        repo.git.worktree("prune")
     old = repo.commit(start).hexsha
-    with git_errors("git worktree add --detach"):
-        repo.git.worktree("add", "--detach", str(scratch), old)
-    try:
-        where = open_repo(scratch, hooks=run_hooks)
+    with scratch_worktree(repo, f"merge-{branch}", old, run_hooks) as where:
         _merge_in(where, branch, strategy, message)
         new = where.head.commit.hexsha
         land(old, new)
         return new
+
+
+@contextmanager
+def scratch_worktree(
+    repo: git.Repo, name: str, start: str, hooks: bool = False
+) -> Iterator[git.Repo]:
+    """A worktree of its own, detached at ``start``, for a merge or rebase that must not
+    touch anyone's checkout; removed after (one a killed process left is removed first).
+    Callers hold ``repo_admin_lock``."""
+    scratch = config.get_worktrees_dir() / f".{name.replace('/', '-')}"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    with git_errors("git worktree prune"):
+        repo.git.worktree("prune")
+    with git_errors("git worktree add --detach"):
+        repo.git.worktree("add", "--detach", str(scratch), start)
+    try:
+        yield open_repo(scratch, hooks=hooks)
     finally:
-        with suppress(git.GitCommandError):  # else the next accept removes it (above)
+        with suppress(git.GitCommandError):  # else the next one removes it (above)
             repo.git.worktree("remove", "--force", str(scratch))
+
+
+def conflicted(where: git.Repo) -> list[str]:
+    """The files a merge or rebase stopped on in the worktree ``where``."""
+    with suppress(GitError):
+        return _names(where, "--diff-filter=U")
+    return []
 
 
 def merge_onto_remote(
@@ -793,16 +838,14 @@ def _merge_in(where: git.Repo, branch: str, strategy: str, message: str) -> None
         if strategy == "squash" and _names(where, "--cached"):
             where.git.commit("-m", message)
     except git.GitCommandError as exc:
-        conflicted = []
-        with suppress(git.GitCommandError, GitError):
-            conflicted = _names(where, "--diff-filter=U")
-        detail = _git_message(exc)
+        stopped = conflicted(where)
+        detail = git_message(exc)
         with suppress(git.GitCommandError):
             where.git.reset("--merge")  # undoes a conflicted merge or squash; no-op otherwise
-        if conflicted:
+        if stopped:
             raise MergeRefused(
                 f"merging {branch} conflicts in:\n"
-                + "".join(f"  {name}\n" for name in conflicted)
+                + "".join(f"  {name}\n" for name in stopped)
                 + "nothing was merged. Rebase the branch onto its base and resolve them, or "
                 "reject the task with the conflict as the reason (the next attempt rebases)"
             ) from None

@@ -453,6 +453,7 @@ def submit_completion(
     checks: Iterable[str] = (),
     no_change: str | None = None,
     tip: str | None = None,
+    remark: str = "",
 ) -> Task:
     """claimed -> provisional: the attempt produced work for review.
 
@@ -463,6 +464,7 @@ def submit_completion(
     it closes the task without a merge.
     ``turns`` None (octopoid's "not known") counts as 0. A submit fenced by the claim's
     token (the runner's) is marked ``SUBMITTED_CLAIM``: accept takes nothing else.
+    ``remark``: what octopoid did to the work on its way (History says it).
     """
     from .redaction import redact  # at first use: readers never redact
 
@@ -490,7 +492,8 @@ def submit_completion(
         S.PROVISIONAL,
         None,
         f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}{passed}"
-        + (f"; no change needed: {headers['NO_CHANGE']}" if no_change else ""),
+        + (f"; no change needed: {headers['NO_CHANGE']}" if no_change else "")
+        + (f"; {one_line(redact(remark), defaults.MAX_ERROR_CHARS)}" if remark else ""),
         now,
         headers,
         (*LEASE_HEADERS, *stale),
@@ -500,10 +503,13 @@ def submit_completion(
 
 
 def unfenced_submit(task: Task) -> str | None:
-    """Why ``task`` (in provisional) did not come from a runner's fenced submit, or None."""
+    """Why ``task`` (in provisional) did not come from a runner's fenced submit, or None.
+    A return from failed (``return_to_review``) brings back what was submitted before."""
     if "SUBMITTED_CLAIM" not in task.headers:
         return "it was not submitted with its claim's token (moved there by hand, or by a script)"
-    arrivals = [src for src, dst in task.moves() if dst == S.PROVISIONAL.value]
+    arrivals = [
+        src for src, dst in task.moves() if dst == S.PROVISIONAL.value and src != S.FAILED.value
+    ]
     if arrivals[-1:] != [S.CLAIMED.value]:
         return "its History has no move from claimed by the runner that submitted it"
     return None
@@ -688,6 +694,36 @@ def fail_task(
         edit=_refuse_if_merged,
         token=token,
     )
+
+
+def return_to_review(
+    task: TaskRef,
+    reason: str,
+    actor: str,
+    now: datetime | None = None,
+    *,
+    headers: dict[str, Any] | None = None,
+    drop: tuple[str, ...] = (),
+) -> Task:
+    """failed -> provisional: a failure undone from outside, the work it had submitted in
+    review again (a forge's pull request, closed unmerged, was reopened or merged)."""
+    return _transition(
+        task,
+        [S.FAILED],
+        S.PROVISIONAL,
+        actor,
+        reason,
+        now,
+        headers,
+        ("ERROR", *drop),
+        edit=_refuse_unsubmitted,
+    )
+
+
+def _refuse_unsubmitted(task: Task) -> None:
+    """Only a task whose attempt reached review before it failed has work to review."""
+    if S.PROVISIONAL.value not in (dst for _, dst in task.moves()):
+        raise IllegalTransition(f"{task.label} never reached review: there is nothing to review")
 
 
 @octopoid_form()

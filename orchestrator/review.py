@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from . import config, finishing, git_utils, intake, queue_utils, sandbox, task_tips
-from .exceptions import BranchMoved, IllegalTransition, InvalidInput, MergeRefused
+from . import config, defaults, finishing, git_utils, intake, queue_utils, sandbox, task_tips
+from .exceptions import BranchMoved, IllegalTransition, InvalidInput, MergeRefused, TaskBusy
 from .lazy import lazy_import
 from .store import QueueStore
 from .task_notes import LineComment
@@ -39,6 +41,8 @@ MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs 
 MAX_COMMENT_CHARS = 4000  # one line comment; the notes' prompt budget is ~12k in all
 MAX_CODE_CHARS = 500  # of the commented lines quoted in the notes (a minified file is one line)
 MAX_RANGE_LINES = 200  # of one comment
+#: what a forge's poll says while it holds a task (forge/pulls.py), which ``held`` waits for
+FORGE_HOLD = "judged by the forge"
 
 
 @dataclass
@@ -55,12 +59,14 @@ class Accepted:
 def accepted_row(done: Accepted) -> dict[str, Any]:
     """An accept as `accept --json` (and the MCP server) gives it. ``strategy`` is
     merge.strategy as applied (``no-change``: nothing to merge, ``finished``: an earlier
-    accept had merged); ``merged``: the commit on the base."""
+    accept had merged); ``merged``: the commit on the base; ``pull_request``: the link of
+    the pull request it waits on (``pull-request``)."""
     return {
         "id": done.task.label,
         "state": done.task.state.value if done.task.state else None,
         "strategy": done.strategy,
         "merged": done.merged_sha,
+        "pull_request": done.task.headers.get("PR_URL"),
         "cleanup_error": done.cleanup_error,
         "learnings": done.learnings,
         "promoted": done.promoted,
@@ -125,7 +131,7 @@ def accept(
     """
     task_id = normalize_task_id(task_id)
     store = queue_utils.get_store()
-    with store.hold(task_id, "accepted"):
+    with held(task_id, "accepted"):
         task = queue_utils.get_task(task_id)
         if (finished := _finished_or_refused(task)) is not None:
             return finished
@@ -173,11 +179,40 @@ def _reviewed_learnings(
     return lifecycle.learning_rows(lifecycle.pending_learnings(task))
 
 
-def accept_merged(task_id: str, merged_by: str, merged_sha: str, reason: str) -> Accepted:
+@contextmanager
+def held(task_id: str, purpose: str) -> Iterator[None]:
+    """The task's hold for a person's workflow (``QueueStore.hold``). A forge's poll that
+    holds it (a verdict takes a few requests) is waited for, up to
+    ``FORGE_HOLD_WAIT_SECONDS``, rather than sending the person away; any other holder
+    (another person's accept) refuses at once."""
+    store = queue_utils.get_store()
+    deadline = time.monotonic() + defaults.FORGE_HOLD_WAIT_SECONDS
+    waiting = False
+    while True:
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(store.hold(task_id, purpose))
+            except TaskBusy as exc:
+                if FORGE_HOLD not in str(exc) or time.monotonic() > deadline:
+                    raise
+                if not waiting:
+                    log.info("%s: waiting for the forge's poll to let it go", task_label(task_id))
+                    waiting = True
+                time.sleep(0.1)
+                continue
+            yield
+            return
+
+
+def accept_merged(
+    task_id: str, merged_by: str, merged_sha: str, reason: str, head: str = ""
+) -> Accepted:
     """A task whose pull request a forge merged: done, and finished as an accept is (its
     learnings promoted, notes and worktree removed), with nothing merged here. Its branch
-    goes too, unless the merge lacks the branch's tip (an attempt that came after the
-    merge): then ``agent/TASK-<id>`` stays, and History says so."""
+    goes too when what was merged has all of it: the pull request's merged ``head`` is
+    the branch's tip (a squash or a rebase holds its changes, not its commits), or the
+    merge commit holds that tip. Otherwise (an attempt that came after the merge)
+    ``agent/TASK-<id>`` stays, and History says so."""
     store = queue_utils.get_store()
     with store.hold(task_id, "accepted"):
         task = queue_utils.get_task(task_id)
@@ -186,7 +221,7 @@ def accept_merged(task_id: str, merged_by: str, merged_sha: str, reason: str) ->
         steps = [finishing.PROMOTE, finishing.NOTES, finishing.WORKTREE]
         if merged_sha:
             store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, merged_sha))
-        if merged_sha and _merge_holds_branch(task, merged_sha):
+        if merged_sha and _merge_holds_branch(task, merged_sha, head):
             steps += [finishing.BRANCH, finishing.REMOTE_BRANCH]
         else:
             reason += f"; the merge lacks the tip of agent/{task.label}, which is kept"
@@ -209,12 +244,15 @@ def _finished_or_refused(task: Task) -> Accepted | None:
     return None
 
 
-def _merge_holds_branch(task: Task, merged_sha: str) -> bool:
-    """Whether a forge's merge commit has the task branch's tip (fetched from the remote)."""
+def _merge_holds_branch(task: Task, merged_sha: str, head: str = "") -> bool:
+    """Whether a forge's merge has all of the task's branch: the head it merged is the
+    branch's tip, or its merge commit holds that tip (fetched from the remote)."""
     repo, remote = git_utils.open_repo(), git_utils.remote_name()
     branch = git_utils.branch_for(task.id)
     if not git_utils.branch_exists(repo, branch):
         return True  # nothing here to keep
+    if head and git_utils.branch_tip(repo, branch) == head:
+        return True
     try:
         if remote is not None:
             with git_utils.repo_admin_lock():
@@ -230,12 +268,14 @@ def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Acc
     they are dropped. Its worktree goes; its branch stays (`octopoid worktrees --prune`
     deletes it once its base has all of it); its open pull request is closed, saying why."""
     task_id = normalize_task_id(task_id)
-    with queue_utils.get_store().hold(task_id, "closed"):
+    with held(task_id, "closed"):
         steps = [finishing.NOTES, finishing.WORKTREE]
         if kind == "done":
             steps.insert(0, finishing.PROMOTE)
         if "PR_NUMBER" in queue_utils.get_task(task_id).headers:
             steps.append(finishing.PULL_REQUEST)  # closed on the forge too
+        if git_utils.remote_name() is not None:
+            steps.append(finishing.REMOTE_BRANCH)  # what the branch here holds
         done = _move_journaled(
             task_id,
             steps,
@@ -381,7 +421,7 @@ def reject(
     """
     task_id = normalize_task_id(task_id)
     store = queue_utils.get_store()
-    with store.hold(task_id, "rejected"):
+    with held(task_id, "rejected"):
         task = queue_utils.get_task(task_id)
         if task.state is TaskState.PROVISIONAL:
             check_expected(task, expect, seen_attempt)

@@ -37,6 +37,7 @@ class Start:
     base: str  # where a new branch starts: the remote's base when it has one
     lease: str | None  # the remote's tip to push over ("" none); None: a plain push
     remark: str | None = None  # why it does not start from the recorded tip, for the notes
+    carried: str | None = None  # what the remote held of the branch then (None: nothing)
 
 
 def recorded(task: Task) -> str | None:
@@ -68,16 +69,26 @@ def take(repo: git.Repo, remote: str, task_id: str, sha: str) -> bool:
 
 def start(repo: git.Repo, remote: str, task: Task) -> Start:
     """Before an attempt: the task's branch at its recorded tip, or at the remote's copy
-    when that only adds to it (a person's push on top); a task recorded before octopoid
-    kept tips takes the remote's copy. Returns the base and the lease its push will use."""
+    when that only adds to it (a person's push on top), or when a person rewrote the pull
+    request's branch after it held that tip (as last seen here: their force-push is what
+    they want reviewed); a task recorded before octopoid kept tips takes the remote's copy.
+    Returns the base and the lease its push will use."""
     branch, review = git_utils.branch_for(task.id), on_forge(task)
     mine, remark = recorded(task), None
     with git_utils.repo_admin_lock():
+        seen = git_utils.ref_tip(repo, git_utils.remote_ref(remote, branch, review))
         found = git_utils.fetch_branches(repo, remote, [task.branch, branch], review)
         pushed = carried = found.get(branch)
         if pushed is None and mine is None and not review and task.attempts > 1:
             pushed = _pushed_before(repo, remote, branch)
         follow = pushed is not None and (mine is None or git_utils.contains(repo, pushed, mine))
+        if review and not follow and pushed is not None and git_utils.contains(repo, seen, mine):
+            follow = True  # a person rewrote the pull request's branch after it had ours
+            remark = (
+                f"a person rewrote {branch} on the forge after it held {str(mine)[:12]}: "
+                f"this attempt starts from theirs ({pushed[:12]}); the earlier tip is kept as "
+                f"{git_utils.REPLACED}{branch}"
+            )
         if not follow and mine is not None and not take(repo, remote, task.id, mine):
             remark = (
                 f"the tip its last attempt left, {mine[:12]}, is neither here nor on "
@@ -90,7 +101,7 @@ def start(repo: git.Repo, remote: str, task: Task) -> Start:
         tip = git_utils.ref_tip(repo, branch)
     lease = "" if carried is None else carried if git_utils.contains(repo, tip, carried) else None
     base = git_utils.remote_ref(remote, task.branch) if task.branch in found else task.branch
-    return Start(base, lease, remark)
+    return Start(base, lease, remark, carried)
 
 
 def take_for_accept(repo: git.Repo, remote: str, task: Task) -> None:

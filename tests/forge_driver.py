@@ -37,11 +37,49 @@ class Driver:
             self.server.report_ci(sha, name, "success" if passed else "failed", log)
 
     def review(self, number: int, login: str, verdict: str, body: str = "", notes=()) -> None:
+        """``verdict``: changes, approve, or comment (a review that only comments)."""
         states = {
-            "github": {"changes": "CHANGES_REQUESTED", "approve": "APPROVED"},
-            "gitlab": {"changes": "requested_changes", "approve": "approved"},
+            "github": {
+                "changes": "CHANGES_REQUESTED",
+                "approve": "APPROVED",
+                "comment": "COMMENTED",
+            },
+            "gitlab": {
+                "changes": "requested_changes",
+                "approve": "approved",
+                "comment": "reviewed",
+            },
         }
         self.server.review(number, login, states[self.kind][verdict], body, list(notes))
+
+    def squash_by_hand(self, number: int, login: str) -> None:
+        """The merge button set to squash (GitLab: a squash commit, then the merge commit)."""
+        if self.kind == "github":
+            self.server.merge_by_hand(number, login, "squash")
+        else:
+            self.server.merge_by_hand(number, login, squash=True)
+
+    def pr_comments(self, number: int) -> list[str]:
+        """What was said on pull request ``number`` (GitHub: its issue comments; GitLab: the
+        merge request's notes)."""
+        if self.kind == "github":
+            return [c["body"] for c in self.server.issues[number].comments]
+        return [n.body for n in self.server.mrs[number].notes]
+
+    def pr_body(self, number: int) -> str:
+        if self.kind == "github":
+            return self.server.issues[number].body
+        return self.server.mrs[number].description
+
+    def asked_to_review(self, number: int) -> list[str]:
+        """Reviewers the pull request asks (again) and who have not answered since."""
+        if self.kind == "github":
+            return list(self.server.issues[number].pull.requested)
+        reviewers = self.server.mrs[number].reviewers
+        return [login for login, state in reviewers.items() if state == "unreviewed"]
+
+    def issue_closed(self, number: int) -> bool:
+        return self.server.issues[number].state == "closed"
 
     def comments(self, number: int) -> list[str]:
         issue = self.server.issues[number]

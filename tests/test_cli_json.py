@@ -171,6 +171,7 @@ def test_accept_json_covers_every_id_and_exits_with_the_worst(git_project: Path)
             "state": "done",
             "strategy": "merge",
             "merged": merged,
+            "pull_request": None,
             "cleanup_error": None,
             "error": None,
             "learnings": [],  # what its attempt remembered, as kept (none here)

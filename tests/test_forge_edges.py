@@ -65,20 +65,28 @@ def test_a_pull_request_that_cannot_merge_blocks_no_other(
     assert q.get_task(other).state is TaskState.INCOMING
 
 
-def test_an_approval_of_an_earlier_attempt_does_not_merge_the_next(
+def test_an_approval_of_an_earlier_attempt_does_not_merge_the_next_and_says_so(
     forge: Driver,  # noqa: F811
     forged: Path,  # noqa: F811
 ) -> None:
     if forge.kind == "gitlab":
         pytest.skip("GitLab's approvals name no commit: the project's reset-on-push decides")
-    task_id, pr, _ = in_review("approved early")
+    task_id, pr, label = in_review("approved early")
     first = head(forge, task_id)
     forge.review(pr, ALICE, "approve")
     forge.ci(first, "build", passed=False, log="boom\n")
     assert "CI failed" in poller.poll_once(connect())[0]
     assert attempt(task_id) == "provisional"
-    forge.ci(head(forge, task_id), "build", passed=True)
-    assert poller.poll_once(connect()) == []  # approved was attempt 1, not this one
+    second = head(forge, task_id)
+    forge.ci(second, "build", passed=True)
+    assert poller.poll_once(connect()) == [  # approved was attempt 1, not this one
+        f"{label}: told #{pr} of attempt 2; approvals of an earlier head, said on #{pr}"
+    ]
+    said = [c for c in forge.pr_comments(pr) if f"{label}:stale-" in c]
+    assert len(said) == 1 and f"@{ALICE} ({first[:12]})" in said[0] and second[:12] in said[0]
+    said = f"approved by {ALICE} ({first[:12]}), of an earlier head"
+    assert said in q.get_task(task_id).history[-1]
+    assert poller.poll_once(connect()) == []  # said once for this head
     forge.review(pr, ALICE, "approve")
     assert "merged" in poller.poll_once(connect())[0]
 
@@ -138,7 +146,8 @@ def test_a_reviewer_asking_for_changes_without_a_word_is_heard_once(
     assert poller.poll_once(connect()) == [f"TASK-{task_id}: changes requested by {BOB}"]
     assert "(no summary)" in (q.get_task_notes(task_id) or "")
     assert attempt(task_id) == "provisional"
-    assert poller.poll_once(connect()) == []  # the same silence is not a new review
+    told = [f"TASK-{task_id}: told #{pr} of attempt 2"]
+    assert poller.poll_once(connect()) == told  # the same silence is not a new review
     forge.review(pr, BOB, "changes", "still the name")
     assert poller.poll_once(connect()) == [f"TASK-{task_id}: changes requested by {BOB}"]
     notes = q.get_task_notes(task_id) or ""
@@ -173,12 +182,24 @@ def test_closing_a_task_closes_its_pull_request_and_an_outage_only_delays_it(
     assert connect().pull_request(pr).state == "open"
     assert finishing.finish_interrupted()  # the scheduler's housekeeping, later
     assert connect().pull_request(pr).state == "closed"
-    said = [c for c in _pr_comments(forge, pr) if f"{label}:closed" in c]
+    said = [c for c in forge.pr_comments(pr) if f"{label}:closed" in c]
     assert len(said) == 1 and "done upstream" in said[0]
     assert finishing.finish_interrupted() == []  # nothing left to do
 
 
-def _pr_comments(forge: Driver, number: int) -> list[str]:  # noqa: F811
-    if forge.kind == "github":
-        return [c["body"] for c in forge.server.issues[number].comments]
-    return [n.body for n in forge.server.mrs[number].notes]
+def test_a_reviewer_the_forge_will_not_ask_again_holds_up_no_verdict(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    if forge.kind == "gitlab":
+        pytest.skip("GitLab takes a quick action for anyone: it refuses nobody")
+    task_id, pr, label = in_review("reviewed by a guest")
+    forge.review(pr, "carol", "changes", "from outside the team")  # not a collaborator
+    assert poller.poll_once(connect()) == [f"{label}: changes requested by carol"]
+    assert attempt(task_id) == "provisional"
+    forge.ci(head(forge, task_id), "build", passed=False, log="still broken\n")
+    assert poller.poll_once(connect()) == [  # refused the re-request; judged all the same
+        f"{label}: told #{pr} of attempt 2; CI failed (build)"
+    ]
+    assert "the forge refused request_review" in caplog.text

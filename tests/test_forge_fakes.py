@@ -209,6 +209,54 @@ def test_github_a_person_merges_or_closes_by_hand(github_forge: GitHubFake, tmp_
     assert (closed.state, closed.merged, closed.merged_by) == ("closed", False, None)
 
 
+def test_github_squash_and_rebase_merges_reopen_and_closing_keywords_as_on_github(
+    github_forge: GitHubFake, tmp_path: Path
+) -> None:
+    gh, bare = hub(github_forge), github_forge.remote.path
+    issue = github_forge.create_issue(ALICE, "the bug")
+    heads = {}
+    for n, branch in enumerate(("agent/TASK-1", "agent/TASK-2")):
+        push_branch(bare, tmp_path / branch[-1], {f"f{n}.txt": "1\n"}, branch=branch)
+        heads[branch] = push_branch(bare, tmp_path / branch[-1], {f"g{n}.txt": "2\n"}, branch)
+    body = f"Fixes the bug.\n\nCloses #{issue}"
+    squashed = gh.rest.pulls.create(
+        OWNER, R, title="S", head="agent/TASK-1", base="main", body=body
+    ).parsed_data.number
+    rebased = gh.rest.pulls.create(
+        OWNER, R, title="R", head="agent/TASK-2", base="main"
+    ).parsed_data.number
+    gh.rest.pulls.update(OWNER, R, squashed, state="closed")  # closed by mistake,
+    assert gh.rest.pulls.update(OWNER, R, squashed, state="open").parsed_data.state == "open"
+    gh.rest.pulls.merge(OWNER, R, squashed, merge_method="squash")
+    main = github_forge.remote.sha("main")
+    assert git(bare, "log", "-1", "--format=%s", "main").startswith("S (#")
+    assert len(git(bare, "log", "-1", "--format=%P", "main").split()) == 1  # not a merge
+    assert not git(bare, "branch", "--contains", heads["agent/TASK-1"], "main")  # no ancestry
+    assert gh.rest.pulls.get(OWNER, R, squashed).json()["merge_commit_sha"] == main
+    assert gh.rest.issues.get(OWNER, R, issue).parsed_data.state == "closed"  # "Closes #1"
+    github_forge.merge_by_hand(rebased, BOB, "rebase")
+    assert git(bare, "log", "--format=%an %s", "-2", "main").splitlines() == ["bot work"] * 2
+    assert git(bare, "show", "main:g1.txt") == "2" and git(bare, "show", "main:f0.txt") == "1"
+
+
+def test_github_reviewers_asked_again_after_they_reviewed(
+    github_forge: GitHubFake, tmp_path: Path
+) -> None:
+    gh = hub(github_forge)
+    push_branch(github_forge.remote.path, tmp_path / "w", {"a.txt": "1\n"})
+    number = gh.rest.pulls.create(OWNER, R, title="T", head=BRANCH, base="main").parsed_data.number
+    github_forge.review(number, ALICE, "CHANGES_REQUESTED", "no")
+    assert gh.rest.pulls.list_requested_reviewers(OWNER, R, number).parsed_data.users == []
+    gh.rest.pulls.request_reviewers(OWNER, R, number, reviewers=[ALICE])
+    asked = gh.rest.pulls.get(OWNER, R, number).parsed_data.requested_reviewers
+    assert [u.login for u in asked] == [ALICE]
+    with pytest.raises(RequestFailed) as author:  # the PR's own author cannot be asked
+        gh.rest.pulls.request_reviewers(OWNER, R, number, reviewers=[BOT])
+    assert author.value.response.status_code == 422
+    github_forge.review(number, ALICE, "APPROVED")  # heard: no longer asked
+    assert github_forge.issues[number].pull.requested == []
+
+
 def test_github_issues_share_numbers_with_pulls_and_take_comments(
     github_forge: GitHubFake, tmp_path: Path
 ) -> None:
@@ -235,7 +283,11 @@ def test_github_issues_share_numbers_with_pulls_and_take_comments(
     assert [
         i.number for i in gh.rest.issues.list_for_repo(OWNER, R, labels="octopoid").parsed_data
     ] == [first]
-    changed = gh.rest.issues.list_for_repo(OWNER, R, state="all", since=since).parsed_data
+    with pytest.raises(RequestFailed) as spaced:  # a datetime: httpx writes it with a space
+        gh.rest.issues.list_for_repo(OWNER, R, state="all", since=since)
+    assert spaced.value.response.status_code == 422  # as GitHub answers an undocumented form
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    changed = gh.rest.issues.list_for_repo(OWNER, R, state="all", since=stamp).parsed_data
     assert first in {i.number for i in changed}
 
     comment = gh.rest.issues.create_comment(OWNER, R, first, body="Task started").parsed_data
@@ -452,6 +504,33 @@ def test_gitlab_merge_moves_main_and_refuses_twice_or_on_conflict(
 
     gitlab_forge.close_by_hand(clash.iid, BOB)
     assert project.mergerequests.get(clash.iid).closed_by["username"] == BOB
+
+
+def test_gitlab_squash_merge_reopen_quick_actions_and_closing_keywords_as_on_gitlab(
+    gitlab_forge: GitLabFake, tmp_path: Path
+) -> None:
+    project = lab(gitlab_forge).projects.get(f"{OWNER}/{R}")
+    bare = gitlab_forge.remote.path
+    issue = gitlab_forge.create_issue(ALICE, "the bug")
+    push_branch(bare, tmp_path / "w", {"a.txt": "1\n"})
+    head = push_branch(bare, tmp_path / "w", {"b.txt": "2\n"})
+    mr = project.mergerequests.create(
+        {"source_branch": BRANCH, "target_branch": "main", "title": "T",
+         "description": f"Closes #{issue}"}
+    )  # fmt: skip
+    gitlab_forge.review(mr.iid, BOB, "requested_changes", "fix it")
+    mr.notes.create({"body": f"/request_review @{BOB}"})  # only a command: no note is kept
+    assert gitlab_forge.mrs[mr.iid].reviewers[BOB] == "unreviewed"
+    assert [n.body for n in mr.notes.list(get_all=True)] == ["fix it"]
+    gitlab_forge.close_by_hand(mr.iid, BOB)
+    gitlab_forge.reopen_by_hand(mr.iid)
+    assert project.mergerequests.get(mr.iid).state == "opened"
+    mr.merge(squash=True)
+    merged = project.mergerequests.get(mr.iid)
+    assert gitlab_forge.remote.sha("main") == merged.merge_commit_sha
+    assert git(bare, "rev-parse", "main^2") == merged.squash_commit_sha != head
+    assert not git(bare, "branch", "--contains", head, "main")  # the head is not merged in
+    assert project.issues.get(issue).state == "closed"  # "Closes #1" into main
 
 
 def test_gitlab_issues_notes_and_pages(gitlab_forge: GitLabFake) -> None:

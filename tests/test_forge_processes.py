@@ -43,13 +43,14 @@ def test_the_scheduler_runs_the_loop_on_its_own_from_issue_to_merge(
         forge.ci(head, "build", passed=True)
         forge.review(pr, BOB, "approve")
         wait(lambda: q.get_task(task_id).state is TaskState.DONE, "the merge", timeout=300)
-        wait(lambda: len(forge.comments(number)) == 3, "the issue told", timeout=300)
+        wait(lambda: len(forge.comments(number)) == 2, "the issue told", timeout=300)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
     assert "forge: merged by octopoid-bot" in q.get_task(task_id).history[-1]
     said = [c.rsplit("<!-- octopoid:", 1)[1] for c in forge.comments(number)]
-    assert said == [f"TASK-{task_id}:{e} -->" for e in ("started", "pull-request", "done")]
+    assert said == [f"TASK-{task_id}:{e} -->" for e in ("started", f"pull-request-{pr}")]
+    assert forge.issue_closed(number)  # by the merge ("Closes #N"): no "done" from octopoid
     log = (config.get_logs_dir() / "scheduler.log").read_text()
     assert "polling the forge" in log and "tok-bot" not in log
 

@@ -11,7 +11,7 @@ from orchestrator import config
 from orchestrator.exceptions import ConfigError
 from orchestrator.forge import text
 from orchestrator.forge.poller import MAX_BACKOFF_SECONDS, next_wait
-from orchestrator.forge.pulls import Seen
+from orchestrator.forge.seen import Seen
 from orchestrator.tasks import new_task, parse_task, render_task
 
 from .conftest import set_config
@@ -64,9 +64,11 @@ def test_every_comment_and_the_pull_request_carry_their_marker_and_hide_secrets(
     body = text.pull_request_body(task, "https://octopoid.example/")
     assert "[its page](https://octopoid.example/tasks/TASK-7)" in body
     assert "s3cr3t-deploy-value-123456" not in body
-    assert "- [ ] it ships" in body and "Closes #41" in body
+    assert "- it ships" in body and "[ ]" not in body  # no task list GitHub counts as open
+    assert "octopoid show" not in body and "**Attempt:** 0" in body
+    assert "Closes #41" in body
     assert body.rstrip().endswith(text.marker(task, "pull-request"))
-    for event in text.EVENTS:
+    for event in (*text.EVENTS, "pull-request-12", "failed-2"):
         said = text.issue_comment(task, event, "why: s3cr3t-deploy-value-123456")
         assert said.endswith(text.marker(task, event)) and "s3cr3t" not in said
 
@@ -78,6 +80,9 @@ def test_what_a_task_s_moves_took_from_the_forge_reads_back() -> None:
     assert Seen.of(task) == Seen("abc123", 42)
     task.set_header("FORGE_SEEN", "ci:x review:not-a-number junk")
     assert Seen.of(task) == Seen("x", 0)
+    told = Seen("abc", 7, told=3, asked=["bob", "a.b-c", "bob", "no spaces;"], stale="def")
+    task.set_header("FORGE_SEEN", told.header())
+    assert Seen.of(task) == Seen("abc", 7, 3, ["bob", "a.b-c"], "def")  # a login, once each
 
 
 def test_polls_back_off_while_the_forge_is_down_and_wait_as_a_rate_limit_asks() -> None:

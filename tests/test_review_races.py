@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -12,10 +14,11 @@ import pytest
 
 from orchestrator import git_utils, review
 from orchestrator import queue_utils as q
-from orchestrator.exceptions import IllegalTransition
+from orchestrator.exceptions import IllegalTransition, TaskBusy
 from orchestrator.tasks import TaskState
 
 from .conftest import child_env
+from .test_faults import wait
 from .test_review import provisional_with_commit
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
@@ -167,3 +170,62 @@ def test_accept_and_reject_at_the_same_instant_stay_consistent(git_project, tmp_
             q.fail_task(tid, "trial over")
             git_utils.remove_worktree(git_utils.open_repo(), tid)
     assert len(outcomes) == 50
+
+
+HOLDER = """
+import sys
+from orchestrator import queue_utils as q
+with q.get_store().hold(sys.argv[1], sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_close_waits_for_a_forge_poll_that_holds_the_task_instead_of_refusing(
+    git_project, caplog
+):
+    tid = provisional_with_commit(git_project)
+    poll = subprocess.Popen(  # a forge's poll judging the task, in another process
+        [sys.executable, "-c", HOLDER, tid, review.FORGE_HOLD],
+        env=child_env(git_project),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert poll.stdout.readline() == "held\n"
+    outcome: dict = {}
+    caplog.set_level(logging.INFO, "octopoid.review")
+
+    def close() -> None:
+        try:
+            outcome["task"] = review.close(tid, "wont-do", "not needed", "alice").task
+        except Exception as exc:
+            outcome["error"] = exc
+
+    closing = threading.Thread(target=close)
+    closing.start()
+    try:  # until the close says it waits (or gives up: refused)
+        wait(lambda: "waiting for the forge's poll" in caplog.text or not closing.is_alive(),
+             "the close to wait or fail", timeout=120)  # fmt: skip
+    finally:
+        poll.communicate("go\n", timeout=60)  # the poll lets the task go
+        closing.join(120)
+    assert "error" not in outcome, outcome["error"]
+    assert outcome["task"].state is TaskState.DONE
+
+
+def test_a_close_during_a_person_s_accept_is_still_refused_at_once(git_project):
+    tid = provisional_with_commit(git_project)
+    accepting = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, tid, "accepted"],
+        env=child_env(git_project),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert accepting.stdout.readline() == "held\n"
+    try:
+        with pytest.raises(TaskBusy, match="is being accepted"):
+            review.close(tid, "wont-do", "not needed", "alice")
+    finally:
+        accepting.communicate("go\n", timeout=60)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from githubkit import GitHub
@@ -99,13 +99,16 @@ class GitHubForge:
         return pull
 
     def reviews(self, number: int, since: int) -> list[Review]:
-        """Every review; the line comments of those asking for changes after ``since``."""
+        """Every submitted review; the line comments of those after ``since`` (a review
+        that only comments has them too). A dismissed review is none."""
         what = f"reading the reviews of #{number}"
         found = []
         for raw in self._pages(what, self.rest.pulls.list_reviews, number):
+            if raw.get("state") in ("DISMISSED", "PENDING"):
+                continue
             state = REVIEW_STATES.get(raw.get("state", ""), "comment")
             comments: tuple[ReviewComment, ...] = ()
-            if state == "changes" and int(raw["id"]) > since:
+            if int(raw["id"]) > since:
                 listed = self._pages(
                     what, self.rest.pulls.list_comments_for_review, number, raw["id"]
                 )
@@ -164,14 +167,37 @@ class GitHubForge:
         self.comment(number, comment)  # a pull request is an issue: its comments are
         self._call(f"closing #{number}", self.rest.pulls.update, number, data={"state": "closed"})
 
+    def describe(self, number: int, body: str) -> None:
+        self._call(f"describing #{number}", self.rest.pulls.update, number, data={"body": body})
+
+    def pull_comments(self, number: int) -> list[str]:
+        return self.comments(number)
+
+    def comment_on_pull(self, number: int, body: str) -> None:
+        self.comment(number, body)
+
+    def request_review(self, number: int, logins: list[str]) -> None:
+        """Ask them to review again (GitHub's "re-request review")."""
+        data = {"reviewers": logins}
+        self._call(
+            f"asking for reviews of #{number}", self.rest.pulls.request_reviewers, number, data=data
+        )
+
     # --- issues -----------------------------------------------------------------------
 
     def issues(self, label: str, since: str | None) -> list[Issue]:
+        """The issues with ``label`` updated at or after ``since``. The same question asked
+        again is a conditional request (the listing's URL does not change while ``since``
+        does not): an unchanged answer is a free 304."""
         kwargs: dict[str, Any] = {"labels": label, "state": "all"}
-        if since:
-            kwargs["since"] = datetime.fromisoformat(since)
+        if since:  # the one form GitHub documents; a datetime would be sent with a space
+            stamp = datetime.fromisoformat(since.replace("Z", "+00:00")).astimezone(UTC)
+            kwargs["since"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
         listed = self._pages("listing issues", self.rest.issues.list_for_repo, **kwargs)
         return [_issue(raw) for raw in listed if "pull_request" not in raw]
+
+    def issue(self, number: int) -> Issue:
+        return _issue(self._call(f"reading #{number}", self.rest.issues.get, number))
 
     def comments(self, number: int) -> list[str]:
         listed = self._pages(
@@ -234,4 +260,5 @@ def _issue(raw: dict[str, Any]) -> Issue:
         state="closed" if raw.get("state") == "closed" else "open",
         labels=labels,
         closed_by=_login(raw.get("closed_by")),
+        updated_at=str(raw.get("updated_at") or ""),
     )

@@ -41,6 +41,7 @@ RUNNING = {"created", "waiting_for_resource", "preparing", "pending", "running",
 BROKEN = {"failed", "canceled"}
 #: every call: a 429 or 5xx is the poller's to wait out, not a sleep inside the client
 NO_WAIT = {"obey_rate_limit": False, "retry_transient_errors": False}
+OWN_MARK = "<!-- octopoid:"  # what octopoid writes on a merge request carries it
 
 
 class GitLabForge:
@@ -86,9 +87,11 @@ class GitLabForge:
         return _merge_request(self._mr(number).attributes)
 
     def reviews(self, number: int, since: int) -> list[Review]:
-        """Approvals, and for each reviewer asking for changes the notes written after
-        ``since`` (the newest review acted on): a review's body and line comments. One who
-        asks with no note at all is a review too, once (its id 1)."""
+        """Approvals, and each note written after ``since`` (the newest review acted on)
+        as a review of its own, in order: a general note's body, a diff note's line
+        comment; a reviewer whose state is ``requested_changes`` asks for changes with
+        them, anyone else's are comments. One who asks with no note at all is a review
+        too, once (its id 1). octopoid's own notes (they carry its marker) are none."""
         what = f"reading the reviews of !{number}"
         mr = self.project.mergerequests.get(number, lazy=True)
         found = []
@@ -101,22 +104,21 @@ class GitLabForge:
             for r in reviewers
             if r.attributes.get("state") == "requested_changes"
         }
-        if not asking:
-            return found
-        notes: dict[str, list[dict[str, Any]]] = {who: [] for who in asking}
+        heard = set()
         for discussion in self._call(what, mr.discussions.list, get_all=True):
             for note in discussion.attributes.get("notes") or []:
-                who = _login(note.get("author"))
-                if who in notes and not note.get("system"):
-                    notes[who].append(note)
-        for who, theirs in notes.items():
-            theirs = [n for n in theirs if int(n["id"]) > since]
-            newest = max((int(n["id"]) for n in theirs), default=0 if since else 1)
-            if not newest:
-                continue  # nothing said since the review acted on
-            body = "\n\n".join(n.get("body") or "" for n in theirs if n.get("type") != "DiffNote")
-            comments = tuple(c for c in map(_diff_note, theirs) if c is not None)
-            found.append(Review(newest, who, "changes", body, comments))
+                who, body = _login(note.get("author")), str(note.get("body") or "")
+                if note.get("system") or OWN_MARK in body or int(note["id"]) <= since:
+                    continue
+                heard.add(who)
+                state = "changes" if who in asking else "comment"
+                line = _diff_note(note)
+                said = (
+                    ("", (line,)) if line else ("" if note.get("type") == "DiffNote" else body, ())
+                )
+                found.append(Review(int(note["id"]), who, state, said[0], said[1]))
+        if not since:  # asked with no word: heard once
+            found += [Review(1, who, "changes", "") for who in sorted(asking - heard)]
         return found
 
     def ci(self, number: int, sha: str, log_tail_chars: int) -> CI:
@@ -153,11 +155,35 @@ class GitLabForge:
         self._call(f"merging !{number}", self.api.http_put, path, post_data={"sha": sha})
 
     def close_pull_request(self, number: int, comment: str) -> None:
-        mr = self.project.mergerequests.get(number, lazy=True)
-        self._call(f"commenting on !{number}", mr.notes.create, {"body": comment})
-        path = f"/projects/{self.project.encoded_id}/merge_requests/{number}"
+        self.comment_on_pull(number, comment)
         closing = {"state_event": "close"}
-        self._call(f"closing !{number}", self.api.http_put, path, post_data=closing)
+        self._call(f"closing !{number}", self.api.http_put, self._path(number), post_data=closing)
+
+    def _path(self, iid: int) -> str:
+        return f"/projects/{self.project.encoded_id}/merge_requests/{iid}"
+
+    def describe(self, number: int, body: str) -> None:
+        data = {"description": body}
+        self._call(f"describing !{number}", self.api.http_put, self._path(number), post_data=data)
+
+    def pull_comments(self, number: int) -> list[str]:
+        return self._said(f"!{number}", self.project.mergerequests.get(number, lazy=True))
+
+    def comment_on_pull(self, number: int, body: str) -> None:
+        mr = self.project.mergerequests.get(number, lazy=True)
+        self._call(f"commenting on !{number}", mr.notes.create, {"body": body})
+
+    def _said(self, what: str, noteable: Any) -> list[str]:
+        """The people's notes on an issue or a merge request (not GitLab's own)."""
+        notes = self._call(f"reading {what}'s notes", noteable.notes.list, get_all=True)
+        return [
+            str(n.attributes.get("body") or "") for n in notes if not n.attributes.get("system")
+        ]
+
+    def request_review(self, number: int, logins: list[str]) -> None:
+        """Ask them to review again: GitLab's quick action, which a note carries."""
+        asked = " ".join(f"@{login}" for login in logins)
+        self.comment_on_pull(number, f"/request_review {asked}")
 
     # --- issues -----------------------------------------------------------------------
 
@@ -168,12 +194,12 @@ class GitLabForge:
         listed = self._call("listing issues", self.project.issues.list, **kwargs)
         return [_issue(i.attributes) for i in listed]
 
+    def issue(self, number: int) -> Issue:
+        found = self._call(f"reading #{number}", self.project.issues.get, number)
+        return _issue(found.attributes)
+
     def comments(self, number: int) -> list[str]:
-        issue = self.project.issues.get(number, lazy=True)
-        notes = self._call(f"reading #{number}'s notes", issue.notes.list, get_all=True)
-        return [
-            str(n.attributes.get("body") or "") for n in notes if not n.attributes.get("system")
-        ]
+        return self._said(f"#{number}", self.project.issues.get(number, lazy=True))
 
     def comment(self, number: int, body: str) -> None:
         issue = self.project.issues.get(number, lazy=True)
@@ -191,7 +217,7 @@ def _merge_request(raw: dict[str, Any]) -> PullRequest:
         url=raw.get("web_url") or "",
         state=state,
         head_sha=raw.get("sha") or "",
-        merge_sha=raw.get("merge_commit_sha") or "",
+        merge_sha=raw.get("merge_commit_sha") or raw.get("squash_commit_sha") or "",
     )
     merged_by = _login(raw.get("merge_user")) or _login(raw.get("merged_by"))
     return replace(pull, merged_by=merged_by, closed_by=_login(raw.get("closed_by")))
@@ -220,4 +246,5 @@ def _issue(raw: dict[str, Any]) -> Issue:
         state="closed" if raw.get("state") == "closed" else "open",
         labels=tuple(raw.get("labels") or ()),
         closed_by=_login(raw.get("closed_by")),
+        updated_at=str(raw.get("updated_at") or ""),
     )

@@ -24,13 +24,15 @@ from .. import config, intake, queue_utils, review
 from ..exceptions import IllegalTransition, InvalidTask, LostRace, TaskBusy
 from ..fsutil import atomic_write, read_json_object
 from ..locks import holding
-from ..tasks import Task, TaskState, format_time, new_task, task_label, utcnow
+from ..tasks import Task, TaskState, format_time, new_task, parse_time, task_label
 from . import Forge, Issue, text
 
 log = logging.getLogger("octopoid.forge")
 PREFIX = {"github": "GH", "gitlab": "GL"}
-#: seconds an issue listing reaches back before the last one: clocks differ
-SINCE_OVERLAP = 120
+#: seconds a listing reaches back before the newest update the last one had: an update
+#: in that same second, or shown late by a replica, is not missed; while nothing changes
+#: the answer is the same, so the overlap costs nothing (a 304)
+SINCE_OVERLAP = 60
 #: blockers imported ahead of what they block, at most this deep; a longer chain's
 #: further edges are left out (named in the context), not a RecursionError every poll
 MAX_CHAIN = 100
@@ -52,18 +54,25 @@ def intake_issues(forge: Forge, label: str, *, new: bool = True) -> list[str]:
     """Import the open issues labelled ``label`` not imported yet (with ``new``), and apply
     edits and closes of imported ones; one line per thing done. Blockers ("blocked by #N")
     are imported before what they block; a blocker that is not imported is left out, and
-    said in the task's context."""
+    said in the task's context.
+
+    Each listing asks for the issues updated since the newest one the last listing had
+    (less ``SINCE_OVERLAP``), in the forge's own time (no clock of this machine is compared
+    with the forge's): while nothing changes the question, and the answer, stay the same,
+    so GitHub answers it from its ETag with a 304 that costs no rate limit."""
     folder().mkdir(parents=True, exist_ok=True)
     with holding(folder() / ".lock"):
         registry = read_json_object(_registry())
         since = registry.get("since", {}).get(label)
-        started = utcnow() - timedelta(seconds=SINCE_OVERLAP)
         listed = {issue.number: issue for issue in forge.issues(label, since)}
         done: list[str] = []
         making: set[int] = set()
         for number in sorted(listed):
             done += _take(forge, listed[number], listed, registry, new, making)
-        registry.setdefault("since", {})[label] = format_time(started)
+        stamps = [parse_time(i.updated_at) for i in listed.values() if i.updated_at]
+        if stamps:
+            since = max(stamps) - timedelta(seconds=SINCE_OVERLAP)
+            registry.setdefault("since", {})[label] = format_time(since)
         _save(registry)
     return done
 
@@ -198,6 +207,10 @@ def _tell(forge: Forge, task_id: str, entry: dict[str, Any]) -> list[str]:
     for event, detail in due:
         if event in said:
             continue
+        if event == "done" and _closed_by_its_merge(forge, task, number):
+            said.add(event)  # the forge said it: "closed this in #<pull request>"
+            entry["said"] = sorted(said)
+            continue
         if posted is None:
             posted = set(forge.comments(number))
         mark = text.marker(task, event)
@@ -211,14 +224,22 @@ def _tell(forge: Forge, task_id: str, entry: dict[str, Any]) -> list[str]:
     return done
 
 
+def _closed_by_its_merge(forge: Forge, task: Task, number: int) -> bool:
+    """The task's pull request was merged and its "Closes #N" closed the issue already."""
+    merged = "PR_NUMBER" in task.headers and not task.headers.get("CLOSED")
+    return merged and forge.issue(number).state == "closed"
+
+
 def _due(task: Task, state: TaskState) -> list[tuple[str, str]]:
-    """What the issue should have been told by now, in the order it happened."""
+    """What the issue should have been told by now, in the order it happened: each pull
+    request and each failure once (a retry's new pull request, a second failure, too)."""
     closed = task.headers.get("CLOSED")
     due = []
     if task.attempts > 0:
         due.append(("started", ""))
-    if url := task.headers.get("PR_URL"):
-        due.append(("pull-request", url))
+    pr = task.headers.get("PR_NUMBER") or task.headers.get("PR_CLOSED")  # or closed since
+    if (url := task.headers.get("PR_URL")) and pr:
+        due.append((f"pull-request-{pr}", url))
     if state is TaskState.DONE:
         if closed == "wont-do" and task.attempts == 0:
             due.append(("cancelled", ""))
@@ -230,7 +251,8 @@ def _due(task: Task, state: TaskState) -> list[tuple[str, str]]:
             due.append(("done", f"merged in {merged}" if merged else task.history[-1]))
     elif state in (TaskState.FAILED, TaskState.REJECTED):
         why = task.headers.get("ERROR") or task.headers.get("REJECT_DETAILS") or ""
-        due.append(("failed", why))
+        failures = sum(dst in ("failed", "rejected") for _, dst in task.moves())
+        due.append((f"failed-{failures}", why))
     return due
 
 

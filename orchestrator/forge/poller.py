@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..exceptions import ForgeUnavailable, OctopoidError
+from ..exceptions import ForgeError, ForgeUnavailable, OctopoidError
 from . import Forge, connect, issues, pulls, settings
 
 log = logging.getLogger("octopoid.forge")
@@ -20,11 +20,19 @@ DEFAULT_POLL_SECONDS = 60
 
 
 def poll_once(forge: Forge) -> list[str]:
-    """One poll: import issues (``forge.intake_label``), act on pull requests, tell issues."""
+    """One poll: import issues (``forge.intake_label``), act on pull requests, tell issues.
+    An intake the forge refuses (or answers oddly) is said and the poll goes on: pull
+    requests' verdicts never wait on it. A forge that cannot answer ends the poll."""
     cfg = settings() or {}
     done = []
     if cfg.get("intake_label"):
-        done += issues.intake_issues(forge, cfg["intake_label"])
+        try:
+            done += issues.intake_issues(forge, cfg["intake_label"])
+        except ForgeUnavailable:
+            raise
+        except (ForgeError, ValueError, TypeError, KeyError) as exc:
+            log.error("forge: the issue intake failed: %s", exc)
+            done.append(f"intake failed: {exc}")
     done += pulls.poll(forge)
     done += issues.tell_issues(forge)
     return done

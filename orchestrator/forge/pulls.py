@@ -5,48 +5,66 @@ the reviewers are the forge's), with ``PR_NUMBER`` and ``PR_URL`` headers. A pol
 pull request and makes at most one move, through the same functions a person's command
 uses, each writing History:
 
-- merged: ``provisional → done`` (``forge: merged by <login>``), finished like an accept;
+- merged (a merge commit, a squash or a rebase: judged by the head it merged, not by
+  ancestry): ``provisional → done`` (``forge: merged by <login>``), finished like an accept;
 - closed unmerged: ``provisional → failed`` (``forge: closed by <login> without merging``),
-  its pull request forgotten, so a retry opens a new one;
+  its number kept as ``PR_CLOSED``: reopened, the task is back in review with it
+  (``failed → provisional``), and a merge then finishes it; a retry opens a new one;
 - CI failed on its head, or a reviewer asked for changes: ``provisional → incoming`` with
-  the failing jobs' log tails, the review's body and its line comments in the retry notes,
-  as ``octopoid reject --comment`` writes them. The next attempt starts from the branch (a
-  person's push to it included), pushes to it, and so updates the same pull request.
+  the failing jobs' log tails and every review not taken yet in the retry notes
+  (``reviews``), as ``octopoid reject --comment`` writes them. The next attempt starts from
+  the branch (a person's push to it included), pushes to it (on top of a person's push
+  meanwhile: ``catch_up``), and so updates the same pull request, which hears of it
+  (``announce``). Work that conflicts with a person's push goes back too, saying where.
 
-What was acted on is recorded in the move itself (the ``FORGE_SEEN`` header: the head
-whose CI failed, the newest review taken), so a poll that dies anywhere never moves a task
-twice for one verdict. Each verdict is judged and made under the task's hold, on the
-attempt it was read for: a person's reject or a second poll meanwhile makes it stand down.
+What was acted on is recorded in the move itself (``FORGE_SEEN``, ``seen``), so a poll that
+dies anywhere never moves a task twice for one verdict. Each verdict is judged and made
+under the task's hold, on the attempt it was read for: a person's reject or a second poll
+meanwhile makes it stand down.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from typing import Any
 
 from .. import git_utils, queue_utils, review, task_tips
 from ..exceptions import (
     ForgeError,
     ForgeUnavailable,
+    GitError,
     IllegalTransition,
     InvalidInput,
+    LostRace,
     TaskBusy,
 )
-from ..memory import lifecycle
-from ..task_notes import LineComment
-from ..tasks import TIP_HEADER, Task, TaskState
-from . import FAILED, NONE, PASSED, Forge, Job, PullRequest, Review, connect, settings, text
+from ..tasks import Task, TaskState
+from . import (
+    FAILED,
+    NONE,
+    PASSED,
+    Forge,
+    PullRequest,
+    announce,
+    connect,
+    heads,
+    reviews,
+    settings,
+    text,
+)
+from .seen import Seen
 
 log = logging.getLogger("octopoid.forge")
-MAX_JOBS = 10  # failed jobs quoted in one rejection
-MAX_COMMENTS = 50  # line comments taken from one poll's reviews
-MAX_BODY = 8000  # characters of one review's body
-PR_HEADERS = ("PR_NUMBER", "PR_URL", "FORGE_SEEN")
+OPEN_HEADERS = ("PR_NUMBER",)  # while its pull request is open
+CLOSED_HEADER = "PR_CLOSED"  # a pull request closed unmerged: followed while the task failed
+#: what a poll's hold says to whoever else asks for the task (``review.held`` waits for it)
+JUDGING = review.FORGE_HOLD
+__all__ = ["JUDGING", "OPEN_HEADERS", "Seen", "open_for", "poll", "pr_number", "verdict"]
 
 
-def pr_number(task: Task) -> int | None:
+def pr_number(task: Task, header: str = "PR_NUMBER") -> int | None:
     """The task's pull request number, or None (a hand-edited value that is not one too)."""
-    raw = task.headers.get("PR_NUMBER", "")
+    raw = task.headers.get(header, "")
     return int(raw) if raw.isdigit() and 0 < len(raw) < 10 else None
 
 
@@ -72,9 +90,8 @@ def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
     git_utils.push_task_branch(repo, remote, task.id, review=True)
     pull = forge.find_pull_request(branch)
     if pull is None:
-        learnings = lifecycle.learning_rows(lifecycle.pending_learnings(task))
         title = text.pull_request_title(task)
-        body = text.pull_request_body(task, cfg["web_url"], learnings)
+        body = announce.description(task, cfg["web_url"])
         try:
             pull = forge.open_pull_request(branch, task.branch, title, body)
         except ForgeUnavailable:
@@ -85,62 +102,55 @@ def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
                 raise
 
     def record(t: Task) -> None:
+        if t.headers.get("PR_NUMBER") != str(pull.number):  # a new one: nothing taken yet,
+            Seen(told=t.attempts).write(t)  # and its description is of this attempt
         t.set_header("PR_NUMBER", pull.number)
         t.set_header("PR_URL", text.one_line(pull.url, 500))
+        t.drop_header(CLOSED_HEADER)
 
     log.info("%s: pull request #%d (%s) by %s", task.label, pull.number, pull.url, actor)
     return queue_utils.get_store().update(task.id, TaskState.PROVISIONAL, record)
 
 
-@dataclass
-class Seen:
-    """What of a pull request's verdicts a task's moves already took (``FORGE_SEEN``)."""
-
-    ci: str = ""  # the head whose failed CI sent it back
-    review: int = 0  # the newest review acted on
-
-    @classmethod
-    def of(cls, task: Task) -> Seen:
-        seen = cls()
-        for part in task.headers.get("FORGE_SEEN", "").split():
-            key, _, value = part.partition(":")
-            if key == "ci":
-                seen.ci = value
-            elif key == "review" and value.isdigit():
-                seen.review = int(value)
-        return seen
-
-    def header(self) -> str:
-        return f"ci:{self.ci} review:{self.review}"
-
-
 def poll(forge: Forge) -> list[str]:
-    """One look at every task in provisional: open the pull requests ``open_on:
-    provisional`` asks for, act on the verdicts of open ones. One line per thing done.
-    One pull request the forge refuses something for (a merge, a bad answer) is logged
-    and left; the others go on. An unreachable forge ends the poll (``ForgeUnavailable``)."""
+    """One look at every task in provisional (open the pull requests ``open_on:
+    provisional`` asks for, act on the verdicts of open ones) and every failed task with
+    a pull request (one reopened, a failure to tell). One line per thing done. One pull
+    request the forge refuses something for (a merge, a bad answer) is logged and left;
+    the others go on. An unreachable forge ends the poll (``ForgeUnavailable``)."""
     cfg = settings() or {}
     done = []
     for task in queue_utils.list_tasks(TaskState.PROVISIONAL):
-        number = pr_number(task)
-        try:
-            if number is None:
-                if cfg.get("open_on") == "provisional" and _ready(task):
-                    pulled = open_for(task, "octopoid", forge)
-                    done.append(f"{task.label}: opened {pulled.headers['PR_URL']}")
-                continue
-            line = verdict(forge, task, number, cfg)
-        except ForgeUnavailable:
-            raise
-        except (TaskBusy, IllegalTransition, InvalidInput) as exc:  # a person is at it
-            log.info("%s: left for now: %s", task.label, exc)
-            continue
-        except (ForgeError, ValueError, TypeError, KeyError) as exc:
-            log.warning("%s: pull request #%s left for now: %s", task.label, number, exc)
-            continue
-        if line:
-            done.append(f"{task.label}: {line}")
+        done += _each(task, lambda t: _provisional(forge, t, cfg))
+    for task in queue_utils.list_tasks(TaskState.FAILED):
+        if pr_number(task, CLOSED_HEADER) or pr_number(task):
+            done += _each(task, lambda t: _failed(forge, t, cfg))
     return done
+
+
+def _each(task: Task, act: Any) -> list[str]:
+    """``act`` on one task; what the forge or a person did meanwhile is its own trouble."""
+    try:
+        line = act(task)
+    except ForgeUnavailable:
+        raise
+    except (TaskBusy, IllegalTransition, InvalidInput, LostRace) as exc:  # a person is at it
+        log.info("%s: left for now: %s", task.label, exc)
+        return []
+    except (ForgeError, GitError, ValueError, TypeError, KeyError) as exc:
+        log.warning("%s: its pull request was left for now: %s", task.label, exc)
+        return []
+    return [f"{task.label}: {line}"] if line else []
+
+
+def _provisional(forge: Forge, task: Task, cfg: dict) -> str | None:
+    number = pr_number(task)
+    if number is not None:
+        return verdict(forge, task, number, cfg)
+    if cfg.get("open_on") == "provisional" and _ready(task):
+        pulled = open_for(task, "octopoid", forge)
+        return f"opened {pulled.headers['PR_URL']}"
+    return None
 
 
 def _ready(task: Task) -> bool:
@@ -151,40 +161,110 @@ def _ready(task: Task) -> bool:
     return queue_utils.unfenced_submit(task) is None
 
 
+def _failed(forge: Forge, task: Task, cfg: dict) -> str | None:
+    """A failed task's pull request: reopened, or merged all the same (the task is back
+    in review, and a merge finishes it), or open and not told of the failure yet."""
+    closed = pr_number(task, CLOSED_HEADER)
+    number = closed or pr_number(task)
+    assert number is not None
+    pull = forge.pull_request(number)
+    if pull.state == "closed" or (closed is None and pull.state == "open"):
+        return None if closed else _tell_failure(forge, task, number, cfg)
+    with queue_utils.get_store().hold(task.id, JUDGING):
+        now = queue_utils.get_task(task.id)
+        if (
+            now.state is not TaskState.FAILED
+            or (pr_number(now, CLOSED_HEADER) or pr_number(now)) != number
+        ):
+            return None
+        again = "reopened" if closed else pull.state
+        seen = Seen.of(now)  # what its reviews gave is still taken; its attempt is told
+        seen.told = now.attempts
+        back = queue_utils.return_to_review(
+            now.id,
+            f"forge: pull request #{number} {again}",
+            actor=forge.kind,
+            headers={"PR_NUMBER": number, "PR_URL": pull.url, **seen.mark()},
+            drop=(CLOSED_HEADER,),
+        )
+        line = verdict(forge, back, number, cfg) if pull.state == "merged" else None
+    return f"pull request #{number} {again}" + (f"; {line}" if line else "")
+
+
+def _tell_failure(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:
+    with queue_utils.get_store().hold(task.id, JUDGING):
+        now = queue_utils.get_task(task.id)
+        if now.state is not TaskState.FAILED:
+            return None
+        return announce.attempt(forge, now, number, cfg.get("web_url"))
+
+
 def verdict(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:
     """Read pull request ``number`` and make the move its verdict asks for; what was done.
     Judged and moved under the task's hold, and only for the attempt ``task`` was read as."""
     who = forge.kind
     pull = forge.pull_request(number)
     store = queue_utils.get_store()
-    with store.hold(task.id, "judged by the forge"):
+    with store.hold(task.id, JUDGING):
         now = queue_utils.get_task(task.id)
         if now.state is not TaskState.PROVISIONAL or now.attempts != task.attempts:
             return None  # moved, or another attempt in review since it was read
         if pull.state == "merged":
             by = text.one_line(pull.merged_by, 80) or "someone"
             reason = f"forge: merged by {by}"
-            review.accept_merged(now.id, f"{who}:{by}", pull.merge_sha, reason)
+            review.accept_merged(now.id, f"{who}:{by}", pull.merge_sha, reason, pull.head_sha)
             return f"merged by {by}"
         if pull.state == "closed":
             by = text.one_line(pull.closed_by, 80) or "someone"
             why = f"forge: pull request #{number} closed by {by} without merging"
-            queue_utils.fail_task(now.id, why, actor=f"{who}:{by}", drop=PR_HEADERS)
+            queue_utils.fail_task(  # its link stays: the issue and `show` still name it
+                now.id, why, actor=f"{who}:{by}", drop=OPEN_HEADERS, headers={CLOSED_HEADER: number}
+            )
             return f"closed by {by}"
-        _follow_head(now, pull)
-        seen = Seen.of(now)
-        fresh_ci = seen.ci != pull.head_sha
-        ci = forge.ci(number, pull.head_sha, cfg.get("log_tail_chars", 3000) if fresh_ci else 0)
-        reviews = forge.reviews(number, seen.review)
-        asking = [r for r in _latest_by_author(reviews) if r.state == "changes"]
-        asking = [r for r in asking if r.id > seen.review]
-        failed = ci.failed if ci.state == FAILED and fresh_ci else ()
-        if failed or asking:
-            return _send_back(now, pull, failed, asking, seen, who)
-        ready = cfg.get("merge_when_approved") and ci.state in (PASSED, NONE)
-        if ready and _approved(reviews, pull.head_sha):
-            return _merge(forge, now, number, pull, ci.state, who)
+        conflict = heads.follow(now, pull)
+        if conflict is not None:
+            return _conflicts(forge, now, number, conflict, who)
+        if git_utils.ref_tip(git_utils.open_repo(), git_utils.branch_for(now.id)) != pull.head_sha:
+            now = queue_utils.get_task(now.id)  # the head moved: judged at the next poll
+            return announce.attempt(forge, now, number, cfg.get("web_url"))
+        told = announce.attempt(forge, now, number, cfg.get("web_url"))
+        line = _judge(forge, queue_utils.get_task(now.id), number, pull, cfg)
+    return "; ".join(filter(None, [told, line])) or None
+
+
+def _judge(forge: Forge, task: Task, number: int, pull: PullRequest, cfg: dict) -> str | None:
+    """CI and reviews of the head: back for changes, merged when approved, or a word on
+    the pull request about approvals of an earlier head."""
+    seen = Seen.of(task)
+    fresh_ci = seen.ci != pull.head_sha
+    ci = forge.ci(number, pull.head_sha, cfg.get("log_tail_chars", 3000) if fresh_ci else 0)
+    given = forge.reviews(number, seen.review)
+    failed = ci.failed if ci.state == FAILED and fresh_ci else ()
+    if failed or reviews.asking(given, seen):
+        return reviews.send_back(task, pull, failed, given, seen, forge.kind)
+    if not cfg.get("merge_when_approved") or ci.state not in (PASSED, NONE):
+        return None
+    if reviews.approved(given, pull.head_sha):
+        return _merge(forge, task, number, pull, ci.state, forge.kind)
+    if old := reviews.stale(given, pull.head_sha):
+        return announce.stale(forge, task, number, old, pull.head_sha) or None
     return None
+
+
+def _conflicts(forge: Forge, task: Task, number: int, why: str, who: str) -> str:
+    """The task's work (never pushed) conflicts with a person's push: back, saying so on
+    the pull request, in History and in the notes."""
+    announce.conflict(forge, task, number, why)
+    seen = Seen.of(task)
+    seen.told = task.attempts
+    queue_utils.reject_completion(
+        task.id,
+        why,
+        who,
+        summary="forge: its work conflicts with a push to the pull request's branch",
+        mark=seen.mark(),
+    )
+    return "its work conflicts with a push to its branch: back to incoming"
 
 
 def _merge(forge: Forge, task: Task, number: int, pull: PullRequest, ci: str, who: str) -> str:
@@ -194,112 +274,8 @@ def _merge(forge: Forge, task: Task, number: int, pull: PullRequest, ci: str, wh
         return f"merge asked; the forge says {merged.state}"
     by = text.one_line(merged.merged_by, 80) or "octopoid"
     reason = f"forge: merged by {by} (approved, CI {ci})"
-    review.accept_merged(task.id, f"{who}:{by}", merged.merge_sha, reason)
+    review.accept_merged(task.id, f"{who}:{by}", merged.merge_sha, reason, merged.head_sha)
     return f"approved and merged by {by}"
-
-
-def _follow_head(task: Task, pull: PullRequest) -> None:
-    """Keep the branch and the pull request's head together. A person pushed to it: take
-    their commits as the branch (the tip octopoid had kept under ``refs/octopoid/replaced/``,
-    ``git_utils.adopt``), and as the task's recorded tip, which the next attempt takes
-    (``task_tips``). Octopoid's push was lost (the remote was down): push again."""
-    repo = git_utils.open_repo()
-    branch = git_utils.branch_for(task.id)
-    remote = git_utils.remote_name()
-    if remote is None or not pull.head_sha or not git_utils.branch_exists(repo, branch):
-        return
-    tip = git_utils.branch_tip(repo, branch)
-    if tip == pull.head_sha:
-        return
-    with git_utils.repo_admin_lock():
-        found = git_utils.fetch_branches(repo, remote, [branch], review=True)
-    if found.get(branch) != pull.head_sha:
-        return  # the forge is behind its own remote for a moment: the next poll looks again
-    if repo.is_ancestor(pull.head_sha, tip):
-        git_utils.push_task_branch(repo, remote, task.id, review=True)
-        log.info("%s: pushed %s, which the pull request lacked", task.label, tip[:12])
-        return
-    with git_utils.repo_admin_lock():
-        git_utils.adopt(repo, branch, pull.head_sha, replace=True)
-    queue_utils.get_store().update(
-        task.id, TaskState.PROVISIONAL, lambda t: t.set_header(TIP_HEADER, pull.head_sha)
-    )
-    log.info("%s: its branch moved on the forge to %s", task.label, pull.head_sha[:12])
-
-
-def _latest_by_author(reviews: list[Review]) -> list[Review]:
-    """Each reviewer's last word (approved or changes; comments do not change a verdict)."""
-    latest: dict[str, Review] = {}
-    for one in sorted(reviews, key=lambda r: r.id):
-        if one.state in ("approved", "changes"):
-            latest[one.author] = one
-    return list(latest.values())
-
-
-def _approved(reviews: list[Review], head: str) -> bool:
-    """Every reviewer's last word is an approval, of this head where the forge says which
-    (an approval of an earlier attempt does not merge the next one)."""
-    latest = _latest_by_author(reviews)
-    return bool(latest) and all(r.state == "approved" and r.commit in ("", head) for r in latest)
-
-
-def _send_back(
-    task: Task,
-    pull: PullRequest,
-    failed_jobs: tuple[Job, ...],
-    asking: list[Review],
-    seen: Seen,
-    who: str,
-) -> str:
-    """One rejection for everything the forge said: the CI's failed jobs with their log
-    tails, then each review's body, its line comments as line comments. Everything the
-    forge sent is cleaned of control characters and bounded before it is written."""
-    parts, said = [], []
-    if failed_jobs:
-        jobs = failed_jobs[:MAX_JOBS]
-        names = ", ".join(text.one_line(job.name, 100) for job in jobs)
-        said.append(f"CI failed ({names})")
-        parts.append(f"CI failed on {pull.head_sha[:12]} (pull request #{pull.number}): {names}")
-        for job in jobs:
-            tail = text.clean(job.log_tail).rstrip() or "(no log)"
-            parts.append(f"--- {text.one_line(job.name, 100)}: the end of its log ---\n{tail}")
-        seen.ci = pull.head_sha
-    comments: list[LineComment] = []
-    for one in asking:
-        author = text.one_line(one.author, 80) or "a reviewer"
-        said.append(f"changes requested by {author}")
-        body = text.clean(one.body).strip()[:MAX_BODY] or "(no summary)"
-        parts.append(f"{author} asked for changes:\n{body}")
-        comments += [
-            LineComment(c.path, c.line, c.text, end=c.end, side=c.side) for c in one.comments
-        ]
-        seen.review = max(seen.review, one.id)
-    summary = f"forge: {' and '.join(said)}"
-    reviewers = [text.one_line(one.author, 80) for one in asking]
-    by = f"{who}:{reviewers[0]}" if len(reviewers) == 1 and not failed_jobs else who
-    located = review.with_code(task, _valid(comments[:MAX_COMMENTS]), strict=False)
-    queue_utils.reject_completion(
-        task.id,
-        "\n\n".join(parts),
-        by,
-        comments=located,
-        summary=summary,
-        mark={"FORGE_SEEN": seen.header()},
-    )
-    return summary.removeprefix("forge: ")
-
-
-def _valid(comments: list[LineComment]) -> list[LineComment]:
-    """A forge's comments checked as a person's are (``review.line_comment``); one that is
-    not (a hostile path, an absurd line) is dropped, not fatal."""
-    kept = []
-    for c in comments:
-        said = text.clean(c.text)[: review.MAX_COMMENT_CHARS]
-        try:
-            kept.append(review.line_comment(c.path, str(c.line), said, str(c.end or ""), c.side))
-        except InvalidInput as exc:
-            log.warning("a forge's line comment left out: %s", exc)
-    return kept
 
 
 def close_for(task_id: str, actor: str) -> str | None:

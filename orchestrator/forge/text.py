@@ -40,18 +40,22 @@ def pull_request_title(task: Task) -> str:
 def pull_request_body(
     task: Task, web_url: str | None = None, learnings: list[dict] | None = None
 ) -> str:
-    """The description of a task's pull request: the task as the agent got it, what its
-    attempts cost, the ``learnings`` (``lifecycle.learning_rows``) its merge keeps in
-    project memory, and how to find it in octopoid (its page, with ``forge.web_url``)."""
-    criteria = "\n".join(f"- [ ] {c}" for c in task.criteria) or "_none given_"
-    facts = [f"**Attempts:** {task.attempts}"]
+    """The description of a task's pull request, written for a reviewer on the forge and
+    rewritten at each attempt: the task as the agent got it (its criteria as a plain list,
+    not a task list the forge would count as open), which attempt this is and what the
+    attempts cost, the checks the attempt passed, the ``learnings``
+    (``lifecycle.learning_rows``) its merge keeps in project memory, and its page (with
+    ``forge.web_url``)."""
+    criteria = "\n".join(f"- {c}" for c in task.criteria) or "_none given_"
+    facts = [f"**Attempt:** {task.attempts}"]
     if cost := task.headers.get("COST_USD_TOTAL"):
-        facts.append(f"**Cost:** ${cost}")
+        facts.append(f"**Cost so far:** ${cost}")
     checks = [line for line in task.history if "(checks:" in line]
-    page = f"[its page]({web_url.rstrip('/')}/tasks/{task.label}), " if web_url else ""
+    page = f" ([its page]({web_url.rstrip('/')}/tasks/{task.label}))" if web_url else ""
     lines = [
-        f"Octopoid task **{task.label}**: {page}`octopoid show {task.label}`, "
-        f"`octopoid notes {task.label}`.",
+        f"An agent's work on octopoid task **{task.label}**{page}. Review it here as any "
+        "pull request: asking for changes sends it back to the agent with your comments; "
+        "its next attempt pushes here and this description is brought up to date.",
         "",
         "## Context",
         "",
@@ -68,13 +72,45 @@ def pull_request_body(
     if kept := [row for row in learnings or () if not row["struck"]]:
         lines += ["", "## Learnings kept in project memory when this merges", ""]
         lines += [f"- [{row['section']}] {row['text']} ({row['from']})" for row in kept]
-        lines += ["", f"`octopoid accept {task.label} --forget N` before the merge strikes one."]
+        lines += ["", "(A person can strike one on the task's page in octopoid before the merge.)"]
     if issue := task.headers.get("ISSUE_NUMBER"):
         lines += ["", f"Closes #{issue}"]
     body = redact("\n".join(lines))
     if len(body) > MAX_BODY:  # GitHub refuses a description past 65,536 characters
-        body = f"{body[:MAX_BODY]}\n\n[... cut: `octopoid show {task.label}` has it all]"
+        body = f"{body[:MAX_BODY]}\n\n[... cut at {MAX_BODY} characters]"
     return f"{body}\n\n{marker(task, 'pull-request')}"
+
+
+def attempt_comment(task: Task, changed: list[str], skipped: int, asked: list[str]) -> str:
+    """What octopoid says on the pull request when an attempt reached review there: what
+    it changed (its commits' subjects, not its log), the reviewers whose changes it
+    answered (asked to review again), and attempts that ended before review meanwhile."""
+    lines = [f"Attempt {task.attempts} of {task.label} is ready for review."]
+    if asked:
+        lines.append(f"It answers the review of {', '.join('@' + a for a in asked)}.")
+    if changed:
+        lines += ["", "What it changed:", *(f"- {one_line(c, 200)}" for c in changed)]
+    if skipped:
+        s = "s" * (skipped != 1)
+        lines += ["", f"({skipped} attempt{s} before it ended without reaching review.)"]
+    said = "\n".join(lines)
+    return f"{redact(said)}\n\n{marker(task, f'attempt-{task.attempts}')}"
+
+
+def ended_comment(task: Task, why: str) -> str:
+    """What octopoid says on the pull request when an attempt of its task failed."""
+    said = f"Attempt {task.attempts} of {task.label} failed: {one_line(why, 1000)}"
+    return f"{redact(said)}\n\n{marker(task, f'attempt-{task.attempts}')}"
+
+
+def stale_comment(task: Task, approvals: list[tuple[str, str]], head: str) -> str:
+    """Why an approved pull request is not merged: the approvals are of earlier heads."""
+    who = ", ".join(f"@{login} ({sha[:12]})" for login, sha in approvals)
+    said = (
+        f"Not merged: the approvals of {who} are of an earlier head, not of {head[:12]} "
+        f"(attempt {task.attempts}). Approve {head[:12]} to merge it."
+    )
+    return f"{redact(said)}\n\n{marker(task, f'stale-{head[:12]}')}"
 
 
 def _closed(text: str) -> str:
@@ -147,12 +183,15 @@ EVENTS = ("started", "pull-request", "done", "failed", "cancelled")
 
 def issue_comment(task: Task, event: str, detail: str = "") -> str:
     """What octopoid says on an issue when its task starts, gets a pull request, is done,
-    fails, or is cancelled because the issue was closed."""
+    fails, or is cancelled because the issue was closed. ``event`` is one of ``EVENTS``,
+    numbered where it can happen again (``pull-request-12``, ``failed-2``): the marker
+    names it so, the words are the kind's."""
+    kind = re.sub(r"-\d+$", "", event)
     said = {
         "started": f"Octopoid started work on this as {task.label}.",
         "pull-request": f"Octopoid opened a pull request for {task.label}: {detail}",
         "done": f"{task.label} is done{f': {detail}' if detail else '.'}",
         "failed": f"{task.label} failed: {detail or 'see `octopoid show ' + task.label + '`'}",
         "cancelled": f"The issue was closed before work started: {task.label} is cancelled.",
-    }[event]
+    }[kind]
     return f"{redact(said)}\n\n{marker(task, event)}"

@@ -173,7 +173,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
                 result.details["no_change"] = why
         _save_notes(task, agent_name, result, commits, output, log_dir)
         if space is not None:
-            _publish(task, space, commits)
+            _publish(task, space, commits, result)
     try:
         report = _next_move(task, agent, agents_cfg, cfg, claim, result, commits, space, log_dir)
     except LostClaim as exc:
@@ -282,7 +282,8 @@ def _next_move(
             add_notes_section(task.id, f"No further change — attempt {task.attempts}", why)
             commits = held
     tip = space.tip() if space is not None else None
-    if result.outcome == "success" and commits > 0 and space is not None:
+    diverged = "diverged" in result.details  # not on the pull request: nothing to check
+    if result.outcome == "success" and commits > 0 and space is not None and not diverged:
         verdict = _verify(task, cfg, claim, space, tip)
     return _settle(task, agent, agents_cfg, result, commits, verdict, tip)
 
@@ -350,10 +351,17 @@ def _verify(
     return verdict
 
 
-def _publish(task: Task, space: Workspace, commits: int) -> None:
+def _publish(task: Task, space: Workspace, commits: int, result: AgentResult) -> None:
     """Push the branch when the attempt added to it; what went wrong with the remote goes in
-    the notes (the next attempt, on any machine, reads why it starts where it does)."""
-    problems = [p for p in (space.remote_problem, space.publish(commits)) if p]
+    the notes (the next attempt, on any machine, reads why it starts where it does). Work
+    put on top of a person's push to the pull request's branch is said in History too
+    (``caught_up``); work that conflicts with it does not go to review (``diverged``)."""
+    problems = [p for p in (space.started.remark, space.publish(commits)) if p]
+    caught = space.caught_up
+    if caught is not None and caught.count:
+        said = caught.said(git_utils.branch_for(task.id))
+        result.details["caught_up" if caught.tip else "diverged"] = said
+        problems.append(said)
     if problems:
         add_notes_section(task.id, f"Branch — attempt {task.attempts}", "\n".join(problems))
 
@@ -559,7 +567,8 @@ def _settle(
         )
         reason = f"no change needed: {why}"
         return report(TaskState.PROVISIONAL)
-    if result.outcome == "success" and commits > 0 and (verdict is None or verdict.passed):
+    diverged = result.details.get("diverged")
+    if result.outcome == "success" and commits > 0 and not diverged and _passed(verdict):
         queue_utils.submit_completion(
             task,
             commits,
@@ -567,9 +576,12 @@ def _settle(
             cost_usd=result.cost_usd,
             checks=[r.line() for r in verdict.results] if verdict else [],
             tip=tip,
+            remark=result.details.get("caught_up", ""),
         )
         return report(TaskState.PROVISIONAL)
-    if verdict is not None:
+    if diverged:
+        reason = f"its commits are not on the pull request: {diverged}"
+    elif verdict is not None:
         reason = f"{verdict.summary()}; {commits} commit{'s' * (commits != 1)} kept on the branch"
     elif result.outcome == "success":
         reason = f"the agent finished without committing anything ({result.summary})"
@@ -583,6 +595,10 @@ def _settle(
         return report(TaskState.INCOMING)
     queue_utils.fail_task(task, f"attempts exhausted; {reason}", headers=mark)
     return report(TaskState.FAILED)
+
+
+def _passed(verdict: checks.Verdict | None) -> bool:
+    return verdict is None or verdict.passed
 
 
 def _give_back(

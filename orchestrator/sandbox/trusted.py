@@ -30,7 +30,8 @@ class TrustedWorkspace(Workspace):
         """The worktree, snapshotted; ``needs`` and the network settings mean nothing
         without walls."""
         repo = git_utils.open_repo()
-        self.base, self.remote, self.remote_problem, self.lease = base_for(self.task)
+        self.remote, self.started = base_for(self.task)
+        self.base = self.started.base
         base = self.base
         self.worktree = git_utils.ensure_worktree(repo, self.task.id, base)
         containment.settle_orphans()  # an earlier attempt's runner may have died unchecked

@@ -82,7 +82,8 @@ class WalledWorkspace(Workspace):
     def _make(self, agent: dict, cfg: dict, needs: list[str]) -> None:
         self.bwrap, self.userns = _walls()
         repo = git_utils.open_repo()
-        self.base, self.remote, self.remote_problem, self.lease = base_for(self.task)
+        self.remote, self.started = base_for(self.task)
+        self.base = self.started.base
         base = self.base
         if (self.clone_path / ".git").is_file():  # sandbox: none's worktree, from before
             git_utils.remove_worktree(repo, self.task.id, delete_branch=False)

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import config, defaults, git_utils, task_tips
-from ..exceptions import GitError, PushRefused
+from .. import catch_up, config, defaults, git_utils, task_tips
+from ..catch_up import CaughtUp
+from ..exceptions import GitError, PushRefused, RemoteMoved
 from ..fsutil import remove_tree
 from ..processes import leftovers, owner_tag
 from ..tasks import Task
@@ -43,9 +44,9 @@ class BroughtBack:
     unreached: int = 0  # destinations its network refused (`agents` counts them)
 
 
-def base_for(task: Task) -> tuple[str, str | None, str | None, str | None]:
-    """(where a new branch starts, git.remote, why the attempt does not start from the
-    task's recorded tip, the lease its push will use).
+def base_for(task: Task) -> tuple[str | None, task_tips.Start]:
+    """git.remote and where the attempt starts: the base a new branch starts from, why it
+    does not start from the task's recorded tip, the lease its push will use.
 
     With ``git.remote`` the task's branch is first set to the tip its last attempt left
     (``task_tips.start``, fetched from the remote if need be) and a new branch starts
@@ -53,13 +54,12 @@ def base_for(task: Task) -> tuple[str, str | None, str | None, str | None]:
     """
     remote, base = git_utils.remote_name(), task.branch
     if remote is None:
-        return base, None, None, None
+        return None, task_tips.Start(base, None)
     try:
-        found = task_tips.start(git_utils.open_repo(), remote, task)
+        return remote, task_tips.start(git_utils.open_repo(), remote, task)
     except GitError as exc:
         why = f"could not fetch from {remote}; this attempt starts from here: {exc}"
-        return base, remote, why, None
-    return found.base, remote, found.remark, found.lease
+        return remote, task_tips.Start(base, None, why)
 
 
 class Workspace(ABC):
@@ -71,10 +71,10 @@ class Workspace(ABC):
     start: str  # the task branch's tip before the agent ran
     base: str  # the ref the branch is judged against (the remote's base with git.remote)
     remote: str | None
-    remote_problem: str | None
-    lease: str | None  # the remote's tip the branch started from ("" none; None: unknown)
+    started: task_tips.Start  # the base, the lease the push uses, what the remote held
     banner: str  # the first line of the attempt's log: what walls there are
     proxy: NetworkProxy | None = None  # the box's way out with ``network: allow``
+    caught_up: CaughtUp | None = None  # the branch was pushed to meanwhile: what was done
 
     def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
         self.task, self.token = task, token
@@ -139,16 +139,21 @@ class Workspace(ABC):
         backoff while the remote cannot be reached; None when pushed (or nothing to do),
         else why not, for the notes. The work stays on the local branch either way. It
         goes where no forge runs CI on it, unless the task's pull request is open
-        (``task_tips.on_forge``): then to the branch the pull request shows."""
+        (``task_tips.on_forge``): then to the branch the pull request shows, where a
+        person's push meanwhile is built on (``catch_up``: ``caught_up`` says how)."""
         if self.remote is None or commits == 0:
             return None
         error, review = "", task_tips.on_forge(self.task)
         for delay in (*defaults.PUSH_BACKOFF_SECONDS, None):
             try:
                 git_utils.push_task_branch(
-                    git_utils.open_repo(), self.remote, self.task.id, self.lease, review
+                    git_utils.open_repo(), self.remote, self.task.id, self.started.lease, review
                 )
                 return None
+            except RemoteMoved as exc:
+                if not review:  # refs/octopoid/tasks/ is octopoid's: a late push stays out
+                    return f"the branch was not pushed to {self.remote}: {exc}"
+                return self._catch_up()
             except PushRefused as exc:  # the remote answered: asking again changes nothing
                 return f"the branch was not pushed to {self.remote}: {exc}"
             except GitError as exc:
@@ -156,6 +161,19 @@ class Workspace(ABC):
             if delay is not None:
                 time.sleep(delay)
         return f"the branch was not pushed to {self.remote}: {error}"
+
+    def _catch_up(self) -> str | None:
+        """A person pushed to the pull request's branch while the attempt ran: its commits
+        go on top of theirs (None), or why they could not (the notes say it)."""
+        assert self.remote is not None
+        repo = git_utils.open_repo()
+        try:
+            self.caught_up = catch_up.onto_remote(
+                repo, self.remote, self.task.id, self.started.carried, review=True
+            )
+        except GitError as exc:
+            return f"the branch was not pushed to {self.remote}: {exc}"
+        return None
 
     def close(self) -> None:
         """Stop the channel and the network's proxy and remove what the attempt used; a

@@ -37,6 +37,16 @@ from pathlib import Path
 from typing import Any, NamedTuple, Self
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+#: what closes an issue when a pull request that says it merges into the default branch
+CLOSING_RE = re.compile(r"(?i)\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s+#(\d+)\b")
+#: the one form of a time GitHub documents for its ``since`` parameters
+SINCE_RE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def closes(description: str) -> set[int]:
+    """The issue numbers a pull request's description closes on merge."""
+    return {int(n) for n in CLOSING_RE.findall(description or "")}
+
 
 def now_iso() -> str:
     """Seconds precision with a Z, as both forges write timestamps."""
@@ -141,6 +151,51 @@ class BareRepo:
         )
         self.git("update-ref", f"refs/heads/{base}", sha, old)
         return sha
+
+    def land(self, base: str, head_sha: str, method: str, message: str, login: str) -> str | None:
+        """Merge ``head_sha`` into ``base`` as a forge's merge button does: ``merge`` (a merge
+        commit), ``squash`` (one commit of the head's changes on the base) or ``rebase``
+        (each commit replayed on the base, as ``login``); the new tip, None on a conflict."""
+        if method == "merge":
+            return self.merge(base, head_sha, message, login)
+        old = self.sha(base)
+        if not old:
+            return None
+        if method == "squash":
+            tree = self.git("merge-tree", "--write-tree", old, head_sha, check=False)
+            if not re.fullmatch(r"[0-9a-f]{40}", tree):
+                return None
+            tip = self.git("commit-tree", tree, "-p", old, "-m", message, env=_as(login))
+        else:
+            tip = self._replay(old, head_sha, login)
+            if tip is None:
+                return None
+        self.git("update-ref", f"refs/heads/{base}", tip, old)
+        return tip
+
+    def _replay(self, onto: str, head_sha: str, login: str) -> str | None:
+        """The commits of ``head_sha`` the base lacks, replayed on ``onto`` (their patches
+        applied to a scratch index: a bare repository has no worktree to cherry-pick in)."""
+        picks = self.git("rev-list", "--reverse", "--no-merges", f"{onto}..{head_sha}").split()
+        tip = onto
+        for pick in picks:
+            patch = self.git("diff-tree", "-p", "--binary", f"{pick}^", pick)
+            with tempfile.TemporaryDirectory() as tmp:
+                env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+                self.git("read-tree", tip, env=env)
+                applied = subprocess.run(
+                    ["git", "-C", str(self.path), "apply", "--cached", "-"],
+                    input=patch + "\n", text=True, capture_output=True,
+                    env={**os.environ, **env}, check=False,
+                )  # fmt: skip
+                if applied.returncode:
+                    return None
+                tree = self.git("write-tree", env=env)
+            author = self.git("log", "-1", "--format=%an%x00%ae%x00%aI%x00%B", pick).split("\0")
+            who = {**_as(login), "GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1],
+                   "GIT_AUTHOR_DATE": author[2]}  # fmt: skip
+            tip = self.git("commit-tree", tree, "-p", tip, "-m", author[3].strip() or "-", env=who)
+        return tip
 
     def commit(
         self, login: str, branch: str, files: dict[str, str], message: str, parent: str | None

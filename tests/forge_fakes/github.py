@@ -9,8 +9,13 @@ sequence; a pull request is an issue with a ``pull`` (and is listed by ``/issues
 Test-side methods (people and CI): ``create_issue``, ``edit_issue``, ``close_issue``,
 ``review(number, login, state, body, comments=[LineNote...])`` on the current head sha,
 ``report_ci(sha, name, conclusion, log)`` (a check run; ``conclusion=None`` is in progress),
-``report_status(sha, context, state)``, ``merge_by_hand``, ``close_by_hand``, plus the shared
-``force_push``, ``fail_next``, ``rate_limit_next``, ``log`` and ``not_modified`` (base.py).
+``report_status(sha, context, state)``, ``merge_by_hand`` (``method`` merge, squash or
+rebase, as the merge button and ``PUT .../merge``'s ``merge_method``), ``close_by_hand``,
+``reopen_by_hand``, plus the shared ``force_push``, ``fail_next``, ``rate_limit_next``,
+``log`` and ``not_modified`` (base.py). As on GitHub: a merge into ``main`` closes the
+issues its description closes ("Closes #N"); a review removes its author from the
+requested reviewers, ``POST .../requested_reviewers`` asks them again; the issue listing
+answers 422 to a ``since`` not written ``YYYY-MM-DDTHH:MM:SSZ``.
 Rate limits answer 403 with ``x-ratelimit-remaining: 0`` (githubkit raises
 ``PrimaryRateLimitExceeded``), or with ``secondary=True`` 429 with ``retry-after``
 (``SecondaryRateLimitExceeded``).
@@ -33,12 +38,14 @@ from githubkit_schemas.latest import models as m
 from pydantic import BaseModel
 
 from .base import (
+    SINCE_RE,
     ForgeServer,
     HTTPError,
     LineNote,
     Reply,
     Request,
     Route,
+    closes,
     epoch_in,
     now_iso,
     parse_time,
@@ -93,6 +100,7 @@ class Pull:
     merged_by: str | None = None
     merge_sha: str | None = None
     reviews: list[Review] = field(default_factory=list)
+    requested: list[str] = field(default_factory=list)  # reviewers asked (again), not yet heard
 
 
 @dataclass
@@ -151,6 +159,8 @@ class GitHubFake(ForgeServer):
             ("GET", r + r"/pulls/(?P<n>\d+)/reviews", self._list_reviews),
             ("GET", r + r"/pulls/(?P<n>\d+)/reviews/(?P<rid>\d+)/comments", self._review_comments),
             ("GET", r + r"/pulls/(?P<n>\d+)/comments", self._pull_comments),
+            ("GET", r + r"/pulls/(?P<n>\d+)/requested_reviewers", self._requested),
+            ("POST", r + r"/pulls/(?P<n>\d+)/requested_reviewers", self._request_reviewers),
             ("GET", r + r"/commits/(?P<ref>.+)/check-runs", self._check_runs),
             ("GET", r + r"/commits/(?P<ref>.+)/status", self._combined_status),
             ("GET", r + r"/actions/jobs/(?P<job>\d+)/logs", self._job_logs),
@@ -252,6 +262,8 @@ class GitHubFake(ForgeServer):
                     }
                 )
             issue.pull.reviews.append(review)
+            if login in issue.pull.requested:  # heard: no longer asked, as on GitHub
+                issue.pull.requested.remove(login)
             issue.updated_at = now_iso()
             return review.id
 
@@ -276,13 +288,21 @@ class GitHubFake(ForgeServer):
                 }
             )
 
-    def merge_by_hand(self, number: int, login: str) -> str:
+    def merge_by_hand(self, number: int, login: str, method: str = "merge") -> str:
+        """The merge button: ``merge``, ``squash`` or ``rebase`` (a repository's setting)."""
         with self.lock:
-            return self._merge(self.issues[number], login)
+            return self._merge(self.issues[number], login, method)
 
     def close_by_hand(self, number: int, login: str) -> None:
         with self.lock:
             self._close(self.issues[number], login)
+
+    def reopen_by_hand(self, number: int) -> None:
+        with self.lock:
+            issue = self.issues[number]
+            assert issue.pull is None or not issue.pull.merge_sha, "a merged PR stays closed"
+            issue.state, issue.closed_at, issue.closed_by = "open", None, None
+            issue.updated_at = now_iso()
 
     # -- state
     def _new_issue(self, login: str, title: str, body: str, labels: list[str]) -> Issue:
@@ -313,11 +333,14 @@ class GitHubFake(ForgeServer):
             pull.shas.append(sha)
         return sha
 
-    def _merge(self, issue: Issue, login: str) -> str:
+    def _merge(self, issue: Issue, login: str, method: str = "merge") -> str:
         pull = issue.pull
         head = self._head_sha(issue)
+        title = f"Merge pull request #{issue.number}"
+        if method == "squash":
+            title = f"{issue.title} (#{issue.number})"
         if issue.state != "open" or not (
-            sha := self.remote.merge(pull.base, head, f"Merge pull request #{issue.number}", login)
+            sha := self.remote.land(pull.base, head, method, title, login)
         ):
             raise HTTPError(
                 405,
@@ -329,6 +352,10 @@ class GitHubFake(ForgeServer):
             )
         pull.merge_sha, pull.merged_by, pull.merged_at = sha, login, now_iso()
         self._close(issue, login)
+        if pull.base == "main":  # the default branch: "Closes #N" closes the issue
+            for number in closes(issue.body) & set(self.issues):
+                if self.issues[number].state == "open" and not self.issues[number].pull:
+                    self._close(self.issues[number], login)
         return sha
 
     # -- JSON
@@ -445,6 +472,7 @@ class GitHubFake(ForgeServer):
             | {
                 "merged": pull.merge_sha is not None,
                 "merged_by": self._user(pull.merged_by),
+                "requested_reviewers": [self._user(login) for login in pull.requested],
                 "mergeable": mergeable,
                 "mergeable_state": {True: "clean", False: "dirty"}.get(mergeable, "unknown"),
                 "comments": len(issue.comments),
@@ -609,7 +637,8 @@ class GitHubFake(ForgeServer):
                     "status": "409",
                 },
             )
-        sha = self._merge(issue, req.login)
+        method = req.body.get("merge_method") or "merge"
+        sha = self._merge(issue, req.login, method)
         return {"sha": sha, "merged": True, "message": "Pull Request successfully merged"}
 
     def _list_reviews(self, req: Request, o: str, r: str, n: str) -> Reply:
@@ -632,6 +661,28 @@ class GitHubFake(ForgeServer):
             for v in issue.pull.reviews
         ]
         return self.paginate(req, reviews)
+
+    def _requested(self, req: Request, o: str, r: str, n: str) -> Any:
+        pull = self._issue(n, pull=True).pull
+        return {"users": [self._user(login) for login in pull.requested], "teams": []}
+
+    def _request_reviewers(self, req: Request, o: str, r: str, n: str) -> Any:
+        """Ask reviewers (again): one who reviewed already is asked anew, as GitHub's
+        "re-request review"; the PR's author cannot be asked (422, as on GitHub)."""
+        issue = self._issue(n, pull=True)
+        wanted = list(req.body.get("reviewers") or [])
+        if issue.login in wanted or any(w not in self.users.values() for w in wanted):
+            raise HTTPError(
+                422,
+                {
+                    "message": "Reviews may only be requested from collaborators.",
+                    "documentation_url": DOCS,
+                    "status": "422",
+                },
+            )
+        issue.pull.requested += [w for w in wanted if w not in issue.pull.requested]
+        issue.updated_at = now_iso()
+        return Reply(201, _complete(m.PullRequestSimple, self._pull_json(issue, full=False)))
 
     def _review_comments(self, req: Request, o: str, r: str, n: str, rid: str) -> Reply:
         issue = self._issue(n, pull=True)
@@ -748,6 +799,16 @@ class GitHubFake(ForgeServer):
     def _list_issues(self, req: Request, o: str, r: str) -> Reply:
         state = req.query.get("state", "open")
         labels = {x for x in req.query.get("labels", "").split(",") if x}
+        if req.query.get("since") and not SINCE_RE.fullmatch(req.query["since"]):
+            raise HTTPError(  # as GitHub answers a time it does not document
+                422,
+                {
+                    "message": "Validation Failed",
+                    "errors": [{"resource": "Issue", "field": "since", "code": "invalid"}],
+                    "documentation_url": DOCS,
+                    "status": "422",
+                },
+            )
         since = parse_time(req.query["since"]) if req.query.get("since") else None
         found = [
             i

@@ -9,10 +9,14 @@ Test-side methods (people and CI): ``create_issue``, ``edit_issue``, ``close_iss
 ``requested_changes`` | ``reviewed`` (the body becomes a general note, each line comment a
 DiffNote on the current head, ``approved`` adds to ``approved_by``), ``report_ci(sha, name,
 status, log)`` (a job in the sha's pipeline; status success|failed|running|pending|canceled),
-``merge_by_hand``, ``close_by_hand``, plus the shared ``force_push``, ``fail_next``,
-``rate_limit_next``, ``log`` and ``not_modified`` (base.py). A rate limit answers 429 with
-``Retry-After`` and ``RateLimit-*`` (python-gitlab sleeps and retries, up to ``max_retries``,
-then raises ``GitlabHttpError`` subclasses; 5xx raise at once unless ``retry_transient_errors``).
+``merge_by_hand`` (``squash=True``: a squash commit, then the merge commit, as GitLab
+does), ``close_by_hand``, ``reopen_by_hand``, plus the shared ``force_push``, ``fail_next``,
+``rate_limit_next``, ``log`` and ``not_modified`` (base.py). As on GitLab: a merge into
+``main`` closes the issues its description closes ("Closes #N"); a note's quick action
+``/request_review @login`` asks that reviewer again (their state ``unreviewed``). A rate
+limit answers 429 with ``Retry-After`` and ``RateLimit-*`` (python-gitlab sleeps and
+retries, up to ``max_retries``, then raises ``GitlabHttpError`` subclasses; 5xx raise at
+once unless ``retry_transient_errors``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .base import (
     Reply,
     Request,
     Route,
+    closes,
     epoch_in,
     now_iso,
     parse_time,
@@ -73,6 +78,7 @@ class MergeRequest(Issue):
     merged_at: str | None = None
     closed_by: str | None = None
     merge_sha: str | None = None
+    squash_sha: str | None = None
     reviewers: dict[str, str] = field(default_factory=dict)  # login -> state
     approved_by: list[str] = field(default_factory=list)
 
@@ -133,6 +139,7 @@ class GitLabFake(ForgeServer):
             ("GET", mr + "/approvals", self._approvals),
             ("GET", mr + "/reviewers", self._reviewers),
             ("GET", mr + "/discussions", self._discussions),
+            ("GET", mr + "/notes", self._list_mr_notes),
             ("POST", mr + "/notes", self._add_mr_note),
             ("GET", mr + "/pipelines", self._mr_pipelines),
             ("GET", p + "/pipelines", self._list_pipelines),
@@ -239,13 +246,19 @@ class GitLabFake(ForgeServer):
             pipeline.jobs = [j for j in pipeline.jobs if j.name != name] + [job]
             return job.id
 
-    def merge_by_hand(self, iid: int, login: str) -> str:
+    def merge_by_hand(self, iid: int, login: str, squash: bool = False) -> str:
         with self.lock:
-            return self._merge(self.mrs[iid], login)
+            return self._merge(self.mrs[iid], login, squash)
 
     def close_by_hand(self, iid: int, login: str) -> None:
         with self.lock:
             self._close(self.mrs[iid], login)
+
+    def reopen_by_hand(self, iid: int) -> None:
+        with self.lock:
+            mr = self.mrs[iid]
+            assert mr.state == "closed", "only a closed merge request reopens"
+            mr.state, mr.closed_at, mr.closed_by, mr.updated_at = "opened", None, None, now_iso()
 
     # -- state
     def _project(self, p: str) -> None:
@@ -270,16 +283,28 @@ class GitLabFake(ForgeServer):
             mr.shas.append(sha)
         return sha
 
-    def _merge(self, mr: MergeRequest, login: str) -> str:
+    def _merge(self, mr: MergeRequest, login: str, squash: bool = False) -> str:
+        """A merge commit, of the source's head or (``squash``) of one commit holding its
+        changes, made on the merge base, as GitLab squashes."""
         if mr.state != "opened":
             raise HTTPError(405, {"message": "405 Method Not Allowed"})
+        head = self._head_sha(mr)
+        if squash:
+            base = self.remote.git("merge-base", mr.target, head)
+            tree = self.remote.git("rev-parse", f"{head}^{{tree}}")
+            head = self.remote.git("commit-tree", tree, "-p", base, "-m", mr.title)
+            mr.squash_sha = head
         sha = self.remote.merge(
-            mr.target, self._head_sha(mr), f"Merge branch '{mr.source}' into '{mr.target}'", login
+            mr.target, head, f"Merge branch '{mr.source}' into '{mr.target}'", login
         )
         if sha is None:
             raise HTTPError(406, {"message": "Branch cannot be merged"})
         mr.state, mr.merged_by, mr.merged_at, mr.merge_sha = "merged", login, now_iso(), sha
         mr.updated_at = mr.merged_at
+        if mr.target == "main":  # the default branch: "Closes #N" closes the issue
+            for iid in closes(mr.description) & set(self.issues):
+                if self.issues[iid].state == "opened":
+                    self._close(self.issues[iid], login)
         return sha
 
     # -- JSON
@@ -362,6 +387,8 @@ class GitLabFake(ForgeServer):
             "merged_at": mr.merged_at,
             "closed_by": self._user(mr.closed_by),
             "merge_commit_sha": mr.merge_sha,
+            "squash_commit_sha": mr.squash_sha,
+            "squash": mr.squash_sha is not None,
             "draft": False,
             "has_conflicts": not clean,
             "detailed_merge_status": "mergeable" if clean else "conflict",
@@ -465,7 +492,8 @@ class GitLabFake(ForgeServer):
         wanted = req.body.get("sha")
         if wanted and mr.state == "opened" and wanted != (head := self._head_sha(mr)):
             raise HTTPError(409, {"message": f"SHA does not match HEAD of source branch: {head}"})
-        self._merge(mr, req.login)
+        squash = req.body.get("squash", req.query.get("squash"))  # either, as GitLab reads
+        self._merge(mr, req.login, str(squash).lower() in ("true", "1"))
         return self._mr_json(mr)
 
     def _approvals(self, req: Request, p: str, iid: str) -> Any:
@@ -566,8 +594,25 @@ class GitLabFake(ForgeServer):
         issue = self._find(self.issues, p, iid, "Issue")
         return self.paginate(req, [self._note_json(issue, n) for n in reversed(issue.notes)])
 
+    def _list_mr_notes(self, req: Request, p: str, iid: str) -> Reply:
+        mr = self._find(self.mrs, p, iid, "Merge Request")
+        return self.paginate(req, [self._note_json(mr, n) for n in reversed(mr.notes)])
+
     def _add_mr_note(self, req: Request, p: str, iid: str) -> Any:
-        return self._note_on(self._find(self.mrs, p, iid, "Merge Request"), req)
+        """A note; its quick action ``/request_review @a @b`` asks those reviewers (again):
+        their state goes back to ``unreviewed`` and the line is not kept, as on GitLab."""
+        mr = self._find(self.mrs, p, iid, "Merge Request")
+        kept = []
+        for line in str(req.body.get("body") or "").split("\n"):
+            if line.startswith("/request_review "):
+                for name in line.split()[1:]:
+                    mr.reviewers[name.removeprefix("@")] = "unreviewed"
+            else:
+                kept.append(line)
+        req.body["body"] = "\n".join(kept).strip()
+        if not req.body["body"]:  # only commands: GitLab saves no note
+            return Reply(202, {"commands_changes": {}, "summary": ["Requested a review."]})
+        return self._note_on(mr, req)
 
     def _add_note(self, req: Request, p: str, iid: str) -> Any:
         return self._note_on(self._find(self.issues, p, iid, "Issue"), req)

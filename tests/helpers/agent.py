@@ -18,6 +18,9 @@
 - ``push-aside``: before committing, someone else pushes a commit to the task's carried
   branch (``refs/octopoid/tasks/TASK-<id>``) on the remote at ``$OCTO_TEST_ORIGIN``
   (``sandbox: none`` only: a box has no remote).
+- ``$OCTO_TEST_PR_PUSH`` set to ``FILE=TEXT`` (any title): before committing, a person
+  (alice) pushes a commit writing FILE to the pull request's branch
+  (``refs/heads/agent/TASK-<id>``) at ``$OCTO_TEST_ORIGIN`` (``sandbox: none`` only).
 - after committing: ``move-main`` points main at its commit; ``fake-commit`` does it from
   inside the user's checkout; ``side-worktree`` adds a worktree of its own to move a branch
   from; ``dir-swap`` plants a hook, moves main and turns a hook file into a directory;
@@ -37,6 +40,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -120,6 +124,26 @@ if "push-aside" in title:
     aside = "git commit-tree -p HEAD -m 'pushed by someone else' 'HEAD^{tree}'"
     where = f'"$OCTO_TEST_ORIGIN" "$({aside})":refs/octopoid/tasks/{task}'
     subprocess.run(["sh", "-c", f"git push -q {where}"], check=True)
+if os.environ.get("OCTO_TEST_PR_PUSH"):
+    name, _, text = os.environ["OCTO_TEST_PR_PUSH"].partition("=")
+    alice = {"GIT_AUTHOR_NAME": "alice", "GIT_AUTHOR_EMAIL": "alice@example.invalid"}
+    person = {
+        **os.environ, **alice, "GIT_COMMITTER_NAME": "alice",
+        "GIT_COMMITTER_EMAIL": "alice@example.invalid",
+        "GIT_INDEX_FILE": os.path.join(tempfile.mkdtemp(), "index"),
+    }  # fmt: skip
+
+    def git(*args: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            ["git", *args], input=stdin, env=person, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    git("read-tree", "HEAD")
+    blob = git("hash-object", "-w", "--stdin", stdin=f"{text}\n")
+    git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}")
+    theirs = git("commit-tree", "-p", "HEAD", "-m", f"alice changes {name}", git("write-tree"))
+    git("push", "-q", os.environ["OCTO_TEST_ORIGIN"], f"{theirs}:refs/heads/agent/{task}")
 if "tick" in title:
     ticks = 240 if "long-tick" in title else int(os.environ.get("OCTO_TEST_TICKS", "8"))
     for i in range(ticks):

@@ -1,0 +1,72 @@
+"""The task's branch and its pull request's head, kept together at every poll.
+
+- The pull request lacks the task's tip (octopoid's push was lost: the remote was down):
+  it is pushed again.
+- A person pushed on top of the tip: their commits become the branch and the task's
+  recorded tip (``task_tips``), which the next attempt builds on.
+- A person rewrote the branch (a force-push) after octopoid's tip reached it: theirs is
+  taken, octopoid's kept under ``refs/octopoid/replaced/``.
+- The task's tip never reached the remote and a person pushed meanwhile: its commits go
+  on top of theirs (``catch_up``) and are pushed; if they conflict, the task goes back
+  with why (the caller's move), and nothing is lost.
+
+Whether the tip reached the remote is what this machine saw there last
+(``refs/remotes/<remote>/agent/TASK-<id>``, which every push and fetch moves).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .. import catch_up, git_utils, queue_utils
+from ..tasks import TIP_HEADER, Task, TaskState, utcnow
+from . import PullRequest
+
+log = logging.getLogger("octopoid.forge")
+
+
+def follow(task: Task, pull: PullRequest) -> str | None:
+    """Bring the task's branch and ``pull``'s head together; why they cannot be (the
+    task's work conflicts with a person's push), or None."""
+    repo = git_utils.open_repo()
+    branch = git_utils.branch_for(task.id)
+    remote = git_utils.remote_name()
+    if remote is None or not pull.head_sha or not git_utils.branch_exists(repo, branch):
+        return None
+    tip = git_utils.branch_tip(repo, branch)
+    if tip == pull.head_sha:
+        return None
+    known = git_utils.ref_tip(repo, git_utils.remote_ref(remote, branch, review=True))
+    with git_utils.repo_admin_lock():
+        found = git_utils.fetch_branches(repo, remote, [branch], review=True)
+    if found.get(branch) != pull.head_sha:
+        return None  # the forge is behind its own remote for a moment: the next poll looks again
+    if git_utils.contains(repo, tip, pull.head_sha):
+        git_utils.push_task_branch(repo, remote, task.id, review=True)
+        log.info("%s: pushed %s, which the pull request lacked", task.label, tip[:12])
+        return None
+    if git_utils.contains(repo, pull.head_sha, tip) or git_utils.contains(repo, known, tip):
+        with git_utils.repo_admin_lock():  # on top of it, or a rewrite of what it had
+            git_utils.adopt(repo, branch, pull.head_sha, replace=True)
+        _record(task, pull.head_sha, "")
+        log.info("%s: its branch moved on the forge to %s", task.label, pull.head_sha[:12])
+        return None
+    caught = catch_up.onto_remote(repo, remote, task.id, known, review=True)
+    said = caught.said(branch)
+    if caught.tip is None:
+        return said
+    _record(task, caught.tip, f"forge: {said}")
+    log.info("%s: %s", task.label, said)
+    return None
+
+
+def _record(task: Task, tip: str, event: str) -> None:
+    """The branch's new tip as the task's (in review), with a History line when octopoid
+    changed the work's history to get there."""
+
+    def change(t: Task) -> None:
+        t.set_header(TIP_HEADER, tip)
+        if event:
+            t.add_event(utcnow(), TaskState.PROVISIONAL.value, "octopoid", event)
+
+    queue_utils.get_store().update(task.id, TaskState.PROVISIONAL, change)
