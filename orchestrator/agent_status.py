@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import adopt, config, defaults, queue_utils
+from . import adopt, config, defaults, netpolicy, queue_utils
 from .exceptions import ConfigError, InvalidInput
 from .lazy import lazy_import
 from .store.records import Records, key_part
@@ -40,7 +40,13 @@ USAGE_LIMIT, BREAKER = "usage-limit", "breaker"
 PASSING_CAUSES = ("overloaded", "unreachable")
 #: The system's record (its pause); each agent's is beneath it.
 SYSTEM = "agents"
-_DAY = {"attempts_today": 0, "turns_today": 0, "cost_today_usd": 0.0, "tokens_today": 0}
+_DAY = {
+    "attempts_today": 0,
+    "turns_today": 0,
+    "cost_today_usd": 0.0,
+    "tokens_today": 0,
+    "refused_today": 0,
+}
 
 
 @dataclass(frozen=True)
@@ -97,10 +103,12 @@ def record_attempt(
     seconds: float = 0.0,
     cause: str | None = None,
     summary: str = "",
+    refused: int = 0,
 ) -> Hold | None:
     """Add one finished attempt to the agent's record (today's totals reset each UTC day;
-    the daily budgets read them). ``cause``: why it failed when no task could have helped
-    (``backends.base.CAUSES``); a run of them trips the breaker, whose pause is returned."""
+    the daily budgets read them; ``refused``: destinations its network refused). ``cause``:
+    why it failed when no task could have helped (``backends.base.CAUSES``); a run of them
+    trips the breaker, whose pause is returned."""
     now = now or utcnow()
     tripped: list[Hold | None] = [None]
 
@@ -114,6 +122,7 @@ def record_attempt(
         data["tokens_today"] = data.get("tokens_today", 0) + tokens
         data["seconds_today"] = round(data.get("seconds_today", 0.0) + seconds, 3)
         data["cost_today_usd"] = round(data.get("cost_today_usd", 0.0) + (cost_usd or 0.0), 6)
+        data["refused_today"] = data.get("refused_today", 0) + refused
         data.update(last_task=task_label, last_outcome=outcome, last_finished=format_time(now))
         tripped[0] = _count_systemic(data, task_label, cause, summary, now)
         return data
@@ -349,6 +358,7 @@ def agents_overview(
                 "backend": agent["backend"],
                 "sandbox": cfg["sandbox"]["mode"],
                 "network": network_of(agent, cfg),
+                "refused_today": record.get("refused_today", 0) if fresh else 0,
                 "state": state,
                 "problem": readiness_problem(agent),
                 "breaker": None if breaker is None else _shown(breaker),
@@ -370,10 +380,18 @@ def _shown(hold: Hold) -> dict[str, str | None]:
 
 
 def network_of(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
-    """What network the agent's box has: host, none, or host because nothing walls it in."""
+    """What network the agent's box has (netpolicy.py): allow, none, open, or open because
+    nothing walls it in."""
     if cfg["sandbox"]["mode"] == "none":
-        return "host (no sandbox)"
-    return (agent.get("sandbox") or {}).get("network") or cfg["sandbox"]["network"]
+        return "open (no sandbox)"
+    return netpolicy.agent_mode(agent, cfg)
+
+
+def refused_today(now: datetime | None = None) -> int:
+    """Destinations the agents' networks refused today, all attempts together."""
+    today = (now or utcnow()).date().isoformat()
+    records = day_records(config.load_agents()).values()
+    return sum(r.get("refused_today", 0) for r in records if r.get("day") == today)
 
 
 def _cost_today(agent: dict[str, Any], record: dict[str, Any]) -> float | None:

@@ -417,6 +417,11 @@ def status(as_json: bool) -> None:
     )
     if summary["sandbox"]:
         click.echo(summary["sandbox"]["summary"])
+    if summary["refused_today"]:
+        click.echo(
+            f"network: {plural(summary['refused_today'], 'destination')} refused today "
+            "(`octopoid agents` says whose; each attempt's notes say which)"
+        )
     click.echo(_table([[k, str(v)] for k, v in summary["counts"].items()]))
     for c in summary["claimed"]:
         left = c["lease_seconds_left"]
@@ -747,6 +752,8 @@ def checks_cmd(task_id: str) -> None:
         click.echo(result.line())
         if not result.passed and result.output.strip():
             click.echo(result.output.rstrip())
+    for line in verdict.unreached:
+        click.echo(line)
     if verdict.conflicts is not None:
         click.echo(f"merge pre-check: conflicts in {', '.join(verdict.conflicts) or '?'}")
     if verdict.refused:
@@ -819,6 +826,8 @@ def doctor(rebuild: bool, repair: bool) -> None:
     """
     lines = doctor_checks.examine(rebuild, repair=repair)
     click.echo("\n".join(lines) if lines else "all is well: nothing to repair")
+    for line in doctor_checks.network():
+        click.echo(line)
     if config.problem():
         sys.exit(ConfigError.exit_code)
 
@@ -838,12 +847,13 @@ def agents(as_json: bool) -> None:
     table = [["NAME", "ROLE", "BACKEND", "NETWORK", "STATE", "LAST", "TURNS", "COST TODAY"]]
     for r in rows:
         last = f"{r['last_task']} {r['last_outcome']}" if r["last_task"] else "-"
+        refused = f", {r['refused_today']} refused" if r["refused_today"] else ""
         table.append(
             [
                 r["name"],
                 r["role"],
                 r["backend"],
-                r["network"],
+                r["network"] + refused,
                 r["state"],
                 last,
                 str(r["turns_today"]),

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import defaults
+from . import defaults, netpolicy
 from .exceptions import ConfigError
 from .lazy import lazy_import
 
@@ -118,6 +118,14 @@ DATABASE_URL_ENV = "OCTOPOID_DATABASE_URL"
 DATABASE_WAIT_ENV = "OCTOPOID_DATABASE_WAIT_SECONDS"
 # a git remote's name (never an option: it is passed to git as an argument)
 REMOTE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def network_schema(mode: str | None) -> dict[str, Field]:
+    """``network: {mode, allow}`` (netpolicy.py); ``network: none`` is short for that."""
+    modes = (*netpolicy.MODES, *netpolicy.OLD_NAMES)
+    return {"mode": Field(str, mode, choices=modes), "allow": Field(list, [], items=str)}
+
+
 NOTIFY_EVENTS = (
     "needs_review", "failed", "breakdown", "question", "scheduler_stopped", "budget",
     "agent_paused",
@@ -168,6 +176,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "checks": {
         "commands": Field(list, [], items=str),
         "timeout_seconds": Field(int, 600, minimum=1, maximum=MAX_SECONDS),
+        "network": network_schema(None),  # netpolicy.checks_network: none unless it says
     },
     "notify": {
         "urls": Field(list, [], items=str),
@@ -175,7 +184,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
     },
     "sandbox": {  # docs/security.md; `sandbox: none` is short for `sandbox: {mode: none}`
         "mode": Field(str, "bwrap", choices=("bwrap", "none")),
-        "network": Field(str, "host", choices=("host", "none")),  # for the checks
+        "network": network_schema("allow"),  # every agent's box, unless its own says
         "expose": Field(list, [], items=str),  # host paths every box sees read-only
         # what a read-back may bring and a clone may use (sandbox/bounds.py)
         "max_pack_bytes": Field(int, defaults.MAX_PACK_BYTES, minimum=1024),
@@ -210,7 +219,7 @@ AGENT_SCHEMA: dict[str, Any] = {
     "env": Field(dict, None, items=str),
     "model": Field(str, None),
     "sandbox": {  # the project's sandbox.network and .expose, for this agent
-        "network": Field(str, None, choices=("host", "none")),
+        "network": network_schema(None),
         "expose": Field(list, [], items=str),
     },
     # command
@@ -335,7 +344,11 @@ def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     data = _parse_yaml(path)
     if isinstance(data, dict) and isinstance(data.get("sandbox"), str):
         data["sandbox"] = {"mode": data["sandbox"]}
+    for section in ("sandbox", "checks"):
+        _network_shorthand(data.get(section) if isinstance(data, dict) else None)
     cfg = validate(data, CONFIG_SCHEMA, str(path))
+    for section in ("sandbox", "checks"):
+        _check_allow(cfg[section]["network"]["allow"], path, f"{section}.network.allow")
     for model, price in cfg["prices"].items():
         price_schema = {key: Field(float) for key in PRICE_KEYS}
         cfg["prices"][model] = validate(price, price_schema, str(path), f"prices.{model}.")
@@ -360,6 +373,20 @@ def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
             f"{path}: 'memory.distill_model' is required when memory.distill is anthropic"
         )
     return cfg
+
+
+def _network_shorthand(section: Any) -> None:
+    """``network: none`` in ``section`` (a mapping read from YAML) as ``{mode: none}``."""
+    if isinstance(section, dict) and isinstance(section.get("network"), str):
+        section["network"] = {"mode": section["network"]}
+
+
+def _check_allow(entries: list[str], path: Path, key: str) -> None:
+    for entry in entries:
+        try:
+            netpolicy.parse_entry(entry)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: '{key}' has {exc}") from None
 
 
 FORGE_DEFAULTS = {  # kind: (API URL, token variable)
@@ -463,7 +490,11 @@ def _load_agents(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     data = validate(_parse_yaml(path), AGENTS_FILE_SCHEMA, str(path))
     agents, seen = [], set()
     for i, raw in enumerate(data["agents"]):
+        _network_shorthand(raw.get("sandbox") if isinstance(raw, dict) else None)
         agent = validate(raw, AGENT_SCHEMA, str(path), f"agents[{i}].")
+        _check_allow(
+            agent["sandbox"]["network"]["allow"], path, f"agents[{i}].sandbox.network.allow"
+        )
         if agent["name"] in seen:
             raise ConfigError(f"{path}: agent name '{agent['name']}' is used twice")
         seen.add(agent["name"])

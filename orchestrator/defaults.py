@@ -112,3 +112,20 @@ DIFF_TEXT_BYTES = 8 * 1024 * 1024
 #: Seconds the review page gives git to count a diff's lines before it says the diff is
 #: too big to draw there (`octopoid diff` streams it whatever its size).
 DIFF_STAT_SECONDS = 20.0
+
+#: Connections one attempt's network proxy serves at once (``network: allow``): a package
+#: manager's parallel downloads fit; beyond it a connection is refused (503), not queued.
+PROXY_MAX_CONNECTIONS = 64
+#: Bytes one attempt may move through its proxy, both ways together: a large dependency
+#: install fits; an attempt that would stream without end is cut off.
+PROXY_MAX_BYTES = 8 * 1024**3
+#: Seconds a client has to send a request's whole head: a connection held open by a
+#: trickle of bytes (slowloris) gives its slot back this soon.
+PROXY_HEAD_SECONDS = 10.0
+#: Bytes of one request's head (a real one is a few hundred; a longer one is refused).
+PROXY_MAX_HEAD_BYTES = 16 * 1024
+#: Seconds a tunnel may carry nothing either way before it is closed (a streamed model
+#: answer sends pings well within this).
+PROXY_IDLE_SECONDS = 600.0
+#: Seconds to connect to a destination once it is judged.
+PROXY_CONNECT_SECONDS = 15.0

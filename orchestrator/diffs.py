@@ -6,11 +6,11 @@ branch" means different things by state; git alone cannot tell them apart.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from . import config, git_utils, queue_utils
+from . import config, defaults, git_utils, queue_utils
 from .exceptions import GitError, NothingToShow
 from .tasks import Task, TaskState, normalize_task_id, task_label
 
@@ -24,6 +24,13 @@ class FileStat:
     removed: int
     binary: bool = False  #: git counts no lines in it (added and removed are 0)
     old_path: str | None = None  #: a renamed file's name on the base
+    size: int | None = None  #: a binary file's bytes on the branch (None: removed there)
+
+    @property
+    def too_big_to_diff(self) -> bool:
+        """Counted as binary because it is over ``DIFF_TEXT_BYTES``, text or not: git
+        never loads it, so its lines are not known (the page gives its size instead)."""
+        return self.binary and (self.size or 0) > defaults.DIFF_TEXT_BYTES
 
 
 def write_diff(task_id: str, out: BinaryIO) -> None:
@@ -66,7 +73,20 @@ def file_stats(root: Path, base: str, head: str, timeout: float | None = None) -
     if done.returncode != 0:
         why = done.stderr.strip().splitlines()
         raise GitError(f"git diff --numstat {base}...{head}: {why[0] if why else done.returncode}")
-    return _parse_numstat(done.stdout)
+    return _with_sizes(root, head, _parse_numstat(done.stdout))
+
+
+def _with_sizes(root: Path, head: str, stats: list[FileStat]) -> list[FileStat]:
+    """Each binary file with its size on ``head``, asked of one ``git cat-file`` (no blob
+    is read)."""
+    asked = [s for s in stats if s.binary and "\n" not in s.path]
+    if not asked:
+        return stats
+    lines = "".join(f"{head}:{s.path}\n" for s in asked)
+    done = git_utils.git_command(root, "cat-file", "--batch-check=%(objectsize)", stdin=lines)
+    answers = done.stdout.splitlines() if done.returncode == 0 else []
+    sizes = {id(s): int(a) for s, a in zip(asked, answers, strict=False) if a.isdigit()}
+    return [replace(s, size=sizes[id(s)]) if id(s) in sizes else s for s in stats]
 
 
 def _parse_numstat(out: str) -> list[FileStat]:

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from . import adopt, bounces, ci_triggers, config, finishing, git_utils, sandbox, stalls
+from . import (
+    adopt,
+    bounces,
+    ci_triggers,
+    config,
+    finishing,
+    git_utils,
+    netpolicy,
+    sandbox,
+    stalls,
+)
 from .defaults import BOUNCE_REPEATS
 from .dependencies import blocked_summary
 from .leases import dead_since
@@ -21,9 +31,10 @@ S = TaskState
 
 
 def _sandbox() -> list[str]:
-    """The walls: unusable (no agent starts) or absent (agents are trusted) is reported."""
+    """The walls: unusable (no agent starts), absent (agents are trusted) or open to the
+    network is reported."""
     walls = sandbox.describe()
-    if not walls["usable"] or walls["mode"] == "none":
+    if not walls["usable"] or walls["mode"] == "none" or walls["open"]:
         return [walls["summary"]]
     return []
 
@@ -70,6 +81,28 @@ def _unfinished() -> list[str]:
             )
         else:
             lines.append(f"{what}; `octopoid doctor --repair` finishes it, as any scheduler does")
+    return lines
+
+
+def network() -> list[str]:
+    """Each agent's network and the checks', as their boxes get it: what ``allow`` lets
+    through (with this shell's environment, where an agent's API address may be named)."""
+    if config.problem() is not None or sandbox.mode() == "none":
+        return []
+    cfg, agents = config.load_config(), config.load_agents()["agents"]
+    lines = []
+    for agent in agents:
+        described = netpolicy.describe(
+            *netpolicy.agent_network(agent, cfg, config.agent_env(agent))
+        )
+        lines.append(f"network of {agent['name']} ({agent['backend']}): {described}")
+    lines.append(f"network of the checks: {netpolicy.describe(*netpolicy.checks_network(cfg))}")
+    modes = [cfg["sandbox"]["network"]["mode"], *(a["sandbox"]["network"]["mode"] for a in agents)]
+    if any(mode in netpolicy.OLD_NAMES for mode in modes):
+        lines.append(
+            "`network: host` is the old name of `open` (the host's network, as before); "
+            "write `open` to keep it, or `allow` with the hosts the agents need"
+        )
     return lines
 
 

@@ -577,14 +577,15 @@ def merge_conflicts(
 
 
 def git_command(
-    root: Path, *args: str, timeout: float | None = None
+    root: Path, *args: str, timeout: float | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``git -C root ARGS`` as a plain process: what the quick commands (status, list,
     show, enqueue) read through, since importing GitPython costs more than they do.
-    Past ``timeout`` seconds git is killed: ``GitError``."""
+    ``stdin`` is its input. Past ``timeout`` seconds git is killed: ``GitError``."""
     try:
         return subprocess.run(
             ["git", "-C", str(root), *args],
+            input=stdin,
             capture_output=True,
             text=True,
             encoding="utf-8",  # git's bytes (file names, messages), whatever the locale says

@@ -153,6 +153,7 @@ def status_summary(
         "stalls": stalls.report(digest.roles),
         "sandbox": None if problem else sandbox.describe(),
         "paused": None if problem else agent_status.pause_state(),
+        "refused_today": 0 if problem else agent_status.refused_today(now),
         "blocked": blocked,
         "usage": {
             "turns": turns,

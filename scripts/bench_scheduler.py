@@ -1,7 +1,8 @@
 """Scheduler benchmark: enqueue-to-start latency, idle CPU, and per-attempt overhead.
 
 Run by hand:  python scripts/bench_scheduler.py [--tasks 50] [--idle 60] [--attempts 40]
-              [--postgres] [--sandbox bwrap,none] [--base COMMIT] [--latency-only]
+              [--postgres] [--sandbox bwrap,none] [--network allow,none] [--base COMMIT]
+              [--latency-only] [--download-mb 200]
 Each part starts the real daemon (`octopoid scheduler run`) on a scratch git repository
 with a command agent that does (almost) nothing, so what is measured is octopoid itself.
 "Agent start" is the moment the agent is exec'd: the agent is bash, whose first act is to
@@ -10,6 +11,9 @@ measured alone and shown). The latency part runs one daemon per ``--sandbox`` mo
 with ``--base``, per version: the code of COMMIT, extracted with `git archive`, against
 this working tree) side by side, enqueueing into each in turn, so they are compared on the
 same machine at the same moments; the other parts use the first mode and this tree.
+``--network`` adds the box's network modes to the latency part (a bwrap daemon per mode,
+compared per round: what the proxy and the box's bridge add to an attempt's start), and
+a download from a server on this machine, through the proxy and straight, interleaved.
 ``--postgres`` keeps the queue in a throwaway PostgreSQL server (tests/pg_server.py, a
 fresh database per daemon): tasks are enqueued by this process, so only the database's
 NOTIFY can wake the idle daemon, as when another machine enqueues.
@@ -61,7 +65,7 @@ def started_at(root: Path, label: str) -> float:
 
 
 def scratch(
-    concurrency: int, sandbox: str = "bwrap", code: Path = HERE
+    concurrency: int, sandbox: str = "bwrap", code: Path = HERE, network: str = "allow"
 ) -> tuple[Path, dict[str, str]]:
     """A fresh project (and database with --postgres), made by the version in ``code``;
     the environment that selects it."""
@@ -97,7 +101,10 @@ def scratch(
         ],
     }
     (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(agents))
-    (root / ".octopoid/config.yaml").write_text(yaml.safe_dump({"sandbox": sandbox}))
+    walls: dict = {"mode": sandbox}
+    if network != "allow":  # allow is the default (a --base from before it knows no allow)
+        walls["network"] = network
+    (root / ".octopoid/config.yaml").write_text(yaml.safe_dump({"sandbox": walls}))
     os.environ.update(env)
     return root, env
 
@@ -172,13 +179,14 @@ class Daemon:
     version: str
     mode: str
     code: Path
+    network: str = "allow"
     root: Path = Path()
     procs: list[subprocess.Popen] = field(default_factory=list)
     claims: list[float] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
 
     def start(self) -> None:
-        self.root, env = scratch(1, self.mode, self.code)
+        self.root, env = scratch(1, self.mode, self.code, self.network)
         self.procs.append(start_daemon(self.root, self.code))
         enqueuer = subprocess.Popen(
             [sys.executable, "-c", ENQUEUER],
@@ -205,12 +213,19 @@ class Daemon:
         stop(self.procs[0], self.root)
 
 
-def bench_latency(tasks: int, modes: list[str], new: str | None, base: str | None) -> list[Daemon]:
+def bench_latency(
+    tasks: int, modes: list[str], new: str | None, base: str | None, networks: list[str]
+) -> list[Daemon]:
     """Enqueue one task at a time into each idle daemon in turn (the versions and modes
     interleaved); time until it is claimed and until its agent is exec'd."""
     versions = [(f"new {new}" if new else "new (this tree)", extract(new) if new else HERE)]
     versions += [(f"base {base}", extract(base))] if base else []
-    daemons = [Daemon(v, m, code) for m in modes for v, code in versions]
+    daemons = [
+        Daemon(v, m, code, n)
+        for m in modes
+        for n in (networks if m == "bwrap" else ["allow"])
+        for v, code in versions
+    ]
     for d in daemons:
         d.start()
     time.sleep(1)
@@ -256,6 +271,126 @@ def agent_alone(runs: int = 30, boxed: bool = False) -> list[float]:
     return out
 
 
+def network_rows(daemons: list[Daemon]) -> list[tuple[str, str]]:
+    """What ``allow`` (the proxy, the box's bridge) adds to an agent's start over each other
+    network mode of the same version: the difference of the same round's two samples."""
+    rows = []
+    for d in daemons:
+        if d.mode != "bwrap" or d.network == "allow":
+            continue
+        [walled] = [
+            a for a in daemons if (a.mode, a.version, a.network) == ("bwrap", d.version, "allow")
+        ]
+        added = [a - b for a, b in zip(walled.starts, d.starts, strict=True)]
+        rows.append((f"agent exec'd: allow minus {d.network}, paired per round", quartiles(added)))
+    return rows
+
+
+#: Inside a box: one download from the server, straight or (argv[3] == "proxy") through
+#: the box's proxy by CONNECT; prints its bytes per second.
+CLIENT = r"""
+import os, socket, sys, time
+host, port, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+started = time.perf_counter()
+if how == "proxy":
+    conn = socket.create_connection(("127.0.0.1", int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])))
+    conn.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\n\r\n".encode())
+    assert conn.recv(100).startswith(b"HTTP/1.1 200")
+else:
+    conn = socket.create_connection((host, port))
+conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+buffer, got = bytearray(1 << 20), 0
+while n := conn.recv_into(buffer):
+    got += n
+print(got / (time.perf_counter() - started))
+"""
+
+
+def network_boxes(folder: Path, allow: list[str]) -> tuple[dict, object]:
+    """Boxes on ``folder`` with each network mode (the runner's own making, as an attempt's:
+    ``sandbox.box.bwrap_box``) and the proxy serving the ``allow`` one; close it after."""
+    from orchestrator.netpolicy import Policy
+    from orchestrator.sandbox import bwrap
+    from orchestrator.sandbox.box import bwrap_box, exposures
+    from orchestrator.sandbox.proxy import NetworkProxy
+
+    _problem, userns = bwrap.probe()
+    shown = tuple((p, p) for p in exposures([], [], bwrap.HIDDEN))
+    proxy = NetworkProxy(folder, Policy.of(allow)).start()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    boxes = {
+        network: bwrap_box(
+            bwrap.find_bwrap() or "bwrap", userns, folder, folder, (), shown, env, None,
+            network=network, proxy=proxy if network == "allow" else None,
+        )
+        for network in ("allow", "none", "open")
+    }  # fmt: skip
+    return boxes, proxy
+
+
+def bridge_alone(runs: int = 40) -> list[float]:
+    """What ``network: allow`` adds to a box's start (its bridge, before the program), the
+    same round's box with ``none`` taken from one with ``allow``: bash to its first builtin."""
+    folder = Path(tempfile.mkdtemp(prefix="octopoid-box-"))
+    boxes, proxy = network_boxes(folder, [])
+    added = []
+    for _ in range(runs):
+        took = {}
+        for network in ("allow", "none"):
+            box = boxes[network]
+            before = time.time()
+            argv = box.wrap(["bash", "-c", "echo $EPOCHREALTIME"])
+            said = subprocess.run(argv, env=box.env, capture_output=True, text=True).stdout
+            took[network] = float(said) - before
+        added.append(took["allow"] - took["none"])
+    proxy.close()
+    shutil.rmtree(folder, ignore_errors=True)
+    return added
+
+
+def bench_download(megabytes: int, rounds: int = 15) -> list[tuple[str, str]]:
+    """A download of ``megabytes`` from a server on this machine (sendfile), by a box with
+    ``network: open`` (straight) and by one with ``network: allow`` naming the server
+    (through the proxy), interleaved round by round."""
+    import socketserver
+    import threading
+
+    payload = Path(tempfile.mkdtemp(prefix="octopoid-download-")) / "payload"
+    payload.write_bytes(os.urandom(1 << 20) * megabytes)
+
+    class Send(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(4096)
+            self.request.sendall(b"HTTP/1.0 200 OK\r\n\r\n")
+            with open(payload, "rb") as f:
+                self.request.sendfile(f)
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Send)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    boxes, proxy = network_boxes(payload.parent, [f"127.0.0.1:{port}"])
+    ways = {"direct": boxes["open"], "proxy": boxes["allow"]}
+    rates: dict[str, list[float]] = {how: [] for how in ways}
+    for _ in range(rounds):
+        for how, box in ways.items():
+            argv = box.wrap([sys.executable, "-c", CLIENT, "127.0.0.1", str(port), how])
+            done = subprocess.run(argv, env=box.env, capture_output=True, text=True, check=True)
+            rates[how].append(float(done.stdout))
+    proxy.close()
+    server.shutdown()
+    shutil.rmtree(payload.parent, ignore_errors=True)
+    direct, proxied = (statistics.median(rates[how]) for how in ("direct", "proxy"))
+    ratios = sorted(p / d for p, d in zip(rates["proxy"], rates["direct"], strict=True))
+    return [
+        (f"download {megabytes} MB straight (network open), median", f"{direct / 1e6:.0f} MB/s"),
+        (f"download {megabytes} MB through the proxy (allow), median", f"{proxied / 1e6:.0f} MB/s"),
+        (
+            f"through the proxy / straight, paired per round ({rounds})",
+            f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})",
+        ),
+    ]
+
+
 def bench_idle(seconds: int, mode: str) -> float:
     root, _env = scratch(1, mode)
     daemon = start_daemon(root)
@@ -291,6 +426,10 @@ def main() -> None:
     parser.add_argument(
         "--sandbox", default="bwrap,none", help="modes to compare (comma-separated)"
     )
+    parser.add_argument(
+        "--network", default="allow", help="bwrap boxes' network modes to compare (allow,none)"
+    )
+    parser.add_argument("--download-mb", type=int, default=200, help="size of one download")
     parser.add_argument("--base", help="a commit whose code is measured against the new")
     parser.add_argument("--new", help="the new code's commit (default: this working tree)")
     parser.add_argument("--latency-only", action="store_true", help="skip idle and overhead")
@@ -312,9 +451,10 @@ def report(args: argparse.Namespace) -> None:
     modes = args.sandbox.split(",")
     print(f"queue: {'PostgreSQL' if args.postgres else 'folders'}; sandbox: {', '.join(modes)}")
     rows = []
-    daemons = bench_latency(args.tasks, modes, args.new, args.base)
+    networks = args.network.split(",")
+    daemons = bench_latency(args.tasks, modes, args.new, args.base, networks)
     for d in daemons:
-        what = f"{args.tasks} tasks, {d.mode}, {d.version}"
+        what = f"{args.tasks} tasks, {d.mode}, network {d.network}, {d.version}"
         rows += [
             (f"enqueue -> claimed ({what})", quartiles(d.claims)),
             (f"enqueue -> agent exec'd ({what})", quartiles(d.starts)),
@@ -329,6 +469,12 @@ def report(args: argparse.Namespace) -> None:
                     f"{ratios[3 * len(ratios) // 4]:.2f})",
                 )
             )
+    rows += network_rows(daemons)
+    if len(networks) > 1:
+        rows.append(
+            ("a box's start: allow minus none, paired (bash alone)", quartiles(bridge_alone()))
+        )
+        rows += bench_download(args.download_mb)
     rows.append(("bash alone: fork to its first builtin", quartiles(agent_alone())))
     if "bwrap" in modes:
         rows.append(("bash in a bwrap box alone: the same", quartiles(agent_alone(boxed=True))))

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -112,6 +116,18 @@ def run_all(root: Path, argvs: list[list[str]], timeout: float = 120) -> None:
     for proc in procs:
         proc.communicate(timeout=timeout)
         assert proc.returncode == 0
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> object:
+    """Wait until ``check()`` is true (a condition, never a fixed window) and return it;
+    past ``timeout`` s fail, saying ``what`` was waited for."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def start_then_kill(root: Path, argv: list[str], delay: float, done: int = 0) -> None:
@@ -330,3 +346,46 @@ _databases = iter(range(1, 1_000_000))
 def pg_dsn(pg_server) -> str:
     """A new empty database on the session's server, for this test alone."""
     return pg_server.create_database(f"t{os.getpid()}_{next(_databases)}")
+
+
+PAGE = b"a page of a server on this machine's loopback\n"
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with PAGE (``X-Size: n``: n bytes instead), keeps its request line,
+    and says in ``X-Seen`` what request line and proxy credentials it got."""
+
+    def do_GET(self) -> None:
+        self.server.seen.append(self.requestline)
+        size = int(self.headers.get("X-Size", "0"))
+        body = b"x" * size if size else PAGE
+        self.send_response(200)
+        self.send_header("X-Seen", f"{self.requestline} {self.headers.get('Proxy-Authorization')}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@dataclass
+class Served:
+    port: int
+    seen: list[str] = field(default_factory=list)  # the request lines it got
+
+
+@pytest.fixture
+def loopback_servers():
+    """Two HTTP servers on this machine's 127.0.0.1 (what a box must not reach unless its
+    list names it), each keeping the request lines it got."""
+    started = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page) for _ in range(2)]
+    served = []
+    for server in started:
+        server.seen = []
+        served.append(Served(server.server_address[1], server.seen))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield served
+    for server in started:
+        server.shutdown()
+        server.server_close()

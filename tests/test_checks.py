@@ -16,7 +16,7 @@ from orchestrator import config
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState, utcnow
 
-from .conftest import child_env, run_claimed, write_agents
+from .conftest import HELPERS, Served, child_env, run_claimed, set_config, write_agents
 
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider test_sum.py"
 
@@ -74,6 +74,29 @@ def test_a_task_brings_its_own_check_through_enqueue(git_project):
     assert q.get_task(tid).headers["CHECKS"] == '["false"]'
     assert attempt().next_state == "incoming"
     assert "$ false\n[exit status 1 after " in q.get_task_notes(tid)
+
+
+def test_checks_have_no_network_unless_they_name_what_they_reach(
+    git_project, loopback_servers: list[Served], bwrap_ok
+):
+    """Checks run the agent's code: by default they reach nothing; with ``checks.network``
+    they reach what it names, and each refusal is in the notes."""
+    write_agents(git_project)
+    named, other = (served.port for served in loopback_servers)
+    probe = f"{sys.executable} {HELPERS / 'net_probe.py'}"
+    reach = f"{probe} 127.0.0.1 {named}"
+    set_config(git_project, checks={"commands": [reach]})
+    tid = q.create_task("plain work").id
+    assert attempt().next_state == "incoming"
+    assert "refused (ConnectionRefusedError" in q.get_task_notes(tid)  # no network at all
+    steal = f"{probe} - - 'CONNECT 127.0.0.1:{other} HTTP/1.1' || true"
+    allow = {"mode": "allow", "allow": [f"127.0.0.1:{named}"]}
+    set_config(git_project, checks={"commands": [reach, steal], "network": allow})
+    assert attempt().next_state == "provisional"
+    notes = q.get_task_notes(tid)
+    assert "## Checks' network — attempt 2" in notes
+    assert f"network: refused 127.0.0.1:{other}: not on this box's list" in notes
+    assert len(loopback_servers[0].seen) == 1 and loopback_servers[1].seen == []
 
 
 def test_a_branch_that_no_longer_merges_goes_back_naming_the_conflict(git_project):

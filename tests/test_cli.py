@@ -241,7 +241,7 @@ def test_agents_lists_state_and_problems(git_project: Path) -> None:
     run("pause", "--agent", "c1")
     rows = json.loads(run("agents", "--json").output)
     assert [r["state"] for r in rows] == ["paused", "running TASK-1"]
-    assert {(r["sandbox"], r["network"]) for r in rows} == {("bwrap", "host")}
+    assert {(r["sandbox"], r["network"]) for r in rows} == {("bwrap", "allow")}
 
 
 def test_a_command_agent_cost_shows_as_unknown_not_zero(git_project: Path) -> None:
@@ -396,6 +396,7 @@ def test_every_face_says_whether_agents_are_sandboxed(git_project: Path) -> None
         "mode": "bwrap",
         "usable": walled["usable"],
         "summary": walled["summary"],
+        "open": [],
     } and walled["summary"].startswith(("sandbox: bwrap;", "sandbox unavailable:"))
     (git_project / ".octopoid/config.yaml").write_text("sandbox: none\n")
     for command in ("status", "agents"):
@@ -482,3 +483,23 @@ def test_status_names_the_machine_that_holds_each_claim(project: Path) -> None:
     assert f"claimed TASK-{tid} by impl-1 on {host} since" in run("status").output
     (claim,) = json.loads(run("status", "--json").output)["claimed"]
     assert claim["host"] == host
+
+
+def test_every_face_says_whose_network_is_open_and_host_still_means_it(git_project: Path) -> None:
+    """``host`` (what config.yaml said before the proxy) keeps its meaning, ``open``, and
+    every face says so plainly, as it says ``sandbox: none``; doctor says how to move on."""
+    (git_project / ".octopoid/agents.yaml").write_text(
+        "agents:\n  - {name: c1, role: implement, backend: claude-code}\n"
+        '  - {name: s1, role: implement, backend: command, argv: ["true"],'
+        " sandbox: {network: none}}\n"
+    )
+    assert "OPEN" not in run("status").output + run("doctor").output
+    (git_project / ".octopoid/config.yaml").write_text("sandbox: {network: host}\n")
+    for command in ("status", "agents", "doctor"):
+        said = run(command).output
+        assert "network OPEN for c1, the checks: they reach this machine's own" in said, said
+    rows = {r["name"]: r["network"] for r in json.loads(run("agents", "--json").output)}
+    assert rows == {"c1": "open", "s1": "none"}
+    doctor = run("doctor").output
+    assert "`network: host` is the old name of `open`" in doctor
+    assert "network of s1 (command): none" in doctor

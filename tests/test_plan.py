@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import plans, review, scheduler
+from orchestrator import config, plans, review, scheduler
 from orchestrator import queue_utils as q
 from orchestrator.exceptions import ConfigError, IllegalTransition, InvalidInput, InvalidTask
 from orchestrator.roles import breakdown, planner
@@ -149,6 +149,15 @@ def test_a_plan_is_its_answer_not_a_branch(planned, monkeypatch) -> None:
     repo = git.Repo(planned)
     assert repo.heads.main.commit.hexsha == head
     assert [h.name for h in repo.heads] == ["main"]  # the carrying task's branch is gone
+
+
+def test_what_a_planners_network_refused_is_in_its_log(planned, monkeypatch) -> None:
+    monkeypatch.setenv("OCTO_TEST_PLAN", "reach")
+    planner.plan_goal(GOAL)
+    [carrier] = q.list_tasks(S.DONE)
+    log = (config.get_logs_dir() / carrier.label / "attempt-1.log").read_text()
+    assert "the network said HTTP/1.1 403 Forbidden" in log
+    assert "[octopoid] network: refused example.com:443: not on this box's list" in log
 
 
 def test_without_a_planner_the_error_says_how_to_add_one(git_project) -> None:

@@ -280,9 +280,14 @@ def test_a_secret_in_an_agent_s_commit_message_is_not_shown(git_project, client)
     assert "use " in page and key not in page
 
 
-def test_the_board_says_when_agents_are_not_sandboxed(git_project, client) -> None:
+def test_the_board_says_when_agents_are_not_sandboxed_or_their_network_is_open(
+    git_project, client
+) -> None:
     _, _, board = client.request("/board")
     assert 'id="sandbox"' not in board or "sandbox unavailable" in board
+    (git_project / ".octopoid/config.yaml").write_text("sandbox: {network: open}\n")
+    _, _, board = client.request("/board")
+    assert 'id="sandbox"' in board and "network OPEN for impl-1" in board
     (git_project / ".octopoid/config.yaml").write_text("sandbox: none\n")
     _, _, board = client.request("/board")
     assert "agents are NOT sandboxed" in board

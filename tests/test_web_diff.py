@@ -89,7 +89,7 @@ def test_a_huge_file_is_named_with_its_size_and_the_rest_is_drawn(tmp_path) -> N
     root, base, head = repo_with(tmp_path, {"big.py": huge, "small.py": b"s = 1\n"})
     view = task_diff_view(root, base, head)
     assert set(by_path(view)) == {"small.py"}
-    assert view.too_big == [("big.py", 400_000, 0)]
+    assert [(f.path, f.added, f.removed) for f in view.too_big] == [("big.py", 400_000, 0)]
     assert view.truncated and view.left_out.startswith("Showing 1 of 2 files")
     assert "400,001 changed lines" in view.left_out
 

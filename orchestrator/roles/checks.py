@@ -59,6 +59,7 @@ class Verdict:
     results: list[CheckResult]
     conflicts: list[str] | None  # None: the branch merges cleanly
     refused: list[str] = field(default_factory=list)  # paths accept would refuse to write
+    unreached: list[str] = field(default_factory=list)  # what their network refused, a line each
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -91,7 +92,7 @@ def verify(
     results = [
         _run_one(command, box, limit, timeout, on_tick) for command in commands_for(task, cfg)
     ]
-    return Verdict(results, *merge_precheck(task, tip))
+    return Verdict(results, *merge_precheck(task, tip), box.refusals())
 
 
 def budget_seconds(task: Task, cfg: dict) -> int:

@@ -145,7 +145,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         Redactor(agent_env=every_agent_env()),  # its own env (hide_also) included
     )
     result, commits = AgentResult(None, "error", summary="the attempt did not start"), 0
-    space, started = None, time.monotonic()
+    space, started, refused = None, time.monotonic(), 0
     try:
         backend = get_backend(agent["backend"])
         space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent))
@@ -165,6 +165,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         if space is not None:
             back = space.bring_back()
             commits, result = back.commits, _contained(result, back, output)
+            refused = back.unreached
         result.details["seconds"] = time.monotonic() - started  # the task's wall time
         if result.outcome == "success" and commits == 0:
             why = no_change_reason(result.summary) or no_change_reason(output.text())
@@ -186,7 +187,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     agent_status.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd,
         tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
-        cause=result.cause, summary=result.summary,
+        cause=result.cause, summary=result.summary, refused=refused,
     )  # fmt: skip
     return report
 
@@ -343,6 +344,9 @@ def _verify(
         verdict.results.append(checks.CheckResult("(containment)", None, 0.0, "", why))
     if not verdict.passed:
         add_notes_section(task.id, f"Checks — attempt {task.attempts}", checks.notes_text(verdict))
+    if verdict.unreached:  # the next attempt and the reviewer see what they could not reach
+        section = f"Checks' network — attempt {task.attempts}"
+        add_notes_section(task.id, section, "\n".join(verdict.unreached))
     return verdict
 
 

@@ -145,12 +145,14 @@ def _run(
         result = AgentResult(None, "error", summary=str(exc))
     finally:
         kill_claim_processes(claim.token)  # nothing the planner started outlives it
-        output.close()
         if space is not None:
             space.bring_back()
+            for line in space.network_lines():  # what its network refused, in its notes
+                output.feed(f"[octopoid] {line}\n".encode())
             space.close()
             with contextlib.suppress(OctopoidError):
                 git_utils.remove_worktree(git_utils.open_repo(), task.id)
+        output.close()
     queue_utils.save_task_notes(
         task.id, agent["name"], output.text(), 0, result.turns, attempt=task.attempts
     )

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import config
+from .. import config, netpolicy
+from ..exceptions import ConfigError
 from ..fsutil import remove_tree
 from ..lazy import lazy_import
 from ..processes import leftovers
@@ -56,9 +57,11 @@ def problem() -> str | None:
 
 
 def describe() -> dict[str, Any]:
-    """What every face says about the walls: mode, whether agents can start, one line."""
+    """What every face says about the walls: mode, whether agents can start, whose
+    network is open, one line."""
     current = mode()
     why = problem()
+    opened = open_networks() if current == "bwrap" else []
     if why is not None:
         line = why
     elif current == "bwrap":
@@ -66,12 +69,30 @@ def describe() -> dict[str, Any]:
             "sandbox: bwrap; each attempt works in its own clone behind bubblewrap and "
             "reaches octopoid only through its channel"
         )
+        if opened:
+            line += (
+                f"; network OPEN for {', '.join(opened)}: they reach this machine's own "
+                "services, the network behind it, a cloud's metadata service and the whole "
+                "internet, and can send there whatever they read"
+            )
     else:
         line = (
             f"sandbox: none; agents are NOT sandboxed: they run as {getpass.getuser()} and "
             "are trusted with that whole account (the queue, your checkout, your files)"
         )
-    return {"mode": current, "usable": why is None, "summary": line}
+    return {"mode": current, "usable": why is None, "summary": line, "open": opened}
+
+
+def open_networks() -> list[str]:
+    """The agents (and "the checks") whose box shares this machine's network; none named
+    while agents.yaml cannot be read (every face says that first)."""
+    cfg = config.load_config()
+    try:
+        agents = config.load_agents()["agents"]
+    except ConfigError:
+        agents = []
+    names = [agent["name"] for agent in agents if netpolicy.agent_mode(agent, cfg) == "open"]
+    return names + (["the checks"] if netpolicy.checks_network(cfg)[0] == "open" else [])
 
 
 def prepare(task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> Workspace:
@@ -134,6 +155,7 @@ __all__ = [
     "checks_box",
     "describe",
     "mode",
+    "open_networks",
     "prepare",
     "problem",
     "sweep",

@@ -15,11 +15,15 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import forge
 from ..processes import MARK_ENV, TASK_ENV, claim_mark
 from ..tasks import Task, task_label
 from .bwrap import CHANNEL_INSIDE, Mounts, command_line, is_hidden
+
+if TYPE_CHECKING:  # the proxy is the runner's, made by walled.py where a box needs it
+    from .proxy import NetworkProxy
 
 #: Host variables a box never inherits: octopoid's own (its root, the database URL and
 #: its wait, the web token) and libpq's (a password, a password file, a service file); nor
@@ -53,10 +57,15 @@ class Box:
     prefix: list[str] = field(default_factory=list)  # bwrap ... --, or nothing
     channel: Path | None = None  # the channel folder (as the box sees it)
     channel_host: Path | None = None  # the same folder on the host
+    proxy: NetworkProxy | None = None  # its way out, with ``network: allow``
 
     @property
     def sandboxed(self) -> bool:
         return bool(self.prefix)
+
+    def refusals(self) -> list[str]:
+        """The destinations its network refused so far, a line each (``proxy.py``)."""
+        return self.proxy.refusals() if self.proxy is not None else []
 
     def wrap(self, argv: list[str]) -> list[str]:
         return [*self.prefix, *argv]
@@ -193,20 +202,28 @@ def bwrap_box(
     inside: Path,
     hide: tuple[Path, ...],
     read_only: tuple[tuple[Path, Path], ...],
-    network: bool,
     env: dict[str, str],
     channel_host: Path | None,
+    *,
+    network: str,
+    proxy: NetworkProxy | None = None,
 ) -> Box:
     """A box behind bwrap whose workspace appears at ``inside`` and the channel folder (if
-    any) at /run/octopoid."""
+    any, else the proxy's) at /run/octopoid. ``network`` is its mode (``netpolicy.py``):
+    ``open`` shares the host's; otherwise it has its own, and with ``proxy`` its bridge
+    runs first and its program reaches out only through the runner."""
+    folder = channel_host or (proxy.folder if proxy is not None else None)
+    if folder is not None:
+        read_only = (*read_only, (folder, CHANNEL_INSIDE))
     if channel_host is not None:
-        read_only = (*read_only, (channel_host, CHANNEL_INSIDE))
         env = with_client(env, CHANNEL_INSIDE)
         env[CHANNEL_ENV] = str(CHANNEL_INSIDE / SOCKET_NAME)
-    mounts = Mounts(workspace, inside, hide, read_only, network)
+    mounts = Mounts(workspace, inside, hide, read_only, network == "open")
     argv = command_line(bwrap, mounts, userns)
+    if proxy is not None:
+        argv += proxy.bridge(CHANNEL_INSIDE)
     channel = CHANNEL_INSIDE if channel_host is not None else None
-    return Box(inside, workspace, env, argv, channel, channel_host)
+    return Box(inside, workspace, env, argv, channel, channel_host, proxy)
 
 
 def bare_box(workspace: Path, env: dict[str, str], channel_host: Path) -> Box:

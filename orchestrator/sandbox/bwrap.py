@@ -1,7 +1,7 @@
 """The bubblewrap command line around an attempt's processes, and whether bwrap works here.
 
 A box sees the host's file system read-only, with its own mount, PID, IPC and UTS
-namespaces (and network, unless the agent's ``sandbox.network`` is ``host``), no
+namespaces (and network, unless the box's network mode is ``open``: netpolicy.py), no
 capabilities, no further user namespaces, and dies with the process that started it.
 Hidden behind empty tmpfs mounts: ``HIDDEN`` (homes, temp folders, ``/run`` with its
 sockets), the user's ``$HOME`` and the project checkout with its ``.git`` and

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import config, defaults, git_utils
+from .. import config, defaults, git_utils, netpolicy
 from ..exceptions import OctopoidError, SandboxError
 from ..fsutil import remove_tree
 from ..processes import owner_tag
@@ -28,7 +28,8 @@ from . import clone
 from .bounds import Bounds, ReadBackRefused, clone_growth, disk_use
 from .box import COMMITTER_NAME, Box, bwrap_box, environment, exposures
 from .bwrap import HIDDEN, Mounts, command_line, find_bwrap, probe
-from .workspace import BroughtBack, Workspace, base_for
+from .proxy import NetworkProxy
+from .workspace import BroughtBack, Workspace, base_for, private_folder
 
 if TYPE_CHECKING:
     import git
@@ -93,20 +94,22 @@ class WalledWorkspace(Workspace):
         self.clone_size = disk_use(self.clone_path, sys.maxsize)
         self.measured = time.monotonic()
         own = agent.get("sandbox") or {}
-        network = (own.get("network") or cfg["sandbox"]["network"]) == "host"
         expose = [*cfg["sandbox"]["expose"], *(own.get("expose") or [])]
         root = config.find_project_root()
         env = environment(
             dict(os.environ), agent.get("env") or {}, self.task, self.token,
             {"OCTOPOID_WORKTREE": str(root)}, True, _author(repo),
         )  # fmt: skip
+        mode, allow = netpolicy.agent_network(agent, cfg, env)
+        self.proxy = _proxy(self.channel_host, mode, allow)
         self.box = bwrap_box(
             self.bwrap, self.userns, self.clone_path, root, _hidden(),
-            _read_only(needs, expose, repo), network, env, self.channel_host,
+            _read_only(needs, expose, repo), env, self.channel_host,
+            network=mode, proxy=self.proxy,
         )  # fmt: skip
         self.banner = (
             f"[octopoid] sandbox: bwrap; the agent works in its own clone (seen at {root}), "
-            f"network {'host' if network else 'none'}; octopoid only through its channel"
+            f"network {netpolicy.describe(mode, allow)}; octopoid only through its channel"
         )
 
     def over_bounds(self) -> str | None:
@@ -151,8 +154,10 @@ class WalledWorkspace(Workspace):
         except ReadBackRefused as exc:
             return BroughtBack(0, remarks=remarks, refused=[f"nothing was read back: {exc}"])
         except (OctopoidError, OSError) as exc:
-            return BroughtBack(0, remarks=[*remarks, f"nothing came back from the clone: {exc}"])
-        return BroughtBack(commits, [], remarks)
+            remarks.append(f"nothing came back from the clone: {exc}")
+            commits = 0
+        refused = len(self.proxy.refused) if self.proxy is not None else 0
+        return BroughtBack(commits, [], [*remarks, *self.network_lines()], unreached=refused)
 
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
         return checks_box(self.task, config.load_config(), self.token)
@@ -182,9 +187,10 @@ def _move_branch(repo: git.Repo, branch: str, sha: str) -> list[str]:
 
 @contextlib.contextmanager
 def checks_box(task: Task, cfg: dict, token: str) -> Iterator[Box]:
-    """A fresh clone of the task's branch in a box for its checks: the project's network and
-    ``sandbox.expose``, the host's environment without the agent's ``env`` (its keys are
-    not the checks'), no channel. Removed afterwards."""
+    """A fresh clone of the task's branch in a box for its checks: their own network
+    (``checks.network``: none unless it says), the project's ``sandbox.expose``, the
+    host's environment without the agent's ``env`` (its keys are not the checks'), no
+    channel. Removed afterwards, with the network's proxy if they had one."""
     bwrap, userns = _walls()
     repo = git_utils.open_repo()
     branch = git_utils.branch_for(task.id)
@@ -192,13 +198,29 @@ def checks_box(task: Task, cfg: dict, token: str) -> Iterator[Box]:
         raise SandboxError(f"{task.label} has no branch {branch} to check (no attempt yet?)")
     name = f"{CHECKS_PREFIX}{owner_tag()}-{secrets.token_hex(3)}-{task.label}"
     path = config.get_worktrees_dir() / name
+    mode, allow = netpolicy.checks_network(cfg)
+    folder = private_folder() if mode == "allow" else None
+    proxy = None
     try:
         clone.make(repo, task.id, task.branch, git_utils.branch_tip(repo, task.branch), path)
         root = config.find_project_root()
-        network = cfg["sandbox"]["network"] == "host"
         read_only = _read_only([], cfg["sandbox"]["expose"], repo)
         values = {"OCTOPOID_WORKTREE": str(root)}
         env = environment(dict(os.environ), {}, task, token, values, True, _author(repo))
-        yield bwrap_box(bwrap, userns, path, root, _hidden(), read_only, network, env, None)
+        proxy = _proxy(folder, mode, allow)
+        yield bwrap_box(
+            bwrap, userns, path, root, _hidden(), read_only, env, None, network=mode, proxy=proxy
+        )
     finally:
-        remove_tree(path)
+        if proxy is not None:
+            proxy.close()
+        for leftover in (path, folder):
+            if leftover is not None:
+                remove_tree(leftover)
+
+
+def _proxy(folder: Path | None, mode: str, allow: list[str]) -> NetworkProxy | None:
+    """The runner's proxy for a box with ``network: allow``, serving from ``folder``."""
+    if mode != "allow" or folder is None:
+        return None
+    return NetworkProxy(folder, netpolicy.Policy.of(allow)).start()

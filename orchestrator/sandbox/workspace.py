@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import config, defaults, git_utils, task_tips
 from ..exceptions import GitError, PushRefused
@@ -24,6 +25,9 @@ from ..processes import leftovers, owner_tag
 from ..tasks import Task
 from .box import Box, write_client
 from .channel import ChannelServer
+
+if TYPE_CHECKING:
+    from .proxy import NetworkProxy
 
 PROMPT_FILE = "prompt.md"
 
@@ -36,6 +40,7 @@ class BroughtBack:
     breaches: list[str] = field(default_factory=list)  # it reached outside: the attempt fails
     remarks: list[str] = field(default_factory=list)  # worth the notes, not a failure
     refused: list[str] = field(default_factory=list)  # beyond a sandbox bound: it fails
+    unreached: int = 0  # destinations its network refused (`agents` counts them)
 
 
 def base_for(task: Task) -> tuple[str, str | None, str | None, str | None]:
@@ -69,10 +74,11 @@ class Workspace(ABC):
     remote_problem: str | None
     lease: str | None  # the remote's tip the branch started from ("" none; None: unknown)
     banner: str  # the first line of the attempt's log: what walls there are
+    proxy: NetworkProxy | None = None  # the box's way out with ``network: allow``
 
     def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
         self.task, self.token = task, token
-        self.channel_host = _channel_folder()
+        self.channel_host = private_folder()
         self.channel = ChannelServer(
             self.channel_host, task.id, task.attempts, self._progress, str(agent.get("name"))
         ).start()
@@ -115,6 +121,10 @@ class Workspace(ABC):
         attempt is stopped), or None."""
         return None
 
+    def network_lines(self) -> list[str]:
+        """What the box's network refused and reached, a line each (``network: allow``)."""
+        return self.proxy.lines() if self.proxy is not None else []
+
     def recheck(self) -> list[str]:
         """After the checks: what they changed outside the workspace (``sandbox: none``)."""
         return []
@@ -148,9 +158,12 @@ class Workspace(ABC):
         return f"the branch was not pushed to {self.remote}: {error}"
 
     def close(self) -> None:
-        """Stop the channel and remove what the attempt used; a leftover the sweep can
-        still remove is said on stderr (the runner's log), never raised."""
+        """Stop the channel and the network's proxy and remove what the attempt used; a
+        leftover the sweep can still remove is said on stderr (the runner's log), never
+        raised."""
         self.channel.close()
+        if self.proxy is not None:
+            self.proxy.close()
         self._remove(self.channel_host)
 
     @staticmethod
@@ -161,9 +174,10 @@ class Workspace(ABC):
             print(f"octopoid runner: could not remove {path}: {exc}", file=sys.stderr)
 
 
-def _channel_folder() -> Path:
-    """A new private folder for the channel's socket, client and prompt, named for this
-    process (``owner_tag``): no sweep takes it for a leftover while the runner lives."""
+def private_folder() -> Path:
+    """A new private folder for a box's sockets (the channel's, the network proxy's), the
+    client and the prompt, named for this process (``owner_tag``): no sweep takes it for a
+    leftover while the runner lives."""
     folder = Path(tempfile.mkdtemp(prefix=f"{_prefix(config.find_project_root())}{owner_tag()}-"))
     write_client(folder)
     return folder

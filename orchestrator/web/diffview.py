@@ -93,7 +93,8 @@ class DiffView:
     total_files: int = 0  # in the whole diff (numstat), shown or not
     total_lines: int = 0  # added plus removed in the whole diff
     shown_lines: int = 0
-    too_big: list[tuple[str, int, int]] = field(default_factory=list)  # path, added, removed
+    too_big: list[diffs.FileStat] = field(default_factory=list)  # not drawn: too many lines,
+    # or too many bytes for git to diff (``FileStat.too_big_to_diff``: its size is said)
 
     @property
     def left_out(self) -> str:
@@ -268,14 +269,14 @@ def task_diff_view(root: Path, base_tip: str, head: str) -> DiffView:
 
 def _draw(root: Path, base_tip: str, head: str) -> DiffView:
     stat = diffs.file_stats(root, base_tip, head, timeout=defaults.DIFF_STAT_SECONDS)
-    big = [(f.path, f.added, f.removed) for f in stat if f.added + f.removed > MAX_FILE_LINES]
+    big = [f for f in stat if f.added + f.removed > MAX_FILE_LINES or f.too_big_to_diff]
     big = big[:MAX_SKIPPED]
-    data, more = git_utils.read_diff(root, base_tip, head, MAX_BYTES, [p for p, _, _ in big])
+    data, more = git_utils.read_diff(root, base_tip, head, MAX_BYTES, [f.path for f in big])
     view = render_diff(data.decode("utf-8", errors="replace"), cut=more)
     view.too_big = big
     view.total_files = len(stat)
     view.total_lines = sum(f.added + f.removed for f in stat)
-    view.truncated = view.truncated or view.shown_lines < view.total_lines
+    view.truncated = view.truncated or view.shown_lines < view.total_lines or bool(big)
     return view
 
 

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import git
@@ -23,20 +22,10 @@ from orchestrator.processes import marked_processes
 from orchestrator.task_notes import stdout_log_path
 from orchestrator.tasks import TaskState
 
-from ..conftest import child_env, write_agents
+from ..conftest import child_env, wait_for, write_agents
 
 pytestmark = pytest.mark.slow
 OCTOPOID = shutil.which("octopoid") or "octopoid"
-
-
-def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def state_of(task_id: str) -> str:

@@ -13,21 +13,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import git
 import pytest
 import yaml
 
-from orchestrator import config, notify, questions
+from orchestrator import agent_status, config, notify, questions, reports
 from orchestrator import queue_utils as q
 from orchestrator.memory import lifecycle
 from orchestrator.sandbox import containment
 from orchestrator.sandbox.bounds import disk_use
 
-from ..conftest import HELPERS, child_env, set_config
+from ..conftest import HELPERS, Served, child_env, set_config
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 from .test_backends_daemon import QUIET, claude_cli, write_agent
 from .test_daemon import OCTOPOID, Daemon, state_of, wait_for
@@ -120,9 +123,10 @@ def arena(git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     daemons: list[Daemon] = []
 
     def start(
-        attacks: list[str], checkout: bool = True, at_once: int = 4
+        attacks: list[str], checkout: bool = True, at_once: int = 4, **more: object
     ) -> tuple[Daemon, list[str], dict[str, bytes]]:
-        """Start the scheduler and the attacks; (it, their task ids, the state before)."""
+        """Start the scheduler and the attacks; (it, their task ids, the state before).
+        ``more``: the agent's ``sandbox`` and ``network`` (ATTACK_NETWORK's targets)."""
         daemon = Daemon(git_project, tmp_path / "runs", {"HOME": str(home)})
         daemons.append(daemon)
         env = {
@@ -133,6 +137,7 @@ def arena(git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             "ATTACK_VICTIM": victim.id,
             "ATTACK_SCHEDULER": str(daemon.proc.pid),
             "ATTACK_DEPLOY_KEY": DEPLOY_KEY,  # a value whose name does not look secret
+            "ATTACK_NETWORK": str(more.pop("network", "")),
         }
         doc = {
             "max_attempts": 1,
@@ -148,6 +153,7 @@ def arena(git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
                     "max_concurrent": at_once,
                     "timeout_seconds": 60,
                     "env": env,
+                    **more,
                 }
             ],
         }
@@ -230,6 +236,85 @@ def test_without_a_sandbox_routes_2_to_4_are_contained(arena) -> None:
     assert daemon.stop() == 0
 
 
+@pytest.fixture
+def metadata_standin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A listener standing in for a cloud's metadata service: an HTTP server on a
+    link-local address in a network namespace the test makes, joined to this machine by a
+    veth pair, so that this machine reaches it as a cloud machine reaches 169.254.169.254
+    (not that address itself: on a cloud machine the test would hide the real service).
+    (its address, the log of what it was asked). Making a namespace takes root."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        why = "a network namespace with a veth pair takes root and iproute2"
+        if os.environ.get("OCTOPOID_REQUIRE_NETNS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    tag, net = os.getpid() % 100_000, f"169.254.{os.getpid() % 250 + 1}"
+    ns, outer, inner = f"octo-md-{tag}", f"omd{tag}h", f"omd{tag}n"
+    inside = ["ip", "netns", "exec", ns]
+    log = tmp_path_factory.mktemp("metadata") / "asked.log"
+    setup = [
+        ["ip", "netns", "add", ns],
+        ["ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns],
+        ["ip", "addr", "add", f"{net}.1/30", "dev", outer],
+        ["ip", "link", "set", outer, "up"],
+        [*inside, "ip", "addr", "add", f"{net}.2/30", "dev", inner],
+        [*inside, "ip", "link", "set", inner, "up"],
+    ]
+    server = None
+    try:
+        for argv in setup:
+            subprocess.run(argv, check=True, capture_output=True)
+        serve = [sys.executable, "-m", "http.server", "--bind", f"{net}.2", "80"]
+        with open(log, "wb") as out:
+            server = subprocess.Popen([*inside, *serve], stderr=out, stdout=out)
+        wait_for("the stand-in to answer", lambda: _answers(f"{net}.2"), 30)
+        yield f"{net}.2", log
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "netns", "del", ns], check=False)  # its end of the pair with it
+        subprocess.run(["ip", "link", "del", outer], check=False, capture_output=True)
+
+
+def _answers(address: str) -> bool:
+    try:
+        with socket.create_connection((address, 80), 2) as conn:
+            conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            return conn.recv(20).startswith(b"HTTP/1.0 200")
+    except OSError:
+        return False
+
+
+def test_an_attempt_reaches_only_the_hosts_its_list_names(
+    arena, metadata_standin, loopback_servers: list[Served], bwrap_ok
+) -> None:
+    """The default box (network: allow) of a hostile command agent: this machine's loopback,
+    the metadata stand-in and an unlisted host are refused, by address, by proxy and by a
+    name that resolves home; the server its list names is reached; every refusal is in
+    its notes and counted for its agent."""
+    meta, asked = metadata_standin
+    host, allowed = (served.port for served in loopback_servers)
+    sandbox = {"network": {"allow": [f"127.0.0.1:{allowed}", "localhost"]}}
+    daemon, [tid], _ = arena(["reach-network"], network=f"{host} {meta} {allowed}", sandbox=sandbox)
+    wait_for("the attack to end", lambda: settled([tid]), 90)
+    assert daemon.stop() == 0
+    log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
+    assert f"network allow: only 127.0.0.1:{allowed}, localhost;" in log.splitlines()[0]
+    steps = dict(ln.split(": ", 1) for ln in log.splitlines() if ln.startswith("ATTACK "))
+    assert steps.pop("ATTACK allowed") == "ok" and steps.pop("ATTACK allowed-by-proxy") == "ok"
+    assert len(steps) == 6 and all(s.startswith("refused (") for s in steps.values()), log
+    assert loopback_servers[0].seen == [] and len(loopback_servers[1].seen) == 2
+    assert "/latest" not in asked.read_text()  # it answered the test's sanity check only
+    notes = q.get_task_notes(tid)
+    for refused in (f"127.0.0.1:{host}", f"{meta}:80", "example.com:443", f"localhost:{host}"):
+        assert f"[octopoid] network: refused {refused}: " in notes, notes
+    assert f"localhost:{host}: it resolves to " in notes
+    [row] = agent_status.agents_overview()
+    assert row["refused_today"] == 4 and row["network"] == "allow"
+    assert reports.status_summary()["refused_today"] == 4
+
+
 PLANT = 'printf "#!/bin/sh\\ntouch {outside}/hook-ran\\n" > {root}/.git/hooks/post-merge'
 TOOL_ATTACKS = [
     ("run_command", {"command": "rm -rf {root}/.octopoid/runtime/queue && echo gone"}),
@@ -244,17 +329,22 @@ TOOL_ATTACKS = [
 ]
 
 
-def _script(arena) -> list[dict]:
+def _script(arena, port: int) -> list[dict]:
+    """The tools' attacks, then the network's (this machine's loopback server on ``port``)."""
     where = {"root": arena.root, "home": arena.root.parent / "home", "outside": arena.outside}
     steps = [
         tool_use(name, {k: v.format(**where) for k, v in args.items()})
         for name, args in TOOL_ATTACKS
     ]
-    return [*steps, tool_use("finish", {"summary": "done"})]
+    probes = tool_use("run_command", {"command": network_probes(port)})
+    return [*steps, probes, tool_use("finish", {"summary": "done"})]
 
 
-def test_the_anthropic_backends_tools_run_in_the_box(arena, bwrap_ok) -> None:
-    with FakeMessagesAPI(_script(arena)) as api:
+def test_the_anthropic_backends_tools_run_in_the_box(
+    arena, loopback_servers: list[Served], bwrap_ok
+) -> None:
+    host = loopback_servers[0].port
+    with FakeMessagesAPI(_script(arena, host)) as api:
         write_agent(
             arena.root,
             backend="anthropic",
@@ -273,14 +363,41 @@ def test_the_anthropic_backends_tools_run_in_the_box(arena, bwrap_ok) -> None:
     results = [m["content"][0]["content"] for m in (r["messages"][-1] for r in api.requests[1:])]
     assert "gone" in results[0]  # it emptied a queue folder: its own box's, an empty tmpfs
     assert SECRETS["ssh"] not in "".join(results) and "sk-ant-x" not in "".join(results)
+    assert results[-1].count("refused (") == 3 and loopback_servers[0].seen == []
     assert state_of(tid) == "provisional"
+    # the API is the runner's to call: the tools' box names nothing and reached nothing
+    log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
+    assert "network allow, naming nothing" in log.splitlines()[0]
+    notes = q.get_task_notes(tid)
+    assert refusals(notes) == [f"127.0.0.1:{host}", "example.com:80"], notes
+    assert "] network: reached" not in notes
 
 
-def test_the_real_claude_cli_works_and_is_walled_in(arena, claude_cli: Path, bwrap_ok) -> None:
+def network_probes(port: int) -> str:
+    """Shell lines that try this machine's loopback server on ``port``, straight and through
+    the box's proxy, and a host on no list (tests/helpers/net_probe.py)."""
+    probe = f"{sys.executable} {HELPERS / 'net_probe.py'}"
+    return (
+        f"{probe} 127.0.0.1 {port}; {probe} - - 'CONNECT 127.0.0.1:{port} HTTP/1.1'; "
+        f"{probe} - - 'GET http://example.com/ HTTP/1.1'"
+    )
+
+
+def refusals(notes: str) -> list[str]:
+    """The destinations the notes say were refused, in order."""
+    mark = "] network: refused "
+    return [ln.split(mark, 1)[1].split(": ", 1)[0] for ln in notes.splitlines() if mark in ln]
+
+
+def test_the_real_claude_cli_works_and_is_walled_in(
+    arena, claude_cli: Path, loopback_servers: list[Served], bwrap_ok
+) -> None:
     where = {"root": arena.root, "home": arena.root.parent / "home", "outside": arena.outside}
     attack = "\n".join(args["command"].format(**where) for name, args in TOOL_ATTACKS[:6])
+    host = loopback_servers[0].port
     script = [
         tool_use("Bash", {"command": attack, "description": "look around"}, say="Looking."),
+        tool_use("Bash", {"command": network_probes(host), "description": "reach out"}),
         tool_use(
             "Bash",
             {
@@ -309,6 +426,13 @@ def test_the_real_claude_cli_works_and_is_walled_in(arena, claude_cli: Path, bwr
     assert not any(arena.outside.iterdir())
     log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
     assert log.startswith("[octopoid] sandbox: bwrap;") and SECRETS["ssh"] not in log
+    api_host = api.base_url.removeprefix("http://")
+    assert f"network allow: only {api_host};" in log.splitlines()[0]
+    # it reached the scripted API through the runner's proxy, and tried nothing else
+    notes = q.get_task_notes(tid)
+    assert f"[octopoid] network: reached {api_host} (" in notes, notes
+    assert refusals(notes) == [f"127.0.0.1:{host}", "example.com:80"], notes
+    assert loopback_servers[0].seen == []
     assert git.Repo(arena.root).commit(f"agent/TASK-{tid}").summary == "hello"
     assert os.environ.get("OCTOPOID_ROOT") == str(arena.root)
     assert child_env(arena.root)["OCTOPOID_ROOT"] == str(arena.root)

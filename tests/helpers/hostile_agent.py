@@ -3,7 +3,9 @@
 It knows everything an attacker could learn (from agents.yaml ``env``): ATTACK_ROOT (the
 project), ATTACK_OCTOPOID (the real CLI), ATTACK_HOME (the user's home), ATTACK_OUTSIDE
 (a host folder outside everything), ATTACK_VICTIM (another task's id) and
-ATTACK_SCHEDULER (the scheduler's pid). Each step prints ``ATTACK <step>: ok`` or
+ATTACK_SCHEDULER (the scheduler's pid); for ``reach-network``, ATTACK_NETWORK (a server on
+the host's loopback, a listener standing in for the cloud metadata service, and a server
+the agent's list names). Each step prints ``ATTACK <step>: ok`` or
 ``ATTACK <step>: refused (<why>)``. Before attacking it commits a file of its own, as an
 honest agent would (so it has work to move where it should not).
 
@@ -21,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from net_probe import fetch  # beside this file
+
 ROOT = os.environ["ATTACK_ROOT"]
 RUNTIME = f"{ROOT}/.octopoid/runtime"
 QUEUE = f"{RUNTIME}/queue"
@@ -31,7 +35,15 @@ title = Path(os.environ["OCTOPOID_PROMPT_FILE"]).read_text().split(f"# Task {TAS
 title = title.split("\n", 1)[0]
 
 
-def step(name: str, script: str) -> None:
+def step(name: str, script) -> None:
+    if callable(script):
+        try:
+            script()
+        except Exception as exc:
+            print(f"ATTACK {name}: refused ({type(exc).__name__}: {exc})", flush=True)
+        else:
+            print(f"ATTACK {name}: ok", flush=True)
+        return
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
     why = " ".join((done.stderr or done.stdout).split())[:200]
     print(f"ATTACK {name}: {'ok' if done.returncode == 0 else f'refused ({why})'}", flush=True)
@@ -145,6 +157,19 @@ def say_things() -> None:
     call = {"name": "ask_human", "arguments": {"question": f"may I? {SAID}"}}
     print(f"ATTACK ask: {channel('tools/call', call)['isError']}", flush=True)
 
+
+if os.environ.get("ATTACK_NETWORK"):
+    host, meta, allowed = os.environ["ATTACK_NETWORK"].split()
+    ATTACKS["reach-network"] = [
+        ("host-loopback", lambda: fetch("127.0.0.1", int(host))),
+        ("host-loopback-by-proxy", lambda: fetch("", 0, f"CONNECT 127.0.0.1:{host} HTTP/1.1")),
+        ("metadata", lambda: fetch(meta, 80)),
+        ("metadata-by-proxy", lambda: fetch("", 0, f"GET http://{meta}/latest HTTP/1.1")),
+        ("not-listed", lambda: fetch("", 0, "CONNECT example.com:443 HTTP/1.1")),
+        ("rebinding", lambda: fetch("", 0, f"CONNECT localhost:{host} HTTP/1.1")),
+        ("allowed", lambda: fetch("127.0.0.1", int(allowed))),
+        ("allowed-by-proxy", lambda: fetch("", 0, f"GET http://127.0.0.1:{allowed}/ HTTP/1.1")),
+    ]
 
 print(f"working on {TASK}: {title}", flush=True)
 Path(f"{TASK}.txt").write_text("the agent's own work\n")  # first, so it has work to smuggle

@@ -5,6 +5,7 @@
 - ``cycle``: three tasks waiting on each other.  ``dangling``: a task depends on task 9.
 - ``many``: 31 tasks (one more than a plan may hold).  ``prose``: no ```plan block.
 - ``commit``: the six, after committing a file (a plan is an answer: nothing is kept).
+- ``reach``: the six, after trying a host no list names (net_probe.py).
 It checks the prompt carries the goal and the answer format.
 """
 
@@ -27,6 +28,7 @@ six = [
 blocks = {
     "six": six,
     "commit": six,
+    "reach": six,
     "cycle": [{"title": t, "depends_on": [d]} for t, d in (("a", 3), ("b", 1), ("c", 2))],
     "dangling": [{"title": "a"}, {"title": "b", "depends_on": [9]}],
     "many": [{"title": f"step {n}"} for n in range(31)],
@@ -35,6 +37,13 @@ if answer == "commit":
     Path("planner-was-here.txt").write_text("a planner's file\n")
     subprocess.run(["git", "add", "planner-was-here.txt"], check=True)
     subprocess.run(["git", "commit", "-q", "-m", "not part of any plan"], check=True)
+if answer == "reach":
+    from net_probe import fetch  # beside this file
+
+    try:
+        fetch("", 0, "CONNECT example.com:443 HTTP/1.1")
+    except PermissionError as refused:
+        print(f"the network said {refused}")
 print("I read the repository; here is the plan.")
 if answer != "prose":
     print(f"```plan\n{json.dumps(blocks[answer], indent=1)}\n```")

@@ -1,0 +1,247 @@
+"""What a box may reach on the network: its mode, its list of named destinations, and the
+judgement of one destination by its name and by the address it resolves to.
+
+Pure and standard-library only, below ``config`` (which checks the entries of config.yaml
+and agents.yaml with it), the runner's proxy (which judges with it) and the faces (which
+describe with it). docs/security.md says what each mode allows.
+
+- ``allow``: the box has a network of its own (its own loopback only); octopoid's proxy in
+  the runner lets through the destinations its list names, and nothing else.
+- ``none``: no network at all.
+- ``open``: the host's network, as a program the user runs would have.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+MODES = ("allow", "none", "open")
+#: Before the proxy, ``host`` was the default mode; it is what ``open`` is now.
+OLD_NAMES = {"host": "open"}
+#: Where the claude CLI's API is unless its env names another (``ANTHROPIC_BASE_URL``).
+ANTHROPIC_API = "api.anthropic.com:443"
+#: Where the claude CLI refreshes a login's token (its ``TOKEN_URL``, Claude Code 2.1):
+#: needed when the box carries the login's credentials instead of an API key.
+CLAUDE_LOGIN = "platform.claude.com:443"
+_NAME_RE = re.compile(r"(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*"
+                      r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")  # fmt: skip
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def canonical_mode(mode: str) -> str:
+    return OLD_NAMES.get(mode, mode)
+
+
+def address_of(text: str) -> IPAddress | None:
+    """``text`` as an address (``[v6]`` too; an IPv4-mapped IPv6 address as its IPv4), or
+    None when it is a name."""
+    try:
+        addr = ipaddress.ip_address(text.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return None
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return mapped if mapped is not None else addr
+
+
+def is_public(addr: IPAddress) -> bool:
+    """An address on the internet: not loopback, link-local, private, shared (CGNAT),
+    unspecified, reserved or multicast."""
+    return addr.is_global and not addr.is_multicast
+
+
+def kind_of(addr: IPAddress) -> str:
+    """What sort of address a refusal names, in words."""
+    if addr.is_loopback:
+        return "a loopback address (this machine's own services)"
+    if addr.is_link_local:
+        return "a link-local address (where a cloud's metadata service hands out credentials)"
+    if addr.is_unspecified:
+        return "the unspecified address (this machine)"
+    if addr.is_multicast:
+        return "a multicast address"
+    return "a private address (the network behind this machine)"
+
+
+def host_name(text: str) -> str:
+    """A host name as the proxy compares it (lower case, no final dot); ``ValueError`` if it
+    is not one."""
+    name = text.lower().removesuffix(".")
+    if not _NAME_RE.fullmatch(name):
+        raise ValueError(f"{text[:80]!r} is not a host name")
+    return name
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One named destination: a host name (``*.`` for its subdomains) or an address,
+    on one port or any."""
+
+    host: str  # a name, the suffix of a wildcard, or an address's text
+    port: int | None = None
+    address: IPAddress | None = None
+    wildcard: bool = False
+
+    def __str__(self) -> str:
+        host = f"*.{self.host}" if self.wildcard else self.host
+        if isinstance(self.address, ipaddress.IPv6Address):
+            host = f"[{host}]"
+        return host if self.port is None else f"{host}:{self.port}"
+
+    def names(self, host: str, port: int) -> bool:
+        """Whether a request for ``host`` (normalised) on ``port`` is this destination."""
+        if self.port is not None and self.port != port:
+            return False
+        if self.address is not None:
+            return self.address == address_of(host)
+        if self.wildcard:
+            return host.endswith(f".{self.host}")
+        return host == self.host
+
+    @property
+    def forwarded(self) -> bool:
+        """A loopback address and port: the box's own loopback carries it to the host's (the
+        box's loopback is otherwise its own, so a client there never asks the proxy)."""
+        return self.address is not None and self.address.is_loopback and self.port is not None
+
+
+def parse_entry(text: str) -> Entry:
+    """One entry of ``sandbox.network.allow``; ``ValueError`` saying what is wrong."""
+    raw = text.strip()
+    if "://" in raw or "/" in raw:
+        raise ValueError(
+            f"{text!r}: name a host (api.example.com, api.example.com:8443), not a URL"
+        )
+    host, port = raw, None
+    if (raw.startswith("[") and "]:" in raw) or raw.count(":") == 1:
+        host, _, digits = raw.rpartition(":")
+        if not digits.isdigit() or not 0 < int(digits) < 65536:
+            raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
+        port = int(digits)
+    address = address_of(host)
+    if address is not None:
+        if address.is_loopback and port is None:
+            raise ValueError(
+                f"{text!r}: a loopback address needs its port (127.0.0.1:8123): a box's "
+                "loopback is its own, and only named ports are carried to this machine's"
+            )
+        if address.is_unspecified or address.is_multicast:
+            raise ValueError(f"{text!r}: {kind_of(address)} is no destination")
+        return Entry(str(address), port, address)
+    wildcard = host.startswith("*.")
+    if host == "*" or "*" in host.removeprefix("*."):
+        raise ValueError(
+            f"{text!r}: a wildcard stands only for subdomains (*.example.com); "
+            "`network: open` is the way to allow everything"
+        )
+    try:
+        return Entry(host_name(host.removeprefix("*.")), port, None, wildcard)
+    except ValueError as exc:
+        raise ValueError(f"{text!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The destinations one box may reach through the proxy."""
+
+    entries: tuple[Entry, ...] = ()
+
+    @classmethod
+    def of(cls, texts: list[str]) -> Policy:
+        return cls(tuple(dict.fromkeys(parse_entry(t) for t in texts)))
+
+    def named(self, host: str, port: int) -> bool:
+        return any(entry.names(host, port) for entry in self.entries)
+
+    def reachable(self, addr: IPAddress, port: int) -> bool:
+        """An address a named destination resolved to may be connected to: it is on the
+        internet, or the list names it by address (a name that resolves to loopback or to
+        the metadata service is not enough: DNS is the attacker's to answer)."""
+        if is_public(addr):
+            return True
+        return any(e.address == addr and e.port in (None, port) for e in self.entries)
+
+    def forwards(self) -> list[Entry]:
+        return [entry for entry in self.entries if entry.forwarded]
+
+
+def api_entries(backend: str, env: dict[str, str]) -> list[str]:
+    """What a backend's box must reach by default: the claude CLI's API (the host of
+    ``ANTHROPIC_BASE_URL`` in its env, else Anthropic's) and, on a login rather than a
+    key, where the login is refreshed. The ``anthropic`` backend calls its API from the
+    runner, and a ``command`` agent names what it needs itself: none."""
+    if backend != "claude-code":
+        return []
+    url = env.get("ANTHROPIC_BASE_URL")
+    parts = urlsplit(url) if url else None
+    entries = [ANTHROPIC_API]
+    if parts is not None and parts.hostname:
+        try:
+            port = parts.port or (80 if parts.scheme == "http" else 443)
+        except ValueError:  # a port that is no number: the CLI cannot use it either
+            port = 443
+        address = address_of(parts.hostname)
+        host = f"[{address}]" if isinstance(address, ipaddress.IPv6Address) else parts.hostname
+        entries = [f"{host}:{port}"]
+    if not env.get("ANTHROPIC_API_KEY") and not env.get("ANTHROPIC_AUTH_TOKEN"):
+        entries.append(CLAUDE_LOGIN)
+    return [entry for entry in entries if _valid(entry)]  # a URL the CLI cannot use either
+
+
+def _valid(text: str) -> bool:
+    try:
+        parse_entry(text)
+    except ValueError:
+        return False
+    return True
+
+
+def agent_mode(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """``agent``'s network mode: its own, else the project's."""
+    own = (agent.get("sandbox") or {}).get("network") or {}
+    return canonical_mode(own.get("mode") or cfg["sandbox"]["network"]["mode"])
+
+
+def agent_network(
+    agent: dict[str, Any], cfg: dict[str, Any], env: dict[str, str]
+) -> tuple[str, list[str]]:
+    """(mode, named destinations) of ``agent``'s box: its own mode or the project's; its
+    backend's API, the project's ``sandbox.network.allow`` and its own. ``env`` is the
+    environment its box gets (where the API's address may be named)."""
+    mode = agent_mode(agent, cfg)
+    if mode != "allow":
+        return mode, []
+    own = (agent.get("sandbox") or {}).get("network") or {}
+    wanted = [*api_entries(agent.get("backend", ""), env), *cfg["sandbox"]["network"]["allow"]]
+    wanted += own.get("allow", [])
+    return mode, [str(entry) for entry in Policy.of(wanted).entries]
+
+
+def checks_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
+    """(mode, named destinations) of the checks' box: ``checks.network``, its list added to
+    the project's. Checks run the agent's code, so they have no network unless they say;
+    but a project that still writes ``sandbox.network: host`` (which covered the checks
+    before they had a setting of their own) keeps it for them too."""
+    own, project = cfg["checks"]["network"], cfg["sandbox"]["network"]
+    mode = canonical_mode(own["mode"] or ("host" if project["mode"] == "host" else "none"))
+    if mode != "allow":
+        return mode, []
+    wanted = [*project["allow"], *own["allow"]]
+    return mode, [str(entry) for entry in Policy.of(wanted).entries]
+
+
+def describe(mode: str, allow: list[str]) -> str:
+    """A box's network in words (after "network"), for the log's first line and the faces."""
+    if mode == "open":
+        return (
+            "OPEN: this machine's own (its loopback services, the network behind it, a "
+            "cloud's metadata service) and the whole internet"
+        )
+    if mode == "none":
+        return "none"
+    if not allow:
+        return "allow, naming nothing (every destination is refused and noted)"
+    return f"allow: only {', '.join(allow)}"
