@@ -117,12 +117,9 @@ def accept(
 
     The task is held for the whole workflow (``QueueStore.hold``): a reject, requeue or
     second accept meanwhile fails at once saying the task is being accepted. A refused
-    merge (conflict, dirty checkout) changes nothing: the task stays in provisional and
-    the journal is dropped. A merge that landed is recorded on the task (``MERGED``), so
-    an accept killed after it is finished by whoever comes next (the next accept, any
-    scheduler's sweep, `octopoid doctor --repair`) without merging again, and cannot be
-    rejected; one killed during the merge is finished by the next accept, which asks git
-    whether it landed. A failed step after the move is reported, not fatal.
+    merge (conflict, dirty checkout) changes nothing and drops the journal. One killed
+    is finished by whoever comes next (``_Merging``, ``finishing``); a failed step after
+    the move is reported, not fatal.
     """
     task_id = normalize_task_id(task_id)
     store = queue_utils.get_store()
@@ -188,7 +185,11 @@ def _refuse_unfenced(task: Task) -> None:
 @dataclass
 class _Merging:
     """An accept's merge: its journal begun (with the base's tip before the merge), and
-    the merge step itself. With ``git.remote`` the base is the remote's: the tip the
+    the merge step itself. A merge that landed is recorded on the task (``MERGED``), so an
+    accept killed after it is finished by whoever comes next (the next accept, any
+    scheduler's sweep, `octopoid doctor --repair`) without merging again, and cannot be
+    rejected; one killed during the merge is finished by the next accept, which asks git
+    whether it landed. With ``git.remote`` the base is the remote's: the tip the
     attempt submitted is taken (fetched from the remote if need be:
     ``task_tips.take_for_accept``), merged onto the remote's base and pushed
     (``git_utils.merge_onto_remote``). The remote is fetched once per accept."""

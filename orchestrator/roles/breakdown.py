@@ -199,7 +199,8 @@ def _finish(original: str, data: dict, token: str | None) -> None:
         return
     labels = ", ".join(task_label(i) for i in data["ids"])
     by = data.get("approved_by")
-    queue_utils.finish_split(original, labels, by, approved=by is not None, token=token)
+    actor = by or (None if token else "octopoid")  # None: the attempt's agent, by its claim
+    queue_utils.finish_split(original, labels, actor, approved=by is not None, token=token)
 
 
 def resume(journal: Journal) -> str | None:
