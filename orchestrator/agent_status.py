@@ -76,9 +76,7 @@ class AgentRecords(dict[str, dict[str, Any]]):
 
 
 def _records() -> Records:
-    records = queue_utils.get_store().records
-    adopt.agent_files(records, config.get_orchestrator_dir())
-    return records
+    return adopt.store().records
 
 
 def _key(agent: str) -> str:

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from . import bounces, ci_triggers, config, finishing, git_utils, netpolicy, sandbox, stalls
+from . import (
+    adopt,
+    bounces,
+    ci_triggers,
+    config,
+    finishing,
+    git_utils,
+    netpolicy,
+    sandbox,
+    stalls,
+)
 from .defaults import BOUNCE_REPEATS
 from .dependencies import blocked_summary
 from .leases import dead_since
@@ -58,6 +68,22 @@ def _bouncing(store: QueueStore) -> list[dict]:
     return [found for task in tasks if (found := bounces.bouncing(task)) is not None]
 
 
+def _unfinished() -> list[str]:
+    """Journals still open (an accept, close, split or plan approval a dead process left),
+    each with what finishes it."""
+    lines = []
+    for journal in adopt.store().journals.pending():
+        left = ", ".join(journal.left)
+        what = f"{journal.key}: its {journal.kind} stopped half-way ({left} left)"
+        if finishing.awaits_accept(journal):
+            lines.append(
+                f"{what}; `octopoid accept {journal.key}` finishes it (never merging twice)"
+            )
+        else:
+            lines.append(f"{what}; `octopoid doctor --repair` finishes it, as any scheduler does")
+    return lines
+
+
 def network() -> list[str]:
     """Each agent's network and the checks', as their boxes get it: what ``allow`` lets
     through (with this shell's environment, where an agent's API address may be named)."""
@@ -80,12 +106,15 @@ def network() -> list[str]:
     return lines
 
 
-def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
-    """One line per repair made or problem found; empty when all is well."""
+def examine(rebuild: bool = False, now: datetime | None = None, repair: bool = False) -> list[str]:
+    """One line per repair made or problem found; empty when all is well. ``repair`` also
+    finishes what dead processes' journals left (the scheduler's sweep does it too)."""
     now = now or utcnow()
     store = get_store()
     lines = [f"repaired {done}" for done in store.recover()]
-    lines += [f"repaired {done}" for done in finishing.finish_interrupted()]
+    if repair:
+        lines += [f"repaired {done}" for done in finishing.finish_interrupted()]
+    lines += _unfinished()
     if rebuild:
         lines.append(f"rebuilt the claim index and usage ledger from {store.rebuild()} tasks")
     problem = config.problem()
@@ -97,7 +126,8 @@ def examine(rebuild: bool = False, now: datetime | None = None) -> list[str]:
         found["system"] = [s for s in found["system"] if s["code"] != "sandbox"]
         lines += stalls.lines(found)
     for task in store.list(S.PROVISIONAL):
-        if "MERGING" in task.headers or "MERGED" in task.headers:
+        merging = "MERGING" in task.headers or "MERGED" in task.headers
+        if merging and finishing.open_journal(task.id) is None:  # an older octopoid's
             lines.append(
                 f"{task.label}: an accept stopped half-way; `octopoid accept {task.label}` "
                 "finishes it (it never merges twice)"

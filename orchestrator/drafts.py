@@ -1,27 +1,25 @@
-"""A reviewer's draft review of a task, kept server-side so a reload, a closed tab or a
-restart of `octopoid web` loses nothing: the line comments not sent yet, the reason being
-typed, the acceptance criteria ticked, the files marked viewed, and the learnings struck
-or rewritten (by their numbers, as `octopoid show` gives them).
+"""A reviewer's draft review of a task, kept by the store so a reload, a closed tab, a
+restart of `octopoid web` or another machine's page loses nothing: the line comments not
+sent yet, the reason being typed, the acceptance criteria ticked, the files marked viewed,
+and the learnings struck or rewritten (by their numbers, as `octopoid show` gives them).
 
-One JSON file per task and reviewer (``runtime/reviews/TASK-<id>/<reviewer>.json``),
-replaced atomically. It is the page's memory, not the queue's: nothing in it changes a
-task until its reviewer rejects or accepts, and that clears it. A file that cannot be read
-is an empty draft, never an error page.
+One record per task and reviewer (``reviews/TASK-<id>/<reviewer>``), replaced whole; on
+PostgreSQL every machine's page shows it. It is the page's memory, not the queue's:
+nothing in it changes a task until its reviewer rejects or accepts, and that clears it. A
+record that cannot be read as a draft is an empty draft, never an error page.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from . import config, intake
+from . import adopt, intake
 from .exceptions import InvalidInput
-from .fsutil import atomic_write, read_json_object, remove_tree
+from .store.records import Records, key_part
 from .task_notes import LineComment
 from .tasks import task_label
 
@@ -32,6 +30,7 @@ MAX_CRITERIA = 200
 MAX_LEARNINGS = 400  # numbers a draft may strike or rewrite (an attempt remembers 200 at most)
 MAX_LEARNING_CHARS = 4000
 SAFE_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]")
+FAMILY = "reviews"
 
 
 @dataclass
@@ -47,45 +46,49 @@ class Draft:
         return asdict(self)
 
 
-def draft_path(task_id: str, reviewer: str) -> Path:
-    """Where ``reviewer``'s draft of the task lives: the name made safe for a file name,
-    with a hash so two names that clean to the same text stay apart."""
-    key = hashlib.sha256(reviewer.encode()).hexdigest()[:12]
+def draft_key(task_id: str, reviewer: str) -> str:
+    """The record of ``reviewer``'s draft of the task: the name made safe for a key (and
+    short), with a hash so two names that clean to the same text stay apart."""
+    digest = hashlib.sha256(reviewer.encode()).hexdigest()[:12]
     name = SAFE_NAME_RE.sub("_", reviewer)[:40]
-    return _task_dir(task_id) / f"{name}-{key}.json"
+    return f"{_task_key(task_id)}/{key_part(f'{name}-{digest}')}"
 
 
-def _task_dir(task_id: str) -> Path:
-    return config.get_orchestrator_dir() / "reviews" / task_label(task_id)
+def _task_key(task_id: str) -> str:
+    return f"{FAMILY}/{task_label(task_id)}"
+
+
+def _records() -> Records:
+    return adopt.store().records
 
 
 def load(task_id: str, reviewer: str) -> Draft:
     """The reviewer's draft (an empty one if there is none or it cannot be read)."""
-    data = read_json_object(draft_path(task_id, reviewer))
+    found = _records().read(draft_key(task_id, reviewer))
     try:
-        return parse(data)
+        return Draft() if found is None else parse(found.value)
     except InvalidInput:
         return Draft()
 
 
 def save(task_id: str, reviewer: str, data: Mapping[str, Any]) -> Draft:
     """Check ``data`` (the page's whole draft) and keep it; ``InvalidInput`` says what is
-    wrong and keeps nothing."""
+    wrong and keeps nothing. Two tabs saving at once: the last one wins, whole."""
     draft = parse(data)
-    target = draft_path(task_id, reviewer)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, json.dumps(draft.as_json(), ensure_ascii=False, sort_keys=True))
+    _records().update(draft_key(task_id, reviewer), lambda _: draft.as_json())
     return draft
 
 
 def clear(task_id: str, reviewer: str) -> None:
     """The reviewer sent their review: the draft is done with."""
-    draft_path(task_id, reviewer).unlink(missing_ok=True)
+    _records().delete(draft_key(task_id, reviewer))
 
 
 def clear_task(task_id: str) -> None:
     """Every reviewer's draft of a task that left review for good (done)."""
-    remove_tree(_task_dir(task_id))
+    records = _records()
+    for key in records.list(_task_key(task_id)):
+        records.delete(key)
 
 
 def parse(data: Mapping[str, Any]) -> Draft:

@@ -1,100 +1,156 @@
-"""What follows a task's arrival in done/, journaled so a crash cannot lose it.
+"""Accept and close as journals of the store, and the sweep that finishes every journal a
+dead process left.
 
-An accept (or a close) moves the task to done and then has work left: the task's learnings
-promoted into long-term memory, its working notes removed, its worktree and branch removed
-with the tips octopoid set aside for it that the base holds (a close keeps the branch),
-its pull request closed, the branch deleted on the remote (a closed task's only where its
-branch here holds it). A kill between the move and that work would lose the learnings
-(``memory gc`` later deletes the notes of done tasks) and leave the rest behind. So before
-the move, the steps are written to ``runtime/finishing/TASK-<id>.json``; each step is
-taken off the journal once done, and the journal is removed after the last. The same
-accept again, the scheduler's housekeeping and ``octopoid doctor`` finish what a dead one
-left (``finish_interrupted``). Every step is safe to repeat: memory deduplicates, and the
-removals treat what is already gone as done.
+An accept is several steps: the merge, the move to done, then the task's learnings
+promoted into long-term memory, its working notes removed, its worktree and branch
+removed with the tips octopoid set aside for it that the base holds, the branch deleted
+on the remote (a close: the move, then the same without the merge; it keeps the branch,
+closes an open pull request before its branch goes, and deletes the remote's refs only
+where its branch here holds them). Before the first step the
+steps are written as the task's ``accept`` (or ``close``) journal, with what they need
+(who, the base's tip before the merge); each is marked done as it ends, and the journal
+is finished after the last. On PostgreSQL every machine sees it: whoever comes next, on
+any machine, finishes it (the next accept, any scheduler's sweep, `octopoid doctor
+--repair`). Every step is safe to repeat: a merge is asked of git first (``MERGED`` on the
+task says it landed), a task in done is not moved again, memory deduplicates, and the
+removals treat what is already gone as done. Only the merge waits for a person's accept:
+the sweep does not merge.
+
+``finish_interrupted`` is the sweep over every kind of journal: accept and close here, a
+breakdown's split (``roles.breakdown``) and a plan's approval (``plans``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import config, queue_utils
-from .exceptions import InvalidTaskId, TaskBusy
-from .fsutil import atomic_write, read_json_object
-from .tasks import TaskState, normalize_task_id, task_label
+from . import adopt, config, queue_utils
+from .exceptions import IllegalTransition, JournalBusy, OctopoidError, TaskBusy
+from .lazy import lazy_import
+from .store.records import Journal, Journals
+from .tasks import Task, TaskState, normalize_task_id, task_label
 
+# the other journals' owners, and what only a step needs: `doctor` rarely finds any
+breakdown = lazy_import("orchestrator.roles.breakdown")
+plans = lazy_import("orchestrator.plans")
 log = logging.getLogger("octopoid.finishing")
 
+ACCEPT, CLOSE = "accept", "close"  # the journals' kinds
+MERGE, MOVE = "merge", "move"
 PROMOTE, NOTES, WORKTREE, BRANCH = "promote", "notes", "worktree", "branch"
 REMOTE_BRANCH, PULL_REQUEST = "remote-branch", "pull-request"
-#: the order they run: a pull request is closed (saying why) before its branch goes, since
-#: a forge closes a pull request whose branch is deleted without a word
-STEPS = (PROMOTE, NOTES, WORKTREE, BRANCH, PULL_REQUEST, REMOTE_BRANCH)
+#: every step, in the order they run: a pull request is closed (saying why) before its
+#: branch goes, since a forge closes a pull request whose branch is deleted without a word
+STEPS = (MERGE, MOVE, PROMOTE, NOTES, WORKTREE, BRANCH, PULL_REQUEST, REMOTE_BRANCH)
 
 
-def journal_dir() -> Path:
-    return config.get_orchestrator_dir() / "finishing"
+@dataclass
+class Finished:
+    """What running a journal did: the task after, learnings promoted, a model's
+    distillation, and the steps that failed (left in the journal for the next finisher)."""
+
+    task: Task
+    promoted: int = 0
+    distilled: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
 
 
-def _journal(task_id: str) -> Path:
-    return journal_dir() / f"{task_label(task_id)}.json"
+def _journals() -> Journals:
+    return adopt.store().journals
 
 
-def begin(task_id: str, steps: list[str], actor: str) -> None:
-    """Write the journal (under the task's hold, before the move to done)."""
-    journal_dir().mkdir(parents=True, exist_ok=True)
-    atomic_write(_journal(task_id), json.dumps({"steps": steps, "by": actor}))
+@contextmanager
+def taken(task_id: str) -> Iterator[Journal | None]:
+    """Hold the task's accept and close journals (under the task's hold); yield the open
+    one, or None. ``JournalBusy`` while another process runs one."""
+    journals, key = _journals(), task_label(task_id)
+    with journals.take(ACCEPT, key) as accepting, journals.take(CLOSE, key) as closing:
+        yield accepting or closing
 
 
-def abandon(task_id: str) -> None:
-    """The move to done did not happen: there is nothing to finish."""
-    _journal(task_id).unlink(missing_ok=True)
+def begin(kind: str, task_id: str, steps: list[str], data: dict[str, Any]) -> Journal:
+    """Write the journal of an accept or close before its first step (held by ``taken``)."""
+    ordered = [step for step in STEPS if step in steps]
+    return _journals().begin(kind, task_label(task_id), ordered, data)
+
+
+def abandon(journal: Journal) -> None:
+    """Nothing the journal began needs finishing (a merge git refused, a move refused)."""
+    _journals().finish(journal)
+
+
+def open_journal(task_id: str) -> Journal | None:
+    """The task's open accept or close journal, if any (read without holding it)."""
+    journals, key = _journals(), task_label(task_id)
+    return journals.get(ACCEPT, key) or journals.get(CLOSE, key)
 
 
 def pending(task_id: str) -> list[str]:
     """The steps still to do for ``task_id`` (empty: none, or no journal)."""
-    return read_json_object(_journal(task_id)).get("steps", [])
+    journal = open_journal(task_id)
+    return [] if journal is None else list(journal.left)
 
 
 def is_over(task_id: str) -> bool:
     """The task is gone, or done with nothing left to finish: its working notes may go."""
-    return queue_utils.get_store().locate(task_id) in (None, TaskState.DONE) and not pending(
-        task_id
-    )
+    where = queue_utils.get_store().locate(task_id)
+    return where in (None, TaskState.DONE) and open_journal(task_id) is None
 
 
-def finish(task_id: str) -> dict[str, Any]:
-    """Do the journaled steps of a task in done/, in order; return what they did.
-
-    ``{"promoted": n, "distilled": {...}, "errors": [...]}``. A step that fails (git, the
-    memory store, a model) is reported and stays in the journal for the next finisher; the
-    others go on.
-    """
-    path = _journal(task_id)
-    journal = read_json_object(path)
-    steps, actor = list(journal.get("steps", [])), str(journal.get("by", "octopoid"))
-    done: dict[str, Any] = {"promoted": 0, "distilled": {}, "errors": []}
-    for step in [s for s in STEPS if s in steps]:
-        if step == REMOTE_BRANCH and PULL_REQUEST in steps:
+def run(journal: Journal, merge: Callable[[], None] | None = None) -> Finished:
+    """Run what is left of a held accept or close journal, in order; finish it when
+    nothing is left. ``merge`` is the accept's (the sweep has none: a merge not recorded
+    on the task waits for the next accept). The merge and the move stop the run when they
+    fail; a later step that fails (git, the memory store, a model) is reported and stays
+    for the next finisher while the others go on."""
+    journals, task_id = _journals(), normalize_task_id(journal.key)
+    actor = str(journal.data.get("by") or "octopoid")
+    done = Finished(queue_utils.get_task(task_id))
+    for step in journal.left:
+        if step == MERGE:
+            (merge or (lambda: _merge_recorded(task_id)))()
+        elif step == MOVE:
+            _move(journal, task_id, actor)
+        elif step == REMOTE_BRANCH and PULL_REQUEST in journal.left:
             continue  # the pull request is not closed yet: its branch waits
-        try:
-            _run(step, task_id, actor, done)
-        except Exception as exc:  # git, the memory store, a model: the step stays journaled
-            done["errors"].append(f"{step}: {exc}")
-            log.error("%s: could not finish %s: %s", task_label(task_id), step, exc)
-            continue
-        steps.remove(step)
-        if steps:
-            atomic_write(path, json.dumps({"steps": steps, "by": actor}))
-    if not steps:
-        path.unlink(missing_ok=True)
+        else:
+            try:
+                _run(step, task_id, actor, done)
+            except Exception as exc:  # git, the memory store, a model: the step stays journaled
+                done.errors.append(f"{step}: {exc}")
+                log.error("%s: could not finish %s: %s", task_label(task_id), step, exc)
+                continue
+        journal = journals.mark_done(journal, step)
+    if not journal.left:
+        journals.finish(journal)
+    done.task = queue_utils.get_task(task_id)
     return done
 
 
-def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
+def _merge_recorded(task_id: str) -> None:
+    if not queue_utils.get_task(task_id).headers.get("MERGED"):
+        raise IllegalTransition(
+            f"{task_label(task_id)}: its accept stopped before its merge was recorded; "
+            f"`octopoid accept {task_label(task_id)}` finishes it (it never merges twice)"
+        )
+
+
+def _move(journal: Journal, task_id: str, actor: str) -> None:
+    """The move to done, unless the task is there already (moved before a kill)."""
+    if queue_utils.get_store().locate(task_id) is TaskState.DONE:
+        return
+    data = journal.data
+    if journal.kind == CLOSE:
+        queue_utils.close_task(task_id, data["kind"], data["reason"], actor)
+    else:
+        queue_utils.accept_completion(task_id, actor, reason=data.get("reason", "accepted"))
+
+
+def _run(step: str, task_id: str, actor: str, done: Finished) -> None:
     # Here, not at the top: `octopoid doctor` asks for journals every time and rarely has one.
     from . import drafts, git_utils, questions, task_tips
     from .memory import lifecycle
@@ -105,9 +161,9 @@ def _run(step: str, task_id: str, actor: str, done: dict[str, Any]) -> None:
     if step == PROMOTE:  # only what the accepted attempt recorded, as its reviewer left it
         task = queue_utils.get_task(task_id)
         kept = lifecycle.kept_learnings(task)
-        done["promoted"] = lifecycle.promote_task_notes(task, actor)
+        done.promoted = lifecycle.promote_task_notes(task, actor)
         items = [{"section": item.section, "item": item.text} for item in kept]
-        done["distilled"] = distill(task, items, config.load_config()["memory"])
+        done.distilled = distill(task, items, config.load_config()["memory"])
     elif step == NOTES:
         working.cleanup()
         drafts.clear_task(task_id)  # reviewers' unsent drafts: the task left review for good
@@ -143,28 +199,61 @@ def _remote_branch(task_id: str, remote: str) -> None:
 
 
 def finish_interrupted() -> list[str]:
-    """Finish every journal a dead accept or close left; one line per task finished.
-
-    A task held by a live accept is its own; a journal whose task never reached done (the
-    accept died before its move) has nothing to finish and is removed.
-    """
-    folder = journal_dir()
-    if not folder.is_dir():
+    """Finish every journal a dead process left (accept, close, split, plan approval),
+    on this machine or another; one line per journal finished or dropped. A journal held
+    by a live process is its own; an accept whose merge is not recorded waits for the
+    next accept (`octopoid doctor` names it)."""
+    left = _journals().pending()
+    if not left:
         return []
-    store, lines = queue_utils.get_store(), []
-    for path in sorted(folder.glob("TASK-*.json")):
+    resumers: dict[str, Callable[[Journal], str | None]] = {
+        ACCEPT: _resume, CLOSE: _resume, breakdown.SPLIT: breakdown.resume,
+        plans.APPROVAL: plans.resume,
+    }  # fmt: skip
+    lines = []
+    for journal in left:
+        resume = resumers.get(journal.kind)
+        if resume is None:
+            continue
         try:
-            task_id = normalize_task_id(path.stem)
-        except InvalidTaskId:
-            continue  # not a name octopoid writes
-        with contextlib.suppress(TaskBusy), store.hold(task_id, "finished"):
-            if store.locate(task_id) is not TaskState.DONE:
-                path.unlink(missing_ok=True)
-                continue
-            steps = ", ".join(pending(task_id))
-            errors = finish(task_id)["errors"]
-            lines.append(
-                f"{task_label(task_id)}: finished what its accept left ({steps})"
-                + (f"; still to do: {'; '.join(errors)}" if errors else "")
-            )
+            line = resume(journal)
+        except (JournalBusy, TaskBusy):
+            continue  # its process is alive and running it
+        except OctopoidError as exc:
+            line = f"{journal.key}: could not finish its {journal.kind}: {exc}"
+        if line:
+            lines.append(line)
     return lines
+
+
+def awaits_accept(journal: Journal) -> bool:
+    """An accept killed before its merge was recorded: it may or may not have landed, and
+    only an accept asks git (the sweep does not merge)."""
+    if journal.kind != ACCEPT or MERGE not in journal.left:
+        return False
+    try:
+        return not queue_utils.get_task(normalize_task_id(journal.key)).headers.get("MERGED")
+    except OctopoidError:
+        return False  # the task is gone: nothing waits for an accept
+
+
+def _resume(journal: Journal) -> str | None:
+    """Finish a dead accept's or close's journal; what was done, or None (nothing to do)."""
+    task_id, store = normalize_task_id(journal.key), queue_utils.get_store()
+    with store.hold(task_id, "finished"), taken(task_id) as current:
+        if current is None:
+            return None
+        label, kind, steps = task_label(task_id), current.kind, ", ".join(current.left)
+        if store.locate(task_id) is None:
+            abandon(current)
+            return f"{label}: the task is gone; its {kind} journal is dropped"
+        if awaits_accept(current):
+            return None
+        try:
+            errors = run(current).errors
+        except IllegalTransition as exc:  # the move was refused: the task left review
+            abandon(current)
+            return f"{label}: its {kind} could not move it ({exc}); the journal is dropped"
+    return f"{label}: finished what its {kind} left ({steps})" + (
+        f"; still to do: {'; '.join(errors)}" if errors else ""
+    )

@@ -8,34 +8,31 @@ validation is the breakdown's (``roles.breakdown``: the answer block, each task'
 ``tasks.new_task``'s limits) plus what a graph needs: every blocker is a task of the plan,
 no task waits on itself through others (no cycle), at most ``MAX_PLAN_TASKS`` tasks.
 
-A plan is kept as ``runtime/plans/PLAN-<n>.json`` (atomic write and fsync), changed under
-its lock and validated again after every edit. Approving is a journal, not a hope: the
-plan says ``approving`` before the first task is created, names the task it is about to
-create (``creating``) before creating it, and records each created id right after; a
-task's ``CREATED_BY`` names its plan and key, so an approve killed between a create and
-its record finds that task instead of creating it again.
+A plan is the store's record ``plans/PLAN-<n>`` (on PostgreSQL every machine sees it),
+changed by compare-and-swap and validated again after every edit. Approving is a journal
+(``plan-approval``): the plan turns ``approving`` (no edit after that), then the journal
+is written with every step and the id each task will have, then each task is created under
+its id, then the plan turns ``approved``. Killed anywhere, the next approve, any
+scheduler's sweep or `octopoid doctor --repair` runs what is left, on any machine: a step
+whose task exists already was done, so each task is enqueued once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from typing import Any
 
-from . import config, queue_utils
-from .exceptions import IllegalTransition, InvalidInput, InvalidTask
-from .fsutil import atomic_write, fsync_dir, write_temp
-from .locks import holding
+from . import adopt, queue_utils
+from .exceptions import IllegalTransition, InvalidInput, InvalidTask, RecordChanged
 from .roles import breakdown
+from .store.records import Journal, Records
 from .tasks import (
     DEFAULT_BRANCH,
     DEFAULT_PRIORITY,
     DEFAULT_ROLE,
-    TaskState,
     format_time,
     task_label,
     utcnow,
@@ -46,6 +43,8 @@ ANSWER_KEYS = {"title", "context", "criteria", "priority", "role", "depends_on"}
 ID_RE = re.compile(r"PLAN-([1-9][0-9]{0,8})")
 KEY_RE = re.compile(r"T([1-9][0-9]{0,3})")
 DRAFT, APPROVING, APPROVED, DISCARDED = "draft", "approving", "approved", "discarded"
+FAMILY = "plans"  # the records' family
+APPROVAL = "plan-approval"  # the journal's kind
 
 
 @dataclass
@@ -71,7 +70,6 @@ class Plan:
     created: str = ""
     planned_by: str = ""
     created_ids: dict[str, str] = field(default_factory=dict)  # key -> task id, on approve
-    creating: str | None = None  # the key whose task may exist but is not recorded yet
 
 
 # --- the model ------------------------------------------------------------------------
@@ -210,8 +208,12 @@ def _keys(plan: Plan) -> str:
 # --- storage --------------------------------------------------------------------------
 
 
-def plans_dir() -> Path:
-    return config.get_orchestrator_dir() / "plans"
+def _records() -> Records:
+    return adopt.store().records
+
+
+def _key(plan_id: str) -> str:
+    return f"{FAMILY}/{plan_id}"
 
 
 def draft(goal: str, branch: str = DEFAULT_BRANCH, planned_by: str = "") -> Plan:
@@ -220,50 +222,47 @@ def draft(goal: str, branch: str = DEFAULT_BRANCH, planned_by: str = "") -> Plan
 
 
 def add(plan: Plan) -> Plan:
-    """Store a valid new plan under the next free id. Written whole to a temporary file
-    first, then linked to its name (a link never replaces a file): a planner killed here
-    leaves no empty plan, and two at once never share an id."""
+    """Store a valid new plan under the next free id: a record that must not exist yet, so
+    two planners at once (on any machines) never share an id."""
     validate(plan)
-    folder = plans_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    records = _records()
     while True:
-        used = [int(m.group(1)) for p in folder.glob("PLAN-*.json") if (m := ID_RE.match(p.stem))]
+        used = [int(m.group(1)) for key in records.list(FAMILY) if (m := _id_match(key))]
         plan.id = f"PLAN-{max(used, default=0) + 1}"
-        staged = write_temp(_path(plan.id), json.dumps(asdict(plan), indent=1).encode())
         try:
-            os.link(staged, _path(plan.id))
-        except FileExistsError:
+            records.write(_key(plan.id), asdict(plan), None)
+        except RecordChanged:
             continue  # another planner took this id
-        finally:
-            staged.unlink(missing_ok=True)
-        fsync_dir(folder)
         return plan
 
 
-def save(plan: Plan) -> Plan:
-    atomic_write(_path(plan.id), json.dumps(asdict(plan), indent=1))
-    return plan
+def _id_match(key: str) -> re.Match[str] | None:
+    return ID_RE.fullmatch(key.removeprefix(f"{FAMILY}/"))
 
 
 def load(plan_id: str) -> Plan:
     plan_id = normalize_plan_id(plan_id)
+    found = _records().read(_key(plan_id))
+    if found is None:
+        raise InvalidInput(f"no plan {plan_id}; `octopoid plan list` shows them")
+    return _plan(plan_id, found.value)
+
+
+def _plan(plan_id: str, data: dict[str, Any]) -> Plan:
     try:
-        data = json.loads(_path(plan_id).read_text(encoding="utf-8"))
-        tasks = [Planned(**t) for t in data.pop("tasks")]
-        return Plan(**data, tasks=tasks)
-    except FileNotFoundError:
-        raise InvalidInput(f"no plan {plan_id}; `octopoid plan list` shows them") from None
+        fields = {k: v for k, v in data.items() if k not in ("tasks", "creating")}
+        return Plan(**fields, tasks=[Planned(**t) for t in data["tasks"]])
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise InvalidInput(f"{plan_id} cannot be read: {exc}") from None
 
 
 def all_plans() -> list[Plan]:
-    """Every readable plan, oldest first."""
+    """Every readable plan, oldest first (one read of the store)."""
     found = []
-    for path in plans_dir().glob("PLAN-*.json"):
-        if ID_RE.fullmatch(path.stem):
+    for key, record in _records().list(FAMILY).items():
+        if _id_match(key):
             with contextlib.suppress(InvalidInput):
-                found.append(load(path.stem))
+                found.append(_plan(key.removeprefix(f"{FAMILY}/"), record.value))
     return sorted(found, key=lambda p: int(p.id.removeprefix("PLAN-")))
 
 
@@ -276,75 +275,109 @@ def normalize_plan_id(plan_id: str) -> str:
     return text
 
 
+def _changed(plan_id: str, change: Callable[[Plan], object]) -> Plan:
+    """``change`` applied to the stored plan by compare-and-swap (it may run again if
+    someone else wrote meanwhile: it only changes the plan it is given); the plan after."""
+    plan_id = load(plan_id).id
+
+    def apply(data: dict[str, Any] | None) -> dict[str, Any]:
+        plan = _plan(plan_id, data or {})
+        change(plan)
+        return asdict(plan)
+
+    record = _records().update(_key(plan_id), apply)
+    assert record is not None  # ``apply`` never deletes
+    return _plan(plan_id, record.value)
+
+
 def edit(plan_id: str, change: Callable[[Plan], object]) -> Plan:
-    """Apply ``change`` to a draft under its lock; saved only if the result validates."""
-    with _locked(plan_id) as plan:
+    """Apply ``change`` to a draft; kept only if the result validates."""
+
+    def edited(plan: Plan) -> None:
         _must_be_draft(plan)
         change(plan)
         validate(plan)
-        return save(plan)
+
+    return _changed(plan_id, edited)
 
 
 def discard(plan_id: str) -> Plan:
-    with _locked(plan_id) as plan:
+    def discarded(plan: Plan) -> None:
         _must_be_draft(plan)
         plan.state = DISCARDED
-        return save(plan)
+
+    return _changed(plan_id, discarded)
 
 
 def approve(plan_id: str, actor: str = "human") -> list[str]:
     """Enqueue the plan's tasks, each after its blockers with ``BLOCKED_BY`` their ids;
     the created tasks' labels. Exactly once: run again after a kill, it finishes the
-    journal; after it finished, it is refused."""
-    with _locked(plan_id) as plan:
-        if plan.state == DRAFT:
-            validate(plan)
-            plan.state = APPROVING
-            save(plan)
-        elif plan.state != APPROVING:
-            _must_be_draft(plan)
-        for t in order(plan):
-            if t.key not in plan.created_ids:
-                plan.created_ids[t.key] = _create(plan, t, actor)
-        plan.state, plan.creating = APPROVED, None
-        save(plan)
-        return [task_label(plan.created_ids[t.key]) for t in plan.tasks]
+    journal; after it finished, it is refused; while another process runs it,
+    ``JournalBusy``."""
+    plan_id = load(plan_id).id
+    journals = adopt.store().journals
+    with journals.take(APPROVAL, plan_id) as journal:
+        if journal is None:
+            plan = _changed(plan_id, _start_approving)
+            store = queue_utils.get_store()
+            ids = {t.key: plan.created_ids.get(t.key) or store.allocate_id() for t in order(plan)}
+            steps = [*(f"create-{key}" for key in ids), APPROVED]
+            journal = journals.begin(APPROVAL, plan_id, steps, {"by": actor, "ids": ids})
+        return _approve(journal)
 
 
-def _create(plan: Plan, t: Planned, actor: str) -> str:
-    """Create one task (or find the one a killed approve created) and record its id."""
-    marker = f"{plan.id} {t.key} (approved by {actor})"
-    found = _created_before(plan, t.key) if plan.creating == t.key else None
-    if found is None:
-        plan.creating = t.key
-        save(plan)
-        found = queue_utils.create_task(
-            t.title,
-            role=t.role,
-            context=t.context,
-            criteria=t.criteria,
-            priority=t.priority,
-            branch=plan.branch,
-            created_by=marker,
-            blocked_by=[plan.created_ids[b] for b in t.blocked_by],
-        ).id
-    plan.created_ids[t.key], plan.creating = found, None
-    save(plan)
-    return found
+def _start_approving(plan: Plan) -> None:
+    """A draft (checked once more) turns ``approving``: no edit reaches it after this."""
+    if plan.state == DRAFT:
+        validate(plan)
+        plan.state = APPROVING
+    elif plan.state != APPROVING:  # an approve killed before it wrote its journal
+        _must_be_draft(plan)
 
 
-def _created_before(plan: Plan, key: str) -> str | None:
-    """The task an approve killed after its create made for ``key`` (its CREATED_BY names
-    the plan and key), wherever it went since; a rare path, so every queue is read."""
-    prefix = f"{plan.id} {key} "
-    store = queue_utils.get_store()
-    for state in TaskState:
-        if state is TaskState.QUARANTINE:
-            continue
-        for task in store.list(state):
-            if task.headers.get("CREATED_BY", "").startswith(prefix):
-                return task.id
-    return None
+def _approve(journal: Journal) -> list[str]:
+    """What is left of a held approval: each task created under the id its journal gave
+    it (one that exists was created before a kill), then the plan ``approved``."""
+    plan, journals = load(journal.key), adopt.store().journals
+    ids, actor = journal.data["ids"], str(journal.data["by"])
+    for step in journal.left:
+        if step == APPROVED:
+            _changed(plan.id, lambda p: _mark_approved(p, ids))
+        else:
+            _create(plan, task_of(plan, step.removeprefix("create-")), ids, actor)
+        journal = journals.mark_done(journal, step)
+    journals.finish(journal)
+    return [task_label(ids[t.key]) for t in plan.tasks]
+
+
+def _create(plan: Plan, t: Planned, ids: dict[str, str], actor: str) -> None:
+    if queue_utils.get_store().locate(ids[t.key]) is not None:
+        return  # this step's task was created before its approve was killed
+    queue_utils.create_task(
+        t.title,
+        role=t.role,
+        context=t.context,
+        criteria=t.criteria,
+        priority=t.priority,
+        branch=plan.branch,
+        created_by=f"{plan.id} {t.key} (approved by {actor})",
+        blocked_by=[ids[b] for b in t.blocked_by],
+        task_id=ids[t.key],
+    )
+
+
+def _mark_approved(plan: Plan, ids: dict[str, str]) -> None:
+    plan.state, plan.created_ids = APPROVED, dict(ids)
+
+
+def resume(journal: Journal) -> str | None:
+    """Finish an approval a dead process left (the sweep's); what it did, or None if it
+    was finished meanwhile. ``JournalBusy`` while its process lives."""
+    with adopt.store().journals.take(APPROVAL, journal.key) as current:
+        if current is None:
+            return None
+        made = _approve(current)
+    return f"{journal.key}: finished its approval ({', '.join(made)})"
 
 
 def _must_be_draft(plan: Plan) -> None:
@@ -353,15 +386,3 @@ def _must_be_draft(plan: Plan) -> None:
         raise IllegalTransition(f"{plan.id} was approved already; its tasks are {made}")
     if plan.state != DRAFT:
         raise IllegalTransition(f"{plan.id} is {plan.state}, not a draft")
-
-
-@contextlib.contextmanager
-def _locked(plan_id: str) -> Iterator[Plan]:
-    load(plan_id)  # "no plan ..." before a lock file is made for an id that has none
-    plan_id = normalize_plan_id(plan_id)
-    with holding(plans_dir() / f"{plan_id}.lock"):
-        yield load(plan_id)
-
-
-def _path(plan_id: str) -> Path:
-    return plans_dir() / f"{plan_id}.json"

@@ -1,43 +1,33 @@
 """A question an attempt asks a person (the channel's ``ask_human``), and its answer.
 
-The open question of a task is ``runtime/questions/TASK-<id>.json``: the question, the
-attempt that asked, and once given the answer and who gave it. The board and
-`octopoid answer` answer it; alerts announce it (``notify``, event ``question``).
+The open question of a task is the store's record ``questions/TASK-<id>``: the question,
+the attempt that asked, and once given the answer and who gave it. On PostgreSQL every
+machine shares it: an attempt on one machine is answered from another's board or CLI.
+The board and `octopoid answer` answer it; alerts announce it (``notify``, event
+``question``).
 
 The attempt that asks waits for the answer up to ``questions.wait_seconds``. Answered in
 time, the answer is what the tool returns. Otherwise the attempt ends "needs input": the
 runner gives the task back to incoming, not counted as an attempt, with the question in
-its notes, a ``QUESTION`` header, and a ``NOT_BEFORE`` no claim reaches. The answer
-releases it (both headers dropped) and goes into the notes, so the next prompt carries it.
-An answer and the end of an attempt at the same instant are serialised by the question's
-lock: whichever comes second sees the other, so a task is never held with its answer given.
+its notes and held (``queue_utils.hold_for_question``). The answer releases it
+(``queue_utils.release_question``) and goes into the notes, so the next prompt carries it.
+An answer and the end of an attempt at the same instant are serialised by the task's own
+lock: the hold asks for the answer under it, and the answer is written before the release
+takes it, so a task is never held with its answer given.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from . import config, queue_utils
-from .exceptions import IllegalTransition, InvalidInput, LostRace
-from .fsutil import atomic_write, read_json_object
+from . import adopt, queue_utils
+from .exceptions import InvalidInput
 from .lazy import lazy_import
-from .locks import holding
-from .tasks import (
-    FILE_RE,
-    Task,
-    TaskState,
-    format_time,
-    normalize_task_id,
-    one_line,
-    task_label,
-    utcnow,
-)
+from .store.records import Records
+from .tasks import Task, format_time, normalize_task_id, one_line, task_label, utcnow
 
 # at first use: status and the board read questions, only writers check and note them
 intake = lazy_import("orchestrator.intake")
@@ -45,27 +35,22 @@ task_notes = lazy_import("orchestrator.task_notes")
 log = logging.getLogger("octopoid.questions")
 MAX_QUESTION_CHARS = 2000
 MAX_ANSWER_CHARS = 4000
-#: NOT_BEFORE of a task waiting for an answer: no claim reaches it, an answer removes it
-NEVER = "9999-12-31T00:00:00Z"
-HOLD_HEADERS = ("QUESTION", "NOT_BEFORE")
+FAMILY = "questions"
+NEVER = queue_utils.NEVER  # a held task's NOT_BEFORE
 
 
-def folder() -> Path:
-    return config.get_orchestrator_dir() / "questions"
+def _records() -> Records:
+    return adopt.store().records
 
 
-def _path(task_id: str) -> Path:
-    return folder() / f"{task_label(task_id)}.json"
-
-
-def _lock(task_id: str) -> contextlib.AbstractContextManager:
-    folder().mkdir(parents=True, exist_ok=True)
-    return holding(folder() / f".{task_label(task_id)}.lock")
+def _key(task_id: str) -> str:
+    return f"{FAMILY}/{task_label(task_id)}"
 
 
 def read(task_id: str) -> dict[str, Any]:
     """The task's question ({} for none)."""
-    return read_json_object(_path(normalize_task_id(task_id)))
+    found = _records().read(_key(normalize_task_id(task_id)))
+    return {} if found is None else found.value
 
 
 def ask(task_id: str, attempt: int, question: str) -> dict[str, Any]:
@@ -78,25 +63,23 @@ def ask(task_id: str, attempt: int, question: str) -> dict[str, Any]:
         raise InvalidInput(f"a question is at most {MAX_QUESTION_CHARS} characters")
     asked = {"task": task_label(task_id), "attempt": attempt, "question": question}
     asked["asked_at"] = format_time(utcnow())
-    with _lock(task_id):
-        before = read(task_id)
-        if before.get("attempt") == attempt and "answer" not in before:
+
+    def replace(before: dict[str, Any] | None) -> dict[str, Any]:
+        if before and before.get("attempt") == attempt and "answer" not in before:
             raise InvalidInput(
                 "this attempt asked already and has no answer yet: stop and finish; "
                 "the next attempt reads the answer"
             )
-        atomic_write(_path(task_id), json.dumps(asked))
+        return asked
+
+    _records().update(_key(task_id), replace)
     log.info("%s asks: %s", task_label(task_id), one_line(question, 200))
     return asked
 
 
 def open_questions() -> list[dict[str, Any]]:
-    """Every question still waiting for its answer, oldest first."""
-    try:
-        names = sorted(p.name for p in folder().iterdir() if FILE_RE.fullmatch(p.stem + ".md"))
-    except FileNotFoundError:
-        return []
-    found = [read_json_object(folder() / name) for name in names]
+    """Every question still waiting for its answer, oldest first (one read of the store)."""
+    found = [record.value for record in _records().list(FAMILY).values()]
     waiting = [q for q in found if q.get("question") and "answer" not in q]
     return sorted(waiting, key=lambda q: q.get("asked_at", ""))
 
@@ -104,8 +87,8 @@ def open_questions() -> list[dict[str, Any]]:
 def wait_for_answer(
     task_id: str, seconds: float, tick: Callable[[], None], stop: Callable[[], bool]
 ) -> str | None:
-    """The answer, once given within ``seconds``; None after. ``tick`` keeps the claim
-    alive meanwhile; ``stop`` ends the wait early (the attempt is over)."""
+    """The answer, once given within ``seconds`` (on any machine); None after. ``tick``
+    keeps the claim alive meanwhile; ``stop`` ends the wait early (the attempt is over)."""
     deadline = time.monotonic() + seconds
     while True:
         if "answer" in (found := read(task_id)):
@@ -117,39 +100,29 @@ def wait_for_answer(
 
 
 def answer(task_id: str, text: str, answered_by: str = "human") -> dict[str, Any]:
-    """Answer a task's open question: into its notes (the next prompt reads it), and a task
-    held for it is released. ``InvalidInput`` when it has none, ``TaskNotFound`` when no
-    queue holds the task."""
+    """Answer a task's open question: kept with it (an attempt waiting for it takes it),
+    into its notes (the next prompt reads it), and a task held for it is released.
+    ``InvalidInput`` when it has none, ``TaskNotFound`` when no queue holds the task."""
     task_id = queue_utils.known_task_id(task_id)
     text = intake.clean_text(text, "the answer").strip()
     if not text:
         raise InvalidInput("an answer needs words")
     if len(text) > MAX_ANSWER_CHARS:
         raise InvalidInput(f"an answer is at most {MAX_ANSWER_CHARS} characters")
-    with _lock(task_id):
-        asked = read(task_id)
-        if not asked.get("question") or "answer" in asked:
+    given = {"answer": text, "answered_by": answered_by, "answered_at": format_time(utcnow())}
+
+    def answered(asked: dict[str, Any] | None) -> dict[str, Any]:
+        if not asked or not asked.get("question") or "answer" in asked:
             raise InvalidInput(f"{task_label(task_id)} has no open question")
-        asked.update(answer=text, answered_by=answered_by, answered_at=format_time(utcnow()))
-        heading = f"Answer — {one_line(answered_by, 80)} ({asked['answered_at']})"
-        task_notes.add_notes_section(task_id, heading, f"Q: {asked['question']}\n\nA: {text}")
-        atomic_write(_path(task_id), json.dumps(asked))
-        _release(task_id)
+        return {**asked, **given}
+
+    record = _records().update(_key(task_id), answered)
+    assert record is not None  # ``answered`` never deletes
+    asked = record.value
+    heading = f"Answer — {one_line(answered_by, 80)} ({asked['answered_at']})"
+    task_notes.add_notes_section(task_id, heading, f"Q: {asked['question']}\n\nA: {text}")
+    queue_utils.release_question(task_id, answered_by)
     return asked
-
-
-def _release(task_id: str) -> None:
-    """A task waiting in incoming for this answer may be claimed again."""
-    store = queue_utils.get_store()
-    if store.locate(task_id) is not TaskState.INCOMING:
-        return  # still asking (its attempt takes the answer), or moved on
-
-    def release(t: Task) -> None:
-        if "QUESTION" in t.headers:  # not a rate limit's NOT_BEFORE: only the hold's
-            t.drop_header(*HOLD_HEADERS)
-
-    with contextlib.suppress(LostRace, IllegalTransition):  # claimed or moved meanwhile
-        store.update(task_id, TaskState.INCOMING, release)
 
 
 def unanswered(task: Task) -> str | None:
@@ -163,17 +136,11 @@ def unanswered(task: Task) -> str | None:
 def hold_for_answer(task: Task, question: str, reason: str) -> Task:
     """End an attempt as "needs input": back to incoming, not counted, held until answered
     (unless the answer arrived meanwhile: then only back to incoming)."""
-    with _lock(task.id):
-        answered = "answer" in read(task.id)
-        if not answered:
-            task_notes.add_notes_section(task.id, f"Question — attempt {task.attempts}", question)
-        hold = {} if answered else {"QUESTION": one_line(question, 300), "NOT_BEFORE": NEVER}
-        return queue_utils.requeue_task(
-            task, f"needs input: {one_line(question, 120)}; {reason}", "octopoid",
-            counted=False, set_headers=hold,
-        )  # fmt: skip
+    if "answer" not in read(task.id):
+        task_notes.add_notes_section(task.id, f"Question — attempt {task.attempts}", question)
+    return queue_utils.hold_for_question(task, question, reason, lambda: "answer" in read(task.id))
 
 
 def forget(task_id: str) -> None:
-    """The task finished: its question file goes."""
-    _path(normalize_task_id(task_id)).unlink(missing_ok=True)
+    """The task finished: its question goes."""
+    _records().delete(_key(normalize_task_id(task_id)))

@@ -206,6 +206,14 @@ def _transition(
 
 def _update_claim(task: Task | str, change: Callable[[Task], None], token: str | None) -> Task:
     """Rewrite a claimed task in place, fenced by ``token`` like a move."""
+    return _update_in(task, S.CLAIMED, change, token)
+
+
+def _update_in(
+    task: Task | str, state: TaskState, change: Callable[[Task], None], token: str | None = None
+) -> Task:
+    """Rewrite a task in ``state`` in place (fenced by ``token`` where it is claimed);
+    ``IllegalTransition`` if it is not there any more."""
     token = _token(task, token)
 
     def fenced(t: Task) -> None:
@@ -213,13 +221,13 @@ def _update_claim(task: Task | str, change: Callable[[Task], None], token: str |
         change(t)
 
     try:
-        return get_store().update(_id(task), S.CLAIMED, fenced)
+        return get_store().update(_id(task), state, fenced)
     except LostRace:
         if token is not None:
             raise LostClaim(
                 f"{task_label(_id(task))} left claimed: the claim is not yours"
             ) from None
-        raise IllegalTransition(f"{task_label(_id(task))} is no longer claimed") from None
+        raise IllegalTransition(f"{task_label(_id(task))} is no longer {state.value}") from None
 
 
 #: Characters of agent output kept per attempt in the retry notes (octopoid's name for
@@ -251,10 +259,12 @@ def create_task(
     ``Task``. ``blocked_by`` may be octopoid's comma-separated string; ``project_id`` is kept
     as a ``PROJECT`` header, and octopoid's ``checks`` (names of its gatekeeper checks, not
     commands) as ``OCTOPOID_CHECKS``. ``fields`` are the rest of ``tasks.new_task``'s:
-    criteria, checks (commands), now; and ``budget`` (limits, ``budgets.parse``), kept as
-    the task's ``BUDGET`` header.
+    criteria, checks (commands), now; ``budget`` (limits, ``budgets.parse``), kept as the
+    task's ``BUDGET`` header; and ``task_id``, an id ``QueueStore.allocate_id`` gave before
+    (a journal's steps create their tasks under ids it wrote down first).
     """
     budget = fields.pop("budget", None)
+    given_id = fields.pop("task_id", None)  # allocated before (a journal's), or the next
     octopoid_checks: list[str] = []
     if acceptance_criteria is not None:
         if "criteria" in fields:
@@ -283,7 +293,7 @@ def create_task(
         task.sections = [(h, c) for h, c in task.sections if h != "History"]
         task.add_history(task.created or utcnow(), "new", state.value, created_by)
     store = get_store()
-    task.id = store.allocate_id()
+    task.id = normalize_task_id(given_id) if given_id else store.allocate_id()
     added = store.add(task, state)
     if acceptance_criteria is None:
         return added
@@ -531,7 +541,7 @@ def accept_completion(
 
 def _finish(
     task: Task | str,
-    src: TaskState,
+    src: TaskState | tuple[TaskState, ...],
     actor: str | None,
     reason: str,
     now: datetime | None,
@@ -541,7 +551,8 @@ def _finish(
     """Move to done and delete the retry notes: every path to done goes through here."""
     now = now or utcnow()
     headers = {**(headers or {}), "COMPLETED_AT": format_time(now)}
-    done = _transition(task, [src], S.DONE, actor, reason, now, headers, LEASE_HEADERS, token=token)
+    srcs = src if isinstance(src, tuple) else (src,)
+    done = _transition(task, srcs, S.DONE, actor, reason, now, headers, LEASE_HEADERS, token=token)
     cleanup_task_notes(done.id)
     return done
 
@@ -641,6 +652,18 @@ def _refuse_if_accepting(task: Task) -> None:
             f"{task.label}: an accept stopped half-way; `octopoid accept {task.label}` "
             f"finishes it, or `octopoid reject {task.label} --reason ...`"
         )
+
+
+def record_merge(task: Task | str, sha: str, actor: str, onto: str) -> Task:
+    """An accept's merge landed (``sha`` on ``onto``): ``MERGED`` on the task in review,
+    and a History line. From now on it can be finished, never rejected."""
+
+    def merged(t: Task) -> None:
+        t.drop_header("MERGING")  # an older octopoid's mark before its merge
+        t.set_header("MERGED", sha)
+        t.add_event(utcnow(), S.PROVISIONAL.value, actor, f"merged into {onto} as {sha[:12]}")
+
+    return _update_in(task, S.PROVISIONAL, merged)
 
 
 def _refuse_if_merged(task: Task) -> None:
@@ -942,10 +965,103 @@ def propose_split(task: Task | str, proposal: str, now: datetime | None = None) 
     )
 
 
-def approve_split(task: Task | str, split_into: str, approved_by: str = "human") -> Task:
-    """provisional -> done for an approved breakdown, once its subtasks exist."""
-    headers = {"SPLIT_INTO": split_into, "ACCEPTED_BY": approved_by}
-    return _finish(task, S.PROVISIONAL, approved_by, f"split into {split_into}", None, headers)
+def finish_split(
+    task: Task | str,
+    split_into: str,
+    actor: str | None = None,
+    *,
+    approved: bool = False,
+    token: str | None = None,
+) -> Task:
+    """-> done once a split's subtasks exist (the last step of its journal): from claimed
+    (the breakdown attempt's own, fenced by its ``token``), provisional (a person
+    ``approved`` the proposal) or breakdown (the attempt died half-way and its claim was
+    taken back: whoever finishes the journal moves it). ``actor`` None: the claim's holder."""
+    headers = {"SPLIT_INTO": split_into, **({"ACCEPTED_BY": actor} if approved else {})}
+    srcs = (S.CLAIMED, S.PROVISIONAL, S.BREAKDOWN)
+    return _finish(task, srcs, actor, f"split into {split_into}", None, headers, token=token)
+
+
+def rewire_blocker(task: Task | str, old_id: str, new_id: str, actor: str) -> Task:
+    """A waiting task that waited for ``old_id`` (split) waits for ``new_id`` instead;
+    History says so. ``IllegalTransition`` if it left incoming meanwhile."""
+    old, new = task_label(old_id), task_label(new_id)
+
+    def rewire(t: Task) -> None:
+        if normalize_task_id(old_id) in t.blocked_by:
+            ids = [new_id if b == normalize_task_id(old_id) else b for b in t.blocked_by]
+            t.set_header("BLOCKED_BY", ", ".join(task_label(b) for b in dict.fromkeys(ids)))
+            t.add_event(utcnow(), S.INCOMING.value, actor, f"waits for {new} instead of {old}")
+
+    return _update_in(task, S.INCOMING, rewire)
+
+
+def claim_by_id(
+    task: Task | str,
+    agent_name: str,
+    reason: str,
+    *,
+    lease_seconds: int | None = None,
+    pid: int | None = None,
+    now: datetime | None = None,
+) -> Task:
+    """incoming -> claimed for one named task (a planner's carrying task, whose role no
+    scheduler claims): a fresh token, owned by this process (or ``pid``), like any claim."""
+    now = now or utcnow()
+    seconds = lease_seconds or config.load_agents()["lease_seconds"]
+    headers = lease_headers(agent_name, ProcessId.of(pid), now, seconds, new_token())
+    return _transition(
+        task, [S.INCOMING], S.CLAIMED, agent_name, reason, now, headers,
+        ("NOT_BEFORE", "STARTED_AT", "DEADLINE", "PHASE"),
+        lambda t: t.set_header("ATTEMPTS", t.attempts + 1),
+    )  # fmt: skip
+
+
+#: ``NOT_BEFORE`` of a task waiting for an answer: no claim reaches it; the answer lifts it
+NEVER = "9999-12-31T00:00:00Z"
+QUESTION_HOLD = ("QUESTION", "NOT_BEFORE")
+
+
+def hold_for_question(
+    task: Task | str,
+    question: str,
+    reason: str,
+    answered: Callable[[], bool],
+    *,
+    token: str | None = None,
+) -> Task:
+    """claimed -> incoming, the attempt given back (not counted), held (``QUESTION``, a
+    ``NOT_BEFORE`` no claim reaches) until a person answers; unless ``answered()`` says
+    the answer came meanwhile. It is asked under the task's lock, and the answer is
+    written before ``release_question`` takes that lock, so a task is never held with its
+    answer given."""
+
+    def hold(t: Task) -> None:
+        t.set_header("INTERRUPTED", int(t.headers.get("INTERRUPTED") or 0) + 1)
+        if not answered():
+            t.set_header("QUESTION", one_line(question, 300))
+            t.set_header("NOT_BEFORE", NEVER)
+
+    why = f"needs input: {one_line(question, 120)}; {reason}"
+    return _transition(
+        task, [S.CLAIMED], S.INCOMING, "octopoid", why, None, None, LEASE_HEADERS, hold,
+        token=token,
+    )  # fmt: skip
+
+
+def release_question(task: Task | str, answered_by: str) -> Task | None:
+    """A task held in incoming for its question may be claimed again (the answer is in its
+    notes); None if it is not held there (still asking: its attempt takes the answer)."""
+
+    def release(t: Task) -> None:
+        if "QUESTION" in t.headers:  # not a rate limit's NOT_BEFORE: only the hold's
+            t.drop_header(*QUESTION_HOLD)
+            t.add_event(utcnow(), S.INCOMING.value, answered_by, "answered: it may be claimed")
+
+    try:
+        return _update_in(task, S.INCOMING, release)
+    except (IllegalTransition, TaskNotFound):
+        return None
 
 
 def reject_proposal(task: Task | str, reason: str, rejected_by: str = "human") -> Task:

@@ -1,18 +1,16 @@
 """Reports over the queue: counts, running claims, usage (for `octopoid status`), and which
-reviews no longer merge. They move nothing; the merge checks are cached."""
+reviews no longer merge. They move nothing; the merge checks are cached in the store."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import bounces, config, merge_guard
+from . import adopt, bounces, config, merge_guard
 from .dependencies import Blockage, blockage_of, blocked_summary
 from .exceptions import ConfigError, OctopoidError
-from .fsutil import atomic_write, read_json_object
 from .lazy import lazy_import
 from .leases import attempt_text
 from .queue_utils import get_store, known_task_id
@@ -188,44 +186,67 @@ class MergeCheck:
         return {"id": label, "conflicts": self.conflicts, "refused": self.refused}
 
 
+#: The store's record of merge checks: per task in review, its last few judgments.
+MERGE_CHECKS = "merge-checks"
+JUDGED_KEPT = 8  # per task: a few bases' tips (machines fetch at their own pace), checkouts
+
+
 def unmergeable(tasks: list[Task]) -> dict[str, MergeCheck]:
     """Tasks (waiting for review) whose branch no longer merges cleanly into its base, or
-    that accept would refuse (``merge_guard``): label -> why. git runs only for what it has
-    not judged before (``runtime/merge-checks.json``): conflicts for a pair of tips, a
-    refusal for a pair of tips and what the checkouts hold untracked, so `status` stays
-    quick as reviews wait. Empty when git cannot tell (no repository): `octopoid checks
-    TASK-N` says why."""
+    that accept would refuse (``merge_guard``): label -> why. git runs only for what no
+    machine judged before (the store's record ``merge-checks``, shared on PostgreSQL):
+    conflicts for a pair of tips (a fact about two commits, whoever asks), a refusal for a
+    pair of tips and what this checkout holds untracked (its fingerprint: each machine's
+    own), so `status` stays quick as reviews wait. Empty when git cannot tell (no
+    repository): `octopoid checks TASK-N` says why."""
     if not tasks:
         return {}
-    path = config.get_orchestrator_dir() / "merge-checks.json"
     root = config.find_project_root()
     try:
         tips = git_utils.branch_tips(root)
     except OctopoidError:
         return {}
-    stored = read_json_object(path)
-    known = dict(stored)
+    records = adopt.store().records
+    stored = records.read(MERGE_CHECKS)
+    known = {label: dict(pairs) for label, pairs in (stored.value if stored else {}).items()}
+    fresh: dict[str, dict[str, Any]] = {}
     repo = None  # GitPython only for a pair not judged yet
     checkouts = merge_guard.Checkouts(root)
-    judged: dict[str, list[str] | None] = {}
     found = {}
     for task in tasks:
         branch, base = git_utils.branch_for(task.id), task.branch
         if branch not in tips or base not in tips:
             continue
-        key = f"{tips[base]}:{tips[branch]}"
+        key, mine = f"{tips[base]}:{tips[branch]}", known.get(task.label, {})
+        guard = f"refused:{key}:{checkouts.fingerprint(base)}"
         try:
-            guard = f"refused:{key}:{checkouts.fingerprint(base)}"
-            if key not in known:
+            if key not in mine:
                 repo = repo or git_utils.open_repo()
-                known[key] = git_utils.merge_conflicts(repo, task.id, base)
-            if guard not in known:
-                known[guard] = checkouts.refused(f"refs/heads/{base}", f"refs/heads/{branch}")
+                fresh.setdefault(task.label, {})[key] = git_utils.merge_conflicts(
+                    repo, task.id, base
+                )
+            if guard not in mine:
+                refused = checkouts.refused(f"refs/heads/{base}", f"refs/heads/{branch}")
+                fresh.setdefault(task.label, {})[guard] = refused
         except OctopoidError:
             continue
-        judged[key], judged[guard] = known[key], known[guard]
+        judged = {**mine, **fresh.get(task.label, {})}
         if judged[key] is not None or judged[guard]:
             found[task.label] = MergeCheck(judged[key], judged[guard] or [])
-    if judged != stored:
-        atomic_write(path, json.dumps(judged))  # only the pairs of tasks still waiting
+    if fresh:
+        waiting = {t.label for t in tasks}
+        records.update(MERGE_CHECKS, lambda value: _kept(value or {}, fresh, waiting))
     return found
+
+
+def _kept(value: dict[str, Any], fresh: dict[str, dict[str, Any]], waiting: set[str]) -> dict:
+    """The cache with ``fresh`` judgments added (newest last, ``JUDGED_KEPT`` a task), for
+    tasks still in review only."""
+    store, kept = get_store(), {}
+    for label, pairs in value.items():
+        if label in waiting or store.locate(label.removeprefix("TASK-")) is S.PROVISIONAL:
+            kept[label] = pairs
+    for label, judged in fresh.items():
+        pairs = [p for p in kept.get(label, []) if p[0] not in judged]
+        kept[label] = [*pairs, *map(list, judged.items())][-JUDGED_KEPT:]
+    return kept

@@ -11,12 +11,19 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import config, defaults, finishing, git_utils, intake, queue_utils, sandbox, task_tips
-from .exceptions import BranchMoved, IllegalTransition, InvalidInput, MergeRefused, TaskBusy
+from .exceptions import (
+    BranchMoved,
+    IllegalTransition,
+    InvalidInput,
+    MergeRefused,
+    OctopoidError,
+    TaskBusy,
+)
 from .lazy import lazy_import
-from .store import QueueStore
+from .store.records import Journal
 from .task_notes import LineComment
 from .tasks import (
     MAX_COUNT,
@@ -114,7 +121,8 @@ def accept(
     forget: Collection[int] = (),
     edits: Mapping[int, str] | None = None,
 ) -> Accepted:
-    """Merge the task's branch into its base, move it to done, then finish (``finishing``).
+    """Merge the task's branch into its base, move it to done, then finish it: one journal
+    (``finishing``), written before the merge.
 
     The learnings its submitted attempt recorded are kept in project memory, but for those
     the reviewer strikes (``forget``, by the numbers ``show`` gives) and as they rewrite
@@ -122,52 +130,122 @@ def accept(
 
     The task is held for the whole workflow (``QueueStore.hold``): a reject, requeue or
     second accept meanwhile fails at once saying the task is being accepted. A refused
-    merge (conflict, dirty checkout) changes nothing: the task stays in provisional. The
-    merge is recorded in a ``MERGED`` header before the move, so an accept interrupted
-    after merging is finished by the next accept (which does not merge again) and cannot
-    be rejected. What follows the move (learnings promoted, notes, worktree and branch
-    removed) is journaled first: an accept killed there is finished by the next accept,
-    the scheduler or `octopoid doctor`; a failed git step is reported, not fatal.
+    merge (conflict, dirty checkout) changes nothing and drops the journal. One killed
+    is finished by whoever comes next (``_Merging``, ``finishing``); a failed step after
+    the move is reported, not fatal.
     """
     task_id = normalize_task_id(task_id)
-    store = queue_utils.get_store()
-    with held(task_id, "accepted"):
+    with held(task_id, "accepted"), finishing.taken(task_id) as journal:
         task = queue_utils.get_task(task_id)
-        if (finished := _finished_or_refused(task)) is not None:
-            return finished
+        if journal is not None and (
+            journal.kind == finishing.CLOSE or task.state is TaskState.DONE
+        ):
+            return _finished(journal, journal.data.get("strategy", "finished"))
+        if task.state is not TaskState.PROVISIONAL:
+            raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
         check_expected(task, expect, seen_attempt)
-        if "PROPOSED_SPLIT" in task.headers:
-            raise IllegalTransition(
-                f"{task.label} holds a proposed breakdown, not work to merge: "
-                f"`octopoid approve {task.label}` creates its subtasks, `octopoid reject` "
-                "sends it back to breakdown"
-            )
-        unfenced = queue_utils.unfenced_submit(task)
-        if unfenced and "MERGED" not in task.headers:
-            raise IllegalTransition(
-                f"{task.label} was not submitted by a runner: {unfenced}. Accept takes only "
-                f"work an attempt brought back; `octopoid reject {task.label} --reason ...` "
-                "sends it back for one"
-            )
+        _refuse_unfenced(task)
         learnings = _reviewed_learnings(task, forget, edits or {}, accepted_by)
         strategy = config.load_config()["merge"]["strategy"]
         if "NO_CHANGE" in task.headers and not _holds_work(task):  # nothing to merge: why said
             strategy = "no-change"
-        elif strategy == "pull-request" or "PR_NUMBER" in task.headers:
+        elif journal is None and (strategy == "pull-request" or "PR_NUMBER" in task.headers):
             from .forge import pulls  # its client libraries load only with a forge
 
             opened = pulls.open_for(task, accepted_by)
             return Accepted(opened, "pull-request", None, learnings=learnings)
-        merged = task.headers.get("MERGED") or None
-        if strategy not in ("none", "no-change") and merged is None:
-            merged = _merge_once(store, task, strategy)
-        steps = [finishing.PROMOTE, finishing.NOTES]
-        if strategy != "none":  # "none" leaves the branch (and worktree) for a pull request
-            steps += [finishing.WORKTREE, finishing.BRANCH, finishing.REMOTE_BRANCH]
-        done = _move_journaled(
-            task.id, steps, accepted_by, lambda: queue_utils.accept_completion(task.id, accepted_by)
+        if journal is not None:  # a dead accept's: merged (if at all) as it began
+            strategy = journal.data.get("strategy", strategy)
+        merging = _Merging(task, strategy, accepted_by)
+        journal = journal or merging.begin()
+        try:
+            done = _finished(journal, strategy, lambda: merging.merge(journal.data.get("before")))
+        except MergeRefused:  # nothing was merged: the task stays as it was
+            finishing.abandon(journal)
+            raise
+        except IllegalTransition:
+            if finishing.MERGE not in journal.steps:  # the move refused: nothing to finish
+                finishing.abandon(journal)
+            raise
+        done.learnings = learnings
+        return done
+
+
+def _decided(journal: Journal | None, task: Task) -> TypeGuard[Journal]:
+    """Whether an open journal is one to finish as it is: a close's (the person decided),
+    or an accept's past its move."""
+    return journal is not None and (journal.kind == finishing.CLOSE or task.state is TaskState.DONE)
+
+
+def _refuse_unfenced(task: Task) -> None:
+    """Accept takes only a runner's fenced submit (and never a proposed split)."""
+    if "PROPOSED_SPLIT" in task.headers:
+        raise IllegalTransition(
+            f"{task.label} holds a proposed breakdown, not work to merge: "
+            f"`octopoid approve {task.label}` creates its subtasks, `octopoid reject` "
+            "sends it back to breakdown"
         )
-        return _finished(Accepted(done, strategy, merged, learnings=learnings))
+    unfenced = queue_utils.unfenced_submit(task)
+    if unfenced and "MERGED" not in task.headers:
+        raise IllegalTransition(
+            f"{task.label} was not submitted by a runner: {unfenced}. Accept takes only "
+            f"work an attempt brought back; `octopoid reject {task.label} --reason ...` "
+            "sends it back for one"
+        )
+
+
+@dataclass
+class _Merging:
+    """An accept's merge: its journal begun (with the base's tip before the merge), and
+    the merge step itself. A merge that landed is recorded on the task (``MERGED``), so an
+    accept killed after it is finished by whoever comes next (the next accept, any
+    scheduler's sweep, `octopoid doctor --repair`) without merging again, and cannot be
+    rejected; one killed during the merge is finished by the next accept, which asks git
+    whether it landed. With ``git.remote`` the base is the remote's: the tip the
+    attempt submitted is taken (fetched from the remote if need be:
+    ``task_tips.take_for_accept``), merged onto the remote's base and pushed
+    (``git_utils.merge_onto_remote``). The remote is fetched once per accept."""
+
+    task: Task
+    strategy: str
+    by: str
+    _base: tuple[Repo, str | None, str] | None = None
+
+    def base(self) -> tuple[Repo, str | None, str]:
+        if self._base is None:
+            repo, remote = git_utils.open_repo(), git_utils.remote_name()
+            base = self.task.branch
+            if remote is not None:
+                task_tips.take_for_accept(repo, remote, self.task)
+                base = git_utils.remote_ref(remote, self.task.branch)
+            self._base = (repo, remote, base)
+        return self._base
+
+    def begin(self) -> Journal:
+        """The accept's journal: the merge (unless nothing is merged, or an older
+        octopoid's accept merged already), the move, and what follows."""
+        steps = [finishing.MOVE, finishing.PROMOTE, finishing.NOTES]
+        data: dict[str, Any] = {"by": self.by, "strategy": self.strategy}
+        if self.strategy != "none":  # "none" leaves the branch (and worktree) for a pull request
+            steps += [finishing.WORKTREE, finishing.BRANCH, finishing.REMOTE_BRANCH]
+        if self.strategy not in ("none", "no-change") and "MERGED" not in self.task.headers:
+            repo, _, base = self.base()
+            data["before"] = self.task.headers.get("MERGING")  # an older octopoid's mark
+            if not data["before"]:
+                _refuse_empty(repo, self.task, base)
+                data["before"] = git_utils.branch_tip(repo, base)
+            steps.append(finishing.MERGE)
+        return finishing.begin(finishing.ACCEPT, self.task.id, steps, data)
+
+    def merge(self, before: str | None) -> None:
+        """Merge once: if git shows the merge landed since ``before`` (the base's tip the
+        journal kept: an accept killed after its merge), only record it."""
+        repo, remote, base = self.base()
+        if before and git_utils.already_merged(repo, self.task.id, base, before):
+            merged = git_utils.branch_tip(repo, base)
+        else:
+            merged = _merge(repo, remote, self.task, self.strategy)
+        queue_utils.record_merge(self.task.id, merged, self.by, self.task.branch)
 
 
 def _reviewed_learnings(
@@ -214,34 +292,24 @@ def accept_merged(
     merge commit holds that tip. Otherwise (an attempt that came after the merge)
     ``agent/TASK-<id>`` stays, and History says so."""
     store = queue_utils.get_store()
-    with store.hold(task_id, "accepted"):
+    with store.hold(task_id, "accepted"), finishing.taken(task_id) as journal:
         task = queue_utils.get_task(task_id)
-        if (finished := _finished_or_refused(task)) is not None:
-            return finished
-        steps = [finishing.PROMOTE, finishing.NOTES, finishing.WORKTREE]
-        if merged_sha:
-            store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, merged_sha))
+        if journal is not None and (
+            journal.kind == finishing.CLOSE or task.state is TaskState.DONE
+        ):
+            return _finished(journal, "finished")
+        if task.state is not TaskState.PROVISIONAL:
+            raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
+        steps = [finishing.MOVE, finishing.PROMOTE, finishing.NOTES, finishing.WORKTREE]
+        if merged_sha and "MERGED" not in task.headers:
+            queue_utils.record_merge(task.id, merged_sha, merged_by, task.branch)
         if merged_sha and _merge_holds_branch(task, merged_sha, head):
             steps += [finishing.BRANCH, finishing.REMOTE_BRANCH]
         else:
             reason += f"; the merge lacks the tip of agent/{task.label}, which is kept"
-        done = _move_journaled(
-            task.id,
-            steps,
-            merged_by,
-            lambda: queue_utils.accept_completion(task.id, merged_by, reason=reason),
-        )
-        return _finished(Accepted(done, "pull-request", merged_sha or None))
-
-
-def _finished_or_refused(task: Task) -> Accepted | None:
-    """An accept that died after its move is finished now; a task not in review is
-    refused; None: go on."""
-    if task.state is TaskState.DONE and finishing.pending(task.id):
-        return _finished(Accepted(task, "finished", task.headers.get("MERGED")))
-    if task.state is not TaskState.PROVISIONAL:
-        raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
-    return None
+        data = {"by": merged_by, "reason": reason, "strategy": "pull-request"}
+        journal = journal or finishing.begin(finishing.ACCEPT, task.id, steps, data)
+        return _finished(journal, "pull-request")
 
 
 def _merge_holds_branch(task: Task, merged_sha: str, head: str = "") -> bool:
@@ -266,23 +334,33 @@ def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Acc
     """Move a task to done without merging (``queue_utils.close_task``), then finish it:
     closed as ``done``, its learnings are promoted like an accepted task's; as ``wont-do``,
     they are dropped. Its worktree goes; its branch stays (`octopoid worktrees --prune`
-    deletes it once its base has all of it); its open pull request is closed, saying why."""
+    deletes it once its base has all of it); its open pull request is closed, saying why.
+    One journal (``close``), written before the move and dropped if the move is refused."""
     task_id = normalize_task_id(task_id)
-    with held(task_id, "closed"):
-        steps = [finishing.NOTES, finishing.WORKTREE]
-        if kind == "done":
-            steps.insert(0, finishing.PROMOTE)
-        if "PR_NUMBER" in queue_utils.get_task(task_id).headers:
-            steps.append(finishing.PULL_REQUEST)  # closed on the forge too
-        if git_utils.remote_name() is not None:
-            steps.append(finishing.REMOTE_BRANCH)  # what the branch here holds
-        done = _move_journaled(
-            task_id,
-            steps,
-            closed_by,
-            lambda: queue_utils.close_task(task_id, kind, reason, closed_by),
-        )
-        return _finished(Accepted(done, "closed", None))
+    with held(task_id, "closed"), finishing.taken(task_id) as journal:
+        if journal is not None and journal.kind == finishing.ACCEPT:
+            label = task_label(task_id)
+            raise IllegalTransition(
+                f"{label}: an accept stopped half-way; `octopoid accept {label}` "
+                f"finishes it" + ("" if _decided(journal, queue_utils.get_task(task_id))
+                else f", or `octopoid reject {label} --reason ...`")
+            )  # fmt: skip
+        if journal is None:
+            steps = [finishing.MOVE, finishing.NOTES, finishing.WORKTREE]
+            if kind == "done":
+                steps.append(finishing.PROMOTE)
+            if "PR_NUMBER" in queue_utils.get_task(task_id).headers:
+                steps.append(finishing.PULL_REQUEST)  # closed on the forge too
+            if git_utils.remote_name() is not None:
+                steps.append(finishing.REMOTE_BRANCH)  # what the branch here holds
+            data = {"by": closed_by, "kind": kind, "reason": reason}
+            journal = finishing.begin(finishing.CLOSE, task_id, steps, data)
+        try:
+            return _finished(journal, "closed")
+        except OctopoidError:
+            if queue_utils.get_store().locate(task_id) is not TaskState.DONE:
+                finishing.abandon(journal)  # the move was refused: nothing to finish
+            raise
 
 
 def retry(
@@ -321,58 +399,13 @@ def _holds_work(task: Task) -> bool:
     return git_utils.commits_ahead(repo, task.id, task.branch) > 0
 
 
-def _move_journaled(task_id: str, steps: list[str], actor: str, move: Callable[[], Task]) -> Task:
-    """``move`` the task to done with ``steps`` journaled before it (under the task's hold).
-    A task in done already keeps the journal it has: the move is refused, not journaled."""
-    if queue_utils.get_store().locate(task_id) is TaskState.DONE:
-        return move()
-    finishing.begin(task_id, steps, actor)
-    try:
-        return move()
-    except BaseException:
-        if queue_utils.get_store().locate(task_id) is not TaskState.DONE:
-            finishing.abandon(task_id)
-        raise
-
-
-def _finished(result: Accepted) -> Accepted:
-    done = finishing.finish(result.task.id)
-    result.promoted, result.distilled = done["promoted"], done["distilled"]
-    result.cleanup_error = "; ".join(done["errors"]) or None
+def _finished(journal: Journal, strategy: str, merge: Callable[[], None] | None = None) -> Accepted:
+    """Run what is left of a held accept or close journal; the accept it makes."""
+    done = finishing.run(journal, merge)
+    merged = done.task.headers.get("MERGED") or None
+    result = Accepted(done.task, strategy, merged, promoted=done.promoted)
+    result.distilled, result.cleanup_error = done.distilled, "; ".join(done.errors) or None
     return result
-
-
-def _merge_once(store: QueueStore, task: Task, strategy: str) -> str:
-    """Merge the task's branch, journalled so an interrupted accept never merges twice.
-
-    ``MERGING`` (the base's tip before) is written before the merge and ``MERGED`` (the
-    tip after) once it is done. An accept that finds ``MERGING`` asks git whether the
-    merge already happened before merging. A merge git refused (``MergeRefused``: nothing
-    was merged) takes ``MERGING`` back, leaving the task as it was. With ``git.remote``
-    the base is the remote's: the tip the attempt submitted is taken (fetched from the
-    remote if need be: ``task_tips.take_for_accept``), merged onto the remote's base and
-    pushed (``git_utils.merge_onto_remote``).
-    """
-    repo = git_utils.open_repo()
-    remote = git_utils.remote_name()
-    base = task.branch
-    if remote is not None:
-        task_tips.take_for_accept(repo, remote, task)
-        base = git_utils.remote_ref(remote, task.branch)
-    before = task.headers.get("MERGING")
-    if before and git_utils.already_merged(repo, task.id, base, before):
-        merged = git_utils.branch_tip(repo, base)
-    else:
-        _refuse_empty(repo, task, base)
-        base_tip = git_utils.branch_tip(repo, base)
-        store.update(task.id, TaskState.PROVISIONAL, lambda t: t.set_header("MERGING", base_tip))
-        try:
-            merged = _merge(repo, remote, task, strategy)
-        except MergeRefused:
-            store.update(task.id, TaskState.PROVISIONAL, lambda t: t.drop_header("MERGING"))
-            raise
-    store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, merged))
-    return merged
 
 
 def _merge(repo: Repo, remote: str | None, task: Task, strategy: str) -> str:
@@ -398,11 +431,6 @@ def _refuse_empty(repo: Repo, task: Task, base: str) -> None:
         )
 
 
-def _mark_merged(task: Task, sha: str) -> None:
-    task.drop_header("MERGING")
-    task.set_header("MERGED", sha)
-
-
 def reject(
     task_id: str,
     reason: str,
@@ -420,7 +448,6 @@ def reject(
     with accept); otherwise the unfinished accept's journal is dropped and the reject goes on.
     """
     task_id = normalize_task_id(task_id)
-    store = queue_utils.get_store()
     with held(task_id, "rejected"):
         task = queue_utils.get_task(task_id)
         if task.state is TaskState.PROVISIONAL:
@@ -430,15 +457,25 @@ def reject(
                 raise InvalidInput(f"{task.label} proposes a split: it has no lines to comment")
             return queue_utils.reject_proposal(task_id, reason, rejected_by)
         located = with_code(task, comments)
-        before = task.headers.get("MERGING")
-        if task.state is TaskState.PROVISIONAL and before:
-            repo = git_utils.open_repo()
-            if git_utils.already_merged(repo, task.id, task.branch, before):
-                tip = git_utils.branch_tip(repo, task.branch)
-                store.update(task.id, TaskState.PROVISIONAL, lambda t: _mark_merged(t, tip))
-            else:
-                store.update(task.id, TaskState.PROVISIONAL, lambda t: t.drop_header("MERGING"))
+        with finishing.taken(task_id) as journal:
+            if journal is not None and task.state is TaskState.PROVISIONAL:
+                _settle_unfinished(task, journal, rejected_by)
         return queue_utils.reject_completion(task_id, reason, rejected_by, comments=located)
+
+
+def _settle_unfinished(task: Task, journal: Journal, by: str) -> None:
+    """A reject of a task whose accept or close stopped before its move: an accept whose
+    merge git shows landed is recorded (and the reject then refused: finish it with
+    accept); otherwise the journal is dropped and the reject goes on."""
+    before = journal.data.get("before")
+    if journal.kind == finishing.ACCEPT and finishing.MERGE in journal.left and before:
+        repo = git_utils.open_repo()
+        if git_utils.already_merged(repo, task.id, task.branch, before):
+            tip = git_utils.branch_tip(repo, task.branch)
+            queue_utils.record_merge(task.id, tip, by, task.branch)
+            return
+    if "MERGED" not in queue_utils.get_task(task.id).headers:
+        finishing.abandon(journal)
 
 
 #: ``PATH:LINE:TEXT`` or ``PATH:LINE-END:TEXT``; the path ends at the first ``:<number>:``,
@@ -549,10 +586,7 @@ def approve(task_id: str, approved_by: str = "human") -> list[Task]:
         if task.state is not TaskState.PROVISIONAL or "PROPOSED_SPLIT" not in task.headers:
             raise IllegalTransition(f"{task.label} holds no proposed breakdown to approve")
 
-        def finish(t: Task, headers: dict[str, str]) -> Task:
-            return queue_utils.approve_split(t.id, headers["SPLIT_INTO"], approved_by)
-
-        return breakdown.split(task, breakdown.proposed(task), finish)
+        return breakdown.split(task, breakdown.proposed(task), approved_by=approved_by)
 
 
 def recheck(task_id: str) -> checks.Verdict:

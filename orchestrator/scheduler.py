@@ -223,7 +223,6 @@ class Scheduler:
         agents_cfg = config.load_agents()
         records = agent_status.day_records(agents_cfg)  # once a pass: pauses, days, breakers
         if self._alerts is not None:
-            self._alerts.look()
             self._alerts.tripped(records)
         if self._stopping:
             report.skipped = "stopping"
@@ -231,6 +230,8 @@ class Scheduler:
         report.skipped = self._blocked_reason(agents_cfg, records)
         if not report.skipped:
             self._dispatch(agents_cfg, records, report, now)
+        if self._alerts is not None:  # after the claims: it reads the questions' records
+            self._alerts.look()
         self._sweep(records, now)
         return report
 

@@ -4,6 +4,7 @@ character reaches a file, a screen (CLI, board, task page) or an alert."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def test_what_an_agent_says_through_its_channel_reaches_no_face_in_clear(
     questions.hold_for_answer(held, questions.unanswered(held), "the agent asked")
     label = mine.label
     texts |= {
-        "questions file": (project / f".octopoid/runtime/questions/{label}.json").read_text(),
+        "question record": json.dumps(questions.read(mine.id)),
         "task file": q.get_task(mine.id).path.read_text(),
         "working notes": NotesManager(notes_id=label).notes_file.read_text(),
         "retry notes": q.get_task_notes(mine.id) or "",

@@ -3,18 +3,21 @@ answer fails cleanly with the reason in the notes."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from orchestrator import finishing, recovery, review, scheduler
 from orchestrator import queue_utils as q
-from orchestrator import recovery, review, scheduler
 from orchestrator.exceptions import IllegalTransition
+from orchestrator.roles import breakdown
 from orchestrator.tasks import TaskState, utcnow
 
-from .conftest import HELPERS, exited_pid, run_claimed, write_agents
+from .conftest import HELPERS, child_env, exited_pid, run_claimed, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 
 S = TaskState
@@ -157,3 +160,75 @@ def test_a_breakdown_claim_given_back_returns_to_breakdown(breakdown_agent):
     reaped = recovery.reap_expired_claims(now=utcnow() + timedelta(seconds=11))
     assert [(t.id, s) for t, s in reaped] == [(tid, S.BREAKDOWN)]
     assert "PHASE" not in q.get_task(tid).headers
+
+
+# A split that kills itself with SIGKILL once two of its three subtasks exist (the second
+# made, not yet marked done in its journal).
+KILLED_SPLIT = """
+import os, signal, sys
+from orchestrator import queue_utils
+from orchestrator.roles import breakdown
+create, made = queue_utils.create_task, []
+def create_then_die(*args, **kwargs):
+    made.append(create(*args, **kwargs))
+    if len(made) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return made[-1]
+queue_utils.create_task = create_then_die
+after = {1: [], 2: [1], 3: [2]}
+parts = [breakdown.Subtask(f"part {n}", criteria=["done"], depends_on=after[n]) for n in after]
+breakdown.split(queue_utils.get_task(sys.argv[1]), parts)
+"""
+
+
+def killed_split(root: Path, task_id: str) -> None:
+    """A breakdown attempt's split of the claimed ``task_id``, SIGKILLed half-way."""
+    argv = [sys.executable, "-c", KILLED_SPLIT, task_id]
+    assert subprocess.run(argv, cwd=root, env=child_env(root)).returncode == -signal.SIGKILL
+
+
+def split_once(task_id: str, dependants: list[str]) -> None:
+    """The original is done, split into exactly its three subtasks (each made once, in
+    order), and every dependant waits for the last of them."""
+    made = [
+        t
+        for state in (S.INCOMING, S.CLAIMED, S.DONE)
+        for t in q.list_tasks(state)
+        if t.headers.get("CREATED_BY") == f"breakdown of TASK-{task_id}"
+    ]
+    first, second, last = sorted(made, key=lambda t: int(t.id))
+    assert [t.title for t in (first, second, last)] == ["part 1", "part 2", "part 3"]
+    assert second.blocked_by == [first.id] and last.blocked_by == [second.id]
+    original = q.get_task(task_id)
+    assert original.state is S.DONE
+    assert original.headers["SPLIT_INTO"] == ", ".join(t.label for t in (first, second, last))
+    for dependant in dependants:
+        assert (
+            last.id in q.get_task(dependant).blocked_by
+            and task_id not in q.get_task(dependant).blocked_by
+        )
+        assert f"waits for {last.label} instead of TASK-{task_id}" in q.get_task(dependant).section(
+            "History"
+        )
+    assert not q.get_store().journals.pending()
+
+
+@pytest.mark.parametrize("who", ["sweep", "split again"])
+def test_a_split_killed_half_way_is_finished_once(breakdown_agent, git_project, who) -> None:
+    """Folder store: the sweep (what a scheduler's housekeeping runs) finishes the split; a
+    split of the same task again continues the journal instead of making its own."""
+    tid, dependant = burned_out()
+    other = q.create_task("after both", blocked_by=[tid, dependant]).id
+    claimed = q.claim_breakdown_task("bd-1")
+    killed_split(git_project, tid)
+    assert q.get_store().journals.get(breakdown.SPLIT, f"TASK-{tid}") is not None
+    if who == "sweep":
+        (line,) = finishing.finish_interrupted()
+        assert line == f"TASK-{tid}: finished its split (create-2, create-3, rewire, finish)"
+    else:
+        again = [breakdown.Subtask("another answer", criteria=["done"])]
+        assert [t.title for t in breakdown.split(claimed, again)] == [
+            f"part {n}" for n in (1, 2, 3)
+        ]
+    split_once(tid, [dependant, other])
+    assert finishing.finish_interrupted() == []

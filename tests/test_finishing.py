@@ -1,5 +1,7 @@
-"""What follows an accept's move to done is journaled: an accept killed with SIGKILL before
-any of its steps loses nothing, and the next accept, the scheduler or `doctor` finishes it."""
+"""An accept is a journal of the store: killed with SIGKILL at any point it loses nothing
+and merges once. What is past its merge is finished by whoever comes next (the next
+accept, a scheduler's sweep, `octopoid doctor --repair`); a merge not recorded waits for
+the next accept, which asks git whether it landed."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import finishing, scheduler
+from orchestrator import finishing, review, scheduler
 from orchestrator import queue_utils as q
 from orchestrator.memory.store import MemoryStore
 from orchestrator.tasks import TaskState
@@ -24,14 +26,20 @@ from .test_review_races import merges_of
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 LEARNED = "the release script needs GNU tar"
 
-# An accept that kills itself with SIGKILL just before one step (or before the move).
+# An accept that kills itself with SIGKILL at a point: before its merge, after the merge
+# landed (not recorded yet), before its move, or before a step that follows the move.
 KILLED_ACCEPT = """
 import os, signal, sys
-from orchestrator import finishing, queue_utils, review
+from orchestrator import finishing, git_utils, queue_utils, review
 task_id, point = sys.argv[1], sys.argv[2]
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
-if point == "move":
+merge = git_utils.merge_task_branch
+if point == "merge":
+    git_utils.merge_task_branch = die
+elif point == "merged":
+    git_utils.merge_task_branch = lambda *a, **k: die(merge(*a, **k))
+elif point == "move":
     queue_utils.accept_completion = die
 else:
     real = finishing._run
@@ -48,7 +56,7 @@ def killed_accept(root: Path, task_id: str, point: str) -> None:
 
 
 def finish_by(root: Path, who: str, task_id: str) -> str:
-    """The next accept, a scheduler's housekeeping, or `octopoid doctor`."""
+    """The next accept, a scheduler's housekeeping, or `octopoid doctor --repair`."""
     if who == "scheduler":
         sched = scheduler.Scheduler()
         sched.initialize()
@@ -57,7 +65,7 @@ def finish_by(root: Path, who: str, task_id: str) -> str:
         finally:
             sched.shutdown(grace=0)
         return ""
-    args = ["accept", task_id] if who == "accept" else ["doctor"]
+    args = ["accept", task_id] if who == "accept" else ["doctor", "--repair"]
     done = subprocess.run(
         [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
     )
@@ -65,29 +73,34 @@ def finish_by(root: Path, who: str, task_id: str) -> str:
     return done.stdout
 
 
-# every step an accept takes (closing a pull request is a close's: test_forge_edges.py)
-ACCEPT_STEPS = [step for step in finishing.STEPS if step != finishing.PULL_REQUEST]
+UNMERGED = ["merge", "merged"]  # killed before its merge was recorded: only an accept merges
+# every step an accept takes after its merge (closing a pull request is a close's)
+AFTER_MERGE = [s for s in finishing.STEPS if s not in (finishing.MERGE, finishing.PULL_REQUEST)]
 
 
 @pytest.mark.parametrize("who", ["accept", "scheduler", "doctor"])
-@pytest.mark.parametrize("point", ["move", *ACCEPT_STEPS])
-def test_an_accept_killed_at_any_step_is_finished_and_loses_no_learning(
+@pytest.mark.parametrize("point", [*UNMERGED, *AFTER_MERGE])
+def test_an_accept_killed_at_any_point_is_finished_once_and_loses_no_learning(
     git_project: Path, point: str, who: str
 ) -> None:
     write_agents(git_project)
     tid = provisional_with_commit(git_project)
     working = remembered(tid, LEARNED)
     killed_accept(git_project, tid, point)
-    state = q.get_task(tid).state
-    assert state is (TaskState.PROVISIONAL if point == "move" else TaskState.DONE)
-    if point != "move":
-        assert point in finishing.pending(tid)
+    in_review = point in (*UNMERGED, finishing.MOVE)
+    assert q.get_task(tid).state is (TaskState.PROVISIONAL if in_review else TaskState.DONE)
+    left = finishing.pending(tid)
+    assert left[0] == (finishing.MERGE if point in UNMERGED else point)
+    if point in UNMERGED:
+        said = finish_by(git_project, "doctor", tid)  # --repair: the sweep does not merge
+        assert f"`octopoid accept TASK-{tid}` finishes it" in said
+        assert finishing.pending(tid) == left
     said = finish_by(git_project, who, tid)
-    if point != "move" and who != "scheduler":
-        assert f"TASK-{tid}" in said
-    if point == "move" and who != "accept":  # nothing reached done: a person accepts again
-        assert q.get_task(tid).state is TaskState.PROVISIONAL and not finishing.pending(tid)
+    if point in UNMERGED and who != "accept":
+        assert q.get_task(tid).state is TaskState.PROVISIONAL and finishing.pending(tid) == left
         finish_by(git_project, "accept", tid)
+    elif who != "scheduler":
+        assert f"TASK-{tid}" in said
     assert q.get_task(tid).state is TaskState.DONE and not finishing.pending(tid)
     assert merges_of(git_project, tid) == 1
     assert [n["content"] for n in MemoryStore().search_notes("GNU tar")] == [LEARNED]
@@ -96,19 +109,35 @@ def test_an_accept_killed_at_any_step_is_finished_and_loses_no_learning(
     assert not (git_project / ".octopoid/runtime/worktrees" / f"TASK-{tid}").exists()
 
 
-def test_what_is_planted_in_the_journal_folder_is_ignored_or_dropped(git_project: Path) -> None:
-    """Names octopoid never writes are left alone; a journal of a task that is not in done
-    is dropped; an unreadable journal of a done task finishes nothing and is removed."""
-    from orchestrator import review
+def test_a_merged_accept_is_recorded_in_history_and_cannot_be_rejected_or_closed(
+    git_project: Path,
+) -> None:
+    tid = provisional_with_commit(git_project)
+    killed_accept(git_project, tid, "move")
+    task = q.get_task(tid)
+    assert task.headers["MERGED"] and "merged into main as" in task.section("History")
+    for refused in (
+        lambda: review.reject(tid, "changed my mind"),
+        lambda: review.close(tid, "done", "done elsewhere"),
+    ):
+        with pytest.raises(q.IllegalTransition, match="accept"):
+            refused()
+    assert q.get_task(tid).state is TaskState.PROVISIONAL and finishing.pending(tid)
 
+
+def test_finishing_files_from_before_become_journals_of_the_store(git_project: Path) -> None:
+    """An older octopoid's ``runtime/finishing/`` files: a done task's is finished from the
+    store's journal; one whose task never reached done is dropped; names octopoid never
+    wrote are left alone."""
     tid = provisional_with_commit(git_project)
     review.accept(tid)
-    folder = finishing.journal_dir()
-    (folder / "TASK-..%2fetc.json").write_text('{"steps": ["branch"]}')
-    (folder / "notes.txt").write_text("not a journal")
-    (folder / f"TASK-{tid}.json").write_text("{not json")  # done: nothing readable to do
+    folder = git_project / ".octopoid/runtime/finishing"
+    folder.mkdir()
+    (folder / f"TASK-{tid}.json").write_text('{"steps": ["branch"], "by": "alice"}')
     other = q.create_task("waiting").id
-    (folder / f"TASK-{other}.json").write_text('{"steps": ["branch"]}')  # never reached done
-    assert finishing.finish_interrupted() == [f"TASK-{tid}: finished what its accept left ()"]
-    assert sorted(p.name for p in folder.iterdir()) == ["TASK-..%2fetc.json", "notes.txt"]
-    assert q.get_task(other).state is TaskState.INCOMING
+    (folder / f"TASK-{other}.json").write_text('{"steps": ["branch"]}')
+    (folder / "notes.txt").write_text("not a journal")
+    said = finish_by(git_project, "doctor", tid)
+    assert f"repaired TASK-{tid}: finished what its accept left (branch)" in said
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    assert q.get_task(other).state is TaskState.INCOMING and not finishing.pending(other)

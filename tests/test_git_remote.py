@@ -9,8 +9,8 @@ from pathlib import Path
 import git
 import pytest
 
+from orchestrator import finishing, review
 from orchestrator import queue_utils as q
-from orchestrator import review
 from orchestrator.exceptions import GitError, MergeRefused
 from orchestrator.scaffold import init_project
 from orchestrator.tasks import TaskState
@@ -213,7 +213,7 @@ def test_a_conflict_is_settled_by_one_reject_and_one_attempt_then_accepted_elsew
     machines.on("b")
     with pytest.raises(MergeRefused, match="conflicts in"):
         review.accept(task.id, "bob")
-    assert "MERGING" not in q.get_task(task.id).headers  # the refusal left nothing behind
+    assert not finishing.pending(task.id)  # the refusal left nothing behind: no journal
     review.reject(task.id, "it conflicts with main: rebase it", "bob")
 
     assert attempt(machines, "a", task.id) == "provisional"  # rebased and resolved

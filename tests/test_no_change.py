@@ -104,7 +104,8 @@ def test_closing_a_task_already_done_refuses_and_keeps_what_its_accept_left(git_
 
     tid = provisional_with_commit(git_project)
     review.accept(tid)
-    finishing.begin(tid, [finishing.BRANCH, finishing.REMOTE_BRANCH], "alice")  # left over
+    left = [finishing.BRANCH, finishing.REMOTE_BRANCH]
+    finishing.begin(finishing.ACCEPT, tid, left, {"by": "alice"})  # left over
     try:
         review.close(tid, "wont-do", "from a stale page")
     except IllegalTransition:

@@ -242,17 +242,24 @@ plans.approve(sys.argv[1])
 """
 
 
-@pytest.mark.parametrize("when", ["before", "after"])
-def test_an_approve_killed_half_way_and_run_again_enqueues_each_task_once(planned, when) -> None:
+@pytest.mark.parametrize(("when", "who"), [("before", "approve"), ("after", "doctor")])
+def test_an_approve_killed_half_way_and_run_again_enqueues_each_task_once(
+    planned, when, who
+) -> None:
+    """The next approve, or the sweep (`doctor --repair`, as a scheduler's housekeeping),
+    finishes the approval's journal: each task enqueued once."""
     plan = six_task_plan()
     argv = [sys.executable, "-c", KILLER, plan.id, when]
     killed = subprocess.run(argv, env=child_env(planned), capture_output=True, timeout=120)
     assert killed.returncode == -9
-    journal = plans.load(plan.id)
-    assert journal.state == "approving" and journal.creating is not None
+    assert plans.load(plan.id).state == "approving"
+    journal = q.get_store().journals.get(plans.APPROVAL, plan.id)
+    assert journal is not None and len(journal.left) == 5  # tasks 3 to 6, then approved
     assert q.get_store().count(S.INCOMING) == (2 if when == "before" else 3)
-    done = octopoid(planned, "plan", "approve", plan.id)
+    argv = ["plan", "approve", plan.id] if who == "approve" else ["doctor", "--repair"]
+    done = octopoid(planned, *argv)
     assert done.returncode == 0, done.stderr
+    assert plans.load(plan.id).state == plans.APPROVED
     tasks = q.list_tasks(S.INCOMING)
     assert len(tasks) == 6 and sorted(t.title for t in tasks) == [f"step {n}" for n in range(1, 7)]
     ids = plans.load(plan.id).created_ids

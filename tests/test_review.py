@@ -216,5 +216,10 @@ def test_list_and_status_mark_a_review_whose_branch_no_longer_merges(git_project
         {"id": f"TASK-{tid}", "conflicts": ["README.md"], "refused": []}
     ]
     assert f"TASK-{tid} no longer merges" in cli("status")
-    cache = git_project / ".octopoid/runtime/merge-checks.json"
-    assert len(json.loads(cache.read_text())) == 4  # two judgements per waiting review
+    # the store's record: two judgements per waiting review and pair of tips (before and
+    # after the base moved), shared with every machine of the store
+    cache = q.get_store().records.read("merge-checks").value
+    assert {label: len(pairs) for label, pairs in cache.items()} == {
+        f"TASK-{clean}": 4,
+        f"TASK-{tid}": 4,
+    }

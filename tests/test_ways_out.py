@@ -11,6 +11,7 @@ from pathlib import Path
 import git
 import pytest
 
+from orchestrator import finishing
 from orchestrator import queue_utils as q
 from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
@@ -143,7 +144,8 @@ def test_close_refuses_what_it_must_not_end(git_project, why):
     tid = task_in(S.CLAIMED if why == "claimed" else S.PROVISIONAL, "w")
     reason = "  " if why == "no reason" else "not needed"
     if why == "half accepted":
-        q.get_store().update(tid, S.PROVISIONAL, lambda t: t.set_header("MERGING", "abc"))
+        steps = [finishing.MERGE, finishing.MOVE]  # an accept killed during its merge
+        finishing.begin(finishing.ACCEPT, tid, steps, {"by": "alice", "before": "abc"})
     done = cli(git_project, "close", tid, "--reason", reason)
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr
     assert len(done.stderr.splitlines()) == 1
@@ -176,4 +178,4 @@ def test_two_closes_of_one_task_at_the_same_instant_end_it_once(git_project, tmp
     assert [n["content"] for n in MemoryStore().search_notes("learned")] == [
         "learned once, kept once"
     ]
-    assert not any((git_project / ".octopoid/runtime/finishing").glob("*.json"))
+    assert not finishing.pending(tid) and not q.get_store().journals.pending()

@@ -15,6 +15,7 @@ import urllib.request
 from orchestrator import drafts
 from orchestrator import queue_utils as q
 from orchestrator.memory.store import open_memory
+from orchestrator.store.records import check_key
 from orchestrator.tasks import TaskState
 
 from .conftest import remembered
@@ -26,6 +27,12 @@ def signed_in(web, name: str) -> Client:
     client = Client(web.base)
     client.login(web.token, name)
     return client
+
+
+def kept(task_id: str, reviewer: str) -> dict | None:
+    """The draft the store keeps for ``reviewer`` (None: none)."""
+    found = q.get_store().records.read(drafts.draft_key(task_id, reviewer))
+    return None if found is None else found.value
 
 
 def save(client: Client, task_id: str, draft: object, csrf: str | None = None) -> tuple:
@@ -80,12 +87,12 @@ def test_a_draft_is_checked_like_the_review_it_becomes(git_project, web) -> None
         assert status == 400 and says in answer["error"], (bad, answer)
     status, answer = save(alice, task_id, {"reason": "x" * (5 * 1024 * 1024)}, csrf)
     assert status == 413 and "too big" in answer["error"]  # read no further than that
-    assert not drafts.draft_path(task_id, "alice").exists()  # nothing bad was kept
+    assert kept(task_id, "alice") is None  # nothing bad was kept
     status, _ = save(alice, task_id, {"reason": "fine"}, csrf="0" * 64)
     assert status == 403
     status, answer = save(alice, "999", {"reason": "fine"}, csrf)
     assert status == 404 and "no task TASK-999" in answer["error"]
-    assert not drafts.draft_path("999", "alice").exists()
+    assert kept("999", "alice") is None
 
 
 def test_a_sent_review_ends_its_draft_and_an_accept_ends_everyone_s(git_project, web) -> None:
@@ -102,8 +109,8 @@ def test_a_sent_review_ends_its_draft_and_an_accept_ends_everyone_s(git_project,
     status, _, _ = alice.request(f"/tasks/TASK-{task_id}/reject", form)
     assert status == 303
     assert "provisional → incoming  (alice: mine)" in q.get_task(task_id).section("History")
-    assert not drafts.draft_path(task_id, "alice").exists()
-    assert drafts.draft_path(task_id, "bob").exists()  # bob's is his own business
+    assert kept(task_id, "alice") is None
+    assert kept(task_id, "bob") is not None  # bob's is his own business
 
     from .conftest import run_claimed
 
@@ -111,16 +118,15 @@ def test_a_sent_review_ends_its_draft_and_an_accept_ends_everyone_s(git_project,
     form = {"csrf": bob.csrf(), **judged(bob, task_id)}
     status, _, _ = bob.request(f"/tasks/TASK-{task_id}/accept", form)
     assert status == 303 and q.get_store().locate(task_id) is TaskState.DONE
-    assert not drafts.draft_path(task_id, "bob").parent.exists()
+    assert q.get_store().records.list(f"reviews/TASK-{task_id}") == {}
 
 
 def test_an_unreadable_draft_is_an_empty_one(git_project, web) -> None:
     task_id = provisional_task()
     alice = signed_in(web, "alice")
-    target = drafts.draft_path(task_id, "alice")
-    target.parent.mkdir(parents=True)
-    for junk in (b"{not json", b"[]", b'{"comments": "many"}', b"\xff\xfe"):
-        target.write_bytes(junk)
+    records, key = q.get_store().records, drafts.draft_key(task_id, "alice")
+    for junk in ({"comments": "many"}, {"reason": 7}, {"ticked": ["a"]}, {"viewed": [1]}):
+        records.update(key, lambda _, junk=junk: junk)
         status, _, page = alice.request(f"/tasks/TASK-{task_id}")
         assert status == 200 and 'id="reject-form"' in page
 
@@ -145,17 +151,18 @@ def test_saves_at_the_same_instant_leave_one_whole_draft(git_project, web) -> No
     for t in threads:
         t.join(60)
     assert [a[0] for a in answers] == [200] * 16, [a for a in answers if a[0] != 200][:1]
-    kept = json.loads(drafts.draft_path(task_id, "alice").read_text())
-    assert kept["reason"] in {d["reason"] for d in sent}
-    leftovers = [p.name for p in drafts.draft_path(task_id, "alice").parent.iterdir()]
-    assert leftovers == [drafts.draft_path(task_id, "alice").name]
+    draft = kept(task_id, "alice")
+    assert draft is not None and draft["reason"] in {d["reason"] for d in sent}
+    leftovers = list(q.get_store().records.list(f"reviews/TASK-{task_id}"))
+    assert leftovers == [drafts.draft_key(task_id, "alice")]
 
 
-def test_a_reviewer_name_cannot_reach_outside_its_folder(git_project) -> None:
+def test_a_reviewer_name_cannot_reach_outside_its_task_s_drafts(git_project) -> None:
     for name in ("../../etc/passwd", "a/b", "..", "\u00e9\u00e8 \U0001f600", "x" * 500):
-        path = drafts.draft_path("3", name)
-        assert path.parent.name == "TASK-3" and "/" not in path.name and len(path.name) < 80
-    assert drafts.draft_path("3", "a/b") != drafts.draft_path("3", "a_b")
+        key = drafts.draft_key("3", name)
+        task, _, mine = key.rpartition("/")
+        assert task == "reviews/TASK-3" and check_key(key) and len(mine) < 80
+    assert drafts.draft_key("3", "a/b") != drafts.draft_key("3", "a_b")
 
 
 def test_a_reviewer_strikes_and_rewrites_learnings_on_the_page(git_project, web) -> None:

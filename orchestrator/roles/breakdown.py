@@ -11,28 +11,30 @@ its retry notes (why it burned out), and answers with one fenced block::
 waits for the one before it, so they run in order. The answer is validated strictly
 before anything is created. A valid one creates the subtasks in incoming (priority, role
 and branch inherited), re-points every task that waited for the original to the last
-subtask, and moves the original to done with ``SPLIT_INTO``. An invalid one fails the
-attempt with the validation error in the notes; the task goes back to breakdown (or to
-failed once its attempts are spent).
+subtask, and moves the original to done with ``SPLIT_INTO``, as one journal of the store
+(``split``) that whoever comes next finishes if the split is killed half-way. An invalid
+one fails the attempt with the validation error in the notes; the task goes back to
+breakdown (or to failed once its attempts are spent).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import intake, queue_utils
+from .. import adopt, intake, queue_utils
 from ..exceptions import InvalidInput, InvalidTask, OctopoidError
 from ..leases import claim_token
-from ..tasks import Task, TaskState, new_task, task_label
+from ..store.records import Journal
+from ..tasks import Task, TaskState, new_task, normalize_task_id, task_label
 
 MAX_SUBTASKS = 20  # more is not a breakdown but a backlog: a person should plan that
 KEYS = {"title", "context", "criteria", "depends_on"}
 BLOCK_RE = re.compile(r"^(`{3,})(subtasks|plan)[ \t]*\n(.*?)^\1[ \t]*$", re.M | re.S)
 MAX_ANSWER_BYTES = 1 << 20
+SPLIT, REWIRE, FINISH = "split", "rewire", "finish"  # the journal's kind, its last steps
 
 ANSWER_FORMAT = f"""## How to answer
 
@@ -134,34 +136,82 @@ def answer_text(log: Path) -> str:
 
 
 def split(
-    task: Task,
-    subtasks: list[Subtask],
-    finish: Callable[[Task, dict[str, str]], Task] | None = None,
+    task: Task, subtasks: list[Subtask], approved_by: str | None = None, token: str | None = None
 ) -> list[Task]:
-    """Create the subtasks, re-point the original's dependants, and finish the original
-    (by default: claimed -> done; ``finish`` does it for an approved proposal).
+    """Create the subtasks, re-point the original's dependants, and move the original to
+    done: a breakdown attempt's split (``token``: its claim's), or a person's approval of a
+    proposal (``approved_by``). Every subtask is validated (as a task) before the first is
+    created.
 
-    Every subtask is validated (as a task) before the first is created.
+    A journal (``split``), written first with every step and the id each subtask will
+    have: a split killed half-way is finished by whoever comes next (a split of the same
+    task again continues it, any scheduler's sweep, `octopoid doctor --repair`), once: a
+    subtask that exists was created before the kill, a dependant rewired already waits
+    for the last subtask.
     """
     check(task, subtasks)  # refuse the whole answer before creating anything
-    fields = _inherited(task)
-    created: list[Task] = []
-    for sub in subtasks:
-        blockers = [created[d - 1].id for d in sub.depends_on]
-        created.append(
-            queue_utils.create_task(
-                sub.title,
-                context=sub.context,
-                criteria=sub.criteria,
-                blocked_by=blockers,
-                created_by=f"breakdown of {task.label}",
-                **fields,
-            )
-        )
-    rewire_dependants(task.id, created[-1].id)
-    labels = ", ".join(t.label for t in created)
-    (finish or _complete)(task, {"SPLIT_INTO": labels})
-    return created
+    token = token or claim_token(task) or None  # a claimed Task read earlier carries its own
+    journals = adopt.store().journals
+    with journals.take(SPLIT, task.label) as journal:
+        if journal is None:
+            ids = [queue_utils.get_store().allocate_id() for _ in subtasks]
+            steps = [*(f"create-{n}" for n in range(1, len(ids) + 1)), REWIRE, FINISH]
+            data = {
+                "subtasks": [asdict(sub) for sub in subtasks], "ids": ids,
+                "fields": _inherited(task), "approved_by": approved_by,
+            }  # fmt: skip
+            journal = journals.begin(SPLIT, task.label, steps, data)
+        return _run_split(journal, token)
+
+
+def _run_split(journal: Journal, token: str | None = None) -> list[Task]:
+    """What is left of a held split, step by step; the subtasks."""
+    journals, data = adopt.store().journals, journal.data
+    original, ids = normalize_task_id(journal.key), data["ids"]
+    for step in journal.left:
+        if step == REWIRE:
+            rewire_dependants(original, ids[-1], actor=f"split of {task_label(original)}")
+        elif step == FINISH:
+            _finish(original, data, token)
+        else:
+            n = int(step.removeprefix("create-"))
+            _create(original, Subtask(**data["subtasks"][n - 1]), ids, n, data["fields"])
+        journal = journals.mark_done(journal, step)
+    journals.finish(journal)
+    return queue_utils.readable_tasks(ids)
+
+
+def _create(original: str, sub: Subtask, ids: list[str], n: int, fields: dict) -> None:
+    """Subtask ``n`` under the id its journal gave it, unless it exists (made before a kill)."""
+    made_by = f"breakdown of {task_label(original)}"
+    if queue_utils.get_store().locate(ids[n - 1]) is not None:
+        return
+    blockers = [ids[d - 1] for d in sub.depends_on]
+    queue_utils.create_task(
+        sub.title, context=sub.context, criteria=sub.criteria, blocked_by=blockers,
+        created_by=made_by, task_id=ids[n - 1], **fields,
+    )  # fmt: skip
+
+
+def _finish(original: str, data: dict, token: str | None) -> None:
+    """The original to done, unless it is there already (moved before a kill)."""
+    if queue_utils.get_store().locate(original) is TaskState.DONE:
+        return
+    labels = ", ".join(task_label(i) for i in data["ids"])
+    by = data.get("approved_by")
+    actor = by or (None if token else "octopoid")  # None: the attempt's agent, by its claim
+    queue_utils.finish_split(original, labels, actor, approved=by is not None, token=token)
+
+
+def resume(journal: Journal) -> str | None:
+    """Finish a split a dead process left (the sweep's); what it did, or None if it was
+    finished meanwhile. ``JournalBusy`` while its process lives."""
+    with adopt.store().journals.take(SPLIT, journal.key) as current:
+        if current is None:
+            return None
+        steps = ", ".join(current.left)
+        _run_split(current)
+    return f"{journal.key}: finished its split ({steps})"
 
 
 def _inherited(task: Task) -> dict[str, str]:
@@ -190,11 +240,6 @@ def check_new(where: str, title: str, **fields: object) -> None:
         raise InvalidTask(f"{where}: {exc}") from None
 
 
-def _complete(task: Task, headers: dict[str, str]) -> Task:
-    reason = f"split into {headers['SPLIT_INTO']}"
-    return queue_utils.complete_task(task, reason, token=claim_token(task) or None, headers=headers)
-
-
 def proposal_text(subtasks: list[Subtask]) -> str:
     """The subtasks as the JSON a person approves (kept in the task's file meanwhile)."""
     return json.dumps([s.__dict__ for s in subtasks], indent=1)
@@ -208,19 +253,14 @@ def proposed(task: Task) -> list[Subtask]:
     return parse_answer(section)
 
 
-def rewire_dependants(old_id: str, new_id: str) -> list[str]:
+def rewire_dependants(old_id: str, new_id: str, actor: str = "octopoid") -> list[str]:
     """Tasks waiting for ``old_id`` wait for ``new_id`` instead (octopoid's rewiring)."""
-    store = queue_utils.get_store()
     rewired = []
-    for waiting in store.waiting(titled=False):
+    for waiting in queue_utils.get_store().waiting(titled=False):
         if old_id not in waiting.blocked_by:
             continue
-        blockers = [new_id if b == old_id else b for b in waiting.blocked_by]
-        value = ", ".join(task_label(b) for b in dict.fromkeys(blockers))
         try:
-            store.update(
-                waiting.id, TaskState.INCOMING, lambda t, v=value: t.set_header("BLOCKED_BY", v)
-            )
+            queue_utils.rewire_blocker(waiting.id, old_id, new_id, actor)
         except OctopoidError:
             continue  # claimed or moved meanwhile: it was not waiting any more
         rewired.append(waiting.id)

@@ -22,11 +22,11 @@ from .. import agent_status, config, git_utils, plans, queue_utils, sandbox
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..exceptions import ConfigError, InvalidTask, OctopoidError, SandboxError
 from ..fsutil import TailBuffer, atomic_write
-from ..leases import claim_token, lease_headers, new_token
-from ..processes import ProcessId, kill_claim_processes
+from ..leases import claim_token
+from ..processes import kill_claim_processes
 from ..prompts import build_prompt
 from ..redaction import Redactor, every_agent_env, hide_also
-from ..tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, TaskState, one_line, utcnow
+from ..tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, one_line
 from . import breakdown
 from .base import Claim, deadline_seconds
 from .implementer import attempt_log_dir, instructions_for
@@ -104,17 +104,7 @@ def _carrying_task(goal: str, agent_name: str, lease_seconds: int, branch: str) 
     task = queue_utils.create_task(
         title, role=PLANNING_ROLE, context=goal, criteria=criteria, branch=branch
     )
-    now = utcnow()
-    headers = lease_headers(agent_name, ProcessId.of(None), now, lease_seconds, new_token())
-
-    def claim(t: Task) -> None:
-        t.set_header("ATTEMPTS", t.attempts + 1)
-        for key, value in headers.items():
-            t.set_header(key, value)
-        t.add_history(now, TaskState.INCOMING.value, TaskState.CLAIMED.value, agent_name, "plan")
-
-    store = queue_utils.get_store()
-    return store.move(task.id, TaskState.INCOMING, TaskState.CLAIMED, claim)
+    return queue_utils.claim_by_id(task, agent_name, "plan", lease_seconds=lease_seconds)
 
 
 def _run(

@@ -274,12 +274,15 @@ class _Unreviewed:
         return None
 
     def _reviewed(self, task_id: str) -> bool:
-        """Accepted, or being accepted (its merge is journalled before the task is done)."""
+        """Accepted, or being accepted (its merge is journaled before the task is done)."""
         if task_id not in self._tasks:
             store = queue_utils.get_store()
             where = store.locate(task_id)
             task = store.get(task_id) if where is TaskState.PROVISIONAL else None
-            merging = task is not None and ("MERGED" in task.headers or "MERGING" in task.headers)
+            # an accept's journal (finishing.ACCEPT) is written before its merge
+            accepting = task is not None and store.journals.get("accept", task.label) is not None
+            marked = task is not None and not {"MERGED", "MERGING"}.isdisjoint(task.headers)
+            merging = accepting or marked
             self._tasks[task_id] = where is TaskState.DONE or merging
         return self._tasks[task_id]
 

@@ -552,13 +552,10 @@ def test_what_an_attempt_says_is_data_cleaned_and_kept_only_once_accepted(arena,
     log = (config.get_logs_dir() / f"TASK-{speaker}" / "attempt-1.log").read_text()
     kept = [ln for ln in log.splitlines() if ln.startswith("ATTACK kept-progress: ")]
     assert kept and "progress" in kept[0] and "ATTACK ask: False" in log, log
-    label = f"TASK-{speaker}"
     texts = {
         "progress header, as read back": kept[0].encode().decode("unicode_escape"),
         "task file": q.get_task(speaker).path.read_text(),
-        "question file": (
-            config.get_orchestrator_dir() / "questions" / f"{label}.json"
-        ).read_text(),
+        "question record": json.dumps(questions.read(speaker)),
         "status": octopoid(arena.root, "status"),
         "show": octopoid(arena.root, "show", speaker),
         "alert": "\n".join(notify._message("question", speaker)),

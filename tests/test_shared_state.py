@@ -1,0 +1,181 @@
+"""What octopoid remembers is the store's: on one PostgreSQL two machines (two clones, each
+its own project folder) share questions, reviewers' drafts and plans, and the journals of
+accept and of a breakdown's split, so whoever comes next on either machine finishes what
+the other began. Pages, CLI commands and the killed accept and split are real processes
+of their machine; scheduler passes and the attempt's channel run in this process."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import git
+import pytest
+
+from orchestrator import agent_status, finishing, git_utils, plans, questions, reports
+from orchestrator import queue_utils as q
+from orchestrator.roles import breakdown
+from orchestrator.sandbox import channel
+from orchestrator.sandbox.box import SOCKET_NAME
+from orchestrator.sandbox.client import request
+from orchestrator.tasks import TaskState
+
+from .conftest import child_env, wait_for
+from .test_agent_records import one_pass
+from .test_breakdown import burned_out, killed_split, split_once
+from .test_finishing import KILLED_ACCEPT
+from .test_git_remote import Machines, attempt
+from .test_review_races import cli
+from .test_web_drafts import save
+from .web_server import Client, start_web
+
+
+@pytest.fixture
+def team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> Machines:
+    """Machines a and b: two clones of one remote, each a project on one PostgreSQL."""
+    return Machines(tmp_path, monkeypatch, pg_dsn)
+
+
+def signed_in(server, name: str) -> Client:
+    client = Client(server.base)
+    client.login(server.token, name)
+    return client
+
+
+def test_a_question_asked_by_an_attempt_on_b_is_answered_by_the_cli_on_a_and_is_its_reply(
+    team: Machines, tmp_path: Path
+) -> None:
+    team.on("b")
+    (team.roots["b"] / ".octopoid/config.yaml").write_text(
+        "git:\n  remote: origin\nquestions:\n  wait_seconds: 600\n"
+    )
+    q.create_task("asks which port")
+    mine = q.claim_task(None, "impl-1")  # an attempt on b, its channel served by its runner
+    folder = tmp_path / "channel"
+    folder.mkdir()
+    server = channel.ChannelServer(folder, mine.id, mine.attempts, lambda _: None).start()
+    asked = {"name": "ask_human", "arguments": {"question": "Which port?"}}
+    replies: list[dict] = []
+    waiting = threading.Thread(
+        target=lambda: replies.append(request(str(folder / SOCKET_NAME), "tools/call", asked))
+    )
+    waiting.start()
+    try:
+        wait_for("the question", questions.open_questions, 60)
+        answered = cli(team.roots["a"], "answer", mine.label, "5433", "--by", "dana")  # on a
+        assert answered.returncode == 0, answered.stderr
+        waiting.join(60)
+    finally:
+        server.close()
+        waiting.join(10)
+    assert [reply["content"][0]["text"] for reply in replies] == ["The answer: 5433"]
+    assert "A: 5433" in (q.get_task_notes(mine.id) or "")
+
+
+def test_a_task_held_for_its_question_on_b_is_released_by_an_answer_on_a_s_page(
+    team: Machines,
+) -> None:
+    team.on("b")
+    q.create_task("asks which branch")
+    mine = q.claim_task(None, "impl-1")
+    questions.ask(mine.id, mine.attempts, "Which branch?")  # nobody answers in time:
+    questions.hold_for_answer(q.get_task(mine.id), "Which branch?", "success: asked")
+    assert q.get_task(mine.id).headers["NOT_BEFORE"] == questions.NEVER
+    page_a = start_web(team.roots["a"])
+    try:
+        web = signed_in(page_a, "erin")
+        _, _, page = web.request(f"/tasks/{mine.label}")
+        assert "Which branch?" in page and 'id="answer-form"' in page
+        form = {"csrf": web.csrf(), "answer": "release/2.0"}
+        assert web.request(f"/tasks/{mine.label}/answer", form)[0] == 303
+    finally:
+        page_a.stop()
+    released = q.get_task(mine.id)  # as b reads it: free, and the answer in its notes
+    assert "QUESTION" not in released.headers and "NOT_BEFORE" not in released.headers
+    assert "A: release/2.0" in (q.get_task_notes(mine.id) or "")  # the next prompt's
+    assert q.claim_task(None, "impl-1").id == mine.id
+
+
+def test_a_reviewer_s_draft_on_a_is_on_b_s_page(team: Machines) -> None:
+    team.on("a")
+    tid = q.create_task("reviewed on two machines").id
+    assert attempt(team, "a", tid) == "provisional"
+    page_a, page_b = start_web(team.roots["a"]), start_web(team.roots["b"])
+    try:
+        status, _ = save(signed_in(page_a, "alice"), tid, {"reason": "DRAFTED-ON-A"})
+        assert status == 200
+        _, _, page = signed_in(page_b, "alice").request(f"/tasks/TASK-{tid}")
+        _, _, theirs = signed_in(page_b, "bob").request(f"/tasks/TASK-{tid}")
+    finally:
+        page_a.stop()
+        page_b.stop()
+    assert "DRAFTED-ON-A" in page and "DRAFTED-ON-A" not in theirs
+
+
+def test_a_plan_drafted_on_a_is_approved_on_b_and_enqueued_once(team: Machines) -> None:
+    team.on("a")
+    plan = plans.draft("ship the importer", planned_by="a person on a")
+    first = plans.add_task(plan, "read the old format", criteria=["reads it"])
+    second = plans.add_task(plan, "write the new one", criteria=["writes it"])
+    plans.add_edge(plan, first, second)
+    plan = plans.add(plan)
+    approved = cli(team.roots["b"], "plan", "approve", plan.id)
+    assert approved.returncode == 0, approved.stderr
+    again = cli(team.roots["a"], "plan", "approve", plan.id)
+    assert again.returncode == 1 and "approved already" in again.stderr
+    made = {t.title: t for t in q.list_tasks(TaskState.INCOMING)}
+    assert sorted(made) == ["read the old format", "write the new one"]
+    assert made["write the new one"].blocked_by == [made["read the old format"].id]
+    assert plans.load(plan.id).state == plans.APPROVED
+
+
+def test_an_accept_killed_on_a_after_its_merge_is_finished_by_b_s_sweep(team: Machines) -> None:
+    team.on("a")
+    tid = q.create_task("accepted across machines").id
+    assert attempt(team, "a", tid) == "provisional"
+    assert team.carried(tid) is not None
+    root = team.roots["a"]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_ACCEPT, tid, "move"], cwd=root, env=child_env(root)
+    )
+    assert killed.returncode == -signal.SIGKILL  # merged and pushed, not moved
+    assert q.get_task(tid).headers["MERGED"] and finishing.pending(tid)[0] == finishing.MOVE
+    one_pass(team, "b")
+    assert q.get_task(tid).state is TaskState.DONE and not finishing.pending(tid)
+    merges = git.Repo(team.origin).git.log("--format=%s", "main").splitlines()
+    assert sum(s.startswith(f"Merge TASK-{tid}: ") for s in merges) == 1
+    assert team.carried(tid) is None  # b's sweep deleted the task's refs on the remote
+
+
+def test_a_split_killed_half_way_on_a_is_finished_once_by_b_s_sweep(team: Machines) -> None:
+    team.on("a")
+    tid, dependant = burned_out()
+    q.claim_breakdown_task("bd-1")
+    killed_split(team.roots["a"], tid)
+    assert q.get_store().journals.get(breakdown.SPLIT, f"TASK-{tid}") is not None
+    agent_status.set_paused(True)  # on a, so b's pass sweeps without claiming the subtasks
+    one_pass(team, "b")
+    split_once(tid, [dependant])
+    one_pass(team, "b")  # nothing more to finish
+    split_once(tid, [dependant])
+
+
+def test_a_merge_check_judged_on_a_is_not_judged_again_on_b(
+    team: Machines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merge-check cache is the store's: a pair of tips one machine judged (conflicts
+    are a fact about two commits) is read, not judged, by another that has them too."""
+    team.on("a")
+    tid = q.create_task("judged once").id
+    assert attempt(team, "a", tid) == "provisional"
+    in_review = q.list_tasks(TaskState.PROVISIONAL)
+    assert reports.unmergeable(in_review) == {}  # judged on a: merges cleanly
+    team.on("b")
+    ref = f"refs/octopoid/tasks/TASK-{tid}"
+    git.Repo(team.roots["b"]).git.fetch("origin", f"{ref}:refs/heads/agent/TASK-{tid}")
+    judged: list[str] = []
+    monkeypatch.setattr(git_utils, "merge_conflicts", lambda *a: judged.append("git") or None)
+    assert reports.unmergeable(in_review) == {} and judged == []
