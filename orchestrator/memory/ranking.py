@@ -1,139 +1,188 @@
-"""How both memories rank a search: the terms worth searching by, every note having one
-scored by the summed idf of its terms, and BM25 over the few that lead.
+"""How both memories rank a search, and the bar a note must clear to reach a prompt.
 
-Visiting a note is what a search costs. BM25 on every note that has a query term (FTS5's
-``bm25()``, or ``ts_rank`` per word) cost most of a prompt's retrieval at 100k notes; summing
-each term's idf over its notes is a dictionary update, and BM25 then orders the ``RERANK``
-leaders only. A store supplies the terms' note counts and notes (``selective``, ``idf``)
-and the leaders' rows; the scoring here is the same for SQLite and PostgreSQL.
+BM25 over the store: a term's weight is its idf (times how specific it is: a path or a
+name says more than a word), each note's share of it grows with how often the term occurs
+in the note and shrinks with the note's length against the average of every note
+(``index.memory_totals``), not of the leaders. A store answers three questions (``Index``):
+the terms' document frequencies, the scores of the notes having the chosen terms, and the
+rows of some notes through the search's filters; the rest is here, the same for SQLite and
+PostgreSQL.
+
+The constants were chosen on one project's history and checked on another, held out
+(``scripts/bench_memory.py --repo``; docs/memory.md has the tables): each says why.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import re
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any, Protocol
 
-# A query term in this many notes is dropped: its idf is low, and visiting its notes is what
-# a search costs. The rarest terms are searched by until they match ``POSTINGS_BUDGET``
-# notes. (bench_memory at 100k notes: 5000 and 12000 kept the relevance set's recall, 46/72
-# vs 39/72 with every word; a budget of 8000 lost it, 28/72: a task's mid-frequency words
-# did not fit.)
+from .index import indexed_text
+from .terms import PATH, SYMBOL, WORD, Term, query_terms, scan
+
+#: BM25's usual constants (FTS5's and Lucene's): term frequency saturates at about k1, and
+#: b of a note's length is judged against the average note.
+K1, B = 1.2, 0.75
+#: How much more than a word of the same rarity a name (``Client.send``, ``iter_lines``)
+#: and a path say about a note: a task and a note that name one thing are about it.
+KIND_WEIGHT = {WORD: 1.0, SYMBOL: 1.5, PATH: 1.0}
+#: A path term counts this much more in a File Knowledge note: the task's own files against
+#: what was learned about those files.
+FILE_KNOWLEDGE_BOOST = 1.5
+#: The absolute bar a note's score must reach to be put in a prompt. A score counts matched
+#: terms in units of a term no other note has (idf over the store's size, so the bar means
+#: the same in a small store and a large one), each saturating with tf and judged by the
+#: note's length: a file the task names is one or two, and it takes that and a few shared
+#: rarer words or names. (Tuned on encode/httpx: the lowest bar that put at least half
+#: relevant characters in prompts, 54 %; 3.5 gave 41 %, 4.5 55 % with a third fewer
+#: relevant notes in prompts.)
+BAR = 4.0
+#: Or a short note most of whose words and names the task has (``coverage``, its paths
+#: aside) clears it with ``FLOOR``: "the build cache lives in .cache/build" for "speed up
+#: the build cache" (a note of three words cannot reach ``BAR``). httpx: 0.6 and 1.5 added
+#: a handful of notes; a share of the note's paths would let every note that is mostly a
+#: file name in, so paths are left out of it.
+COVERAGE = 0.6
+FLOOR = 1.5
+#: A word in this many notes is not searched by: its idf is low and its notes are what a
+#: search costs. Words are taken rarest first while their notes fit ``POSTINGS_BUDGET``;
+#: paths and names are always taken (they are rare, and the task's most specific terms).
 COMMON_CAP = 5000
 POSTINGS_BUDGET = 12_000
-# The summed-idf leaders BM25 orders (bench_memory's relevance set, recall@5 and in the
-# prompt of 72: 46 and 59 with 50, 45 and 58 with 100, 45 and 56 with 200)
-RERANK = 50
-# A query's first distinct words searched by: a task's title and context come first, and a
-# long one's later words are mostly common (bench_memory: 64 kept recall@5 at 46/72, put 62/72
-# in the prompt instead of 58, and took 0.80x the time of all ~95)
+#: A query's words searched by, in the order given (title and context first); its paths
+#: and names come before them and up to ``MAX_SPECIFIC`` are kept, never cut for words.
 MAX_QUERY_WORDS = 64
-K1, B = 1.2, 0.75  # BM25's usual constants, as FTS5's bm25() has them
-TOKEN_RE = re.compile(r"[^\W_]+")  # a token as FTS5's unicode61 cuts one: "_" separates
+MAX_SPECIFIC = 48
+#: The best notes whose rows are read first (filters may reject some: then more).
+RERANK = 50
 
 
-def selective(counts: dict[str, int]) -> list[str]:
-    """The query terms worth searching by, given how many notes each matches (capped at
-    ``COMMON_CAP``): the rarest first while their matches fit ``POSTINGS_BUDGET``.
+class Index(Protocol):
+    """What a store answers for ``search`` (``index.py`` does it for both)."""
 
-    A term in most notes adds next to nothing to BM25 (its idf is near 0) yet costs a visit
-    to each of those notes; it is dropped, unless no rarer term was asked for. Terms that
-    match nothing are dropped too.
-    """
-    rare = sorted((n, term) for term, n in counts.items() if 0 < n < COMMON_CAP)
-    if not rare:
-        return [term for term, n in counts.items() if n]
-    chosen, total = [], 0
-    for n, term in rare:
-        if chosen and total + n > POSTINGS_BUDGET:
+    def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]: ...
+
+    def scores(
+        self, weights: list[tuple[str, float, bool]], c1: float, c2: float
+    ) -> dict[int, tuple[float, float]]: ...
+
+    def rows(self, ids: list[int], where: str, args: list[Any]) -> list[dict[str, Any]]: ...
+
+
+def selective(terms: list[Term], df: dict[str, int]) -> list[Term]:
+    """The query terms worth searching by: every path and name that some note has, then
+    words rarest first while their notes fit ``POSTINGS_BUDGET`` (none in ``COMMON_CAP``
+    notes or more). A query of common words alone is searched by its rarest word."""
+    found = [t for t in terms if df.get(t.text)]
+    chosen = [t for t in found if t.kind != WORD]
+    total = sum(df[t.text] for t in chosen)
+    words = sorted((df[t.text], i, t) for i, t in enumerate(found) if t.kind == WORD)
+    for n, _, term in words:
+        if n >= COMMON_CAP or total + n > POSTINGS_BUDGET:
             break
         chosen.append(term)
         total += n
+    if not chosen and words:
+        chosen.append(words[0][2])
     return chosen
 
 
-def counted_enough(terms: list[str], count: Callable[[str, int], int]) -> dict[str, int]:
-    """Counts that make ``selective`` choose as exact counts would, counting little.
-
-    ``count(term, at_most)`` counts a term's notes up to ``at_most``. Once the terms counted
-    overflow the budget, ``selective`` cannot choose a term as common as the one it stops
-    at, so the next terms are counted only up to that, and one reaching it is as good as
-    common (never chosen with a count cut short): ``terms`` in a likely rarest-first order
-    make most counts short.
-    """
-    counts: dict[str, int] = {}
-    at_most = COMMON_CAP
-    for term in terms:
-        n = count(term, at_most)
-        counts[term] = n if n < at_most else COMMON_CAP
-        if n < at_most:
-            rare = sorted(n for n in counts.values() if 0 < n < COMMON_CAP)
-            total = 0
-            for n in rare:
-                if total and total + n > POSTINGS_BUDGET:
-                    at_most = n
-                    break
-                total += n
-    return counts
+def clears_bar(note: dict[str, Any]) -> bool:
+    """Whether a search's note is worth a prompt (``BAR``, or ``COVERAGE`` and ``FLOOR``)."""
+    score = note["score"]
+    return score >= BAR or (note.get("coverage", 0.0) >= COVERAGE and score >= FLOOR)
 
 
 def idf(notes: int, having: int) -> float:
-    """BM25's inverse document frequency (never negative, as in FTS5)."""
+    """BM25's inverse document frequency (never negative, as in FTS5 and Lucene)."""
     return math.log(1 + (notes - having + 0.5) / (having + 0.5))
 
 
-def summed_idf(postings: dict[str, list[int]], notes: int) -> dict[int, float]:
-    """Each note's summed idf over the terms it has."""
-    score: dict[int, float] = {}
-    get = score.get
-    for ids in postings.values():
-        weight = idf(notes, len(ids))
-        for note in ids:
-            score[note] = get(note, 0.0) + weight
-    return score
+def search(
+    index: Index, query: str, where: str, args: list[Any], limit: int
+) -> list[dict[str, Any]]:
+    """Notes matching ``query`` through the filters (``where``/``args``), best first, each
+    with its ``score``."""
+    terms = query_terms(query, MAX_QUERY_WORDS, MAX_SPECIFIC)
+    if not terms:
+        return []
+    df, notes, average = index.frequencies([t.text for t in terms])
+    chosen = selective(terms, df)
+    if not chosen:
+        return []
+    scale = Scale(notes, max(average, 1.0))
+    weights = [(t.text, scale.weight(df[t.text], t.kind), t.kind == PATH) for t in chosen]
+    scored = index.scores(weights, K1 * (1 - B), K1 * B / scale.average)
+    rows: list[dict[str, Any]] = []
+    for ids in leaders(scored, limit):
+        rows += index.rows(ids, where, args)
+        if len(rows) >= limit:
+            break
+    own = scale.own_scores(index, rows)
+    for row in rows:
+        total, paths = scored[row["id"]]
+        row["score"] = total + _boost(row) * paths
+        words = own[row["id"]]  # what its words and names would score; paths aside
+        row["coverage"] = min(1.0, (total - paths) / words) if words else 0.0
+    return sorted(rows, key=lambda r: (-r["score"], r["id"]))[:limit]
 
 
-def term_weights(
-    postings: dict[str, list[int]], notes: int, among: list[int]
-) -> dict[int, list[float]]:
-    """The idfs of the terms each note of ``among`` has (what ``rerank`` weighs)."""
-    weights: dict[int, list[float]] = {note: [] for note in among}
-    for ids in postings.values():
-        weight = idf(notes, len(ids))
-        for note in weights.keys() & set(ids):
-            weights[note].append(weight)
-    return weights
+def _boost(row: dict[str, Any]) -> float:
+    """What a path term adds beyond its weight in this note (``FILE_KNOWLEDGE_BOOST``)."""
+    return FILE_KNOWLEDGE_BOOST - 1 if row.get("section") == "File Knowledge" else 0.0
 
 
-def leaders(score: dict[int, float], limit: int) -> Iterator[list[int]]:
+class Scale:
+    """A search's BM25 over this store: a term's weight and a term's share of a note."""
+
+    def __init__(self, notes: int, average: float) -> None:
+        self.notes, self.average = notes, average
+        self.unit = idf(notes, 1) / (K1 + 1)  # score in terms as rare as a note's own
+
+    def weight(self, having: int, kind: int) -> float:
+        return idf(self.notes, having) / self.unit * KIND_WEIGHT[kind]
+
+    def part(self, tf: int, length: int) -> float:
+        return tf / (tf + K1 * (1 - B + B * length / self.average))
+
+    def own_scores(self, index: Index, rows: list[dict[str, Any]]) -> dict[int, float]:
+        """What each note's words and names (its paths aside) would score if a query named
+        them all: the whole a search's ``coverage`` is a share of."""
+        cut = {row["id"]: list(scan(indexed_text(row["content"], row["topic"], row["tags"])))
+               for row in rows}  # fmt: skip
+        df = index.frequencies(list({t.text for terms in cut.values() for t in terms}))[0]
+        own = {}
+        for row in rows:
+            tf = Counter(t.text for t in cut[row["id"]])
+            kind: dict[str, int] = {}
+            for t in cut[row["id"]]:
+                kind[t.text] = max(kind.get(t.text, WORD), t.kind)
+            length = sum(tf.values())
+            own[row["id"]] = sum(
+                self.weight(df.get(term, 1), kind[term]) * self.part(n, length)
+                for term, n in tf.items()
+                if kind[term] != PATH
+            )
+        return own
+
+
+def leaders(scored: dict[int, tuple[float, float]], limit: int) -> Iterator[list[int]]:
     """Note ids best first: the ``RERANK`` leaders (or ``limit``) without sorting every
     note, then the rest in chunks twice as large each time (for filters that reject most
     leaders)."""
     size = max(RERANK, limit)
-    first = heapq.nlargest(size, score, key=score.get)
+
+    def key(note: int) -> tuple[float, int]:
+        return (scored[note][0], -note)
+
+    first = heapq.nlargest(size, scored, key=key)
     yield first
-    rest = sorted(score.keys() - set(first), key=lambda i: (-score[i], i))
+    rest = sorted(scored.keys() - set(first), key=key, reverse=True)
     at = 0
     while at < len(rest):
         size *= 2
         yield rest[at : at + size]
         at += size
-
-
-def rerank(rows: list[dict[str, Any]], weights: dict[int, list[float]]) -> list[dict[str, Any]]:
-    """``rows`` (notes as the stores return them) best first, each with its BM25 ``score``.
-
-    A note's terms count once each (notes are a sentence or two: a term seldom repeats); its
-    length is its tokens', against the average of the notes ranked.
-    """
-    lengths = [
-        len(TOKEN_RE.findall(f"{r['content']} {r['topic'] or ''} {' '.join(r['tags'])}"))
-        for r in rows
-    ]
-    average = max(1.0, sum(lengths) / max(1, len(lengths)))
-    for row, length in zip(rows, lengths, strict=True):
-        norm = K1 * (1 - B + B * length / average)
-        row["score"] = sum(w * (K1 + 1) / (1 + norm) for w in weights[row["id"]])
-    return sorted(rows, key=lambda r: (-r["score"], r["id"]))
