@@ -111,45 +111,46 @@ def frequencies(cur: Any, d: Dialect, terms: list[str]) -> tuple[dict[str, int],
     return df, int(notes), length / notes if notes else 1.0
 
 
-# BM25 of every note having a chosen term: the sum over its terms of the term's weight (idf,
-# specificity) times tf / (tf + c1 + c2 * len), and the part of it that paths make. SQLite
-# reads the terms first (CROSS JOIN), each a range of the primary key.
-SQLITE_SCORES = """
+# The best ``among`` notes having a chosen term by BM25 (the sum over their terms of the
+# term's weight times tf / (tf + c1 + c2 * len)), and the part of it their paths make; then
+# their rows through the search's filters, best first. SQLite reads the terms first (CROSS
+# JOIN), each a range of the primary key (summing in SQL measured 0.6x the time of reading
+# the postings into Python); only the leaders' rows are read.
+SQLITE_BEST = """
 WITH q(term, w, path) AS MATERIALIZED (
-    SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?))
-SELECT group_concat(note), group_concat(s), group_concat(p) FROM (
-    SELECT t.note AS note, sum(x) AS s, sum(CASE WHEN path THEN x ELSE 0 END) AS p FROM (
+    SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)),
+top AS MATERIALIZED (
+    SELECT note, sum(x) AS s, sum(CASE WHEN path THEN x ELSE 0 END) AS p FROM (
         SELECT t.note, q.path, q.w * t.tf / (t.tf + ? + ? * t.len) AS x
-        FROM q CROSS JOIN memory_terms t ON t.term = q.term) AS t
-    GROUP BY t.note)
+        FROM q CROSS JOIN memory_terms t ON t.term = q.term)
+    GROUP BY note ORDER BY s DESC, note LIMIT ?)
+SELECT notes.*, top.s AS score, top.p AS path_score
+FROM top CROSS JOIN notes ON notes.id = top.note
+WHERE 1 {where} ORDER BY top.s DESC, top.note LIMIT ?
 """
-POSTGRES_SCORES = """
-SELECT coalesce(array_agg(note), '{}'), coalesce(array_agg(s), '{}'),
-    coalesce(array_agg(p), '{}') FROM (
+POSTGRES_BEST = """
+WITH top AS (
     SELECT note, sum(x) AS s, sum(CASE WHEN path THEN x ELSE 0 END) AS p FROM (
         SELECT t.note, q.path, q.w * t.tf / (t.tf + %s + %s * t.len) AS x
         FROM unnest(%s::text[], %s::float8[], %s::bool[]) AS q(term, w, path)
         JOIN octopoid.memory_terms t ON t.term = q.term) AS hits
-    GROUP BY note) AS notes
+    GROUP BY note ORDER BY s DESC, note LIMIT %s)
+SELECT notes.*, top.s AS score, top.p AS path_score FROM top
+JOIN octopoid.memory notes ON notes.id = top.note
+WHERE true {where} ORDER BY top.s DESC, top.note LIMIT %s
 """
 
 
-def scores(
-    cur: Any, d: Dialect, weights: list[tuple[str, float, bool]], c1: float, c2: float
-) -> dict[int, tuple[float, float]]:
-    """Each matching note's (BM25, the part of it its path terms make), ``weights`` being
-    (term, weight, is a path) and BM25's length terms ``c1 + c2 * len``."""
+def best_sql(
+    d: Dialect, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int
+) -> tuple[str, list[Any]]:
+    """The statement (``{where}`` left to fill) and its first arguments for the ``among``
+    best notes by ``weights`` (term, weight, is a path); then come the filters' arguments
+    and the limit."""
     if d is SQLITE:
-        cur.execute(SQLITE_SCORES, (json.dumps(weights), c1, c2))
-        ids, total, paths = cur.fetchone()
-        if not ids:
-            return {}
-        ids, total, paths = ids.split(","), total.split(","), paths.split(",")
-    else:
-        terms, ws, kinds = zip(*weights, strict=True) if weights else ((), (), ())
-        cur.execute(POSTGRES_SCORES, (c1, c2, list(terms), list(ws), list(kinds)))
-        ids, total, paths = cur.fetchone()
-    return {int(i): (float(s), float(p)) for i, s, p in zip(ids, total, paths, strict=True)}
+        return SQLITE_BEST, [json.dumps(weights), c1, c2, among]
+    terms, ws, paths = zip(*weights, strict=True) if weights else ((), (), ())
+    return POSTGRES_BEST, [c1, c2, list(terms), list(ws), list(paths), among]
 
 
 def consistent(cur: Any, d: Dialect) -> list[str]:

@@ -28,11 +28,6 @@ from .store import (
 )
 
 INDEXED = "SELECT content, topic, tags, length FROM octopoid.memory WHERE id = %s FOR UPDATE"
-# Notes by id, in the order given, through the filters
-BY_IDS = (
-    "SELECT notes.* FROM unnest(%s::bigint[]) WITH ORDINALITY AS j(id, n) "
-    "JOIN octopoid.memory notes ON notes.id = j.id WHERE true {where} ORDER BY j.n"
-)
 _INDEXED_DSNS: set[str] = set()  # databases whose older notes this process has indexed
 
 
@@ -134,14 +129,12 @@ class PostgresMemoryStore:
         with self.store._tx() as cur:
             return index.frequencies(cur, index.POSTGRES, terms)
 
-    def scores(
-        self, weights: list[tuple[str, float, bool]], c1: float, c2: float
-    ) -> dict[int, tuple[float, float]]:
-        with self.store._tx() as cur:
-            return index.scores(cur, index.POSTGRES, weights, c1, c2)
-
-    def rows(self, ids: list[int], where: str, args: list[Any]) -> list[dict[str, Any]]:
-        return self._rows(BY_IDS.format(where=where), [ids, *args])
+    def best(
+        self, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int,
+        where: str, args: list[Any], limit: int,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        sql, first = index.best_sql(index.POSTGRES, weights, c1, c2, among)
+        return self._rows(sql.format(where=where), [*first, *args, limit])
 
     def get_recent_notes(self, *, limit: int = 10, **given: Any) -> list[dict[str, Any]]:
         where, args = filters("%s", "strpos", **given)

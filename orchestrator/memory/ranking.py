@@ -3,10 +3,9 @@
 BM25 over the store: a term's weight is its idf (times how specific it is: a path or a
 name says more than a word), each note's share of it grows with how often the term occurs
 in the note and shrinks with the note's length against the average of every note
-(``index.memory_totals``), not of the leaders. A store answers three questions (``Index``):
-the terms' document frequencies, the scores of the notes having the chosen terms, and the
-rows of some notes through the search's filters; the rest is here, the same for SQLite and
-PostgreSQL.
+(``index.memory_totals``), not of the leaders. A store answers two questions (``Index``):
+the terms' document frequencies, and the best notes by the terms' weights through the
+search's filters; the rest is here, the same for SQLite and PostgreSQL.
 
 The constants were chosen on one project's history and checked on another, held out
 (``scripts/bench_memory.py --repo``; docs/memory.md has the tables): each says why.
@@ -14,10 +13,8 @@ The constants were chosen on one project's history and checked on another, held 
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 from .index import indexed_text
@@ -40,36 +37,43 @@ FILE_KNOWLEDGE_BOOST = 1.5
 #: relevant characters in prompts, 54 %; 3.5 gave 41 %, 4.5 55 % with a third fewer
 #: relevant notes in prompts.)
 BAR = 4.0
-#: Or a short note most of whose words and names the task has (``coverage``, its paths
-#: aside) clears it with ``FLOOR``: "the build cache lives in .cache/build" for "speed up
-#: the build cache" (a note of three words cannot reach ``BAR``). httpx: 0.6 and 1.5 added
-#: a handful of notes; a share of the note's paths would let every note that is mostly a
-#: file name in, so paths are left out of it.
+#: Or a short note (``SHORT`` terms at most) most of whose words and names the task has
+#: (``coverage``, its paths aside) clears it with ``FLOOR``: "the build cache lives in
+#: .cache/build" for "speed up the build cache" (a note of three words cannot reach
+#: ``BAR``). httpx: 0.6 and 1.5 added a handful of notes; a share of the note's paths would
+#: let every note that is mostly a file name in, so paths are left out of it. Longer notes
+#: have words enough for ``BAR``, and are not cut into terms again for it.
 COVERAGE = 0.6
 FLOOR = 1.5
+SHORT = 12
 #: A word in this many notes is not searched by: its idf is low and its notes are what a
 #: search costs. Words are taken rarest first while their notes fit ``POSTINGS_BUDGET``;
 #: paths and names are always taken (they are rare, and the task's most specific terms).
-COMMON_CAP = 5000
-POSTINGS_BUDGET = 12_000
+#: (httpx, ~20k notes: 5000/12000 gave MRR 0.498, 2000/6000 0.490 with the same relevant
+#: share of the block, 54 %; at 100k synthetic notes a prompt's retrieval took 0.67x.)
+COMMON_CAP = 2000
+POSTINGS_BUDGET = 6000
 #: A query's words searched by, in the order given (title and context first); its paths
 #: and names come before them and up to ``MAX_SPECIFIC`` are kept, never cut for words.
 MAX_QUERY_WORDS = 64
 MAX_SPECIFIC = 48
-#: The best notes whose rows are read first (filters may reject some: then more).
+#: The best notes whose rows are read (filters may reject some: then four times more).
 RERANK = 50
 
 
 class Index(Protocol):
     """What a store answers for ``search`` (``index.py`` does it for both)."""
 
-    def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]: ...
+    def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]:
+        """Each term's document frequency, the number of notes, their average length."""
 
-    def scores(
-        self, weights: list[tuple[str, float, bool]], c1: float, c2: float
-    ) -> dict[int, tuple[float, float]]: ...
-
-    def rows(self, ids: list[int], where: str, args: list[Any]) -> list[dict[str, Any]]: ...
+    def best(
+        self, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int,
+        where: str, args: list[Any], limit: int,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """The rows of the ``among`` best notes by ``weights`` that pass the filters, best
+        first, at most ``limit``, each with its ``score`` and the part its paths make
+        (``path_score``)."""
 
 
 def selective(terms: list[Term], df: dict[str, int]) -> list[Term]:
@@ -90,10 +94,11 @@ def selective(terms: list[Term], df: dict[str, int]) -> list[Term]:
     return chosen
 
 
-def clears_bar(note: dict[str, Any]) -> bool:
-    """Whether a search's note is worth a prompt (``BAR``, or ``COVERAGE`` and ``FLOOR``)."""
-    score = note["score"]
-    return score >= BAR or (note.get("coverage", 0.0) >= COVERAGE and score >= FLOOR)
+def over_bar(index: Index, notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The notes of a search worth a prompt: ``BAR``, or ``COVERAGE`` with ``FLOOR``."""
+    short = [n for n in notes if FLOOR <= n["score"] < BAR and (n["length"] or 0) <= SHORT]
+    covered = coverage(index, short) if short else {}
+    return [n for n in notes if n["score"] >= BAR or covered.get(n["id"], 0.0) >= COVERAGE]
 
 
 def idf(notes: int, having: int) -> float:
@@ -115,19 +120,33 @@ def search(
         return []
     scale = Scale(notes, max(average, 1.0))
     weights = [(t.text, scale.weight(df[t.text], t.kind), t.kind == PATH) for t in chosen]
-    scored = index.scores(weights, K1 * (1 - B), K1 * B / scale.average)
-    rows: list[dict[str, Any]] = []
-    for ids in leaders(scored, limit):
-        rows += index.rows(ids, where, args)
-        if len(rows) >= limit:
-            break
-    own = scale.own_scores(index, rows)
+    c1, c2 = K1 * (1 - B), K1 * B / scale.average
+    among, postings = max(RERANK, limit), sum(df[t.text] for t in chosen)
+    rows = index.best(weights, c1, c2, among, where, args, limit)
+    while len(rows) < limit and among < postings:  # filters rejected leaders: look further
+        among *= 4
+        rows = index.best(weights, c1, c2, among, where, args, limit)
     for row in rows:
-        total, paths = scored[row["id"]]
-        row["score"] = total + _boost(row) * paths
-        words = own[row["id"]]  # what its words and names would score; paths aside
-        row["coverage"] = min(1.0, (total - paths) / words) if words else 0.0
-    return sorted(rows, key=lambda r: (-r["score"], r["id"]))[:limit]
+        row["score"] += _boost(row) * row["path_score"]
+    return sorted(rows, key=lambda r: (-r["score"], r["id"]))
+
+
+def coverage(index: Index, notes: list[dict[str, Any]]) -> dict[int, float]:
+    """How much of each note a search matched: its score's words and names (paths aside)
+    against what they would score if a query named them all."""
+    df, count, average = index.frequencies(list({t.text for n in notes for t in scan(_indexed(n))}))
+    scale = Scale(count, max(average, 1.0))
+    own = {n["id"]: scale.own_score(_indexed(n), df) for n in notes}
+    return {
+        n["id"]: min(1.0, (n["score"] - n["path_score"] * (1 + _boost(n))) / own[n["id"]])
+        if own[n["id"]]
+        else 0.0
+        for n in notes
+    }
+
+
+def _indexed(note: dict[str, Any]) -> str:
+    return indexed_text(note["content"], note["topic"], note["tags"])
 
 
 def _boost(row: dict[str, Any]) -> float:
@@ -148,41 +167,17 @@ class Scale:
     def part(self, tf: int, length: int) -> float:
         return tf / (tf + K1 * (1 - B + B * length / self.average))
 
-    def own_scores(self, index: Index, rows: list[dict[str, Any]]) -> dict[int, float]:
-        """What each note's words and names (its paths aside) would score if a query named
+    def own_score(self, text: str, df: dict[str, int]) -> float:
+        """What a note's words and names (its paths aside) would score if a query named
         them all: the whole a search's ``coverage`` is a share of."""
-        cut = {row["id"]: list(scan(indexed_text(row["content"], row["topic"], row["tags"])))
-               for row in rows}  # fmt: skip
-        df = index.frequencies(list({t.text for terms in cut.values() for t in terms}))[0]
-        own = {}
-        for row in rows:
-            tf = Counter(t.text for t in cut[row["id"]])
-            kind: dict[str, int] = {}
-            for t in cut[row["id"]]:
-                kind[t.text] = max(kind.get(t.text, WORD), t.kind)
-            length = sum(tf.values())
-            own[row["id"]] = sum(
-                self.weight(df.get(term, 1), kind[term]) * self.part(n, length)
-                for term, n in tf.items()
-                if kind[term] != PATH
-            )
-        return own
-
-
-def leaders(scored: dict[int, tuple[float, float]], limit: int) -> Iterator[list[int]]:
-    """Note ids best first: the ``RERANK`` leaders (or ``limit``) without sorting every
-    note, then the rest in chunks twice as large each time (for filters that reject most
-    leaders)."""
-    size = max(RERANK, limit)
-
-    def key(note: int) -> tuple[float, int]:
-        return (scored[note][0], -note)
-
-    first = heapq.nlargest(size, scored, key=key)
-    yield first
-    rest = sorted(scored.keys() - set(first), key=key, reverse=True)
-    at = 0
-    while at < len(rest):
-        size *= 2
-        yield rest[at : at + size]
-        at += size
+        terms = list(scan(text))
+        tf = Counter(t.text for t in terms)
+        kind: dict[str, int] = {}
+        for t in terms:
+            kind[t.text] = max(kind.get(t.text, WORD), t.kind)
+        length = len(terms)
+        return sum(
+            self.weight(df.get(term, 1), kind[term]) * self.part(n, length)
+            for term, n in tf.items()
+            if kind[term] != PATH
+        )

@@ -1,6 +1,6 @@
 """Pick the long-term memory worth putting in a task's prompt, within a character budget.
 
-Only what clears the bar (``ranking.clears_bar``) goes in: a task that earlier work says
+Only what clears the bar (``ranking.over_bar``) goes in: a task that earlier work says
 nothing about gets no memory at all, which is a good answer (a block of weak matches costs
 tokens on every attempt, can mislead, and is the road a poisoned note travels). A note
 shaped like an instruction goes in only when a person kept it (``instructions.injectable``).
@@ -40,7 +40,7 @@ def relevant_notes(
     seen: set[int] = set()
     left = budget
     matches = store.search_notes(task_query(task), scope=scope, limit=CANDIDATES)
-    relevant = [m for m in matches if ranking.clears_bar(m)]
+    relevant = ranking.over_bar(store, matches)
     for note in [*store.pinned_notes(scope), *relevant]:
         size = len(note["content"]) + LABEL_CHARS
         if note["id"] in seen or size > left or not injectable(note):

@@ -72,8 +72,6 @@ SCHEMA_VERSION = 2  # PRAGMA user_version; a store of an older version gets _SCH
 REINFORCE_STEP = 0.1  # importance gained when the same note is written again
 # A note's indexed fields (``_indexed``): NULL length means not indexed yet
 INDEXED = "SELECT content, topic, tags, length FROM notes WHERE id = ?"
-# Notes by id, in the order given, through the filters (``search_notes``)
-BY_IDS = "SELECT notes.* FROM json_each(?) AS j CROSS JOIN notes ON notes.id = j.value WHERE 1"
 
 
 def content_hash(content: str) -> str:
@@ -213,13 +211,12 @@ class MemoryStore:
     def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]:
         return index.frequencies(self.db.cursor(), index.SQLITE, terms)
 
-    def scores(
-        self, weights: list[tuple[str, float, bool]], c1: float, c2: float
-    ) -> dict[int, tuple[float, float]]:
-        return index.scores(self.db.cursor(), index.SQLITE, weights, c1, c2)
-
-    def rows(self, ids: list[int], where: str, args: list[Any]) -> list[dict[str, Any]]:
-        return [_row(r) for r in self.db.execute(f"{BY_IDS} {where}", [json.dumps(ids), *args])]
+    def best(
+        self, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int,
+        where: str, args: list[Any], limit: int,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        sql, first = index.best_sql(index.SQLITE, weights, c1, c2, among)
+        return [_row(r) for r in self.db.execute(sql.format(where=where), [*first, *args, limit])]
 
     def index_pending(self) -> int:
         """Index the notes not indexed yet (a store made before the index, a bulk load);
@@ -394,7 +391,6 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
     out["metadata"] = json.loads(out["metadata"] or "{}")
     out["pinned"] = bool(out["pinned"])
     out.pop("content_hash", None)
-    out.pop("length", None)
     return out
 
 

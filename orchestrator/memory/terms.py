@@ -20,6 +20,7 @@ from typing import NamedTuple
 WORD, SYMBOL, PATH = 0, 1, 2  # a term's kind: how specific it is
 CHUNK_RE = re.compile(r"\w[\w./-]*")
 PART_RE = re.compile(r"[^\W_]+")
+PLAIN_RE = re.compile(r"[a-z0-9]*")
 CAMEL_RE = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2}[a-z]")
 CAMEL_SPLIT_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
 
@@ -51,10 +52,12 @@ def scan(text: str) -> Iterator[Term]:
     """Every term of ``text``, in order, repeats included."""
     for found in CHUNK_RE.finditer(text):
         chunk = found.group().rstrip("./-")
-        if not chunk:
-            continue
         start, end = found.start(), found.start() + len(chunk)
         called = text.startswith("()", end) or (start > 0 and text[start - 1] == "`")
+        if not called and PLAIN_RE.fullmatch(chunk):  # most chunks: a word, nothing to cut
+            if len(chunk) > 1 and chunk not in STOP_WORDS and not chunk.isdigit():
+                yield Term(chunk[:MAX_TERM], WORD)
+            continue
         code = list(_code_terms(chunk, called))
         yield from code
         if any(term.kind == PATH for term in code):
