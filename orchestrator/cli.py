@@ -523,6 +523,14 @@ def _failed_row(raw: str, exc: OctopoidError) -> dict[str, Any]:
     metavar="N TEXT",
     help="Keep learning N as TEXT instead (repeatable).",
 )
+@click.option(
+    "--keep",
+    multiple=True,
+    type=click.IntRange(1),
+    metavar="N",
+    help="Keep learning N though it reads as an instruction: prompts may then carry it "
+    "(repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: one list.")
 def accept(
     task_ids: tuple[str, ...],
@@ -530,6 +538,7 @@ def accept(
     expect: str | None,
     forget: tuple[int, ...],
     edits: tuple[tuple[int, str], ...],
+    keep: tuple[int, ...],
     as_json: bool,
 ) -> None:
     """Accept provisional tasks: merge each branch into its base, mark done, clean up.
@@ -539,12 +548,14 @@ def accept(
     What the accepted attempt learned is kept in project memory, as `show` lists it.
     """
     actor = intake.clean_text(actor, "--by")
-    if (forget or edits) and len(task_ids) > 1:
-        raise click.UsageError("--forget and --edit take one task (their numbers are its own)")
+    if (forget or edits or keep) and len(task_ids) > 1:
+        raise click.UsageError(
+            "--forget, --edit and --keep take one task (their numbers are its own)"
+        )
     rewritten = {n: intake.clean_text(text, "--edit") for n, text in edits}
 
     def one(raw: str) -> review.Accepted:
-        done = review.accept(raw, actor, expect, forget=forget, edits=rewritten)
+        done = review.accept(raw, actor, expect, forget=forget, edits=rewritten, keep=keep)
         if done.cleanup_error:
             click.echo(f"octopoid: cleanup: {done.cleanup_error}", err=True)
         return done

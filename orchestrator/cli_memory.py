@@ -116,7 +116,10 @@ def memory_gc() -> None:
     click.echo("\n".join(f"removed {name}" for name in removed) or "nothing to remove")
 
 
-SHOW_HEADING = "learnings an accept keeps (`accept --forget N` strikes one, `--edit N TEXT`)"
+SHOW_HEADING = (
+    "learnings an accept keeps (`accept --forget N` strikes one, `--edit N TEXT`, `--keep N` "
+    "lets one that reads as an instruction reach prompts)"
+)
 
 
 def learning_lines(rows: list[dict], heading: str = "") -> list[str]:
@@ -128,6 +131,10 @@ def learning_lines(rows: list[dict], heading: str = "") -> list[str]:
     for row in rows:
         struck = " - struck: not kept" if row["struck"] else ""
         lines.append(f"  {row['number']}. [{row['section']}] {row['text']} ({row['from']}){struck}")
+        if row.get("instruction") and not row["struck"]:
+            lines.append(f"     reads as an instruction ({row['instruction']}): " + (
+                "kept by a person, prompts carry it" if row.get("kept") else
+                f"no prompt carries it unless kept (`--keep {row['number']}`)"))  # fmt: skip
     return lines
 
 

@@ -120,13 +120,15 @@ def accept(
     seen_attempt: int | None = None,
     forget: Collection[int] = (),
     edits: Mapping[int, str] | None = None,
+    keep: Collection[int] = (),
 ) -> Accepted:
     """Merge the task's branch into its base, move it to done, then finish it: one journal
     (``finishing``), written before the merge.
 
     The learnings its submitted attempt recorded are kept in project memory, but for those
     the reviewer strikes (``forget``, by the numbers ``show`` gives) and as they rewrite
-    them (``edits``); the decisions are written first, so a refused merge keeps them.
+    them (``edits``); one that reads as an instruction reaches prompts only if they keep
+    it (``keep``). The decisions are written first, so a refused merge keeps them.
 
     The task is held for the whole workflow (``QueueStore.hold``): a reject, requeue or
     second accept meanwhile fails at once saying the task is being accepted. A refused
@@ -145,7 +147,7 @@ def accept(
             raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
         check_expected(task, expect, seen_attempt)
         _refuse_unfenced(task)
-        learnings = _reviewed_learnings(task, forget, edits or {}, accepted_by)
+        learnings = _reviewed_learnings(task, forget, edits or {}, accepted_by, keep)
         strategy = config.load_config()["merge"]["strategy"]
         if "NO_CHANGE" in task.headers and not _holds_work(task):  # nothing to merge: why said
             strategy = "no-change"
@@ -249,11 +251,12 @@ class _Merging:
 
 
 def _reviewed_learnings(
-    task: Task, forget: Collection[int], edits: Mapping[int, str], by: str
+    task: Task, forget: Collection[int], edits: Mapping[int, str], by: str, keep: Collection[int]
 ) -> list[dict[str, Any]]:
-    """The reviewer's strikes and edits applied; the pending learnings as rows."""
-    if forget or edits:
-        return lifecycle.learning_rows(lifecycle.review_learnings(task, forget, edits, by))
+    """The reviewer's strikes, edits and keeps applied; the pending learnings as rows."""
+    if forget or edits or keep:
+        changed = lifecycle.review_learnings(task, forget, edits, by, keep)
+        return lifecycle.learning_rows(changed)
     return lifecycle.learning_rows(lifecycle.pending_learnings(task))
 
 

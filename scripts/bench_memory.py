@@ -2,6 +2,8 @@
 
 Run by hand:  python scripts/bench_memory.py [--notes 100000] [--rounds 5] [--base 71a2fcd]
               [--stores sqlite,postgres]
+With ``--repo PATH`` it is the relevance benchmark on a real project's history instead
+(``memory_relevance.py``; the projects and the relevance rule are in ``memory_history.py``).
 
 A realistic corpus: note words drawn from a Zipf distribution over English function words,
 developer words and a long tail of rarer terms, with identifiers and file paths of a
@@ -191,7 +193,8 @@ def open_store(msg: dict) -> Any:
 
 
 def load(store: Any, path: str) -> float:
-    """Bulk insert (one transaction) with the schema this code makes."""
+    """Bulk insert (one transaction) with the schema this code makes, then its index built
+    as a store older than the index is (``index_pending``, code that has one)."""
     from orchestrator.memory.store import content_hash
 
     notes = json.loads(Path(path).read_text())
@@ -210,12 +213,12 @@ def load(store: Any, path: str) -> float:
         with store.store._tx() as cur, cur.copy(f"COPY octopoid.memory ({cols}) FROM STDIN") as cp:
             for row in rows:
                 cp.write_row(row)
-        import psycopg
+    if hasattr(store, "index_pending"):
+        store.index_pending()
+    if not hasattr(store, "db"):
+        import memory_relevance
 
-        # what autovacuum does to a store that grew: statistics, and the GIN index's pending
-        # list merged (a bulk COPY leaves up to 4 MB of it, which every search then scans)
-        with psycopg.connect(store.store.dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE octopoid.memory")
+        memory_relevance.settle(store)
     return time.perf_counter() - t0
 
 
@@ -369,9 +372,21 @@ def main() -> None:
     parser.add_argument("--base", default="71a2fcd", help="git revision of the 'before' code")
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    relevance = parser.add_argument_group("the relevance benchmark (scripts/memory_relevance.py)")
+    relevance.add_argument("--repo", help="a project's git repository: its history is the set")
+    relevance.add_argument("--filler", action="append", default=[], help="another's (repeat)")
+    relevance.add_argument("--tasks", type=int, default=100, help="its last commits as tasks")
+    relevance.add_argument("--pad", type=int, default=0, help="synthetic notes up to this many")
+    relevance.add_argument("--dsn", help="a PostgreSQL database (default: a throwaway server)")
+    relevance.add_argument("--cache", type=Path, help="keep derived histories here (not the repo)")
     args = parser.parse_args()
     if args.worker:
         return worker()
+    if args.repo:
+        import memory_relevance
+
+        with tempfile.TemporaryDirectory(prefix="octopoid-bench-relevance-") as tmp:
+            return memory_relevance.run(args, Path(tmp))
     sys.path.insert(0, str(ROOT))  # tests.pg_server; workers get only the code under test
     tmp = Path(tempfile.mkdtemp(prefix="octopoid-bench-memory-"))
     try:

@@ -173,6 +173,8 @@ def test_a_reviewer_strikes_and_rewrites_learnings_on_the_page(git_project, web)
     alice = signed_in(web, "alice")
     _, _, page = alice.request(f"/tasks/TASK-{task_id}")
     assert 'id="learnings"' in page and f"TASK-{task_id} attempt 1 by impl-1" in page
+    assert "Reads as an instruction (an imperative to run a command)" in page
+    assert 'name="keep" value="2"' in page and 'name="keep" value="1"' not in page
     rewritten = "the build cache lives in .cache/build (run make clean first)"
     status, kept = save(alice, task_id, {"struck": [2], "edited": {"1": rewritten}})
     assert status == 200 and kept["struck"] == [2] and kept["edited"] == {"1": rewritten}

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..exceptions import MemoryStoreError
 from ..tasks import Task
+from .instructions import instruction_shape
 from .notes import SECTIONS, NotesManager
 
 log = logging.getLogger("octopoid.memory")
@@ -90,5 +91,8 @@ def distill(task: Task, task_items: list[dict[str, str]], memory_cfg: dict[str, 
     except (anthropic.AnthropicError, MemoryStoreError) as exc:  # no key, API error, bad reply
         log.warning("distillation after %s skipped: %s", task.label, exc)
         return {"error": str(exc)}
+    # notes.md is a person's file (its items reach prompts as a person's own); the model's
+    # words are no person's, so an addition that reads as an instruction is left out
+    additions = [a for a in additions if not instruction_shape(a["item"])]
     notes.apply_diff(additions, removals)
     return {"added": len(additions), "removed": len(removals)}

@@ -4,7 +4,8 @@ The implementer seeds ``notes.TASK-<id>.md`` with the task (kept across retries,
 retry notes); the agent adds to it with ``octopoid memory add`` (the channel stamps each
 item with its task, attempt and agent); the accept workflow promotes the items of the
 attempt it accepts, as the reviewer left them, into long-term memory (project scope,
-tagged with the task id, provenance kept) and removes the file. Items of other attempts
+tagged with the task id, provenance kept, an instruction-shaped one flagged) and removes
+the file. Items of other attempts
 (failed, rejected) are never promoted. ``queue_utils`` knows nothing of any of this.
 """
 
@@ -19,6 +20,7 @@ from ..exceptions import InvalidInput
 from ..lazy import lazy_import
 from ..locks import FileMutex
 from ..tasks import Task, format_time, plural, utcnow
+from .instructions import instruction_shape
 from .notes import Item, NotesManager, get_notes_manager
 from .provenance import TASK_LABEL, Origin, clean_name, note_metadata
 from .store import open_memory, project_scope
@@ -67,13 +69,18 @@ def kept_learnings(task: Task) -> list[Item]:
 
 
 def review_learnings(
-    task: Task, forget: Collection[int], edits: Mapping[int, str], by: str
+    task: Task,
+    forget: Collection[int],
+    edits: Mapping[int, str],
+    by: str,
+    keep: Collection[int] = (),
 ) -> list[Item]:
-    """A reviewer strikes (``forget``) and rewrites (``edits``) pending learnings by their
-    numbers before an accept; each change is stamped with ``by``. Numbers are checked
-    before anything changes (``InvalidInput``); the learnings as they are now come back."""
+    """A reviewer strikes (``forget``), rewrites (``edits``) and keeps (``keep``: an
+    instruction-shaped learning may then reach prompts) pending learnings by their numbers
+    before an accept; each change is stamped with ``by``. Numbers are checked before
+    anything changes (``InvalidInput``); the learnings as they are now come back."""
     pending = pending_learnings(task)
-    wrong = sorted(n for n in {*forget, *edits} if not 1 <= n <= len(pending))
+    wrong = sorted(n for n in {*forget, *edits, *keep} if not 1 <= n <= len(pending))
     if wrong:
         raise InvalidInput(
             f"{task.label} has {plural(len(pending), 'pending learning')}: no "
@@ -90,6 +97,8 @@ def review_learnings(
         origin, text = item.origin, item.text
         if n in edits and " ".join(edits[n].split()) != text:
             origin, text = origin.edited(by), edits[n]
+        if n in keep and not origin.kept_by:
+            origin = origin.kept(by)
         if n in forget and not origin.struck_by:
             origin = origin.struck(by)
         if (origin, text) != (item.origin, item.text):
@@ -106,9 +115,30 @@ def learning_rows(items: list[Item]) -> list[dict[str, Any]]:
             "text": item.text,
             "from": item.origin.said() if item.origin else "",
             "struck": bool(item.origin and item.origin.struck_by),
+            "instruction": instruction_shape(item.text),
+            "kept": bool(item.origin and item.origin.kept_by),
         }
         for n, item in enumerate(items, 1)
     ]
+
+
+def note_fields(
+    item: Item, task_label: str, promoted_by: str, when: str, source: str
+) -> dict[str, Any]:
+    """What promotion writes of a learning (``write_note``'s arguments but the scope): its
+    text redacted, its provenance, and why it reads as an instruction, if it does."""
+    text = redaction.redact(item.text)
+    metadata = note_metadata(item.origin, source, clean_name(promoted_by), when)
+    if shape := instruction_shape(text):
+        metadata["instruction"] = shape
+    return {
+        "content": text,
+        "section": item.section,
+        "tags": [task_label],
+        "agent": clean_name(item.origin.agent),
+        "task_id": task_label,
+        "metadata": metadata,
+    }
 
 
 def promote_task_notes(
@@ -125,15 +155,8 @@ def promote_task_notes(
     source = NotesManager(notes_id=task.label).notes_file.name
     try:
         for item in learnings:
-            memory.write_note(
-                redaction.redact(item.text),
-                section=item.section,
-                tags=[task.label],
-                agent=clean_name(item.origin.agent),
-                scope=project_scope(),
-                task_id=task.label,
-                metadata=note_metadata(item.origin, source, clean_name(promoted_by), when),
-            )
+            fields = note_fields(item, task.label, promoted_by, when, source)
+            memory.write_note(**fields, scope=project_scope())
         return memory.count() - before
     finally:
         if store is None:  # opened here

@@ -3,8 +3,10 @@ the provenance a long-term note keeps (pure functions).
 
 An item an attempt remembers is written as ``- [TASK-12 attempt 2 by impl-1] text``: the
 stamp comes first, from octopoid, so no text an agent writes can pose as another attempt's.
-A reviewer's edit or strike is added to it (``; edited by alice``, ``; struck by alice``).
-An accept keeps only the items of the attempt it accepts (docs/memory.md).
+A reviewer's edit, keep or strike is added to it (``; edited by alice``, ``; kept by
+alice``, ``; struck by alice``): a keep is what lets an instruction-shaped learning reach
+prompts (``instructions.py``). An accept keeps only the items of the attempt it accepts
+(docs/memory.md).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ TASK_LABEL = r"TASK-[A-Za-z0-9_-]{1,64}"
 STAMPED_RE = re.compile(
     rf"\[(?P<task>{TASK_LABEL}) (?:attempt (?P<attempt>\d{{1,9}}) )?"
     rf"by (?P<agent>{NAME})(?:; edited by (?P<edited>{NAME}))?"
-    rf"(?:; struck by (?P<struck>{NAME}))?\] (?P<text>.*)"
+    rf"(?:; kept by (?P<kept>{NAME}))?(?:; struck by (?P<struck>{NAME}))?\] (?P<text>.*)"
 )
 UNNAMEABLE_RE = re.compile(r"[\[\];\x00-\x1f\x7f-\x9f]")
 
@@ -33,19 +35,22 @@ def clean_name(who: object) -> str:
 @dataclass(frozen=True)
 class Origin:
     """Who recorded an item: the task, the attempt (None: a person, outside any attempt),
-    the agent (or person), and a reviewer who edited or struck it."""
+    the agent (or person), and a reviewer who edited, kept or struck it."""
 
     task: str
     attempt: int | None
     agent: str
     edited_by: str = ""
     struck_by: str = ""
+    kept_by: str = ""
 
     def stamp(self) -> str:
         made = f"attempt {self.attempt} by" if self.attempt is not None else "by"
         parts = [f"{self.task} {made} {clean_name(self.agent)}"]
         if self.edited_by:
             parts.append(f"edited by {clean_name(self.edited_by)}")
+        if self.kept_by:
+            parts.append(f"kept by {clean_name(self.kept_by)}")
         if self.struck_by:
             parts.append(f"struck by {clean_name(self.struck_by)}")
         return f"[{'; '.join(parts)}]"
@@ -58,13 +63,16 @@ class Origin:
         return ", ".join(words)
 
     def _marks(self) -> tuple[tuple[str, str], ...]:
-        return (("edited", self.edited_by), ("struck", self.struck_by))
+        return (("edited", self.edited_by), ("kept", self.kept_by), ("struck", self.struck_by))
 
     def edited(self, who: str) -> Origin:
         return replace(self, edited_by=clean_name(who))
 
     def struck(self, who: str) -> Origin:
         return replace(self, struck_by=clean_name(who))
+
+    def kept(self, who: str) -> Origin:
+        return replace(self, kept_by=clean_name(who))
 
 
 def parse_item(line_text: str) -> tuple[Origin | None, str]:
@@ -80,6 +88,7 @@ def parse_item(line_text: str) -> tuple[Origin | None, str]:
         found["agent"],
         found["edited"] or "",
         found["struck"] or "",
+        found["kept"] or "",
     )
     return origin, found["text"].strip()
 
@@ -95,6 +104,8 @@ def note_metadata(origin: Origin, source: str, accepted_by: str, accepted_at: st
         kept["attempt"] = origin.attempt
     if origin.edited_by:
         kept["edited_by"] = origin.edited_by
+    if origin.kept_by:
+        kept["kept_by"] = origin.kept_by
     kept.update(accepted_by=accepted_by, accepted_at=accepted_at)
     return kept
 
@@ -114,4 +125,6 @@ def describe(note: dict[str, Any]) -> str:
         said += f" at {meta['accepted_at']}"
     if meta.get("edited_by"):
         said += f", edited by {meta['edited_by']}"
+    if meta.get("kept_by"):
+        said += f", kept by {meta['kept_by']}"
     return said

@@ -1,139 +1,183 @@
-"""How both memories rank a search: the terms worth searching by, every note having one
-scored by the summed idf of its terms, and BM25 over the few that lead.
+"""How both memories rank a search, and the bar a note must clear to reach a prompt.
 
-Visiting a note is what a search costs. BM25 on every note that has a query term (FTS5's
-``bm25()``, or ``ts_rank`` per word) cost most of a prompt's retrieval at 100k notes; summing
-each term's idf over its notes is a dictionary update, and BM25 then orders the ``RERANK``
-leaders only. A store supplies the terms' note counts and notes (``selective``, ``idf``)
-and the leaders' rows; the scoring here is the same for SQLite and PostgreSQL.
+BM25 over the store: a term's weight is its idf (times how specific it is: a path or a
+name says more than a word), each note's share of it grows with how often the term occurs
+in the note and shrinks with the note's length against the average of every note
+(``index.memory_totals``), not of the leaders. A store answers two questions (``Index``):
+the terms' document frequencies, and the best notes by the terms' weights through the
+search's filters; the rest is here, the same for SQLite and PostgreSQL.
+
+The constants were chosen on one project's history and checked on another, held out
+(``scripts/bench_memory.py --repo``; docs/memory.md has the tables): each says why.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-import re
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections import Counter
+from typing import Any, Protocol
 
-# A query term in this many notes is dropped: its idf is low, and visiting its notes is what
-# a search costs. The rarest terms are searched by until they match ``POSTINGS_BUDGET``
-# notes. (bench_memory at 100k notes: 5000 and 12000 kept the relevance set's recall, 46/72
-# vs 39/72 with every word; a budget of 8000 lost it, 28/72: a task's mid-frequency words
-# did not fit.)
-COMMON_CAP = 5000
-POSTINGS_BUDGET = 12_000
-# The summed-idf leaders BM25 orders (bench_memory's relevance set, recall@5 and in the
-# prompt of 72: 46 and 59 with 50, 45 and 58 with 100, 45 and 56 with 200)
-RERANK = 50
-# A query's first distinct words searched by: a task's title and context come first, and a
-# long one's later words are mostly common (bench_memory: 64 kept recall@5 at 46/72, put 62/72
-# in the prompt instead of 58, and took 0.80x the time of all ~95)
+from .index import indexed_text
+from .terms import PATH, SYMBOL, WORD, Term, query_terms, scan
+
+#: BM25's usual constants (FTS5's and Lucene's): term frequency saturates at about k1, and
+#: b of a note's length is judged against the average note.
+K1, B = 1.2, 0.75
+#: How much more than a word of the same rarity a name (``Client.send``, ``iter_lines``)
+#: and a path say about a note: a task and a note that name one thing are about it.
+KIND_WEIGHT = {WORD: 1.0, SYMBOL: 1.5, PATH: 1.0}
+#: A path term counts this much more in a File Knowledge note: the task's own files against
+#: what was learned about those files.
+FILE_KNOWLEDGE_BOOST = 1.5
+#: The absolute bar a note's score must reach to be put in a prompt. A score counts matched
+#: terms in units of a term no other note has (idf over the store's size, so the bar means
+#: the same in a small store and a large one), each saturating with tf and judged by the
+#: note's length: a file the task names is one or two, and it takes that and a few shared
+#: rarer words or names. (Tuned on encode/httpx: the lowest bar that put at least half
+#: relevant characters in prompts, 54 %; 3.5 gave 41 %, 4.5 55 % with a third fewer
+#: relevant notes in prompts.)
+BAR = 4.0
+#: Or a short note (``SHORT`` terms at most) most of whose words and names the task has
+#: (``coverage``, its paths aside) clears it with ``FLOOR``: "the build cache lives in
+#: .cache/build" for "speed up the build cache" (a note of three words cannot reach
+#: ``BAR``). httpx: 0.6 and 1.5 added a handful of notes; a share of the note's paths would
+#: let every note that is mostly a file name in, so paths are left out of it. Longer notes
+#: have words enough for ``BAR``, and are not cut into terms again for it.
+COVERAGE = 0.6
+FLOOR = 1.5
+SHORT = 12
+#: A word in this many notes is not searched by: its idf is low and its notes are what a
+#: search costs. Words are taken rarest first while their notes fit ``POSTINGS_BUDGET``;
+#: paths and names are always taken (they are rare, and the task's most specific terms).
+#: (httpx, ~20k notes: 5000/12000 gave MRR 0.498, 2000/6000 0.490 with the same relevant
+#: share of the block, 54 %; at 100k synthetic notes a prompt's retrieval took 0.67x.)
+COMMON_CAP = 2000
+POSTINGS_BUDGET = 6000
+#: A query's words searched by, in the order given (title and context first); its paths
+#: and names come before them and up to ``MAX_SPECIFIC`` are kept, never cut for words.
 MAX_QUERY_WORDS = 64
-K1, B = 1.2, 0.75  # BM25's usual constants, as FTS5's bm25() has them
-TOKEN_RE = re.compile(r"[^\W_]+")  # a token as FTS5's unicode61 cuts one: "_" separates
+MAX_SPECIFIC = 48
+#: The best notes whose rows are read (filters may reject some: then four times more).
+RERANK = 50
 
 
-def selective(counts: dict[str, int]) -> list[str]:
-    """The query terms worth searching by, given how many notes each matches (capped at
-    ``COMMON_CAP``): the rarest first while their matches fit ``POSTINGS_BUDGET``.
+class Index(Protocol):
+    """What a store answers for ``search`` (``index.py`` does it for both)."""
 
-    A term in most notes adds next to nothing to BM25 (its idf is near 0) yet costs a visit
-    to each of those notes; it is dropped, unless no rarer term was asked for. Terms that
-    match nothing are dropped too.
-    """
-    rare = sorted((n, term) for term, n in counts.items() if 0 < n < COMMON_CAP)
-    if not rare:
-        return [term for term, n in counts.items() if n]
-    chosen, total = [], 0
-    for n, term in rare:
-        if chosen and total + n > POSTINGS_BUDGET:
+    def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]:
+        """Each term's document frequency, the number of notes, their average length."""
+
+    def best(
+        self, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int,
+        where: str, args: list[Any], limit: int,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """The rows of the ``among`` best notes by ``weights`` that pass the filters, best
+        first, at most ``limit``, each with its ``score`` and the part its paths make
+        (``path_score``)."""
+
+
+def selective(terms: list[Term], df: dict[str, int]) -> list[Term]:
+    """The query terms worth searching by: every path and name that some note has, then
+    words rarest first while their notes fit ``POSTINGS_BUDGET`` (none in ``COMMON_CAP``
+    notes or more). A query of common words alone is searched by its rarest word."""
+    found = [t for t in terms if df.get(t.text)]
+    chosen = [t for t in found if t.kind != WORD]
+    total = sum(df[t.text] for t in chosen)
+    words = sorted((df[t.text], i, t) for i, t in enumerate(found) if t.kind == WORD)
+    for n, _, term in words:
+        if n >= COMMON_CAP or total + n > POSTINGS_BUDGET:
             break
         chosen.append(term)
         total += n
+    if not chosen and words:
+        chosen.append(words[0][2])
     return chosen
 
 
-def counted_enough(terms: list[str], count: Callable[[str, int], int]) -> dict[str, int]:
-    """Counts that make ``selective`` choose as exact counts would, counting little.
-
-    ``count(term, at_most)`` counts a term's notes up to ``at_most``. Once the terms counted
-    overflow the budget, ``selective`` cannot choose a term as common as the one it stops
-    at, so the next terms are counted only up to that, and one reaching it is as good as
-    common (never chosen with a count cut short): ``terms`` in a likely rarest-first order
-    make most counts short.
-    """
-    counts: dict[str, int] = {}
-    at_most = COMMON_CAP
-    for term in terms:
-        n = count(term, at_most)
-        counts[term] = n if n < at_most else COMMON_CAP
-        if n < at_most:
-            rare = sorted(n for n in counts.values() if 0 < n < COMMON_CAP)
-            total = 0
-            for n in rare:
-                if total and total + n > POSTINGS_BUDGET:
-                    at_most = n
-                    break
-                total += n
-    return counts
+def over_bar(index: Index, notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The notes of a search worth a prompt: ``BAR``, or ``COVERAGE`` with ``FLOOR``."""
+    short = [n for n in notes if FLOOR <= n["score"] < BAR and (n["length"] or 0) <= SHORT]
+    covered = coverage(index, short) if short else {}
+    return [n for n in notes if n["score"] >= BAR or covered.get(n["id"], 0.0) >= COVERAGE]
 
 
 def idf(notes: int, having: int) -> float:
-    """BM25's inverse document frequency (never negative, as in FTS5)."""
+    """BM25's inverse document frequency (never negative, as in FTS5 and Lucene)."""
     return math.log(1 + (notes - having + 0.5) / (having + 0.5))
 
 
-def summed_idf(postings: dict[str, list[int]], notes: int) -> dict[int, float]:
-    """Each note's summed idf over the terms it has."""
-    score: dict[int, float] = {}
-    get = score.get
-    for ids in postings.values():
-        weight = idf(notes, len(ids))
-        for note in ids:
-            score[note] = get(note, 0.0) + weight
-    return score
-
-
-def term_weights(
-    postings: dict[str, list[int]], notes: int, among: list[int]
-) -> dict[int, list[float]]:
-    """The idfs of the terms each note of ``among`` has (what ``rerank`` weighs)."""
-    weights: dict[int, list[float]] = {note: [] for note in among}
-    for ids in postings.values():
-        weight = idf(notes, len(ids))
-        for note in weights.keys() & set(ids):
-            weights[note].append(weight)
-    return weights
-
-
-def leaders(score: dict[int, float], limit: int) -> Iterator[list[int]]:
-    """Note ids best first: the ``RERANK`` leaders (or ``limit``) without sorting every
-    note, then the rest in chunks twice as large each time (for filters that reject most
-    leaders)."""
-    size = max(RERANK, limit)
-    first = heapq.nlargest(size, score, key=score.get)
-    yield first
-    rest = sorted(score.keys() - set(first), key=lambda i: (-score[i], i))
-    at = 0
-    while at < len(rest):
-        size *= 2
-        yield rest[at : at + size]
-        at += size
-
-
-def rerank(rows: list[dict[str, Any]], weights: dict[int, list[float]]) -> list[dict[str, Any]]:
-    """``rows`` (notes as the stores return them) best first, each with its BM25 ``score``.
-
-    A note's terms count once each (notes are a sentence or two: a term seldom repeats); its
-    length is its tokens', against the average of the notes ranked.
-    """
-    lengths = [
-        len(TOKEN_RE.findall(f"{r['content']} {r['topic'] or ''} {' '.join(r['tags'])}"))
-        for r in rows
-    ]
-    average = max(1.0, sum(lengths) / max(1, len(lengths)))
-    for row, length in zip(rows, lengths, strict=True):
-        norm = K1 * (1 - B + B * length / average)
-        row["score"] = sum(w * (K1 + 1) / (1 + norm) for w in weights[row["id"]])
+def search(
+    index: Index, query: str, where: str, args: list[Any], limit: int
+) -> list[dict[str, Any]]:
+    """Notes matching ``query`` through the filters (``where``/``args``), best first, each
+    with its ``score``."""
+    terms = query_terms(query, MAX_QUERY_WORDS, MAX_SPECIFIC)
+    if not terms:
+        return []
+    df, notes, average = index.frequencies([t.text for t in terms])
+    chosen = selective(terms, df)
+    if not chosen:
+        return []
+    scale = Scale(notes, max(average, 1.0))
+    weights = [(t.text, scale.weight(df[t.text], t.kind), t.kind == PATH) for t in chosen]
+    c1, c2 = K1 * (1 - B), K1 * B / scale.average
+    among, postings = max(RERANK, limit), sum(df[t.text] for t in chosen)
+    rows = index.best(weights, c1, c2, among, where, args, limit)
+    while len(rows) < limit and among < postings:  # filters rejected leaders: look further
+        among *= 4
+        rows = index.best(weights, c1, c2, among, where, args, limit)
+    for row in rows:
+        row["score"] += _boost(row) * row["path_score"]
     return sorted(rows, key=lambda r: (-r["score"], r["id"]))
+
+
+def coverage(index: Index, notes: list[dict[str, Any]]) -> dict[int, float]:
+    """How much of each note a search matched: its score's words and names (paths aside)
+    against what they would score if a query named them all."""
+    df, count, average = index.frequencies(list({t.text for n in notes for t in scan(_indexed(n))}))
+    scale = Scale(count, max(average, 1.0))
+    own = {n["id"]: scale.own_score(_indexed(n), df) for n in notes}
+    return {
+        n["id"]: min(1.0, (n["score"] - n["path_score"] * (1 + _boost(n))) / own[n["id"]])
+        if own[n["id"]]
+        else 0.0
+        for n in notes
+    }
+
+
+def _indexed(note: dict[str, Any]) -> str:
+    return indexed_text(note["content"], note["topic"], note["tags"])
+
+
+def _boost(row: dict[str, Any]) -> float:
+    """What a path term adds beyond its weight in this note (``FILE_KNOWLEDGE_BOOST``)."""
+    return FILE_KNOWLEDGE_BOOST - 1 if row.get("section") == "File Knowledge" else 0.0
+
+
+class Scale:
+    """A search's BM25 over this store: a term's weight and a term's share of a note."""
+
+    def __init__(self, notes: int, average: float) -> None:
+        self.notes, self.average = notes, average
+        self.unit = idf(notes, 1) / (K1 + 1)  # score in terms as rare as a note's own
+
+    def weight(self, having: int, kind: int) -> float:
+        return idf(self.notes, having) / self.unit * KIND_WEIGHT[kind]
+
+    def part(self, tf: int, length: int) -> float:
+        return tf / (tf + K1 * (1 - B + B * length / self.average))
+
+    def own_score(self, text: str, df: dict[str, int]) -> float:
+        """What a note's words and names (its paths aside) would score if a query named
+        them all: the whole a search's ``coverage`` is a share of."""
+        terms = list(scan(text))
+        tf = Counter(t.text for t in terms)
+        kind: dict[str, int] = {}
+        for t in terms:
+            kind[t.text] = max(kind.get(t.text, WORD), t.kind)
+        length = len(terms)
+        return sum(
+            self.weight(df.get(term, 1), kind[term]) * self.part(n, length)
+            for term, n in tf.items()
+            if kind[term] != PATH
+        )

@@ -1,32 +1,38 @@
-"""Pick the long-term memory worth putting in a task's prompt, within a character budget."""
+"""Pick the long-term memory worth putting in a task's prompt, within a character budget.
+
+Only what clears the bar (``ranking.over_bar``) goes in: a task that earlier work says
+nothing about gets no memory at all, which is a good answer (a block of weak matches costs
+tokens on every attempt, can mislead, and is the road a poisoned note travels). A note
+shaped like an instruction goes in only when a person kept it (``instructions.injectable``).
+"""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from ..tasks import Task
+from . import ranking
+from .instructions import injectable
 
 if TYPE_CHECKING:
     from .store import Memory
 
 DEFAULT_BUDGET = 4000  # characters of memory one prompt may carry
-RELATIVE_CUTOFF = 0.3  # keep notes scoring at least this share of the best match
-CANDIDATES = 40
-PATH_RE = re.compile(r"[\w./-]+\.\w{1,8}\b|[\w-]+/[\w./-]+")
+CANDIDATES = 40  # the best matches looked at; the budget holds about ten of them
+LABEL_CHARS = 20  # what a note's label costs in the block, roughly, beside its text
 
 
 def task_query(task: Task) -> str:
-    """Title, context, acceptance criteria and the file paths the task mentions."""
-    text = " ".join([task.title, task.context, *task.criteria])
-    paths = PATH_RE.findall(text)
-    return " ".join([text, *paths])
+    """Title, context and acceptance criteria: the paths and names in them are searched by
+    first (``terms.query_terms``), and never dropped for words."""
+    return " ".join([task.title, task.context, *task.criteria])
 
 
 def relevant_notes(
     task: Task, store: Memory, *, scope: str | None = None, budget: int = DEFAULT_BUDGET
 ) -> list[dict[str, Any]]:
-    """Pinned notes first, then the best matches above the cut-off, until the budget is spent.
+    """Pinned notes first, then the matches that clear the bar, best first, until the budget
+    is spent; never an instruction-shaped note no person kept.
 
     Only the notes returned (the ones a prompt will carry) get their access count raised.
     """
@@ -34,11 +40,10 @@ def relevant_notes(
     seen: set[int] = set()
     left = budget
     matches = store.search_notes(task_query(task), scope=scope, limit=CANDIDATES)
-    best = max((m["score"] for m in matches), default=0.0)
-    relevant = [m for m in matches if best > 0 and m["score"] >= RELATIVE_CUTOFF * best]
+    relevant = ranking.over_bar(store, matches)
     for note in [*store.pinned_notes(scope), *relevant]:
-        size = len(note["content"]) + 20
-        if note["id"] in seen or size > left:
+        size = len(note["content"]) + LABEL_CHARS
+        if note["id"] in seen or size > left or not injectable(note):
             continue
         chosen.append(note)
         seen.add(note["id"])

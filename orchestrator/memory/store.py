@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..exceptions import InvalidMemoryInput, MemoryStoreError
-from . import ranking
+from . import index, ranking
 from .notes import normalize_item
 
 if TYPE_CHECKING:
@@ -43,44 +44,34 @@ CREATE TABLE IF NOT EXISTS notes (
     importance REAL NOT NULL DEFAULT 0.5,
     pinned INTEGER NOT NULL DEFAULT 0,
     access_count INTEGER NOT NULL DEFAULT 0,
+    length INTEGER,
     UNIQUE (scope, content_hash)
 );
-CREATE VIRTUAL TABLE IF NOT EXISTS notes_fts USING fts5(
-    content, topic, tags, content='notes', content_rowid='id', tokenize='porter unicode61'
-);
-CREATE TRIGGER IF NOT EXISTS notes_ai AFTER INSERT ON notes BEGIN
-    INSERT INTO notes_fts(rowid, content, topic, tags)
-    VALUES (new.id, new.content, new.topic, new.tags);
-END;
-CREATE TRIGGER IF NOT EXISTS notes_ad AFTER DELETE ON notes BEGIN
-    INSERT INTO notes_fts(notes_fts, rowid, content, topic, tags)
-    VALUES ('delete', old.id, old.content, old.topic, old.tags);
-END;
-CREATE TRIGGER IF NOT EXISTS notes_au AFTER UPDATE OF content, topic, tags ON notes BEGIN
-    INSERT INTO notes_fts(notes_fts, rowid, content, topic, tags)
-    VALUES ('delete', old.id, old.content, old.topic, old.tags);
-    INSERT INTO notes_fts(rowid, content, topic, tags)
-    VALUES (new.id, new.content, new.topic, new.tags);
-END;
 CREATE INDEX IF NOT EXISTS notes_pinned ON notes (scope, importance DESC, updated DESC)
     WHERE pinned = 1;
+CREATE INDEX IF NOT EXISTS notes_unindexed ON notes (id) WHERE length IS NULL;
+CREATE TABLE IF NOT EXISTS memory_terms (
+    term TEXT NOT NULL, note INTEGER NOT NULL, tf INTEGER NOT NULL, len INTEGER NOT NULL,
+    PRIMARY KEY (term, note)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS memory_terms_note ON memory_terms (note);
+CREATE TABLE IF NOT EXISTS memory_vocab (term TEXT PRIMARY KEY, df INTEGER NOT NULL)
+    WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memory_totals (
+    one INTEGER PRIMARY KEY CHECK (one = 1), notes INTEGER NOT NULL, length INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO memory_totals VALUES (1, 0, 0);
+DROP TRIGGER IF EXISTS notes_ai;
+DROP TRIGGER IF EXISTS notes_ad;
+DROP TRIGGER IF EXISTS notes_au;
+DROP TABLE IF EXISTS notes_fts;
 """
 # 1: the pinned notes' partial index (every prompt reads them: a scan of every note before)
-SCHEMA_VERSION = 1  # PRAGMA user_version; a store of an older version gets _SCHEMA again
-WORD_RE = re.compile(r"\w+")
+# 2: the term index (``index.py``) instead of FTS5, its notes indexed when the file is opened
+SCHEMA_VERSION = 2  # PRAGMA user_version; a store of an older version gets _SCHEMA again
 REINFORCE_STEP = 0.1  # importance gained when the same note is written again
-# A phrase's oldest notes read first: all of a rare one's, and a common one's rate (its
-# notes per note up to the last of these; 300 make it good to 6%)
-SAMPLE = 300
-PLAINLY = 1.5  # an estimate this many times what is asked is taken as enough (8 sigma)
-# A term's notes after a rowid, oldest first (FTS5 reads a doclist forward: newest first
-# would read all of it), as one string: one value to step over, not a row per note
-POSTINGS = (
-    "SELECT group_concat(rowid) FROM (SELECT rowid FROM notes_fts WHERE notes_fts MATCH ? "
-    "AND rowid > ? LIMIT ?)"
-)
-# Notes by id, in the order given, through the filters (``search_notes``)
-BY_IDS = "SELECT notes.* FROM json_each(?) AS j CROSS JOIN notes ON notes.id = j.value WHERE 1"
+# A note's indexed fields (``_indexed``): NULL length means not indexed yet
+INDEXED = "SELECT content, topic, tags, length FROM notes WHERE id = ?"
 
 
 def content_hash(content: str) -> str:
@@ -102,20 +93,6 @@ def project_name() -> str:
     return config.find_project_root().name
 
 
-def fts_phrases(text: str) -> list[str]:
-    """Safe FTS5 phrases from free text: each distinct word a quoted phrase of its parts.
-
-    ``auth.py`` -> ``"auth py"``, ``token-refresh`` -> ``"token refresh"``, ``c++`` -> ``"c"``,
-    ``don't`` -> ``"don t"``: punctuation never reaches FTS5's query syntax.
-    """
-    phrases = []
-    for word in text.lower().split():  # FTS5 folds case: "The" is "the", counted once
-        parts = WORD_RE.findall(word)
-        if parts:
-            phrases.append('"' + " ".join(parts) + '"')
-    return list(dict.fromkeys(phrases))
-
-
 def _tags(tags: Any) -> str:
     items = [tags] if isinstance(tags, str) else list(tags or ())
     return " ".join(dict.fromkeys(t.strip() for t in items if t and t.strip()))
@@ -130,10 +107,38 @@ class MemoryStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA busy_timeout=30000")
         self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: safe against crashes of ours
-        if self.db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-            self.db.executescript(
-                f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-            )  # one migrator at a time; IF NOT EXISTS makes a second one a no-op
+        if self._version() < SCHEMA_VERSION:
+            self._migrate()
+
+    def _version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        """Bring the file to ``SCHEMA_VERSION`` (one migrator at a time: the others find it
+        done), then index its notes."""
+        with self._write() as cur:
+            if self._version() >= SCHEMA_VERSION:
+                return
+            columns = {row[1] for row in cur.execute("PRAGMA table_info(notes)")}
+            if columns and "length" not in columns:
+                cur.execute("ALTER TABLE notes ADD COLUMN length INTEGER")
+            for statement in _SCHEMA.split(";\n"):
+                if statement.strip():
+                    cur.execute(statement)
+            cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self.index_pending()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Cursor]:
+        """A cursor in one write transaction (``BEGIN IMMEDIATE``: writers queue up)."""
+        cur = self.db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
 
     def close(self) -> None:
         self.db.close()
@@ -159,48 +164,34 @@ class MemoryStore:
             raise InvalidMemoryInput("an empty note cannot be stored")
         scope = scope or project_scope(agent)
         digest, now = content_hash(content), time.time()
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            row = self.db.execute(
-                "SELECT id, tags, importance FROM notes WHERE scope = ? AND content_hash = ?",
+        with self._write() as cur:
+            row = cur.execute(
+                "SELECT id, tags, topic FROM notes WHERE scope = ? AND content_hash = ?",
                 (scope, digest),
             ).fetchone()
             if row is not None:
                 merged = _tags([*row["tags"].split(), *([tags] if isinstance(tags, str) else tags)])
-                self.db.execute(
+                cur.execute(
                     "UPDATE notes SET importance = min(1.0, importance + ?), updated = ?, "
                     "tags = ?, pinned = max(pinned, ?) WHERE id = ?",
                     (REINFORCE_STEP, now, merged, int(pinned), row["id"]),
                 )
-                note_id = row["id"]
-            else:
-                cur = self.db.execute(
-                    "INSERT INTO notes (content, section, topic, tags, agent, scope, task_id, "
-                    "session_id, metadata, created, updated, content_hash, importance, pinned) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        content,
-                        section,
-                        topic,
-                        _tags(tags),
-                        agent,
-                        scope,
-                        task_id,
-                        session_id,
-                        json.dumps(metadata or {}),
-                        now,
-                        now,
-                        digest,
-                        importance,
-                        int(pinned),
-                    ),
-                )
-                note_id = cur.lastrowid
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        return int(note_id)
+                if merged != row["tags"]:
+                    old = index.indexed_text(content, row["topic"], row["tags"])
+                    new = index.indexed_text(content, row["topic"], merged)
+                    index.change(cur, index.SQLITE, {row["id"]: (old, new)})
+                return int(row["id"])
+            cur.execute(
+                "INSERT INTO notes (content, section, topic, tags, agent, scope, task_id, "
+                "session_id, metadata, created, updated, content_hash, importance, pinned) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (content, section, topic, _tags(tags), agent, scope, task_id, session_id,
+                 json.dumps(metadata or {}), now, now, digest, importance, int(pinned)),
+            )  # fmt: skip
+            note_id = int(cur.lastrowid)
+            new = index.indexed_text(content, topic, _tags(tags))
+            index.change(cur, index.SQLITE, {note_id: (None, new)})
+        return note_id
 
     def search_notes(
         self,
@@ -213,76 +204,31 @@ class MemoryStore:
         session_id: str | None = None,
         limit: int = 10,
     ) -> list[dict[str, Any]]:
-        """Notes matching ``query``, best first (``score``: higher is better, BM25 over the
-        ``ranking`` leaders of its ``selective`` terms)."""
-        size = self._size()
-        phrases = fts_phrases(query)[: ranking.MAX_QUERY_WORDS]
-        postings = self._postings(phrases, size)
+        """Notes matching ``query``, best first (``score``: higher is better; ``ranking``)."""
         where, args = filters("?", "instr", agent, scope, tags, topic, session_id)
-        if postings is None:  # every word common: BM25 over all their notes, newest too
-            rows = self.db.execute(
-                "SELECT notes.*, -bm25(notes_fts) AS score FROM notes_fts "
-                "JOIN notes ON notes.id = notes_fts.rowid "
-                f"WHERE notes_fts MATCH ? {where} ORDER BY bm25(notes_fts) LIMIT ?",
-                [" OR ".join(phrases), *args, limit],
-            )
-            return [_row(r) for r in rows]
-        if not postings:
-            return []
-        score = ranking.summed_idf(postings, size)
-        rows: list[dict[str, Any]] = []
-        for ids in ranking.leaders(score, limit):
-            rows += map(_row, self.db.execute(f"{BY_IDS} {where}", [json.dumps(ids), *args]))
-            if len(rows) >= limit:
-                break
-        weights = ranking.term_weights(postings, size, [r["id"] for r in rows])
-        return ranking.rerank(rows, weights)[:limit]
+        return ranking.search(self, query, where, args, limit)
 
-    def _postings(self, phrases: list[str], newest: int) -> dict[str, list[int]] | None:
-        """The notes of each ``selective`` phrase, visiting few of the others' notes; None
-        when every phrase is common (their oldest notes would hide the newest, best ones).
+    def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]:
+        return index.frequencies(self.db.cursor(), index.SQLITE, terms)
 
-        One read of each phrase's oldest ``SAMPLE`` notes has all of a rare phrase's, and
-        estimates how many a common one has from how old the last of them is. Then
-        ``counted_enough`` asks, rarest first by that, how many notes a phrase has up to the
-        most it needs: an estimate ``PLAINLY`` above that is enough ("the" costs 300 visits,
-        not 5000), and the others are read on, as far as that. (A phrase common only in the
-        oldest notes counts as common; its idf was low anyway.)
-        """
-        sample = {p: self._ids(p, SAMPLE) for p in phrases}
-        estimate = {
-            p: len(ids) if len(ids) < SAMPLE else SAMPLE * newest // ids[-1]
-            for p, ids in sample.items()
-        }
-        found: dict[str, list[int]] = {}
+    def best(
+        self, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int,
+        where: str, args: list[Any], limit: int,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        sql, first = index.best_sql(index.SQLITE, weights, c1, c2, among)
+        return [_row(r) for r in self.db.execute(sql.format(where=where), [*first, *args, limit])]
 
-        def count(phrase: str, at_most: int) -> int:
-            ids = sample[phrase]
-            if len(ids) < SAMPLE or len(ids) >= at_most:  # all of them, or enough
-                found[phrase] = ids
-                return min(len(ids), at_most)
-            if estimate[phrase] >= PLAINLY * at_most:
-                return at_most
-            found[phrase] = ids + self._ids(phrase, at_most - len(ids), after=ids[-1])
-            return len(found[phrase])
-
-        counts = ranking.counted_enough(sorted(phrases, key=estimate.__getitem__), count)
-        chosen = ranking.selective(counts)
-        if chosen and all(counts[p] >= ranking.COMMON_CAP for p in chosen):
-            return None
-        return {p: found[p] for p in chosen}  # a chosen phrase was read to the end
-
-    def _ids(self, phrase: str, at_most: int = 0, after: int = 0) -> list[int]:
-        """The ids of the phrase's oldest notes after ``after``, up to ``at_most``
-        (``COMMON_CAP``)."""
-        args = (phrase, after, at_most or ranking.COMMON_CAP)
-        text = self.db.execute(POSTINGS, args).fetchone()[0]
-        return list(map(int, text.split(","))) if text else []
-
-    def _size(self) -> int:
-        """The highest note id: the number of notes, give or take the deleted ones (idf and
-        a phrase's rate need no more; ``count(*)`` would visit every note)."""
-        return int(self.db.execute("SELECT max(id) FROM notes").fetchone()[0] or 0)
+    def index_pending(self) -> int:
+        """Index the notes not indexed yet (a store made before the index, a bulk load);
+        return how many."""
+        done = 0
+        while True:
+            with self._write() as cur:
+                batch = index.pending(cur, index.SQLITE)
+                index.change(cur, index.SQLITE, batch)
+            if not batch:
+                return done
+            done += len(batch)
 
     def get_recent_notes(self, *, limit: int = 10, **given: Any) -> list[dict[str, Any]]:
         """Newest first; ``filters`` as for ``search_notes`` (agent, scope, tags, topic,
@@ -315,7 +261,11 @@ class MemoryStore:
         return [_row(r) for r in rows]
 
     def delete_note(self, note_id: int) -> bool:
-        return self.db.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount > 0
+        with self._write() as cur:
+            old = _indexed(cur.execute(INDEXED, (note_id,)).fetchone())
+            if old is not None:
+                index.change(cur, index.SQLITE, {note_id: (old, None)})
+            return cur.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount > 0
 
     def update_note(
         self,
@@ -333,12 +283,16 @@ class MemoryStore:
             return self.get_note(note_id) is not None
         sets = ", ".join(f"{key} = ?" for key in changes)
         try:
-            cur = self.db.execute(
-                f"UPDATE notes SET {sets} WHERE id = ?", [*changes.values(), note_id]
-            )
+            with self._write() as cur:
+                old = _indexed(cur.execute(INDEXED, (note_id,)).fetchone())
+                cur.execute(f"UPDATE notes SET {sets} WHERE id = ?", [*changes.values(), note_id])
+                found = cur.rowcount > 0
+                new = _indexed(cur.execute(INDEXED, (note_id,)).fetchone())
+                if old is not None and old != new:
+                    index.change(cur, index.SQLITE, {note_id: (old, new)})
+                return found
         except sqlite3.IntegrityError:
             raise MemoryStoreError("the same note already exists in that scope") from None
-        return cur.rowcount > 0
 
     def record_access(self, note_ids: list[int]) -> None:
         """Count an injection into a prompt (only notes actually injected)."""
@@ -352,8 +306,9 @@ class MemoryStore:
         return self.db.execute("SELECT count(*) FROM notes").fetchone()[0]
 
     def integrity_check(self) -> None:
-        """Raise ``sqlite3.DatabaseError`` if the FTS index disagrees with the notes."""
-        self.db.execute("INSERT INTO notes_fts(notes_fts, rank) VALUES ('integrity-check', 1)")
+        """Raise ``MemoryStoreError`` if the term index disagrees with the notes."""
+        if problems := index.consistent(self.db.cursor(), index.SQLITE):
+            raise MemoryStoreError(f"memory's index disagrees: {'; '.join(problems[:5])}")
 
 
 def note_changes(
@@ -420,6 +375,14 @@ def open_memory() -> Memory:
 
         return PostgresMemoryStore(shared_store(dsn))
     return MemoryStore()
+
+
+def _indexed(row: Any) -> str | None:
+    """The text a note is indexed by, from its ``INDEXED`` row; None: no note, or not
+    indexed yet."""
+    if row is None or row[3] is None:
+        return None
+    return index.indexed_text(row[0], row[1], row[2])
 
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:

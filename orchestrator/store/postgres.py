@@ -149,6 +149,26 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (kind, key)
     );
     """,
+    # 6: memory's term index (memory/index.py) instead of the tsvector (issue 41): the
+    # notes are indexed by memory/postgres.py on first use (``length`` NULL until then)
+    """
+    ALTER TABLE octopoid.memory DROP COLUMN search;
+    ALTER TABLE octopoid.memory ADD COLUMN length integer;
+    CREATE INDEX memory_unindexed ON octopoid.memory (id) WHERE length IS NULL;
+    CREATE TABLE octopoid.memory_terms (
+        term text COLLATE "C" NOT NULL,
+        note bigint NOT NULL,
+        tf integer NOT NULL,
+        len integer NOT NULL,
+        PRIMARY KEY (term, note) INCLUDE (tf, len)
+    );
+    CREATE INDEX memory_terms_note ON octopoid.memory_terms (note);
+    CREATE TABLE octopoid.memory_vocab (term text COLLATE "C" PRIMARY KEY, df integer NOT NULL);
+    CREATE TABLE octopoid.memory_totals (
+        one integer PRIMARY KEY CHECK (one = 1), notes bigint NOT NULL, length bigint NOT NULL
+    );
+    INSERT INTO octopoid.memory_totals VALUES (1, 0, 0);
+    """,
 ]
 _COLUMNS = "state, body, role, rank, created, seq, blocked_by, not_before, turns, cost"
 _VALUES = ", ".join(["%s"] * len(_COLUMNS.split(",")))

@@ -271,7 +271,8 @@ def _typed(form: FormData) -> dict[str, Any]:
 
 def _accept(task_id: str, form: FormData, reviewer: str) -> None:
     forget, edits = _learnings(form)
-    review.accept(task_id, reviewer, *_judged(form), forget=forget, edits=edits)
+    keep = [int(n) for n in form.getlist("keep") if str(n).isdigit()]
+    review.accept(task_id, reviewer, *_judged(form), forget=forget, edits=edits, keep=keep)
     drafts.clear(task_id, reviewer)
 
 

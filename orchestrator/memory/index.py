@@ -1,0 +1,172 @@
+"""The term index both memories keep beside their notes (``terms`` cuts the terms).
+
+Three tables, the same in SQLite and PostgreSQL: ``memory_terms`` (term, note, tf, len: a
+term's notes, how often it occurs in each and the note's length, read in one range of the
+primary key), ``memory_vocab`` (term, df: how many notes have it) and ``memory_totals``
+(notes and their summed length: BM25's average over the store). A note's ``length`` column
+is NULL until it is indexed: a store made before the index is indexed by ``index_pending``.
+Every change is one pass over the terms whose counts change, sorted, so two writers lock
+vocabulary rows in the same order and never deadlock.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from .terms import note_terms
+
+TASK_TAG_RE = re.compile(r"TASK-[A-Za-z0-9_-]{1,64}")
+PENDING_BATCH = 500  # notes indexed per statement batch by ``index_pending``
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How a store names its tables and marks a parameter."""
+
+    mark: str  # "?" or "%s"
+    schema: str  # "" or "octopoid."
+    notes: str  # the notes table
+
+
+SQLITE = Dialect("?", "", "notes")
+POSTGRES = Dialect("%s", "octopoid.", "octopoid.memory")
+
+
+def indexed_text(content: str, topic: str | None, tags: Any) -> str:
+    """What a note is searched by: its content, topic and tags but the tasks it came from
+    (``TASK-12``: every promoted note has one, and "task" would be a word of each)."""
+    tags = tags.split() if isinstance(tags, str) else list(tags or ())
+    return " ".join([content, topic or "", *(t for t in tags if not TASK_TAG_RE.fullmatch(t))])
+
+
+def change(cur: Any, d: Dialect, notes: dict[int, tuple[str | None, str | None]]) -> None:
+    """Index notes anew: ``{note id: (its old indexed text or None, its new one or None)}``
+    (None new: the note is gone). One sorted pass over the vocabulary."""
+    m, s = d.mark, d.schema
+    df: Counter[str] = Counter()
+    count = length = 0
+    postings = []
+    for note, (old, new) in notes.items():
+        if old is not None:
+            cur.execute(f"SELECT term, tf FROM {s}memory_terms WHERE note = {m}", (note,))
+            gone = dict(cur.fetchall())
+            df.subtract(gone.keys())
+            count, length = count - 1, length - sum(gone.values())
+            cur.execute(f"DELETE FROM {s}memory_terms WHERE note = {m}", (note,))
+        if new is not None:
+            terms = note_terms(new)
+            size = sum(terms.values())
+            df.update(terms.keys())
+            count, length = count + 1, length + size
+            postings += [(term, note, tf, size) for term, tf in terms.items()]
+            cur.execute(f"UPDATE {d.notes} SET length = {m} WHERE id = {m}", (size, note))
+    if postings:
+        cur.executemany(
+            f"INSERT INTO {s}memory_terms (term, note, tf, len) VALUES ({m}, {m}, {m}, {m})",
+            postings,
+        )
+    deltas = sorted((term, n) for term, n in df.items() if n)
+    if deltas:
+        cur.executemany(
+            f"INSERT INTO {s}memory_vocab (term, df) VALUES ({m}, {m}) ON CONFLICT (term) "
+            "DO UPDATE SET df = memory_vocab.df + excluded.df",
+            deltas,
+        )
+    gone = [(term,) for term, n in deltas if n < 0]
+    if gone:
+        cur.executemany(f"DELETE FROM {s}memory_vocab WHERE term = {m} AND df <= 0", gone)
+    if count or length:
+        cur.execute(
+            f"UPDATE {s}memory_totals SET notes = notes + {m}, length = length + {m}",
+            (count, length),
+        )
+
+
+def pending(cur: Any, d: Dialect, lock: str = "") -> dict[int, tuple[None, str]]:
+    """Up to ``PENDING_BATCH`` notes not indexed yet, as ``change`` takes them."""
+    cur.execute(
+        f"SELECT id, content, topic, tags FROM {d.notes} WHERE length IS NULL "
+        f"ORDER BY id LIMIT {PENDING_BATCH} {lock}"
+    )
+    return {row[0]: (None, indexed_text(row[1], row[2], row[3])) for row in cur.fetchall()}
+
+
+def frequencies(cur: Any, d: Dialect, terms: list[str]) -> tuple[dict[str, int], int, float]:
+    """Each term's document frequency, the number of notes, and their average length."""
+    if d is SQLITE:
+        cur.execute(
+            "SELECT v.term, v.df FROM json_each(?) AS j JOIN memory_vocab v ON v.term = j.value",
+            (json.dumps(terms),),
+        )
+    else:
+        cur.execute("SELECT term, df FROM octopoid.memory_vocab WHERE term = ANY(%s)", (terms,))
+    df = dict(cur.fetchall())
+    cur.execute(f"SELECT notes, length FROM {d.schema}memory_totals")
+    row = cur.fetchone()
+    notes, length = (row[0], row[1]) if row else (0, 0)
+    return df, int(notes), length / notes if notes else 1.0
+
+
+# The best ``among`` notes having a chosen term by BM25 (the sum over their terms of the
+# term's weight times tf / (tf + c1 + c2 * len)), and the part of it their paths make; then
+# their rows through the search's filters, best first. SQLite reads the terms first (CROSS
+# JOIN), each a range of the primary key (summing in SQL measured 0.6x the time of reading
+# the postings into Python); only the leaders' rows are read.
+SQLITE_BEST = """
+WITH q(term, w, path) AS MATERIALIZED (
+    SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)),
+top AS MATERIALIZED (
+    SELECT note, sum(x) AS s, sum(CASE WHEN path THEN x ELSE 0 END) AS p FROM (
+        SELECT t.note, q.path, q.w * t.tf / (t.tf + ? + ? * t.len) AS x
+        FROM q CROSS JOIN memory_terms t ON t.term = q.term)
+    GROUP BY note ORDER BY s DESC, note LIMIT ?)
+SELECT notes.*, top.s AS score, top.p AS path_score
+FROM top CROSS JOIN notes ON notes.id = top.note
+WHERE 1 {where} ORDER BY top.s DESC, top.note LIMIT ?
+"""
+POSTGRES_BEST = """
+WITH top AS (
+    SELECT note, sum(x) AS s, sum(CASE WHEN path THEN x ELSE 0 END) AS p FROM (
+        SELECT t.note, q.path, q.w * t.tf / (t.tf + %s + %s * t.len) AS x
+        FROM unnest(%s::text[], %s::float8[], %s::bool[]) AS q(term, w, path)
+        JOIN octopoid.memory_terms t ON t.term = q.term) AS hits
+    GROUP BY note ORDER BY s DESC, note LIMIT %s)
+SELECT notes.*, top.s AS score, top.p AS path_score FROM top
+JOIN octopoid.memory notes ON notes.id = top.note
+WHERE true {where} ORDER BY top.s DESC, top.note LIMIT %s
+"""
+
+
+def best_sql(
+    d: Dialect, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int
+) -> tuple[str, list[Any]]:
+    """The statement (``{where}`` left to fill) and its first arguments for the ``among``
+    best notes by ``weights`` (term, weight, is a path); then come the filters' arguments
+    and the limit."""
+    if d is SQLITE:
+        return SQLITE_BEST, [json.dumps(weights), c1, c2, among]
+    terms, ws, paths = zip(*weights, strict=True) if weights else ((), (), ())
+    return POSTGRES_BEST, [c1, c2, list(terms), list(ws), list(paths), among]
+
+
+def consistent(cur: Any, d: Dialect) -> list[str]:
+    """What disagrees between the notes and their index (empty: nothing)."""
+    s = d.schema
+    cur.execute(f"SELECT term, count(*) FROM {s}memory_terms GROUP BY term")
+    counted = dict(cur.fetchall())
+    cur.execute(f"SELECT term, df FROM {s}memory_vocab")
+    vocab = dict(cur.fetchall())
+    cur.execute(f"SELECT count(*), coalesce(sum(length), 0) FROM {d.notes}")
+    notes, length = cur.fetchone()
+    cur.execute(f"SELECT notes, length FROM {s}memory_totals")
+    totals = tuple(cur.fetchone())
+    problems = [f"df of {t!r}: {vocab.get(t)} for {n} notes" for t, n in counted.items()
+                if vocab.get(t) != n]  # fmt: skip
+    problems += [f"df of {t!r} without notes" for t in vocab.keys() - counted.keys()]
+    if totals != (notes, length):
+        problems.append(f"totals {totals} for {notes} notes of length {length}")
+    return problems
