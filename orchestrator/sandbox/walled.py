@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import git
 
 CHECKS_PREFIX = ".checks-"
+PREVIEW_PREFIX = ".preview-"  # a preview's clone (preview/daemon.py)
 #: This machine's paths every box sees read-only (``os.pathsep``-separated), beside the
 #: project's ``sandbox.expose``: config.yaml is shared by every machine, a toolchain's
 #: place is not.
