@@ -39,6 +39,7 @@ try:
 except OSError as exc:
     seen.append(f"agent cannot write the cache: {exc.strerror}")
 seen.append(f"port {os.environ.get('OCTOPOID_PORT')} of {os.environ.get('OCTOPOID_PORTS')}")
+seen.append(f"caches {os.environ.get('OCTOPOID_CACHES')}")
 print("\n".join(seen))
 Path("seen.txt").write_text("\n".join(seen) + "\n")
 subprocess.run(["git", "add", "seen.txt"], check=True)
@@ -78,7 +79,7 @@ def test_setup_runs_in_the_box_before_the_agent_with_a_network_of_its_own(
     set_config(
         git_project,
         workspace={
-            "setup": [FETCH.format(port=server.port), "echo built > made.txt"],
+            "setup": [FETCH.format(port=server.port), "echo built $OCTOPOID_CACHES > made.txt"],
             "network": {"allow": [f"127.0.0.1:{server.port}"]},
             "caches": ["pip"],
             "copy": [".env.test"],
@@ -89,14 +90,16 @@ def test_setup_runs_in_the_box_before_the_agent_with_a_network_of_its_own(
     report = attempt()
     assert report.next_state == "provisional", q.get_task_notes(tid)
     seen = branch_file(git_project, tid, "seen.txt")
-    assert "made.txt: built" in seen  # set-up ran in the clone before the agent
+    assert "made.txt: built writable" in seen  # set-up ran in the clone before the agent
+    assert "caches read-only" in seen  # reviewed code's set-up writes them; the agent cannot
     assert "fetched.txt: a page of a server" in seen  # through set-up's own network
     assert "agent reached nothing" in seen  # the agent's box has none
     assert "agent cannot write the cache: Read-only file system" in seen
     port, _, span = seen.split("port ", 1)[1].split("\n")[0].partition(" of ")
     assert span == f"{port}-{int(port) + 9}"
     notes = q.get_task_notes(tid)
-    assert "[octopoid] set-up $ echo built > made.txt" in notes and "set-up: done in" in notes
+    assert "[octopoid] set-up $ echo built $OCTOPOID_CACHES > made.txt" in notes
+    assert "set-up: done in" in notes
     assert ".env.test: API_SECRET=s3cr3t-from-the-checkout" in seen  # copied in
     assert ".env.test: API_SECRET=[REDACTED" in notes  # and its values are secrets
     assert "s3cr3t-from-the-checkout" not in notes

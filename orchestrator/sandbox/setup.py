@@ -42,6 +42,7 @@ from .bwrap import HIDDEN, is_hidden
 ENV_FORMAT = "1"  # part of every environment's key: a change of layout makes new ones
 BUILD_PREFIX = ".build-"  # an environment being built (by a live process, or debris)
 SERVICE_SCRIPT = Path(__file__).with_name("servicerun.py")
+CACHES_ENV = "OCTOPOID_CACHES"
 
 
 def project_cache(root: Path) -> Path:
@@ -219,12 +220,17 @@ class World:
         env = self.environment
         return bool(self.commands) and (env is None or env.build is not None)
 
-    def env(self) -> dict[str, str]:
-        """The ports, and what points each known cache's tool at it."""
+    def env(self, setup: bool = False) -> dict[str, str]:
+        """The ports, what points each known cache's tool at it, and whether the caches may
+        be written there (``OCTOPOID_CACHES``: a set-up's command can give a tool that
+        must write its cache, npm or uv, a scratch one where they are read-only)."""
         values = self.ports.env()
         for cache in self.caches:
             if cache.var:
                 values[cache.var] = str(cache.inside if self.sandboxed else cache.host)
+        if self.caches:
+            writable = (setup and self.trusted) or not self.sandboxed
+            values[CACHES_ENV] = "writable" if writable else "read-only"
         return values
 
     def read_only(self, inside: Path) -> tuple[tuple[Path, Path], ...]:

@@ -294,7 +294,7 @@ def _setup_box(
     folder = private_folder() if mode == "allow" else None
     proxy = _proxy(folder, mode, allow)
     shown, writable = world.setup_mounts(root)
-    values = {"OCTOPOID_WORKTREE": str(root), **world.env()}
+    values = {"OCTOPOID_WORKTREE": str(root), **world.env(setup=True)}
     env = environment(dict(os.environ), {}, task, token, values, True, author)
     try:
         yield bwrap_box(
