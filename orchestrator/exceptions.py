@@ -169,6 +169,13 @@ class SetupFailed(OctopoidError):
         self.output = output  # the set-up's own words, redacted (for a check's notes)
 
 
+class PreviewFailed(OctopoidError):
+    """A task's preview stopped before its server answered: its set-up or its server failed
+    (the end of its log says why)."""
+
+    exit_code = 1
+
+
 class ForgeError(OctopoidError):
     """GitHub or GitLab refused a request octopoid cannot retry its way past (a bad token,
     a repository that is not there, a pull request that cannot be merged)."""

@@ -12,7 +12,6 @@ so ``$OCTOPOID_PORT`` means one thing in every mode, and a preview's relay reach
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import random
 import socket
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from . import defaults
 from .exceptions import OctopoidError
+from .locks import try_flock
 
 PORT_ENV, PORTS_ENV = "OCTOPOID_PORT", "OCTOPOID_PORTS"
 
@@ -60,23 +60,13 @@ def reserve(
     slots = list(range(low, high - count + 2, count))
     start = random.randrange(len(slots))  # runners starting together try different slots
     for first in slots[start:] + slots[:start]:
-        fd = _hold(folder / f"{first}.lock")
+        fd = try_flock(folder / f"{first}.lock")
         if fd is None:
             continue
         if all(_free(port) for port in range(first, first + count)):
             return PortRange(first, count, fd)
         os.close(fd)
     raise OctopoidError(f"no free range of {count} ports between {low} and {high}")
-
-
-def _hold(path: Path) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _free(port: int) -> bool:

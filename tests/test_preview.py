@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator import preview
 from orchestrator import queue_utils as q
-from orchestrator.exceptions import InvalidInput
+from orchestrator.exceptions import InvalidInput, PreviewFailed
 from orchestrator.processes import start_ticks
 
 from .conftest import run_claimed, set_config, wait_for, write_agents
@@ -59,7 +59,7 @@ def test_a_preview_serves_the_branch_until_its_task_leaves_review(reviewed: str)
 
 def test_a_preview_that_cannot_serve_says_why(reviewed: str, git_project: Path) -> None:
     set_config(git_project, preview={"command": "echo 'no server here' >&2; exit 4"})
-    with pytest.raises(preview.PreviewFailed, match="exited with status 4"):
+    with pytest.raises(PreviewFailed, match="exited with status 4"):
         preview.start(reviewed)
     assert "no server here" in preview.log_tail(reviewed)
     set_config(git_project, preview={})

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
-from ..exceptions import InvalidInput, OctopoidError
+from ..exceptions import InvalidInput, PreviewFailed
 from ..processes import start_ticks
 from ..redaction import scrub
 from ..tasks import TaskState, normalize_task_id, task_label
@@ -35,12 +35,6 @@ PUBLIC_SOCKET = "preview.sock"  # the review page's way in
 RELAY_SOCKET = "relay.sock"  # the box's relay's way out to the daemon
 LOG_NAME = "preview.log"  # in logs/TASK-<id>/: the daemon's and its server's words
 LOG_TAIL = 3000
-
-
-class PreviewFailed(OctopoidError):
-    """A preview could not start: its set-up or its server failed (the log's end says why)."""
-
-    exit_code = 1
 
 
 @dataclass(frozen=True)
