@@ -30,6 +30,9 @@ TICK_SECONDS = 1.0
 EXIT_DRAIN_SECONDS = 0.5  # after the agent exits, output still arriving within this is kept
 HEAD_BYTES = 1024  # output kept aside: a box's own complaint is all a box that never ran says
 BWRAP_SAYS = "bwrap: "  # how bubblewrap starts what it says when it cannot go on
+#: What the box's own launchers (the network's bridge, the services') say, with status 127,
+#: when the program they were to become cannot be run.
+LAUNCHER_SAYS = "[octopoid] cannot run "
 
 
 @dataclass
@@ -75,9 +78,14 @@ def run_agent_process(
 
 def _box_refused(done: ProcessOutcome, program: str) -> ProcessOutcome:
     """bwrap's own complaint (status 1, one line of its own and nothing else) means the box
-    never ran the program: it could not exec it, or the box could not be made."""
+    never ran the program: it could not exec it, or the box could not be made; so does a
+    launcher's in the box (the network's bridge, the services'), with status 127."""
     said = done.head.decode(errors="replace").strip()
-    if done.exit_code != 1 or len(done.head) > HEAD_BYTES or "\n" in said:
+    if len(done.head) > HEAD_BYTES or "\n" in said:
+        return done
+    if done.exit_code == 127 and said.startswith(LAUNCHER_SAYS):
+        return ProcessOutcome(127, False, said.removeprefix("[octopoid] "), "cannot-start")
+    if done.exit_code != 1:
         return done
     if not said.startswith(BWRAP_SAYS):
         return done

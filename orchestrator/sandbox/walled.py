@@ -15,7 +15,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -180,7 +180,9 @@ class WalledWorkspace(Workspace):
 
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
         held = self.world.ports if self.world is not None else None
-        return checks_box(self.task, config.load_config(), self.token, held)
+        cfg = config.load_config()
+        network = netpolicy.checks_network(cfg)
+        return review_box(self.task, cfg, self.token, network, CHECKS_PREFIX, held, tick=self.tick)
 
     def close(self) -> None:
         super().close()
@@ -219,12 +221,14 @@ def checks_box(
 def review_box(
     task: Task, cfg: dict, token: str, network: tuple[str, list[str]], prefix: str,
     held: ports.PortRange | None = None, folder: Path | None = None,
+    tick: Callable[[], None] = lambda: None,
 ) -> Iterator[Box]:  # fmt: skip
     """A fresh clone of the task's branch (``prefix`` names it in the worktrees folder), its
     set-up run (caches read-only: the branch holds an agent's work), in a box with
     ``network`` and ``folder`` (else one of its own, if it needs one) at /run/octopoid.
     Removed afterwards, with the network's proxy if it had one. A failed set-up raises
-    ``SetupFailed`` with the set-up's output."""
+    ``SetupFailed`` with the set-up's output; ``tick`` is called while it runs (a claim's
+    renewal)."""
     bwrap, userns = _walls()
     repo = git_utils.open_repo()
     branch = git_utils.branch_for(task.id)
@@ -242,7 +246,7 @@ def review_box(
             home=os.environ.get("HOME") or os.path.expanduser("~"), held=held,
         )  # fmt: skip
         read_only = _read_only([], cfg["sandbox"]["expose"], repo)
-        _set_up_before(task, token, author, path, world, read_only, cfg)
+        _set_up_before(task, token, author, path, world, read_only, cfg, tick)
         values = {"OCTOPOID_WORKTREE": str(root), **world.env()}
         env = environment(dict(os.environ), {}, task, token, values, True, author)
         proxy = _proxy(own or folder, mode, allow)
@@ -264,7 +268,7 @@ def review_box(
 
 def _set_up_before(
     task: Task, token: str, author: tuple[str, str], path: Path, world: World,
-    read_only: tuple, cfg: dict,
+    read_only: tuple, cfg: dict, tick: Callable[[], None],
 ) -> None:  # fmt: skip
     """A review box's set-up, its output kept for ``SetupFailed`` (the checks' notes)."""
     if not world.builds:
@@ -272,7 +276,7 @@ def _set_up_before(
     output = TailBuffer(cfg["notes"]["stdout_limit"], redact=Redactor({}, every_agent_env()))
     with _setup_box(task, token, author, path, world, read_only) as box:
         try:
-            run_commands(world, box, output, lambda: None)
+            run_commands(world, box, output, tick)
         except SetupFailed as exc:
             output.close()
             raise SetupFailed(str(exc), output.text()) from None

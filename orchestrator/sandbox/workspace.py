@@ -89,6 +89,7 @@ class Workspace(ABC):
             self.channel_host, task.id, task.attempts, self._progress, str(agent.get("name"))
         ).start()
         self.progress: str | None = None
+        self.tick: Callable[[], None] = lambda: None  # the attempt's, once its set-up runs
         try:
             self._make(agent, cfg, needs)
         except BaseException:
@@ -108,7 +109,7 @@ class Workspace(ABC):
         """Before the agent: the set-up's commands (unless their environment is cached),
         then a test that the declared services start; their words go to ``output`` (the
         attempt's log and notes), and ``SetupFailed`` says what failed."""
-        world = self.world
+        world, self.tick = self.world, on_tick  # the checks' set-up renews the claim too
         assert world is not None
         if world.builds:
             with self.setup_box() as box:
