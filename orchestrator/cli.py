@@ -18,6 +18,7 @@ from .cli_forge import forge_group, intake_command
 from .cli_mcp import mcp_command
 from .cli_memory import learning_lines, memory_group, pending_rows
 from .cli_plan import plan_group
+from .cli_preview import preview_command
 from .exceptions import ConfigError, InvalidInput, InvalidTaskId, OctopoidError
 from .lazy import lazy_import
 from .tasks import (
@@ -1078,6 +1079,7 @@ cli.add_command(forge_group)
 cli.add_command(intake_command)
 cli.add_command(mcp_command)
 cli.add_command(plan_group)
+cli.add_command(preview_command)
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import defaults, netpolicy
+from . import defaults, netpolicy, workspace_rules
 from .exceptions import ConfigError
 from .lazy import lazy_import
 
@@ -182,6 +182,27 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "urls": Field(list, [], items=str),
         "events": Field(list, list(NOTIFY_EVENTS), items=str),
     },
+    "workspace": {  # docs/workspace.md: each attempt's set-up, caches, ports, services
+        "setup": Field(list, [], items=str),  # run in the task's box before the agent
+        "timeout_seconds": Field(
+            int, defaults.SETUP_TIMEOUT_SECONDS, minimum=1, maximum=MAX_SECONDS
+        ),
+        "network": network_schema(None),  # netpolicy.setup_network: allow unless it says
+        "caches": Field(list, [], items=str),  # pip, npm, uv, yarn, or ~/path, /path
+        "environment": {  # what set-up builds in the clone, kept while its key files hold
+            "paths": Field(list, [], items=str),
+            "key": Field(list, [], items=str),
+        },
+        "copy": Field(list, [], items=str),  # files of the person's checkout, into the clone
+        "ports": Field(int, defaults.PORTS_PER_ATTEMPT, minimum=1, maximum=1000),
+        "services": Field(list, [], items=dict),  # SERVICE_SCHEMA each
+    },
+    "preview": {  # docs/workspace.md: the branch under review, served for its reviewer
+        "command": Field(str, None),
+        "network": network_schema(None),  # netpolicy.preview_network: none unless it says
+        "idle_seconds": Field(int, defaults.PREVIEW_IDLE_SECONDS, minimum=1, maximum=MAX_SECONDS),
+        "start_seconds": Field(int, defaults.PREVIEW_START_SECONDS, minimum=1, maximum=3600),
+    },
     "sandbox": {  # docs/security.md; `sandbox: none` is short for `sandbox: {mode: none}`
         "mode": Field(str, "bwrap", choices=("bwrap", "none")),
         "network": network_schema("allow"),  # every agent's box, unless its own says
@@ -206,6 +227,14 @@ CONFIG_SCHEMA: dict[str, Any] = {
     },
 }
 PRICE_KEYS = ("input_per_mtok", "output_per_mtok")
+SERVICE_SCHEMA = {
+    "name": Field(str),
+    "command": Field(str),  # started with sh -c in the attempt's box, stopped with it
+    "ready": Field(str, None),  # a command that succeeds once the service answers
+    "ready_seconds": Field(int, defaults.SERVICE_READY_SECONDS, minimum=1, maximum=3600),
+}
+#: The sections whose ``network`` may be written as a mode alone (``network: none``).
+NETWORKED = ("sandbox", "checks", "workspace", "preview")
 
 AGENT_SCHEMA: dict[str, Any] = {
     "name": Field(str),
@@ -222,6 +251,7 @@ AGENT_SCHEMA: dict[str, Any] = {
         "network": network_schema(None),
         "expose": Field(list, [], items=str),
     },
+    "workspace": {"setup": Field(list, None, items=str)},  # instead of the project's
     # command
     "argv": Field(list, None, items=str),
     # claude-code
@@ -344,11 +374,12 @@ def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     data = _parse_yaml(path)
     if isinstance(data, dict) and isinstance(data.get("sandbox"), str):
         data["sandbox"] = {"mode": data["sandbox"]}
-    for section in ("sandbox", "checks"):
+    for section in NETWORKED:
         _network_shorthand(data.get(section) if isinstance(data, dict) else None)
     cfg = validate(data, CONFIG_SCHEMA, str(path))
-    for section in ("sandbox", "checks"):
+    for section in NETWORKED:
         _check_allow(cfg[section]["network"]["allow"], path, f"{section}.network.allow")
+    _check_workspace(cfg, path)
     for model, price in cfg["prices"].items():
         price_schema = {key: Field(float) for key in PRICE_KEYS}
         cfg["prices"][model] = validate(price, price_schema, str(path), f"prices.{model}.")
@@ -373,6 +404,17 @@ def _load_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
             f"{path}: 'memory.distill_model' is required when memory.distill is anthropic"
         )
     return cfg
+
+
+def _check_workspace(cfg: dict[str, Any], path: Path) -> None:
+    """Each service against SERVICE_SCHEMA, and every name ``workspace:`` holds."""
+    services = cfg["workspace"]["services"]
+    for i, service in enumerate(services):
+        services[i] = validate(service, SERVICE_SCHEMA, str(path), f"workspace.services[{i}].")
+    try:
+        workspace_rules.check(cfg["workspace"])
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def _network_shorthand(section: Any) -> None:

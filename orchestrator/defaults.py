@@ -133,3 +133,25 @@ PROXY_MAX_HEAD_BYTES = 16 * 1024
 PROXY_IDLE_SECONDS = 600.0
 #: Seconds to connect to a destination once it is judged.
 PROXY_CONNECT_SECONDS = 15.0
+
+#: Seconds one attempt's set-up (config.yaml ``workspace.setup``, every command together)
+#: may take: a cold dependency install of a large project fits; a hung one is stopped and
+#: given back as a set-up failure.
+SETUP_TIMEOUT_SECONDS = 900
+#: Ports each running attempt (and each preview) gets to itself (``OCTOPOID_PORT`` is the
+#: first): a dev server, a database and a few test servers fit.
+PORTS_PER_ATTEMPT = 10
+#: Where those ranges are taken from: below Linux's ephemeral ports (32768-60999), so a
+#: reserved range is not taken meanwhile by some program's outgoing connection.
+PORTS_LOW, PORTS_HIGH = 20000, 32767
+#: Seconds a declared service (``workspace.services``) has to answer its ``ready`` command.
+SERVICE_READY_SECONDS = 60
+#: Seconds a cached environment may go unused before a newer one's publication removes it.
+ENVIRONMENT_UNUSED_SECONDS = 7 * 24 * 3600
+#: Seconds a preview may serve nothing before it stops itself (a reviewer who went home).
+PREVIEW_IDLE_SECONDS = 1800
+#: Seconds `octopoid preview` and the task page wait for a preview to answer (its set-up
+#: and its server's start) before they say it is still starting.
+PREVIEW_START_SECONDS = 120
+#: Seconds between a preview's looks at its task: it stops once the task left review.
+PREVIEW_WATCH_SECONDS = 2.0

@@ -97,6 +97,11 @@ def network() -> list[str]:
         )
         lines.append(f"network of {agent['name']} ({agent['backend']}): {described}")
     lines.append(f"network of the checks: {netpolicy.describe(*netpolicy.checks_network(cfg))}")
+    if cfg["workspace"]["setup"] or any((a.get("workspace") or {}).get("setup") for a in agents):
+        said = netpolicy.describe(*netpolicy.setup_network(cfg))
+        lines.append(f"network of the set-up: {said}")
+    if cfg["preview"]["command"]:
+        lines.append(f"network of a preview: {netpolicy.describe(*netpolicy.preview_network(cfg))}")
     modes = [cfg["sandbox"]["network"]["mode"], *(a["sandbox"]["network"]["mode"] for a in agents)]
     if any(mode in netpolicy.OLD_NAMES for mode in modes):
         lines.append(

@@ -162,6 +162,25 @@ class SandboxError(OctopoidError):
     exit_code = 1
 
 
+class SetupFailed(OctopoidError):
+    """An attempt's set-up (config.yaml ``workspace:``: its commands, a file to copy, a
+    service) failed before the agent started: no task's fault, so the attempt is given
+    back and the circuit breaker counts it (``backends.base.CAUSES["setup"]``)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output  # the set-up's own words, redacted (for a check's notes)
+
+
+class PreviewFailed(OctopoidError):
+    """A task's preview stopped before its server answered: its set-up or its server failed
+    (the end of its log says why)."""
+
+    exit_code = 1
+
+
 class ForgeError(OctopoidError):
     """GitHub or GitLab refused a request octopoid cannot retry its way past (a bad token,
     a repository that is not there, a pull request that cannot be merged)."""

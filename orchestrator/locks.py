@@ -68,6 +68,13 @@ def _lock_fd(path: str, blocking: bool, reuse: int | None = None) -> int | None:
         os.close(fd)  # the holder before us removed the file: lock the new one
 
 
+def try_flock(path: str | Path) -> int | None:
+    """An ``flock`` on ``path`` (made if missing) held on a descriptor of its own until it
+    is closed (or the process dies), or None when another holds it: a lock that marks a
+    live process (the scheduler, a port range)."""
+    return _lock_fd(str(path), blocking=False)
+
+
 MAX_IDLE = 128  # unlocked descriptors kept open for reuse, per process (the rest are closed)
 _idle: OrderedDict[str, None] = OrderedDict()
 

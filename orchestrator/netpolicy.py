@@ -233,6 +233,27 @@ def checks_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
     return mode, [str(entry) for entry in Policy.of(wanted).entries]
 
 
+def setup_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
+    """(mode, named destinations) of the set-up's box (``workspace.network``): ``allow`` by
+    default, whatever the agent's box has (a set-up installs what the agent then uses
+    offline), its list added to the project's."""
+    return _own_network(cfg, cfg["workspace"]["network"], "allow")
+
+
+def preview_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
+    """(mode, named destinations) of a preview's box (``preview.network``): it serves the
+    agent's code, so none unless it says."""
+    return _own_network(cfg, cfg["preview"]["network"], "none")
+
+
+def _own_network(cfg: dict[str, Any], own: dict[str, Any], default: str) -> tuple[str, list[str]]:
+    mode = canonical_mode(own["mode"] or default)
+    if mode != "allow":
+        return mode, []
+    wanted = [*cfg["sandbox"]["network"]["allow"], *own["allow"]]
+    return mode, [str(entry) for entry in Policy.of(wanted).entries]
+
+
 def describe(mode: str, allow: list[str]) -> str:
     """A box's network in words (after "network"), for the log's first line and the faces."""
     if mode == "open":

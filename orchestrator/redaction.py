@@ -712,8 +712,39 @@ def default_redactor() -> Redactor:
 
 def every_agent_env() -> frozenset[tuple[str, str]]:
     """(name, value) of every agent's ``env`` this process knows: ``hide_also``'s and
-    agents.yaml's. Every value long enough is hidden, whatever its name."""
-    return frozenset({*_ALSO_HIDDEN.items(), *agents_env()})
+    agents.yaml's, and what the files ``workspace.copy`` brings into every clone hold.
+    Every value long enough is hidden, whatever its name."""
+    return frozenset({*_ALSO_HIDDEN.items(), *agents_env(), *copied_env()})
+
+
+def copied_env() -> frozenset[tuple[str, str]]:
+    """(file:NAME, value) of each ``NAME=value`` line of the files config.yaml's
+    ``workspace.copy`` names (a ``.env.test``); a stat per file when unchanged."""
+    from . import config
+    from .exceptions import OctopoidError
+
+    try:
+        root = config.find_project_root()
+        entries = tuple(config.load_config()["workspace"]["copy"])
+    except (OctopoidError, OSError):
+        return frozenset()
+    if not entries:
+        return frozenset()
+    stamps = []
+    for entry in entries:
+        try:
+            found = os.stat(root / entry)
+            stamps.append((found.st_mtime_ns, found.st_size))
+        except OSError:
+            stamps.append((0, -1))
+    return _copied_env(root, entries, tuple(stamps))
+
+
+@lru_cache(maxsize=8)
+def _copied_env(root: Path, entries: tuple[str, ...], _stamps: tuple) -> frozenset[tuple[str, str]]:
+    from .workspace_rules import copied_secrets
+
+    return frozenset(copied_secrets(list(entries), root).items())
 
 
 def agents_env() -> frozenset[tuple[str, str]]:

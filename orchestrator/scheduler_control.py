@@ -7,7 +7,6 @@ informational, and a pid file without the lock held is stale.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import signal
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from . import config
 from .exceptions import SchedulerError
+from .locks import try_flock
 
 RUNNER_STOP_SECONDS = 15.0  # after SIGTERM, a runner's time to save notes and requeue
 
@@ -80,13 +80,7 @@ def try_lock() -> int | None:
     """The scheduler lock on a descriptor of its own (the kernel drops it if we die), or None
     when a process (this one included) holds it already."""
     lock_file().parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_file(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return try_flock(lock_file())
 
 
 def _lock_held() -> bool:

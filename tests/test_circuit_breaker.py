@@ -19,12 +19,13 @@ from orchestrator.backends.base import CAUSES
 from orchestrator.tasks import TaskState
 from orchestrator.web import board
 
-from .conftest import run_claimed, write_agents
+from .conftest import run_claimed, set_config, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text
 from .test_cli import run as cli
 from .test_notify import hook, sched, set_notify  # noqa: F401  (fixtures)
 
 KEY = "sk-ant-api03-breaker-test-0123456789"
+SETUP_SAYS = "ERROR: no matching distribution found for demo-missing"
 
 
 def passes_until_quiet(daemon: scheduler.Scheduler, timeout: float = 120) -> None:
@@ -110,6 +111,10 @@ def _failing_agent(root: Path, cause: str, base_url: str) -> str:
     """agents.yaml with one agent that will fail for ``cause``; its name. For
     ``cannot-start``, a script in the checkout that was never committed: the readiness
     check finds it, the attempt's clone (all its box shows there) does not have it."""
+    if cause == "setup":  # the project's set-up fails, before any agent starts
+        write_agents(root)
+        set_config(root, workspace={"setup": [f"echo resolving; echo '{SETUP_SAYS}' >&2; exit 3"]})
+        return "impl-1"
     if cause != "cannot-start":
         api_agent(root, base_url)
         return "api-1"
@@ -138,6 +143,7 @@ def _said_everywhere(agent: str, cause: str) -> None:
         ("auth", [error(401, "authentication_error", "invalid x-api-key")] * 3),
         ("overloaded", [error(529)] * 9),  # the SDK tries each call three times
         ("cannot-start", []),
+        ("setup", []),
     ],
 )
 def test_three_tasks_failing_for_one_cause_pause_the_agent_once_and_cost_nothing(
@@ -170,6 +176,7 @@ def test_three_tasks_failing_for_one_cause_pause_the_agent_once_and_cost_nothing
             )
             assert q.attempts_left(task, 3) == 3
             assert f"not counted: {CAUSES[cause]}" in q.get_task_notes(tid)
+            assert cause != "setup" or SETUP_SAYS in q.get_task_notes(tid)  # its own words
         later = q.create_task("enqueued after the trip").id
         passes_until_quiet(daemon)
         assert q.get_task(later).attempts == 0

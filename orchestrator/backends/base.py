@@ -31,6 +31,7 @@ CAUSES = {
     "auth": "the agent's API credentials are missing or refused",
     "overloaded": "the API is overloaded",
     "unreachable": "the API cannot be reached",
+    "setup": "the workspace's set-up failed",
 }
 # A line starting with NO_CHANGE_MARK (Markdown emphasis around it allowed), then why.
 _NO_CHANGE = re.compile(

@@ -75,8 +75,8 @@ def run_agent_process(
 
 
 def _box_refused(done: ProcessOutcome, program: str) -> ProcessOutcome:
-    """bwrap's own complaint (status 1, one line of its own and nothing else), or the network
-    bridge's that runs first in a box with ``network: allow``, means the box never ran the
+    """bwrap's own complaint (status 1, one line of its own and nothing else), or a launcher's
+    in the box (the network's bridge, the services') with status 127, means the box never ran the
     program: it could not exec it, or the box could not be made."""
     said = done.head.decode(errors="replace").strip()
     if len(done.head) > HEAD_BYTES or "\n" in said:

@@ -86,9 +86,13 @@ class Claim:
 
 def deadline_seconds(agent: dict, task: Task, cfg: dict) -> float:
     """How long a runner may take in all before it counts as hung: the agent's timeout, its
-    checks, and a grace for the rest (workspace, notes, waiting for an earlier attempt)."""
+    checks, its set-up (twice when there are checks: theirs runs in their own clone), and a
+    grace for the rest (workspace, notes, waiting for an earlier attempt)."""
     from_checks = checks.budget_seconds(task, cfg)
-    return agent["timeout_seconds"] + from_checks + defaults.RUNNER_DEADLINE_GRACE_SECONDS
+    own = (agent.get("workspace") or {}).get("setup")
+    setup = bool(own if own is not None else cfg["workspace"]["setup"])
+    setups = setup * (1 + bool(from_checks)) * cfg["workspace"]["timeout_seconds"]
+    return agent["timeout_seconds"] + from_checks + setups + defaults.RUNNER_DEADLINE_GRACE_SECONDS
 
 
 def find_agent(agents_cfg: dict, name: str) -> dict:

@@ -43,6 +43,7 @@ from ..exceptions import (
     LostClaim,
     OctopoidError,
     SandboxError,
+    SetupFailed,
     StorageError,
 )
 from ..fsutil import TailBuffer, atomic_write
@@ -150,6 +151,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         backend = get_backend(agent["backend"])
         space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent))
         output.feed(f"{space.banner}\n".encode())
+        space.set_up(output, claim.tick)  # workspace.setup: its words are the attempt's
         result = _work(task, agent, cfg, claim, log_dir, output, space)
         if (stopped := _stopped_by_budget(result, own, grant)) is not None:
             result.details["budget"] = stopped
@@ -157,8 +159,9 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         result = AgentResult(None, "interrupted", summary=str(exc), details={"stop": "Terminated"})
     except LostClaim as exc:
         result = AgentResult(None, "error", summary=str(exc), details={"stop": "LostClaim"})
-    except OctopoidError as exc:  # a box that cannot be made is no task's fault
+    except OctopoidError as exc:  # a box, or a set-up, that fails is no task's fault
         cause = "box" if isinstance(exc, SandboxError) else None
+        cause = "setup" if isinstance(exc, SetupFailed) else cause
         result = AgentResult(None, "error", summary=str(exc), cause=cause)
     finally:
         kill_claim_processes(token)  # whatever the agent left running dies with the attempt
@@ -335,8 +338,9 @@ def _verify(
                 verdict = checks.verify(task, box, cfg, claim.tick, tip)
         else:  # nothing runs the agent's code: the merge pre-check needs no box
             verdict = checks.Verdict([], *checks.merge_precheck(task, tip))
-    except OctopoidError as exc:  # a bad CHECKS header, or git failing: not the agent's fault
-        failed = checks.CheckResult("(the checks)", None, 0.0, "", str(exc))
+    except OctopoidError as exc:  # a bad CHECKS header, git, or their set-up failing
+        said = exc.output if isinstance(exc, SetupFailed) else ""
+        failed = checks.CheckResult("(the checks)", None, 0.0, said, str(exc))
         verdict = checks.Verdict([failed], None)
     kill_claim_processes(claim.token)  # nothing a check started outlives it either
     breaches = space.recheck() if ran else []

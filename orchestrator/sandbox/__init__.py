@@ -116,6 +116,18 @@ def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:
     return walled.checks_box(task, config.load_config(), token)
 
 
+def preview_box(task: Task, folder: Path, token: str) -> contextlib.AbstractContextManager[Box]:
+    """A box to serve ``task``'s branch for its reviewer (``preview/daemon.py``), with
+    ``folder`` (its relay's) at /run/octopoid: a fresh clone, its set-up, the preview's
+    own network (``preview.network``: none unless it says) and ports. With ``sandbox:
+    none``, the task's worktree as it is."""
+    if mode() == "none":
+        return trusted.checks_box(task, token)
+    cfg = config.load_config()
+    network = netpolicy.preview_network(cfg)
+    return walled.review_box(task, cfg, token, network, walled.PREVIEW_PREFIX, folder=folder)
+
+
 def sweep(is_running: Callable[[str], bool]) -> list[str]:
     """What attempts left when their runner died: ``sandbox: none`` snapshots are checked
     (what the agent changed is put back and written into its notes), clones of tasks not
@@ -131,7 +143,11 @@ def sweep(is_running: Callable[[str], bool]) -> list[str]:
         if not _is_worktree(path) and not is_running(path.name.removeprefix("TASK-"))
     ]
     root = config.find_project_root()
-    stale = [*leftovers(folder, walled.CHECKS_PREFIX), *workspace.stale_channel_folders(root)]
+    stale = [
+        *leftovers(folder, walled.CHECKS_PREFIX),
+        *leftovers(folder, walled.PREVIEW_PREFIX),
+        *workspace.stale_channel_folders(root),
+    ]
     for path in [*clones, *stale]:
         try:
             remove_tree(path)
@@ -157,6 +173,7 @@ __all__ = [
     "mode",
     "open_networks",
     "prepare",
+    "preview_box",
     "problem",
     "sweep",
 ]

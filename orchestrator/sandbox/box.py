@@ -58,6 +58,7 @@ class Box:
     channel: Path | None = None  # the channel folder (as the box sees it)
     channel_host: Path | None = None  # the same folder on the host
     proxy: NetworkProxy | None = None  # its way out, with ``network: allow``
+    services: list[str] = field(default_factory=list)  # their launcher (setup.py), or none
 
     @property
     def sandboxed(self) -> bool:
@@ -68,7 +69,8 @@ class Box:
         return self.proxy.refusals() if self.proxy is not None else []
 
     def wrap(self, argv: list[str]) -> list[str]:
-        return [*self.prefix, *argv]
+        """``argv`` in the box, after the workspace's services have started."""
+        return [*self.prefix, *self.services, *argv]
 
     def carry(self, file: Path) -> Path:
         """Make ``file`` (one of octopoid's scripts) readable in the box; where it is there."""
@@ -112,6 +114,18 @@ def environment(
     if sandboxed:
         env["TMPDIR"] = "/tmp"
     return env
+
+
+def with_code(env: dict[str, str], clone: Path, inside: Path) -> dict[str, str]:
+    """The task's code first on Python's path: a ``src/`` layout's ``src`` (seen at
+    ``inside``) before anything the environment names, so a check imports the clone's
+    package, not one installed from elsewhere. A flat layout needs nothing: its top is
+    the working directory."""
+    if not (clone / "src").is_dir() or (clone / "src").is_symlink():
+        return env
+    found = env.get("PYTHONPATH")
+    path = str(inside / "src") + (f"{os.pathsep}{found}" if found else "")
+    return {**env, "PYTHONPATH": path}
 
 
 def with_client(env: dict[str, str], channel: Path) -> dict[str, str]:
@@ -207,18 +221,21 @@ def bwrap_box(
     *,
     network: str,
     proxy: NetworkProxy | None = None,
+    binds: tuple[tuple[Path, Path], ...] = (),
+    folder: Path | None = None,
 ) -> Box:
     """A box behind bwrap whose workspace appears at ``inside`` and the channel folder (if
-    any, else the proxy's) at /run/octopoid. ``network`` is its mode (``netpolicy.py``):
-    ``open`` shares the host's; otherwise it has its own, and with ``proxy`` its bridge
-    runs first and its program reaches out only through the runner."""
-    folder = channel_host or (proxy.folder if proxy is not None else None)
+    any, else the proxy's, else ``folder``) at /run/octopoid. ``network`` is its mode
+    (``netpolicy.py``): ``open`` shares the host's; otherwise it has its own, and with
+    ``proxy`` its bridge runs first and its program reaches out only through the runner.
+    ``binds`` are writable beside the workspace (a set-up's caches)."""
+    folder = channel_host or (proxy.folder if proxy is not None else None) or folder
     if folder is not None:
         read_only = (*read_only, (folder, CHANNEL_INSIDE))
     if channel_host is not None:
         env = with_client(env, CHANNEL_INSIDE)
         env[CHANNEL_ENV] = str(CHANNEL_INSIDE / SOCKET_NAME)
-    mounts = Mounts(workspace, inside, hide, read_only, network == "open")
+    mounts = Mounts(workspace, inside, hide, read_only, network == "open", binds=binds)
     argv = command_line(bwrap, mounts, userns)
     if proxy is not None:
         argv += proxy.bridge(CHANNEL_INSIDE)

@@ -5,7 +5,8 @@ namespaces (and network, unless the box's network mode is ``open``: netpolicy.py
 capabilities, no further user namespaces, and dies with the process that started it.
 Hidden behind empty tmpfs mounts: ``HIDDEN`` (homes, temp folders, ``/run`` with its
 sockets), the user's ``$HOME`` and the project checkout with its ``.git`` and
-``.octopoid/runtime``. Writable: only the task's workspace and the box's own tmpfs.
+``.octopoid/runtime``. Writable: only the task's workspace, the box's own tmpfs and, for
+a set-up, the project's caches (``setup.py``).
 
 ``command_line`` is a pure function of a ``Mounts``; ``probe()`` runs a real box (cached).
 """
@@ -41,6 +42,7 @@ class Mounts:
     read_only: tuple[tuple[Path, Path], ...] = ()  # (host, inside): tools, objects, channel
     network: bool = True  # share the host's network (False: loopback of its own only)
     writable: bool = True  # False: the workspace too is read-only (reading a clone back)
+    binds: tuple[tuple[Path, Path], ...] = ()  # (host, inside) writable: a set-up's caches
 
 
 def _asked_for() -> str:
@@ -70,6 +72,8 @@ def command_line(bwrap: str, mounts: Mounts, userns: bool = True) -> list[str]:
         ops.append((len(path.parts), 0, ["--tmpfs", str(path)]))
     for host, inside in mounts.read_only:
         ops.append((len(inside.parts), 1, ["--ro-bind", str(host), str(inside)]))
+    for host, inside in mounts.binds:
+        ops.append((len(inside.parts), 1, ["--bind", str(host), str(inside)]))
     bind = "--bind" if mounts.writable else "--ro-bind"
     ops.append((len(mounts.inside.parts), 1, [bind, str(mounts.workspace), str(mounts.inside)]))
     for _, _, op in sorted(ops, key=lambda o: (o[0], o[1])):

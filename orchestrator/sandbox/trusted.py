@@ -12,14 +12,16 @@ import contextlib
 import getpass
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import git_utils
+from .. import config, git_utils
 from ..exceptions import OctopoidError
 from ..tasks import Task
 from . import containment
-from .box import Box, bare_box, environment
-from .workspace import BroughtBack, Workspace, base_for
+from .box import Box, bare_box, environment, with_code
+from .setup import World
+from .workspace import BroughtBack, Workspace, base_for, setup_commands
 
 if TYPE_CHECKING:
     import git
@@ -35,19 +37,31 @@ class TrustedWorkspace(Workspace):
         base = self.base
         self.worktree = git_utils.ensure_worktree(repo, self.task.id, base)
         containment.settle_orphans()  # an earlier attempt's runner may have died unchecked
+        self.world = _world(cfg, setup_commands(agent, cfg), self.worktree)
+        self.values = {"OCTOPOID_WORKTREE": str(self.worktree), **self.world.env()}
         env = environment(
-            dict(os.environ), agent.get("env") or {}, self.task, self.token,
-            {"OCTOPOID_WORKTREE": str(self.worktree)}, sandboxed=False,
+            dict(os.environ), agent.get("env") or {}, self.task, self.token, self.values,
+            sandboxed=False,
         )  # fmt: skip
         self.committer = env["GIT_COMMITTER_EMAIL"]
         with git_utils.repo_admin_lock():
             self.start = git_utils.branch_tip(repo, git_utils.branch_for(self.task.id))
             self.snapshot = self._snapshot(repo)
-        self.box = bare_box(self.worktree, env, self.channel_host)
+        self.box = bare_box(self.worktree, with_code(env, self.worktree, self.worktree),
+                            self.channel_host)  # fmt: skip
+        self.services_at = (self.channel_host, self.channel_host)
+        self.box.services = self.world.service_argv(*self.services_at)
         self.banner = (
             f"[octopoid] sandbox: none; this agent runs as {getpass.getuser()} with that "
             "account's whole reach (it is trusted); containment of the repository is best effort"
         )
+
+    @contextlib.contextmanager
+    def setup_box(self) -> Iterator[Box]:
+        """The worktree itself, as the user, with the host's environment (never the
+        agent's ``env``) and network."""
+        env = environment(dict(os.environ), {}, self.task, self.token, self.values, False)
+        yield Box(self.worktree, self.worktree, with_code(env, self.worktree, self.worktree))
 
     def _snapshot(self, repo: git.Repo) -> containment.Snapshot:
         return containment.take(repo, self.task.id, self.task.attempts, self.start, self.committer)
@@ -83,17 +97,33 @@ class TrustedWorkspace(Workspace):
         the repository is snapshotted again for ``recheck``."""
         with git_utils.repo_admin_lock():
             self.snapshot = self._snapshot(git_utils.open_repo())
-        with checks_box(self.task, self.token) as box:
+        with checks_box(self.task, self.token, self.world) as box:
             yield box
 
 
 @contextlib.contextmanager
-def checks_box(task: Task, token: str) -> Iterator[Box]:
-    """`octopoid checks` with ``sandbox: none``: the task's worktree, as it is."""
+def checks_box(task: Task, token: str, world: World | None = None) -> Iterator[Box]:
+    """`octopoid checks` with ``sandbox: none``: the task's worktree, as it is (its set-up
+    ran there), with the attempt's ports and caches (``world``) or its own."""
     worktree = git_utils.worktree_for(task.id)
     if not (worktree / ".git").is_file():
         raise OctopoidError(f"{task.label} has no worktree (no attempt yet, or pruned)")
-    env = environment(
-        dict(os.environ), {}, task, token, {"OCTOPOID_WORKTREE": str(worktree)}, sandboxed=False
-    )
-    yield Box(worktree, worktree, env)
+    own = world is None
+    world = world or _world(config.load_config(), [], worktree)
+    try:
+        values = {"OCTOPOID_WORKTREE": str(worktree), **world.env()}
+        env = environment(dict(os.environ), {}, task, token, values, sandboxed=False)
+        box = Box(worktree, worktree, with_code(env, worktree, worktree))
+        box.services = world.service_argv(None, None)
+        yield box
+    finally:
+        if own:
+            world.close()
+
+
+def _world(cfg: dict, commands: list[str], worktree: Path) -> World:
+    """Without walls: the caches are the project's folders, pointed at by their tools'
+    variables; set-up's work stays in the worktree, which is kept between attempts."""
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    root = config.find_project_root()
+    return World(cfg, commands, root, worktree, sandboxed=False, trusted=True, home=home)

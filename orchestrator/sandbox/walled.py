@@ -15,26 +15,29 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import config, defaults, git_utils, netpolicy
-from ..exceptions import OctopoidError, SandboxError
-from ..fsutil import remove_tree
+from .. import config, defaults, git_utils, netpolicy, ports
+from ..exceptions import OctopoidError, SandboxError, SetupFailed
+from ..fsutil import TailBuffer, remove_tree
 from ..processes import owner_tag
+from ..redaction import Redactor, every_agent_env
 from ..tasks import Task
 from . import clone
 from .bounds import Bounds, ReadBackRefused, clone_growth, disk_use
-from .box import COMMITTER_NAME, Box, bwrap_box, environment, exposures
-from .bwrap import HIDDEN, Mounts, command_line, find_bwrap, probe
+from .box import COMMITTER_NAME, Box, bwrap_box, environment, exposures, with_code
+from .bwrap import CHANNEL_INSIDE, HIDDEN, Mounts, command_line, find_bwrap, probe
 from .proxy import NetworkProxy
-from .workspace import BroughtBack, Workspace, base_for, private_folder
+from .setup import World, run_commands
+from .workspace import BroughtBack, Workspace, base_for, private_folder, setup_commands
 
 if TYPE_CHECKING:
     import git
 
 CHECKS_PREFIX = ".checks-"
+PREVIEW_PREFIX = ".preview-"  # a preview's clone (preview/daemon.py)
 #: This machine's paths every box sees read-only (``os.pathsep``-separated), beside the
 #: project's ``sandbox.expose``: config.yaml is shared by every machine, a toolchain's
 #: place is not.
@@ -95,23 +98,39 @@ class WalledWorkspace(Workspace):
         self.clone_size = disk_use(self.clone_path, sys.maxsize)
         self.measured = time.monotonic()
         own = agent.get("sandbox") or {}
-        expose = [*cfg["sandbox"]["expose"], *(own.get("expose") or [])]
+        self.expose = [*cfg["sandbox"]["expose"], *(own.get("expose") or [])]
         root = config.find_project_root()
+        self.author = _author(repo)
+        host = {**os.environ, **(agent.get("env") or {})}
+        reviewed = repo.is_ancestor(self.start, base_sha)  # nothing of an agent's on it yet
+        self.world = World(
+            cfg, setup_commands(agent, cfg), root, self.clone_path, sandboxed=True,
+            trusted=reviewed, home=host.get("HOME") or os.path.expanduser("~"),
+        )  # fmt: skip
+        values = {"OCTOPOID_WORKTREE": str(root), **self.world.env()}
         env = environment(
-            dict(os.environ), agent.get("env") or {}, self.task, self.token,
-            {"OCTOPOID_WORKTREE": str(root)}, True, _author(repo),
+            dict(os.environ), agent.get("env") or {}, self.task, self.token, values, True,
+            self.author,
         )  # fmt: skip
         mode, allow = netpolicy.agent_network(agent, cfg, env)
         self.proxy = _proxy(self.channel_host, mode, allow)
+        shown = (*_read_only(needs, self.expose, repo), *self.world.read_only(root))
         self.box = bwrap_box(
-            self.bwrap, self.userns, self.clone_path, root, _hidden(),
-            _read_only(needs, expose, repo), env, self.channel_host,
-            network=mode, proxy=self.proxy,
+            self.bwrap, self.userns, self.clone_path, root, _hidden(), shown,
+            with_code(env, self.clone_path, root), self.channel_host, network=mode,
+            proxy=self.proxy,
         )  # fmt: skip
+        self.services_at = (self.channel_host, CHANNEL_INSIDE)
+        self.box.services = self.world.service_argv(*self.services_at)
         self.banner = (
             f"[octopoid] sandbox: bwrap; the agent works in its own clone (seen at {root}), "
             f"network {netpolicy.describe(mode, allow)}; octopoid only through its channel"
         )
+
+    def setup_box(self) -> contextlib.AbstractContextManager[Box]:
+        assert self.world is not None
+        shown = _read_only([], self.expose, git_utils.open_repo())
+        return _setup_box(self.task, self.token, self.author, self.clone_path, self.world, shown)
 
     def over_bounds(self) -> str | None:
         """The clone's growth on disk, measured every ``CLONE_CHECK_SECONDS``."""
@@ -161,7 +180,10 @@ class WalledWorkspace(Workspace):
         return BroughtBack(commits, [], [*remarks, *self.network_lines()], unreached=refused)
 
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
-        return checks_box(self.task, config.load_config(), self.token)
+        held = self.world.ports if self.world is not None else None
+        cfg = config.load_config()
+        network = netpolicy.checks_network(cfg)
+        return review_box(self.task, cfg, self.token, network, CHECKS_PREFIX, held, tick=self.tick)
 
     def close(self) -> None:
         super().close()
@@ -186,38 +208,109 @@ def _move_branch(repo: git.Repo, branch: str, sha: str) -> list[str]:
     return remarks
 
 
-@contextlib.contextmanager
-def checks_box(task: Task, cfg: dict, token: str) -> Iterator[Box]:
+def checks_box(
+    task: Task, cfg: dict, token: str, held: ports.PortRange | None = None
+) -> contextlib.AbstractContextManager[Box]:
     """A fresh clone of the task's branch in a box for its checks: their own network
     (``checks.network``: none unless it says), the project's ``sandbox.expose``, the
     host's environment without the agent's ``env`` (its keys are not the checks'), no
-    channel. Removed afterwards, with the network's proxy if they had one."""
+    channel; the workspace's set-up first, the attempt's ports (``held``) or its own."""
+    return review_box(task, cfg, token, netpolicy.checks_network(cfg), CHECKS_PREFIX, held)
+
+
+@contextlib.contextmanager
+def review_box(
+    task: Task, cfg: dict, token: str, network: tuple[str, list[str]], prefix: str,
+    held: ports.PortRange | None = None, folder: Path | None = None,
+    tick: Callable[[], None] = lambda: None,
+) -> Iterator[Box]:  # fmt: skip
+    """A fresh clone of the task's branch (``prefix`` names it in the worktrees folder), its
+    set-up run (caches read-only: the branch holds an agent's work), in a box with
+    ``network`` and ``folder`` (else one of its own, if it needs one) at /run/octopoid.
+    Removed afterwards, with the network's proxy if it had one. A failed set-up raises
+    ``SetupFailed`` with the set-up's output; ``tick`` is called while it runs (a claim's
+    renewal)."""
     bwrap, userns = _walls()
     repo = git_utils.open_repo()
     branch = git_utils.branch_for(task.id)
     if not git_utils.branch_exists(repo, branch):
         raise SandboxError(f"{task.label} has no branch {branch} to check (no attempt yet?)")
-    name = f"{CHECKS_PREFIX}{owner_tag()}-{secrets.token_hex(3)}-{task.label}"
-    path = config.get_worktrees_dir() / name
-    mode, allow = netpolicy.checks_network(cfg)
-    folder = private_folder() if mode == "allow" else None
-    proxy = None
+    path = config.get_worktrees_dir() / f"{prefix}{owner_tag()}-{secrets.token_hex(3)}-{task.label}"
+    mode, allow = network
+    own = private_folder() if folder is None else None
+    proxy, world = None, None
     try:
         clone.make(repo, task.id, task.branch, git_utils.branch_tip(repo, task.branch), path)
-        root = config.find_project_root()
+        root, author = config.find_project_root(), _author(repo)
+        world = World(
+            cfg, setup_commands(None, cfg), root, path, sandboxed=True, trusted=False,
+            home=os.environ.get("HOME") or os.path.expanduser("~"), held=held,
+        )  # fmt: skip
         read_only = _read_only([], cfg["sandbox"]["expose"], repo)
-        values = {"OCTOPOID_WORKTREE": str(root)}
-        env = environment(dict(os.environ), {}, task, token, values, True, _author(repo))
-        proxy = _proxy(folder, mode, allow)
-        yield bwrap_box(
-            bwrap, userns, path, root, _hidden(), read_only, env, None, network=mode, proxy=proxy
-        )
+        _set_up_before(task, token, author, path, world, read_only, cfg, tick)
+        values = {"OCTOPOID_WORKTREE": str(root), **world.env()}
+        env = environment(dict(os.environ), {}, task, token, values, True, author)
+        proxy = _proxy(own or folder, mode, allow)
+        box = bwrap_box(
+            bwrap, userns, path, root, _hidden(), (*read_only, *world.read_only(root)),
+            with_code(env, path, root), None, network=mode, proxy=proxy, folder=own or folder,
+        )  # fmt: skip
+        box.services = world.service_argv(own or folder, CHANNEL_INSIDE)  # type: ignore[arg-type]
+        yield box
     finally:
         if proxy is not None:
             proxy.close()
-        for leftover in (path, folder):
+        if world is not None:
+            world.close()
+        for leftover in (path, own):
             if leftover is not None:
                 remove_tree(leftover)
+
+
+def _set_up_before(
+    task: Task, token: str, author: tuple[str, str], path: Path, world: World,
+    read_only: tuple, cfg: dict, tick: Callable[[], None],
+) -> None:  # fmt: skip
+    """A review box's set-up, its output kept for ``SetupFailed`` (the checks' notes)."""
+    if not world.builds:
+        return
+    output = TailBuffer(cfg["notes"]["stdout_limit"], redact=Redactor({}, every_agent_env()))
+    with _setup_box(task, token, author, path, world, read_only) as box:
+        try:
+            run_commands(world, box, output, tick)
+        except SetupFailed as exc:
+            output.close()
+            raise SetupFailed(str(exc), output.text()) from None
+
+
+@contextlib.contextmanager
+def _setup_box(
+    task: Task, token: str, author: tuple[str, str], path: Path, world: World,
+    read_only: tuple,
+) -> Iterator[Box]:  # fmt: skip
+    """The box a set-up runs in: ``path`` (a clone) writable, the caches writable when the
+    set-up is trusted (``World.setup_mounts``), the set-up's own network
+    (``workspace.network``: allow unless it says), the host's environment (never an
+    agent's ``env``)."""
+    cfg = config.load_config()
+    bwrap, userns = _walls()
+    root = config.find_project_root()
+    mode, allow = netpolicy.setup_network(cfg)
+    folder = private_folder() if mode == "allow" else None
+    proxy = _proxy(folder, mode, allow)
+    shown, writable = world.setup_mounts(root)
+    values = {"OCTOPOID_WORKTREE": str(root), **world.env(setup=True)}
+    env = environment(dict(os.environ), {}, task, token, values, True, author)
+    try:
+        yield bwrap_box(
+            bwrap, userns, path, root, _hidden(), (*read_only, *shown),
+            with_code(env, path, root), None, network=mode, proxy=proxy, binds=writable,
+        )  # fmt: skip
+    finally:
+        if proxy is not None:
+            proxy.close()
+        if folder is not None:
+            remove_tree(folder)
 
 
 def _proxy(folder: Path | None, mode: str, allow: list[str]) -> NetworkProxy | None:

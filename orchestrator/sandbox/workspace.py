@@ -19,15 +19,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import catch_up, config, defaults, git_utils, task_tips
+from ..backends.process import run_process
 from ..catch_up import CaughtUp
-from ..exceptions import GitError, PushRefused, RemoteMoved
-from ..fsutil import remove_tree
+from ..exceptions import GitError, PushRefused, RemoteMoved, SetupFailed
+from ..fsutil import TailBuffer, remove_tree
 from ..processes import leftovers, owner_tag
 from ..tasks import Task
 from .box import Box, write_client
 from .channel import ChannelServer
+from .setup import World, run_commands
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .proxy import NetworkProxy
 
 PROMPT_FILE = "prompt.md"
@@ -75,6 +79,8 @@ class Workspace(ABC):
     banner: str  # the first line of the attempt's log: what walls there are
     proxy: NetworkProxy | None = None  # the box's way out with ``network: allow``
     caught_up: CaughtUp | None = None  # the branch was pushed to meanwhile: what was done
+    world: World | None = None  # its set-up, caches, ports and services (setup.py)
+    services_at: tuple[Path | None, Path | None]  # where their launcher goes; in the box
 
     def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
         self.task, self.token = task, token
@@ -83,6 +89,7 @@ class Workspace(ABC):
             self.channel_host, task.id, task.attempts, self._progress, str(agent.get("name"))
         ).start()
         self.progress: str | None = None
+        self.tick: Callable[[], None] = lambda: None  # the attempt's, once its set-up runs
         try:
             self._make(agent, cfg, needs)
         except BaseException:
@@ -93,6 +100,29 @@ class Workspace(ABC):
     def _make(self, agent: dict, cfg: dict, needs: list[str]) -> None:
         """Make the place to work and its ``box`` (and ``start``, ``base``, ``remote``,
         ``banner``)."""
+
+    @abstractmethod
+    def setup_box(self) -> contextlib.AbstractContextManager[Box]:
+        """The box the set-up's commands run in: the workspace, the set-up's network."""
+
+    def set_up(self, output: TailBuffer, on_tick: Callable[[], None]) -> None:
+        """Before the agent: the set-up's commands (unless their environment is cached),
+        then a test that the declared services start; their words go to ``output`` (the
+        attempt's log and notes), and ``SetupFailed`` says what failed."""
+        world, self.tick = self.world, on_tick  # the checks' set-up renews the claim too
+        assert world is not None
+        if world.builds:
+            with self.setup_box() as box:
+                try:
+                    run_commands(world, box, output, on_tick)
+                finally:
+                    for line in box.refusals():
+                        output.feed(f"[octopoid] set-up {line}\n".encode())
+        elif world.commands:
+            key = world.environment.key if world.environment else "?"
+            output.feed(f"[octopoid] set-up skipped: its environment {key} is cached\n".encode())
+        if world.services:
+            check_services(self.box, world, self.services_at, output, on_tick)
 
     def _progress(self, text: str) -> None:
         self.progress = text
@@ -182,6 +212,8 @@ class Workspace(ABC):
         self.channel.close()
         if self.proxy is not None:
             self.proxy.close()
+        if self.world is not None:
+            self.world.close()
         self._remove(self.channel_host)
 
     @staticmethod
@@ -190,6 +222,28 @@ class Workspace(ABC):
             remove_tree(path)
         except OSError as exc:
             print(f"octopoid runner: could not remove {path}: {exc}", file=sys.stderr)
+
+
+def check_services(
+    box: Box, world: World, at: tuple[Path | None, Path | None], output: TailBuffer,
+    on_tick: Callable[[], None],
+) -> None:  # fmt: skip
+    """Start the declared services in ``box`` once and stop them, before anything relies
+    on them: a service that never becomes ready is a set-up failure, said with its log."""
+    argv = [*box.prefix, *world.service_argv(*at, check=True), "true"]
+    done = run_process(argv, box.cwd, box.env, output, world.timeout, on_tick=on_tick)
+    if done.exit_code != 0 or done.timed_out:
+        why = done.start_error or f"exit status {done.exit_code}"
+        raise SetupFailed(f"set-up failed: a service did not start ({why})", output.text())
+    names = ", ".join(service["name"] for service in world.services)
+    output.feed(f"[octopoid] services ready: {names}\n".encode())
+
+
+def setup_commands(agent: dict | None, cfg: dict) -> list[str]:
+    """The set-up an attempt of ``agent`` runs: its own ``workspace.setup``, else the
+    project's."""
+    own = ((agent or {}).get("workspace") or {}).get("setup")
+    return list(own if own is not None else cfg["workspace"]["setup"])
 
 
 def private_folder() -> Path:

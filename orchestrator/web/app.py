@@ -28,7 +28,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import drafts, intake, plans, questions, queue_utils, recovery, review
+from .. import config, drafts, intake, plans, preview, questions, queue_utils, recovery, review
 from ..exceptions import (
     InvalidInput,
     InvalidTask,
@@ -39,6 +39,7 @@ from ..exceptions import (
 from ..tasks import PRIORITIES, TaskState, normalize_task_id
 from . import board, pages
 from .diffview import pygments_css
+from .previews import Doors
 from .security import TokenGate, csrf_for, same
 
 HERE = Path(__file__).parent
@@ -56,6 +57,9 @@ DONE = {
     "plan-approved": "Plan approved: its tasks are queued, each after the tasks it waits for.",
     "plan-discarded": "Plan discarded: nothing was queued.",
     "answered": "Answered: the answer is in its notes, and the task may run again.",
+    "preview-started": "Preview started: open it from the link beside the diff.",
+    "preview-starting": "The preview is still starting: reload this page in a moment.",
+    "preview-stopped": "Preview stopped.",
 }
 
 
@@ -67,7 +71,8 @@ def _status_of(exc: OctopoidError) -> int:
     return 409
 
 
-def create_app(token: str) -> Starlette:
+def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
+    doors = Doors(host)  # previews' ports, on the address this page listens on
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,
@@ -112,7 +117,29 @@ def create_app(token: str) -> Starlette:
             return render(request, "error.html", _status_of(exc), message=str(exc))
         done = DONE.get(request.query_params.get("done", ""))
         split = request.query_params.get("view") == "split"
-        return render(request, "task.html", status, page=page, done=done, error=error, split=split)
+        shown = _preview(request, page["task"], doors)
+        return render(
+            request, "task.html", status, page=page, done=done, error=error, split=split,
+            preview=shown,
+        )  # fmt: skip
+
+    async def preview_act(request: Request) -> Response:
+        """Start the task's preview (and open its door) or stop it."""
+        form = await form_of(request)
+        try:
+            task_id = normalize_task_id(request.path_params["task_id"])
+            if form.get("do") == "stop":
+                await run_in_threadpool(preview.stop, task_id)
+                await doors.closing(task_id)
+                return RedirectResponse(f"/tasks/TASK-{task_id}?done=preview-stopped", 303)
+            found = await run_in_threadpool(preview.start, task_id)
+        except OctopoidError as exc:
+            return await run_in_threadpool(task_page, request, _status_of(exc), str(exc))
+        if not found.ready:
+            return RedirectResponse(f"/tasks/TASK-{task_id}?done=preview-starting", 303)
+        doors.review = str(request.base_url)
+        await doors.opening(task_id, found.socket)
+        return RedirectResponse(f"/tasks/TASK-{task_id}?done=preview-started", 303)
 
     async def save_draft(request: Request) -> Response:
         """The page's draft review (JSON), kept for this reviewer; the answer is the draft
@@ -200,6 +227,7 @@ def create_app(token: str) -> Starlette:
         Route("/tasks/{task_id}", task_page),
         Route("/tasks/{task_id}/live.json", live),
         Route("/tasks/{task_id}/draft", save_draft, methods=["POST"]),
+        Route("/tasks/{task_id}/preview", preview_act, methods=["POST"]),
         Route("/tasks/{task_id}/{action}", act, methods=["POST"]),
         Route("/plans/{plan_id}/{action}", plan_act, methods=["POST"]),
         Route("/pygments.css", stylesheet),
@@ -207,7 +235,22 @@ def create_app(token: str) -> Starlette:
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={_Forbidden: _forbidden})
-    return TokenGate(app, token)  # type: ignore[return-value]
+    gate = TokenGate(app, token)
+    doors.sessions, doors.cookie = gate.sessions, gate.cookie  # a door signs in as the page
+    return gate  # type: ignore[return-value]
+
+
+def _preview(request: Request, task: Any, doors: Doors) -> dict[str, Any] | None:
+    """What the task page says of its preview: nothing without ``preview.command`` or
+    outside review; its link once its door is open; else how to start it."""
+    if not config.load_config()["preview"]["command"] or task.state is not TaskState.PROVISIONAL:
+        return None
+    found = preview.running(task.id)
+    port = doors.port_of(task.id) if found is not None and found.ready else None
+    host = request.url.hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    url = f"http://{host}:{port}/" if port else None
+    return {"url": url, "running": found is not None}
 
 
 class _Forbidden(Exception):

@@ -73,7 +73,7 @@ def serve(host: str, port: int, chosen: str | None, announce: Callable[[str], No
     if chosen is None:
         path = config.get_orchestrator_dir() / TOKEN_FILE
         chosen, where = write_new_token(path), f"the access token in {path}"
-    gate = create_app(chosen)
+    gate = create_app(chosen, host)
     assert isinstance(gate, TokenGate)  # create_app wraps its app in the gate
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     base = f"http://{shown}:{sock.getsockname()[1]}"
