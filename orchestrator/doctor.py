@@ -17,6 +17,7 @@ from . import (
     finishing,
     git_utils,
     netpolicy,
+    queue_utils,
     sandbox,
     stalls,
 )
@@ -116,12 +117,13 @@ def examine(rebuild: bool = False, now: datetime | None = None, repair: bool = F
     finishes what dead processes' journals left (the scheduler's sweep does it too)."""
     now = now or utcnow()
     store = get_store()
-    lines = [f"repaired {done}" for done in store.recover()]
+    repaired, rebuilt = queue_utils.repair_store(rebuild)
+    lines = [f"repaired {done}" for done in repaired]
     if repair:
         lines += [f"repaired {done}" for done in finishing.finish_interrupted()]
     lines += _unfinished()
-    if rebuild:
-        lines.append(f"rebuilt the claim index and usage ledger from {store.rebuild()} tasks")
+    if rebuilt is not None:
+        lines.append(f"rebuilt the claim index and usage ledger from {rebuilt} tasks")
     problem = config.problem()
     if problem:
         lines.append(f"{problem} (nothing is claimed until it is fixed)")

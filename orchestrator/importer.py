@@ -214,7 +214,7 @@ def _import_one(
         report.problems.append(f"{label}: could not be mapped ({exc}); not imported")
         return
     _write_notes(task, target, notes, reviews, report)  # first: a rerun after a crash redoes it
-    store.add(task, target)
+    queue_utils.add_task(task, target)
     report.imported.append(f"{label}: {found.state} -> {target.value}")
 
 

@@ -666,6 +666,36 @@ def record_merge(task: Task | str, sha: str, actor: str, onto: str) -> Task:
     return _update_in(task, S.PROVISIONAL, merged)
 
 
+def add_task(task: Task, state: TaskState = S.INCOMING) -> Task:
+    """A task made elsewhere under its own id (an imported issue, an older octopoid's
+    file) added in ``state``; ``IllegalTransition`` if the id is taken meanwhile."""
+    return get_store().add(task, state)
+
+
+def rewrite_waiting(task: Task | str, change: Callable[[Task], None]) -> Task:
+    """Rewrite a task still waiting in incoming (its issue was edited before work began);
+    ``IllegalTransition`` if it was claimed meanwhile."""
+    return _update_in(task, S.INCOMING, change)
+
+
+def record_from_forge(task: Task | str, state: TaskState, change: Callable[[Task], None]) -> Task:
+    """What the forge learned of a task in ``state`` written on it (its pull request, what
+    was said there, the branch's new tip); ``IllegalTransition`` if it left ``state``."""
+    return _update_in(task, state, change)
+
+
+def repair_store(rebuild: bool = False) -> tuple[list[str], int | None]:
+    """The store's own repairs (half-done moves of dead processes), and with ``rebuild`` its
+    indexes made again from the tasks: what was repaired, how many tasks were read."""
+    store = get_store()
+    return store.recover(), (store.rebuild() if rebuild else None)
+
+
+def sweep_store(now: datetime) -> int:
+    """The store's housekeeping (expired holds and leftovers of dead processes)."""
+    return get_store().sweep(now)
+
+
 def _refuse_if_merged(task: Task) -> None:
     if task.headers.get("MERGED"):
         raise IllegalTransition(

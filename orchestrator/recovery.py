@@ -56,7 +56,7 @@ def reap_expired_claims(
         recovered = recover_dead_claim(task, why, max_attempts, now)
         if recovered is not None:
             reaped.append((recovered, recovered.state))
-    queue_utils.get_store().sweep(now)
+    queue_utils.sweep_store(now)
     _clean_notes_of_finished_tasks()
     return reaped
 

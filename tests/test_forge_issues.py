@@ -5,6 +5,7 @@ verdicts of pull requests."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -92,3 +93,41 @@ def test_an_intake_the_forge_refuses_does_not_stop_the_verdicts_of_pull_requests
     done = poller.poll_once(connect())
     assert done[0].startswith("intake failed: ") and "422" in done[0]
     assert f"TASK-{task_id}: CI failed (build)" in done[1:]
+
+
+def test_which_tasks_came_from_issues_and_what_each_was_told_is_in_the_stores_records(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    number, task_id = imported(forge, "remembered by the store")
+    poller.poll_once(connect())  # told: started? not yet; tracked all the same
+    records = q.get_store().records
+    tracked = records.read(f"{issues.TRACKED}/{task_id}")
+    assert tracked is not None and tracked.value["issue"] == number
+    assert records.read(f"{issues.SINCE}/octopoid") is not None
+    assert [p.name for p in issues.folder().iterdir()] == [".lock"]  # nothing else here
+    in_review(task_id)
+    poller.poll_once(connect())
+    said = records.read(f"{issues.TRACKED}/{task_id}").value["said"]
+    assert "started" in said and any(s.startswith("pull-request-") for s in said)
+
+
+def test_an_older_octopoids_issue_registry_is_moved_into_the_records_and_says_nothing_twice(
+    forge: Driver,  # noqa: F811
+    forged: Path,  # noqa: F811
+) -> None:
+    number, task_id = imported(forge, "told before the upgrade")
+    in_review(task_id)
+    poller.poll_once(connect())
+    told = markers(forge, number)
+    records = q.get_store().records
+    entry = records.read(f"{issues.TRACKED}/{task_id}").value
+    since = records.read(f"{issues.SINCE}/octopoid").value["since"]
+    for key in list(records.list("forge")):  # as an older octopoid left it: in a file
+        records.delete(key)
+    old = {"since": {"octopoid": since}, "tasks": {task_id: entry}}
+    (issues.folder() / "issues.json").write_text(json.dumps(old))
+    poller.poll_once(connect())
+    assert not (issues.folder() / "issues.json").exists()
+    assert records.read(f"{issues.TRACKED}/{task_id}").value["said"] == entry["said"]
+    assert markers(forge, number) == told  # nothing said twice

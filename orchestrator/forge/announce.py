@@ -56,7 +56,7 @@ def attempt(forge: Forge, task: Task, number: int, web_url: str | None) -> str |
         if reached and seen.asked:
             _ask_again(forge, task, number, seen.asked)
     seen.told, seen.asked = task.attempts, []
-    queue_utils.get_store().update(task.id, state, seen.write)
+    queue_utils.record_from_forge(task, state, seen.write)
     return f"told #{number} of attempt {task.attempts}" if told else None
 
 
@@ -83,7 +83,7 @@ def stale(forge: Forge, task: Task, number: int, approvals: list[Review], head: 
         seen.write(t)
         t.add_event(utcnow(), TaskState.PROVISIONAL.value, "octopoid", why)
 
-    queue_utils.get_store().update(task.id, TaskState.PROVISIONAL, change)
+    queue_utils.record_from_forge(task, TaskState.PROVISIONAL, change)
     return f"approvals of an earlier head, said on #{number}"
 
 

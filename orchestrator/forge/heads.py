@@ -69,4 +69,4 @@ def _record(task: Task, tip: str, event: str) -> None:
         if event:
             t.add_event(utcnow(), TaskState.PROVISIONAL.value, "octopoid", event)
 
-    queue_utils.get_store().update(task.id, TaskState.PROVISIONAL, change)
+    queue_utils.record_from_forge(task, TaskState.PROVISIONAL, change)

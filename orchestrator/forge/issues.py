@@ -6,24 +6,26 @@ died half-way and ran again, cannot make a second task: the store refuses an id 
 in any folder. An issue edited before its task started rewrites the task; one closed before
 it started cancels it (``close --wont-do``). After the start, the task is octopoid's.
 
-``runtime/forge/issues.json`` remembers which tasks came from issues (so a poll reads only
-those) and what octopoid has said on each. A comment carries a hidden marker
-(``text.marker``), and before posting octopoid looks for it among the issue's comments, so a
-lost registry or a poll killed after posting never says a thing twice.
+The store's records remember, on every machine, which tasks came from issues
+(``forge/issues/<task>``: its issue, what octopoid has said on it; so a poll reads only
+those) and how far each label's listing reached (``forge/since/<label>``). A comment
+carries a hidden marker (``text.marker``), and before posting octopoid looks for it among
+the issue's comments, so a lost record or a poll killed after posting (on this machine or
+another) never says a thing twice.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .. import config, intake, queue_utils, review
+from .. import adopt, config, intake, queue_utils, review
 from ..exceptions import IllegalTransition, InvalidTask, LostRace, TaskBusy
-from ..fsutil import atomic_write, read_json_object
+from ..fsutil import read_json_object
 from ..locks import holding
+from ..store.records import Records, key_part
 from ..tasks import Task, TaskState, format_time, new_task, parse_time, task_label
 from . import Forge, Issue, text
 
@@ -38,12 +40,28 @@ SINCE_OVERLAP = 60
 MAX_CHAIN = 100
 
 
+TRACKED = "forge/issues"  # records: a task imported from an issue, and what it was told
+SINCE = "forge/since"  # records: how far a label's last listing reached, in the forge's time
+
+
 def folder() -> Path:
+    """This machine's forge folder: the lock that keeps its polls one at a time."""
     return config.get_orchestrator_dir() / "forge"
 
 
-def _registry() -> Path:
-    return folder() / "issues.json"
+def _records() -> Records:
+    """The store's records, with an older octopoid's ``forge/issues.json`` moved in."""
+    records = adopt.store().records
+    old = folder() / "issues.json"
+    if old.exists():
+        registry = read_json_object(old)
+        for label, since in registry.get("since", {}).items():
+            records.update(f"{SINCE}/{key_part(label)}", lambda v, s=since: v or {"since": s})
+        for task_id, entry in registry.get("tasks", {}).items():
+            if isinstance(entry, dict) and "issue" in entry and not entry.get("over"):
+                records.update(f"{TRACKED}/{task_id}", lambda v, e=entry: v or e)
+        old.unlink()
+    return records
 
 
 def task_id_for(kind: str, number: int) -> str:
@@ -62,26 +80,32 @@ def intake_issues(forge: Forge, label: str, *, new: bool = True) -> list[str]:
     so GitHub answers it from its ETag with a 304 that costs no rate limit."""
     folder().mkdir(parents=True, exist_ok=True)
     with holding(folder() / ".lock"):
-        registry = read_json_object(_registry())
-        since = registry.get("since", {}).get(label)
+        records = _records()
+        reached = f"{SINCE}/{key_part(label)}"
+        found = records.read(reached)
+        since = found.value.get("since") if found else None
         listed = {issue.number: issue for issue in forge.issues(label, since)}
         done: list[str] = []
         making: set[int] = set()
         for number in sorted(listed):
-            done += _take(forge, listed[number], listed, registry, new, making)
+            done += _take(forge, listed[number], listed, records, new, making)
         stamps = [parse_time(i.updated_at) for i in listed.values() if i.updated_at]
         if stamps:
-            since = max(stamps) - timedelta(seconds=SINCE_OVERLAP)
-            registry.setdefault("since", {})[label] = format_time(since)
-        _save(registry)
+            newest = format_time(max(stamps) - timedelta(seconds=SINCE_OVERLAP))
+            records.update(reached, lambda v: {"since": max(newest, (v or {}).get("since", ""))})
     return done
+
+
+def _track(records: Records, task_id: str, number: int) -> None:
+    """Remember that ``task_id`` came from issue ``number`` (kept if it is already)."""
+    records.update(f"{TRACKED}/{task_id}", lambda v: v or {"issue": number, "said": []})
 
 
 def _take(
     forge: Forge,
     issue: Issue,
     listed: dict[int, Issue],
-    registry: dict[str, Any],
+    records: Records,
     new: bool,
     making: set[int],
     depth: int = 0,
@@ -90,7 +114,7 @@ def _take(
     store = queue_utils.get_store()
     state = store.locate(task_id)
     if state is not None:
-        return _follow(forge, issue, task_id, state, registry)
+        return _follow(forge, issue, task_id, state, records)
     if not new or issue.state != "open" or issue.number in making:
         return []
     making.add(issue.number)
@@ -99,7 +123,7 @@ def _take(
     for number in made.blockers:
         deep = depth >= MAX_CHAIN  # a hostile chain of issues: no deeper recursion
         if number in listed and listed[number].state == "open" and not deep:
-            done += _take(forge, listed[number], listed, registry, new, making, depth + 1)
+            done += _take(forge, listed[number], listed, records, new, making, depth + 1)
         blocker = task_id_for(forge.kind, number)  # a cycle's last edge finds none: left out
         if store.locate(blocker) not in (None, TaskState.QUARANTINE):
             blockers.append(blocker)
@@ -125,22 +149,21 @@ def _take(
     task.set_header("ISSUE_NUMBER", issue.number)
     task.set_header("ISSUE_URL", text.clean(issue.url))
     try:
-        store.add(task, TaskState.INCOMING)
+        queue_utils.add_task(task)
     except IllegalTransition:  # another intake made it a moment ago
         return done
-    registry.setdefault("tasks", {})[task_id] = {"issue": issue.number, "said": []}
+    _track(records, task_id, issue.number)
     return [*done, f"{task_label(task_id)}: imported from issue #{issue.number}"]
 
 
 def _follow(
-    forge: Forge, issue: Issue, task_id: str, state: TaskState, registry: dict[str, Any]
+    forge: Forge, issue: Issue, task_id: str, state: TaskState, records: Records
 ) -> list[str]:
     """An imported issue changed: before its task started, an edit rewrites the task and a
     close cancels it; after, the task is left alone."""
-    tracked = registry.setdefault("tasks", {})
     if state in (TaskState.DONE, TaskState.QUARANTINE):
         return []
-    tracked.setdefault(task_id, {"issue": issue.number, "said": []})
+    _track(records, task_id, issue.number)
     task = queue_utils.get_task(task_id)
     if state is not TaskState.INCOMING or task.attempts > 0:
         return []
@@ -153,9 +176,7 @@ def _follow(
         made = text.from_issue(issue.number, issue.url, issue.title, issue.body, issue.labels)
         fresh = new_task(task_id, made.title, context=made.context, criteria=made.criteria)
         if _differs(task, fresh, made.priority):  # timestamps may not tell: they are seconds
-            queue_utils.get_store().update(
-                task_id, TaskState.INCOMING, lambda t: _rewrite(t, fresh, made.priority)
-            )
+            queue_utils.rewrite_waiting(task_id, lambda t: _rewrite(t, fresh, made.priority))
             return [f"{task_label(task_id)}: rewritten from its edited issue"]
     except (IllegalTransition, LostRace, TaskBusy, InvalidTask) as exc:  # claimed meanwhile
         log.info("%s: issue #%d changed, task left as it is: %s", task_id, issue.number, exc)
@@ -181,15 +202,22 @@ def tell_issues(forge: Forge) -> list[str]:
     done, failed. One line per comment posted."""
     folder().mkdir(parents=True, exist_ok=True)
     with holding(folder() / ".lock"):
-        registry = read_json_object(_registry())
+        records = _records()
         done = []
-        for task_id, entry in sorted(registry.get("tasks", {}).items()):
-            done += _tell(forge, task_id, entry)
-        registry["tasks"] = {
-            k: v for k, v in registry.get("tasks", {}).items() if not v.get("over")
-        }
-        _save(registry)
+        for key, found in records.list(TRACKED).items():
+            task_id, entry = key.rpartition("/")[2], dict(found.value)
+            try:
+                done += _tell(forge, task_id, entry)
+            finally:  # what was posted is remembered even if a later comment failed
+                records.update(key, lambda v, e=entry: _told(v, e))
     return done
+
+
+def _told(found: dict[str, Any] | None, entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The record after a tell: what any machine has said, together; gone once it is over."""
+    if found is None or entry.get("over"):
+        return None
+    return {**found, "said": sorted(set(found.get("said", [])) | set(entry.get("said", [])))}
 
 
 def _tell(forge: Forge, task_id: str, entry: dict[str, Any]) -> list[str]:
@@ -254,7 +282,3 @@ def _due(task: Task, state: TaskState) -> list[tuple[str, str]]:
         failures = sum(dst in ("failed", "rejected") for _, dst in task.moves())
         due.append((f"failed-{failures}", why))
     return due
-
-
-def _save(registry: dict[str, Any]) -> None:
-    atomic_write(_registry(), json.dumps(registry, indent=1, sort_keys=True))

@@ -109,7 +109,7 @@ def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
         t.drop_header(CLOSED_HEADER)
 
     log.info("%s: pull request #%d (%s) by %s", task.label, pull.number, pull.url, actor)
-    return queue_utils.get_store().update(task.id, TaskState.PROVISIONAL, record)
+    return queue_utils.record_from_forge(task, TaskState.PROVISIONAL, record)
 
 
 def poll(forge: Forge) -> list[str]:
