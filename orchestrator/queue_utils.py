@@ -69,7 +69,6 @@ __all__ = [
     "NOTES_STDOUT_LIMIT",
     "accept_completion",
     "attempts_left",
-    "claim_breakdown_task",
     "claim_task",
     "cleanup_task_notes",
     "complete_task",
@@ -368,26 +367,54 @@ def claim_task(
     role_filter: str | None = None,
     agent_name: str = "agent",
     *,
+    source: TaskState = S.INCOMING,
+    task: Task | str | None = None,
+    reason: str | None = None,
     lease_seconds: int | None = None,
     pid: int | None = None,
     now: datetime | None = None,
 ) -> Task | None:
-    """Claim the next eligible incoming task for ``agent_name``, with a lease; None if none.
+    """The one claim, with a lease, a fresh ``CLAIM_TOKEN`` and this process (or ``pid``) as
+    its owner; None if nothing is there to claim.
 
-    The claim gets a fresh ``CLAIM_TOKEN`` and names this process (or ``pid``) as owner.
+    - the next eligible task waiting in incoming for ``role_filter`` (an implementer's);
+    - with ``source`` breakdown, the oldest task there (a breakdown agent's:
+      ``PHASE: breakdown``);
+    - with ``task``, that task from ``source`` (a planner's carrying task, whose role no
+      scheduler claims): ``IllegalTransition`` if it is not there.
     """
     now = now or utcnow()
     seconds = lease_seconds or config.load_agents()["lease_seconds"]
     headers = lease_headers(agent_name, ProcessId.of(pid), now, seconds, new_token())
+    breakdown = source is S.BREAKDOWN
 
     def change(t: Task) -> None:
         t.set_header("ATTEMPTS", t.attempts + 1)
         for key, value in headers.items():
             t.set_header(key, value)
-        t.drop_header("NOT_BEFORE", "STARTED_AT", "DEADLINE", "PHASE")
-        t.add_history(now, S.INCOMING.value, S.CLAIMED.value, agent_name, f"attempt {t.attempts}")
+        t.drop_header("STARTED_AT", "DEADLINE", *(() if breakdown else ("NOT_BEFORE", "PHASE")))
+        if breakdown:
+            t.set_header("BREAKDOWN_ATTEMPTS", int(t.headers.get("BREAKDOWN_ATTEMPTS") or 0) + 1)
+            t.set_header("PHASE", "breakdown")
+        why = reason or ("to break down" if breakdown else f"attempt {t.attempts}")
+        t.add_history(now, source.value, S.CLAIMED.value, agent_name, why)
 
-    return get_store().claim(role_filter, change, now)
+    store = get_store()
+    if task is not None:
+        try:
+            return store.move(_id(task), source, S.CLAIMED, change)
+        except LostRace:
+            raise IllegalTransition(
+                f"{task_label(_id(task))} is no longer in {source.value}: not claimed"
+            ) from None
+    if not breakdown:
+        return store.claim(role_filter, change, now)
+    for candidate in store.list(S.BREAKDOWN):
+        try:
+            return store.move(candidate.id, S.BREAKDOWN, S.CLAIMED, change)
+        except (LostRace, TaskParseError):
+            continue  # another breakdown agent took it, or it was unreadable (quarantined)
+    return None
 
 
 def renew_lease(
@@ -1026,27 +1053,6 @@ def rewire_blocker(task: Task | str, old_id: str, new_id: str, actor: str) -> Ta
     return _update_in(task, S.INCOMING, rewire)
 
 
-def claim_by_id(
-    task: Task | str,
-    agent_name: str,
-    reason: str,
-    *,
-    lease_seconds: int | None = None,
-    pid: int | None = None,
-    now: datetime | None = None,
-) -> Task:
-    """incoming -> claimed for one named task (a planner's carrying task, whose role no
-    scheduler claims): a fresh token, owned by this process (or ``pid``), like any claim."""
-    now = now or utcnow()
-    seconds = lease_seconds or config.load_agents()["lease_seconds"]
-    headers = lease_headers(agent_name, ProcessId.of(pid), now, seconds, new_token())
-    return _transition(
-        task, [S.INCOMING], S.CLAIMED, agent_name, reason, now, headers,
-        ("NOT_BEFORE", "STARTED_AT", "DEADLINE", "PHASE"),
-        lambda t: t.set_header("ATTEMPTS", t.attempts + 1),
-    )  # fmt: skip
-
-
 #: ``NOT_BEFORE`` of a task waiting for an answer: no claim reaches it; the answer lifts it
 NEVER = "9999-12-31T00:00:00Z"
 QUESTION_HOLD = ("QUESTION", "NOT_BEFORE")
@@ -1110,39 +1116,6 @@ def reject_proposal(task: Task | str, reason: str, rejected_by: str = "human") -
         drop_headers=("PROPOSED_SPLIT", "SUBMITTED_AT"),
         edit=drop,
     )
-
-
-def claim_breakdown_task(
-    agent_name: str,
-    *,
-    lease_seconds: int | None = None,
-    pid: int | None = None,
-    now: datetime | None = None,
-) -> Task | None:
-    """breakdown -> claimed for a breakdown agent (``PHASE: breakdown``); None if none waits.
-
-    Oldest first; the claim is fenced and owned exactly like an implementation claim.
-    """
-    now = now or utcnow()
-    seconds = lease_seconds or config.load_agents()["lease_seconds"]
-    headers = lease_headers(agent_name, ProcessId.of(pid), now, seconds, new_token())
-
-    def change(t: Task) -> None:
-        t.set_header("ATTEMPTS", t.attempts + 1)
-        t.set_header("BREAKDOWN_ATTEMPTS", int(t.headers.get("BREAKDOWN_ATTEMPTS") or 0) + 1)
-        t.set_header("PHASE", "breakdown")
-        for key, value in headers.items():
-            t.set_header(key, value)
-        t.drop_header("STARTED_AT", "DEADLINE")
-        t.add_history(now, S.BREAKDOWN.value, S.CLAIMED.value, agent_name, "to break down")
-
-    store = get_store()
-    for candidate in store.list(S.BREAKDOWN):
-        try:
-            return store.move(candidate.id, S.BREAKDOWN, S.CLAIMED, change)
-        except (LostRace, TaskParseError):
-            continue  # another breakdown agent took it, or it was unreadable (quarantined)
-    return None
 
 
 def quarantine_file(path: Path, reason: str) -> Path:

@@ -305,8 +305,12 @@ class Scheduler:
     def _claim_for(agent: dict, lease_seconds: int, now: datetime | None) -> Task | None:
         """Breakdown agents take burned-out tasks from breakdown/; others, their role's."""
         if agent["role"] == stalls.BREAKDOWN_ROLE:
-            return queue_utils.claim_breakdown_task(
-                agent["name"], lease_seconds=lease_seconds, now=now
+            return queue_utils.claim_task(
+                None,
+                agent["name"],
+                source=TaskState.BREAKDOWN,
+                lease_seconds=lease_seconds,
+                now=now,
             )
         return queue_utils.claim_task(
             agent["role"], agent["name"], lease_seconds=lease_seconds, now=now

@@ -42,7 +42,9 @@ def breakdown_agent(git_project: Path, monkeypatch):
 
     def run(answer: str = "three"):
         monkeypatch.setenv("OCTO_TEST_ANSWER", answer)
-        return run_claimed(q.claim_breakdown_task("bd-1"), "bd-1")
+        return run_claimed(
+            q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="bd-1"), "bd-1"
+        )
 
     return run
 
@@ -125,7 +127,9 @@ def test_an_anthropic_agent_can_break_a_task_down(git_project, monkeypatch):
             "agents:\n  - name: bd-api\n    role: breakdown\n    backend: anthropic\n"
             f"    model: claude-sonnet-4-6\n    base_url: {api.base_url}\n"
         )
-        report = run_claimed(q.claim_breakdown_task("bd-api"), "bd-api")
+        report = run_claimed(
+            q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="bd-api"), "bd-api"
+        )
         prompt = api.requests[0]["messages"][0]["content"]
     assert "BURNED-OUT-CLUE" in str(prompt) and "```subtasks" in str(prompt)
     assert report.next_state == "done"
@@ -156,7 +160,9 @@ def test_a_held_proposal_waits_for_approve_and_reject_sends_it_back(breakdown_ag
 
 def test_a_breakdown_claim_given_back_returns_to_breakdown(breakdown_agent):
     tid, _ = burned_out()
-    q.claim_breakdown_task("bd-1", pid=exited_pid(), lease_seconds=10)
+    q.claim_task(
+        None, source=TaskState.BREAKDOWN, agent_name="bd-1", pid=exited_pid(), lease_seconds=10
+    )
     reaped = recovery.reap_expired_claims(now=utcnow() + timedelta(seconds=11))
     assert [(t.id, s) for t, s in reaped] == [(tid, S.BREAKDOWN)]
     assert "PHASE" not in q.get_task(tid).headers
@@ -219,7 +225,7 @@ def test_a_split_killed_half_way_is_finished_once(breakdown_agent, git_project, 
     split of the same task again continues the journal instead of making its own."""
     tid, dependant = burned_out()
     other = q.create_task("after both", blocked_by=[tid, dependant]).id
-    claimed = q.claim_breakdown_task("bd-1")
+    claimed = q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="bd-1")
     killed_split(git_project, tid)
     assert q.get_store().journals.get(breakdown.SPLIT, f"TASK-{tid}") is not None
     if who == "sweep":

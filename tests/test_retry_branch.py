@@ -82,8 +82,9 @@ def test_starting_over_twice_keeps_both_old_tips(git_project):
 CLAIMER = """
 import sys
 from orchestrator import queue_utils as q
+from orchestrator.tasks import TaskState
 print("ready", flush=True)
-task = q.claim_breakdown_task("breaker")
+task = q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="breaker")
 print(task.label if task else "nothing", flush=True)
 """
 

@@ -153,7 +153,7 @@ def test_an_accept_killed_on_a_after_its_merge_is_finished_by_b_s_sweep(team: Ma
 def test_a_split_killed_half_way_on_a_is_finished_once_by_b_s_sweep(team: Machines) -> None:
     team.on("a")
     tid, dependant = burned_out()
-    q.claim_breakdown_task("bd-1")
+    q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="bd-1")
     killed_split(team.roots["a"], tid)
     assert q.get_store().journals.get(breakdown.SPLIT, f"TASK-{tid}") is not None
     agent_status.set_paused(True)  # on a, so b's pass sweeps without claiming the subtasks

@@ -459,7 +459,7 @@ def test_a_proposed_split_is_shown_and_approved_from_its_page(git_project, web, 
     (git_project / ".octopoid/config.yaml").write_text("breakdown:\n  approve: true\n")
     tid, _ = burned_out()
     monkeypatch.setenv("OCTO_TEST_ANSWER", "three")
-    run_claimed(q.claim_breakdown_task("bd-1"), "bd-1")
+    run_claimed(q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="bd-1"), "bd-1")
     client = Client(web.base)
     client.login(web.token)
     _, _, page = client.request(f"/tasks/TASK-{tid}")

@@ -104,7 +104,11 @@ def _carrying_task(goal: str, agent_name: str, lease_seconds: int, branch: str) 
     task = queue_utils.create_task(
         title, role=PLANNING_ROLE, context=goal, criteria=criteria, branch=branch
     )
-    return queue_utils.claim_by_id(task, agent_name, "plan", lease_seconds=lease_seconds)
+    claimed = queue_utils.claim_task(
+        None, agent_name, task=task, reason="plan", lease_seconds=lease_seconds
+    )
+    assert claimed is not None  # made a moment ago by this process: only it knows the id
+    return claimed
 
 
 def _run(
