@@ -33,11 +33,9 @@ from pathlib import Path
 from . import (
     agent_status,
     budgets,
-    bytecode,
     config,
     defaults,
     finishing,
-    forge,
     queue_utils,
     recovery,
     sandbox,
@@ -50,15 +48,13 @@ from .fsutil import atomic_write
 from .leases import claim_token
 from .notify import Alerts
 from .processes import (
-    TASK_ENV,
-    TOKEN_ENV,
     adopted_children,
     become_subreaper,
     kill_claim_processes,
     reap,
     signal_group,
 )
-from .roles.base import deadline_seconds
+from .roles.base import RUNNER, deadline_seconds, runner_env
 from .scheduler_control import (
     RUNNER_STOP_SECONDS,
     lock_file,
@@ -327,15 +323,7 @@ class Scheduler:
         """Start the attempt's runner; if it cannot start, give the claim back at once."""
         log_dir = config.get_logs_dir() / task.label
         token = claim_token(task)
-        env = bytecode.runner_env(  # where bytecode is off for the user, on for runners
-            dict(
-                forge.without_token(os.environ),  # the forge's token is the poller's alone
-                OCTOPOID_ROOT=str(self.root),
-                **{TOKEN_ENV: token, TASK_ENV: task.label},
-                **{config.DATABASE_WAIT_ENV: str(defaults.RUNNER_DATABASE_WAIT_SECONDS)},
-            ),
-            bytecode.cache_dir(),
-        )
+        env = runner_env(self.root, task, token)
         try:
             log_dir.mkdir(parents=True, exist_ok=True)
             proc, how = self._spawn([task.id, agent["name"]], env, log_dir / "runner.log")
@@ -388,7 +376,7 @@ class Scheduler:
                 self._close_forkserver()
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.roles.implementer", *args],
+                [sys.executable, *RUNNER, *args],
                 cwd=self.root,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -20,7 +20,7 @@ from orchestrator.exceptions import ConfigError, IllegalTransition, InvalidInput
 from orchestrator.roles import breakdown, planner
 from orchestrator.tasks import TaskState
 
-from .conftest import HELPERS, child_env
+from .conftest import HELPERS, child_env, set_config
 
 S = TaskState
 GOAL = "GOAL-CLUE: let people export their data"
@@ -379,3 +379,25 @@ def test_a_running_planner_s_task_is_not_requeued_into_a_dead_end(git_project: P
     with pytest.raises(IllegalTransition, match="run `octopoid plan` again"):
         recovery.requeue_running(carrier.id, "by hand")
     assert q.get_task(carrier.id).state is S.CLAIMED
+
+
+def test_a_planner_runs_as_every_attempt_does_with_its_memory_and_its_budget(planned) -> None:
+    """The one attempt runner runs the planner: its prompt carries the project's memory, and
+    an agent whose day's budget is spent starts no attempt (the carrying task says why)."""
+    from orchestrator import agent_status
+    from orchestrator.memory.store import open_memory
+
+    memory = open_memory()
+    memory.write_note("MEMORY-CLUE: exports are written by src/export.py", pinned=True)
+    memory.close()
+    planner.plan_goal(GOAL)
+    [carrier] = q.list_tasks(S.DONE)
+    prompt = (config.get_logs_dir() / carrier.label / "attempt-1.prompt.md").read_text()
+    assert "## Relevant Memory" in prompt and "MEMORY-CLUE" in prompt
+    assert agent_status.day_records(config.load_agents())["planner"]["attempts_today"] == 1
+
+    set_config(planned, budgets={"agent_daily": {"seconds": 0}})
+    with pytest.raises(InvalidTask, match="no attempt started") as refused:
+        planner.plan_goal(GOAL)
+    carrier = q.get_task(str(refused.value).split("octopoid notes TASK-")[1].split("`")[0])
+    assert carrier.state is S.FAILED and "spent its budget today" in carrier.headers["ERROR"]

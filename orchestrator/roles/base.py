@@ -5,13 +5,18 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from types import FrameType
 
-from .. import defaults, queue_utils
+from .. import bytecode, config, defaults, forge, queue_utils
 from ..exceptions import LostClaim, OctopoidError, StorageError
+from ..processes import TASK_ENV, TOKEN_ENV
 from ..recovery import STOP_SIGNAL
 from ..tasks import Task
 from . import checks
+
+#: How every attempt runs: one runner process per attempt, whatever its role
+RUNNER = ("-m", "orchestrator.roles.implementer")
 
 
 class Terminated(OctopoidError):
@@ -93,6 +98,19 @@ def deadline_seconds(agent: dict, task: Task, cfg: dict) -> float:
     setup = bool(own if own is not None else cfg["workspace"]["setup"])
     setups = setup * (1 + bool(from_checks)) * cfg["workspace"]["timeout_seconds"]
     return agent["timeout_seconds"] + from_checks + setups + defaults.RUNNER_DEADLINE_GRACE_SECONDS
+
+
+def runner_env(root: Path, task: Task, token: str) -> dict[str, str]:
+    """The environment a runner starts with: this one without the forge's token (the
+    poller's alone), the project, the claim it takes over, and bytecode where runners
+    keep it."""
+    env = dict(
+        forge.without_token(os.environ),
+        OCTOPOID_ROOT=str(root),
+        **{TOKEN_ENV: token, TASK_ENV: task.label},
+        **{config.DATABASE_WAIT_ENV: str(defaults.RUNNER_DATABASE_WAIT_SECONDS)},
+    )
+    return bytecode.runner_env(env, bytecode.cache_dir())
 
 
 def find_agent(agents_cfg: dict, name: str) -> dict:

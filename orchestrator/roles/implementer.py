@@ -1,4 +1,5 @@
-"""One attempt of one task: workspace, prompt, agent, notes, then the task's next state.
+"""One attempt of one task, whatever its role (an implementer's, a breakdown agent's, a
+planner's): workspace, prompt, agent, notes, then the task's next state.
 
 The workspace and its walls come from ``sandbox`` (``prepare``); this module only decides.
 Runs as its own process (``python -m orchestrator.roles.implementer TASK AGENT``, with the
@@ -73,6 +74,7 @@ from ..sandbox.bounds import ReadBackRefused
 from ..sandbox.workspace import BroughtBack, Workspace
 from ..task_notes import add_notes_section, stdout_log_path
 from ..tasks import (
+    PLANNING_ROLE,
     TIP_HEADER,
     Task,
     TaskState,
@@ -81,7 +83,7 @@ from ..tasks import (
     task_label,
     utcnow,
 )
-from . import breakdown, checks
+from . import breakdown, checks, planner
 from .base import (
     Claim,
     Terminated,
@@ -175,7 +177,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
             if why:
                 result.details["no_change"] = why
         _save_notes(task, agent_name, result, commits, output, log_dir)
-        if space is not None:
+        if space is not None and task.role != PLANNING_ROLE:  # a plan is its answer
             _publish(task, space, commits, result)
     try:
         report = _next_move(task, agent, agents_cfg, cfg, claim, result, commits, space, log_dir)
@@ -187,6 +189,9 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     finally:
         if space is not None:
             space.close()
+        if task.role == PLANNING_ROLE:  # nothing of its workspace is kept, nor its branch
+            with contextlib.suppress(OctopoidError):
+                git_utils.remove_worktree(git_utils.open_repo(), task.id)
     agent_status.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd,
         tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
@@ -272,6 +277,10 @@ def _next_move(
         return _out_of_budget(task, spent, f"the attempt stopped at {spent.named()}")
     if task.headers.get("PHASE") == "breakdown":
         return _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
+    if task.role == PLANNING_ROLE:
+        drafted = space.channel.plan if space is not None else None
+        state, why = planner.settle(task, claim.token, drafted, result, log_dir)
+        return _report(task, result, commits, state, why)
     if result.details.get("stop") is None and space is not None:
         asked = _asked(task, result, commits, space)
         if asked is not None:
@@ -481,6 +490,9 @@ def _work(
     lifecycle.seed_task_notes(task)
     if task.headers.get("PHASE") == "breakdown":
         role, howto = "breakdown", breakdown.ANSWER_FORMAT
+    elif task.role == PLANNING_ROLE:  # its drafting tools fill the plan, for this attempt
+        role, howto = planner.PLAN_ROLE, planner.ANSWER_FORMAT
+        space.channel.plan = planner.draft_for(task)
     else:
         role, howto = task.role, f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}"
     memory, branch = _memory_block(task, cfg), _branch_block(task, space)

@@ -1,35 +1,32 @@
 """The planner role: a goal drafted into a plan of dependent tasks by an agent.
 
-``octopoid plan "goal"`` runs an agent with ``role: plan`` (any backend) once, the way an
-attempt runs: a task carries the run (title ``Plan: ...``, the goal as its context) so the
-claim, its lease, the sandbox's workspace and channel, the notes and the log are the
-queue's own. That task's role is ``planning``, which no agent has: the scheduler never
-claims it; this process claims it by id. The agent drafts with the channel's MCP tools
-``draft_task`` and ``draft_dependency`` (each checked as it comes), or answers with one
-```plan block (the breakdown's format, with priority, role and blockers named by
-position); ``plans`` checks it and stores it as a draft for a person to review. The
-carrying task ends in done with ``PLAN: PLAN-<n>``, or in failed with why the plan was
-refused (the answer is in its notes).
+``octopoid plan "goal"`` runs an agent with ``role: plan`` (any backend) once, as every
+attempt runs: a task carries the run (title ``Plan: ...``, the goal as its context), this
+process claims it by id, and the one attempt runner (``implementer``, in a process of its
+own) takes the claim over, so its lease, budget, sandbox, channel, memory, notes and log
+are the queue's own. That task's role is ``planning``, which no agent has: the scheduler
+never claims it. The agent drafts with the channel's MCP tools ``draft_task`` and
+``draft_dependency`` (each checked as it comes), or answers with one ```plan block (the
+breakdown's format, with priority, role and blockers named by position); ``settle`` checks
+it and stores it as a draft for a person to review. The carrying task ends in done with
+``PLAN: PLAN-<n>``, or in failed with why the plan was refused (the answer is in its notes).
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
+import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
-from .. import agent_status, config, git_utils, plans, queue_utils, sandbox
-from ..backends import AgentRequest, AgentResult, get_backend
+from .. import config, plans, queue_utils, sandbox
+from ..backends import AgentResult
 from ..exceptions import ConfigError, InvalidTask, OctopoidError, SandboxError
-from ..fsutil import TailBuffer, atomic_write
 from ..leases import claim_token
-from ..processes import kill_claim_processes
-from ..prompts import build_prompt
-from ..redaction import Redactor, every_agent_env, hide_also
-from ..tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, one_line
+from ..tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, TaskState, one_line
 from . import breakdown
-from .base import Claim, deadline_seconds
-from .implementer import attempt_log_dir, instructions_for
+from .base import RUNNER, runner_env
 
 PLAN_ROLE = "plan"  # agents.yaml: an agent with this role drafts plans
 TITLE_CHARS = 120  # of the goal, in the carrying task's title
@@ -73,28 +70,45 @@ def plan_agent(agents_cfg: dict, name: str | None = None) -> dict:
 def plan_goal(goal: str, agent_name: str | None = None, branch: str = DEFAULT_BRANCH) -> plans.Plan:
     """Run the planner on ``goal`` and store its answer as a draft plan; ``InvalidTask``
     (the plan refused, with why) or another ``OctopoidError`` if there is none."""
-    agents_cfg, cfg = config.load_agents(), config.load_config()
+    agents_cfg = config.load_agents()
     agent = plan_agent(agents_cfg, agent_name)
-    hide_also(agent.get("env") or {})  # History, ERROR and the log hide them, as an attempt's
     if (why := sandbox.problem()) is not None:
         raise SandboxError(why)
     task = _carrying_task(goal, agent["name"], agents_cfg["lease_seconds"], branch)
-    claim = Claim(task.id, claim_token(task), agents_cfg["lease_seconds"])
-    task = claim.take_over(deadline_seconds(agent, task, cfg))
-    log = attempt_log_dir(task.id) / f"attempt-{task.attempts}.log"
-    drafted = plans.draft(goal, branch, planned_by=f"{agent['name']} ({task.label})")
-    started = time.monotonic()
+    said = _run_attempt(task, agent["name"])
+    task = queue_utils.get_task(task.id)
+    if plan_id := task.headers.get("PLAN"):
+        return plans.load(plan_id)
+    if task.state is TaskState.INCOMING:  # given back (a budget's day spent): no one claims it
+        queue_utils.fail_task(task, said or "the planner's attempt was given back")
+        task = queue_utils.get_task(task.id)
+    why = task.headers.get("ERROR") or said or "the planner did not finish"
+    raise InvalidTask(f"{why} (the planner's answer: `octopoid notes {task.label}`)")
+
+
+def _run_attempt(task: Task, agent_name: str) -> str:
+    """The attempt, run by the runner every attempt runs in, in a session of its own (a
+    Ctrl-C here stops it as a scheduler's shutdown does: its notes are kept); what it said
+    of its end."""
+    root = config.find_project_root()
+    argv = [sys.executable, *RUNNER, task.id, agent_name]
+    env = runner_env(root, task, claim_token(task))
+    with subprocess.Popen(
+        argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    ) as runner:  # fmt: skip
+        try:
+            out, err = runner.communicate()
+        except KeyboardInterrupt:
+            runner.send_signal(signal.SIGTERM)
+            runner.communicate()
+            raise
+    if runner.returncode != 0:
+        raise OctopoidError(err.strip().splitlines()[-1] if err.strip() else "the runner failed")
     try:
-        result = _run(task, agent, cfg, claim, log, drafted)
-    except BaseException:  # Ctrl-C: the carrying task must not wait for a reaper
-        with contextlib.suppress(OctopoidError):
-            queue_utils.fail_task(task, "the planning was interrupted", token=claim.token)
-        raise
-    agent_status.record_attempt(  # the planner's spend counts in its agent's day, as any
-        agent["name"], task.label, result.outcome, result.turns, result.cost_usd,
-        tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
-    )  # fmt: skip
-    return _settle(task, drafted, result, log)
+        return str(json.loads(out.strip().splitlines()[-1])["reason"])
+    except (ValueError, IndexError, KeyError, TypeError):
+        return ""
 
 
 def _carrying_task(goal: str, agent_name: str, lease_seconds: int, branch: str) -> Task:
@@ -111,73 +125,32 @@ def _carrying_task(goal: str, agent_name: str, lease_seconds: int, branch: str) 
     return claimed
 
 
-def _run(
-    task: Task, agent: dict, cfg: dict, claim: Claim, log: Path, drafted: plans.Plan
-) -> AgentResult:
-    """The agent's run in its workspace; its output (redacted) in ``log``; what it drafts
-    with the channel's draft_task and draft_dependency tools goes into ``drafted``. What
-    it committed is not kept: a plan is its answer, not a branch."""
-    output = TailBuffer(
-        cfg["notes"]["stdout_limit"],
-        log,
-        cfg["notes"]["log_cap_bytes"],
-        Redactor(agent_env=every_agent_env()),
-    )
-    backend, space = get_backend(agent["backend"]), None
-    result = AgentResult(None, "error", summary="the planner did not start")
-    try:
-        space = sandbox.prepare(task, agent, cfg, claim.token, backend.needs(agent))
-        space.channel.plan = drafted  # the drafting tools, for this attempt only
-        output.feed(f"{space.banner}\n".encode())
-        prompt = build_prompt(instructions_for(PLAN_ROLE), task, howto=ANSWER_FORMAT)
-        atomic_write(log.with_suffix(".prompt.md"), prompt)
-        request = AgentRequest(
-            task_id=task.label,
-            prompt=prompt,
-            prompt_file=space.write_prompt(prompt),
-            box=space.box,
-            options=agent,
-            timeout_seconds=agent["timeout_seconds"],
-            max_turns=agent["max_turns"],
-            max_budget_usd=agent.get("max_budget_usd"),
-            on_tick=claim.tick,
-            channel=space.channel,
-        )
-        space.box.env["OCTOPOID_PROMPT_FILE"] = str(request.prompt_file)
-        result = backend.run(request, output)
-    except OctopoidError as exc:
-        result = AgentResult(None, "error", summary=str(exc))
-    finally:
-        kill_claim_processes(claim.token)  # nothing the planner started outlives it
-        if space is not None:
-            space.bring_back()
-            for line in space.network_lines():  # what its network refused, in its notes
-                output.feed(f"[octopoid] {line}\n".encode())
-            space.close()
-            with contextlib.suppress(OctopoidError):
-                git_utils.remove_worktree(git_utils.open_repo(), task.id)
-        output.close()
-    queue_utils.save_task_notes(
-        task.id, agent["name"], output.text(), 0, result.turns, attempt=task.attempts
-    )
-    return result
+def draft_for(task: Task) -> plans.Plan:
+    """The empty plan a planner's attempt drafts into: its carrying task's goal."""
+    by = f"{task.headers.get('CLAIMED_BY', 'planner')} ({task.label})"
+    return plans.draft(task.context, task.branch, planned_by=by)
 
 
-def _settle(task: Task, drafted: plans.Plan, result: AgentResult, log: Path) -> plans.Plan:
+def settle(
+    task: Task, token: str, drafted: plans.Plan | None, result: AgentResult, log_dir: Path
+) -> tuple[str, str]:
     """The drafted tasks (by the tools, or else the answer's ```plan block) as a stored
-    draft plan and the carrying task done; or failed, and why."""
-    token = claim_token(task)
+    draft plan and the carrying task done; or failed, and why: (its state, why)."""
+    if result.details.get("stop") == "LostClaim":
+        return "(not ours any more)", result.summary
+    drafted = drafted or draft_for(task)
     try:
         if result.outcome != "success":
             raise InvalidTask(f"the planner did not finish: {result.outcome}: {result.summary}")
         if drafted.tasks:
             plans.validate(drafted)
         else:
-            drafted = plans.from_answer(drafted, breakdown.answer_text(log))
+            answer = breakdown.answer_text(log_dir / f"attempt-{task.attempts}.log")
+            drafted = plans.from_answer(drafted, answer)
         plan = plans.add(drafted)
     except InvalidTask as exc:
         why = f"the plan was refused: {exc}"
         queue_utils.fail_task(task, why, token=token)
-        raise InvalidTask(f"{why} (the planner's answer: `octopoid notes {task.label}`)") from None
+        return TaskState.FAILED.value, why
     queue_utils.complete_task(task, f"drafted {plan.id}", token=token, headers={"PLAN": plan.id})
-    return plan
+    return TaskState.DONE.value, f"drafted {plan.id}"
