@@ -171,13 +171,9 @@ def _transition(
     """
     task_id, now, token = _id(task), now or utcnow(), _token(task, token)
     store = get_store()
-    src = _locate(task_id)
     allowed = tuple(allowed)
-    if src not in allowed:
-        wanted = " or ".join(s.value for s in allowed)
-        raise IllegalTransition(
-            f"{task_label(task_id)} is in {src.value}, not {wanted}; cannot move it to {dst.value}"
-        )
+    # one source: the move itself finds out (no lookup first: a round trip on PostgreSQL)
+    src = allowed[0] if len(allowed) == 1 else _located_in(task_id, allowed, dst)
 
     def change(t: Task) -> None:
         check_token(t, token)
@@ -196,11 +192,24 @@ def _transition(
         else:
             moved = store.move(task_id, src, dst, change)
     except LostRace:
+        _located_in(task_id, allowed, dst)  # not there (any more): says where it is
         if token is not None:
             raise LostClaim(f"{task_label(task_id)} left claimed: the claim is not yours") from None
         raise IllegalTransition(f"{task_label(task_id)} was moved by another process") from None
     assert moved is not None  # no guard given
     return moved
+
+
+def _located_in(task_id: str, allowed: tuple[TaskState, ...], dst: TaskState) -> TaskState:
+    """Where the task is, if that is one of ``allowed``; ``TaskNotFound`` or
+    ``IllegalTransition`` (saying where it is) if not."""
+    src = _locate(task_id)
+    if src not in allowed:
+        wanted = " or ".join(s.value for s in allowed)
+        raise IllegalTransition(
+            f"{task_label(task_id)} is in {src.value}, not {wanted}; cannot move it to {dst.value}"
+        )
+    return src
 
 
 def _update_claim(task: Task | str, change: Callable[[Task], None], token: str | None) -> Task:

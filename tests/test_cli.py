@@ -422,6 +422,7 @@ NEEDS_ALSO = {
     "requeue": [],
     "approve": [],
     "answer": ["the answer"],
+    "preview": [],
     "memory show": [],
     "memory promote": [],
 }

@@ -86,10 +86,10 @@ def start(task_id: str, wait: float | None = None) -> Running:
     stops before it answers; still starting after the wait: returned not ``ready``."""
     from .. import queue_utils
 
+    task = queue_utils.get_task(task_id)  # an unknown task is that first (exit 3)
     cfg = config.load_config()
     if not cfg["preview"]["command"]:
         raise InvalidInput("config.yaml has no preview.command: nothing serves a preview")
-    task = queue_utils.get_task(task_id)
     if task.state is not TaskState.PROVISIONAL:
         raise InvalidInput(
             f"{task.label} is not in review ({task.state.value}): a preview serves the "
