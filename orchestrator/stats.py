@@ -44,23 +44,31 @@ def all_cells(store: QueueStore | None = None) -> Cells:
 
 
 def _done_cells(store: QueueStore) -> Cells:
-    """The done tasks' cells, the cache brought up to date first: extended by the tasks
-    done since it was written, or rebuilt when one it counted left done (pruned, by hand)."""
+    """The done tasks' cells, the summary brought up to date first: as kept while done holds
+    as many tasks and the same newest one; extended by the tasks done since it was written;
+    rebuilt from every done task when neither holds (one was pruned, or moved by hand)."""
     records = store.records
     found = records.read(CACHE_KEY)
-    done_ids = set(store.ids(TaskState.DONE))
     value = found.value if found is not None else {}
-    kept = set(value.get("ids", "").split(",")) - {""}
-    cells = value.get("cells", {})
-    if value.get("format") != CACHE_FORMAT or not kept <= done_ids:
-        kept, cells = set(), {}
-    fresh = done_ids - kept
-    if fresh or found is None:
-        for task_id in sorted(fresh):
-            merge(cells, task_cells(store.get(task_id)))
-        value = {"format": CACHE_FORMAT, "ids": ",".join(sorted(done_ids)), "cells": cells}
-        with contextlib.suppress(RecordChanged):  # another process did it now: ours is as good
-            records.write(CACHE_KEY, value, None if found is None else found.version)
+    count = store.count(TaskState.DONE)
+    kept = value.get("count", 0) if value.get("format") == CACHE_FORMAT else -1
+    newest = store.recent(TaskState.DONE, max(count - kept, 0) + 1)
+    if kept == count and newest[:1] == ([value["newest"]] if count else []):
+        return value.get("cells", {})
+    if 0 <= kept < count and newest[-1:] == [value.get("newest")]:
+        cells, fresh = value["cells"], newest[:-1]
+    else:
+        cells, fresh = {}, store.ids(TaskState.DONE)
+    for task_id in fresh:
+        merge(cells, task_cells(store.get(task_id)))
+    value = {
+        "format": CACHE_FORMAT,
+        "count": count,
+        "newest": (newest or [None])[0],
+        "cells": cells,
+    }
+    with contextlib.suppress(RecordChanged):  # another process did it now: ours is as good
+        records.write(CACHE_KEY, value, None if found is None else found.version)
     return cells
 
 
