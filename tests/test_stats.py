@@ -173,3 +173,15 @@ def test_done_tasks_are_summed_once_and_the_cache_follows_new_ones(project: Path
 def test_bad_options_say_what_is_wanted_without_a_traceback(project: Path, args, said):
     out = run(*args, code=2)
     assert said in out
+
+
+def test_stats_page_draws_the_figures_and_refuses_a_bad_week(client) -> None:
+    scripted_history()
+    status, _, page = client.request("/stats")
+    assert status == 200
+    assert page.count("<svg") == 5 and '<a href="/?group=done"><rect' in page
+    assert "accepted of reviewed (3 of 4)" in page
+    status, _, page = client.request("/stats?agent=impl-2&week=2026-W47")
+    assert status == 200 and "accepted of reviewed (1 of 2)" in page
+    status, _, page = client.request("/stats?week=W48")
+    assert status == 400 and "--week takes an ISO week" in page
