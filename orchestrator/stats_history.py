@@ -55,7 +55,10 @@ def parse_line(text: str) -> Line | None:
     if what.startswith("in "):
         return Line(moment, "", what[3:], who, why)
     src, arrow, dst = what.partition(" → ")
-    return Line(moment, src, dst, who, why) if arrow else None
+    if not arrow:
+        return None
+    # ``claimed → claimed``: a check's result as older versions wrote it, an event
+    return Line(moment, "" if src == dst else src, dst, who, why)
 
 
 def week_of(moment: datetime) -> str:

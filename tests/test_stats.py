@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from orchestrator import agent_status, stats
 from orchestrator import queue_utils as q
 from orchestrator.cli import cli
+from orchestrator.stats_history import failed_commands, task_cells
+from orchestrator.tasks import new_task
 
 T0 = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)  # a Monday: ISO week 2026-W47
 CHECK_FAILED = "checks: 1 passed, 1 failed ({} after 2.0s); 1 commit kept on the branch"
@@ -185,3 +187,20 @@ def test_stats_page_draws_the_figures_and_refuses_a_bad_week(client) -> None:
     assert status == 200 and "accepted of reviewed (1 of 2)" in page
     status, _, page = client.request("/stats?week=W48")
     assert status == 400 and "--week takes an ISO week" in page
+
+
+def test_an_older_check_line_is_an_event_and_failed_commands_are_read_whole() -> None:
+    task = new_task("9", "old history", now=at(0))
+    task.add_history(at(1), "incoming", "claimed", "impl-1", "attempt 1")
+    failed = "checks: 0 passed, 2 failed (make test, lint after 1.0s, pytest -q after 2.0s)"
+    task.add_history(at(2), "claimed", "incoming", "impl-1", failed)
+    task.add_history(at(3), "incoming", "claimed", "impl-1", "attempt 2")
+    for cmd in ("make test, lint", "pytest -q"):  # as older versions wrote a check's result
+        task.add_history(at(4), "claimed", "claimed", "checks", f"check `{cmd}` passed (1.0s)")
+    task.add_history(at(5), "claimed", "provisional", "impl-1", "1 commit, 3 turns")
+    found = stats.figures(task_cells(task).values())
+    assert found["attempts"] == 2
+    assert found["retry_effect"]["after_check"] == {
+        "attempts": 1, "accepted": 0, "rate": 0.0, "fixed": 1, "fixed_rate": 1.0
+    }  # fmt: skip
+    assert failed_commands("a, b after 1.0s, c after 2.5s), more") == ["a, b", "c"]
