@@ -17,11 +17,11 @@ from datetime import date, datetime
 from typing import Any
 
 from . import agent_status
-from .exceptions import InvalidInput, RecordChanged
+from .exceptions import InvalidInput, RecordChanged, TaskNotFound
 from .queue_utils import get_store
 from .stats_history import AFTER, NO_AGENT, Cells, merge, task_cells, week_of
 from .store import QueueStore
-from .tasks import TaskState, parse_time
+from .tasks import Task, TaskState, parse_time
 
 CACHE_KEY = "stats/done"
 CACHE_FORMAT = 1  # bumped when what a cell holds changes: an older cache is rebuilt
@@ -38,9 +38,20 @@ def all_cells(store: QueueStore | None = None) -> Cells:
     store = store or get_store()
     cells = _done_cells(store)
     for state in LIVE:
-        for task in store.list(state):
+        for task in _tried(store) if state is TaskState.INCOMING else store.list(state):
             merge(cells, task_cells(task))
     return cells
+
+
+def _tried(store: QueueStore) -> Iterable[Task]:
+    """The waiting tasks that had an attempt (the index says which): one never tried has
+    nothing to count, and a big queue is not read task by task."""
+    for row in store.waiting():
+        if row.attempts:
+            with contextlib.suppress(TaskNotFound):  # gone since the index was read
+                task = store.get(row.id)
+                if task.state is TaskState.INCOMING:  # else counted where it is now
+                    yield task
 
 
 def _done_cells(store: QueueStore) -> Cells:
