@@ -16,15 +16,15 @@ from collections.abc import Iterable
 from datetime import date, datetime
 from typing import Any
 
-from . import agent_status
-from .exceptions import InvalidInput, RecordChanged, TaskNotFound
+from . import agent_status, config
+from .exceptions import ConfigError, InvalidInput, RecordChanged, TaskNotFound
 from .queue_utils import get_store
 from .stats_history import AFTER, NO_AGENT, Cells, merge, task_cells, week_of
 from .store import QueueStore
 from .tasks import Task, TaskState, parse_time
 
 CACHE_KEY = "stats/done"
-CACHE_FORMAT = 1  # bumped when what a cell holds changes: an older cache is rebuilt
+CACHE_FORMAT = 2  # bumped when what a cell holds changes: an older cache is rebuilt
 WEEK_RE = re.compile(r"([0-9]{4})-W([0-9]{2})")
 #: Not in a cell: the live states, read at every question.
 LIVE = [s for s in TaskState if s not in (TaskState.DONE, TaskState.QUARANTINE)]
@@ -174,7 +174,9 @@ def _retry_effect(n: dict[str, float]) -> dict[str, dict[str, Any]]:
 
 
 def _cost(n: dict[str, float], s: dict[str, float]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {
+        "cost_per_rejection": _ratio(s.get("rejected_cost", 0), n.get("rejected_with_cost", 0))
+    }
     for what in ("accepted", "unaccepted"):
         out[f"{what}_tasks"] = int(n.get(f"{what}_tasks", 0))
         for name in ("cost", "tokens"):
@@ -209,7 +211,10 @@ def report(
     week, for the cells the options select; and the breaker's pauses."""
     since_week = parse_since(since) if since else None
     one_week = parse_week(week) if week else None
-    cells = select(all_cells(store), agent, since_week, one_week)
+    every = all_cells(store)
+    if agent is not None:
+        _check_agent(agent, every)
+    cells = select(every, agent, since_week, one_week)
     groups: dict[str, dict[str, list]] = {"agent": {}, "role": {}, "week": {}}
     for key, cell in cells.items():
         cell_week, cell_agent, role = key.split("|", 2)
@@ -224,6 +229,16 @@ def report(
         "by_week": {k: figures(v) for k, v in sorted(groups["week"].items())},
         "breaker_pauses": pauses,
     }
+
+
+def _check_agent(agent: str, cells: Cells) -> None:
+    """Refuse an agent that neither agents.yaml nor any History names (a typo)."""
+    known = {key.split("|", 2)[1] for key in cells} - {NO_AGENT}
+    with contextlib.suppress(ConfigError):
+        known |= {a["name"] for a in config.load_agents()["agents"]}
+    if agent not in known:
+        names = ", ".join(sorted(known)) or "none yet"
+        raise InvalidInput(f"no agent {agent!r} in agents.yaml or in any History (agents: {names})")
 
 
 def breaker_pauses(

@@ -22,6 +22,7 @@ NO_AGENT = "-"  # a task closed before any attempt
 #: ``checks: 1 passed, 2 failed (pytest -q after 3.2s, ruff after 0.1s)``.
 FAILED_CHECKS_RE = re.compile(r"checks: \d+ passed, \d+ failed \((.*)")
 FAILED_ONE_RE = re.compile(r"(.+?) after [0-9.]+s(, |\))")
+SUBMIT_COST_RE = re.compile(r"^[0-9]+ commits?, [0-9]+ turns, \$([0-9.]+)")
 PASSED_CHECK_RE = re.compile(r"check `(.*)` passed \(")
 #: What a retry may follow: nothing (a first attempt), a failed check, a rejection.
 AFTER = ("first", "after_check", "after_reject")
@@ -98,6 +99,7 @@ class _Attempt:
     after: str
     number: int
     passed: set[str] = field(default_factory=set)
+    cost: float | None = None  # what its submit says it cost (``..., $0.42``)
 
 
 @dataclass
@@ -170,6 +172,8 @@ def _left_claimed(walk: _Walk, line: Line) -> None:
             wait = int((line.time - walk.created).total_seconds())
             walk.put(line.time, "v", "first_review_seconds", max(wait, 0))
         walk.reviewed = True
+        if attempt is not None and (spent := SUBMIT_COST_RE.search(reason)):
+            attempt.cost = float(spent.group(1))
         if attempt and attempt.after == "after_check" and set(walk.failed_checks) <= attempt.passed:
             walk.put(line.time, "n", "after_check_fixed")
         return
@@ -220,6 +224,9 @@ def _reviewed(walk: _Walk, line: Line) -> None:
     elif line.dst == S.INCOMING.value:
         walk.put(line.time, "n", "rejected")
         walk.last_end = "after_reject"
+        if attempt is not None and attempt.cost is not None:
+            walk.put(line.time, "n", "rejected_with_cost")
+            walk.put(line.time, "s", "rejected_cost", attempt.cost)
         if reason.startswith("forge: "):
             for name, said in (("ci_sent_back", "CI failed"), ("reviews_sent_back", "changes")):
                 if said in reason:

@@ -109,6 +109,7 @@ PROJECT = {
         "after_reject": {"attempts": 1, "accepted": 1, "rate": 1.0},
     },
     "cost": {
+        "cost_per_rejection": 0.1,
         "accepted_tasks": 3,
         "cost_per_accepted": 0.8333,
         "tokens_per_accepted": 1733.3333,
@@ -170,6 +171,7 @@ def test_done_tasks_are_summed_once_and_the_cache_follows_new_ones(project: Path
         (["--week", "2026-48"], "--week takes an ISO week such as 2026-W48"),
         (["--week", "2026-W54"], "--week takes an ISO week"),
         (["--since", "last tuesday"], "--since takes a date such as 2026-11-01"),
+        (["--agent", "imp-1"], "no agent 'imp-1' in agents.yaml or in any History"),
     ],
 )
 def test_bad_options_say_what_is_wanted_without_a_traceback(project: Path, args, said):
