@@ -17,7 +17,7 @@ from datetime import date, datetime
 from typing import Any
 
 from . import agent_status, config
-from .exceptions import ConfigError, InvalidInput, RecordChanged, TaskNotFound
+from .exceptions import ConfigError, InvalidInput, RecordChanged, TaskNotFound, TaskParseError
 from .queue_utils import get_store
 from .stats_history import AFTER, NO_AGENT, Cells, merge, task_cells, week_of
 from .store import QueueStore
@@ -46,12 +46,16 @@ def all_cells(store: QueueStore | None = None) -> Cells:
 def _tried(store: QueueStore) -> Iterable[Task]:
     """The waiting tasks that had an attempt (the index says which): one never tried has
     nothing to count, and a big queue is not read task by task."""
-    for row in store.waiting():
-        if row.attempts:
-            with contextlib.suppress(TaskNotFound):  # gone since the index was read
-                task = store.get(row.id)
-                if task.state is TaskState.INCOMING:  # else counted where it is now
-                    yield task
+    tried = [row.id for row in store.waiting() if row.attempts]
+    return [t for t in _readable(store, tried) if t.state is TaskState.INCOMING]  # else: moved
+
+
+def _readable(store: QueueStore, task_ids: Iterable[str]) -> Iterable[Task]:
+    """The tasks that can be read (one gone since it was listed, or quarantined as
+    unreadable, counts for nothing)."""
+    for task_id in task_ids:
+        with contextlib.suppress(TaskNotFound, TaskParseError):
+            yield store.get(task_id)
 
 
 def _done_cells(store: QueueStore) -> Cells:
@@ -70,8 +74,8 @@ def _done_cells(store: QueueStore) -> Cells:
         cells, fresh = value["cells"], newest[:-1]
     else:
         cells, fresh = {}, store.ids(TaskState.DONE)
-    for task_id in fresh:
-        merge(cells, task_cells(store.get(task_id)))
+    for task in _readable(store, fresh):
+        merge(cells, task_cells(task))
     for cell in cells.values():
         for values in cell["v"].values():
             values.sort()  # sorted runs: summing cells then sorts in near-linear time
