@@ -97,7 +97,6 @@ def merge(into: Cells, more: Cells) -> None:
 class _Attempt:
     agent: str
     after: str
-    number: int
     passed: set[str] = field(default_factory=set)
     cost: float | None = None  # what its submit says it cost (``..., $0.42``)
 
@@ -159,7 +158,7 @@ def _step(walk: _Walk, line: Line) -> None:
 
 def _claimed(walk: _Walk, line: Line) -> None:
     walk.attempts += 1
-    walk.attempt = _Attempt(line.actor, walk.last_end, walk.attempts)
+    walk.attempt = _Attempt(line.actor, walk.last_end)
     walk.put(line.time, "n", "attempts")
     walk.put(line.time, "n", walk.last_end)
 
