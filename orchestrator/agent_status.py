@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from . import adopt, config, defaults, netpolicy, queue_utils
 from .exceptions import ConfigError, InvalidInput
@@ -151,7 +152,18 @@ def _count_systemic(
     retry = timedelta(seconds=defaults.BREAKER_RETRY_SECONDS)
     hold = Hold(BREAKER, why, now + retry if cause in PASSING_CAUSES else None, format_time(now))
     data["hold"] = hold.as_record()
+    kept = [*data.get("pauses", []), {"since": hold.since, "cause": cause}]
+    data["pauses"] = kept[-defaults.BREAKER_PAUSES_KEPT :]  # over time, for `octopoid stats`
     return hold
+
+
+def pause_history() -> list[dict[str, str]]:
+    """Every breaker pause the agents' records keep (agent, since, cause), oldest first."""
+    found = []
+    for key, record in _records().list(SYSTEM).items():
+        agent = unquote(key.partition("/")[2])
+        found += [{"agent": agent, **one} for one in record.value.get("pauses", []) if agent]
+    return sorted(found, key=lambda one: one["since"])
 
 
 def pause_until(

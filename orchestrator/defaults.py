@@ -59,6 +59,9 @@ BREAKER_THRESHOLD = 3
 #: unreachable API); the others wait for a person (`octopoid resume --agent`).
 BREAKER_RETRY_SECONDS = 3600
 
+#: Breaker pauses an agent's record keeps for `octopoid stats` (about a year's at one a day).
+BREAKER_PAUSES_KEPT = 400
+
 #: Tries of a record's read-change-write before giving up: each lost try means another
 #: writer succeeded, so many in a row only happen under a storm of writers to one key.
 RECORD_UPDATE_TRIES = 200

@@ -37,7 +37,7 @@ from ..exceptions import (
     TaskNotFound,
 )
 from ..tasks import PRIORITIES, TaskState, normalize_task_id
-from . import board, pages
+from . import board, pages, stats_page
 from .diffview import pygments_css
 from .previews import Doors
 from .security import TokenGate, csrf_for, same
@@ -103,6 +103,13 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
 
     def index(request: Request) -> Response:
         return board_page(request)
+
+    def stats_view(request: Request) -> Response:
+        try:
+            found = stats_page.page(request.query_params)
+        except OctopoidError as exc:
+            return render(request, "error.html", _status_of(exc), message=str(exc))
+        return render(request, "stats.html", page=found)
 
     def board_fragment(request: Request) -> Response:
         return render(request, "_board.html", board=board.board(request.query_params))
@@ -223,6 +230,7 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
     routes = [
         Route("/", index),
         Route("/board", board_fragment),
+        Route("/stats", stats_view),
         Route("/enqueue", enqueue, methods=["POST"]),
         Route("/tasks/{task_id}", task_page),
         Route("/tasks/{task_id}/live.json", live),

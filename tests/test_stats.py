@@ -1,0 +1,208 @@
+"""`octopoid stats`: a scripted history, made with the state machine's own moves, gives
+exactly the figures docs/stats.md defines, on both stores."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator import agent_status, stats
+from orchestrator import queue_utils as q
+from orchestrator.cli import cli
+from orchestrator.stats_history import failed_commands, task_cells
+from orchestrator.tasks import new_task
+
+T0 = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)  # a Monday: ISO week 2026-W47
+CHECK_FAILED = "checks: 1 passed, 1 failed ({} after 2.0s); 1 commit kept on the branch"
+
+
+def at(hours: float) -> datetime:
+    return T0 + timedelta(hours=hours)
+
+
+@pytest.fixture(params=["folder", "postgres"])
+def store_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on the folder store and on PostgreSQL."""
+    if request.param == "postgres":
+        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+    return request.param
+
+
+def run(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(cli, ["stats", *args])
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result.output
+
+
+def attempt(agent: str, hours: float, cost: float, tokens: int):
+    claimed = q.claim_task(None, agent, lease_seconds=600, now=at(hours))
+    assert claimed is not None
+    return q.record_usage(claimed, 3, cost, tokens=tokens)
+
+
+def submit(task, hours: float, passed: tuple[str, ...] = ()) -> None:
+    checks = [f"check `{cmd}` passed (1.0s)" for cmd in passed]
+    q.submit_completion(task, 1, 3, now=at(hours), cost_usd=0.1, checks=checks)
+
+
+def scripted_history() -> None:
+    """A: first attempt accepted (merged on the forge). B: checks fail, the next attempt
+    fixes them and is accepted. C: rejected by CI on the forge, the next attempt accepted.
+    D: checks fail twice, then won't do (a week later). E: closed as done untried. F: an
+    attempt given back (the API overloaded), still waiting."""
+    a = q.create_task("A", now=at(0))
+    submit(attempt("impl-1", 1, 0.5, 1000), 2)
+    q.accept_completion(a.id, "github:alice", at(4), reason="forge: merged by alice (approved)")
+
+    b = q.create_task("B", now=at(0))
+    q.requeue_task(
+        attempt("impl-1", 1, 0.2, 500), CHECK_FAILED.format("pytest -q"), "impl-1", at(1.5)
+    )
+    submit(attempt("impl-1", 2, 0.3, 700), 3, passed=("ruff", "pytest -q"))
+    q.accept_completion(b.id, "human", at(3.5))
+
+    c = q.create_task("C", now=at(0))
+    submit(attempt("impl-2", 1, 1.0, 2000), 2)
+    q.reject_completion(
+        c.id, "test failed: log", "github", at(5), summary="forge: CI failed (test)"
+    )
+    submit(attempt("impl-2", 6, 0.5, 1000), 7)
+    q.accept_completion(c.id, "human", at(8))
+
+    d = q.create_task("D", now=at(0))
+    q.requeue_task(attempt("impl-2", 1, 0.4, 800), CHECK_FAILED.format("ruff"), "impl-2", at(2))
+    q.requeue_task(attempt("impl-2", 3, 0.0, 0), CHECK_FAILED.format("ruff"), "impl-2", at(4))
+    q.close_task(d.id, "wont-do", "not worth it", now=at(7 * 24))
+
+    e = q.create_task("E", now=at(0))
+    q.close_task(e.id, "done", "fixed elsewhere", now=at(7 * 24 + 1))
+
+    q.create_task("F", now=at(0))
+    given_back = "not counted, the API is overloaded: 529; backing off 0:05:00"
+    claimed = q.claim_task(None, "impl-1", lease_seconds=600, now=at(1))
+    q.requeue_task(claimed, given_back, "octopoid", at(1.25), counted=False)
+    for n in range(3):  # the breaker trips on the third in a row
+        agent_status.record_attempt(
+            "impl-2", f"TASK-{n}", "error", 0, None, at(9), cause="overloaded"
+        )
+
+
+PROJECT = {
+    "attempts": 8,
+    "accepted": 3,
+    "rejected": 1,
+    "closed": 1,
+    "wont_do": 1,
+    "failed": 0,
+    "agent_rejected": 0,
+    "completed": 0,
+    "accept_rate": 0.75,
+    "attempts_per_accepted": 1.6667,
+    "retry_effect": {
+        "first": {"attempts": 5, "accepted": 1, "rate": 0.2},
+        "after_check": {"attempts": 2, "accepted": 1, "rate": 0.5, "fixed": 1, "fixed_rate": 0.5},
+        "after_reject": {"attempts": 1, "accepted": 1, "rate": 1.0},
+    },
+    "cost": {
+        "cost_per_rejection": 0.1,
+        "accepted_tasks": 3,
+        "cost_per_accepted": 0.8333,
+        "tokens_per_accepted": 1733.3333,
+        "unaccepted_tasks": 1,
+        "cost_per_unaccepted": 0.4,
+        "tokens_per_unaccepted": 800.0,
+    },
+    "times": {
+        "first_review": {"n": 3, "p50": 7200, "p90": 10800},
+        "review_wait": {"n": 4, "p50": 3600, "p90": 10800},
+        "claimed": {"n": 8, "p50": 3600, "p90": 3600},
+    },
+    "stalls": {"reaped": 0, "given_back": 1, "usage_limit": 0},
+    "forge": {"pr_merged": 1, "ci_sent_back": 1, "reviews_sent_back": 0, "pr_closed": 0},
+}
+
+
+def test_stats_json_gives_the_scripted_history_s_exact_figures(project: Path, store_kind: str):
+    scripted_history()
+    data = json.loads(run("--json"))
+    assert data["project"] == PROJECT
+    assert set(data["by_agent"]) == {"impl-1", "impl-2"}
+    assert data["by_agent"]["impl-1"]["accepted"] == 2
+    assert data["by_agent"]["impl-2"]["retry_effect"]["after_reject"]["accepted"] == 1
+    assert list(data["by_week"]) == ["2026-W47", "2026-W48"]
+    assert [p["agent"] for p in data["breaker_pauses"]] == ["impl-2"]
+    assert data["breaker_pauses"][0]["cause"] == "overloaded"
+
+
+def test_stats_options_select_an_agent_and_a_week(project: Path, store_kind: str):
+    scripted_history()
+    late = json.loads(run("--json", "--week", "2026-W48"))["project"]
+    assert (late["attempts"], late["closed"], late["wont_do"], late["accepted"]) == (0, 1, 1, 0)
+    assert late["cost"]["cost_per_unaccepted"] == 0.4
+    mine = json.loads(run("--json", "--agent", "impl-2", "--since", "2026-11-16"))
+    assert mine["project"]["attempts"] == 4
+    assert mine["project"]["accepted"] == 1
+    assert list(mine["by_agent"]) == ["impl-2"]
+    table = run()
+    assert "project" in table and "agent impl-1" in table and "week 2026-W48" in table
+
+
+def test_done_tasks_are_summed_once_and_the_cache_follows_new_ones(project: Path, store_kind: str):
+    scripted_history()
+    assert stats.report()["project"] == PROJECT
+    kept = q.get_store().records.read(stats.CACHE_KEY)
+    assert kept is not None and (kept.value["count"], kept.value["newest"]) == (5, "5")
+    assert stats.report()["project"] == PROJECT  # from the kept summary now: the same
+    g = q.create_task("G", priority="P0", now=at(10))  # claimed before F, waiting
+    submit(attempt("impl-1", 10, 0.0, 0), 11)
+    q.accept_completion(g.id, "human", at(12))
+    again = stats.report()["project"]
+    assert (again["accepted"], again["attempts"]) == (4, 9)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--week", "2026-48"], "--week takes an ISO week such as 2026-W48"),
+        (["--week", "2026-W54"], "--week takes an ISO week"),
+        (["--since", "last tuesday"], "--since takes a date such as 2026-11-01"),
+        (["--agent", "imp-1"], "no agent 'imp-1' in agents.yaml or in any History"),
+    ],
+)
+def test_bad_options_say_what_is_wanted_without_a_traceback(project: Path, args, said):
+    out = run(*args, code=2)
+    assert said in out
+
+
+def test_stats_page_draws_the_figures_and_refuses_a_bad_week(client) -> None:
+    scripted_history()
+    status, _, page = client.request("/stats")
+    assert status == 200
+    assert page.count("<svg") == 5 and '<a href="/?group=done"><rect' in page
+    assert "accepted of reviewed (3 of 4)" in page
+    status, _, page = client.request("/stats?agent=impl-2&week=2026-W47")
+    assert status == 200 and "accepted of reviewed (1 of 2)" in page
+    status, _, page = client.request("/stats?week=W48")
+    assert status == 400 and "--week takes an ISO week" in page
+
+
+def test_an_older_check_line_is_an_event_and_failed_commands_are_read_whole() -> None:
+    task = new_task("9", "old history", now=at(0))
+    task.add_history(at(1), "incoming", "claimed", "impl-1", "attempt 1")
+    failed = "checks: 0 passed, 2 failed (make test, lint after 1.0s, pytest -q after 2.0s)"
+    task.add_history(at(2), "claimed", "incoming", "impl-1", failed)
+    task.add_history(at(3), "incoming", "claimed", "impl-1", "attempt 2")
+    for cmd in ("make test, lint", "pytest -q"):  # as older versions wrote a check's result
+        task.add_history(at(4), "claimed", "claimed", "checks", f"check `{cmd}` passed (1.0s)")
+    task.add_history(at(5), "claimed", "provisional", "impl-1", "1 commit, 3 turns")
+    found = stats.figures(task_cells(task).values())
+    assert found["attempts"] == 2
+    assert found["retry_effect"]["after_check"] == {
+        "attempts": 1, "accepted": 0, "rate": 0.0, "fixed": 1, "fixed_rate": 1.0
+    }  # fmt: skip
+    assert failed_commands("a, b after 1.0s, c after 2.5s), more") == ["a, b", "c"]
