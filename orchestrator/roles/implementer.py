@@ -34,6 +34,7 @@ from .. import (
     queue_utils,
     recovery,
     sandbox,
+    steering,
 )
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..backends.base import CAUSES, no_change_reason
@@ -66,6 +67,7 @@ from ..prompts import (
     build_prompt,
     render_branch,
     render_memory,
+    render_messages,
     render_previous_notes,
 )
 from ..redaction import Redactor, every_agent_env, hide_also, redact, scrub
@@ -484,7 +486,8 @@ def _work(
     else:
         role, howto = task.role, f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}"
     memory, branch = _memory_block(task, cfg), _branch_block(task, space)
-    prompt = build_prompt(instructions_for(role), task, notes, memory, howto, branch)
+    said = render_messages(steering.take(task.id, task.attempts))
+    prompt = build_prompt(instructions_for(role), task, notes, memory, howto, branch, said)
     atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt)
     prompt_file = space.write_prompt(prompt)
     space.box.env["OCTOPOID_PROMPT_FILE"] = str(prompt_file)
@@ -513,6 +516,7 @@ def _work(
         max_tokens_total=agent.get("max_tokens_total"),
         on_tick=tick,
         channel=space.channel,
+        inbox=lambda: steering.as_turn(steering.take(task.id, task.attempts)),
     )
     return get_backend(agent["backend"]).run(request, output)
 

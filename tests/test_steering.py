@@ -1,0 +1,110 @@
+"""Steering a running attempt: `octopoid say` (notes, the next prompt, `octopoid inbox`),
+`octopoid stop` and `octopoid attach` (docs/steering.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from orchestrator import config, steering
+from orchestrator import queue_utils as q
+from orchestrator.cli import cli
+from orchestrator.processes import TOKEN_ENV
+from orchestrator.task_notes import stdout_log_path
+
+from .conftest import branch_file, child_env, run_claimed, wait_for, write_agents
+
+TOKEN = "ghp_" + "a1B2" * 9  # a GitHub token's shape: redacted wherever it enters
+
+
+def octopoid(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def prompt_of(task_id: str, attempt: int) -> str:
+    path = config.get_logs_dir() / f"TASK-{task_id}" / f"attempt-{attempt}.prompt.md"
+    return path.read_text()
+
+
+def start_runner(root: Path, task, **env: str) -> subprocess.Popen:
+    """The runner of a task just claimed for impl-1, as its own process (as the scheduler
+    starts it)."""
+    env = child_env(root) | {TOKEN_ENV: task.headers["CLAIM_TOKEN"], **env}
+    argv = [sys.executable, "-m", "orchestrator.roles.implementer", task.id, "impl-1"]
+    return subprocess.Popen(
+        argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def said_in_log(task_id: str, text: str) -> bool:
+    path = stdout_log_path(task_id)
+    return path.exists() and text in path.read_text(errors="replace")
+
+
+def test_say_refuses_an_unknown_task_an_empty_and_a_huge_message(project: Path) -> None:
+    tid = q.create_task("steer me").id
+    unknown = octopoid("say", "TASK-999", "hello")
+    assert unknown.exit_code == 3 and "no task TASK-999" in unknown.output
+    empty = octopoid("say", tid, "  \n ")
+    assert empty.exit_code == 2 and "a message needs words" in empty.output
+    huge = octopoid("say", tid, "x" * (steering.MAX_MESSAGE_CHARS + 1))
+    assert huge.exit_code == 2 and "at most 4000 characters" in huge.output
+    assert "Traceback" not in unknown.output + empty.output + huge.output
+    assert steering.read(tid) == {}
+
+
+def test_a_message_is_redacted_noted_and_waits_for_the_next_attempt_s_prompt(
+    git_project: Path,
+) -> None:
+    write_agents(git_project)
+    tid = q.create_task("steered before it starts").id
+    said = octopoid("say", f"task-{tid}", f"use the v2 endpoint, not v1 ({TOKEN})")
+    assert said.exit_code == 0, said.output
+    assert "for its next attempt's prompt" in said.output
+    notes = q.get_task_notes(tid)
+    assert "## Message — human (" in notes and "use the v2 endpoint, not v1" in notes
+    assert TOKEN not in notes and TOKEN not in str(steering.read(tid))
+
+    report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    assert report.next_state == "provisional"
+    prompt = prompt_of(tid, 1)
+    assert "## Messages From a Person" in prompt and "use the v2 endpoint, not v1" in prompt
+    assert TOKEN not in prompt
+    assert steering.read(tid)["waiting"] == []  # delivered once: the next prompt lacks it
+    q.reject_completion(tid, "once more")
+    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+    assert "## Messages From a Person" not in prompt_of(tid, 2)
+
+
+def test_a_command_agent_reads_a_message_sent_mid_attempt_with_octopoid_inbox(
+    git_project: Path,
+) -> None:
+    write_agents(git_project)
+    tid = q.create_task("listen for a message").id
+    runner = start_runner(git_project, q.claim_task(None, "impl-1"))
+    try:
+        wait_for("the agent to listen", lambda: said_in_log(tid, "listening"), 60)
+        said = octopoid("say", tid, "use the v2 endpoint")
+        assert said.exit_code == 0 and "for its running attempt" in said.output, said.output
+        _, err = runner.communicate(timeout=120)  # a bound for a hung runner, not a measure
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 0, err
+    assert q.get_task(tid).state.value == "provisional"
+    assert "use the v2 endpoint" in branch_file(git_project, tid, "said.txt")
+    notes = q.get_task_notes(tid)
+    assert "## Message — human" in notes and "inbox: Message from human" in notes
+    assert "## Messages From a Person" not in prompt_of(tid, 1)  # it came while running
+
+
+def test_a_finished_task_takes_no_message(project: Path) -> None:
+    tid = q.create_task("finished").id
+    q.claim_task(None, "impl-1")
+    q.complete_task(tid)
+    refused = octopoid("say", tid, "too late")
+    assert refused.exit_code == 1 and f"TASK-{tid} is done" in refused.output
