@@ -62,7 +62,10 @@ def test_a_recorded_success_commits_and_reports_real_numbers(fake_claude) -> Non
     tid, report, call = fake_claude("success")
     assert report.next_state == "provisional" and report.commits == 1 and report.turns == 2
     argv = call["argv"]
-    assert argv[:5] == ["-p", "--output-format", "stream-json", "--verbose", "--max-turns"]
+    assert argv[:7] == [
+        *("-p", "--input-format", "stream-json", "--output-format", "stream-json"),
+        *("--verbose", "--max-turns"),
+    ]
     assert argv[argv.index("--max-turns") + 1] == "5"
     assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
     assert argv[argv.index("--allowedTools") + 1] == "Bash,Edit,mcp__octopoid"  # + the channel

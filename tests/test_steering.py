@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from orchestrator import config, steering
@@ -16,6 +19,8 @@ from orchestrator.processes import TOKEN_ENV
 from orchestrator.task_notes import stdout_log_path
 
 from .conftest import branch_file, child_env, run_claimed, wait_for, write_agents
+from .e2e.test_backends_daemon import QUIET, claude_cli, write_agent  # noqa: F401 (a fixture)
+from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 
 TOKEN = "ghp_" + "a1B2" * 9  # a GitHub token's shape: redacted wherever it enters
 
@@ -108,3 +113,43 @@ def test_a_finished_task_takes_no_message(project: Path) -> None:
     q.complete_task(tid)
     refused = octopoid("say", tid, "too late")
     assert refused.exit_code == 1 and f"TASK-{tid} is done" in refused.output
+
+
+def test_the_real_claude_cli_takes_a_message_mid_session_with_its_next_request(
+    git_project: Path,
+    claude_cli: Path,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    """The pinned Claude Code in its box, against the scripted Messages API: a message said
+    while the model answers the first request goes out with the next one, as a user turn
+    beside the tool's result; the CLI exits once its result is in (stdin closed)."""
+    said = "use the v2 endpoint, not v1"
+
+    def say_during_first_call(n: int, body: dict) -> None:
+        if n == 0:
+            tid = re.search(r"TASK-(\w+)", json.dumps(body["messages"][0])).group(1)
+            steering.say(tid, said)
+            wait_for("the runner to take it", lambda: not steering.read(tid)["waiting"], 60)
+
+    script = [
+        tool_use("Bash", {"command": "echo v1 > api.txt && git add api.txt && "
+                          "git commit -q -m 'api: v1'", "description": "commit"}),
+        text("Committed api.txt."),
+    ]  # fmt: skip
+    with FakeMessagesAPI(script, on_request=say_during_first_call) as api:
+        for name, value in {**QUIET, "ANTHROPIC_BASE_URL": api.base_url}.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-dummy-00000000")
+        write_agent(
+            git_project, backend="claude-code", claude_path=str(claude_cli),
+            allowed_tools=["Bash"], timeout_seconds=120,
+        )  # fmt: skip
+        tid = q.create_task("commit api.txt").id
+        report = run_claimed(q.claim_task(None, "agent-1"), "agent-1")
+    assert report.next_state == "provisional", report
+    steered = [r for r in api.requests if said in json.dumps(r["messages"])]
+    assert steered and steered[0] is api.requests[1]  # the very next request
+    last = json.dumps(api.requests[1]["messages"][-2:])
+    assert "tool_result" in last and "Message from human" in last
+    notes = q.get_task_notes(tid)
+    assert "## Message — human" in notes and "[a person says] Message from human" in notes

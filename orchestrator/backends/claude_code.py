@@ -1,8 +1,11 @@
 """The ``claude-code`` backend: the ``claude`` CLI in print mode, streaming JSON events.
 
-The prompt goes on stdin. Each NDJSON line is parsed as it arrives: assistant text and
-tool calls become readable lines in the attempt log (not raw JSON); the final ``result``
-event gives turns, cost, tokens, session id and outcome. Unknown events and fields are
+The prompt goes on stdin as the first user message of ``--input-format stream-json``;
+stdin stays open for a person's messages (``octopoid say``), each written as a user
+message the CLI sends with its next request, and is closed at the session's result. Each
+NDJSON line is parsed as it arrives: assistant text and tool calls become readable lines
+in the attempt log (not raw JSON); the final ``result`` event gives turns, cost, tokens,
+session id and outcome. Unknown events and fields are
 ignored, non-JSON lines are kept as text, and a process killed before its result still
 yields the turns counted so far.
 """
@@ -92,6 +95,8 @@ def claude_argv(executable: str, request: AgentRequest) -> list[str]:
     argv = [
         executable,
         "-p",
+        "--input-format",
+        "stream-json",
         "--output-format",
         "stream-json",
         "--verbose",
@@ -285,6 +290,32 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def user_turn(text: str) -> bytes:
+    """A user message as ``--input-format stream-json`` reads it: one JSON line."""
+    message = {"type": "user", "message": {"role": "user", "content": text}}
+    return (json.dumps(message) + "\n").encode()
+
+
+class LiveSession:
+    """Claude Code's stdin in stream-json: the prompt first, then a person's messages as
+    they come (the CLI sends each with its next request); closed once the session has its
+    result, or the CLI would wait for more input instead of exiting."""
+
+    def __init__(self, request: AgentRequest, parser: StreamJsonParser) -> None:
+        self.request = request
+        self.parser = parser
+
+    def more(self) -> bytes | None:
+        """What to write now (b"": nothing), or None: close stdin."""
+        if self.parser.result is not None:
+            return None
+        said = self.request.inbox()
+        if not said:
+            return b""
+        self.parser.output.feed(f"[a person says] {said}\n".encode())
+        return user_turn(said)
+
+
 class ClaudeCodeBackend:
     def needs(self, options: dict) -> list[str]:
         """``claude`` itself and, when the environment has no API key, the credentials of
@@ -301,7 +332,15 @@ class ClaudeCodeBackend:
             why = f"'{name}' is not on PATH; {INSTALL_HINT}"
             return AgentResult(None, "error", summary=why, cause="cannot-start")
         parser = StreamJsonParser(output)
-        done = run_agent_process(claude_argv(executable, request), request, output, parser.feed)
+        session = LiveSession(request, parser)
+        done = run_agent_process(
+            claude_argv(executable, request),
+            request,
+            output,
+            parser.feed,
+            stdin=user_turn(request.prompt),
+            more=session.more,
+        )
         parser.finish()
         if done.start_error:
             return AgentResult(None, "error", summary=done.start_error, cause=done.cause)
