@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from .defaults import STOP_WAIT_SECONDS
+from .exceptions import OctopoidError
 from .lazy import lazy_import
 
 steering = lazy_import("orchestrator.steering")
@@ -23,3 +25,33 @@ def say_command(task_id: str, text: str, actor: str) -> None:
     said = steering.say(task_id, text, actor)
     where = "its running attempt" if said["running"] else "its next attempt's prompt"
     click.echo(f"message {said['n']} to {said['task']}: for {where}; in its notes")
+
+
+@click.command("stop")
+@click.argument("task_id")
+@click.option("--reason", required=True, help="Why; the next attempt reads it in the notes.")
+@click.option("--by", "actor", default="human", show_default=True, help="Who stops it.")
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=STOP_WAIT_SECONDS,
+    show_default=True,
+    help="Seconds to wait for the runner to end it (0: don't wait).",
+)
+def stop_command(task_id: str, reason: str, actor: str, wait: float) -> None:
+    """End TASK_ID's running attempt on purpose: its processes are stopped, the reason
+    goes into its notes, and the task goes back to incoming without counting the attempt
+    (against its attempts or its agent's circuit breaker). The runner reads the stop from
+    the store, so it works whichever machine runs the attempt."""
+    stop = steering.ask_stop(task_id, reason, actor)
+    label = stop["task"]
+    moved = steering.wait_stopped(label, stop["attempt"], wait)
+    if moved is None:
+        if wait == 0:
+            click.echo(f"{label}: stop asked of attempt {stop['attempt']}; its runner ends it")
+            return
+        raise OctopoidError(
+            f"{label}: attempt {stop['attempt']} has not stopped yet; the stop stays asked "
+            "and its runner ends it at its next check (`octopoid requeue` takes the claim back)"
+        )
+    click.echo(f"{label}: attempt {stop['attempt']} stopped; the task is in {moved.state.value}")

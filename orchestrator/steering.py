@@ -18,13 +18,14 @@ which ends the attempt and gives the task back to incoming, not counted.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from . import adopt, queue_utils, task_notes
 from .exceptions import IllegalTransition, InvalidInput
 from .redaction import scrub
 from .store.records import Records
-from .tasks import TaskState, format_time, normalize_task_id, one_line, task_label, utcnow
+from .tasks import Task, TaskState, format_time, normalize_task_id, one_line, task_label, utcnow
 
 FAMILY = "steering"
 MAX_MESSAGE_CHARS = 4000  # as one review comment: a message reaches a prompt
@@ -126,6 +127,19 @@ def stop_asked(task_id: str, attempt: int) -> dict[str, Any] | None:
     """The stop asked of this attempt, or None (a stop of an earlier attempt is not)."""
     stop = read(task_id).get("stop")
     return stop if isinstance(stop, dict) and stop.get("attempt") == attempt else None
+
+
+def wait_stopped(task_id: str, attempt: int, seconds: float) -> Task | None:
+    """The task once the runner of ``attempt`` gave it back (or it moved on otherwise)
+    within ``seconds``; None if that attempt still runs."""
+    deadline = time.monotonic() + seconds
+    while True:
+        task = queue_utils.get_task(normalize_task_id(task_id))
+        if task.state is not TaskState.CLAIMED or task.attempts != attempt:
+            return task
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
 
 
 def forget(task_id: str) -> None:

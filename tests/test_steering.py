@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import config, steering
+from orchestrator import agent_status, config, steering
 from orchestrator import queue_utils as q
 from orchestrator.cli import cli
-from orchestrator.processes import TOKEN_ENV
+from orchestrator.leases import attempts_left
+from orchestrator.processes import TOKEN_ENV, marked_processes
 from orchestrator.task_notes import stdout_log_path
+from orchestrator.tasks import render_task
 
 from .conftest import branch_file, child_env, run_claimed, wait_for, write_agents
 from .e2e.test_backends_daemon import QUIET, claude_cli, write_agent  # noqa: F401 (a fixture)
@@ -117,8 +119,8 @@ def test_a_finished_task_takes_no_message(project: Path) -> None:
 
 def test_the_real_claude_cli_takes_a_message_mid_session_with_its_next_request(
     git_project: Path,
-    claude_cli: Path,
-    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    claude_cli: Path,  # noqa: F811 (the fixture imported above)
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The pinned Claude Code in its box, against the scripted Messages API: a message said
     while the model answers the first request goes out with the next one, as a user turn
@@ -153,3 +155,44 @@ def test_the_real_claude_cli_takes_a_message_mid_session_with_its_next_request(
     assert "tool_result" in last and "Message from human" in last
     notes = q.get_task_notes(tid)
     assert "## Message — human" in notes and "[a person says] Message from human" in notes
+
+
+def test_stop_ends_a_running_attempt_without_counting_it(git_project: Path) -> None:
+    """`octopoid stop` mid-attempt, delivered through the store: the runner kills the
+    agent, the reason is in the notes, and the task is back in incoming with the attempt
+    given back (not against max_attempts, not the breaker's)."""
+    write_agents(git_project, env={"OCTO_TEST_SLEEP": "600"}, timeout_seconds=900)
+    tid = q.create_task("slow to finish").id
+    streak = {"cause": "box", "tasks": ["TASK-x"]}  # a failure no task can fix, just before
+    agent_status.record_attempt("impl-1", "TASK-x", "error", 0, None, cause="box")
+    claimed = q.claim_task(None, "impl-1")
+    token = claimed.headers["CLAIM_TOKEN"]
+    runner = start_runner(git_project, claimed)
+    try:
+        wait_for("the agent to work", lambda: said_in_log(tid, "working on"), 60)
+        assert marked_processes(**{TOKEN_ENV: token})  # the agent, running
+        stopped = octopoid("stop", f"TASK-{tid}", "--reason", "wrong approach: use v2")
+        assert stopped.exit_code == 0, stopped.output
+        assert "attempt 1 stopped; the task is in incoming" in stopped.output
+        _, err = runner.communicate(timeout=120)  # a bound for a hung runner, not a measure
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 0, err
+    assert marked_processes(**{TOKEN_ENV: token}) == []
+    task = q.get_task(tid)
+    assert task.state.value == "incoming" and task.headers["INTERRUPTED"] == "1"
+    assert attempts_left(task, 3) == 3
+    assert "stopped by human: wrong approach: use v2" in render_task(task)  # History
+    notes = q.get_task_notes(tid)
+    assert "interrupted: stopped by human: wrong approach: use v2" in notes
+    record = agent_status.day_records(config.load_agents())["impl-1"]
+    assert record["last_outcome"] == "interrupted" and record["systemic"] == streak
+
+
+def test_stop_refuses_a_task_that_is_not_running(project: Path) -> None:
+    tid = q.create_task("waiting").id
+    refused = octopoid("stop", tid, "--reason", "no")
+    assert refused.exit_code == 1 and "no attempt is running" in refused.output
+    assert octopoid("stop", "TASK-999", "--reason", "no").exit_code == 3

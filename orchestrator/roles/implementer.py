@@ -86,6 +86,7 @@ from ..tasks import (
 from . import breakdown, checks
 from .base import (
     Claim,
+    Stopped,
     Terminated,
     deadline_seconds,
     find_agent,
@@ -161,6 +162,9 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         result = AgentResult(None, "interrupted", summary=str(exc), details={"stop": "Terminated"})
     except LostClaim as exc:
         result = AgentResult(None, "error", summary=str(exc), details={"stop": "LostClaim"})
+    except Stopped as exc:  # a person's stop: not the agent's failure
+        details = {"stop": "Stopped", "by": exc.by}
+        result = AgentResult(None, "interrupted", summary=str(exc), details=details)
     except OctopoidError as exc:  # a box, or a set-up, that fails is no task's fault
         cause = "box" if isinstance(exc, SandboxError) else None
         cause = "setup" if isinstance(exc, SetupFailed) else cause
@@ -562,8 +566,9 @@ def _settle(
 
     if stop == "LostClaim":
         return report("(not ours any more)")
-    if stop == "Terminated":
-        queue_utils.requeue_task(task, reason, "octopoid", counted=False, set_headers=mark)
+    if stop in ("Terminated", "Stopped"):  # given back: neither counts against the task
+        by = result.details.get("by", "octopoid")
+        queue_utils.requeue_task(task, reason, by, counted=False, set_headers=mark)
         return report(TaskState.INCOMING)
     if (given_back := _give_back(task, agent, agents_cfg, result, reason, mark)) is not None:
         reason = given_back
