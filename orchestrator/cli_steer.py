@@ -9,6 +9,7 @@ from .defaults import STOP_WAIT_SECONDS
 from .exceptions import OctopoidError
 from .lazy import lazy_import
 
+attaching = lazy_import("orchestrator.attach")
 steering = lazy_import("orchestrator.steering")
 
 
@@ -55,3 +56,18 @@ def stop_command(task_id: str, reason: str, actor: str, wait: float) -> None:
             "and its runner ends it at its next check (`octopoid requeue` takes the claim back)"
         )
     click.echo(f"{label}: attempt {stop['attempt']} stopped; the task is in {moved.state.value}")
+
+
+@click.command("attach")
+@click.argument("task_id")
+@click.option("--by", "actor", default="human", show_default=True, help="Who is typing.")
+def attach_command(task_id: str, actor: str) -> None:
+    """Follow TASK_ID's running attempt live (its tool calls, output and checks, as
+    readable lines); each line you type is sent to it as `octopoid say`. Ctrl-D or Ctrl-C
+    detaches and leaves the attempt running."""
+    import sys
+
+    def show(text: str) -> None:
+        click.echo(text, nl=False)
+
+    click.echo(attaching.attach(task_id, sys.stdin, show, actor))

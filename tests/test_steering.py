@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pexpect
 import pytest
 from click.testing import CliRunner
 
@@ -196,3 +198,71 @@ def test_stop_refuses_a_task_that_is_not_running(project: Path) -> None:
     refused = octopoid("stop", tid, "--reason", "no")
     assert refused.exit_code == 1 and "no attempt is running" in refused.output
     assert octopoid("stop", "TASK-999", "--reason", "no").exit_code == 3
+
+
+def attach_terminal(root: Path, task_id: str):
+    """`octopoid attach` in a real pseudo-terminal."""
+    exe = shutil.which("octopoid")
+    return pexpect.spawn(
+        exe, ["attach", f"TASK-{task_id}"], cwd=str(root), env=child_env(root),
+        encoding="utf-8", timeout=60, dimensions=(50, 200),
+    )  # fmt: skip
+
+
+def test_attach_shows_the_attempt_live_and_a_typed_line_reaches_the_agent(
+    git_project: Path,
+) -> None:
+    write_agents(git_project)
+    tid = q.create_task("listen for a message").id
+    runner = start_runner(git_project, q.claim_task(None, "impl-1"))
+    try:
+        wait_for("the agent to listen", lambda: said_in_log(tid, "listening"), 60)
+        term = attach_terminal(git_project, tid)
+        term.expect_exact(f"attached to TASK-{tid}, attempt 1")
+        term.expect_exact("listening")  # what it said before: the log's tail
+        term.sendline("use the v2 endpoint")
+        term.expect_exact("[message 1 sent]")
+        term.expect_exact("inbox: Message from human")  # the agent's answer, as it came
+        term.expect_exact(f"attempt 1 ended; TASK-{tid} is in provisional")
+        term.expect(pexpect.EOF)
+        term.close()
+        assert term.exitstatus == 0
+        runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert "use the v2 endpoint" in branch_file(git_project, tid, "said.txt")
+
+
+def test_detaching_leaves_the_attempt_running(git_project: Path) -> None:
+    write_agents(git_project, env={"OCTO_TEST_TICK_SECONDS": "0.2"})
+    tid = q.create_task("long-tick").id
+    runner = start_runner(git_project, q.claim_task(None, "impl-1"))
+    try:
+        wait_for("the agent to tick", lambda: said_in_log(tid, "tick 1\n"), 60)
+        term = attach_terminal(git_project, tid)
+        term.expect(r"tick (\d+)")
+        seen = int(term.match.group(1))
+        term.expect_exact(f"tick {seen + 2}\r\n")  # lines arrive as the agent prints them
+        term.sendeof()  # Ctrl-D
+        term.expect_exact(f"detached from TASK-{tid}; its attempt goes on")
+        term.expect(pexpect.EOF)
+        term.close()
+        assert term.exitstatus == 0
+        after = seen + 8
+        wait_for("more ticks", lambda: said_in_log(tid, f"tick {after}\n"), 60)
+        assert q.get_task(tid).state.value == "claimed"
+        steering.ask_stop(tid, "the test is over")
+        runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+
+
+def test_attach_to_a_task_with_no_running_attempt_says_so(project: Path) -> None:
+    tid = q.create_task("waiting").id
+    refused = octopoid("attach", tid)
+    assert refused.exit_code == 1 and "no attempt is running" in refused.output
+    assert octopoid("attach", "TASK-999").exit_code == 3
