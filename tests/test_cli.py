@@ -422,6 +422,9 @@ NEEDS_ALSO = {
     "requeue": [],
     "approve": [],
     "answer": ["the answer"],
+    "say": ["a message"],
+    "stop": ["--reason", "x"],
+    "attach": [],
     "memory show": [],
     "memory promote": [],
 }
