@@ -22,7 +22,14 @@ from orchestrator.processes import TOKEN_ENV, marked_processes
 from orchestrator.task_notes import stdout_log_path
 from orchestrator.tasks import render_task
 
-from .conftest import branch_file, child_env, run_claimed, wait_for, write_agents
+from .conftest import (
+    branch_file,
+    child_env,
+    run_claimed,
+    set_config,
+    wait_for,
+    write_agents,
+)
 from .e2e.test_backends_daemon import QUIET, claude_cli, write_agent  # noqa: F401 (a fixture)
 from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 
@@ -266,3 +273,26 @@ def test_attach_to_a_task_with_no_running_attempt_says_so(project: Path) -> None
     refused = octopoid("attach", tid)
     assert refused.exit_code == 1 and "no attempt is running" in refused.output
     assert octopoid("attach", "TASK-999").exit_code == 3
+
+
+def test_a_stop_while_the_checks_run_gives_the_task_back_uncounted(git_project: Path) -> None:
+    set_config(git_project, checks={"commands": ["sleep 600"]})
+    write_agents(git_project)
+    tid = q.create_task("checked at length").id
+    claimed = q.claim_task(None, "impl-1")
+    runner = start_runner(git_project, claimed)
+    archived = config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log"
+    try:
+        wait_for("the agent's notes (the checks come next)", archived.exists, 60)
+        stopped = octopoid("stop", tid, "--reason", "enough checking")
+        assert stopped.exit_code == 0, stopped.output
+        _, err = runner.communicate(timeout=120)  # a bound for a hung runner, not a measure
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 0, err
+    assert marked_processes(**{TOKEN_ENV: claimed.headers["CLAIM_TOKEN"]}) == []
+    task = q.get_task(tid)
+    assert task.state.value == "incoming" and attempts_left(task, 3) == 3
+    assert "## Stopped — attempt 1" in q.get_task_notes(tid)

@@ -188,6 +188,10 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     except LostClaim as exc:
         result.details["stop"] = "LostClaim"
         report = _report(task, result, commits, "(not ours any more)", str(exc))
+    except Stopped as exc:  # a person's stop while the checks ran: given back all the same
+        add_notes_section(task.id, f"Stopped — attempt {task.attempts}", str(exc))
+        queue_utils.requeue_task(task, str(exc), exc.by, counted=False)
+        report = _report(task, result, commits, TaskState.INCOMING.value, str(exc))
     except StorageError as exc:
         report = _release(task, result, commits, exc)
     finally:
@@ -344,6 +348,8 @@ def _verify(
                 verdict = checks.verify(task, box, cfg, claim.tick, tip)
         else:  # nothing runs the agent's code: the merge pre-check needs no box
             verdict = checks.Verdict([], *checks.merge_precheck(task, tip))
+    except Stopped:
+        raise  # a person's stop is no check's failure
     except OctopoidError as exc:  # a bad CHECKS header, git, or their set-up failing
         said = exc.output if isinstance(exc, SetupFailed) else ""
         failed = checks.CheckResult("(the checks)", None, 0.0, said, str(exc))
