@@ -29,7 +29,7 @@ from .test_breakdown import burned_out, killed_split, split_once
 from .test_finishing import KILLED_ACCEPT
 from .test_git_remote import Machines, attempt
 from .test_review_races import cli
-from .test_steering import said_in_log, start_runner
+from .test_steering import ended, running, said_in_log
 from .test_web_drafts import save
 from .web_server import Client, start_web
 
@@ -188,21 +188,16 @@ def test_a_message_and_a_stop_said_on_a_reach_the_attempt_running_on_b(team: Mac
     root = team.on("b")
     write_agents(root, env={"OCTO_TEST_SLEEP": "600"})
     listening, slow = q.create_task("listen for a message").id, q.create_task("slow").id
-    runner = start_runner(root, q.claim_task(None, "impl-1"))
-    try:
+    with running(root, q.claim_task(None, "impl-1")) as runner:
         wait_for("b's agent to listen", lambda: said_in_log(listening, "listening"), 60)
         said = cli(team.roots["a"], "say", listening, "use the v2 endpoint")
         assert said.returncode == 0 and "for its running attempt" in said.stdout, said.stderr
-        runner.communicate(timeout=120)  # a bound for a hung runner, not a measure
-        runner = start_runner(root, q.claim_task(None, "impl-1"))
+        ended(runner)
+    with running(root, q.claim_task(None, "impl-1")) as runner:
         wait_for("b's agent to work", lambda: said_in_log(slow, "working on"), 60)
         stopped = cli(team.roots["a"], "stop", slow, "--reason", "not this way")
         assert stopped.returncode == 0, stopped.stderr
-        runner.communicate(timeout=120)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
+        ended(runner)
     assert q.get_task(listening).state is TaskState.PROVISIONAL
     assert "inbox: Message from human" in (q.get_task_notes(listening) or "")
     task = q.get_task(slow)

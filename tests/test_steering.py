@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pexpect
@@ -45,14 +47,37 @@ def prompt_of(task_id: str, attempt: int) -> str:
     return path.read_text()
 
 
-def start_runner(root: Path, task, **env: str) -> subprocess.Popen:
+@contextlib.contextmanager
+def running(root: Path, task, **env: str) -> Iterator[subprocess.Popen]:
     """The runner of a task just claimed for impl-1, as its own process (as the scheduler
-    starts it)."""
+    starts it); killed if the test leaves it running."""
     env = child_env(root) | {TOKEN_ENV: task.headers["CLAIM_TOKEN"], **env}
     argv = [sys.executable, "-m", "orchestrator.roles.implementer", task.id, "impl-1"]
-    return subprocess.Popen(
+    runner = subprocess.Popen(
         argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    try:
+        yield runner
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+
+
+def ended(runner: subprocess.Popen) -> None:
+    """Wait for the runner to exit (a bound for a hung one, not a measure), successfully."""
+    _, err = runner.communicate(timeout=120)
+    assert runner.returncode == 0, err
+
+
+@contextlib.contextmanager
+def listening(root: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A task's attempt running, its agent asking its inbox: (the task's id, its runner)."""
+    write_agents(root)
+    tid = q.create_task("listen for a message").id
+    with running(root, q.claim_task(None, "impl-1")) as runner:
+        wait_for("the agent to listen", lambda: said_in_log(tid, "listening"), 60)
+        yield tid, runner
 
 
 def said_in_log(task_id: str, text: str) -> bool:
@@ -98,19 +123,10 @@ def test_a_message_is_redacted_noted_and_waits_for_the_next_attempt_s_prompt(
 def test_a_command_agent_reads_a_message_sent_mid_attempt_with_octopoid_inbox(
     git_project: Path,
 ) -> None:
-    write_agents(git_project)
-    tid = q.create_task("listen for a message").id
-    runner = start_runner(git_project, q.claim_task(None, "impl-1"))
-    try:
-        wait_for("the agent to listen", lambda: said_in_log(tid, "listening"), 60)
+    with listening(git_project) as (tid, runner):
         said = octopoid("say", tid, "use the v2 endpoint")
         assert said.exit_code == 0 and "for its running attempt" in said.output, said.output
-        _, err = runner.communicate(timeout=120)  # a bound for a hung runner, not a measure
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode == 0, err
+        ended(runner)
     assert q.get_task(tid).state.value == "provisional"
     assert "use the v2 endpoint" in branch_file(git_project, tid, "said.txt")
     notes = q.get_task_notes(tid)
@@ -176,19 +192,13 @@ def test_stop_ends_a_running_attempt_without_counting_it(git_project: Path) -> N
     agent_status.record_attempt("impl-1", "TASK-x", "error", 0, None, cause="box")
     claimed = q.claim_task(None, "impl-1")
     token = claimed.headers["CLAIM_TOKEN"]
-    runner = start_runner(git_project, claimed)
-    try:
+    with running(git_project, claimed) as runner:
         wait_for("the agent to work", lambda: said_in_log(tid, "working on"), 60)
         assert marked_processes(**{TOKEN_ENV: token})  # the agent, running
         stopped = octopoid("stop", f"TASK-{tid}", "--reason", "wrong approach: use v2")
         assert stopped.exit_code == 0, stopped.output
         assert "attempt 1 stopped; the task is in incoming" in stopped.output
-        _, err = runner.communicate(timeout=120)  # a bound for a hung runner, not a measure
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode == 0, err
+        ended(runner)
     assert marked_processes(**{TOKEN_ENV: token}) == []
     task = q.get_task(tid)
     assert task.state.value == "incoming" and task.headers["INTERRUPTED"] == "1"
@@ -219,11 +229,7 @@ def attach_terminal(root: Path, task_id: str):
 def test_attach_shows_the_attempt_live_and_a_typed_line_reaches_the_agent(
     git_project: Path,
 ) -> None:
-    write_agents(git_project)
-    tid = q.create_task("listen for a message").id
-    runner = start_runner(git_project, q.claim_task(None, "impl-1"))
-    try:
-        wait_for("the agent to listen", lambda: said_in_log(tid, "listening"), 60)
+    with listening(git_project) as (tid, runner):
         term = attach_terminal(git_project, tid)
         term.expect_exact(f"attached to TASK-{tid}, attempt 1")
         term.expect_exact("listening")  # what it said before: the log's tail
@@ -234,25 +240,21 @@ def test_attach_shows_the_attempt_live_and_a_typed_line_reaches_the_agent(
         term.expect(pexpect.EOF)
         term.close()
         assert term.exitstatus == 0
-        runner.communicate(timeout=120)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
+        ended(runner)
     assert "use the v2 endpoint" in branch_file(git_project, tid, "said.txt")
 
 
-def test_detaching_leaves_the_attempt_running(git_project: Path) -> None:
+@pytest.mark.parametrize("detach", ["sendeof", "sendintr"])  # Ctrl-D, Ctrl-C
+def test_detaching_leaves_the_attempt_running(git_project: Path, detach: str) -> None:
     write_agents(git_project, env={"OCTO_TEST_TICK_SECONDS": "0.2"})
     tid = q.create_task("long-tick").id
-    runner = start_runner(git_project, q.claim_task(None, "impl-1"))
-    try:
+    with running(git_project, q.claim_task(None, "impl-1")) as runner:
         wait_for("the agent to tick", lambda: said_in_log(tid, "tick 1\n"), 60)
         term = attach_terminal(git_project, tid)
         term.expect(r"tick (\d+)")
         seen = int(term.match.group(1))
         term.expect_exact(f"tick {seen + 2}\r\n")  # lines arrive as the agent prints them
-        term.sendeof()  # Ctrl-D
+        getattr(term, detach)()
         term.expect_exact(f"detached from TASK-{tid}; its attempt goes on")
         term.expect(pexpect.EOF)
         term.close()
@@ -261,11 +263,7 @@ def test_detaching_leaves_the_attempt_running(git_project: Path) -> None:
         wait_for("more ticks", lambda: said_in_log(tid, f"tick {after}\n"), 60)
         assert q.get_task(tid).state.value == "claimed"
         steering.ask_stop(tid, "the test is over")
-        runner.communicate(timeout=120)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
+        ended(runner)
 
 
 def test_attach_to_a_task_with_no_running_attempt_says_so(project: Path) -> None:
@@ -280,18 +278,12 @@ def test_a_stop_while_the_checks_run_gives_the_task_back_uncounted(git_project: 
     write_agents(git_project)
     tid = q.create_task("checked at length").id
     claimed = q.claim_task(None, "impl-1")
-    runner = start_runner(git_project, claimed)
     archived = config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log"
-    try:
+    with running(git_project, claimed) as runner:
         wait_for("the agent's notes (the checks come next)", archived.exists, 60)
         stopped = octopoid("stop", tid, "--reason", "enough checking")
         assert stopped.exit_code == 0, stopped.output
-        _, err = runner.communicate(timeout=120)  # a bound for a hung runner, not a measure
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-    assert runner.returncode == 0, err
+        ended(runner)
     assert marked_processes(**{TOKEN_ENV: claimed.headers["CLAIM_TOKEN"]}) == []
     task = q.get_task(tid)
     assert task.state.value == "incoming" and attempts_left(task, 3) == 3
