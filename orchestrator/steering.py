@@ -25,7 +25,16 @@ from . import adopt, queue_utils, task_notes
 from .exceptions import IllegalTransition, InvalidInput
 from .redaction import scrub
 from .store.records import Records
-from .tasks import Task, TaskState, format_time, normalize_task_id, one_line, task_label, utcnow
+from .tasks import (
+    Task,
+    TaskState,
+    format_time,
+    normalize_task_id,
+    one_line,
+    refuse_planning,
+    task_label,
+    utcnow,
+)
 
 FAMILY = "steering"
 MAX_MESSAGE_CHARS = 4000  # as one review comment: a message reaches a prompt
@@ -113,6 +122,7 @@ def ask_stop(task_id: str, reason: str, by: str = "human") -> dict[str, Any]:
     task = queue_utils.get_task(normalize_task_id(task_id))
     if task.state is not TaskState.CLAIMED:
         raise IllegalTransition(f"{task.label} is in {task.state.value}: no attempt is running")
+    refuse_planning(task, "stopped")  # a planner runs in `octopoid plan`'s own terminal
     stop = {
         "attempt": task.attempts,
         "by": one_line(scrub(by, False), 80) or "human",
