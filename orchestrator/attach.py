@@ -11,52 +11,48 @@ log is this machine's: on PostgreSQL an attempt another machine runs is attached
 
 from __future__ import annotations
 
-import codecs
-import os
 import select
 import time
 from collections.abc import Callable
 from typing import IO
 
-from . import queue_utils, steering
+from . import config, queue_utils, steering
 from .exceptions import IllegalTransition
+from .fsutil import read_since
 from .task_notes import stdout_log_path
-from .tasks import TaskState, normalize_task_id
+from .tasks import Task, TaskState, normalize_task_id
 
 POLL_SECONDS = 0.2  # how soon a line of output or of input is passed on
 CHECK_SECONDS = 1.0  # how often the task is read to see whether its attempt ended
 BACKLOG_BYTES = 4096  # of the output so far, shown when attaching
+CHUNK_BYTES = 64 * 1024  # of output read at once
 
 
 class _Log:
-    """The attempt's log, read as it grows; opened again if it is replaced (its cap keeps
-    its tail in a new file). The runner archives it at the end by a rename: the open file
-    reads on to its end."""
+    """The attempt's log, read on from where the last read ended (``fsutil.read_since``);
+    at the end of the attempt the runner archives it, and the rest is read there."""
 
-    def __init__(self, task_id: str) -> None:
-        self.path = stdout_log_path(task_id)
-        self.file: IO[bytes] | None = None
-        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a split character
+    def __init__(self, task: Task) -> None:
+        self.live = stdout_log_path(task.id)
+        self.archived = config.get_logs_dir() / task.label / f"attempt-{task.attempts}.log"
+        size = self.live.stat().st_size if self.live.exists() else 0
+        self.offset = max(0, size - BACKLOG_BYTES)
 
     def read(self) -> str:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            st = None
-        if st is not None and (self.file is None or self._replaced(st)):
-            self.close()
-            self.file = open(self.path, "rb")  # noqa: SIM115 (kept open while following)
-            self.file.seek(max(0, st.st_size - BACKLOG_BYTES))
-        return self.decoder.decode(self.file.read()) if self.file is not None else ""
+        """What was written since the last read: from the live log, or once the runner
+        archived it (its notes saved, its checks to come), from the archive."""
+        path = self.live if self.live.exists() else self.archived
+        text, offset = read_since(path, self.offset, CHUNK_BYTES)
+        if text or offset:  # ("", 0): gone between the look and the read; look again
+            self.offset = offset
+        return text
 
-    def _replaced(self, st: os.stat_result) -> bool:
-        own = os.fstat(self.file.fileno())
-        return (own.st_ino, own.st_dev) != (st.st_ino, st.st_dev) or st.st_size < self.file.tell()
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+    def rest(self) -> str:
+        """Everything after the last read (the attempt is over)."""
+        parts = []
+        while part := self.read():
+            parts.append(part)
+        return "".join(parts)
 
 
 def _typed(stdin: IO[str], seconds: float) -> str | None:
@@ -75,7 +71,7 @@ def attach(task_id: str, stdin: IO[str], show: Callable[[str], None], by: str = 
         raise IllegalTransition(f"{task.label} is in {task.state.value}: no attempt is running")
     show(f"[attached to {task.label}, attempt {task.attempts}: a line typed is sent to it; "
          "Ctrl-D or Ctrl-C detaches]\n")  # fmt: skip
-    log, checked = _Log(task.id), time.monotonic()
+    log, checked = _Log(task), time.monotonic()
     try:
         while True:
             if output := log.read():
@@ -89,9 +85,7 @@ def attach(task_id: str, stdin: IO[str], show: Callable[[str], None], by: str = 
             if time.monotonic() - checked >= CHECK_SECONDS:
                 checked, now = time.monotonic(), queue_utils.get_task(task.id)
                 if now.state is not TaskState.CLAIMED or now.attempts != task.attempts:
-                    show(log.read())
+                    show(log.rest())
                     return f"attempt {task.attempts} ended; {task.label} is in {now.state.value}"
     except KeyboardInterrupt:
         return f"detached from {task.label}; its attempt goes on"
-    finally:
-        log.close()
