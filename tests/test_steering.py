@@ -288,3 +288,24 @@ def test_a_stop_while_the_checks_run_gives_the_task_back_uncounted(git_project: 
     task = q.get_task(tid)
     assert task.state.value == "incoming" and attempts_left(task, 3) == 3
     assert "## Stopped — attempt 1" in q.get_task_notes(tid)
+
+
+def test_the_task_page_sends_a_message_and_asks_a_stop_while_the_attempt_runs(
+    git_project: Path, client
+) -> None:
+    tid = q.create_task("running").id
+    q.claim_task(None, "impl-1")
+    _, _, page = client.request(f"/tasks/TASK-{tid}")
+    assert 'id="say-form"' in page and 'id="stop-form"' in page  # the live tab, and an action
+    csrf = client.csrf()
+    said = {"csrf": csrf, "message": f"use the v2 endpoint ({TOKEN})"}
+    status, headers, _ = client.request(f"/tasks/TASK-{tid}/say", said)
+    assert status == 303 and headers["location"].endswith("?done=said")
+    assert "use the v2 endpoint" in q.get_task_notes(tid) and TOKEN not in q.get_task_notes(tid)
+    assert steering.read(tid)["waiting"][0]["text"].startswith("use the v2 endpoint")
+    stop = {"csrf": csrf, "reason": "wrong approach"}
+    status, headers, _ = client.request(f"/tasks/TASK-{tid}/stop", stop)
+    assert status == 303 and headers["location"].endswith("?done=stop-asked")
+    assert steering.stop_asked(tid, 1)["reason"] == "wrong approach"
+    status, _, page = client.request(f"/tasks/TASK-{tid}/say", {"csrf": csrf, "message": " "})
+    assert status == 400 and "a message needs words" in page
