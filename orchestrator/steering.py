@@ -96,14 +96,14 @@ def say(task_id: str, text: str, by: str = "human") -> dict[str, Any]:
     return {**message, "task": task.label, "running": task.state is TaskState.CLAIMED}
 
 
-def take(task_id: str, attempt: int) -> list[dict[str, Any]]:
-    """The messages no attempt has taken yet, now delivered to ``attempt`` (oldest first);
-    one read when there are none."""
+def take(task_id: str) -> list[dict[str, Any]]:
+    """The messages no attempt has taken yet, oldest first, now delivered to the caller's
+    (the running attempt's backend, or the next prompt); one read when there are none."""
     taken: list[dict[str, Any]] = []
 
     def empty(found: dict[str, Any] | None) -> dict[str, Any] | None:
         taken[:] = (found or {}).get("waiting") or []
-        return {**found, "waiting": [], "delivered_to": attempt} if taken and found else found
+        return {**found, "waiting": []} if taken and found else found
 
     _records().update(_key(normalize_task_id(task_id)), empty)
     return taken

@@ -496,7 +496,7 @@ def _work(
     else:
         role, howto = task.role, f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}"
     memory, branch = _memory_block(task, cfg), _branch_block(task, space)
-    said = render_messages(steering.take(task.id, task.attempts))
+    said = render_messages(steering.take(task.id))
     prompt = build_prompt(instructions_for(role), task, notes, memory, howto, branch, said)
     atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt)
     prompt_file = space.write_prompt(prompt)
@@ -526,7 +526,7 @@ def _work(
         max_tokens_total=agent.get("max_tokens_total"),
         on_tick=tick,
         channel=space.channel,
-        inbox=lambda: steering.as_turn(steering.take(task.id, task.attempts)),
+        inbox=lambda: steering.as_turn(steering.take(task.id)),
     )
     return get_backend(agent["backend"]).run(request, output)
 

@@ -392,7 +392,7 @@ class ChannelServer:
 
     def inbox(self) -> str:
         """A person's messages not read yet (``octopoid say``), now delivered to this attempt."""
-        return steering.as_turn(steering.take(self.task_id, self.attempt))
+        return steering.as_turn(steering.take(self.task_id))
 
     def propose_split(self, subtasks: object) -> dict[str, Any]:
         if not isinstance(subtasks, list):
