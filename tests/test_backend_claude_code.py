@@ -177,6 +177,17 @@ def test_missing_claude_is_a_clear_error(git_project: Path) -> None:
     assert q.get_task(tid).state is TaskState.INCOMING
 
 
+def test_a_message_s_own_turn_after_the_result_counts_its_turns_too() -> None:
+    """A message that reaches Claude Code as its session ends gets a turn of its own: a
+    second result whose num_turns counts that turn alone (its cost is the session's)."""
+    parser = StreamJsonParser(TailBuffer(10_000))
+    for turns, cost in ((3, 0.01), (1, 0.02)):
+        result = {"type": "result", "subtype": "success", "num_turns": turns}
+        parser.feed(json.dumps(result | {"total_cost_usd": cost}).encode() + b"\n")
+    result = parser.to_result(0, False)
+    assert (result.outcome, result.turns, result.cost_usd) == ("success", 4, 0.02)
+
+
 def test_parser_handles_lines_split_across_chunks(tmp_path: Path) -> None:
     data = (FIXTURES / "success.jsonl").read_bytes()
     out = TailBuffer(10_000)

@@ -137,6 +137,7 @@ class StreamJsonParser:
         self.session_id: str | None = None
         self.last_text = ""
         self.api_error: str | None = None  # an assistant message's ``error`` (its API's)
+        self.earlier_turns = 0  # of results before the last: a message's turn after one
         self._partial = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -158,7 +159,7 @@ class StreamJsonParser:
     @property
     def turns(self) -> int:
         if self.result and isinstance(self.result.get("num_turns"), int):
-            return self.result["num_turns"]
+            return self.earlier_turns + self.result["num_turns"]
         return len(self.message_ids)
 
     def _line(self, raw: bytes) -> None:
@@ -223,6 +224,8 @@ class StreamJsonParser:
                 self._say(f"{mark} {clipped(str(content), 500, self.output)}")
 
     def _on_result(self, event: dict[str, Any]) -> None:
+        if self.result is not None:  # a message came as the session ended: a turn of its own
+            self.earlier_turns = self.turns
         self.result = event
         cost = _number(event.get("total_cost_usd"))
         self._say(
