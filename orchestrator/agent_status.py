@@ -125,7 +125,8 @@ def record_attempt(
         data["cost_today_usd"] = round(data.get("cost_today_usd", 0.0) + (cost_usd or 0.0), 6)
         data["refused_today"] = data.get("refused_today", 0) + refused
         data.update(last_task=task_label, last_outcome=outcome, last_finished=format_time(now))
-        tripped[0] = _count_systemic(data, task_label, cause, summary, now)
+        if outcome != "interrupted":  # a stop or a shutdown says nothing of the agent
+            tripped[0] = _count_systemic(data, task_label, cause, summary, now)
         return data
 
     _records().update(_key(agent), count)

@@ -20,6 +20,7 @@ from .cli_memory import learning_lines, memory_group, pending_rows
 from .cli_plan import plan_group
 from .cli_preview import preview_command
 from .cli_stats import stats_command
+from .cli_steer import attach_command, say_command, stop_command
 from .exceptions import ConfigError, InvalidInput, InvalidTaskId, OctopoidError
 from .lazy import lazy_import
 from .tasks import (
@@ -1082,6 +1083,9 @@ cli.add_command(mcp_command)
 cli.add_command(plan_group)
 cli.add_command(preview_command)
 cli.add_command(stats_command)
+cli.add_command(say_command)
+cli.add_command(stop_command)
+cli.add_command(attach_command)
 
 
 def main() -> None:

@@ -23,6 +23,11 @@ SHUTDOWN_GRACE_SECONDS = 30
 #: Seconds a runner may take beyond its agent's timeout (worktree, waiting for an earlier
 #: attempt to stop, notes) before its hard DEADLINE passes and it is killed as hung.
 RUNNER_DEADLINE_GRACE_SECONDS = 300
+#: How often a runner asks the store whether a person stopped its attempt (`octopoid stop`):
+#: one small record read a second keeps a stop prompt on any machine.
+STOP_CHECK_SECONDS = 1.0
+#: How long `octopoid stop` waits for the runner to end the attempt before saying it has not.
+STOP_WAIT_SECONDS = 60
 
 #: Largest task file octopoid reads; bigger ones are quarantined rather than loaded.
 MAX_TASK_FILE_BYTES = 1024 * 1024

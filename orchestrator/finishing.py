@@ -152,7 +152,7 @@ def _move(journal: Journal, task_id: str, actor: str) -> None:
 
 def _run(step: str, task_id: str, actor: str, done: Finished) -> None:
     # Here, not at the top: `octopoid doctor` asks for journals every time and rarely has one.
-    from . import drafts, git_utils, questions, task_tips
+    from . import drafts, git_utils, questions, steering, task_tips
     from .memory import lifecycle
     from .memory.distill import distill
     from .memory.notes import NotesManager
@@ -168,6 +168,7 @@ def _run(step: str, task_id: str, actor: str, done: Finished) -> None:
         working.cleanup()
         drafts.clear_task(task_id)  # reviewers' unsent drafts: the task left review for good
         questions.forget(task_id)  # a question nobody answered: nobody needs to now
+        steering.forget(task_id)  # messages no attempt read: the notes keep them
     elif step == WORKTREE and git_utils.worktree_for(task_id).exists():
         git_utils.remove_worktree(git_utils.open_repo(), task_id, delete_branch=False)
     elif step == BRANCH:

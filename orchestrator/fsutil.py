@@ -316,3 +316,21 @@ class _CappedLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+def read_since(path: Path, after: int | None, limit: int) -> tuple[str, int]:
+    """A growing text file (an attempt's live log) after byte ``after`` (None, or past its
+    end as a file cut back to its tail: its last ``limit`` bytes), at most ``limit`` bytes
+    of it, and the offset to read from next; ("", 0) while there is no file. A character
+    cut at the end waits for the next read: followers append, never re-read."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - limit) if after is None or after > size else after
+            f.seek(start)
+            data = f.read(limit)
+    except (FileNotFoundError, IsADirectoryError):
+        return "", 0
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = decoder.decode(data)
+    return text, start + len(data) - len(decoder.getstate()[0])

@@ -35,6 +35,7 @@ from . import (
     reports,
     review,
     scheduler_control,
+    steering,
 )
 from .exceptions import InvalidTaskId, OctopoidError, TaskNotFound
 from .memory import lifecycle
@@ -193,6 +194,12 @@ def requeue(task_id: TaskIdArg, reason: str = "requeued by hand") -> dict[str, A
     return listing.Line.of_task(task).as_json() | {"how": how}
 
 
+def say(task_id: TaskIdArg, text: str) -> dict[str, Any]:
+    """Send a message to a task's running attempt, or its next one if none runs; it goes
+    into the retry notes too (as `octopoid say`)."""
+    return steering.say(task_id, text, ACTOR)
+
+
 def retry(
     task_id: TaskIdArg,
     fresh: Annotated[bool, Field(description="Start again from the base branch")] = False,
@@ -266,6 +273,7 @@ TOOLS: dict[str, Callable[..., dict[str, Any]]] = {
     "accept": accept,
     "reject": reject,
     "requeue": requeue,
+    "say": say,
     "retry": retry,
     "close": close,
     "memory_search": memory_search,

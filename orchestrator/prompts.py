@@ -161,6 +161,20 @@ def render_branch(branch: str, base: str, held: list[str], behind: int) -> str:
 
 
 BRANCH_HEADING = "## The Branch Already Holds"
+MESSAGES_HEADING = "## Messages From a Person"
+
+
+def render_messages(messages: list[dict[str, Any]]) -> str:
+    """``## Messages From a Person``: what was said to the task (``octopoid say``) that no
+    attempt read yet, oldest first, fenced (data, as the notes are); ``""`` for none."""
+    if not messages:
+        return ""
+    body = "\n\n".join(f"{m['by']} ({m['at']}):\n{m['text']}" for m in messages)
+    fence = fence_for(body)
+    return (
+        f"{MESSAGES_HEADING}\n\nSent to this task since its last attempt read any; they "
+        f"steer this attempt (newest last):\n\n{fence}text\n{body}\n{fence}\n"
+    )
 
 
 def build_prompt(
@@ -170,15 +184,17 @@ def build_prompt(
     memory: str = "",
     howto: str = "",
     branch: str = "",
+    messages: str = "",
 ) -> str:
     """Instructions, the task, relevant memory, previous attempts' notes, what the branch
-    holds, how to record."""
+    holds, a person's messages, how to record."""
     blocks = [
         instructions.strip(),
         task_text(task).strip(),
         memory.strip(),
         previous_notes.strip(),
         branch.strip(),
+        messages.strip(),
         howto.strip(),
     ]
     return "\n\n".join(b for b in blocks if b) + "\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config, git_utils, review
+from orchestrator import config, git_utils, review, steering
 from orchestrator import queue_utils as q
 from orchestrator.memory.notes import NotesManager
 from orchestrator.tasks import TaskState
@@ -24,9 +24,14 @@ def anthropic_agent(git_project: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
 
     def run(
-        script: list[dict], *, max_turns: int = 10, budget: float | None = None, config: str = ""
+        script: list[dict],
+        *,
+        max_turns: int = 10,
+        budget: float | None = None,
+        config: str = "",
+        on_request=None,
     ):
-        with FakeMessagesAPI(script) as api:
+        with FakeMessagesAPI(script, on_request=on_request) as api:
             lines = [
                 "agents:",
                 "  - name: api-1",
@@ -230,3 +235,33 @@ def test_an_api_agent_proposes_a_split_that_waits_for_a_person(anthropic_agent) 
     created = review.approve(tid, "fay")
     assert [t.title for t in created] == ["the module", "its tests"]
     assert created[1].blocked_by == [created[0].id]
+
+
+def test_a_message_said_mid_attempt_joins_the_conversation_before_the_next_call(
+    anthropic_agent,
+) -> None:
+    """`octopoid say` while the model works on its first turn: the next request carries
+    the message as text in the user turn, beside the tool's result; the notes keep it."""
+
+    def say_during_first_call(n: int, body: dict) -> None:
+        if n == 0:
+            task_id = re.search(r"TASK-(\w+)", body["messages"][0]["content"]).group(1)
+            steering.say(task_id, "use the v2 endpoint, not v1")
+
+    tid, report, api = anthropic_agent(
+        [
+            tool_use("write_file", {"path": "api.txt", "content": "v1\n"}),
+            tool_use("finish", {"summary": "Used the v2 endpoint"}),
+        ],
+        on_request=say_during_first_call,
+    )
+    assert report.next_state == "provisional" and len(api.requests) == 2
+    first, second = api.requests[0]["messages"], api.requests[1]["messages"]
+    assert "v2 endpoint" not in str(first)
+    turn = second[-1]
+    assert turn["role"] == "user" and turn["content"][0]["type"] == "tool_result"
+    assert turn["content"][-1]["type"] == "text"
+    assert "Message from human" in turn["content"][-1]["text"]
+    assert "use the v2 endpoint, not v1" in turn["content"][-1]["text"]
+    notes = q.get_task_notes(tid)
+    assert "## Message — human" in notes and "[a person says] Message from human" in notes

@@ -62,7 +62,10 @@ def test_a_recorded_success_commits_and_reports_real_numbers(fake_claude) -> Non
     tid, report, call = fake_claude("success")
     assert report.next_state == "provisional" and report.commits == 1 and report.turns == 2
     argv = call["argv"]
-    assert argv[:5] == ["-p", "--output-format", "stream-json", "--verbose", "--max-turns"]
+    assert argv[:7] == [
+        *("-p", "--input-format", "stream-json", "--output-format", "stream-json"),
+        *("--verbose", "--max-turns"),
+    ]
     assert argv[argv.index("--max-turns") + 1] == "5"
     assert argv[argv.index("--permission-mode") + 1] == "acceptEdits"
     assert argv[argv.index("--allowedTools") + 1] == "Bash,Edit,mcp__octopoid"  # + the channel
@@ -172,6 +175,17 @@ def test_missing_claude_is_a_clear_error(git_project: Path) -> None:
     assert report.next_state == "incoming"
     assert "'claude-not-installed' is not on PATH" in q.get_task_notes(tid)
     assert q.get_task(tid).state is TaskState.INCOMING
+
+
+def test_a_message_s_own_turn_after_the_result_counts_its_turns_too() -> None:
+    """A message that reaches Claude Code as its session ends gets a turn of its own: a
+    second result whose num_turns counts that turn alone (its cost is the session's)."""
+    parser = StreamJsonParser(TailBuffer(10_000))
+    for turns, cost in ((3, 0.01), (1, 0.02)):
+        result = {"type": "result", "subtype": "success", "num_turns": turns}
+        parser.feed(json.dumps(result | {"total_cost_usd": cost}).encode() + b"\n")
+    result = parser.to_result(0, False)
+    assert (result.outcome, result.turns, result.cost_usd) == ("success", 4, 0.02)
 
 
 def test_parser_handles_lines_split_across_chunks(tmp_path: Path) -> None:

@@ -423,6 +423,9 @@ NEEDS_ALSO = {
     "approve": [],
     "answer": ["the answer"],
     "preview": [],
+    "say": ["a message"],
+    "stop": ["--reason", "x"],
+    "attach": [],
     "memory show": [],
     "memory promote": [],
 }

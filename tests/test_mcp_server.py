@@ -151,6 +151,7 @@ def test_every_tool_and_the_resources(project_with_agent: Path) -> None:
         seen["notes"] = await call(client, "notes", task_id=to_reject)
         seen["secret_notes"] = await call(client, "notes", task_id=failed)
         seen["retry"] = await call(client, "retry", task_id=failed)
+        seen["say"] = await call(client, "say", task_id=claimed, text="use the v2 endpoint")
         seen["requeue"] = await call(client, "requeue", task_id=claimed, reason="not now")
         seen["close"] = await call(client, "close", task_id=new, reason="dup", wont_do=True)
         seen["added"] = await call(
@@ -170,9 +171,11 @@ def test_every_tool_and_the_resources(project_with_agent: Path) -> None:
     assert seen["tools"] == sorted(
         [
             *("enqueue", "list", "show", "notes", "diff_summary", "accept", "reject"),
-            *("requeue", "retry", "close", "memory_search", "memory_add", "status"),
+            *("requeue", "retry", "close", "memory_search", "memory_add", "status", "say"),
         ]
     )
+    assert seen["say"]["running"] is True and seen["say"]["by"] == "mcp"
+    assert "use the v2 endpoint" in q.get_task_notes(claimed)
     assert seen["read_only"] == {"list", "show", "notes", "diff_summary", "memory_search", "status"}
     new = seen["enqueued"]["id"]
     assert seen["enqueued"]["priority"] == "P0" and seen["enqueued"]["state"] == "incoming"

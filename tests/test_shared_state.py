@@ -23,12 +23,13 @@ from orchestrator.sandbox.box import SOCKET_NAME
 from orchestrator.sandbox.client import request
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, wait_for
+from .conftest import child_env, wait_for, write_agents
 from .test_agent_records import one_pass
 from .test_breakdown import burned_out, killed_split, split_once
 from .test_finishing import KILLED_ACCEPT
 from .test_git_remote import Machines, attempt
 from .test_review_races import cli
+from .test_steering import ended, running, said_in_log
 from .test_web_drafts import save
 from .web_server import Client, start_web
 
@@ -179,3 +180,26 @@ def test_a_merge_check_judged_on_a_is_not_judged_again_on_b(
     judged: list[str] = []
     monkeypatch.setattr(git_utils, "merge_conflicts", lambda *a: judged.append("git") or None)
     assert reports.unmergeable(in_review) == {} and judged == []
+
+
+def test_a_message_and_a_stop_said_on_a_reach_the_attempt_running_on_b(team: Machines) -> None:
+    """`say` and `stop` are the store's (the steering record): said on machine a, the
+    attempt on b reads the message in its inbox, and b's runner ends the next on a stop."""
+    root = team.on("b")
+    write_agents(root, env={"OCTO_TEST_SLEEP": "600"})
+    listening, slow = q.create_task("listen for a message").id, q.create_task("slow").id
+    with running(root, q.claim_task(None, "impl-1")) as runner:
+        wait_for("b's agent to listen", lambda: said_in_log(listening, "listening"), 60)
+        said = cli(team.roots["a"], "say", listening, "use the v2 endpoint")
+        assert said.returncode == 0 and "for its running attempt" in said.stdout, said.stderr
+        ended(runner)
+    with running(root, q.claim_task(None, "impl-1")) as runner:
+        wait_for("b's agent to work", lambda: said_in_log(slow, "working on"), 60)
+        stopped = cli(team.roots["a"], "stop", slow, "--reason", "not this way")
+        assert stopped.returncode == 0, stopped.stderr
+        ended(runner)
+    assert q.get_task(listening).state is TaskState.PROVISIONAL
+    assert "inbox: Message from human" in (q.get_task_notes(listening) or "")
+    task = q.get_task(slow)
+    assert task.state is TaskState.INCOMING and task.headers["INTERRUPTED"] == "1"
+    assert "stopped by human: not this way" in (q.get_task_notes(slow) or "")

@@ -205,6 +205,9 @@ class AnthropicBackend:
             if stop:
                 return tally.result(*stop)
             request.on_tick()
+            if said := request.inbox():  # a person's message: a user turn before the call
+                joined(messages, said)
+                _say(output, f"[a person says] {said}")
             try:
                 response = client.messages.create(
                     model=agent["model"],
@@ -288,6 +291,16 @@ class AnthropicBackend:
         if finished is None:
             messages.append({"role": "user", "content": results})
         return finished
+
+
+def joined(messages: list[dict[str, Any]], said: str) -> None:
+    """``said`` added to the user turn that ends ``messages`` (the prompt, or the tool
+    results the model waits for), as a text block after them: a conversation alternates
+    turns, so it joins that turn rather than starting one of its own."""
+    last = messages[-1]
+    content = last["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    last["content"] = [*blocks, {"type": "text", "text": said}]
 
 
 def read_blocks(content: Any, output: TailBuffer) -> list[dict[str, Any]]:

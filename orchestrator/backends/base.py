@@ -54,6 +54,8 @@ class AgentRequest:
     max_tokens_total: int | None = None  # a budget's tokens left (backends that can count)
     on_tick: Callable[[], None] = lambda: None  # called every second or so (lease renewal)
     channel: Any = None  # the attempt's ChannelServer: its tools, for a loop run here
+    #: a person's messages not yet delivered (``steering.take``), as one user turn ("": none)
+    inbox: Callable[[], str] = lambda: ""
 
 
 @dataclass

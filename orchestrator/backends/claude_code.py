@@ -1,8 +1,11 @@
 """The ``claude-code`` backend: the ``claude`` CLI in print mode, streaming JSON events.
 
-The prompt goes on stdin. Each NDJSON line is parsed as it arrives: assistant text and
-tool calls become readable lines in the attempt log (not raw JSON); the final ``result``
-event gives turns, cost, tokens, session id and outcome. Unknown events and fields are
+The prompt goes on stdin as the first user message of ``--input-format stream-json``;
+stdin stays open for a person's messages (``octopoid say``), each written as a user
+message the CLI sends with its next request, and is closed at the session's result. Each
+NDJSON line is parsed as it arrives: assistant text and tool calls become readable lines
+in the attempt log (not raw JSON); the final ``result`` event gives turns, cost, tokens,
+session id and outcome. Unknown events and fields are
 ignored, non-JSON lines are kept as text, and a process killed before its result still
 yields the turns counted so far.
 """
@@ -92,6 +95,8 @@ def claude_argv(executable: str, request: AgentRequest) -> list[str]:
     argv = [
         executable,
         "-p",
+        "--input-format",
+        "stream-json",
         "--output-format",
         "stream-json",
         "--verbose",
@@ -132,6 +137,7 @@ class StreamJsonParser:
         self.session_id: str | None = None
         self.last_text = ""
         self.api_error: str | None = None  # an assistant message's ``error`` (its API's)
+        self.earlier_turns = 0  # of results before the last: a message's turn after one
         self._partial = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -153,7 +159,7 @@ class StreamJsonParser:
     @property
     def turns(self) -> int:
         if self.result and isinstance(self.result.get("num_turns"), int):
-            return self.result["num_turns"]
+            return self.earlier_turns + self.result["num_turns"]
         return len(self.message_ids)
 
     def _line(self, raw: bytes) -> None:
@@ -218,6 +224,8 @@ class StreamJsonParser:
                 self._say(f"{mark} {clipped(str(content), 500, self.output)}")
 
     def _on_result(self, event: dict[str, Any]) -> None:
+        if self.result is not None:  # a message came as the session ended: a turn of its own
+            self.earlier_turns = self.turns
         self.result = event
         cost = _number(event.get("total_cost_usd"))
         self._say(
@@ -285,6 +293,32 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def user_turn(text: str) -> bytes:
+    """A user message as ``--input-format stream-json`` reads it: one JSON line."""
+    message = {"type": "user", "message": {"role": "user", "content": text}}
+    return (json.dumps(message) + "\n").encode()
+
+
+class LiveSession:
+    """Claude Code's stdin in stream-json: the prompt first, then a person's messages as
+    they come (the CLI sends each with its next request); closed once the session has its
+    result, or the CLI would wait for more input instead of exiting."""
+
+    def __init__(self, request: AgentRequest, parser: StreamJsonParser) -> None:
+        self.request = request
+        self.parser = parser
+
+    def more(self) -> bytes | None:
+        """What to write now (b"": nothing), or None: close stdin."""
+        if self.parser.result is not None:
+            return None
+        said = self.request.inbox()
+        if not said:
+            return b""
+        self.parser.output.feed(f"[a person says] {said}\n".encode())
+        return user_turn(said)
+
+
 class ClaudeCodeBackend:
     def needs(self, options: dict) -> list[str]:
         """``claude`` itself and, when the environment has no API key, the credentials of
@@ -301,7 +335,15 @@ class ClaudeCodeBackend:
             why = f"'{name}' is not on PATH; {INSTALL_HINT}"
             return AgentResult(None, "error", summary=why, cause="cannot-start")
         parser = StreamJsonParser(output)
-        done = run_agent_process(claude_argv(executable, request), request, output, parser.feed)
+        session = LiveSession(request, parser)
+        done = run_agent_process(
+            claude_argv(executable, request),
+            request,
+            output,
+            parser.feed,
+            stdin=user_turn(request.prompt),
+            more=session.more,
+        )
         parser.finish()
         if done.start_error:
             return AgentResult(None, "error", summary=done.start_error, cause=done.cause)

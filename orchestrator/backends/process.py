@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import select
 import shutil
 import signal
@@ -47,12 +48,16 @@ def run_agent_process(
     request: AgentRequest,
     output: TailBuffer,
     on_chunk: Callable[[bytes], None] | None = None,
+    stdin: bytes | None = None,
+    more: Callable[[], bytes | None] | None = None,
 ) -> ProcessOutcome:
     """Run ``argv`` for ``request`` in its box, prompt on stdin, until exit or timeout.
 
-    Raw output goes to ``on_chunk`` (a parser) or straight into ``output``. A program that
-    cannot start is said so plainly (the box would only say that it could not exec it), and
-    so is a box that could not be made; both carry their ``cause``.
+    Raw output goes to ``on_chunk`` (a parser) or straight into ``output``. ``stdin``
+    replaces the prompt as what the program reads first; with ``more`` its stdin stays
+    open (``live_stdin``). A program that cannot start is said so plainly (the box would
+    only say that it could not exec it), and so is a box that could not be made; both
+    carry their ``cause``.
     """
     why = program_problem(argv[0], request.box.cwd, request.box.env.get("PATH"))
     if why:
@@ -63,9 +68,10 @@ def run_agent_process(
         request.box.env,
         output,
         request.timeout_seconds,
-        request.prompt.encode(),
+        request.prompt.encode() if stdin is None else stdin,
         request.on_tick,
         on_chunk,
+        more,
     )
     if done.start_error:  # bwrap itself, when there is a box
         done.cause = "box" if request.box.sandboxed else "cannot-start"
@@ -125,8 +131,10 @@ def run_process(
     stdin_data: bytes | None = None,
     on_tick: Callable[[], None] = lambda: None,
     on_chunk: Callable[[bytes], None] | None = None,
+    more: Callable[[], bytes | None] | None = None,
 ) -> ProcessOutcome:
-    """Run ``argv`` until it exits or times out; raw output goes to ``on_chunk`` or ``output``."""
+    """Run ``argv`` until it exits or times out; raw output goes to ``on_chunk`` or ``output``;
+    with ``more``, stdin stays open for what it gives at each tick (``live_stdin``)."""
     try:
         proc = subprocess.Popen(
             argv,
@@ -140,6 +148,7 @@ def run_process(
     except OSError as exc:
         return ProcessOutcome(None, False, f"cannot run {argv[0]!r}: {exc.strerror or exc}")
     head = bytearray()
+    close_stdin: Callable[[], None] | None = None
 
     def sink(chunk: bytes) -> None:
         if len(head) <= HEAD_BYTES:
@@ -147,7 +156,9 @@ def run_process(
         (on_chunk or output.feed)(chunk)
 
     try:
-        if stdin_data is not None:
+        if more is not None and stdin_data is not None:
+            on_tick, close_stdin = live_stdin(proc, stdin_data, more, on_tick)
+        elif stdin_data is not None:
             _feed_stdin(proc, stdin_data)
         deadline = time.monotonic() + timeout_seconds
         if _pump(proc, sink, deadline, on_tick):
@@ -159,6 +170,8 @@ def run_process(
             return ProcessOutcome(None, True, head=bytes(head))
     finally:
         _kill_group(proc)
+        if close_stdin is not None:
+            close_stdin()
 
 
 def _feed_stdin(proc: subprocess.Popen, data: bytes) -> None:
@@ -170,6 +183,43 @@ def _feed_stdin(proc: subprocess.Popen, data: bytes) -> None:
             proc.stdin.close()
 
     threading.Thread(target=write, name="agent-stdin", daemon=True).start()
+
+
+def live_stdin(
+    proc: subprocess.Popen,
+    first: bytes,
+    more: Callable[[], bytes | None],
+    on_tick: Callable[[], None],
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Write ``first`` to the agent's stdin and keep it open: the tick returned runs
+    ``on_tick``, then writes what ``more()`` gives, until it gives None: then stdin is
+    closed (as by the close returned, once the agent is gone). One writer thread, in
+    order, so a full pipe never stalls reading the output."""
+    pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+
+    def write() -> None:
+        with contextlib.suppress(OSError):  # the agent may have exited (a broken pipe)
+            while (data := pending.get()) is not None:
+                proc.stdin.write(data)
+                proc.stdin.flush()
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+
+    threading.Thread(target=write, name="agent-stdin", daemon=True).start()
+    pending.put(first)
+    is_open = [True]
+
+    def tick() -> None:
+        on_tick()
+        if is_open[0]:
+            data = more()
+            if data is None:
+                pending.put(None)
+                is_open[0] = False
+            elif data:
+                pending.put(data)
+
+    return tick, lambda: pending.put(None)
 
 
 def _pump(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from pathlib import Path
 from types import FrameType
 
-from .. import bytecode, config, defaults, forge, queue_utils
+from .. import bytecode, config, defaults, forge, queue_utils, steering
 from ..exceptions import LostClaim, OctopoidError, StorageError
 from ..processes import TASK_ENV, TOKEN_ENV
 from ..recovery import STOP_SIGNAL
@@ -39,11 +40,22 @@ def raise_on_stop_signals() -> None:
     signal.signal(STOP_SIGNAL, handler)
 
 
+class Stopped(OctopoidError):
+    """A person stopped the attempt (``octopoid stop``, read from the store by ``tick``):
+    the attempt is given back, not counted, with their reason in the notes."""
+
+    def __init__(self, by: str, reason: str) -> None:
+        super().__init__(f"stopped by {by}: {reason}")
+        self.by = by
+
+
 class Claim:
     """The claim this runner owns: its token fences every write; renewed every third of a lease.
 
     Between renewals, ``tick`` notices within a second (a ``stat``) when the task file was
-    rewritten by someone else, and checks the token is still ours.
+    rewritten by someone else, and checks the token is still ours; and asks the store
+    every ``defaults.STOP_CHECK_SECONDS`` whether a person stopped this attempt (a record,
+    so a stop reaches a runner on any machine).
     """
 
     def __init__(self, task_id: str, token: str, lease_seconds: int) -> None:
@@ -52,6 +64,7 @@ class Claim:
         self.lease_seconds = lease_seconds
         self._last = 0.0
         self._seen: tuple[int, int] | None = None
+        self._asked = 0.0  # when the store was last asked for a stop
         self.task: Task | None = None
 
     def take_over(self, deadline_seconds: float) -> Task:
@@ -59,8 +72,10 @@ class Claim:
         return self._renew(pid=os.getpid(), deadline_seconds=deadline_seconds)
 
     def tick(self) -> None:
-        """Renew when due. A store that cannot be reached (the database restarting) is
-        retried at the next tick while the lease lasts; past it the claim is lost."""
+        """Renew when due, and raise ``Stopped`` once a person stopped the attempt. A store
+        that cannot be reached (the database restarting) is retried at the next tick while
+        the lease lasts; past it the claim is lost."""
+        self._stop_check()
         if time.monotonic() - self._last >= self.lease_seconds / 3 or self._rewritten():
             try:
                 self._renew()
@@ -68,6 +83,15 @@ class Claim:
                 if time.monotonic() - self._last >= self.lease_seconds:
                     why = f"the lease ran out while the queue was unreachable: {exc}"
                     raise LostClaim(why) from None
+
+    def _stop_check(self) -> None:
+        if self.task is None or time.monotonic() - self._asked < defaults.STOP_CHECK_SECONDS:
+            return
+        self._asked = time.monotonic()
+        with contextlib.suppress(StorageError):  # asked again at the next tick
+            stop = steering.stop_asked(self.task_id, self.task.attempts)
+            if stop is not None:
+                raise Stopped(stop["by"], stop["reason"])
 
     def _rewritten(self) -> bool:
         """Has someone rewritten the task file since our renewal (renew now to find out)?

@@ -35,6 +35,7 @@ from .. import (
     queue_utils,
     recovery,
     sandbox,
+    steering,
 )
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..backends.base import CAUSES, no_change_reason
@@ -67,6 +68,7 @@ from ..prompts import (
     build_prompt,
     render_branch,
     render_memory,
+    render_messages,
     render_previous_notes,
 )
 from ..redaction import Redactor, every_agent_env, hide_also, redact, scrub
@@ -86,6 +88,7 @@ from ..tasks import (
 from . import breakdown, checks, planner
 from .base import (
     Claim,
+    Stopped,
     Terminated,
     deadline_seconds,
     find_agent,
@@ -161,6 +164,9 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         result = AgentResult(None, "interrupted", summary=str(exc), details={"stop": "Terminated"})
     except LostClaim as exc:
         result = AgentResult(None, "error", summary=str(exc), details={"stop": "LostClaim"})
+    except Stopped as exc:  # a person's stop: not the agent's failure
+        details = {"stop": "Stopped", "by": exc.by}
+        result = AgentResult(None, "interrupted", summary=str(exc), details=details)
     except OctopoidError as exc:  # a box, or a set-up, that fails is no task's fault
         cause = "box" if isinstance(exc, SandboxError) else None
         cause = "setup" if isinstance(exc, SetupFailed) else cause
@@ -184,6 +190,10 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     except LostClaim as exc:
         result.details["stop"] = "LostClaim"
         report = _report(task, result, commits, "(not ours any more)", str(exc))
+    except Stopped as exc:  # a person's stop while the checks ran: given back all the same
+        add_notes_section(task.id, f"Stopped — attempt {task.attempts}", str(exc))
+        queue_utils.requeue_task(task, str(exc), exc.by, counted=False)
+        report = _report(task, result, commits, TaskState.INCOMING.value, str(exc))
     except StorageError as exc:
         report = _release(task, result, commits, exc)
     finally:
@@ -347,6 +357,8 @@ def _verify(
                 verdict = checks.verify(task, box, cfg, claim.tick, tip)
         else:  # nothing runs the agent's code: the merge pre-check needs no box
             verdict = checks.Verdict([], *checks.merge_precheck(task, tip))
+    except Stopped:
+        raise  # a person's stop is no check's failure
     except OctopoidError as exc:  # a bad CHECKS header, git, or their set-up failing
         said = exc.output if isinstance(exc, SetupFailed) else ""
         failed = checks.CheckResult("(the checks)", None, 0.0, said, str(exc))
@@ -496,7 +508,8 @@ def _work(
     else:
         role, howto = task.role, f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}"
     memory, branch = _memory_block(task, cfg), _branch_block(task, space)
-    prompt = build_prompt(instructions_for(role), task, notes, memory, howto, branch)
+    said = render_messages(steering.take(task.id))
+    prompt = build_prompt(instructions_for(role), task, notes, memory, howto, branch, said)
     atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt)
     prompt_file = space.write_prompt(prompt)
     space.box.env["OCTOPOID_PROMPT_FILE"] = str(prompt_file)
@@ -525,6 +538,7 @@ def _work(
         max_tokens_total=agent.get("max_tokens_total"),
         on_tick=tick,
         channel=space.channel,
+        inbox=lambda: steering.as_turn(steering.take(task.id)),
     )
     return get_backend(agent["backend"]).run(request, output)
 
@@ -570,8 +584,9 @@ def _settle(
 
     if stop == "LostClaim":
         return report("(not ours any more)")
-    if stop == "Terminated":
-        queue_utils.requeue_task(task, reason, "octopoid", counted=False, set_headers=mark)
+    if stop in ("Terminated", "Stopped"):  # given back: neither counts against the task
+        by = result.details.get("by", "octopoid")
+        queue_utils.requeue_task(task, reason, by, counted=False, set_headers=mark)
         return report(TaskState.INCOMING)
     if (given_back := _give_back(task, agent, agents_cfg, result, reason, mark)) is not None:
         reason = given_back

@@ -14,6 +14,7 @@ runner's own task, and none moves a task, accepts, or names another.
 - ``read_notes {}``: its own retry notes.
 - ``report_progress {text}``: one line saying what the agent is doing (kept as the task's
   ``PROGRESS`` header by the runner, shown live on the board).
+- ``inbox {}``: a person's messages to this attempt (``octopoid say``) not read yet.
 - ``propose_split {subtasks}``: the task is too big; the attempt ends with the subtasks
   held for a person's approval (as a breakdown's are).
 - ``ask_human {question}``: the question goes to the board and the alerts; the answer
@@ -21,7 +22,7 @@ runner's own task, and none moves a task, accepts, or names another.
   input" and the next one reads the answer (``questions``).
 
 MCP clients call them through ``tools/call``; the CLI client inside the box calls the
-first five by name. A hostile client gets an error, never the runner's attention: lines are
+first six by name. A hostile client gets an error, never the runner's attention: lines are
 capped, idle connections closed, at most ``MAX_CONNECTIONS`` served at once, requests
 handled one at a time (but for a question's wait), and every text it stores goes through
 ``redaction.scrub`` here, where it enters: redacted and cleaned of control characters.
@@ -39,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import config, plans, questions, queue_utils
+from .. import config, plans, questions, queue_utils, steering
 from ..exceptions import InvalidTask, OctopoidError
 from ..memory import lifecycle
 from ..memory.notes import NotesManager
@@ -127,6 +128,12 @@ TOOLS: list[dict[str, Any]] = [
         },
     },
     {
+        "name": "inbox",
+        "description": "Messages a person sent to steer this attempt that you have not read "
+        "yet (empty when none). Check it now and then, and follow what they say.",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+    {
         "name": "ask_human",
         "description": "Ask a person a question you cannot answer from the task, the code or "
         "memory. Waits a while for the answer; if none comes, stop and finish: the task "
@@ -205,6 +212,7 @@ class ChannelServer:
             "read_task": self.read_task,
             "read_notes": self.read_notes,
             "report_progress": self.report_progress,
+            "inbox": self.inbox,
             "initialize": self.initialize,
             "ping": dict,
             "tools/list": lambda **_: {"tools": self.tool_specs()},
@@ -214,6 +222,7 @@ class ChannelServer:
             **{name: self.methods[name] for name in ("remember", "search_memory")},
             **{name: self.methods[name] for name in ("read_task", "read_notes")},
             "report_progress": self.report_progress,
+            "inbox": self.inbox,
             "propose_split": self.propose_split,
             "ask_human": self.ask_human,
             "draft_task": self.draft_task,
@@ -380,6 +389,10 @@ class ChannelServer:
     def report_progress(self, text: str) -> dict[str, bool]:
         self.on_progress(one_line(_said(text, "text", 10 * MAX_PROGRESS_CHARS), MAX_PROGRESS_CHARS))
         return {"ok": True}
+
+    def inbox(self) -> str:
+        """A person's messages not read yet (``octopoid say``), now delivered to this attempt."""
+        return steering.as_turn(steering.take(self.task_id))
 
     def propose_split(self, subtasks: object) -> dict[str, Any]:
         if not isinstance(subtasks, list):

@@ -105,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("notes", help="print the task's retry notes")
     progress = commands.add_parser("progress", help="say in one line what you are doing")
     progress.add_argument("text")
+    commands.add_parser("inbox", help="print a person's messages to this attempt not read yet")
     commands.add_parser(
         "mcp", help="serve this attempt's tools over MCP on stdio (for an agent's MCP config)"
     )
@@ -117,6 +118,9 @@ def run(args: argparse.Namespace, socket_path: str) -> str:
         return request(socket_path, "read_task")
     if args.command == "notes":
         return request(socket_path, "read_notes") or "no retry notes yet\n"
+    if args.command == "inbox":
+        said = request(socket_path, "inbox")
+        return f"{said}\n" if said else ""
     if args.command == "progress":
         request(socket_path, "report_progress", {"text": args.text})
         return ""

@@ -28,7 +28,18 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import config, drafts, intake, plans, preview, questions, queue_utils, recovery, review
+from .. import (
+    config,
+    drafts,
+    intake,
+    plans,
+    preview,
+    questions,
+    queue_utils,
+    recovery,
+    review,
+    steering,
+)
 from ..exceptions import (
     InvalidInput,
     InvalidTask,
@@ -57,6 +68,9 @@ DONE = {
     "plan-approved": "Plan approved: its tasks are queued, each after the tasks it waits for.",
     "plan-discarded": "Plan discarded: nothing was queued.",
     "answered": "Answered: the answer is in its notes, and the task may run again.",
+    "said": "Sent: the running attempt reads it before its next step; it is in the notes too.",
+    "stop-asked": "Stop asked: its runner ends the attempt in a moment and gives the task "
+    "back to incoming, the attempt not counted.",
     "preview-started": "Preview started: open it from the link beside the diff.",
     "preview-starting": "The preview is still starting: reload this page in a moment.",
     "preview-stopped": "Preview stopped.",
@@ -372,6 +386,14 @@ def _answer(task_id: str, form: FormData, reviewer: str) -> None:
     questions.answer(task_id, str(form.get("answer") or ""), reviewer)
 
 
+def _say(task_id: str, form: FormData, reviewer: str) -> None:
+    steering.say(task_id, str(form.get("message") or ""), reviewer)
+
+
+def _stop(task_id: str, form: FormData, reviewer: str) -> None:
+    steering.ask_stop(task_id, str(form.get("reason") or ""), reviewer)
+
+
 ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "accept": (_accept, "accepted"),
     "reject": (_reject, "rejected"),
@@ -380,6 +402,8 @@ ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "requeue": (_requeue, "requeued"),
     "close": (_close, "closed"),
     "answer": (_answer, "answered"),
+    "say": (_say, "said"),
+    "stop": (_stop, "stop-asked"),
 }
 PLAN_ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "approve": (lambda plan_id, reviewer: plans.approve(plan_id, reviewer), "plan-approved"),

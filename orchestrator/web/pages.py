@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +20,7 @@ from .. import (
     task_notes,
 )
 from ..exceptions import NothingToShow, OctopoidError, TaskNotFound
+from ..fsutil import read_since
 from ..memory import lifecycle
 from ..redaction import scrub
 from ..roles import breakdown
@@ -81,17 +81,7 @@ def live_log(task_id: str) -> str:
 def live_since(task_id: str, after: int | None) -> tuple[str, int]:
     """The running attempt's output after byte ``after`` (None: its last 64 KiB), at most
     64 KiB of it, and the offset to ask from next: the page appends, never re-sends."""
-    try:
-        with open(task_notes.stdout_log_path(task_id), "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            start = max(0, size - LIVE_CHUNK) if after is None or after > size else after
-            f.seek(start)
-            data = f.read(LIVE_CHUNK)
-    except (FileNotFoundError, IsADirectoryError):
-        return "", 0
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    text = decoder.decode(data)  # a character cut at the end waits for the next time
-    return text, start + len(data) - len(decoder.getstate()[0])
+    return read_since(task_notes.stdout_log_path(task_id), after, LIVE_CHUNK)
 
 
 def _duration(task: Task, now: datetime) -> str:

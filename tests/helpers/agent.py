@@ -31,6 +31,8 @@
 - ``tick``: print ``tick N`` OCTO_TEST_TICKS times (default 8), OCTO_TEST_TICK_SECONDS apart
   (default 0.4), for a live log to follow (``long-tick``: 240 times, more than any reader
   waits for). ``app-file``: also commit a small ``app.py``.
+- ``listen``: print ``listening``, then ask ``octopoid inbox`` until a person's message
+  comes (60 s at most; ``octopoid say``), print it and commit it as ``said.txt``.
 - ``xss``: print HTML that would run script if a page did not escape it, and commit it.
 - anything else: write a file named after the task and commit it.
 Every run appends a line to ``$OCTO_TEST_RUNS`` (when set) so tests can count attempts.
@@ -149,6 +151,15 @@ if "tick" in title:
     for i in range(ticks):
         print(f"tick {i}", flush=True)
         time.sleep(float(os.environ.get("OCTO_TEST_TICK_SECONDS", "0.4")))
+if "listen" in title:
+    print("listening", flush=True)
+    deadline, said = time.monotonic() + 60, ""
+    while not said and time.monotonic() < deadline:
+        inbox = subprocess.run(["octopoid", "inbox"], capture_output=True, text=True, check=True)
+        said = inbox.stdout.strip() or time.sleep(0.1) or ""
+    print(f"inbox: {said}", flush=True)
+    Path("said.txt").write_text(said + "\n")
+    subprocess.run(["git", "add", "said.txt"], check=True)
 if "app-file" in title:
     Path("app.py").write_text(
         "def greet(name):\n    return 'hello ' + name\n\n\ndef main():\n    print(greet(None))\n"

@@ -1,10 +1,10 @@
 """A stand-in for the `claude` CLI that replays a recorded stream-json session.
 
-It prints its argv and stdin (the prompt) as one ``FAKE_CLAUDE_CALL {json}`` line (it
-may run in a box, whose writes outside its workspace no test can see; the line lands in
-the attempt's log), then prints the lines of $FAKE_CLAUDE_SESSION. Bash tool calls in the
-recording are really run in the current directory, so a replayed session that committed
-commits again. Knobs:
+It prints its argv and the prompt (the first user message on stdin) as one
+``FAKE_CLAUDE_CALL {json}`` line (it may run in a box, whose writes outside its workspace
+no test can see; the line lands in the attempt's log), then prints the lines of
+$FAKE_CLAUDE_SESSION. Bash tool calls in the recording are really run in the current
+directory, so a replayed session that committed commits again. Knobs:
 FAKE_CLAUDE_DIE_AFTER=N (SIGKILL itself after N lines), FAKE_CLAUDE_GARBAGE=1 (mix in
 non-JSON lines, unknown events, and cut the last line short), FAKE_CLAUDE_FLOOD_MB=N
 (stream N MB of assistant text before the result).
@@ -16,7 +16,8 @@ import signal
 import subprocess
 import sys
 
-prompt = sys.stdin.read()
+first = json.loads(sys.stdin.readline())  # --input-format stream-json: stdin stays open
+prompt = first["message"]["content"]
 out = sys.stdout
 out.write(f"FAKE_CLAUDE_CALL {json.dumps({'argv': sys.argv[1:], 'prompt': prompt})}\n")
 with open(os.environ["FAKE_CLAUDE_SESSION"]) as session:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -39,9 +40,18 @@ def error(status: int, kind: str = "overloaded_error", message: str = "Overloade
 
 
 class FakeMessagesAPI:
-    def __init__(self, script: list[dict[str, Any]], model: str = "claude-test-1") -> None:
+    """``on_request(n, body)``, when given, runs as request ``n`` (from 0) arrives, before
+    its reply: a test acts while the agent waits for the model (a person's message)."""
+
+    def __init__(
+        self,
+        script: list[dict[str, Any]],
+        model: str = "claude-test-1",
+        on_request: Callable[[int, dict[str, Any]], None] | None = None,
+    ) -> None:
         self.script = list(script)
         self.model = model
+        self.on_request = on_request
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self._lock = threading.Lock()
@@ -103,6 +113,8 @@ class FakeMessagesAPI:
     def _next(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             self.requests.append(body)
+            if self.on_request is not None:
+                self.on_request(len(self.requests) - 1, body)
             return self.script.pop(0) if self.script else DEFAULT_REPLY
 
     def _message(self, reply: dict[str, Any]) -> dict[str, Any]:
