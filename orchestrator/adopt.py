@@ -45,6 +45,17 @@ def store() -> QueueStore:
     return found
 
 
+def task_key(family: str, task_id: str) -> str:
+    """The key of a task's record in ``family`` (``questions/TASK-12``)."""
+    return f"{family}/{task_label(normalize_task_id(task_id))}"
+
+
+def task_record(family: str, task_id: str) -> dict[str, Any]:
+    """A task's record in ``family`` ({} for none)."""
+    found = store().records.read(task_key(family, task_id))
+    return {} if found is None else found.value
+
+
 def old_files(store: QueueStore, runtime: Path) -> list[str]:
     """Move every state file of an older octopoid under ``runtime`` into ``store``; say
     what was moved."""

@@ -26,7 +26,6 @@ from typing import Any
 from . import adopt, queue_utils
 from .exceptions import InvalidInput
 from .lazy import lazy_import
-from .store.records import Records
 from .tasks import Task, format_time, normalize_task_id, one_line, task_label, utcnow
 
 # at first use: status and the board read questions, only writers check and note them
@@ -39,18 +38,9 @@ FAMILY = "questions"
 NEVER = queue_utils.NEVER  # a held task's NOT_BEFORE
 
 
-def _records() -> Records:
-    return adopt.store().records
-
-
-def _key(task_id: str) -> str:
-    return f"{FAMILY}/{task_label(task_id)}"
-
-
 def read(task_id: str) -> dict[str, Any]:
     """The task's question ({} for none)."""
-    found = _records().read(_key(normalize_task_id(task_id)))
-    return {} if found is None else found.value
+    return adopt.task_record(FAMILY, task_id)
 
 
 def ask(task_id: str, attempt: int, question: str) -> dict[str, Any]:
@@ -72,14 +62,14 @@ def ask(task_id: str, attempt: int, question: str) -> dict[str, Any]:
             )
         return asked
 
-    _records().update(_key(task_id), replace)
+    adopt.store().records.update(adopt.task_key(FAMILY, task_id), replace)
     log.info("%s asks: %s", task_label(task_id), one_line(question, 200))
     return asked
 
 
 def open_questions() -> list[dict[str, Any]]:
     """Every question still waiting for its answer, oldest first (one read of the store)."""
-    found = [record.value for record in _records().list(FAMILY).values()]
+    found = [record.value for record in adopt.store().records.list(FAMILY).values()]
     waiting = [q for q in found if q.get("question") and "answer" not in q]
     return sorted(waiting, key=lambda q: q.get("asked_at", ""))
 
@@ -116,7 +106,7 @@ def answer(task_id: str, text: str, answered_by: str = "human") -> dict[str, Any
             raise InvalidInput(f"{task_label(task_id)} has no open question")
         return {**asked, **given}
 
-    record = _records().update(_key(task_id), answered)
+    record = adopt.store().records.update(adopt.task_key(FAMILY, task_id), answered)
     assert record is not None  # ``answered`` never deletes
     asked = record.value
     heading = f"Answer — {one_line(answered_by, 80)} ({asked['answered_at']})"
@@ -143,4 +133,4 @@ def hold_for_answer(task: Task, question: str, reason: str) -> Task:
 
 def forget(task_id: str) -> None:
     """The task finished: its question goes."""
-    _records().delete(_key(normalize_task_id(task_id)))
+    adopt.store().records.delete(adopt.task_key(FAMILY, normalize_task_id(task_id)))

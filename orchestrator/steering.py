@@ -24,7 +24,6 @@ from typing import Any
 from . import adopt, queue_utils, task_notes
 from .exceptions import IllegalTransition, InvalidInput
 from .redaction import scrub
-from .store.records import Records
 from .tasks import (
     Task,
     TaskState,
@@ -32,7 +31,6 @@ from .tasks import (
     normalize_task_id,
     one_line,
     refuse_planning,
-    task_label,
     utcnow,
 )
 
@@ -42,18 +40,9 @@ MAX_WAITING = 50  # messages no attempt took yet: every one reaches the next pro
 MAX_REASON_CHARS = 1000
 
 
-def _records() -> Records:
-    return adopt.store().records
-
-
-def _key(task_id: str) -> str:
-    return f"{FAMILY}/{task_label(task_id)}"
-
-
 def read(task_id: str) -> dict[str, Any]:
     """The task's steering record ({} for none)."""
-    found = _records().read(_key(normalize_task_id(task_id)))
-    return {} if found is None else found.value
+    return adopt.task_record(FAMILY, task_id)
 
 
 def _text(text: str, what: str, limit: int) -> str:
@@ -91,7 +80,7 @@ def say(task_id: str, text: str, by: str = "human") -> dict[str, Any]:
         message["n"] = int(found.get("next") or 1)
         return {**found, "next": message["n"] + 1, "waiting": [*waiting, message]}
 
-    _records().update(_key(task.id), add)
+    adopt.store().records.update(adopt.task_key(FAMILY, task.id), add)
     task_notes.add_notes_section(task.id, f"Message — {by} ({message['at']})", text)
     return {**message, "task": task.label, "running": task.state is TaskState.CLAIMED}
 
@@ -105,7 +94,7 @@ def take(task_id: str) -> list[dict[str, Any]]:
         taken[:] = (found or {}).get("waiting") or []
         return {**found, "waiting": []} if taken and found else found
 
-    _records().update(_key(normalize_task_id(task_id)), empty)
+    adopt.store().records.update(adopt.task_key(FAMILY, normalize_task_id(task_id)), empty)
     return taken
 
 
@@ -129,7 +118,9 @@ def ask_stop(task_id: str, reason: str, by: str = "human") -> dict[str, Any]:
         "at": format_time(utcnow()),
         "reason": _text(reason, "a stop's reason", MAX_REASON_CHARS),
     }
-    _records().update(_key(task.id), lambda found: {**(found or {}), "stop": stop})
+    adopt.store().records.update(
+        adopt.task_key(FAMILY, task.id), lambda found: {**(found or {}), "stop": stop}
+    )
     return {**stop, "task": task.label}
 
 
@@ -154,4 +145,4 @@ def wait_stopped(task_id: str, attempt: int, seconds: float) -> Task | None:
 
 def forget(task_id: str) -> None:
     """The task finished: what was said to it goes (its notes keep the messages)."""
-    _records().delete(_key(normalize_task_id(task_id)))
+    adopt.store().records.delete(adopt.task_key(FAMILY, normalize_task_id(task_id)))
