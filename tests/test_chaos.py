@@ -223,13 +223,13 @@ def merge_counts(root: Path) -> Counter:
 
 
 def test_random_kill_9s_of_daemon_runners_and_review_keep_every_invariant(git_project: Path):
-    """60 kill -9s (OCTOPOID_CHAOS_KILLS for more): scheduler, runners, accept, CLI moves.
+    """30 kill -9s (OCTOPOID_CHAOS_KILLS for more): scheduler, runners, accept, CLI moves.
 
     The base branch is checked out nowhere (merges go through a scratch worktree and an
     atomic ref update), as a kill inside `git merge` in a user's own checkout leaves git's
     own state to clear by hand.
     """
-    kills = int(os.environ.get("OCTOPOID_CHAOS_KILLS", "60"))
+    kills = int(os.environ.get("OCTOPOID_CHAOS_KILLS", "30"))
     git.Repo(git_project).git.checkout("-b", "work")
     write_agents(
         git_project, max_concurrent=3, max_claimed=4, lease_seconds=4, shutdown_grace_seconds=1

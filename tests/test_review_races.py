@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -144,9 +145,11 @@ def test_five_concurrent_accepts_merge_once(git_project):
 
 @pytest.mark.slow
 def test_accept_and_reject_at_the_same_instant_stay_consistent(git_project, tmp_path):
-    """Through the installed CLI, 50 times: merged and done, or not merged and in incoming."""
+    """Through the installed CLI, 20 times (OCTOPOID_RACE_TRIALS for more): merged and done,
+    or not merged and in incoming."""
+    trials = int(os.environ.get("OCTOPOID_RACE_TRIALS", "20"))
     outcomes = []
-    for n in range(50):
+    for n in range(trials):
         tid = provisional_with_commit(git_project, f"f{n}.txt")
         go = tmp_path / f"go-{n}"
         wait = f"while [ ! -e {go} ]; do :; done; exec {OCTOPOID} "
@@ -169,7 +172,7 @@ def test_accept_and_reject_at_the_same_instant_stay_consistent(git_project, tmp_
         if state is TaskState.INCOMING:  # out of the way of the next trial's claim
             q.fail_task(tid, "trial over")
             git_utils.remove_worktree(git_utils.open_repo(), tid)
-    assert len(outcomes) == 50
+    assert len(outcomes) == trials
 
 
 HOLDER = """
