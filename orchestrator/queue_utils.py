@@ -393,11 +393,13 @@ def claim_task(
       scheduler claims): ``IllegalTransition`` if it is not there.
     """
     now = now or utcnow()
-    seconds = lease_seconds or config.load_agents()["lease_seconds"]
-    headers = lease_headers(agent_name, ProcessId.of(pid), now, seconds, new_token())
     breakdown = source is S.BREAKDOWN
+    headers: dict[str, object] = {}  # made once a task is found: an empty claim is cheap
 
     def change(t: Task) -> None:
+        if not headers:
+            seconds = lease_seconds or config.load_agents()["lease_seconds"]
+            headers.update(lease_headers(agent_name, ProcessId.of(pid), now, seconds, new_token()))
         t.set_header("ATTEMPTS", t.attempts + 1)
         for key, value in headers.items():
             t.set_header(key, value)

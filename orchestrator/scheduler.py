@@ -535,7 +535,8 @@ class Scheduler:
             log.info("watching %s: an enqueue wakes this scheduler (inotify)", incoming)
         stops = [stop_inotify] if stop_inotify else []
         try:
-            stops.append(queue_utils.get_store().watch(lambda: self.wake("the store's notice")))
+            notice = queue_utils.get_store().watch(lambda state: self.wake("the store", state))
+            stops.append(notice)
         except OctopoidError as exc:  # the database is down: housekeeping passes still run
             log.error("cannot watch the queue for changes: %s", exc)
 

@@ -178,7 +178,9 @@ def _octopoid_producer(n: int, go, produced, took) -> None:
 def _octopoid_claimer(go, produced) -> None:
     store = q.get_store()
     woken = threading.Event()
-    stop_listening = store.watch(woken.set)  # LISTEN, as the scheduler waits
+    # LISTEN, as the scheduler waits; a claimer of incoming tasks wakes for those (no task
+    # here has a blocker a done one could release), as procrastinate's workers for a job
+    stop_listening = store.watch(lambda state: woken.set() if state in ("incoming", "") else None)
     me = f"bench-{os.getpid()}"
     go.wait()
     while True:

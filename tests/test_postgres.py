@@ -731,3 +731,23 @@ def test_a_batched_move_keeps_odd_text_exactly_and_rolls_back_when_its_change_ra
     claimed = q.claim_task(None, "agent")
     assert claimed.id == task.id and render_task(q.get_task(task.id)) == render_task(claimed)
     assert claimed.title == odd and odd in render_task(claimed)
+
+
+def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path) -> None:
+    """An enqueue and a task done wake schedulers (with the state); a claim, a submit and a
+    failure wake nobody: with many machines, each wake is a pass on each of them."""
+    from .conftest import wait_for
+
+    heard: list[str] = []
+    stop = q.get_store().watch(heard.append)
+    try:
+        wait_for("the watcher listening", lambda: heard == [""])  # on connecting
+        first = q.create_task("one")
+        q.submit_completion(q.claim_task(None, "agent"), 1, 1)
+        q.create_task("two")
+        q.fail_task(q.claim_task(None, "agent"), "broke")
+        q.accept_completion(first.id)
+        wait_for("the accept's notice", lambda: heard[-1:] == ["done"])
+    finally:
+        stop()
+    assert heard == ["", "incoming", "incoming", "done"]

@@ -179,10 +179,17 @@ _UPGRADE_LOCK = 0x6F63746F  # "octo": one upgrader at a time
 CHANNEL = "octopoid_queue"  # NOTIFY'd with the new state whenever a task is added or moved
 
 
+#: The moves worth a scheduler's pass: work to claim (incoming, breakdown), or a task done
+#: (a blocked one may be free, a review slot is). Claims, submits and failures wake nobody.
+NOTICED = frozenset({TaskState.INCOMING, TaskState.BREAKDOWN, TaskState.DONE})
+
+
 def _announce(cur: Any, state: TaskState) -> None:
-    """Wake idle schedulers (``watch``) when this transaction commits; PostgreSQL folds
-    identical notifications of one transaction into one."""
-    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, state.value))
+    """Wake idle schedulers (``watch``) when this transaction commits, with the state the
+    task moved to, if it may make work claimable; PostgreSQL folds identical notifications
+    of one transaction into one."""
+    if state in NOTICED:
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, state.value))
 
 
 def redact_dsn(text: str, dsn: str) -> str:
@@ -576,10 +583,11 @@ class PostgresStore(QueueStore):
             local.pid, local.depths = os.getpid(), {}
         return local.conn, local.depths
 
-    def watch(self, on_change: Callable[[], None]) -> Callable[[], None]:
-        """LISTEN on ``CHANNEL`` in a thread of its own, calling ``on_change`` for each
-        notification. A lost connection is retried with backoff; ``on_change`` is also
-        called on reconnecting (changes may have been missed meanwhile)."""
+    def watch(self, on_change: Callable[[str], None]) -> Callable[[], None]:
+        """LISTEN on ``CHANNEL`` in a thread of its own, calling ``on_change`` with the
+        state of each notification (``NOTICED``). A lost connection is retried with
+        backoff; ``on_change("")`` is called on (re)connecting (changes may have been
+        missed meanwhile)."""
         stop = threading.Event()
         thread = threading.Thread(
             target=self._listen, args=(on_change, stop), name="octopoid-listen", daemon=True
@@ -587,7 +595,7 @@ class PostgresStore(QueueStore):
         thread.start()
         return stop.set
 
-    def _listen(self, on_change: Callable[[], None], stop: threading.Event) -> None:
+    def _listen(self, on_change: Callable[[str], None], stop: threading.Event) -> None:
         import psycopg
 
         delay = 0.0
@@ -596,10 +604,10 @@ class PostgresStore(QueueStore):
                 with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     delay = 0.0
-                    on_change()
+                    on_change("")
                     while not stop.is_set():
-                        for _ in conn.notifies(timeout=1.0):
-                            on_change()
+                        for notice in conn.notifies(timeout=1.0):
+                            on_change(notice.payload)
             except psycopg.Error:
                 delay = min(30.0, max(1.0, delay * 2))
 
