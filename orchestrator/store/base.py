@@ -171,11 +171,11 @@ class QueueStore(ABC):
 
     def watch(self, on_change: Callable[[str], None]) -> Callable[[], None]:
         """Call ``on_change`` (from another thread) with the state a task was added or moved
-        to, when that may make work claimable (incoming, breakdown, done; "" when changes
-        may have been missed), for a store whose changes the scheduler cannot see in the
-        file system; returns a function that stops watching. The folder store needs none:
-        the scheduler watches incoming/ with inotify (``wakeup``), and its mtime where
-        inotify is missing."""
+        to, when that may make work claimable (incoming, breakdown, done; ``record`` for a
+        record written, a pause or a resume; "" when changes may have been missed), for a
+        store whose changes the scheduler cannot see in the file system; returns a function
+        that stops watching. The folder store needs none: the scheduler watches incoming/
+        with inotify (``wakeup``), and its mtime where inotify is missing."""
         return lambda: None
 
 
