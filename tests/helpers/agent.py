@@ -29,7 +29,7 @@
   empty environment too, so only the runner as subreaper can find it), write its PID to
   ``$OCTO_TEST_PIDS``, then commit.
 - ``tick``: print ``tick N`` OCTO_TEST_TICKS times (default 8), OCTO_TEST_TICK_SECONDS apart
-  (default 0.4), for a live log to follow (``long-tick``: 240 times, more than any reader
+  (default 0.4), for a live log to follow (``long-tick``: 3000 times, more than any reader
   waits for). ``app-file``: also commit a small ``app.py``.
 - ``listen``: print ``listening``, then ask ``octopoid inbox`` until a person's message
   comes (60 s at most; ``octopoid say``), print it and commit it as ``said.txt``.
@@ -147,7 +147,7 @@ if os.environ.get("OCTO_TEST_PR_PUSH"):
     theirs = git("commit-tree", "-p", "HEAD", "-m", f"alice changes {name}", git("write-tree"))
     git("push", "-q", os.environ["OCTO_TEST_ORIGIN"], f"{theirs}:refs/heads/agent/{task}")
 if "tick" in title:
-    ticks = 240 if "long-tick" in title else int(os.environ.get("OCTO_TEST_TICKS", "8"))
+    ticks = 3000 if "long-tick" in title else int(os.environ.get("OCTO_TEST_TICKS", "8"))
     for i in range(ticks):
         print(f"tick {i}", flush=True)
         time.sleep(float(os.environ.get("OCTO_TEST_TICK_SECONDS", "0.4")))
