@@ -12,6 +12,7 @@ log is this machine's: on PostgreSQL an attempt another machine runs is attached
 from __future__ import annotations
 
 import select
+import signal
 import time
 from collections.abc import Callable
 from typing import IO
@@ -72,8 +73,10 @@ def attach(task_id: str, stdin: IO[str], show: Callable[[str], None], by: str = 
     show(f"[attached to {task.label}, attempt {task.attempts}: a line typed is sent to it; "
          "Ctrl-D or Ctrl-C detaches]\n")  # fmt: skip
     log, checked = _Log(task), time.monotonic()
+    interrupted: list[int] = []  # Ctrl-C: noted, and acted on between reads, never inside one
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum))
     try:
-        while True:
+        while not interrupted:
             if output := log.read():
                 show(output)
             line = _typed(stdin, POLL_SECONDS)
@@ -87,5 +90,6 @@ def attach(task_id: str, stdin: IO[str], show: Callable[[str], None], by: str = 
                 if now.state is not TaskState.CLAIMED or now.attempts != task.attempts:
                     show(log.rest())
                     return f"attempt {task.attempts} ended; {task.label} is in {now.state.value}"
-    except KeyboardInterrupt:
         return f"detached from {task.label}; its attempt goes on"
+    finally:
+        signal.signal(signal.SIGINT, previous)
