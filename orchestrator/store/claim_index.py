@@ -28,6 +28,10 @@ from typing import NamedTuple
 from .. import defaults
 from ..tasks import FILE_RE, PRIORITIES, Task, claim_order
 
+#: A directory's mtime moves in steps of the kernel's coarse clock (4 ms at HZ=250, 10 ms
+#: at HZ=100): two changes within one step leave the same mtime.
+MTIME_TICK_NS = 20_000_000
+
 
 class Waiting(NamedTuple):
     """A waiting task as the index knows it: enough for blocked/stuck reports and for a
@@ -309,7 +313,10 @@ class ClaimIndex:
                 task = read(self.incoming_dir / name)
                 if task is not None:
                     self.upsert(task, inode)
-        self._set("incoming_mtime", str(mtime_before))
+        # A folder changed within the file system's clock tick may change again with the
+        # same mtime (an editor's save just after a drop): then the next claim looks again.
+        settled = time.time_ns() - mtime_before > MTIME_TICK_NS
+        self._set("incoming_mtime", str(mtime_before) if settled else "")
         self._set("last_reconcile", str(time.time()))
 
     def _scan(self) -> Iterable[tuple[str, str, int]]:
