@@ -9,6 +9,7 @@ from .lazy import lazy_import
 
 preview = lazy_import("orchestrator.preview")
 tasks = lazy_import("orchestrator.tasks")
+queue_utils = lazy_import("orchestrator.queue_utils")
 
 
 @click.command("preview")
@@ -17,7 +18,7 @@ tasks = lazy_import("orchestrator.tasks")
 def preview_command(task_id: str, stop: bool) -> None:
     """Serve TASK_ID's branch for its reviewer, in a box of its own; it is opened from the
     task's review page (`octopoid web`), behind its sign-in."""
-    bare = tasks.normalize_task_id(task_id)
+    bare = queue_utils.known_task_id(task_id)  # an unknown task is that (exit 3), even to --stop
     label = tasks.task_label(bare)
     if stop:
         stopped = preview.stop(bare)

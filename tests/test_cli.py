@@ -445,6 +445,7 @@ def test_every_command_that_takes_a_task_id_exits_3_for_an_unknown_one(
     assert sorted(_commands_taking_a_task_id(cli)) == sorted(NEEDS_ALSO)
     variants = [[*name.split(), "TASK-999", *also] for name, also in NEEDS_ALSO.items()]
     variants += [["notes", "999", "--json"], ["notes", "999", "--path"], ["diff", "999", "--stat"]]
+    variants += [["preview", "999", "--stop"]]
     for args in variants:
         result = run(*args, ok=False)
         assert result.exit_code == 3, (args, result.output)
