@@ -125,9 +125,12 @@ def test_an_older_octopoids_issue_registry_is_moved_into_the_records_and_says_no
     since = records.read(f"{issues.SINCE}/octopoid").value["since"]
     for key in list(records.list("forge")):  # as an older octopoid left it: in a file
         records.delete(key)
-    old = {"since": {"octopoid": since}, "tasks": {task_id: entry}}
+    hostile = {"../x": {"issue": 1}, "GH-7": {"issue": "seven"}, "GH-8": ["said"]}
+    old = {"since": {"octopoid": since, "bad": "yesterday"}, "tasks": {task_id: entry, **hostile}}
     (issues.folder() / "issues.json").write_text(json.dumps(old))
     poller.poll_once(connect())
     assert not (issues.folder() / "issues.json").exists()
     assert records.read(f"{issues.TRACKED}/{task_id}").value["said"] == entry["said"]
     assert markers(forge, number) == told  # nothing said twice
+    assert list(records.list(issues.TRACKED)) == [f"{issues.TRACKED}/{task_id}"]  # the rest
+    assert records.read(f"{issues.SINCE}/bad") is None  # dropped, and the poll went on

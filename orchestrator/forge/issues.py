@@ -16,6 +16,7 @@ another) never says a thing twice.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import timedelta
 from pathlib import Path
@@ -25,7 +26,7 @@ from .. import adopt, config, intake, queue_utils, review
 from ..exceptions import IllegalTransition, InvalidTask, LostRace, TaskBusy
 from ..fsutil import read_json_object
 from ..locks import holding
-from ..store.records import Records, key_part
+from ..store.records import Records, check_key, key_part
 from ..tasks import Task, TaskState, format_time, new_task, parse_time, task_label
 from . import Forge, Issue, text
 
@@ -54,14 +55,28 @@ def _records() -> Records:
     records = adopt.store().records
     old = folder() / "issues.json"
     if old.exists():
-        registry = read_json_object(old)
-        for label, since in registry.get("since", {}).items():
-            records.update(f"{SINCE}/{key_part(label)}", lambda v, s=since: v or {"since": s})
-        for task_id, entry in registry.get("tasks", {}).items():
-            if isinstance(entry, dict) and "issue" in entry and not entry.get("over"):
-                records.update(f"{TRACKED}/{task_id}", lambda v, e=entry: v or e)
+        _adopt_registry(records, read_json_object(old))
         old.unlink()
     return records
+
+
+def _adopt_registry(records: Records, registry: dict[str, Any]) -> None:
+    """What an older octopoid's registry says, as far as it reads as what octopoid wrote
+    (a file edited into anything else loses only the entries that do not)."""
+    since = registry.get("since")
+    for label, when in since.items() if isinstance(since, dict) else ():
+        with contextlib.suppress(ValueError, TypeError):  # not a time: listed from the start
+            stamp = format_time(parse_time(when))
+            records.update(f"{SINCE}/{key_part(label)}", lambda v, s=stamp: v or {"since": s})
+    tasks = registry.get("tasks")
+    for task_id, entry in tasks.items() if isinstance(tasks, dict) else ():
+        issue = entry.get("issue") if isinstance(entry, dict) else None
+        if not isinstance(issue, int) or entry.get("over"):
+            continue
+        said = [e for e in entry.get("said") or [] if isinstance(e, str)]
+        tracked = {"issue": issue, "said": said}
+        with contextlib.suppress(ValueError):  # not an id octopoid makes: dropped
+            records.update(check_key(f"{TRACKED}/{task_id}"), lambda v, t=tracked: v or t)
 
 
 def task_id_for(kind: str, number: int) -> str:
