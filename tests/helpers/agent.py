@@ -33,6 +33,8 @@
   waits for). ``app-file``: also commit a small ``app.py``.
 - ``listen``: print ``listening``, then ask ``octopoid inbox`` until a person's message
   comes (60 s at most; ``octopoid say``), print it and commit it as ``said.txt``.
+- ``ask-twice``: ask a person two questions (``ask_human`` through its channel: ``sandbox:
+  none`` only, where octopoid's client imports), printing each reply, then commit.
 - ``xss``: print HTML that would run script if a page did not escape it, and commit it.
 - anything else: write a file named after the task and commit it.
 Every run appends a line to ``$OCTO_TEST_RUNS`` (when set) so tests can count attempts.
@@ -165,6 +167,13 @@ if "app-file" in title:
         "def greet(name):\n    return 'hello ' + name\n\n\ndef main():\n    print(greet(None))\n"
     )
     subprocess.run(["git", "add", "app.py"], check=True)
+if "ask-twice" in title:
+    from orchestrator.sandbox.client import request
+
+    for question in ("Which port?", "Which branch?"):
+        call = {"name": "ask_human", "arguments": {"question": question}}
+        reply = request(os.environ["OCTOPOID_CHANNEL"], "tools/call", call)
+        print(f"reply: {reply['content'][0]['text']}", flush=True)
 if "xss" in title:
     print("<script>alert('log')</script><img src=x onerror=alert('log-img')>", flush=True)
     Path("xss.html").write_text("<script>alert('diff')</script>\n<img src=x onerror=alert(2)>\n")
