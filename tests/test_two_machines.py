@@ -416,23 +416,25 @@ def an_accept_killed_on_a_after_its_merge_is_finished_by_b_s_sweep(team: Team, t
     assert team.machines.carried(tid) is None  # b's sweep deleted the task's refs there
 
 
-def a_split_killed_half_way_is_finished_once_by_the_sweeps(team: Team) -> None:
-    team.start("a")
+def a_split_killed_half_way_on_a_is_finished_once_by_b_s_sweep(team: Team) -> None:
     team.mark()
-    team.cli("a", "pause")  # so the sweeps finish the split and nobody claims its parts
+    team.cli("a", "pause")  # so nobody claims the task or its parts
     team.all_say(PAUSED)
     tid, dependant = burned_out()
     q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="bd-1")
     killed_split(team.roots["a"], tid)
-    wait_for("a sweep", lambda: not q.get_store().journals.pending(), 60)
+    finished = f"TASK-{tid}: finished its split"
+    wait_for("b's sweep", lambda: team.logs["b"].says(finished), 60)
     split_once(tid, [dependant])
 
 
-def test_two_running_schedulers_share_pauses_limits_and_budgets(team: Team) -> None:
+def test_two_running_schedulers_share_pauses_limits_budgets_questions_and_journals(
+    team: Team,
+) -> None:
     pause_on_a_stops_b_and_resume_on_b_restarts_a(team)
     limited = a_usage_limit_seen_on_one_machine_stops_the_other(team)
     a_project_budget_spent_on_one_machine_stops_both(team)
     asked_on_b = a_question_asked_on_b_is_answered_on_a_by_the_cli_and_the_page(team)
     an_accept_killed_on_a_after_its_merge_is_finished_by_b_s_sweep(team, asked_on_b)
-    a_split_killed_half_way_is_finished_once_by_the_sweeps(team)
+    a_split_killed_half_way_on_a_is_finished_once_by_b_s_sweep(team)
     assert claims(limited) == 1  # neither machine used that agent again
