@@ -1,32 +1,22 @@
 """What octopoid remembers is the store's: on one PostgreSQL two machines (two clones, each
-its own project folder) share questions, reviewers' drafts and plans, and the journals of
-accept and of a breakdown's split, so whoever comes next on either machine finishes what
-the other began. Pages, CLI commands and the killed accept and split are real processes
-of their machine; scheduler passes and the attempt's channel run in this process."""
+its own project folder) share questions, reviewers' drafts and plans, merge checks and
+steering. Pages and CLI commands are real processes of their machine; attempts run in
+this process. What two running schedulers do with the shared state (pauses, limits,
+budgets, an attempt's questions, the sweep of a killed accept or split) is proved in
+test_two_machines.py."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import git
 import pytest
 
-from orchestrator import agent_status, finishing, git_utils, plans, questions, reports
+from orchestrator import git_utils, plans, questions, reports
 from orchestrator import queue_utils as q
-from orchestrator.roles import breakdown
-from orchestrator.sandbox import channel
-from orchestrator.sandbox.box import SOCKET_NAME
-from orchestrator.sandbox.client import request
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, wait_for, write_agents
-from .test_agent_records import one_pass
-from .test_breakdown import burned_out, killed_split, split_once
-from .test_finishing import KILLED_ACCEPT
+from .conftest import wait_for, write_agents
 from .test_git_remote import Machines, attempt
 from .test_review_races import cli
 from .test_steering import ended, running, said_in_log
@@ -44,36 +34,6 @@ def signed_in(server, name: str) -> Client:
     client = Client(server.base)
     client.login(server.token, name)
     return client
-
-
-def test_a_question_asked_by_an_attempt_on_b_is_answered_by_the_cli_on_a_and_is_its_reply(
-    team: Machines, tmp_path: Path
-) -> None:
-    team.on("b")
-    (team.roots["b"] / ".octopoid/config.yaml").write_text(
-        "git:\n  remote: origin\nquestions:\n  wait_seconds: 600\n"
-    )
-    q.create_task("asks which port")
-    mine = q.claim_task(None, "impl-1")  # an attempt on b, its channel served by its runner
-    folder = tmp_path / "channel"
-    folder.mkdir()
-    server = channel.ChannelServer(folder, mine.id, mine.attempts, lambda _: None).start()
-    asked = {"name": "ask_human", "arguments": {"question": "Which port?"}}
-    replies: list[dict] = []
-    waiting = threading.Thread(
-        target=lambda: replies.append(request(str(folder / SOCKET_NAME), "tools/call", asked))
-    )
-    waiting.start()
-    try:
-        wait_for("the question", questions.open_questions, 60)
-        answered = cli(team.roots["a"], "answer", mine.label, "5433", "--by", "dana")  # on a
-        assert answered.returncode == 0, answered.stderr
-        waiting.join(60)
-    finally:
-        server.close()
-        waiting.join(10)
-    assert [reply["content"][0]["text"] for reply in replies] == ["The answer: 5433"]
-    assert "A: 5433" in (q.get_task_notes(mine.id) or "")
 
 
 def test_a_task_held_for_its_question_on_b_is_released_by_an_answer_on_a_s_page(
@@ -131,37 +91,6 @@ def test_a_plan_drafted_on_a_is_approved_on_b_and_enqueued_once(team: Machines) 
     assert sorted(made) == ["read the old format", "write the new one"]
     assert made["write the new one"].blocked_by == [made["read the old format"].id]
     assert plans.load(plan.id).state == plans.APPROVED
-
-
-def test_an_accept_killed_on_a_after_its_merge_is_finished_by_b_s_sweep(team: Machines) -> None:
-    team.on("a")
-    tid = q.create_task("accepted across machines").id
-    assert attempt(team, "a", tid) == "provisional"
-    assert team.carried(tid) is not None
-    root = team.roots["a"]
-    killed = subprocess.run(
-        [sys.executable, "-c", KILLED_ACCEPT, tid, "move"], cwd=root, env=child_env(root)
-    )
-    assert killed.returncode == -signal.SIGKILL  # merged and pushed, not moved
-    assert q.get_task(tid).headers["MERGED"] and finishing.pending(tid)[0] == finishing.MOVE
-    one_pass(team, "b")
-    assert q.get_task(tid).state is TaskState.DONE and not finishing.pending(tid)
-    merges = git.Repo(team.origin).git.log("--format=%s", "main").splitlines()
-    assert sum(s.startswith(f"Merge TASK-{tid}: ") for s in merges) == 1
-    assert team.carried(tid) is None  # b's sweep deleted the task's refs on the remote
-
-
-def test_a_split_killed_half_way_on_a_is_finished_once_by_b_s_sweep(team: Machines) -> None:
-    team.on("a")
-    tid, dependant = burned_out()
-    q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="bd-1")
-    killed_split(team.roots["a"], tid)
-    assert q.get_store().journals.get(breakdown.SPLIT, f"TASK-{tid}") is not None
-    agent_status.set_paused(True)  # on a, so b's pass sweeps without claiming the subtasks
-    one_pass(team, "b")
-    split_once(tid, [dependant])
-    one_pass(team, "b")  # nothing more to finish
-    split_once(tid, [dependant])
 
 
 def test_a_merge_check_judged_on_a_is_not_judged_again_on_b(
