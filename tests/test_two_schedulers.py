@@ -219,29 +219,27 @@ def a_question_asked_on_b_is_answered_on_a_by_the_cli_and_the_page(team: Team) -
     return task.id
 
 
-def an_accept_killed_on_a_after_its_merge_is_finished_by_b_s_sweep(team: Team, tid: str) -> None:
+def an_accept_and_a_split_killed_on_a_are_finished_once_by_b_s_sweep(team: Team, tid: str) -> None:
+    """Killed together, so one wait for b's housekeeping sweep covers both."""
     team.mark()
+    team.cli("a", "pause")  # so nobody claims the task to split or its parts
+    team.all_say(PAUSED)
     argv = [sys.executable, "-c", KILLED_ACCEPT, tid, "move"]  # merged and pushed, not moved
     killed = subprocess.run(argv, cwd=team.roots["a"], env=team.env["a"])
     assert killed.returncode == -signal.SIGKILL
-    finished = f"TASK-{tid}: finished what its accept left"
-    wait_for("b's sweep", lambda: team.logs["b"].says(finished), 60)
+    big, dependant = burned_out()
+    q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="bd-1")
+    killed_split(team.roots["a"], big)
+    for finished in (
+        f"TASK-{tid}: finished what its accept left",
+        f"TASK-{big}: finished its split",
+    ):
+        wait_for(f"b's sweep: {finished}", lambda f=finished: team.logs["b"].says(f), 60)
     assert q.get_store().locate(tid) is TaskState.DONE
     merges = git.Repo(team.machines.origin).git.log("--format=%s", "main").splitlines()
     assert sum(s.startswith(f"Merge TASK-{tid}: ") for s in merges) == 1
     assert team.machines.carried(tid) is None  # b's sweep deleted the task's refs there
-
-
-def a_split_killed_half_way_on_a_is_finished_once_by_b_s_sweep(team: Team) -> None:
-    team.mark()
-    team.cli("a", "pause")  # so nobody claims the task or its parts
-    team.all_say(PAUSED)
-    tid, dependant = burned_out()
-    q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="bd-1")
-    killed_split(team.roots["a"], tid)
-    finished = f"TASK-{tid}: finished its split"
-    wait_for("b's sweep", lambda: team.logs["b"].says(finished), 60)
-    split_once(tid, [dependant])
+    split_once(big, [dependant])
 
 
 def test_two_running_schedulers_share_pauses_limits_budgets_questions_and_journals(
@@ -251,6 +249,5 @@ def test_two_running_schedulers_share_pauses_limits_budgets_questions_and_journa
     limited = a_usage_limit_seen_on_one_machine_stops_the_other(team)
     a_project_budget_spent_on_one_machine_stops_both(team)
     asked_on_b = a_question_asked_on_b_is_answered_on_a_by_the_cli_and_the_page(team)
-    an_accept_killed_on_a_after_its_merge_is_finished_by_b_s_sweep(team, asked_on_b)
-    a_split_killed_half_way_on_a_is_finished_once_by_b_s_sweep(team)
+    an_accept_and_a_split_killed_on_a_are_finished_once_by_b_s_sweep(team, asked_on_b)
     assert claims(limited) == 1  # neither machine used that agent again
