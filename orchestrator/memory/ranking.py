@@ -14,9 +14,11 @@ The constants were chosen on one project's history and checked on another, held 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any, Protocol
 
-from .terms import PATH, SYMBOL, WORD, Term, query_terms
+from .index import indexed_text
+from .terms import PATH, SYMBOL, WORD, Term, query_terms, scan
 
 #: BM25's usual constants (FTS5's and Lucene's): term frequency saturates at about k1, and
 #: b of a note's length is judged against the average note.
@@ -32,27 +34,33 @@ FILE_KNOWLEDGE_BOOST = 1.5
 #: the same in a small store and a large one), each saturating with tf and judged by the
 #: note's length: a file the task names is one or two, and it takes that and a few shared
 #: rarer words or names. (Tuned on encode/httpx: the lowest bar that put at least half
-#: relevant characters in prompts, 60 % with the rules below; 3.5 let in nearly twice the
-#: notes at 53 %, 4.5 gave 62 % and lost a third of the relevant notes.)
+#: relevant characters in prompts, 57 % with ``RELATIVE``; 3.5 let in nearly twice the
+#: notes at 51 %, 4.5 gave 55 % with a third fewer relevant notes.)
 BAR = 4.0
-#: A note that shares no path with the task must reach this instead: words and names alone
-#: are weaker evidence than the task's own files (httpx: of the notes that cleared ``BAR``
-#: on words alone 1 in 6 was relevant, with a path 1 in 2; none reached 5). A task that
-#: names no file still gets what matches it strongly. (No other way in: a short note most of
-#: whose words the task has, let in at 1.5 before, was relevant in none of 17 cases, and the
-#: block went from 54 % relevant characters to 59 % without them.)
-WORDS_BAR = 5.0
-#: And this share of the best note's score: a task with one strong match gets that one, not
-#: the weak ones that clear the bar beside it (httpx: 0.65 raised the block's relevant share
-#: from 59 % to 60 % and kept 96 % of its relevant notes; 0.8 lost two fifths of them).
+#: Or a short note (``SHORT`` terms at most) most of whose words and names the task has
+#: (``coverage``, its paths aside) clears it with ``FLOOR``: "the build cache lives in
+#: .cache/build" for "speed up the build cache" (a note of three words cannot reach
+#: ``BAR``). httpx: 0.6 and 1.5 added a handful of notes; a share of the note's paths would
+#: let every note that is mostly a file name in, so paths are left out of it. Longer notes
+#: have words enough for ``BAR``, and are not cut into terms again for it.
+COVERAGE = 0.6
+FLOOR = 1.5
+SHORT = 12
+#: And this share of the best score among the notes that clear the bar: a task with one
+#: strong match gets that one, not the weak ones that clear the bar beside it. (httpx: the
+#: block's relevant share 54 % without it, 55 % at 0.5, 57 % at 0.65 with 0.71 relevant
+#: notes a task of 0.72; 0.8 lost two fifths of them, 52 %. Asking more of a note that
+#: shares no path with the task, 5 instead of 4, changed nothing beside it.)
 RELATIVE = 0.65
 #: A word in this many notes is not searched by: its idf is low and its notes are what a
 #: search costs. Words are taken rarest first while their notes fit ``POSTINGS_BUDGET``;
 #: paths and names are always taken (they are rare, and the task's most specific terms).
 #: (httpx, ~20k notes: 5000/12000 gave MRR 0.498, 2000/6000 0.490 with the same relevant
-#: share of the block, 54 %; at 100k synthetic notes a prompt's retrieval took 0.67x.)
+#: share of the block, 54 %; at 100k synthetic notes a prompt's retrieval took 0.67x. A
+#: search's time is mostly its postings: 6000 -> 4000 kept MRR at 0.490, the share went
+#: from 58 % to 57 % and the relevant notes a task from 0.73 to 0.71; 3000 lost more.)
 COMMON_CAP = 2000
-POSTINGS_BUDGET = 6000
+POSTINGS_BUDGET = 4000
 #: A query's words searched by, in the order given (title and context first); its paths
 #: and names come before them and up to ``MAX_SPECIFIC`` are kept, never cut for words.
 MAX_QUERY_WORDS = 64
@@ -94,10 +102,12 @@ def selective(terms: list[Term], df: dict[str, int]) -> list[Term]:
     return chosen
 
 
-def over_bar(notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The notes of a search (best first) worth a prompt: ``BAR`` (``WORDS_BAR`` without a
-    path of the task), and ``RELATIVE`` of the best of those."""
-    passing = [n for n in notes if n["score"] >= (BAR if n["path_score"] > 0 else WORDS_BAR)]
+def over_bar(index: Index, notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The notes of a search worth a prompt: ``BAR``, or ``COVERAGE`` with ``FLOOR``; and
+    ``RELATIVE`` of the best of those."""
+    short = [n for n in notes if FLOOR <= n["score"] < BAR and (n["length"] or 0) <= SHORT]
+    covered = coverage(index, short) if short else {}
+    passing = [n for n in notes if n["score"] >= BAR or covered.get(n["id"], 0.0) >= COVERAGE]
     top = max((n["score"] for n in passing), default=0.0)
     return [n for n in passing if n["score"] >= RELATIVE * top]
 
@@ -132,6 +142,24 @@ def search(
     return sorted(rows, key=lambda r: (-r["score"], r["id"]))
 
 
+def coverage(index: Index, notes: list[dict[str, Any]]) -> dict[int, float]:
+    """How much of each note a search matched: its score's words and names (paths aside)
+    against what they would score if a query named them all."""
+    df, count, average = index.frequencies(list({t.text for n in notes for t in scan(_indexed(n))}))
+    scale = Scale(count, max(average, 1.0))
+    own = {n["id"]: scale.own_score(_indexed(n), df) for n in notes}
+    return {
+        n["id"]: min(1.0, (n["score"] - n["path_score"] * (1 + _boost(n))) / own[n["id"]])
+        if own[n["id"]]
+        else 0.0
+        for n in notes
+    }
+
+
+def _indexed(note: dict[str, Any]) -> str:
+    return indexed_text(note["content"], note["topic"], note["tags"])
+
+
 def _boost(row: dict[str, Any]) -> float:
     """What a path term adds beyond its weight in this note (``FILE_KNOWLEDGE_BOOST``)."""
     return FILE_KNOWLEDGE_BOOST - 1 if row.get("section") == "File Knowledge" else 0.0
@@ -149,3 +177,18 @@ class Scale:
 
     def part(self, tf: int, length: int) -> float:
         return tf / (tf + K1 * (1 - B + B * length / self.average))
+
+    def own_score(self, text: str, df: dict[str, int]) -> float:
+        """What a note's words and names (its paths aside) would score if a query named
+        them all: the whole a search's ``coverage`` is a share of."""
+        terms = list(scan(text))
+        tf = Counter(t.text for t in terms)
+        kind: dict[str, int] = {}
+        for t in terms:
+            kind[t.text] = max(kind.get(t.text, WORD), t.kind)
+        length = len(terms)
+        return sum(
+            self.weight(df.get(term, 1), kind[term]) * self.part(n, length)
+            for term, n in tf.items()
+            if kind[term] != PATH
+        )

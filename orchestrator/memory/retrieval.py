@@ -40,7 +40,7 @@ def relevant_notes(
     seen: set[int] = set()
     left = budget
     matches = store.search_notes(task_query(task), scope=scope, limit=CANDIDATES)
-    relevant = ranking.over_bar(matches)
+    relevant = ranking.over_bar(store, matches)
     for note in [*store.pinned_notes(scope), *relevant]:
         size = len(note["content"]) + LABEL_CHARS
         if note["id"] in seen or size > left or not injectable(note):
