@@ -231,4 +231,4 @@ class PostgresMemoryStore:
         """A read of notes (``NOTE``'s columns, then a search's ``score`` and ``path_score``)
         in one round trip: one statement on its own, no BEGIN and COMMIT around it."""
         rows = self.store._fetch(sql, tuple(args))
-        return [_row(dict(zip(ROW, row[: len(ROW)], strict=False))) for row in rows]
+        return [_row(dict(zip(ROW, row, strict=False))) for row in rows]
