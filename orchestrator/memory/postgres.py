@@ -27,6 +27,8 @@ from .store import (
     project_scope,
 )
 
+NOTE = ", ".join(index.POSTGRES_COLUMNS)  # a note's columns, as ``_rows`` reads them
+ROW = [*index.POSTGRES_COLUMNS, "score", "path_score"]
 INDEXED = "SELECT content, topic, tags, length FROM octopoid.memory WHERE id = %s FOR UPDATE"
 _INDEXED_DSNS: set[str] = set()  # databases whose older notes this process has indexed
 
@@ -126,8 +128,7 @@ class PostgresMemoryStore:
         return ranking.search(self, query, where, args, limit)
 
     def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]:
-        with self.store._tx() as cur:
-            return index.frequencies(cur, index.POSTGRES, terms)
+        return index.frequencies(self.store._fetch, index.POSTGRES, terms)
 
     def best(
         self, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int,
@@ -139,27 +140,26 @@ class PostgresMemoryStore:
     def get_recent_notes(self, *, limit: int = 10, **given: Any) -> list[dict[str, Any]]:
         where, args = filters("%s", "strpos", **given)
         return self._rows(
-            f"SELECT * FROM octopoid.memory notes WHERE true {where} "
+            f"SELECT {NOTE} FROM octopoid.memory notes WHERE true {where} "
             "ORDER BY updated DESC, id DESC LIMIT %s",
             [*args, limit],
         )
 
     def find_note(self, content: str, scope: str) -> int | None:
-        rows = self._rows(
+        row = self.store._one(
             "SELECT id FROM octopoid.memory WHERE scope = %s AND content_hash = %s",
-            [scope, content_hash(content)],
-            raw=True,
+            (scope, content_hash(content)),
         )
-        return rows[0]["id"] if rows else None
+        return int(row[0]) if row else None
 
     def get_note(self, note_id: int) -> dict[str, Any] | None:
-        rows = self._rows("SELECT * FROM octopoid.memory WHERE id = %s", [note_id])
+        rows = self._rows(f"SELECT {NOTE} FROM octopoid.memory WHERE id = %s", [note_id])
         return rows[0] if rows else None
 
     def pinned_notes(self, scope: str | None = None) -> list[dict[str, Any]]:
         where, args = filters("%s", "strpos", scope=scope)
         return self._rows(
-            f"SELECT * FROM octopoid.memory notes WHERE pinned = 1 {where} "
+            f"SELECT {NOTE} FROM octopoid.memory notes WHERE pinned = 1 {where} "
             "ORDER BY importance DESC, updated DESC",
             args,
         )
@@ -210,11 +210,10 @@ class PostgresMemoryStore:
     def record_access(self, note_ids: list[int]) -> None:
         """Count an injection into a prompt (only notes actually injected)."""
         if note_ids:
-            with self.store._tx() as cur:
-                cur.execute(
-                    "UPDATE octopoid.memory SET access_count = access_count + 1 WHERE id = ANY(%s)",
-                    (list(note_ids),),
-                )
+            self.store._fetch(
+                "UPDATE octopoid.memory SET access_count = access_count + 1 WHERE id = ANY(%s)",
+                (list(note_ids),),
+            )
 
     def count(self) -> int:
         with self.store._tx() as cur:
@@ -228,9 +227,8 @@ class PostgresMemoryStore:
         if problems:
             raise MemoryStoreError(f"memory's index disagrees: {'; '.join(problems[:5])}")
 
-    def _rows(self, sql: str, args: list[Any], raw: bool = False) -> list[dict[str, Any]]:
-        with self.store._tx() as cur:
-            cur.execute(sql, args)
-            names = [d.name for d in cur.description]
-            rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-        return rows if raw else [_row(row) for row in rows]
+    def _rows(self, sql: str, args: list[Any]) -> list[dict[str, Any]]:
+        """A read of notes (``NOTE``'s columns, then a search's ``score`` and ``path_score``)
+        in one round trip: one statement on its own, no BEGIN and COMMIT around it."""
+        rows = self.store._fetch(sql, tuple(args))
+        return [_row(dict(zip(ROW, row, strict=False))) for row in rows]

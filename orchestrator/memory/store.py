@@ -209,7 +209,9 @@ class MemoryStore:
         return ranking.search(self, query, where, args, limit)
 
     def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]:
-        return index.frequencies(self.db.cursor(), index.SQLITE, terms)
+        return index.frequencies(
+            lambda sql, args: self.db.execute(sql, args).fetchall(), index.SQLITE, terms
+        )
 
     def best(
         self, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int,
