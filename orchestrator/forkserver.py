@@ -25,8 +25,10 @@ import sys
 import time
 import traceback
 
-from . import bytecode, config, forge
+from . import bytecode, config, forge, sandbox
+from .exceptions import OctopoidError
 from .processes import PR_SET_PDEATHSIG, note_forked
+from .sandbox import bwrap
 
 RUNNER_MODULE = "orchestrator.roles.implementer"
 # What every attempt imports on first use (measured: a forked runner's first attempt in a
@@ -151,19 +153,38 @@ def warm() -> None:
         redaction.shape_scanner()
 
 
+def keep_probe_fresh() -> None:
+    """Where boxes are bwrap's, run its probe before it is stale (half its time to live
+    left), between requests: every runner forked inherits the answer instead of running a
+    box of its own before its agent's (10 ms quiet, up to 70 ms on a loaded machine)."""
+    with contextlib.suppress(OctopoidError):  # a bad config.yaml: the runner says so
+        if sandbox.mode() == "bwrap":
+            bwrap.probe(margin=bwrap.PROBE_TTL_SECONDS / 2)
+
+
 def serve(sock: socket.socket) -> None:
     """Answer each request with a forked runner's pid, until the daemon goes."""
     for module in preloads():  # the point of it all: the runner's imports, once
         importlib.import_module(module)
     warm()
+    keep_probe_fresh()
     sock.sendall(READY)  # the daemon waits for this before it asks for a runner
-    while request := sock.recv(MESSAGE_BYTES):
+    sock.settimeout(bwrap.PROBE_TTL_SECONDS / 4)  # an idle server keeps the probe fresh
+    while True:
+        try:
+            request = sock.recv(MESSAGE_BYTES)
+        except TimeoutError:
+            keep_probe_fresh()
+            continue
+        if not request:
+            return
         try:
             pid = _fork_runner(json.loads(request), sock)
             answer = {"pid": pid}
         except OSError as exc:
             answer = {"error": str(exc)}
         sock.sendall(json.dumps(answer).encode())
+        keep_probe_fresh()  # after answering: off the way of the runner just forked
 
 
 def _fork_runner(request: dict, sock: socket.socket) -> int:

@@ -116,16 +116,21 @@ def ensure_branch(repo: git.Repo, task_id: str, base: str) -> str:
     """Make ``agent/TASK-<id>`` from ``base`` unless it exists (a retry keeps earlier
     attempts' commits); its tip. Callers hold ``repo_admin_lock``."""
     branch = branch_for(task_id)
-    if not branch_exists(repo, branch):
-        try:
-            start = repo.commit(base).hexsha
-        except (git.BadName, ValueError):
-            raise GitError(f"base branch '{base}' does not exist in {repo.working_dir}") from None
-        with git_errors(f"git branch {branch} {base}"):
-            # --no-track: a branch started from the remote's base must not write an
-            # upstream into .git/config (a change another attempt's check would flag)
-            repo.git.branch("--no-track", branch, start)
-    return branch_tip(repo, branch)
+    tip = ref_tip(repo, branch)  # one git call where the branch is there (a retry)
+    if tip is not None:
+        return tip
+    status, start, _ = repo.git.execute(
+        ["git", "rev-parse", "-q", "--verify", f"{base}^{{commit}}"],
+        with_extended_output=True,
+        with_exceptions=False,
+    )
+    if status != 0:
+        raise GitError(f"base branch '{base}' does not exist in {repo.working_dir}")
+    with git_errors(f"git branch {branch} {base}"):
+        # --no-track: a branch started from the remote's base must not write an
+        # upstream into .git/config (a change another attempt's check would flag)
+        repo.git.branch("--no-track", branch, start.strip())
+    return start.strip()
 
 
 def ensure_worktree(repo: git.Repo, task_id: str, base: str) -> Path:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import signal
 from pathlib import Path
 
@@ -48,6 +50,28 @@ def test_runners_are_forked_and_finish_as_before(loop) -> None:  # noqa: F811
     assert "spawned" not in scheduler_log()
     assert daemon.stop() == 0
     wait_for("the fork server to exit with the daemon", lambda: not server.is_running())
+
+
+def test_forked_runners_use_the_servers_bwrap_probe_instead_of_running_their_own(
+    loop,  # noqa: F811
+    tmp_path: Path,
+    bwrap_ok,
+) -> None:
+    """The server keeps bwrap's probe fresh, so a forked runner starts its agent's box
+    without first running a probe box of its own (one more box start per attempt)."""
+    calls = tmp_path / "bwrap-calls"
+    wrapper = tmp_path / "bwrap"
+    wrapper.write_text(
+        f'#!/bin/sh\necho "$PPID $*" >> {calls}\nexec {shutil.which("bwrap")} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    loop(OCTOPOID_BWRAP=str(wrapper))
+    for tid in [q.create_task(f"plain work {i}").id for i in range(2)]:
+        wait_for("provisional", lambda tid=tid: state_of(tid) == "provisional")
+    runners = {int(pid) for pid in re.findall(r"runner (\d+) forked", scheduler_log())}
+    probes = [line for line in calls.read_text().splitlines() if "octopoid-probe" in line]
+    assert len(runners) == 2 and probes
+    assert not {int(line.split()[0]) for line in probes} & runners
 
 
 def test_kill_9_of_the_daemon_leaves_no_fork_server(loop, git_project: Path) -> None:  # noqa: F811

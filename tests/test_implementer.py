@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import git
@@ -11,6 +12,7 @@ import pytest
 from orchestrator import config, git_utils
 from orchestrator import queue_utils as q
 from orchestrator.backends import AgentResult
+from orchestrator.roles.base import Ahead
 from orchestrator.roles.implementer import _settle
 from orchestrator.tasks import TaskState
 
@@ -157,3 +159,20 @@ def test_the_agents_own_env_reaches_it_and_its_secrets_are_redacted(git_project:
     assert "mode=fast" in notes and "key=[REDACTED:DEPLOY_TOKEN]" in notes
     log = (config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log").read_text()
     assert "tok-from-agents-yaml" not in notes + log
+
+
+def test_what_the_prompt_reads_runs_while_the_caller_goes_on_and_its_error_reaches_it() -> None:
+    """``Ahead``: the notes and memory are read while the workspace is cloned, not after."""
+    started, go = threading.Event(), threading.Event()
+
+    def read() -> str:
+        started.set()
+        assert go.wait(30)  # only the caller, going on meanwhile, lets it finish
+        return "notes and memory"
+
+    ahead = Ahead(read)
+    assert started.wait(30)
+    go.set()
+    assert ahead.result() == "notes and memory"
+    with pytest.raises(ZeroDivisionError):
+        Ahead(lambda: 1 / 0).result()

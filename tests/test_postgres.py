@@ -751,3 +751,26 @@ def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path
     finally:
         stop()
     assert heard == ["", "incoming", "incoming", "done"]
+
+
+def test_a_task_done_outside_review_wakes_watchers_only_when_a_waiting_task_needs_it(
+    pg_project: Path,
+) -> None:
+    """Done from a claim frees nothing to claim unless a waiting task is blocked on it:
+    with eight claimers, a notice per task done woke eight server processes and claimers."""
+    from .conftest import wait_for
+
+    heard: list[str] = []
+    stop = q.get_store().watch(heard.append)
+    try:
+        wait_for("the watcher listening", lambda: heard == [""])
+        q.create_task("alone")
+        q.complete_task(q.claim_task(None, "agent"))  # nobody waits on it: no notice
+        blocker = q.create_task("blocker")
+        q.create_task("after it", blocked_by=[blocker.id])
+        assert q.claim_task(None, "agent").id == blocker.id
+        q.complete_task(blocker.id)
+        wait_for("the blocker's notice", lambda: heard[-1:] == ["done"])
+    finally:
+        stop()
+    assert heard == ["", "incoming", "incoming", "incoming", "done"]  # in commit order

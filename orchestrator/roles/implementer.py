@@ -87,6 +87,7 @@ from ..tasks import (
 )
 from . import breakdown, checks, planner
 from .base import (
+    Ahead,
     Claim,
     Stopped,
     Terminated,
@@ -143,6 +144,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         return _out_of_budget(task, spent, f"no attempt started: {spent.why()}")
     own, agent = agent, _within(agent, grant)
     _wait_for_earlier_attempts(task, agents_cfg["shutdown_grace_seconds"])
+    read = Ahead(lambda: _read_for_prompt(task, cfg))  # after the salvage: it is in the notes
     log_dir = attempt_log_dir(task_id)
     output = TailBuffer(
         cfg["notes"]["stdout_limit"],
@@ -157,7 +159,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent))
         output.feed(f"{space.banner}\n".encode())
         space.set_up(output, claim.tick)  # workspace.setup: its words are the attempt's
-        result = _work(task, agent, cfg, claim, log_dir, output, space)
+        result = _work(task, agent, read, claim, log_dir, output, space)
         if (stopped := _stopped_by_budget(result, own, grant)) is not None:
             result.details["budget"] = stopped
     except Terminated as exc:  # not the attempt's failure: recorded as what it is
@@ -172,6 +174,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         cause = "setup" if isinstance(exc, SetupFailed) else cause
         result = AgentResult(None, "error", summary=str(exc), cause=cause)
     finally:
+        read.join()  # nothing of the prompt's reading outlives the attempt
         kill_claim_processes(token)  # whatever the agent left running dies with the attempt
         if space is not None:
             back = space.bring_back()
@@ -465,9 +468,12 @@ def _save_notes(
 
 
 def _branch_block(task: Task, space: Workspace) -> str:
-    """What the task's branch already holds from earlier attempts, for the prompt."""
-    repo = git_utils.open_repo()
-    held, behind = git_utils.branch_history(repo, task.id, space.base)
+    """What the task's branch already holds from earlier attempts, for the prompt (two
+    git calls, saved where the branch is its base's tip: a first attempt's)."""
+    held: list[str] = []
+    behind = 0
+    if not space.at_base:
+        held, behind = git_utils.branch_history(git_utils.open_repo(), task.id, space.base)
     branch = git_utils.branch_for(task.id)
     return render_branch(branch, space.base, [scrub(line, False) for line in held], behind)
 
@@ -490,16 +496,12 @@ def _asked(task: Task, result: AgentResult, commits: int, space: Workspace) -> A
 def _work(
     task: Task,
     agent: dict,
-    cfg: dict,
+    read: Ahead[tuple[str, str]],
     claim: Claim,
     log_dir: Path,
     output: TailBuffer,
     space: Workspace,
 ) -> AgentResult:
-    notes = render_previous_notes(
-        queue_utils.get_task_notes(task.id), cfg["notes"]["prompt_budget"]
-    )
-    lifecycle.seed_task_notes(task)
     if task.headers.get("PHASE") == "breakdown":
         role, howto = "breakdown", breakdown.ANSWER_FORMAT
     elif task.role == PLANNING_ROLE:  # its drafting tools fill the plan, for this attempt
@@ -507,10 +509,12 @@ def _work(
         space.channel.plan = planner.draft_for(task)
     else:
         role, howto = task.role, f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}"
-    memory, branch = _memory_block(task, cfg), _branch_block(task, space)
+    branch = _branch_block(task, space)
+    notes, memory = read.result()
     said = render_messages(steering.take(task.id))
     prompt = build_prompt(instructions_for(role), task, notes, memory, howto, branch, said)
-    atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt)
+    # a copy for people to read, as the attempt's log: not worth two fsyncs before the agent
+    atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt, sync=False)
     prompt_file = space.write_prompt(prompt)
     space.box.env["OCTOPOID_PROMPT_FILE"] = str(prompt_file)
 
@@ -541,6 +545,17 @@ def _work(
         inbox=lambda: steering.as_turn(steering.take(task.id)),
     )
     return get_backend(agent["backend"]).run(request, output)
+
+
+def _read_for_prompt(task: Task, cfg: dict) -> tuple[str, str]:
+    """The earlier attempts' notes and the memory block for the prompt (its working notes
+    seeded on the way): all the prompt needs that is not the workspace's, so it is read
+    while the workspace is made (``Ahead``)."""
+    notes = render_previous_notes(
+        queue_utils.get_task_notes(task.id), cfg["notes"]["prompt_budget"]
+    )
+    lifecycle.seed_task_notes(task)
+    return notes, _memory_block(task, cfg)
 
 
 def _memory_block(task: Task, cfg: dict) -> str:

@@ -89,15 +89,17 @@ def is_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
 _probes: dict[tuple[str, str | None], tuple[float, str | None, bool]] = {}
 
 
-def probe(now: float | None = None) -> tuple[str | None, bool]:
+def probe(now: float | None = None, margin: float = 0.0) -> tuple[str | None, bool]:
     """(why bwrap cannot run a box here or None, whether user namespaces work), cached
     for ``PROBE_TTL_SECONDS`` per bwrap binary. Tried with a user namespace first: as root
-    without one, bwrap still drops every capability (``--cap-drop ALL``)."""
+    without one, bwrap still drops every capability (``--cap-drop ALL``). ``margin``:
+    probe again already when the answer has less than that left (the fork server keeps
+    one fresh for the runners it forks)."""
     now = time.monotonic() if now is None else now
     bwrap = find_bwrap()
     key = (_asked_for(), bwrap)
     seen = _probes.get(key)
-    if seen is not None and now - seen[0] < PROBE_TTL_SECONDS:
+    if seen is not None and now - seen[0] < PROBE_TTL_SECONDS - margin:
         return seen[1], seen[2]
     problem, userns = _run_probe(bwrap)
     _probes[key] = (now, problem, userns)

@@ -102,7 +102,8 @@ class WalledWorkspace(Workspace):
         root = config.find_project_root()
         self.author = _author(repo)
         host = {**os.environ, **(agent.get("env") or {})}
-        reviewed = repo.is_ancestor(self.start, base_sha)  # nothing of an agent's on it yet
+        self.at_base = self.start == base_sha  # a new branch: no git call to judge it
+        reviewed = self.at_base or repo.is_ancestor(self.start, base_sha)  # no agent's work
         self.world = World(
             cfg, setup_commands(agent, cfg), root, self.clone_path, sandboxed=True,
             trusted=reviewed, home=host.get("HOME") or os.path.expanduser("~"),

@@ -77,6 +77,7 @@ class Workspace(ABC):
     remote: str | None
     started: task_tips.Start  # the base, the lease the push uses, what the remote held
     banner: str  # the first line of the attempt's log: what walls there are
+    at_base: bool = False  # the branch is its base's tip: nothing on it, nothing behind
     proxy: NetworkProxy | None = None  # the box's way out with ``network: allow``
     caught_up: CaughtUp | None = None  # the branch was pushed to meanwhile: what was done
     world: World | None = None  # its set-up, caches, ports and services (setup.py)

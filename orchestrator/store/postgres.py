@@ -180,15 +180,24 @@ CHANNEL = "octopoid_queue"  # NOTIFY'd with the new state whenever a task is add
 
 
 #: The moves worth a scheduler's pass: work to claim (incoming, breakdown), or a task done
-#: (a blocked one may be free, a review slot is). Claims, submits and failures wake nobody.
+#: where that frees some (``_announce``). Claims, submits and failures wake nobody.
 NOTICED = frozenset({TaskState.INCOMING, TaskState.BREAKDOWN, TaskState.DONE})
 
 
-def _announce(cur: Any, state: TaskState) -> None:
+def _announce(cur: Any, state: TaskState, src: TaskState | None = None, task_id: str = "") -> None:
     """Wake idle schedulers (``watch``) when this transaction commits, with the state the
     task moved to, if it may make work claimable; PostgreSQL folds identical notifications
-    of one transaction into one."""
-    if state in NOTICED:
+    of one transaction into one. A task done from review frees a review slot; done from
+    anywhere else it wakes them only where a waiting task is blocked on it (the partial
+    index of blocked tasks, in the same round trip): every notice wakes every listening
+    server process and scheduler, and a claimer's own task done frees nothing to claim."""
+    if state is TaskState.DONE and src is not TaskState.PROVISIONAL:
+        cur.execute(
+            "SELECT pg_notify(%s, %s) WHERE EXISTS (SELECT 1 FROM octopoid.tasks WHERE "
+            "state = 'incoming' AND cardinality(blocked_by) > 0 AND %s = ANY(blocked_by))",
+            (CHANNEL, state.value, task_id),
+        )
+    elif state in NOTICED:
         cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, state.value))
 
 
@@ -436,7 +445,7 @@ class PostgresStore(QueueStore):
                 found = cur.fetchone()
                 where = found[0] if found else "another transaction"
                 raise IllegalTransition(f"{task.label} already exists (in {where})")
-            _announce(cur, state)
+            _announce(cur, state, task_id=task.id)
         task.state, task.path = state, None
         return task
 
@@ -497,7 +506,7 @@ class PostgresStore(QueueStore):
                 change(task)
                 self._save(cur, task, dst)
                 if dst is not src:
-                    _announce(cur, dst)
+                    _announce(cur, dst, src, task_id)
         if isinstance(task, TaskParseError):  # its quarantine has committed
             raise task
         return task
