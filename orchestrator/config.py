@@ -15,9 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import defaults, netpolicy, workspace_rules
-from .exceptions import ConfigError
-from .lazy import lazy_import
+from .base import netpolicy, workspace_rules
+from .base.lazy import lazy_import
+from .model import defaults
+from .model.exceptions import ConfigError
 
 yaml = lazy_import("yaml")  # ~15 ms: paid by the commands that read a YAML file, only
 

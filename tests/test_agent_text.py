@@ -11,13 +11,15 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import notify, questions, review
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
+from orchestrator.base.redaction import redact, scrub
+from orchestrator.box.client import request
+from orchestrator.daemon import notify
+from orchestrator.faces.cli.main import cli
 from orchestrator.forge import connect, poller
 from orchestrator.memory.notes import NotesManager
-from orchestrator.redaction import redact, scrub
-from orchestrator.sandbox.client import request
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
+from orchestrator.review import verdicts as review
 
 from .conftest import set_config, write_agents
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
+from orchestrator.box import channel
+from orchestrator.box.box import SOCKET_NAME, write_client
+from orchestrator.box.client import ChannelFailure, request
 from orchestrator.memory import lifecycle
 from orchestrator.memory.notes import NotesManager
-from orchestrator.sandbox import channel
-from orchestrator.sandbox.box import SOCKET_NAME, write_client
-from orchestrator.sandbox.client import ChannelFailure, request
+from orchestrator.queue import machine as q
 
 from .conftest import wait_for
 

@@ -18,14 +18,14 @@ import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from orchestrator import questions
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import InvalidInput
+from orchestrator.box import channel
+from orchestrator.box.box import write_client
 from orchestrator.memory import lifecycle
 from orchestrator.memory.notes import NotesManager
-from orchestrator.sandbox import channel
-from orchestrator.sandbox.box import write_client
-from orchestrator.tasks import TaskState
+from orchestrator.model.exceptions import InvalidInput
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
 
 from .conftest import set_config
 from .test_channel import served  # noqa: F401

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator import recovery, reports
-from orchestrator.exceptions import IllegalTransition, InvalidInput, TaskNotFound
-from orchestrator.leases import attempt_text, attempts_left
-from orchestrator.tasks import TaskState, parse_time, read_task_file, utcnow
+from orchestrator.faces import reports
+from orchestrator.model.exceptions import IllegalTransition, InvalidInput, TaskNotFound
+from orchestrator.model.tasks import TaskState, parse_time, read_task_file, utcnow
+from orchestrator.queue import machine as q
+from orchestrator.queue import recovery
+from orchestrator.queue.leases import attempt_text, attempts_left
 
 from .conftest import exited_pid
 

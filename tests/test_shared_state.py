@@ -15,13 +15,17 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import agent_status, finishing, git_utils, plans, questions, reports
-from orchestrator import queue_utils as q
-from orchestrator.roles import breakdown
-from orchestrator.sandbox import channel
-from orchestrator.sandbox.box import SOCKET_NAME
-from orchestrator.sandbox.client import request
-from orchestrator.tasks import TaskState
+from orchestrator.box import channel
+from orchestrator.box.box import SOCKET_NAME
+from orchestrator.box.client import request
+from orchestrator.daemon import agent_status
+from orchestrator.faces import reports
+from orchestrator.git import repo as git_utils
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
+from orchestrator.review import finishing
+from orchestrator.roles import breakdown, plans
 
 from .conftest import child_env, wait_for, write_agents
 from .test_agent_records import one_pass

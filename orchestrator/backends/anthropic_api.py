@@ -22,11 +22,12 @@ from typing import Any
 
 import anthropic
 
-from .. import config, defaults
-from ..fsutil import TailBuffer
-from ..processes import in_new_session_dying_with_parent, signal_group
-from ..redaction import redact
-from ..sandbox.box import Box
+from .. import config
+from ..base.fsutil import TailBuffer
+from ..base.processes import in_new_session_dying_with_parent, signal_group
+from ..base.redaction import redact
+from ..box.box import Box
+from ..model import defaults
 from . import worktree_tools
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import readable

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import config
-from ..exceptions import ConfigError
+from ..model.exceptions import ConfigError
 
 #: CI states, worst first: one failed job fails the head
 FAILED, PENDING, PASSED, NONE = "failed", "pending", "passed", "none"

@@ -9,11 +9,15 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from .. import bytecode, config, defaults, forge, queue_utils, steering
-from ..exceptions import LostClaim, OctopoidError, StorageError
-from ..processes import TASK_ENV, TOKEN_ENV
-from ..recovery import STOP_SIGNAL
-from ..tasks import Task
+from .. import config, forge
+from ..base import bytecode
+from ..base.processes import TASK_ENV, TOKEN_ENV
+from ..model import defaults
+from ..model.exceptions import LostClaim, OctopoidError, StorageError
+from ..model.tasks import Task
+from ..queue import machine as queue_utils
+from ..queue import steering
+from ..queue.recovery import STOP_SIGNAL
 from . import checks
 
 #: How every attempt runs: one runner process per attempt, whatever its role

@@ -25,35 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from .. import (
-    agent_status,
-    budgets,
-    bytecode,
-    config,
-    git_utils,
-    questions,
-    queue_utils,
-    recovery,
-    sandbox,
-    steering,
-)
+from .. import box as sandbox
+from .. import config
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..backends.base import CAUSES, no_change_reason
-from ..exceptions import (
-    InvalidInput,
-    InvalidTask,
-    LostClaim,
-    OctopoidError,
-    SandboxError,
-    SetupFailed,
-    StorageError,
-)
-from ..fsutil import TailBuffer, atomic_write
-from ..leases import attempts_left
-from ..memory import lifecycle
-from ..memory.retrieval import relevant_notes
-from ..memory.store import open_memory, project_scope
-from ..processes import (
+from ..base import bytecode
+from ..base.fsutil import TailBuffer, atomic_write
+from ..base.processes import (
     TASK_ENV,
     TOKEN_ENV,
     become_subreaper,
@@ -62,20 +40,24 @@ from ..processes import (
     kill_marked,
     marked_processes,
 )
-from ..prompts import (
-    MEMORY_HOWTO,
-    NO_CHANGE_HOWTO,
-    build_prompt,
-    render_branch,
-    render_memory,
-    render_messages,
-    render_previous_notes,
+from ..base.redaction import Redactor, every_agent_env, hide_also, redact, scrub
+from ..box.bounds import ReadBackRefused
+from ..box.workspace import BroughtBack, Workspace
+from ..daemon import agent_status
+from ..git import repo as git_utils
+from ..memory import lifecycle
+from ..memory.retrieval import relevant_notes
+from ..memory.store import open_memory, project_scope
+from ..model.exceptions import (
+    InvalidInput,
+    InvalidTask,
+    LostClaim,
+    OctopoidError,
+    SandboxError,
+    SetupFailed,
+    StorageError,
 )
-from ..redaction import Redactor, every_agent_env, hide_also, redact, scrub
-from ..sandbox.bounds import ReadBackRefused
-from ..sandbox.workspace import BroughtBack, Workspace
-from ..task_notes import add_notes_section, stdout_log_path
-from ..tasks import (
+from ..model.tasks import (
     PLANNING_ROLE,
     TIP_HEADER,
     Task,
@@ -85,6 +67,10 @@ from ..tasks import (
     task_label,
     utcnow,
 )
+from ..queue import budgets, questions, recovery, steering
+from ..queue import machine as queue_utils
+from ..queue.leases import attempts_left
+from ..queue.task_notes import add_notes_section, stdout_log_path
 from . import breakdown, checks, planner
 from .base import (
     Claim,
@@ -93,6 +79,15 @@ from .base import (
     deadline_seconds,
     find_agent,
     raise_on_stop_signals,
+)
+from .prompts import (
+    MEMORY_HOWTO,
+    NO_CHANGE_HOWTO,
+    build_prompt,
+    render_branch,
+    render_memory,
+    render_messages,
+    render_previous_notes,
 )
 
 BURN_OUT_SHARE = 0.8  # of max_turns, with no commits: the attempt is burning out

@@ -24,11 +24,14 @@ import git
 import pytest
 import yaml
 
-from orchestrator import agent_status, config, notify, questions, reports
-from orchestrator import queue_utils as q
+from orchestrator import config
+from orchestrator.box import containment
+from orchestrator.box.bounds import disk_use
+from orchestrator.daemon import agent_status, notify
+from orchestrator.faces import reports
 from orchestrator.memory import lifecycle
-from orchestrator.sandbox import containment
-from orchestrator.sandbox.bounds import disk_use
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
 
 from ..conftest import HELPERS, Served, child_env, set_config
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
