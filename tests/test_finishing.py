@@ -32,7 +32,9 @@ LEARNED = "the release script needs GNU tar"
 # landed (not recorded yet), before its move, or before a step that follows the move.
 KILLED_ACCEPT = """
 import os, signal, sys
-from orchestrator.review import finishing, verdicts as review; from orchestrator.git import repo as git_utils; from orchestrator.queue import machine as queue_utils
+from orchestrator.review import finishing, verdicts as review
+from orchestrator.git import repo as git_utils
+from orchestrator.queue import machine as queue_utils
 task_id, point = sys.argv[1], sys.argv[2]
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)

@@ -124,7 +124,8 @@ def test_list_status_and_show_never_import_gitpython_or_anthropic(git_project):
     subprocess.run([OCTOPOID, "status"], cwd=git_project, env=child_env(git_project), check=True,
                    capture_output=True)  # fmt: skip
     probe = (
-        "import sys; from orchestrator.faces.cli.main import main; sys.argv = ['octopoid', *sys.argv[1:]]\n"
+        "import sys; from orchestrator.faces.cli.main import main\n"
+        "sys.argv = ['octopoid', *sys.argv[1:]]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('git', 'anthropic', 'detect_secrets') if m in sys.modules "
         "and type(sys.modules[m]).__name__ != '_LazyModule']  # imported, not just named\n"

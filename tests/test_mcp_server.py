@@ -300,6 +300,9 @@ def test_bad_arguments_are_tool_errors(git_project: Path) -> None:
 
 def test_other_commands_do_not_import_the_sdk(git_project: Path) -> None:
     """`octopoid mcp` alone pays for the SDK: the CLI module does not load it."""
-    code = "import sys, orchestrator.faces.cli.main; print(sorted(m for m in sys.modules if 'mcp' in m))"
+    code = (
+        "import sys, orchestrator.faces.cli.main\n"
+        "print(sorted(m for m in sys.modules if 'mcp' in m))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "['orchestrator.faces.cli.mcp']\n"

@@ -173,7 +173,8 @@ def test_kill_9_between_notes_and_move_keeps_the_reason(git_project: Path, revie
     the reason and comments saved; a second reject then goes through."""
     script = (
         "import os, signal, sys\n"
-        "from orchestrator.queue import machine as q; from orchestrator.review import verdicts as review\n"
+        "from orchestrator.queue import machine as q\n"
+        "from orchestrator.review import verdicts as review\n"
         "q._transition = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
         "review.reject(sys.argv[1], 'the reason', 'alice',"
         " [review.parse_line_comment('app.py:1:see here')])\n"

@@ -48,7 +48,8 @@ sys.exit(code)
 # has ended (in done, or in failed: the test then says which).
 REVIEWER = """
 import sys, time
-from orchestrator.queue import machine as q; from orchestrator.review import verdicts as review
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 from orchestrator.model.exceptions import OctopoidError
 from orchestrator.model.tasks import TaskState, render_task
 parity, total, deadline = int(sys.argv[1]), int(sys.argv[2]), time.monotonic() + 400

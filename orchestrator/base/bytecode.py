@@ -23,7 +23,7 @@ from pathlib import Path
 DONT_WRITE = "PYTHONDONTWRITEBYTECODE"
 PREFIX = "PYTHONPYCACHEPREFIX"
 SAVED = "OCTOPOID_USER_"  # + DONT_WRITE or PREFIX: the user's value, kept for the agent
-INSTALL = Path(__file__).resolve().parent  # octopoid's code: the cache is this install's
+INSTALL = Path(__file__).resolve().parents[1]  # octopoid's code: the cache is this install's
 
 
 def cache_dir() -> Path | None:

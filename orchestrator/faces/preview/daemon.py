@@ -36,7 +36,7 @@ from ...model.tasks import Task, TaskState, normalize_task_id
 from ...queue import machine as queue_utils
 from . import PUBLIC_SOCKET, RELAY_SOCKET, prefix
 
-RELAY = Path(__file__).resolve().parent.parent / "sandbox" / "portrelay.py"
+RELAY = Path(__file__).resolve().parents[2] / "box" / "portrelay.py"
 STOP_SECONDS = 5.0
 
 
