@@ -28,10 +28,10 @@ from unittest.mock import patch
 import pytest
 
 from orchestrator import config
+from orchestrator import queue_utils as q
 from orchestrator.model import defaults
 from orchestrator.model.exceptions import InvalidTask, InvalidTaskId
 from orchestrator.model.tasks import Task, TaskState, read_task_file
-from orchestrator.queue import machine as q
 
 S = TaskState
 
@@ -277,7 +277,7 @@ def test_notes_as_octopoids_tests_patch_them(tmp_path: Path, monkeypatch) -> Non
     monkeypatch.chdir(tmp_path)
     notes_dir = tmp_path / "shared" / "notes"
     with patch("orchestrator.config.get_notes_dir", return_value=notes_dir):
-        from orchestrator.queue.machine import (
+        from orchestrator.queue_utils import (
             NOTES_STDOUT_LIMIT,
             cleanup_task_notes,
             get_task_notes,
