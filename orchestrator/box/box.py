@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import forge
+from ..base import forge_token
 from ..base.processes import MARK_ENV, TASK_ENV, claim_mark
 from ..model.tasks import Task, task_label
 from .bwrap import CHANNEL_INSIDE, Mounts, command_line, is_hidden
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the proxy is the runner's, made by walled.py where a box ne
 
 #: Host variables a box never inherits: octopoid's own (its root, the database URL and
 #: its wait, the web token) and libpq's (a password, a password file, a service file); nor
-#: the forge's token (``forge.token_vars``).
+#: the forge's token (``forge_token.token_vars``).
 SCRUBBED_PREFIXES = ("OCTOPOID_", "PG")
 #: Inherited with ``sandbox: none`` only: they point at host sockets a box cannot reach.
 HOST_SOCKET_VARS = ("SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
@@ -97,7 +97,7 @@ def environment(
     as the host's environment or ``author`` (your repository's identity: a box's private
     home has no git config) says."""
     drop = (*HOST_SOCKET_VARS, *TEMP_VARS, *COMMITTER_VARS) if sandboxed else COMMITTER_VARS
-    drop = (*drop, *forge.token_vars())
+    drop = (*drop, *forge_token.token_vars())
     env = {k: v for k, v in host.items() if not k.startswith(SCRUBBED_PREFIXES) and k not in drop}
     env.update(GIT_COMMITTER_NAME=COMMITTER_NAME, GIT_COMMITTER_EMAIL=committer_email(task.id))
     env.update(agent_env)

@@ -25,8 +25,8 @@ import sys
 import time
 import traceback
 
-from .. import config, forge
-from ..base import bytecode
+from .. import config
+from ..base import bytecode, forge_token
 from ..base.processes import PR_SET_PDEATHSIG, note_forked
 
 RUNNER_MODULE = "orchestrator.roles.implementer"
@@ -91,7 +91,7 @@ class ForkServer:
         self._sock = ours
         self.proc = subprocess.Popen(
             [sys.executable, "-m", __name__, str(theirs.fileno()), str(os.getpid())],
-            env=bytecode.runner_env(forge.without_token(os.environ), bytecode.cache_dir()),
+            env=bytecode.runner_env(forge_token.without_token(os.environ), bytecode.cache_dir()),
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C to the daemon's group is the daemon's

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from .. import config, forge
+from .. import config
 from ..base import bytecode
+from ..base.forge_token import without_token
 from ..base.processes import TASK_ENV, TOKEN_ENV
 from ..model import defaults
 from ..model.exceptions import LostClaim, OctopoidError, StorageError
@@ -133,7 +134,7 @@ def runner_env(root: Path, task: Task, token: str) -> dict[str, str]:
     poller's alone), the project, the claim it takes over, and bytecode where runners
     keep it."""
     env = dict(
-        forge.without_token(os.environ),
+        without_token(os.environ),
         OCTOPOID_ROOT=str(root),
         **{TOKEN_ENV: token, TASK_ENV: task.label},
         **{config.DATABASE_WAIT_ENV: str(defaults.RUNNER_DATABASE_WAIT_SECONDS)},
