@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..base.fsutil import TailBuffer
-from ..roles.prompts import NO_CHANGE_MARK
 
 if TYPE_CHECKING:  # only a type here: `status` imports backends to ask if agents can run
     from ..box.box import Box
@@ -33,6 +32,10 @@ CAUSES = {
     "unreachable": "the API cannot be reached",
     "setup": "the workspace's set-up failed",
 }
+#: How an agent says the task needs no change: a line of its output (a command's) or of
+#: its final message (an LLM's) starting with this, then why. Such an attempt, without
+#: commits, goes to review with the reason instead of counting as a failure.
+NO_CHANGE_MARK = "NO CHANGE NEEDED:"
 # A line starting with NO_CHANGE_MARK (Markdown emphasis around it allowed), then why.
 _NO_CHANGE = re.compile(
     rf"^[ \t>*_`]*{re.escape(NO_CHANGE_MARK)}[*_`]*[ \t]*(.+?)[ \t`*_]*$", re.I | re.M

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backends.base import NO_CHANGE_MARK
 from ..memory.provenance import describe
 from ..model.tasks import Task
 from ..queue.task_notes import NotesSection, fence_for, split_notes
@@ -112,10 +113,6 @@ MEMORY_HOWTO = (
 )
 
 
-#: How an agent says the task needs no change: a line of its output (a command's) or of
-#: its final message (an LLM's) starting with this, then why. Such an attempt, without
-#: commits, goes to review with the reason instead of counting as a failure.
-NO_CHANGE_MARK = "NO CHANGE NEEDED:"
 NO_CHANGE_HOWTO = (
     "If the task turns out to need no change (it is done already, or what it asks is "
     "already true), commit nothing and end your final message with one line "
