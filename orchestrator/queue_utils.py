@@ -24,7 +24,6 @@ from .queue.machine import (
     create_task,
     fail_task,
     finish_split,
-    get_store,
     get_task,
     get_task_notes,
     hold_for_question,
@@ -55,8 +54,8 @@ from .queue.machine import (
     submit_completion,
     sweep_store,
     unfenced_submit,
-    upgrade_store,
 )
+from .queue.store import get_store, upgrade_store
 
 __all__ = [
     "CLOSABLE",

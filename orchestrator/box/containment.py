@@ -44,7 +44,7 @@ from ..base.fsutil import atomic_write
 from ..base.processes import ProcessId
 from ..git import repo as git_utils
 from ..model.tasks import TaskState, task_label
-from ..queue import machine as queue_utils
+from ..queue.store import get_store
 from ..queue.task_notes import add_notes_section
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ class _Unreviewed:
     def _reviewed(self, task_id: str) -> bool:
         """Accepted, or being accepted (its merge is journaled before the task is done)."""
         if task_id not in self._tasks:
-            store = queue_utils.get_store()
+            store = get_store()
             where = store.locate(task_id)
             task = store.get(task_id) if where is TaskState.PROVISIONAL else None
             # an accept's journal (finishing.ACCEPT) is written before its merge

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ from .leases import (
     lease_headers,
     new_token,
 )
-from .store import FolderStore, QueueStore
+from .store import get_store
 from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
 
 S = TaskState
@@ -90,43 +89,6 @@ __all__ = [
     "submit_completion",
     "task_id_of",
 ]
-
-
-@lru_cache(maxsize=8)
-def _store_for(where: str, durable: bool, backend: str = "folder") -> QueueStore:
-    if backend == "postgres":
-        from .store.postgres import shared_store  # psycopg only for those who use it
-
-        return shared_store(where)
-    store = FolderStore(Path(where), durable)
-    store.initialize()
-    return store
-
-
-def get_store() -> QueueStore:
-    """The store for the current project (looked up at call time, cached per folder or
-    database): the folder queue, or PostgreSQL when config.yaml or the environment says."""
-    backend, dsn = config.store_choice()
-    if backend == "postgres" and dsn:
-        return _store_for(dsn, True, "postgres")
-    try:
-        durable = config.load_config()["durability"] == "durable"
-    except ConfigError:
-        durable = True  # a broken config.yaml must not stop reading the queue
-    return _store_for(str(config.get_queue_dir()), durable)
-
-
-def upgrade_store() -> str:
-    """Create or migrate the configured PostgreSQL schema; say what was done."""
-    backend, dsn = config.store_choice()
-    if backend != "postgres" or not dsn:
-        raise InvalidInput(
-            "this project keeps its queue in folders (no store.backend: postgres in "
-            f"config.yaml, no {config.DATABASE_URL_ENV}): there is no database to upgrade"
-        )
-    from .store.postgres import upgrade_database
-
-    return upgrade_database(dsn)
 
 
 def _id(task: Task | str) -> str:

@@ -52,6 +52,7 @@ intake = lazy_import("orchestrator.queue.intake")
 listing = lazy_import("orchestrator.faces.listing")
 merge_guard = lazy_import("orchestrator.git.merge_guard")
 queue_utils = lazy_import("orchestrator.queue.machine")
+queue_store = lazy_import("orchestrator.queue.store")
 questions = lazy_import("orchestrator.queue.questions")
 recovery = lazy_import("orchestrator.queue.recovery")
 reports = lazy_import("orchestrator.faces.reports")
@@ -952,7 +953,7 @@ def db_group() -> None:
 @db_group.command("upgrade")
 def db_upgrade() -> None:
     """Create or migrate the octopoid schema in the configured database (idempotent)."""
-    click.echo(queue_utils.upgrade_store())
+    click.echo(queue_store.upgrade_store())
 
 
 @cli.group("scheduler")
