@@ -14,9 +14,9 @@ from orchestrator.backends.base import AgentRequest
 from orchestrator.backends.claude_code import ClaudeCodeBackend, StreamJsonParser
 from orchestrator.base.fsutil import TailBuffer
 from orchestrator.box.box import Box
-from orchestrator.daemon.agent_status import agents_overview
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
+from orchestrator.roles.agent_status import agents_overview
 
 from .conftest import HELPERS, run_claimed
 
@@ -263,7 +263,8 @@ def test_a_usage_limit_pauses_the_agent_until_its_reset_and_gives_the_attempt_ba
     recorded CLI could not be made to hit a real subscription limit.)"""
     from datetime import UTC, datetime
 
-    from orchestrator.daemon import agent_status, stalls
+    from orchestrator.daemon import stalls
+    from orchestrator.roles import agent_status
 
     tid, report, _ = fake_claude("usage_limit")
     assert report.outcome == "rate_limited" and report.next_state == "incoming"

@@ -121,7 +121,7 @@ def test_an_agent_out_of_its_day_s_budget_claims_nothing_and_says_why(
 def test_a_day_s_tokens_and_seconds_start_again_with_the_day(project: Path) -> None:
     from datetime import timedelta
 
-    from orchestrator.daemon import agent_status
+    from orchestrator.roles import agent_status
 
     agent_status.record_attempt("a", "TASK-1", "success", 3, 0.5, NOW, tokens=1000, seconds=60)
     later = NOW + timedelta(days=1)
@@ -131,7 +131,8 @@ def test_a_day_s_tokens_and_seconds_start_again_with_the_day(project: Path) -> N
 
 
 def test_the_scheduler_alerts_a_budget_at_80_percent_once(git_project: Path) -> None:
-    from orchestrator.daemon import agent_status, scheduler
+    from orchestrator.daemon import scheduler
+    from orchestrator.roles import agent_status
 
     write_agents(git_project)
     set_config(git_project, budgets={"project_daily": {"usd": 1.0}})

@@ -15,10 +15,11 @@ import yaml
 
 from orchestrator import config
 from orchestrator.backends.base import CAUSES
-from orchestrator.daemon import agent_status, scheduler, stalls
+from orchestrator.daemon import scheduler, stalls
 from orchestrator.faces.web import board
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
+from orchestrator.roles import agent_status
 
 from .conftest import run_claimed, set_config, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text

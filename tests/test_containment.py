@@ -11,11 +11,12 @@ import pytest
 
 from orchestrator.backends.worktree_tools import ToolError, WorktreeTools
 from orchestrator.base.processes import TOKEN_ENV, ProcessId, marked_processes
-from orchestrator.daemon import agent_status, scheduler
+from orchestrator.daemon import scheduler
 from orchestrator.model import defaults
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.queue.leases import attempts_left
+from orchestrator.roles import agent_status
 
 from .conftest import run_claimed, set_config, write_agents
 

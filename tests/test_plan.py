@@ -314,7 +314,7 @@ def test_a_planner_drafts_through_its_mcp_tools_each_checked_as_it_comes(
         ("T2", "API", ["T1"]),
     ]
     from orchestrator import config
-    from orchestrator.daemon import agent_status
+    from orchestrator.roles import agent_status
 
     record = agent_status.day_records(config.load_agents())["planner"]
     assert record["attempts_today"] == 1 and record["turns_today"] == 5  # counted in its day
@@ -387,8 +387,8 @@ def test_a_running_planner_s_task_is_not_requeued_into_a_dead_end(git_project: P
 def test_a_planner_runs_as_every_attempt_does_with_its_memory_and_its_budget(planned) -> None:
     """The one attempt runner runs the planner: its prompt carries the project's memory, and
     an agent whose day's budget is spent starts no attempt (the carrying task says why)."""
-    from orchestrator.daemon import agent_status
     from orchestrator.memory.store import open_memory
+    from orchestrator.roles import agent_status
 
     memory = open_memory()
     memory.write_note("MEMORY-CLUE: exports are written by src/export.py", pinned=True)

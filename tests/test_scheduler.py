@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator import config
-from orchestrator.daemon import agent_status, scheduler, scheduler_control
+from orchestrator.daemon import scheduler, scheduler_control
 from orchestrator.model.exceptions import OctopoidError, SchedulerError
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
+from orchestrator.roles import agent_status
 
 from .conftest import child_env, write_agents
 

@@ -18,14 +18,13 @@ import pytest
 from orchestrator.box import channel
 from orchestrator.box.box import SOCKET_NAME
 from orchestrator.box.client import request
-from orchestrator.daemon import agent_status
 from orchestrator.faces import reports
 from orchestrator.git import repo as git_utils
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 from orchestrator.review import finishing
-from orchestrator.roles import breakdown, plans
+from orchestrator.roles import agent_status, breakdown, plans
 
 from .conftest import child_env, wait_for, write_agents
 from .test_agent_records import one_pass

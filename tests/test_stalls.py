@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.daemon import agent_status, scheduler, stalls
+from orchestrator.daemon import scheduler, stalls
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
+from orchestrator.roles import agent_status
 
 from .conftest import child_env, write_agents
 from .test_review import provisional_with_commit

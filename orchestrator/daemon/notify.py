@@ -25,7 +25,7 @@ from ..base.redaction import redact
 from ..model.exceptions import ConfigError, OctopoidError
 from ..model.tasks import FILE_RE, TaskState, normalize_task_id, task_label
 from ..queue import machine as queue_utils
-from . import agent_status
+from ..roles import agent_status
 
 log = logging.getLogger("octopoid.notify")
 

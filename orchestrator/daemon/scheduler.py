@@ -47,8 +47,9 @@ from ..queue import budgets, recovery
 from ..queue import machine as queue_utils
 from ..queue.leases import claim_token
 from ..review import finishing
+from ..roles import agent_status
 from ..roles.base import RUNNER, deadline_seconds, runner_env
-from . import agent_status, stalls, wakeup
+from . import stalls, wakeup
 from .forkserver import ForkedRunner, ForkServer
 from .notify import Alerts
 from .scheduler_control import (

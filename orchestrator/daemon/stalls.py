@@ -18,7 +18,7 @@ from ..model.tasks import TaskState, format_time, plural, utcnow
 from ..queue import budgets
 from ..queue.machine import get_store
 from ..queue.store import QueueStore
-from . import agent_status
+from ..roles import agent_status
 
 BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
 

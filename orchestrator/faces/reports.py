@@ -20,7 +20,7 @@ from ..queue.machine import get_store, known_task_id
 from ..queue.store.claim_index import Waiting, WaitingDigest
 
 # `status` uses these; `list` and `show`, which use this module too, need none of them.
-agent_status = lazy_import("orchestrator.daemon.agent_status")
+agent_status = lazy_import("orchestrator.roles.agent_status")
 git_utils = lazy_import("orchestrator.git.repo")
 questions = lazy_import("orchestrator.queue.questions")
 sandbox = lazy_import("orchestrator.box")

@@ -43,7 +43,6 @@ from ..base.processes import (
 from ..base.redaction import Redactor, every_agent_env, hide_also, redact, scrub
 from ..box.bounds import ReadBackRefused
 from ..box.workspace import BroughtBack, Workspace
-from ..daemon import agent_status
 from ..git import repo as git_utils
 from ..memory import lifecycle
 from ..memory.retrieval import relevant_notes
@@ -71,7 +70,7 @@ from ..queue import budgets, questions, recovery, steering
 from ..queue import machine as queue_utils
 from ..queue.leases import attempts_left
 from ..queue.task_notes import add_notes_section, stdout_log_path
-from . import breakdown, checks, planner
+from . import agent_status, breakdown, checks, planner
 from .base import (
     Claim,
     Stopped,

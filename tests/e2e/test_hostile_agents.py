@@ -27,11 +27,12 @@ import yaml
 from orchestrator import config
 from orchestrator.box import containment
 from orchestrator.box.bounds import disk_use
-from orchestrator.daemon import agent_status, notify
+from orchestrator.daemon import notify
 from orchestrator.faces import reports
 from orchestrator.memory import lifecycle
 from orchestrator.queue import machine as q
 from orchestrator.queue import questions
+from orchestrator.roles import agent_status
 
 from ..conftest import HELPERS, Served, child_env, set_config
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 # Each command imports only what it uses, at its first use: `octopoid --help` or `pause` does
 # not pay for the store, PyYAML, GitPython or the scheduler (docs/performance.md).
-agent_status = lazy_import("orchestrator.daemon.agent_status")
+agent_status = lazy_import("orchestrator.roles.agent_status")
 bounces = lazy_import("orchestrator.queue.bounces")
 budgets = lazy_import("orchestrator.queue.budgets")
 config = lazy_import("orchestrator.config")
