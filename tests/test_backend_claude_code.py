@@ -14,9 +14,9 @@ from orchestrator.backends.base import AgentRequest
 from orchestrator.backends.claude_code import ClaudeCodeBackend, StreamJsonParser
 from orchestrator.base.fsutil import TailBuffer
 from orchestrator.box.box import Box
+from orchestrator.faces.reports import agents_overview
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
-from orchestrator.roles.agent_status import agents_overview
 
 from .conftest import HELPERS, run_claimed
 

@@ -9,14 +9,23 @@ from datetime import datetime
 from typing import Any
 
 from .. import config
+from ..base import netpolicy
 from ..base.lazy import lazy_import
 from ..git import merge_guard
 from ..model.exceptions import ConfigError, OctopoidError
-from ..model.tasks import Task, TaskState, normalize_task_id, parse_time, task_label, utcnow
+from ..model.tasks import (
+    Task,
+    TaskState,
+    format_time,
+    normalize_task_id,
+    parse_time,
+    task_label,
+    utcnow,
+)
 from ..queue import adopt, bounces
 from ..queue.dependencies import Blockage, blockage_of, blocked_summary
 from ..queue.leases import attempt_text
-from ..queue.machine import get_store, known_task_id
+from ..queue.machine import get_store, known_task_id, list_tasks
 from ..queue.store.claim_index import Waiting, WaitingDigest
 
 # `status` uses these; `list` and `show`, which use this module too, need none of them.
@@ -252,3 +261,75 @@ def _kept(value: dict[str, Any], fresh: dict[str, dict[str, Any]], waiting: set[
         pairs = [p for p in kept.get(label, []) if p[0] not in judged]
         kept[label] = [*pairs, *map(list, judged.items())][-JUDGED_KEPT:]
     return kept
+
+
+def agents_overview(
+    now: datetime | None = None, found: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Each agent with its state (idle, running TASK-x, paused), last outcome, today's use,
+    and why it claims nothing now (``not_claiming``: the system's reasons, then its own,
+    from ``found``, a ``stalls.report()`` the caller made, or a new one)."""
+    today = (now or utcnow()).date().isoformat()
+    problem = config.problem()
+    if problem:
+        raise ConfigError(problem)
+    agents_cfg, cfg = config.load_agents(), config.load_config()
+    claimed = list_tasks(TaskState.CLAIMED)
+    found = found or stalls.report()
+    system = [s["text"] for s in found["system"]]
+    records = agent_status.day_records(agents_cfg)
+    rows = []
+    for agent in agents_cfg["agents"]:
+        running = [t.label for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"]]
+        record = records[agent["name"]]
+        fresh = record.get("day") == today
+        hold = agent_status.held(agent["name"], records=records)
+        breaker = hold if hold is not None and hold.kind == agent_status.BREAKER else None
+        if running:
+            state = "running " + ", ".join(running)
+        else:
+            paused = agent_status.is_paused(agents_cfg, records, agent) or agent_status.is_paused(
+                agents_cfg, records
+            )
+            paused = paused or breaker
+            state = "paused" if paused else "idle"
+        rows.append(
+            {
+                "name": agent["name"],
+                "role": agent["role"],
+                "backend": agent["backend"],
+                "sandbox": cfg["sandbox"]["mode"],
+                "network": network_of(agent, cfg),
+                "refused_today": record.get("refused_today", 0) if fresh else 0,
+                "state": state,
+                "problem": agent_status.readiness_problem(agent),
+                "breaker": None if breaker is None else _shown(breaker),
+                "not_claiming": system
+                + [s["text"] for s in found["agents"].get(agent["name"], [])],
+                "last_task": record.get("last_task"),
+                "last_outcome": record.get("last_outcome"),
+                "attempts_today": record.get("attempts_today", 0) if fresh else 0,
+                "turns_today": record.get("turns_today", 0) if fresh else 0,
+                "cost_today_usd": _cost_today(agent, record if fresh else {}),
+            }
+        )
+    return rows
+
+
+def _shown(hold: agent_status.Hold) -> dict[str, str | None]:
+    until = None if hold.until is None else format_time(hold.until)
+    return {"why": hold.why, "since": hold.since, "until": until}
+
+
+def network_of(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """What network the agent's box has (netpolicy.py): allow, none, open, or open because
+    nothing walls it in."""
+    if cfg["sandbox"]["mode"] == "none":
+        return "open (no sandbox)"
+    return netpolicy.agent_mode(agent, cfg)
+
+
+def _cost_today(agent: dict[str, Any], record: dict[str, Any]) -> float | None:
+    """Today's cost in USD; None (unknown) for a backend that cannot report one."""
+    cost = record.get("cost_today_usd", 0.0)
+    return None if not cost and agent["backend"] in agent_status.COSTLESS_BACKENDS else cost

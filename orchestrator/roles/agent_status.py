@@ -18,16 +18,13 @@ from typing import Any
 from urllib.parse import unquote
 
 from .. import config
-from ..base import netpolicy
 from ..base.lazy import lazy_import
 from ..model import defaults
-from ..model.exceptions import ConfigError, InvalidInput
-from ..model.tasks import TaskState, format_time, parse_time, utcnow
+from ..model.exceptions import InvalidInput
+from ..model.tasks import format_time, parse_time, utcnow
 from ..queue import adopt
-from ..queue import machine as queue_utils
 from ..queue.store.records import Records, key_part
 
-stalls = lazy_import("orchestrator.daemon.stalls")  # it asks this module; imported when used
 # Needed only to say whether an agent can run: `status` does not pay for them.
 backends_base = lazy_import("orchestrator.backends.base")  # CAUSES, when the breaker trips
 claude_code = lazy_import("orchestrator.backends.claude_code")
@@ -340,78 +337,8 @@ def _unseen(root: Path) -> tuple[Path, ...]:
     return (config.get_orchestrator_dir().resolve(), (root / ".git").resolve())
 
 
-def agents_overview(
-    now: datetime | None = None, found: dict[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """Each agent with its state (idle, running TASK-x, paused), last outcome, today's use,
-    and why it claims nothing now (``not_claiming``: the system's reasons, then its own,
-    from ``found``, a ``stalls.report()`` the caller made, or a new one)."""
-    today = (now or utcnow()).date().isoformat()
-    problem = config.problem()
-    if problem:
-        raise ConfigError(problem)
-    agents_cfg, cfg = config.load_agents(), config.load_config()
-    claimed = queue_utils.list_tasks(TaskState.CLAIMED)
-    found = found or stalls.report()
-    system = [s["text"] for s in found["system"]]
-    records = day_records(agents_cfg)
-    rows = []
-    for agent in agents_cfg["agents"]:
-        running = [t.label for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"]]
-        record = records[agent["name"]]
-        fresh = record.get("day") == today
-        hold = held(agent["name"], records=records)
-        breaker = hold if hold is not None and hold.kind == BREAKER else None
-        if running:
-            state = "running " + ", ".join(running)
-        else:
-            paused = is_paused(agents_cfg, records, agent) or is_paused(agents_cfg, records)
-            paused = paused or breaker
-            state = "paused" if paused else "idle"
-        rows.append(
-            {
-                "name": agent["name"],
-                "role": agent["role"],
-                "backend": agent["backend"],
-                "sandbox": cfg["sandbox"]["mode"],
-                "network": network_of(agent, cfg),
-                "refused_today": record.get("refused_today", 0) if fresh else 0,
-                "state": state,
-                "problem": readiness_problem(agent),
-                "breaker": None if breaker is None else _shown(breaker),
-                "not_claiming": system
-                + [s["text"] for s in found["agents"].get(agent["name"], [])],
-                "last_task": record.get("last_task"),
-                "last_outcome": record.get("last_outcome"),
-                "attempts_today": record.get("attempts_today", 0) if fresh else 0,
-                "turns_today": record.get("turns_today", 0) if fresh else 0,
-                "cost_today_usd": _cost_today(agent, record if fresh else {}),
-            }
-        )
-    return rows
-
-
-def _shown(hold: Hold) -> dict[str, str | None]:
-    until = None if hold.until is None else format_time(hold.until)
-    return {"why": hold.why, "since": hold.since, "until": until}
-
-
-def network_of(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
-    """What network the agent's box has (netpolicy.py): allow, none, open, or open because
-    nothing walls it in."""
-    if cfg["sandbox"]["mode"] == "none":
-        return "open (no sandbox)"
-    return netpolicy.agent_mode(agent, cfg)
-
-
 def refused_today(now: datetime | None = None) -> int:
     """Destinations the agents' networks refused today, all attempts together."""
     today = (now or utcnow()).date().isoformat()
     records = day_records(config.load_agents()).values()
     return sum(r.get("refused_today", 0) for r in records if r.get("day") == today)
-
-
-def _cost_today(agent: dict[str, Any], record: dict[str, Any]) -> float | None:
-    """Today's cost in USD; None (unknown) for a backend that cannot report one."""
-    cost = record.get("cost_today_usd", 0.0)
-    return None if not cost and agent["backend"] in COSTLESS_BACKENDS else cost

@@ -858,7 +858,7 @@ def doctor(rebuild: bool, repair: bool) -> None:
 def agents(as_json: bool) -> None:
     """List agents: state (idle, running TASK-x, paused), last outcome, turns and cost today."""
     found = stalls.report()
-    rows = agent_status.agents_overview(found=found)
+    rows = reports.agents_overview(found=found)
     if as_json:
         _emit_json(rows)
         return
