@@ -17,7 +17,6 @@ from datetime import date, datetime
 from typing import Any
 
 from .. import config
-from ..daemon import agent_status
 from ..model.exceptions import (
     ConfigError,
     InvalidInput,
@@ -28,6 +27,7 @@ from ..model.exceptions import (
 from ..model.tasks import Task, TaskState, parse_time
 from ..queue.machine import get_store
 from ..queue.store import QueueStore
+from ..roles import agent_status
 from .stats_history import AFTER, NO_AGENT, Cells, merge, task_cells, week_of
 
 CACHE_KEY = "stats/done"
