@@ -99,7 +99,7 @@ def test_what_an_agent_says_through_its_channel_reaches_no_face_in_clear(
         "question": hostile("may I use the deploy key?")}})  # fmt: skip
     assert not asked["isError"], asked
     texts = {"progress header": q.get_task(mine.id).headers["PROGRESS"]}
-    texts["proposed split"] = repr(server.proposed)
+    texts["proposed split"] = repr(server.toolbox.proposed)
     held = q.get_task(mine.id)  # the runner ends the attempt "needs input"
     questions.hold_for_answer(held, questions.unanswered(held), "the agent asked")
     label = mine.label

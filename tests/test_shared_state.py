@@ -25,6 +25,7 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 from orchestrator.review import finishing
 from orchestrator.roles import agent_status, breakdown, plans
+from orchestrator.roles.tools import AttemptTools
 
 from .conftest import child_env, wait_for, write_agents
 from .test_agent_records import one_pass
@@ -60,7 +61,9 @@ def test_a_question_asked_by_an_attempt_on_b_is_answered_by_the_cli_on_a_and_is_
     mine = q.claim_task(None, "impl-1")  # an attempt on b, its channel served by its runner
     folder = tmp_path / "channel"
     folder.mkdir()
-    server = channel.ChannelServer(folder, mine.id, mine.attempts, lambda _: None).start()
+    server = channel.ChannelServer(
+        folder, AttemptTools(mine.id, mine.attempts, lambda _: None)
+    ).start()
     asked = {"name": "ask_human", "arguments": {"question": "Which port?"}}
     replies: list[dict] = []
     waiting = threading.Thread(

@@ -184,7 +184,7 @@ class AnthropicBackend:
         )
         tools = ToolServer(request.box, agent["command_timeout_seconds"])
         if request.channel is not None:  # a question's wait keeps the claim alive
-            request.channel.tick = request.on_tick
+            request.channel.toolbox.tick = request.on_tick
         try:
             return self._loop(client, request, tally, tools, output)
         finally:

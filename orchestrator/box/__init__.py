@@ -30,6 +30,7 @@ from . import bwrap
 if TYPE_CHECKING:
     from ..model.tasks import Task
     from .box import Box
+    from .channel import Tools
     from .workspace import Workspace
 
 # What makes and checks workspaces is imported when an attempt needs it: `octopoid status`
@@ -96,15 +97,24 @@ def open_networks() -> list[str]:
     return names + (["the checks"] if netpolicy.checks_network(cfg)[0] == "open" else [])
 
 
-def prepare(task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> Workspace:
+def prepare(
+    task: Task,
+    agent: dict,
+    cfg: dict,
+    token: str,
+    needs: list[str],
+    tools: Callable[[Callable[[str], None]], Tools] | None = None,
+) -> Workspace:
     """The workspace for one attempt of ``task`` by ``agent``, its box and channel ready.
 
     ``needs`` are what the backend must see in its box (``Backend.needs``);
-    ``token`` the claim's (its digest marks the attempt's processes).
+    ``token`` the claim's (its digest marks the attempt's processes); ``tools`` makes what
+    the channel serves, given where progress lines go (the runner's: the box never acts on
+    the queue itself).
     """
     if cfg["sandbox"]["mode"] == "none":
-        return trusted.TrustedWorkspace(task, agent, cfg, token, needs)
-    return walled.WalledWorkspace(task, agent, cfg, token, needs)
+        return trusted.TrustedWorkspace(task, agent, cfg, token, needs, tools)
+    return walled.WalledWorkspace(task, agent, cfg, token, needs, tools)
 
 
 def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:

@@ -29,7 +29,7 @@ from ..model import defaults
 from ..model.exceptions import GitError, PushRefused, RemoteMoved, SetupFailed
 from ..model.tasks import Task
 from .box import Box, write_client
-from .channel import ChannelServer
+from .channel import ChannelServer, Tools
 from .setup import World, run_commands
 
 if TYPE_CHECKING:
@@ -85,12 +85,19 @@ class Workspace(ABC):
     world: World | None = None  # its set-up, caches, ports and services (setup.py)
     services_at: tuple[Path | None, Path | None]  # where their launcher goes; in the box
 
-    def __init__(self, task: Task, agent: dict, cfg: dict, token: str, needs: list[str]) -> None:
+    def __init__(
+        self,
+        task: Task,
+        agent: dict,
+        cfg: dict,
+        token: str,
+        needs: list[str],
+        tools: Callable[[Callable[[str], None]], Tools] | None = None,
+    ) -> None:
         self.task, self.token = task, token
         self.channel_host = private_folder()
-        self.channel = ChannelServer(
-            self.channel_host, task.id, task.attempts, self._progress, str(agent.get("name"))
-        ).start()
+        toolbox = tools(self._progress) if tools is not None else Tools()
+        self.channel = ChannelServer(self.channel_host, toolbox).start()
         self.progress: str | None = None
         self.tick: Callable[[], None] = lambda: None  # the attempt's, once its set-up runs
         try:

@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from .. import box as sandbox
@@ -88,6 +89,7 @@ from .prompts import (
     render_messages,
     render_previous_notes,
 )
+from .tools import AttemptTools
 
 BURN_OUT_SHARE = 0.8  # of max_turns, with no commits: the attempt is burning out
 BURN_OUT_ATTEMPTS = 2  # burned-out attempts before the task goes to breakdown
@@ -148,7 +150,8 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     space, started, refused = None, time.monotonic(), 0
     try:
         backend = get_backend(agent["backend"])
-        space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent))
+        tools = partial(AttemptTools, task.id, task.attempts, agent=str(agent.get("name")))
+        space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent), tools)
         output.feed(f"{space.banner}\n".encode())
         space.set_up(output, claim.tick)  # workspace.setup: its words are the attempt's
         result = _work(task, agent, cfg, claim, log_dir, output, space)
@@ -282,7 +285,7 @@ def _next_move(
     if task.headers.get("PHASE") == "breakdown":
         return _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
     if task.role == PLANNING_ROLE:
-        drafted = space.channel.plan if space is not None else None
+        drafted = space.channel.toolbox.plan if space is not None else None
         state, why = planner.settle(task, claim.token, drafted, result, log_dir)
         return _report(task, result, commits, state, why)
     if result.details.get("stop") is None and space is not None:
@@ -470,8 +473,8 @@ def _asked(task: Task, result: AgentResult, commits: int, space: Workspace) -> A
     """What the agent asked for through its channel, if anything: a split held for a
     person's approval, or "needs input" until a person answers its question."""
     reason = f"{result.outcome}: {result.summary}; {commits} commit{'s' * (commits != 1)}"
-    if space.channel.proposed is not None:
-        subtasks = space.channel.proposed
+    if space.channel.toolbox.proposed is not None:
+        subtasks = space.channel.toolbox.proposed
         queue_utils.propose_split(task, breakdown.proposal_text(subtasks))
         why = f"{len(subtasks)} subtasks proposed; waiting for `octopoid approve`"
         return _report(task, result, commits, TaskState.PROVISIONAL.value, why)
@@ -498,7 +501,7 @@ def _work(
         role, howto = "breakdown", breakdown.ANSWER_FORMAT
     elif task.role == PLANNING_ROLE:  # its drafting tools fill the plan, for this attempt
         role, howto = planner.PLAN_ROLE, planner.ANSWER_FORMAT
-        space.channel.plan = planner.draft_for(task)
+        space.channel.toolbox.plan = planner.draft_for(task)
     else:
         role, howto = task.role, f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}"
     memory, branch = _memory_block(task, cfg), _branch_block(task, space)
