@@ -4,6 +4,9 @@ Every path is computed at call time from the project root, so tests (and users w
 ``OCTOPOID_ROOT``) can point octopoid anywhere. The YAML files are checked against small
 schemas: an unknown key, a wrong type or a missing field names the file, the key and what
 was expected.
+
+Its size: every path and both YAML schemas with their validation, the one place that says
+what the configuration may hold.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ anchors occur run. A stream first asks a compiled gate on whole shapes (shape_ga
 Hyperscan or RE2 is installed) which regexes could match at all: in code, most anchors are
 false ("task-" holds "sk-"). All of it works on UTF-8 bytes; ``RedactingStream`` redacts output that
 arrives in pieces, and says what it holds back and what it cannot catch.
+
+Its size: one streaming redactor; the env-value scan, the shape scan and the hold-back
+across reads share one state, and split they would keep their invariants in two files.
 """
 
 from __future__ import annotations

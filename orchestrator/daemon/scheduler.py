@@ -11,6 +11,9 @@ The scheduler knows its runners by their claim tokens (a task claimed again befo
 old runner exited has two, each with its own entry), gives a claim back at once when a
 runner cannot start, and kills a runner (and everything its attempt started) that outlives
 its hard deadline.
+
+Its size: one Scheduler class doing dispatch, runner spawning, the fork server, the forge
+thread and orphan reaping; issue 38 asks for it to be split by those.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ spells them differently), gets History lines for what octopoid recorded, and lan
 state ``STATE_MAP`` gives; its notes are converted to this project's fenced format. The
 source is only read. A task already here is left alone, so a second run changes nothing.
 docs/architecture.md ("Drop-in for octopoid") has the whole mapping.
+
+Its size: one mapping of octopoid's queue, notes and state.db, read in one pass (its tables:
+docs/architecture.md).
 """
 
 from __future__ import annotations

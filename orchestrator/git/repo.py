@@ -13,6 +13,10 @@ remote's base and lands by a plain push, which the remote refuses if the base mo
 meanwhile (a compare-and-swap: the accept fetches and merges again). A task's branch
 travels as ``refs/octopoid/tasks/TASK-<id>``, which no forge runs CI on; it becomes a
 branch there only when put up for review on a forge (``on_remote``).
+
+Its size: 45 functions on five ideas (branches, merges, the remote, history, diffs), to be
+split by idea; kept whole in the move so that tests patching its functions by module and
+every caller move in one step.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ A task file is a title line, a block of ``KEY: value`` header lines, then ``## `
 ``parse_task`` and ``render_task`` are exact inverses on files octopoid writes. Everything a
 header holds is checked at parse time, so a task that parses can be scheduled. A user's
 context can never start a section: its ``## `` lines are stored escaped (``\\## ``).
+
+Its size: the Task model with its parse and render, and id allocation under a lock. Next
+out: the id rules and text helpers.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ with a claimed ``Task`` read earlier, which carries its token) checks it under t
 lock and raises ``LostClaim`` when the claim has since been requeued, reaped or claimed
 again. Any move out of provisional holds the task (``QueueStore.hold``), so it cannot
 interleave with an accept in progress. Recovery of dead claims lives in ``recovery.py``.
+
+Its size: one short function per legal move, kept together because every move goes through
+``_transition``'s rules and the seed API names them in one place. Next out: octopoid's call
+forms and the split-proposal workflow.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The human side of the loop: accept (merge, done, clean up) and reject.
 
 These workflows span git and the queue, so they live here and not in ``queue_utils``.
+
+Its size: accept, reject, close, retry and approve share the task's hold, the journal and
+their refusals.
 """
 
 from __future__ import annotations

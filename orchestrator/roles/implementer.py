@@ -9,6 +9,9 @@ token: a runner whose claim was taken back stops its agent, saves its notes as a
 attempt and touches nothing else. Retry notes are saved on every path out: success,
 failure, timeout, error, SIGTERM and a lost claim. The runner adopts orphans (subreaper)
 and kills every process the attempt started before it exits.
+
+Its size: the one attempt runner for every role, read top to bottom (claim, workspace,
+prompt, agent, checks, ``_settle``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""The ``octopoid`` command: parse, call one domain function, print. No queue logic here."""
+"""The ``octopoid`` command: parse, call one domain function, print. No queue logic here.
+
+Its size: the click group and every command without a family module of its own, each one
+parse, one call, print. Next out: the rendering helpers, into one render module the other
+``cli/`` modules share.
+"""
 
 from __future__ import annotations
 

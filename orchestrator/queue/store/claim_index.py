@@ -11,6 +11,8 @@ scheduler's housekeeping every ``INDEX_RECONCILE_SECONDS``: the folder's names a
 (``scandir``, no ``stat``) against the rows, and only new names,
 or names whose inode changed (an editor's save), are read. An edit in place that keeps the
 inode is seen when the claim re-checks the file, or by ``octopoid doctor --rebuild``.
+
+Its size: the claim index and the usage ledger share one SQLite file and its writer gate.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ A write is: the new text to a fsynced hidden ``.TASK-x.md.new`` beside the targe
 because only the lock holder writes them, so finding a crash's leftovers costs a few
 ``stat`` calls: a ``.old`` means the write had decided, and ``recover`` rolls it forward.
 A task is never lost, never in two folders, and never shows old headers in a new folder.
+
+Its size: the folder half of the store contract (moves, claims, holds, crash roll-forward).
 """
 
 from __future__ import annotations

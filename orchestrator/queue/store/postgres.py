@@ -12,6 +12,9 @@ A ``hold`` is a session advisory lock on a connection of its own, so it dies wit
 holder's process. The schema lives in its own PostgreSQL schema, ``octopoid``, and is
 created and migrated by ``upgrade`` (versioned, idempotent, serialised by an advisory
 lock): ``octopoid init --store URL`` and ``octopoid db upgrade`` call it.
+
+Its size: the whole PostgreSQL store (migrations, moves, claims, holds, LISTEN/NOTIFY),
+which the store contract suite tests as one.
 """
 
 from __future__ import annotations
