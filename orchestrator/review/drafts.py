@@ -22,6 +22,7 @@ from ..model.tasks import task_label
 from ..queue import adopt, intake
 from ..queue.store.records import Records, key_part
 from ..queue.task_notes import LineComment
+from .comments import line_comment
 
 MAX_COMMENTS = 200
 MAX_REASON_CHARS = 4000
@@ -136,8 +137,6 @@ def _learnings(data: Mapping[str, Any]) -> tuple[list[int], dict[str, str]]:
 
 
 def _comment(data: Any) -> LineComment:
-    from .verdicts import line_comment  # review imports the queue's whole workflow
-
     if not isinstance(data, Mapping):
         raise InvalidInput("a line comment is a JSON object")
     parts = {key: data.get(key) for key in ("path", "line", "text", "end", "side")}
