@@ -1,7 +1,7 @@
 """octopoid: a task-queue orchestrator for AI coding agents, with per-task retry notes."""
 
-from .exceptions import OctopoidError
-from .tasks import Task, TaskState
+from .model.exceptions import OctopoidError
+from .model.tasks import Task, TaskState
 
 __all__ = ["OctopoidError", "Task", "TaskState"]
 __version__ = "0.1.0"

@@ -4,6 +4,9 @@ Every path is computed at call time from the project root, so tests (and users w
 ``OCTOPOID_ROOT``) can point octopoid anywhere. The YAML files are checked against small
 schemas: an unknown key, a wrong type or a missing field names the file, the key and what
 was expected.
+
+Its size: every path and both YAML schemas with their validation, the one place that says
+what the configuration may hold.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import defaults, netpolicy, workspace_rules
-from .exceptions import ConfigError
-from .lazy import lazy_import
+from .base import netpolicy, workspace_rules
+from .base.lazy import lazy_import
+from .model import defaults
+from .model.exceptions import ConfigError
 
 yaml = lazy_import("yaml")  # ~15 ms: paid by the commands that read a YAML file, only
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from bench_status import fill, octopoid_script
 
-from orchestrator.scaffold import init_project
+from orchestrator.faces.scaffold import init_project
 
 TARGET_MS = 300
 TOKEN = "bench-token-0123456789"

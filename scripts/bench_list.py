@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_status import Run, fill, run
 
-from orchestrator.scaffold import init_project
+from orchestrator.faces.scaffold import init_project
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def timed(code: Path, command: list[str], root: Path) -> Run:
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(code)
     try:
-        return run([sys.executable, "-m", "orchestrator.cli", *command], root)
+        return run([sys.executable, "-m", "orchestrator.faces.cli.main", *command], root)
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]

@@ -187,7 +187,7 @@ def open_store(msg: dict) -> Any:
 
         return MemoryStore(Path(msg["path"]))
     from orchestrator.memory.postgres import PostgresMemoryStore
-    from orchestrator.store.postgres import shared_store
+    from orchestrator.queue.store.postgres import shared_store
 
     return PostgresMemoryStore(shared_store(msg["dsn"]))
 
@@ -224,7 +224,7 @@ def load(store: Any, path: str) -> float:
 
 def answer(store: Any, msg: dict) -> dict:
     from orchestrator.memory.retrieval import relevant_notes, task_query
-    from orchestrator.tasks import Task
+    from orchestrator.model.tasks import Task
 
     if msg["op"] == "search":
         t0 = time.perf_counter()

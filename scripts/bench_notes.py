@@ -34,8 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.fsutil import TailBuffer
-from orchestrator.redaction import UPSTREAM, Redactor, shape_scanner
+from orchestrator.base.fsutil import TailBuffer
+from orchestrator.base.redaction import UPSTREAM, Redactor, shape_scanner
 from tests.helpers.secrets_corpus import code_like_output, corpus
 
 TEXTS = {

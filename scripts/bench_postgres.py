@@ -40,10 +40,10 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator import queue_utils as q
-from orchestrator.scaffold import init_project
-from orchestrator.store.postgres import PostgresStore, upgrade_database
-from orchestrator.tasks import TaskState, new_task
+from orchestrator.faces.scaffold import init_project
+from orchestrator.model.tasks import TaskState, new_task
+from orchestrator.queue import machine as q
+from orchestrator.queue.store.postgres import PostgresStore, upgrade_database
 from tests.pg_server import PgServer, find_bin
 
 _fresh = iter(range(1, 1_000_000))

@@ -54,10 +54,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from orchestrator import config
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import ConfigError
-from orchestrator.scaffold import init_project
-from orchestrator.tasks import TaskState, new_task, render_task, utcnow
+from orchestrator.faces.scaffold import init_project
+from orchestrator.model.exceptions import ConfigError
+from orchestrator.model.tasks import TaskState, new_task, render_task, utcnow
+from orchestrator.queue import machine as q
 
 ALL_MODES = ("throughput", "fsync", "steady", "restart")
 MODES = (*ALL_MODES, "idle")
@@ -246,7 +246,7 @@ def run_throughput(args: argparse.Namespace, results: dict) -> None:
 COUNT_CHILD = r"""
 import os, sys
 os.environ["OCTOPOID_ROOT"] = sys.argv[1]
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 
 def lifecycle(i):
     q.create_task(f"counted {i}")
@@ -445,7 +445,7 @@ def run_fsync(args: argparse.Namespace, results: dict) -> None:
 
 def _producer(root: str, rate: float, ready, stop, out) -> None:
     os.environ["OCTOPOID_ROOT"] = root
-    from orchestrator import queue_utils as pq
+    from orchestrator.queue import machine as pq
 
     interval, made, latencies = 1 / rate, 0, []
     pq.create_task("producer warm-up")
@@ -624,11 +624,11 @@ def run_idle(args: argparse.Namespace, results: dict) -> None:
 RESTART_CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 t1 = time.perf_counter()
 if sys.argv[1] == "warm":  # build the secret scanner a first History line needs, untimed
     try:
-        from orchestrator.redaction import redact
+        from orchestrator.base.redaction import redact
         redact("warm up")
     except ImportError:
         pass

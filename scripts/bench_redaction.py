@@ -35,8 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator import shape_gate
-from orchestrator.redaction import Redactor
+from orchestrator.base import shape_gate
+from orchestrator.base.redaction import Redactor
 from tests.helpers.secrets_corpus import code_like_output, corpus, ordinary_output, redaction_at
 
 CHUNK = 1 << 16

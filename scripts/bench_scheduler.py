@@ -37,8 +37,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this tree's octopoid
 
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 HERE = Path(__file__).resolve().parent.parent
 DATABASE = None  # a tests.pg_server.PgServer with --postgres
@@ -49,13 +49,15 @@ AGENT = "echo BENCH_START $EPOCHREALTIME; exec git commit -q --allow-empty -m be
 INIT = """
 import sys
 from pathlib import Path
-from orchestrator.scaffold import init_project
+from orchestrator.faces.scaffold import init_project
 init_project(Path(sys.argv[1]))
 if sys.argv[2]:
-    from orchestrator.store.postgres import upgrade_database
+    from orchestrator.queue.store.postgres import upgrade_database
     upgrade_database(sys.argv[2])
 """
-DAEMON = "import sys; from orchestrator.cli import main; sys.argv[0] = 'octopoid'; main()"
+DAEMON = (
+    "import sys; from orchestrator.faces.cli.main import main; sys.argv[0] = 'octopoid'; main()"
+)
 
 
 def started_at(root: Path, label: str) -> float:
@@ -143,8 +145,8 @@ def wait_provisional(count: int, timeout: float = 600) -> None:
 # (polled every 2 ms) and its label, once its attempt is done.
 ENQUEUER = """
 import sys, time
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.model.tasks import TaskState
 for i, _ in enumerate(sys.stdin):
     task = q.create_task(f"latency {i}")
     enqueued = time.time()
@@ -251,7 +253,7 @@ def quartiles(samples: list[float]) -> str:
 def agent_alone(runs: int = 30, boxed: bool = False) -> list[float]:
     """How long the agent takes from fork to its first builtin, bare or in a box of the
     runner's own making (bwrap's own start): the floor under "agent exec'd"."""
-    from orchestrator.sandbox import bwrap
+    from orchestrator.box import bwrap
 
     box: list[str] = []
     if boxed:
@@ -309,10 +311,10 @@ print(got / (time.perf_counter() - started))
 def network_boxes(folder: Path, allow: list[str]) -> tuple[dict, object]:
     """Boxes on ``folder`` with each network mode (the runner's own making, as an attempt's:
     ``sandbox.box.bwrap_box``) and the proxy serving the ``allow`` one; close it after."""
-    from orchestrator.netpolicy import Policy
-    from orchestrator.sandbox import bwrap
-    from orchestrator.sandbox.box import bwrap_box, exposures
-    from orchestrator.sandbox.proxy import NetworkProxy
+    from orchestrator.base.netpolicy import Policy
+    from orchestrator.box import bwrap
+    from orchestrator.box.box import bwrap_box, exposures
+    from orchestrator.box.proxy import NetworkProxy
 
     _problem, userns = bwrap.probe()
     shown = tuple((p, p) for p in exposures([], [], bwrap.HIDDEN))

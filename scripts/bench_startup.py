@@ -400,7 +400,7 @@ os.fsync = fsync
 
 sys.argv = ["octopoid", *sys.argv[1:]]
 try:
-    from orchestrator.cli import main
+    from orchestrator.faces.cli.main import main
     main()
 except SystemExit:
     pass

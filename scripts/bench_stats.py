@@ -34,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).parents[1]))  # tests/pg_server.py, for --store postgres
 from bench_status import octopoid_script, run  # scripts/ is not a package
 
-from orchestrator import config, scaffold
-from orchestrator.scaffold import init_project
-from orchestrator.tasks import Task, TaskState, format_time, new_task, render_task
+from orchestrator import config
+from orchestrator.faces import scaffold
+from orchestrator.faces.scaffold import init_project
+from orchestrator.model.tasks import Task, TaskState, format_time, new_task, render_task
 
 START = datetime(2025, 11, 24, 9, 0, tzinfo=UTC)
 AGENTS = ("impl-1", "impl-2", "impl-3", "impl-4")
@@ -116,7 +117,7 @@ class Postgres(Folders):
         scaffold.use_postgres(root, self.server.create_database(f"stats{self.n}"))
 
     def add(self, root: Path, tasks: list[Task]) -> None:
-        from orchestrator.store.postgres import PostgresStore
+        from orchestrator.queue.store.postgres import PostgresStore
 
         os.environ["OCTOPOID_ROOT"] = str(root)
         store = PostgresStore(config.store_choice()[1])
@@ -139,7 +140,7 @@ def in_process(root: Path, runs: int) -> list[float]:
     """The stats page's figures and charts (``stats_page.page``: ``stats.report`` and the
     SVG) timed in this process, as the board's server computes them, warm."""
     os.environ["OCTOPOID_ROOT"] = str(root)
-    from orchestrator.web import stats_page
+    from orchestrator.faces.web import stats_page
 
     stats_page.page({})
     times = []

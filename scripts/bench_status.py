@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from orchestrator.scaffold import init_project
-from orchestrator.tasks import (
+from orchestrator.faces.scaffold import init_project
+from orchestrator.model.tasks import (
     PRIORITIES,
     TaskState,
     format_time,

@@ -25,8 +25,8 @@ import git
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.sandbox import bwrap, clone
-from orchestrator.sandbox.bwrap import Mounts, command_line
+from orchestrator.box import bwrap, clone
+from orchestrator.box.bwrap import Mounts, command_line
 
 
 def repository(root: Path, files: int) -> git.Repo:

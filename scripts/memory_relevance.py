@@ -133,7 +133,7 @@ def load(store: Any, notes: list[Note]) -> dict[int, Note]:
 
 
 def as_task(n: int, t: dict) -> Any:
-    from orchestrator.tasks import Task
+    from orchestrator.model.tasks import Task
 
     sections = [("Context", t["context"] + "\n")]
     if t["criteria"]:
@@ -279,7 +279,7 @@ def open_store(backend: str, tmp: Path, dsn: str | None, stop: list) -> Any:
 
         return MemoryStore(tmp / "memory.db")
     from orchestrator.memory.postgres import PostgresMemoryStore
-    from orchestrator.store.postgres import shared_store, upgrade_database
+    from orchestrator.queue.store.postgres import shared_store, upgrade_database
 
     if dsn is None:
         from tests.pg_server import PgServer

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.scaffold import init_project
+from orchestrator.faces.scaffold import init_project
 
 HELPERS = Path(__file__).parent / "helpers"
 # The suite starts hundreds of octopoid processes (runners, the CLI, daemons): let them
@@ -30,7 +30,7 @@ os.environ["OCTOPOID_SANDBOX_EXPOSE"] = str(HELPERS.parent)
 @pytest.fixture(autouse=True)
 def _no_hidden_secrets_between_tests(monkeypatch: pytest.MonkeyPatch) -> None:
     """A runner run in-process adds its agent's env to redaction; tests must not share it."""
-    from orchestrator import redaction
+    from orchestrator.base import redaction
 
     monkeypatch.setattr(redaction, "_ALSO_HIDDEN", {})
 
@@ -325,7 +325,7 @@ def exited_pid() -> int:
 def bwrap_ok() -> None:
     """bubblewrap can make a box here. Without it the tests using it skip, unless
     OCTOPOID_REQUIRE_BWRAP=1 (CI) fails them."""
-    from orchestrator.sandbox.bwrap import probe
+    from orchestrator.box.bwrap import probe
 
     problem, _ = probe()
     if problem is not None:

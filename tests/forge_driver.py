@@ -10,8 +10,8 @@ from typing import Any
 import git
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator.scaffold import init_project
+from orchestrator.faces.scaffold import init_project
+from orchestrator.queue import machine as q
 
 from .conftest import run_claimed, set_config, write_agents
 from .forge_fakes.fixtures import REPO

@@ -9,8 +9,10 @@ import json
 import subprocess
 from pathlib import Path
 
-from orchestrator import drafts, plans, questions
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
+from orchestrator.review import drafts
+from orchestrator.roles import plans
 
 from .conftest import child_env
 

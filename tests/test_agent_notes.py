@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config, recovery
-from orchestrator import queue_utils as q
-from orchestrator.task_notes import notes_summary, split_notes
+from orchestrator import config
+from orchestrator.queue import machine as q
+from orchestrator.queue import recovery
+from orchestrator.queue.task_notes import notes_summary, split_notes
 
 from .conftest import exited_pid
 
@@ -161,7 +162,7 @@ def _to_provisional(tid: str) -> None:
 def test_notes_survive_every_way_back(project: Path, path: str) -> None:
     from datetime import timedelta
 
-    from orchestrator.tasks import utcnow
+    from orchestrator.model.tasks import utcnow
 
     tid = q.create_task("t").id
     q.save_task_notes(tid, "a", "clue: look at config.py", 0, 1)
@@ -200,7 +201,7 @@ def test_notes_and_output_log_are_removed_on_done(project: Path, how: str) -> No
 
 
 def test_notes_paths_refuse_hostile_ids(project: Path) -> None:
-    from orchestrator.exceptions import InvalidTaskId
+    from orchestrator.model.exceptions import InvalidTaskId
 
     for bad in ("../../etc/passwd", "/tmp/x", "a\x00b"):
         with pytest.raises(InvalidTaskId):

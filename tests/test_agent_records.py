@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import agent_status, scheduler, stalls
-from orchestrator import queue_utils as q
-from orchestrator.tasks import format_time, utcnow
+from orchestrator.daemon import scheduler, stalls
+from orchestrator.model.tasks import format_time, utcnow
+from orchestrator.queue import machine as q
+from orchestrator.roles import agent_status
 
 from .conftest import set_config, write_agents
 from .test_git_remote import Machines

@@ -11,13 +11,15 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from orchestrator import notify, questions, review
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
+from orchestrator.base.redaction import redact, scrub
+from orchestrator.box.client import request
+from orchestrator.daemon import notify
+from orchestrator.faces.cli.main import cli
 from orchestrator.forge import connect, poller
 from orchestrator.memory.notes import NotesManager
-from orchestrator.redaction import redact, scrub
-from orchestrator.sandbox.client import request
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
+from orchestrator.review import verdicts as review
 
 from .conftest import set_config, write_agents
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
@@ -97,7 +99,7 @@ def test_what_an_agent_says_through_its_channel_reaches_no_face_in_clear(
         "question": hostile("may I use the deploy key?")}})  # fmt: skip
     assert not asked["isError"], asked
     texts = {"progress header": q.get_task(mine.id).headers["PROGRESS"]}
-    texts["proposed split"] = repr(server.proposed)
+    texts["proposed split"] = repr(server.toolbox.proposed)
     held = q.get_task(mine.id)  # the runner ends the attempt "needs input"
     questions.hold_for_answer(held, questions.unanswered(held), "the agent asked")
     label = mine.label

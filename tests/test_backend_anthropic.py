@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config, git_utils, review, steering
-from orchestrator import queue_utils as q
+from orchestrator import config
+from orchestrator.git import repo as git_utils
 from orchestrator.memory.notes import NotesManager
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue import steering
+from orchestrator.review import verdicts as review
 
 from .conftest import branch_file, branch_head, run_claimed
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text, tool_use

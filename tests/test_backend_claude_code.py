@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator import config
-from orchestrator import queue_utils as q
-from orchestrator.agent_status import agents_overview
 from orchestrator.backends.base import AgentRequest
 from orchestrator.backends.claude_code import ClaudeCodeBackend, StreamJsonParser
-from orchestrator.fsutil import TailBuffer
-from orchestrator.sandbox.box import Box
-from orchestrator.tasks import TaskState
+from orchestrator.base.fsutil import TailBuffer
+from orchestrator.box.box import Box
+from orchestrator.faces.reports import agents_overview
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 from .conftest import HELPERS, run_claimed
 
@@ -240,8 +240,8 @@ def test_backend_reports_a_timeout(tmp_path: Path) -> None:
 def test_its_box_shows_the_login_credentials_only_without_a_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.sandbox.box import exposures
-    from orchestrator.sandbox.bwrap import HIDDEN
+    from orchestrator.box.box import exposures
+    from orchestrator.box.bwrap import HIDDEN
 
     monkeypatch.setenv("HOME", str(tmp_path))
     credentials = tmp_path / ".claude" / ".credentials.json"
@@ -263,7 +263,8 @@ def test_a_usage_limit_pauses_the_agent_until_its_reset_and_gives_the_attempt_ba
     recorded CLI could not be made to hit a real subscription limit.)"""
     from datetime import UTC, datetime
 
-    from orchestrator import agent_status, stalls
+    from orchestrator.daemon import stalls
+    from orchestrator.roles import agent_status
 
     tid, report, _ = fake_claude("usage_limit")
     assert report.outcome == "rate_limited" and report.next_state == "incoming"

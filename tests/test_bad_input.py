@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import TaskParseError
-from orchestrator.tasks import utcnow
+from orchestrator.model.exceptions import TaskParseError
+from orchestrator.model.tasks import utcnow
+from orchestrator.queue import machine as q
 
 BAD_FILES = {
     "no-title": ("TASK-50.md", b"just some words\n"),
@@ -88,7 +88,7 @@ def test_two_bad_files_with_one_name_are_both_kept(project: Path) -> None:
 def test_leftover_temp_files_are_ignored_then_swept(project: Path) -> None:
     from datetime import timedelta
 
-    from orchestrator.tasks import utcnow
+    from orchestrator.model.tasks import utcnow
 
     incoming = project / ".octopoid/runtime/queue/incoming"
     (incoming / ".TASK-1.md.deadbeef.tmp").write_text("# [TASK-1] half written")

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import finishing, recovery, review, scheduler
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import IllegalTransition
+from orchestrator.daemon import scheduler
+from orchestrator.model.exceptions import IllegalTransition
+from orchestrator.model.tasks import TaskState, utcnow
+from orchestrator.queue import machine as q
+from orchestrator.queue import recovery
+from orchestrator.review import finishing
+from orchestrator.review import verdicts as review
 from orchestrator.roles import breakdown
-from orchestrator.tasks import TaskState, utcnow
 
 from .conftest import HELPERS, child_env, exited_pid, run_claimed, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
@@ -172,7 +175,7 @@ def test_a_breakdown_claim_given_back_returns_to_breakdown(breakdown_agent):
 # made, not yet marked done in its journal).
 KILLED_SPLIT = """
 import os, signal, sys
-from orchestrator import queue_utils
+from orchestrator.queue import machine as queue_utils
 from orchestrator.roles import breakdown
 create, made = queue_utils.create_task, []
 def create_then_die(*args, **kwargs):

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import budgets, notify, stalls
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import InvalidInput
-from orchestrator.tasks import TaskState, new_task
+from orchestrator.daemon import notify, stalls
+from orchestrator.model.exceptions import InvalidInput
+from orchestrator.model.tasks import TaskState, new_task
+from orchestrator.queue import budgets
+from orchestrator.queue import machine as q
 
 from .conftest import child_env, run_claimed, set_config, write_agents
 
@@ -120,7 +121,7 @@ def test_an_agent_out_of_its_day_s_budget_claims_nothing_and_says_why(
 def test_a_day_s_tokens_and_seconds_start_again_with_the_day(project: Path) -> None:
     from datetime import timedelta
 
-    from orchestrator import agent_status
+    from orchestrator.roles import agent_status
 
     agent_status.record_attempt("a", "TASK-1", "success", 3, 0.5, NOW, tokens=1000, seconds=60)
     later = NOW + timedelta(days=1)
@@ -130,7 +131,8 @@ def test_a_day_s_tokens_and_seconds_start_again_with_the_day(project: Path) -> N
 
 
 def test_the_scheduler_alerts_a_budget_at_80_percent_once(git_project: Path) -> None:
-    from orchestrator import agent_status, scheduler
+    from orchestrator.daemon import scheduler
+    from orchestrator.roles import agent_status
 
     write_agents(git_project)
     set_config(git_project, budgets={"project_daily": {"usd": 1.0}})
@@ -150,7 +152,7 @@ def test_the_scheduler_alerts_a_budget_at_80_percent_once(git_project: Path) -> 
 def test_a_budget_header_broken_by_hand_fails_that_task_alone(git_project: Path) -> None:
     """A queue file edited into nonsense: its runner fails it saying why and how to fix it;
     the scheduler's budget watch skips it and goes on with the others."""
-    from orchestrator import scheduler
+    from orchestrator.daemon import scheduler
 
     write_agents(git_project)
     set_config(git_project, budgets={"task": {"usd": 5}})

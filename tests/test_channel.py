@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
+from orchestrator.box import channel
+from orchestrator.box.box import SOCKET_NAME, write_client
+from orchestrator.box.client import ChannelFailure, request
 from orchestrator.memory import lifecycle
 from orchestrator.memory.notes import NotesManager
-from orchestrator.sandbox import channel
-from orchestrator.sandbox.box import SOCKET_NAME, write_client
-from orchestrator.sandbox.client import ChannelFailure, request
+from orchestrator.queue import machine as q
+from orchestrator.roles import tools as attempt_tools
+from orchestrator.roles.tools import AttemptTools
 
 from .conftest import wait_for
 
@@ -32,7 +34,9 @@ def served(project: Path, tmp_path: Path):
     folder = tmp_path / "chan"
     folder.mkdir()
     progress: list[str] = []
-    server = channel.ChannelServer(folder, mine.id, mine.attempts, progress.append).start()
+    server = channel.ChannelServer(
+        folder, AttemptTools(mine.id, mine.attempts, progress.append)
+    ).start()
     server.progress = progress
     yield str(folder / SOCKET_NAME), mine, other, server
     server.close()
@@ -132,7 +136,7 @@ def test_a_flood_of_connections_is_refused_beyond_the_limit_not_served_forever(s
 
 def test_remembering_is_bounded_per_attempt(served, monkeypatch: pytest.MonkeyPatch) -> None:
     path = served[0]
-    monkeypatch.setattr(channel, "MAX_REMEMBERED", 2)
+    monkeypatch.setattr(attempt_tools, "MAX_REMEMBERED", 2)
     for n in range(2):
         request(path, "remember", {"section": "Key Topics", "text": f"fact {n}"})
     with pytest.raises(ChannelFailure, match="already remembered 2 items"):
@@ -145,7 +149,7 @@ def test_agents_remembering_at_the_same_instant_lose_nothing_and_keep_the_bound(
     """Six of the agent's processes remember at once: every item lands or is refused, and
     the attempt's bound (three here) holds exactly."""
     path, mine, _, _ = served
-    monkeypatch.setattr(channel, "MAX_REMEMBERED", 3)
+    monkeypatch.setattr(attempt_tools, "MAX_REMEMBERED", 3)
     folder = Path(path).parent
     write_client(folder)
     env = {"PATH": f"{folder / 'bin'}:{os.environ['PATH']}", "OCTOPOID_CHANNEL": path}

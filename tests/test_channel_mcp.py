@@ -18,14 +18,14 @@ import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from orchestrator import questions
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import InvalidInput
+from orchestrator.box.box import write_client
 from orchestrator.memory import lifecycle
 from orchestrator.memory.notes import NotesManager
-from orchestrator.sandbox import channel
-from orchestrator.sandbox.box import write_client
-from orchestrator.tasks import TaskState
+from orchestrator.model.exceptions import InvalidInput
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
+from orchestrator.roles.tools import TOOLS
 
 from .conftest import set_config
 from .test_channel import served  # noqa: F401
@@ -77,7 +77,7 @@ def test_an_mcp_client_lists_and_calls_the_attempt_s_tools(served) -> None:  # n
         return {"tools": [t.name for t in tools.tools], **calls}
 
     got = with_session(path, work)
-    assert got["tools"] == [t["name"] for t in channel.TOOLS]
+    assert got["tools"] == [t["name"] for t in TOOLS]
     assert not got["remember"].is_error and json.loads(text_of(got["remember"]))["added"]
     assert "use port 5433" in NotesManager(notes_id=mine.label).load_notes()
     assert "pg-staging-2" in text_of(got["search"])
@@ -102,7 +102,7 @@ def test_a_proposed_split_is_checked_then_left_for_the_runner(served) -> None:  
 
     refused, taken = with_session(path, work)
     assert refused.is_error and "only earlier subtasks" in text_of(refused)
-    assert not taken.is_error and [s.title for s in server.proposed] == ["schema", "API"]
+    assert not taken.is_error and [s.title for s in server.toolbox.proposed] == ["schema", "API"]
 
 
 def test_a_question_answered_while_it_waits_is_the_tool_s_reply(

@@ -14,11 +14,12 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import config, reports
-from orchestrator import queue_utils as q
-from orchestrator.processes import TOKEN_ENV, environment_of, marked_processes
-from orchestrator.task_notes import split_notes
-from orchestrator.tasks import TaskState, read_task_file
+from orchestrator import config
+from orchestrator.base.processes import TOKEN_ENV, environment_of, marked_processes
+from orchestrator.faces import reports
+from orchestrator.model.tasks import TaskState, read_task_file
+from orchestrator.queue import machine as q
+from orchestrator.queue.task_notes import split_notes
 
 from .conftest import (
     child_env,
@@ -210,7 +211,9 @@ def runner_pids(root: Path) -> list[int]:
                 cmd = f.read()
         except OSError:
             continue
-        runner = b"orchestrator.roles.implementer" in cmd or b"orchestrator.forkserver" in cmd
+        runner = (
+            b"orchestrator.roles.implementer" in cmd or b"orchestrator.daemon.forkserver" in cmd
+        )
         token = any(e.startswith(f"{TOKEN_ENV}=".encode()) for e in environment_of(pid))
         if runner and token:  # the fork server itself holds no claim token
             out.append(pid)

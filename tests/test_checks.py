@@ -13,8 +13,8 @@ import git
 import pytest
 
 from orchestrator import config
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState, utcnow
+from orchestrator.model.tasks import TaskState, utcnow
+from orchestrator.queue import machine as q
 
 from .conftest import HELPERS, Served, child_env, run_claimed, set_config, write_agents
 
@@ -143,8 +143,8 @@ def test_how_long_each_check_took_is_recorded_failed_or_passed(checked):
 def test_the_duration_runs_from_the_claim_not_from_the_checks_line() -> None:
     from datetime import UTC, datetime
 
-    from orchestrator.tasks import new_task
-    from orchestrator.web.pages import _duration
+    from orchestrator.faces.web.pages import _duration
+    from orchestrator.model.tasks import new_task
 
     task = new_task("7", "t")
     t0 = datetime(2026, 11, 23, 10, 0, 0, tzinfo=UTC)
@@ -158,7 +158,7 @@ def test_the_duration_runs_from_the_claim_not_from_the_checks_line() -> None:
 def test_a_check_s_history_line_is_an_event_where_the_task_is_not_a_move(project: Path):
     """A check that passed is written ``in claimed``, never ``claimed → claimed``: it is no
     move (moves, the ledger, the page's duration), and the page lists it under Checks."""
-    from orchestrator.web.pages import _check_lines, _duration
+    from orchestrator.faces.web.pages import _check_lines, _duration
 
     tid = q.create_task("checked").id
     q.submit_completion(q.claim_task(None, "impl-1"), 1, 1, checks=["check `x` passed (0.1s)"])
@@ -171,7 +171,7 @@ def test_a_check_s_history_line_is_an_event_where_the_task_is_not_a_move(project
 
 
 def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_project: Path):
-    from orchestrator import git_utils
+    from orchestrator.git import repo as git_utils
 
     from .conftest import commit_on_branch
 

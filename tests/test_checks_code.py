@@ -11,8 +11,9 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import config, sandbox
-from orchestrator import queue_utils as q
+from orchestrator import box as sandbox
+from orchestrator import config
+from orchestrator.queue import machine as q
 from orchestrator.roles import checks
 
 from .conftest import commit_on_branch, set_config

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import agent_status, config, scheduler, stalls
-from orchestrator import queue_utils as q
+from orchestrator import config
 from orchestrator.backends.base import CAUSES
-from orchestrator.tasks import TaskState
-from orchestrator.web import board
+from orchestrator.daemon import scheduler, stalls
+from orchestrator.faces.web import board
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.roles import agent_status
 
 from .conftest import run_claimed, set_config, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator import recovery
-from orchestrator.exceptions import LostClaim, LostRace
-from orchestrator.processes import TOKEN_ENV, ProcessId, marked_processes
-from orchestrator.store import files
-from orchestrator.tasks import TaskState, format_time, read_task_file, utcnow
+from orchestrator.base.processes import TOKEN_ENV, ProcessId, marked_processes
+from orchestrator.model.exceptions import LostClaim, LostRace
+from orchestrator.model.tasks import TaskState, format_time, read_task_file, utcnow
+from orchestrator.queue import machine as q
+from orchestrator.queue import recovery
+from orchestrator.queue.store import files
 
 from .conftest import exited_pid
 
@@ -237,7 +237,7 @@ def test_quarantining_inside_a_claim_never_deadlocks_on_its_own_lock(project):
         if zlib.crc32(str(n).encode()) % 64 == zlib.crc32(f"TASK-{n}.md".encode()) % 64
     )
     good = q.create_task("good").id
-    from orchestrator.tasks import new_task
+    from orchestrator.model.tasks import new_task
 
     q.get_store().add(new_task(task_id, "will be corrupted", priority="P0"), S.INCOMING)
     path = project / f".octopoid/runtime/queue/incoming/TASK-{task_id}.md"

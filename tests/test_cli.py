@@ -12,10 +12,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import config, dependencies, git_utils
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
-from orchestrator.processes import hostname
+from orchestrator import config
+from orchestrator.base.processes import hostname
+from orchestrator.faces.cli.main import cli
+from orchestrator.git import repo as git_utils
+from orchestrator.queue import dependencies
+from orchestrator.queue import machine as q
 
 from .conftest import child_env
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import git_utils
-from orchestrator import queue_utils as q
+from orchestrator.git import repo as git_utils
+from orchestrator.queue import machine as q
 
 from .test_intake import octopoid as installed
 from .test_review import provisional_with_commit

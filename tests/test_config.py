@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator import config
-from orchestrator.exceptions import ConfigError
-from orchestrator.scaffold import init_project
+from orchestrator.faces.scaffold import init_project
+from orchestrator.model.exceptions import ConfigError
 
 
 def test_root_is_found_by_walking_up(tmp_path: Path, monkeypatch) -> None:

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import agent_status, defaults, scheduler
-from orchestrator import queue_utils as q
 from orchestrator.backends.worktree_tools import ToolError, WorktreeTools
-from orchestrator.leases import attempts_left
-from orchestrator.processes import TOKEN_ENV, ProcessId, marked_processes
-from orchestrator.tasks import TaskState
+from orchestrator.base.processes import TOKEN_ENV, ProcessId, marked_processes
+from orchestrator.daemon import scheduler
+from orchestrator.model import defaults
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue.leases import attempts_left
+from orchestrator.roles import agent_status
 
 from .conftest import run_claimed, set_config, write_agents
 

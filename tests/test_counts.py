@@ -7,9 +7,9 @@ import os
 import time
 from pathlib import Path
 
-from orchestrator.store import claim_index
-from orchestrator.store.files import FolderStore
-from orchestrator.tasks import TaskState, new_task, render_task
+from orchestrator.model.tasks import TaskState, new_task, render_task
+from orchestrator.queue.store import claim_index
+from orchestrator.queue.store.files import FolderStore
 
 S = TaskState
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from orchestrator import demo
-from orchestrator import queue_utils as q
-from orchestrator.tasks import utcnow
+from orchestrator.faces import demo
+from orchestrator.model.tasks import utcnow
+from orchestrator.queue import machine as q
 
 
 def test_the_demo_says_moves_in_time_order_across_tasks(project: Path) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import defaults, git_utils
-from orchestrator.web import diffview
+from orchestrator.faces.web import diffview
+from orchestrator.git import repo as git_utils
+from orchestrator.model import defaults
 
 from .conftest import commit_on_branch, peak_rss_kib
 from .test_review import provisional_with_commit
@@ -21,7 +22,7 @@ MB = 1024 * 1024
 DRAW = """
 import sys
 from pathlib import Path
-from orchestrator.web import diffview
+from orchestrator.faces.web import diffview
 view = diffview._draw(Path(sys.argv[1]), "main", sys.argv[2])
 print(view.total_files, sum(len(f.rows) for f in view.files),
       [(f.path, f.size) for f in view.too_big if f.path == "huge.txt"])

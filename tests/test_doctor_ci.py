@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator import doctor
+from orchestrator.faces import doctor
 
 from .conftest import set_config, write_agents
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator import config
-from orchestrator import queue_utils as q
-from orchestrator.processes import TASK_ENV, marked_processes
-from orchestrator.tasks import TaskState
+from orchestrator.base.processes import TASK_ENV, marked_processes
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 from .conftest import child_env, run_claimed, write_agents
 

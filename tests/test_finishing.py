@@ -14,10 +14,12 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import finishing, review, scheduler
-from orchestrator import queue_utils as q
+from orchestrator.daemon import scheduler
 from orchestrator.memory.store import MemoryStore
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import finishing
+from orchestrator.review import verdicts as review
 
 from .conftest import child_env, remembered, write_agents
 from .test_review import provisional_with_commit
@@ -30,7 +32,9 @@ LEARNED = "the release script needs GNU tar"
 # landed (not recorded yet), before its move, or before a step that follows the move.
 KILLED_ACCEPT = """
 import os, signal, sys
-from orchestrator import finishing, git_utils, queue_utils, review
+from orchestrator.review import finishing, verdicts as review
+from orchestrator.git import repo as git_utils
+from orchestrator.queue import machine as queue_utils
 task_id, point = sys.argv[1], sys.argv[2]
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)

@@ -11,10 +11,10 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator import review
 from orchestrator.forge import connect, poller
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 
 from .conftest import set_config
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401

@@ -12,10 +12,10 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator import review
 from orchestrator.forge import connect, poller
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
 from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
@@ -173,7 +173,7 @@ def test_closing_a_task_closes_its_pull_request_and_an_outage_only_delays_it(
     forge: Driver,  # noqa: F811
     forged: Path,  # noqa: F811
 ) -> None:
-    from orchestrator import finishing
+    from orchestrator.review import finishing
 
     task_id, pr, label = in_review("not needed after all")
     forge.server.fail_next(1, 502)  # the forge is down as the person closes it

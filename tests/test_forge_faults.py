@@ -14,13 +14,14 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import config, review
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import ForgeUnavailable
+from orchestrator import config
 from orchestrator.forge import connect, poller
 from orchestrator.forge.poller import ForgePoller
-from orchestrator.task_notes import split_notes
-from orchestrator.tasks import TaskState
+from orchestrator.model.exceptions import ForgeUnavailable
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue.task_notes import split_notes
+from orchestrator.review import verdicts as review
 
 from .conftest import set_config
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
@@ -168,7 +169,7 @@ def test_two_polls_at_the_same_instant_act_once(
     forge.ci(head, "build", passed=False, log="boom\n")
     forge.review(pr, BOB, "changes", "and fix the name")
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    argv = [sys.executable, "-m", "orchestrator.cli", "forge", "poll"]
+    argv = [sys.executable, "-m", "orchestrator.faces.cli.main", "forge", "poll"]
     polls = [
         subprocess.Popen(
             argv, env=env, cwd=forged, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE

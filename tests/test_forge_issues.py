@@ -9,10 +9,10 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from orchestrator import queue_utils as q
-from orchestrator import review
 from orchestrator.forge import connect, issues, poller
-from orchestrator.tasks import format_time, parse_time
+from orchestrator.model.tasks import format_time, parse_time
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
 from .forge_fakes.base import SINCE_RE

@@ -18,9 +18,9 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import queue_utils as q
 from orchestrator.forge import connect, poller
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 from .conftest import set_config
 from .forge_driver import Driver, attempt, forge, forged, prompt_of  # noqa: F401

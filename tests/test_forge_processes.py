@@ -10,10 +10,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from orchestrator import config, review
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import TaskNotFound
-from orchestrator.tasks import TaskState
+from orchestrator import config
+from orchestrator.model.exceptions import TaskNotFound
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 
 from .conftest import child_env, set_config
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator import config
-from orchestrator.exceptions import ConfigError
 from orchestrator.forge import text
 from orchestrator.forge.poller import MAX_BACKOFF_SECONDS, next_wait
 from orchestrator.forge.seen import Seen
-from orchestrator.tasks import new_task, parse_task, render_task
+from orchestrator.model.exceptions import ConfigError
+from orchestrator.model.tasks import new_task, parse_task, render_task
 
 from .conftest import set_config
 
@@ -129,7 +129,7 @@ def test_a_bad_forge_section_is_one_clear_error(project: Path, sections: dict, s
 
 
 def test_the_forge_s_token_never_reaches_an_attempt_s_environment(project: Path) -> None:
-    from orchestrator.sandbox.box import environment
+    from orchestrator.box.box import environment
 
     host = {"PATH": "/usr/bin", "MY_FORGE_TOKEN": "ghp-secret", "GITHUB_TOKEN": "other"}
     task = new_task("7", "t")

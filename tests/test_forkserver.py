@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from orchestrator import config
-from orchestrator import queue_utils as q
-from orchestrator.processes import marked_processes
+from orchestrator.base.processes import marked_processes
+from orchestrator.queue import machine as q
 
 from .e2e.test_daemon import _runner_owned, loop, state_of, wait_for  # noqa: F401
 
@@ -27,7 +27,7 @@ def fork_server(daemon) -> psutil.Process:
 
     def find() -> psutil.Process | None:
         for child in psutil.Process(daemon.proc.pid).children():
-            if "orchestrator.forkserver" in child.cmdline():
+            if "orchestrator.daemon.forkserver" in child.cmdline():
                 return child
         return None
 
@@ -123,8 +123,8 @@ def test_a_fork_server_too_slow_to_answer_never_leaves_two_runners(git_project: 
     """Asked before it has even loaded (an answer due at once), the server may still fork
     that runner later: the claim is given back instead of spawning a second runner with the
     same token, so a late runner finds it gone and runs no agent."""
-    from orchestrator import scheduler
-    from orchestrator.forkserver import ForkServer
+    from orchestrator.daemon import scheduler
+    from orchestrator.daemon.forkserver import ForkServer
 
     from .conftest import write_agents
 
@@ -150,8 +150,8 @@ def test_a_fork_server_too_slow_to_answer_never_leaves_two_runners(git_project: 
 def test_a_forked_runner_is_found_by_its_marks_and_dies_with_its_claim(loop) -> None:  # noqa: F811
     """A forked runner's /proc environ is the fork server's; the marks it notes let every
     scan find it as a spawned one is found (wait for earlier attempts, requeue's kill)."""
-    from orchestrator.leases import claim_token
-    from orchestrator.processes import TASK_ENV, TOKEN_ENV, kill_claim_processes
+    from orchestrator.base.processes import TASK_ENV, TOKEN_ENV, kill_claim_processes
+    from orchestrator.queue.leases import claim_token
 
     from .e2e.test_daemon import _runner_owned
 
@@ -159,7 +159,7 @@ def test_a_forked_runner_is_found_by_its_marks_and_dies_with_its_claim(loop) -> 
     tid = q.create_task("slow").id
     task = wait_for("the runner to own the lease", lambda: _runner_owned(tid))
     runner = int(task.headers["PID"])
-    assert b"orchestrator.forkserver" in Path(f"/proc/{runner}/cmdline").read_bytes()
+    assert b"orchestrator.daemon.forkserver" in Path(f"/proc/{runner}/cmdline").read_bytes()
     token = claim_token(task)
     assert runner in marked_processes(**{TOKEN_ENV: token})
     assert runner in marked_processes(**{TASK_ENV: task.label})

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.fsutil import (
+from orchestrator.base.fsutil import (
     TailBuffer,
     atomic_write,
     durable_rename,
     is_temp_name,
     remove_tree,
 )
-from orchestrator.redaction import Redactor, redact
+from orchestrator.base.redaction import Redactor, redact
 
 
 def test_atomic_write_replaces_and_keeps_the_mode(tmp_path: Path) -> None:

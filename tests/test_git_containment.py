@@ -15,12 +15,14 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import config, git_utils, review
-from orchestrator import queue_utils as q
+from orchestrator import config
 from orchestrator.backends.worktree_tools import WorktreeTools
-from orchestrator.exceptions import IllegalTransition
-from orchestrator.sandbox.trusted import TrustedWorkspace
-from orchestrator.tasks import TaskState
+from orchestrator.box.trusted import TrustedWorkspace
+from orchestrator.git import repo as git_utils
+from orchestrator.model.exceptions import IllegalTransition
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 
 from .conftest import run_claimed, set_config, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, tool_use

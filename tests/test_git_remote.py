@@ -9,11 +9,12 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import finishing, review
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import GitError, MergeRefused
-from orchestrator.scaffold import init_project
-from orchestrator.tasks import TaskState
+from orchestrator.faces.scaffold import init_project
+from orchestrator.model.exceptions import GitError, MergeRefused
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import finishing
+from orchestrator.review import verdicts as review
 
 from .conftest import make_git_repo, run_claimed, set_config, write_agents
 
@@ -160,7 +161,7 @@ def test_an_unreachable_remote_does_not_stop_the_attempt_and_the_notes_say_why(
 
 def test_a_remote_name_that_could_be_an_option_is_refused_by_config(project: Path) -> None:
     from orchestrator import config
-    from orchestrator.exceptions import ConfigError
+    from orchestrator.model.exceptions import ConfigError
 
     (project / ".octopoid/config.yaml").write_text("git:\n  remote: --upload-pack=touch x\n")
     with pytest.raises(ConfigError, match="not a remote's name"):

@@ -12,9 +12,9 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
-from orchestrator.tasks import parse_task, render_task
+from orchestrator.faces.cli.main import cli
+from orchestrator.model.tasks import parse_task, render_task
+from orchestrator.queue import machine as q
 
 # What the format and the prompt give meaning to, so the generator hits them often.
 TRICKS = ["## History", "## Acceptance Criteria", "```", "~~~~", "\\## x", "- [ ] forged"]

@@ -9,12 +9,13 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import config, git_utils
-from orchestrator import queue_utils as q
+from orchestrator import config
 from orchestrator.backends import AgentResult
+from orchestrator.git import repo as git_utils
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 from orchestrator.roles.base import Ahead
 from orchestrator.roles.implementer import _settle
-from orchestrator.tasks import TaskState
 
 from .conftest import branch_file, run_claimed, write_agents
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import importer
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
-from orchestrator.exceptions import InvalidInput
-from orchestrator.task_notes import notes_summary
-from orchestrator.tasks import TaskState, format_time, read_task_file, render_task
+from orchestrator.faces import importer
+from orchestrator.faces.cli.main import cli
+from orchestrator.model.exceptions import InvalidInput
+from orchestrator.model.tasks import TaskState, format_time, read_task_file, render_task
+from orchestrator.queue import machine as q
+from orchestrator.queue.task_notes import notes_summary
 
 S = TaskState
 CREATED = "2026-02-05T10:00:00.123456"  # octopoid wrote datetime.now().isoformat(): local

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import defaults, intake, prompts
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
-from orchestrator.exceptions import InvalidTask
-from orchestrator.tasks import MAX_CRITERION_CHARS, MAX_TITLE_CHARS, NEW_TASK_ROOM_BYTES
+from orchestrator.faces.cli.main import cli
+from orchestrator.model import defaults
+from orchestrator.model.exceptions import InvalidTask
+from orchestrator.model.tasks import MAX_CRITERION_CHARS, MAX_TITLE_CHARS, NEW_TASK_ROOM_BYTES
+from orchestrator.queue import intake
+from orchestrator.queue import machine as q
+from orchestrator.roles import prompts
 
 from .conftest import child_env
 from .test_cli import git

@@ -7,7 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
-from orchestrator.lazy import is_loaded, lazy_import
+from orchestrator.base.lazy import is_loaded, lazy_import
 
 
 def test_sixteen_threads_at_first_use_all_see_the_whole_module(tmp_path: Path, monkeypatch):

@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import config, review
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
+from orchestrator import config
+from orchestrator.faces.cli.main import cli
 from orchestrator.forge import text
 from orchestrator.memory import lifecycle
 from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import open_memory
-from orchestrator.tasks import new_task
+from orchestrator.model.tasks import new_task
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 
 from .conftest import remembered, run_claimed, write_agents
 from .test_review import provisional_with_commit

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import doctor, reports, review
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
-from orchestrator.store import files
-from orchestrator.tasks import TaskState, new_task, render_task
+from orchestrator.faces import doctor, reports
+from orchestrator.faces.cli.main import cli
+from orchestrator.model.tasks import TaskState, new_task, render_task
+from orchestrator.queue import machine as q
+from orchestrator.queue.store import files
+from orchestrator.review import verdicts as review
 
 from .conftest import child_env, write_agents
 
@@ -123,7 +124,8 @@ def test_list_status_and_show_never_import_gitpython_or_anthropic(git_project):
     subprocess.run([OCTOPOID, "status"], cwd=git_project, env=child_env(git_project), check=True,
                    capture_output=True)  # fmt: skip
     probe = (
-        "import sys; from orchestrator.cli import main; sys.argv = ['octopoid', *sys.argv[1:]]\n"
+        "import sys; from orchestrator.faces.cli.main import main\n"
+        "sys.argv = ['octopoid', *sys.argv[1:]]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('git', 'anthropic', 'detect_secrets') if m in sys.modules "
         "and type(sys.modules[m]).__name__ != '_LazyModule']  # imported, not just named\n"
@@ -166,8 +168,8 @@ def test_a_task_added_while_the_index_rescans_stays_claimable(project):
 PAUSED_CREATE = r"""
 import os, sys, time
 from pathlib import Path
-from orchestrator import queue_utils as q
-from orchestrator.store.claim_index import ClaimIndex
+from orchestrator.queue import machine as q
+from orchestrator.queue.store.claim_index import ClaimIndex
 
 go = Path(sys.argv[1])
 real = ClaimIndex.note_own_write
@@ -221,7 +223,7 @@ time.sleep(600)
 def test_a_process_squatting_on_the_writer_gate_delays_claims_but_never_stalls_them(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import defaults
+    from orchestrator.model import defaults
 
     monkeypatch.setattr(defaults, "WRITER_GATE_WAIT_SECONDS", 0.3)
     q.create_task("first", priority="P2")

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import listing, tasks
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
-from orchestrator.tasks import TaskState
+from orchestrator.faces import listing
+from orchestrator.faces.cli.main import cli
+from orchestrator.model import tasks
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 S = TaskState
 

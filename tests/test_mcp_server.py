@@ -20,10 +20,10 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
-from orchestrator import queue_utils as q
-from orchestrator import task_notes
-from orchestrator.exceptions import InvalidTaskId
-from orchestrator.tasks import TaskState, normalize_task_id
+from orchestrator.model.exceptions import InvalidTaskId
+from orchestrator.model.tasks import TaskState, normalize_task_id
+from orchestrator.queue import machine as q
+from orchestrator.queue import task_notes
 
 from .conftest import commit_on_branch, run_claimed, set_config, write_agents
 from .test_intake import octopoid
@@ -300,6 +300,9 @@ def test_bad_arguments_are_tool_errors(git_project: Path) -> None:
 
 def test_other_commands_do_not_import_the_sdk(git_project: Path) -> None:
     """`octopoid mcp` alone pays for the SDK: the CLI module does not load it."""
-    code = "import sys, orchestrator.cli; print(sorted(m for m in sys.modules if 'mcp' in m))"
+    code = (
+        "import sys, orchestrator.faces.cli.main\n"
+        "print(sorted(m for m in sys.modules if 'mcp' in m))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout == "['orchestrator.cli_mcp']\n"
+    assert done.stdout == "['orchestrator.faces.cli.mcp']\n"

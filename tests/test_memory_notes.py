@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.exceptions import InvalidNotesId, MemoryStoreError
 from orchestrator.memory.notes import SECTIONS, NotesManager, get_notes_manager
+from orchestrator.model.exceptions import InvalidNotesId, MemoryStoreError
 
 from .conftest import helper_cmd, run_all, start_then_kill
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
 from orchestrator.memory import lifecycle, ranking
 from orchestrator.memory import postgres as memory_postgres
 from orchestrator.memory.instructions import instruction_shape
 from orchestrator.memory.retrieval import relevant_notes
 from orchestrator.memory.store import SCHEMA_VERSION, MemoryStore, open_memory
 from orchestrator.memory.terms import PATH, SYMBOL, WORD, Term
-from orchestrator.prompts import render_memory
-from orchestrator.tasks import Task
+from orchestrator.model.tasks import Task
+from orchestrator.queue import machine as q
+from orchestrator.roles.prompts import render_memory
 
 from .conftest import remembered
 

@@ -8,8 +8,8 @@ import pytest
 
 from orchestrator.memory.retrieval import relevant_notes, task_query
 from orchestrator.memory.store import MemoryStore, open_memory
-from orchestrator.prompts import render_memory
-from orchestrator.tasks import Task
+from orchestrator.model.tasks import Task
+from orchestrator.roles.prompts import render_memory
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -16,11 +16,14 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import config, git_utils, merge_guard, review
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import MergeRefused
+from orchestrator import config
+from orchestrator.git import merge_guard
+from orchestrator.git import repo as git_utils
+from orchestrator.model.exceptions import MergeRefused
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 from orchestrator.roles import checks
-from orchestrator.tasks import TaskState
 
 from .conftest import child_env, commit_on_branch
 from .test_review import provisional_with_commit

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import config, doctor, netpolicy
-from orchestrator.exceptions import ConfigError
+from orchestrator import config
+from orchestrator.base import netpolicy
+from orchestrator.faces import doctor
+from orchestrator.model.exceptions import ConfigError
 
 from .conftest import set_config
 

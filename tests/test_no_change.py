@@ -9,9 +9,9 @@ import subprocess
 import git
 
 from orchestrator import config
-from orchestrator import queue_utils as q
 from orchestrator.backends.base import no_change_reason
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 from .conftest import child_env, commit_on_branch, run_claimed, write_agents
 
@@ -43,7 +43,7 @@ def test_a_no_change_attempt_lands_in_review_and_accept_closes_it(git_project) -
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "NO_CHANGE: every call site" in listed
-    from orchestrator.web import board
+    from orchestrator.faces.web import board
 
     (review,) = [g for g in board.board()["groups"] if g.key == "review"]
     assert any("no change needed: every call site" in f for c in review.cards for f in c.facts)
@@ -63,7 +63,7 @@ def test_no_further_change_on_a_branch_with_earlier_work_sends_that_work_to_revi
     tid = q.create_task("nothing-to-do: already fixed").id
     task = q.claim_task(None, "impl-1")
     q.requeue_task(task, "set up an earlier attempt", counted=False)
-    from orchestrator import git_utils
+    from orchestrator.git import repo as git_utils
 
     git_utils.ensure_branch(git.Repo(git_project), tid, "main")
     commit_on_branch(git_project, tid, {"fix.txt": b"fixed\n"}, "the fix, from attempt 1")
@@ -77,7 +77,7 @@ def test_no_further_change_on_a_branch_with_earlier_work_sends_that_work_to_revi
 def test_a_no_change_mark_goes_with_a_rejection_and_accept_merges_work_whatever(git_project):
     """A reviewer rejects "no change needed"; the next attempt commits: its work is
     reviewed and merged, never dropped as nothing."""
-    from orchestrator import review
+    from orchestrator.review import verdicts as review
 
     write_agents(git_project)
     tid = q.create_task("nothing-to-do: add timeouts").id
@@ -97,8 +97,9 @@ def test_a_no_change_mark_goes_with_a_rejection_and_accept_merges_work_whatever(
 
 
 def test_closing_a_task_already_done_refuses_and_keeps_what_its_accept_left(git_project):
-    from orchestrator import finishing, review
-    from orchestrator.exceptions import IllegalTransition
+    from orchestrator.model.exceptions import IllegalTransition
+    from orchestrator.review import finishing
+    from orchestrator.review import verdicts as review
 
     from .test_review import provisional_with_commit
 

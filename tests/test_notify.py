@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import config, notify, scheduler
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import ConfigError
+from orchestrator import config
+from orchestrator.daemon import notify, scheduler
+from orchestrator.model.exceptions import ConfigError
+from orchestrator.queue import machine as q
 
 from .conftest import write_agents
 from .test_scheduler import settle
@@ -163,7 +164,7 @@ def test_a_log_line_never_shows_a_notifier_s_credentials() -> None:
 
 
 def test_a_question_an_attempt_asks_is_alerted_once_with_its_text(git_project, hook, sched) -> None:
-    from orchestrator import questions
+    from orchestrator.queue import questions
 
     set_notify(git_project, urls=[hook.url])
     daemon = sched()

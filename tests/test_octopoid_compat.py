@@ -27,10 +27,11 @@ from unittest.mock import patch
 
 import pytest
 
-from orchestrator import config, defaults
+from orchestrator import config
 from orchestrator import queue_utils as q
-from orchestrator.exceptions import InvalidTask, InvalidTaskId
-from orchestrator.tasks import Task, TaskState, read_task_file
+from orchestrator.model import defaults
+from orchestrator.model.exceptions import InvalidTask, InvalidTaskId
+from orchestrator.model.tasks import Task, TaskState, read_task_file
 
 S = TaskState
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from orchestrator.backends.anthropic_api import read_blocks
 from orchestrator.backends.base import AgentResult
 from orchestrator.backends.claude_code import StreamJsonParser
-from orchestrator.fsutil import TailBuffer
-from orchestrator.redaction import Redactor
+from orchestrator.base.fsutil import TailBuffer
+from orchestrator.base.redaction import Redactor
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 JSON = st.recursive(

@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import config, plans, review, scheduler
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import ConfigError, IllegalTransition, InvalidInput, InvalidTask
-from orchestrator.roles import breakdown, planner
-from orchestrator.tasks import TaskState
+from orchestrator import config
+from orchestrator.daemon import scheduler
+from orchestrator.model.exceptions import ConfigError, IllegalTransition, InvalidInput, InvalidTask
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
+from orchestrator.roles import breakdown, planner, plans
 
 from .conftest import HELPERS, child_env, set_config
 
@@ -28,7 +30,7 @@ GOAL = "GOAL-CLUE: let people export their data"
 
 def octopoid(root: Path, *args: str) -> subprocess.CompletedProcess:
     """The real CLI, in its own process."""
-    argv = [sys.executable, "-m", "orchestrator.cli", *args]
+    argv = [sys.executable, "-m", "orchestrator.faces.cli.main", *args]
     return subprocess.run(argv, env=child_env(root), capture_output=True, text=True, timeout=240)
 
 
@@ -228,7 +230,7 @@ def test_approving_twice_enqueues_once_and_a_discarded_plan_never(planned) -> No
 
 KILLER = """
 import os, signal, sys
-from orchestrator import plans, queue_utils
+from orchestrator.roles import plans; from orchestrator.queue import machine as queue_utils
 create, made = queue_utils.create_task, []
 def create_then_die(*args, **kwargs):
     if len(made) == 2 and sys.argv[2] == "before":
@@ -311,7 +313,8 @@ def test_a_planner_drafts_through_its_mcp_tools_each_checked_as_it_comes(
         ("T1", "schema", []),
         ("T2", "API", ["T1"]),
     ]
-    from orchestrator import agent_status, config
+    from orchestrator import config
+    from orchestrator.roles import agent_status
 
     record = agent_status.day_records(config.load_agents())["planner"]
     assert record["attempts_today"] == 1 and record["turns_today"] == 5  # counted in its day
@@ -371,8 +374,8 @@ def test_plans_stored_at_the_same_instant_get_ids_of_their_own(planned) -> None:
 
 
 def test_a_running_planner_s_task_is_not_requeued_into_a_dead_end(git_project: Path) -> None:
-    from orchestrator import recovery
-    from orchestrator.tasks import PLANNING_ROLE
+    from orchestrator.model.tasks import PLANNING_ROLE
+    from orchestrator.queue import recovery
 
     carrier = q.create_task("Plan: a goal", role=PLANNING_ROLE)
     assert q.claim_task(PLANNING_ROLE, "planner").id == carrier.id
@@ -384,8 +387,8 @@ def test_a_running_planner_s_task_is_not_requeued_into_a_dead_end(git_project: P
 def test_a_planner_runs_as_every_attempt_does_with_its_memory_and_its_budget(planned) -> None:
     """The one attempt runner runs the planner: its prompt carries the project's memory, and
     an agent whose day's budget is spent starts no attempt (the carrying task says why)."""
-    from orchestrator import agent_status
     from orchestrator.memory.store import open_memory
+    from orchestrator.roles import agent_status
 
     memory = open_memory()
     memory.write_note("MEMORY-CLUE: exports are written by src/export.py", pinned=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import html
 import re
 
-from orchestrator import plans
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.roles import plans
 
 from .test_web_board import board
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator import reports
-from orchestrator.exceptions import StorageError, TaskBusy
-from orchestrator.store.postgres import MIGRATIONS, PostgresStore
-from orchestrator.tasks import TaskState, render_task
+from orchestrator.faces import reports
+from orchestrator.model.exceptions import StorageError, TaskBusy
+from orchestrator.model.tasks import TaskState, render_task
+from orchestrator.queue import machine as q
+from orchestrator.queue.store.postgres import MIGRATIONS, PostgresStore
 
 from .conftest import child_env, make_git_repo, race_claimers
 
@@ -56,7 +56,7 @@ def test_eight_processes_claim_300_tasks_exactly_once(pg_project: Path, tmp_path
 
 HOLDER = r"""
 import sys, time
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 with q.get_store().hold(sys.argv[1], "accepted"):
     print("held", flush=True)
     time.sleep(600)
@@ -182,7 +182,7 @@ def test_a_row_edited_into_nonsense_is_quarantined_not_lost(pg_project: Path) ->
 
 APPENDER = r"""
 import sys
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 for i in range(5):
     q.save_task_notes(sys.argv[1], f"agent-{sys.argv[2]}", f"output {sys.argv[2]}.{i}", 0, 1)
 """
@@ -191,7 +191,7 @@ for i in range(5):
 def test_notes_saved_on_one_machine_are_read_on_another(
     pg_project: Path, tmp_path: Path, pg_dsn: str
 ) -> None:
-    from orchestrator.scaffold import init_project
+    from orchestrator.faces.scaffold import init_project
 
     task = q.create_task("shared")
     q.claim_task(None, "agent-a")
@@ -217,7 +217,7 @@ def test_six_processes_appending_notes_at_once_lose_none(pg_project: Path) -> No
         for n in range(6)
     ]  # fmt: skip
     assert all(proc.wait(timeout=120) == 0 for proc in procs)
-    from orchestrator.task_notes import split_notes
+    from orchestrator.queue.task_notes import split_notes
 
     head, sections = split_notes(q.get_task_notes("notes-race"))
     assert head == "# Agent Notes: TASK-notes-race\n\n"
@@ -261,8 +261,8 @@ def test_export_import_export_round_trips_byte_for_byte_between_stores(
 def test_import_names_and_skips_an_unreadable_file_and_refuses_a_non_queue(
     pg_project: Path, tmp_path: Path
 ) -> None:
-    from orchestrator.exceptions import InvalidInput
-    from orchestrator.store.transfer import import_queue
+    from orchestrator.model.exceptions import InvalidInput
+    from orchestrator.queue.store.transfer import import_queue
 
     source = tmp_path / "queue"
     (source / "incoming").mkdir(parents=True)
@@ -280,7 +280,7 @@ def test_import_names_and_skips_an_unreadable_file_and_refuses_a_non_queue(
 def test_the_scheduler_runs_attempts_from_postgres_to_review(
     git_project: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import scheduler
+    from orchestrator.daemon import scheduler
 
     from .conftest import write_agents
 
@@ -305,7 +305,7 @@ def test_the_scheduler_runs_attempts_from_postgres_to_review(
 def test_quarantine_into_postgres_never_reads_a_fifo_and_never_drops_a_big_file(
     pg_project: Path, tmp_path: Path
 ) -> None:
-    from orchestrator import defaults
+    from orchestrator.model import defaults
 
     store = q.get_store()
     fifo = tmp_path / "TASK-7.md"
@@ -344,7 +344,7 @@ LEAKY_AGENT = (
 def test_an_agent_never_gets_the_database_url_or_password(
     git_project: Path, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator import scheduler
+    from orchestrator.daemon import scheduler
 
     from .conftest import write_agents
 
@@ -382,7 +382,7 @@ def test_an_idle_scheduler_is_woken_by_an_enqueue_from_another_machine(
     NOTIFY can make this scheduler look: the task must still start."""
     import threading
 
-    from orchestrator import scheduler
+    from orchestrator.daemon import scheduler
 
     from .conftest import write_agents
 
@@ -395,7 +395,7 @@ def test_an_idle_scheduler_is_woken_by_an_enqueue_from_another_machine(
     try:
         time.sleep(1.0)  # its first pass has found nothing to do
         elsewhere = subprocess.run(  # another process; only the database changes
-            [sys.executable, "-c", "from orchestrator import queue_utils as q; "
+            [sys.executable, "-c", "from orchestrator.queue import machine as q; "
              "print(q.create_task('from elsewhere').id)"],
             env=child_env(git_project) | {"OCTOPOID_ROOT": str(git_project)},
             capture_output=True, text=True, check=True,
@@ -416,7 +416,7 @@ def test_an_attempt_outlives_a_database_restart_and_keeps_its_notes_and_move(
 ) -> None:
     """The server goes down while the agent works and comes back after the agent has
     finished: the runner's notes and its move to review wait for it, nothing is lost."""
-    from orchestrator import scheduler
+    from orchestrator.daemon import scheduler
 
     from .conftest import write_agents
 
@@ -493,7 +493,7 @@ def test_memory_search_ranks_like_the_sqlite_store(project: Path, pg_dsn: str) -
     (both rank by the same BM25 over the store)."""
     from orchestrator.memory.postgres import PostgresMemoryStore
     from orchestrator.memory.store import MemoryStore
-    from orchestrator.store.postgres import shared_store, upgrade_database
+    from orchestrator.queue.store.postgres import shared_store, upgrade_database
 
     upgrade_database(pg_dsn)
     sqlite, pg = MemoryStore(project / "memory.db"), PostgresMemoryStore(shared_store(pg_dsn))
@@ -512,7 +512,7 @@ def test_what_one_machine_learned_is_found_by_another(
 ) -> None:
     """`octopoid memory add` in one clone, `octopoid memory search` in another clone with a
     different folder name: one memory, in the database."""
-    from orchestrator.scaffold import init_project
+    from orchestrator.faces.scaffold import init_project
 
     other = tmp_path / "elsewhere"
     other.mkdir()
@@ -558,7 +558,7 @@ def test_processes_writing_the_same_note_at_once_reinforce_one_note(pg_project: 
 
 
 def test_patience_is_one_wait_per_outage_not_one_per_operation() -> None:
-    from orchestrator.store.postgres import Patience
+    from orchestrator.queue.store.postgres import Patience
 
     now = [100.0]
     patience = Patience(30.0, clock=lambda: now[0])
@@ -583,9 +583,9 @@ def test_a_runner_whose_database_is_gone_gives_up_and_leaves_the_claim_to_the_re
     import sys
     from datetime import timedelta
 
-    from orchestrator import recovery
-    from orchestrator.processes import TOKEN_ENV
-    from orchestrator.tasks import utcnow
+    from orchestrator.base.processes import TOKEN_ENV
+    from orchestrator.model.tasks import utcnow
+    from orchestrator.queue import recovery
 
     from .conftest import child_env, write_agents
 
@@ -643,7 +643,7 @@ def test_a_fork_server_preloads_the_driver_only_for_postgres_and_connects_to_not
     does not load the driver at all."""
     import psutil
 
-    from orchestrator.forkserver import ForkServer
+    from orchestrator.daemon.forkserver import ForkServer
 
     def loaded_and_connected() -> tuple[bool, bool]:
         server = ForkServer()

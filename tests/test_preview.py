@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import preview
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import InvalidInput, PreviewFailed
-from orchestrator.processes import start_ticks
+from orchestrator.base.processes import start_ticks
+from orchestrator.faces import preview
+from orchestrator.model.exceptions import InvalidInput, PreviewFailed
+from orchestrator.queue import machine as q
 
 from .conftest import run_claimed, set_config, wait_for, write_agents
 

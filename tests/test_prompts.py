@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrator import queue_utils as q
-from orchestrator.prompts import PREVIOUS_NOTES_INTRO, budget_notes, render_previous_notes
-from orchestrator.task_notes import fence_for, split_notes
+from orchestrator.queue import machine as q
+from orchestrator.queue.task_notes import fence_for, split_notes
+from orchestrator.roles.prompts import PREVIOUS_NOTES_INTRO, budget_notes, render_previous_notes
 
 
 def test_no_notes_no_block() -> None:
@@ -45,7 +45,7 @@ def _ten_attempts(project: Path) -> str:
         q.save_task_notes(
             "1", f"agent-{i}", f"attempt-{i}-start " + "z" * 2900 + f" END{i}", 0, i, attempt=i
         )
-    from orchestrator.task_notes import add_review_notes
+    from orchestrator.queue.task_notes import add_review_notes
 
     add_review_notes("1", "please fix the flaky test", "alice")
     return q.get_task_notes("1")

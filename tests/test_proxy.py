@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.netpolicy import Policy
-from orchestrator.sandbox.proxy import BRIDGE, PROXY_SOCKET, Limits, NetworkProxy
+from orchestrator.base.netpolicy import Policy
+from orchestrator.box.proxy import BRIDGE, PROXY_SOCKET, Limits, NetworkProxy
 
 from .conftest import PAGE, Served
 from .e2e.test_daemon import wait_for

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator import recovery, reports
-from orchestrator.exceptions import IllegalTransition, InvalidInput, TaskNotFound
-from orchestrator.leases import attempt_text, attempts_left
-from orchestrator.tasks import TaskState, parse_time, read_task_file, utcnow
+from orchestrator.faces import reports
+from orchestrator.model.exceptions import IllegalTransition, InvalidInput, TaskNotFound
+from orchestrator.model.tasks import TaskState, parse_time, read_task_file, utcnow
+from orchestrator.queue import machine as q
+from orchestrator.queue import recovery
+from orchestrator.queue import store as queue_store
+from orchestrator.queue.leases import attempt_text, attempts_left
 
 from .conftest import exited_pid
 
@@ -260,7 +262,7 @@ def test_a_task_dropped_in_by_hand_is_claimed(project: Path) -> None:
 def test_a_deleted_claim_index_is_rebuilt_from_the_folders(project: Path) -> None:
     ids = [q.create_task(f"t{i}").id for i in range(3)]
     queue = project / ".octopoid/runtime/queue"
-    q._store_for.cache_clear()
+    queue_store._store_for.cache_clear()
     for name in os.listdir(queue):
         if name.startswith(".claim-index"):
             os.remove(queue / name)

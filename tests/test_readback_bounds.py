@@ -12,10 +12,10 @@ import git
 import pytest
 
 from orchestrator import config
-from orchestrator.sandbox import bwrap as walls
-from orchestrator.sandbox import clone
-from orchestrator.sandbox.bounds import Bounds, ReadBackRefused, disk_use
-from orchestrator.sandbox.bwrap import Mounts, command_line
+from orchestrator.box import bwrap as walls
+from orchestrator.box import clone
+from orchestrator.box.bounds import Bounds, ReadBackRefused, disk_use
+from orchestrator.box.bwrap import Mounts, command_line
 
 from .conftest import peak_rss_kib
 from .test_sandbox import in_box
@@ -49,8 +49,8 @@ def agent_clone(git_project: Path, script: str) -> tuple[git.Repo, Path, list[st
 READ_BACK = """
 import json, sys
 import git
-from orchestrator.sandbox import clone
-from orchestrator.sandbox.bounds import Bounds, ReadBackRefused
+from orchestrator.box import clone
+from orchestrator.box.bounds import Bounds, ReadBackRefused
 root, dest, box, bounds = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4:]
 try:
     clone.read_back(git.Repo(root), "1", dest, box, Bounds(*map(int, bounds)))

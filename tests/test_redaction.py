@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import redaction
-from orchestrator.fsutil import TailBuffer
-from orchestrator.redaction import PEM_HOLD_BYTES, Redactor, redact
+from orchestrator.base import redaction
+from orchestrator.base.fsutil import TailBuffer
+from orchestrator.base.redaction import PEM_HOLD_BYTES, Redactor, redact
 from tests.helpers.secrets_corpus import (
     PRIVATE,
     FakeSecret,
@@ -309,8 +309,8 @@ def test_an_anchor_hidden_by_another_still_runs_its_detectors() -> None:
 def test_only_text_with_a_secrets_anchor_imports_detect_secrets() -> None:
     code = (
         "import sys\n"
-        "import orchestrator.cli\n"
-        "from orchestrator.redaction import Redactor, redact\n"
+        "import orchestrator.faces.cli.main\n"
+        "from orchestrator.base.redaction import Redactor, redact\n"
         "Redactor({'A_TOKEN': 'abcdefgh'}); redact('')\n"
         "print('detect_secrets' in sys.modules)\n"
         "redact('incoming -> claimed (impl-1: attempt 1)')\n"  # a History line: no anchor

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import redaction, shape_gate
+from orchestrator.base import redaction, shape_gate
 from tests.helpers.secrets_corpus import (
     FakeSecret,
     code_like_output,
@@ -228,7 +228,7 @@ def test_an_engine_that_cannot_build_gives_way_and_output_is_still_redacted(
 ) -> None:
     """An installed engine whose compile fails here (Hyperscan on a CPU without SSSE3):
     the next engine, then the anchor path, takes over; nothing goes out raw."""
-    from orchestrator import redaction, shape_gate
+    from orchestrator.base import redaction, shape_gate
 
     def broken(regexes):
         raise RuntimeError("this CPU lacks an instruction the engine needs")

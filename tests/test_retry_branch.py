@@ -8,9 +8,11 @@ import sys
 
 import git
 
-from orchestrator import config, git_utils, review
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState
+from orchestrator import config
+from orchestrator.git import repo as git_utils
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 
 from .conftest import child_env, commit_on_branch, run_claimed, write_agents
 
@@ -81,8 +83,8 @@ def test_starting_over_twice_keeps_both_old_tips(git_project):
 
 CLAIMER = """
 import sys
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.model.tasks import TaskState
 print("ready", flush=True)
 task = q.claim_task(None, source=TaskState.BREAKDOWN, agent_name="breaker")
 print(task.label if task else "nothing", flush=True)

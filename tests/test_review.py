@@ -8,10 +8,12 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import diffs, git_utils, review
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import GitError, IllegalTransition, MergeRefused
-from orchestrator.tasks import TaskState, render_task
+from orchestrator.git import repo as git_utils
+from orchestrator.model.exceptions import GitError, IllegalTransition, MergeRefused
+from orchestrator.model.tasks import TaskState, render_task
+from orchestrator.queue import machine as q
+from orchestrator.review import diffs
+from orchestrator.review import verdicts as review
 
 
 def provisional_with_commit(root: Path, filename: str = "feature.txt", text: str = "new\n") -> str:

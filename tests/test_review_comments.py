@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config, review
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import IllegalTransition, InvalidInput, LostRace, StorageError
-from orchestrator.prompts import budget_notes
-from orchestrator.store.files import FolderStore
-from orchestrator.task_notes import LineComment, append_attempt, notes_summary, split_notes
-from orchestrator.tasks import TaskState
+from orchestrator import config
+from orchestrator.model.exceptions import IllegalTransition, InvalidInput, LostRace, StorageError
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue.store.files import FolderStore
+from orchestrator.queue.task_notes import LineComment, append_attempt, notes_summary, split_notes
+from orchestrator.review import verdicts as review
+from orchestrator.roles.prompts import budget_notes
 
 from .conftest import child_env, commit_on_branch, run_claimed, write_agents
 from .web_server import OCTOPOID
@@ -172,7 +173,8 @@ def test_kill_9_between_notes_and_move_keeps_the_reason(git_project: Path, revie
     the reason and comments saved; a second reject then goes through."""
     script = (
         "import os, signal, sys\n"
-        "from orchestrator import queue_utils as q, review\n"
+        "from orchestrator.queue import machine as q\n"
+        "from orchestrator.review import verdicts as review\n"
         "q._transition = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
         "review.reject(sys.argv[1], 'the reason', 'alice',"
         " [review.parse_line_comment('app.py:1:see here')])\n"

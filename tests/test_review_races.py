@@ -13,10 +13,12 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import finishing, git_utils, review
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import IllegalTransition, TaskBusy
-from orchestrator.tasks import TaskState
+from orchestrator.git import repo as git_utils
+from orchestrator.model.exceptions import IllegalTransition, TaskBusy
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import finishing
+from orchestrator.review import verdicts as review
 
 from .conftest import child_env
 from .test_faults import wait
@@ -177,7 +179,7 @@ def test_accept_and_reject_at_the_same_instant_stay_consistent(git_project, tmp_
 
 HOLDER = """
 import sys
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 with q.get_store().hold(sys.argv[1], sys.argv[2]):
     print("held", flush=True)
     sys.stdin.readline()

@@ -11,15 +11,17 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import config, doctor, sandbox
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import GitError
-from orchestrator.sandbox import bwrap as walls
-from orchestrator.sandbox import clone
-from orchestrator.sandbox.bounds import Bounds
-from orchestrator.sandbox.box import environment
-from orchestrator.sandbox.bwrap import Mounts, command_line
-from orchestrator.scheduler import Scheduler
+from orchestrator import box as sandbox
+from orchestrator import config
+from orchestrator.box import bwrap as walls
+from orchestrator.box import clone
+from orchestrator.box.bounds import Bounds
+from orchestrator.box.box import environment
+from orchestrator.box.bwrap import Mounts, command_line
+from orchestrator.daemon.scheduler import Scheduler
+from orchestrator.faces import doctor
+from orchestrator.model.exceptions import GitError
+from orchestrator.queue import machine as q
 
 from .conftest import child_env, run_claimed, set_config, write_agents
 
@@ -228,8 +230,8 @@ def test_agents_do_not_start_where_bwrap_cannot_run(
 
 LEAVER = r"""
 import time
-from orchestrator import config, sandbox
-from orchestrator import queue_utils as q
+from orchestrator import config, box as sandbox
+from orchestrator.queue import machine as q
 task = q.claim_task(None, "impl-1")
 space = sandbox.prepare(task, {}, config.load_config(), "a-token", [])
 with sandbox.checks_box(task) as box:

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import agent_status, config, scheduler, scheduler_control
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import OctopoidError, SchedulerError
-from orchestrator.tasks import TaskState
+from orchestrator import config
+from orchestrator.daemon import scheduler, scheduler_control
+from orchestrator.model.exceptions import OctopoidError, SchedulerError
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.roles import agent_status
 
 from .conftest import child_env, write_agents
 
@@ -236,7 +238,7 @@ def test_a_daemon_s_runner_keeps_bytecode_and_its_agent_gets_the_user_s_setting(
     (so the next one reads it), and the agent it starts sees the user's own setting again."""
     import subprocess
 
-    from orchestrator import queue_utils as q
+    from orchestrator.queue import machine as q
 
     from .conftest import child_env, write_agents
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import yaml
 
 from orchestrator import config
-from orchestrator import queue_utils as q
+from orchestrator.base.redaction import hide_also, redact
 from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
-from orchestrator.redaction import hide_also, redact
+from orchestrator.queue import machine as q
 
 from .conftest import HELPERS, child_env, run_claimed
 from .helpers.secrets_corpus import fake_secrets

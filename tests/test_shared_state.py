@@ -12,9 +12,12 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import git_utils, plans, questions, reports
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState
+from orchestrator.faces import reports
+from orchestrator.git import repo as git_utils
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
+from orchestrator.roles import plans
 
 from .conftest import wait_for, write_agents
 from .test_git_remote import Machines, attempt

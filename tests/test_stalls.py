@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import agent_status, scheduler, stalls
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState
+from orchestrator.daemon import scheduler, stalls
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.roles import agent_status
 
 from .conftest import child_env, write_agents
 from .test_review import provisional_with_commit
@@ -102,7 +103,7 @@ def test_tasks_no_agent_serves_are_reported_with_the_way_out(git_project: Path):
 
 
 def test_the_board_shows_why_nothing_is_claimed(git_project: Path):
-    from orchestrator.web import board
+    from orchestrator.faces.web import board
 
     write_agents(git_project, max_provisional=1)
     provisional_with_commit(git_project)

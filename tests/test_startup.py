@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import bytecode
+from orchestrator.base import bytecode
 
 #: Run a command in-process, then print its exit code and the modules it really loaded.
 PROBE = """
 import json, sys
-from orchestrator.cli import main
-from orchestrator.lazy import is_loaded
+from orchestrator.faces.cli.main import main
+from orchestrator.base.lazy import is_loaded
 sys.argv = ["octopoid", *sys.argv[1:]]
 code = 0
 try:
@@ -36,10 +36,10 @@ HEAVY = {
     "PyYAML": "yaml",
     "GitPython": "git",
     "importlib.metadata": "importlib.metadata",
-    "the store": "orchestrator.store",
+    "the store": "orchestrator.queue.store",
     "the backends": "orchestrator.backends",
-    "the scheduler": "orchestrator.scheduler",
-    "the redaction": "orchestrator.redaction",
+    "the scheduler": "orchestrator.daemon.scheduler",
+    "the redaction": "orchestrator.base.redaction",
     "secrets": "secrets",  # hmac and OpenSSL: a temp file's or a claim's random name
 }
 #: What no command that only reads the queue has a use for.
@@ -81,13 +81,13 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "init", "-q"], cwd=root, check=True)
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "start"], cwd=root, check=True)
-    octopoid = [sys.executable, "-m", "orchestrator.cli"]
+    octopoid = [sys.executable, "-m", "orchestrator.faces.cli.main"]
     env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
     for args in (["init"], ["enqueue", "a task to show"]):
         subprocess.run([*octopoid, *args], cwd=root, env=env, check=True, capture_output=True)
     # TASK-1 has retry notes and working notes: `notes` and `memory show` that find them
     # ask no store (finding none, they ask it whether the task exists: exit 3 if not)
-    noted = "from orchestrator import queue_utils as q; q.save_task_notes('1', 'agent', 'out')"
+    noted = "from orchestrator.queue import machine as q; q.save_task_notes('1', 'agent', 'out')"
     subprocess.run([sys.executable, "-c", noted], cwd=root, env=env, check=True)
     working = {**env, "OCTOPOID_NOTES_ID": "TASK-1"}
     remember = [*octopoid, "memory", "add", "Important Facts", "a fact"]
@@ -111,13 +111,13 @@ def test_a_command_does_not_import_what_it_does_not_use(project: Path, args: tup
         for label in NOT_NEEDED[args]
         if any(n == HEAVY[label] or n.startswith(HEAVY[label] + ".") for n in loaded)
     }
-    assert "orchestrator.cli" in loaded  # the probe ran the command
+    assert "orchestrator.faces.cli.main" in loaded  # the probe ran the command
     assert found == set()
 
 
 def test_version_still_prints_the_installed_version(project: Path):
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "--version"],
+        [sys.executable, "-m", "orchestrator.faces.cli.main", "--version"],
         cwd=project,
         capture_output=True,
         text=True,
@@ -160,8 +160,8 @@ def test_runner_env_and_user_env_are_inverses(tmp_path: Path):
 
 RUNNER_LIKE = """
 import os, subprocess, sys
-import orchestrator.bytecode
-orchestrator.bytecode.user_env(os.environ)
+import orchestrator.base.bytecode
+orchestrator.base.bytecode.user_env(os.environ)
 print(sys.dont_write_bytecode, sys.pycache_prefix)
 subprocess.run([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"])
 """

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import agent_status, stats
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
-from orchestrator.stats_history import failed_commands, task_cells
-from orchestrator.tasks import new_task
+from orchestrator.faces import stats
+from orchestrator.faces.cli.main import cli
+from orchestrator.faces.stats_history import failed_commands, task_cells
+from orchestrator.model.tasks import new_task
+from orchestrator.queue import machine as q
+from orchestrator.roles import agent_status
 
 T0 = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)  # a Monday: ISO week 2026-W47
 CHECK_FAILED = "checks: 1 passed, 1 failed ({} after 2.0s); 1 commit kept on the branch"

@@ -16,13 +16,15 @@ import pexpect
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import agent_status, config, steering
-from orchestrator import queue_utils as q
-from orchestrator.cli import cli
-from orchestrator.leases import attempts_left
-from orchestrator.processes import TOKEN_ENV, marked_processes
-from orchestrator.task_notes import stdout_log_path
-from orchestrator.tasks import render_task
+from orchestrator import config
+from orchestrator.base.processes import TOKEN_ENV, marked_processes
+from orchestrator.faces.cli.main import cli
+from orchestrator.model.tasks import render_task
+from orchestrator.queue import machine as q
+from orchestrator.queue import steering
+from orchestrator.queue.leases import attempts_left
+from orchestrator.queue.task_notes import stdout_log_path
+from orchestrator.roles import agent_status
 
 from .conftest import (
     branch_file,

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.exceptions import (
+from orchestrator.model.exceptions import (
     IllegalTransition,
     JournalBusy,
     LostRace,
     RecordChanged,
     TaskNotFound,
 )
-from orchestrator.store import QueueStore
-from orchestrator.store.records import Journal, key_part
-from orchestrator.tasks import Task, TaskState, new_task, utcnow
+from orchestrator.model.tasks import Task, TaskState, new_task, utcnow
+from orchestrator.queue.store import QueueStore
+from orchestrator.queue.store.records import Journal, key_part
 
 from .conftest import helper_cmd
 from .e2e.test_daemon import wait_for
@@ -189,7 +189,7 @@ def test_waiting_rows_carry_what_a_list_line_shows(store: QueueStore) -> None:
 
 def test_the_waiting_digest_agrees_with_the_rows(store: QueueStore) -> None:
     """What status reads in three queries is what the whole list of rows says."""
-    from orchestrator.store.claim_index import WaitingDigest
+    from orchestrator.queue.store.claim_index import WaitingDigest
 
     first = add(store, "first", priority="P2")
     add(store, "second", role="review")

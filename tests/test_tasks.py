@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.exceptions import InvalidTask, InvalidTaskId, TaskParseError
-from orchestrator.tasks import (
+from orchestrator.model.exceptions import InvalidTask, InvalidTaskId, TaskParseError
+from orchestrator.model.tasks import (
     ID_RE,
     Task,
     allocate_id,
@@ -269,7 +269,7 @@ def test_history_lines_are_single_line_and_capped() -> None:
 def test_naive_times_are_refused_when_written() -> None:
     from datetime import datetime
 
-    from orchestrator.tasks import format_time
+    from orchestrator.model.tasks import format_time
 
     with pytest.raises(ValueError, match="naive"):
         format_time(datetime(2026, 1, 1))

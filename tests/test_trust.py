@@ -9,10 +9,13 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import dependencies, doctor, git_utils, review
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import IllegalTransition, MergeRefused
-from orchestrator.tasks import TaskState
+from orchestrator.faces import doctor
+from orchestrator.git import repo as git_utils
+from orchestrator.model.exceptions import IllegalTransition, MergeRefused
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import dependencies
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 
 from .conftest import commit_on_branch
 from .test_review import provisional_with_commit

@@ -21,9 +21,9 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator.processes import TOKEN_ENV, environment_of, marked_processes
-from orchestrator.tasks import TaskState, render_task
+from orchestrator.base.processes import TOKEN_ENV, environment_of, marked_processes
+from orchestrator.model.tasks import TaskState, render_task
+from orchestrator.queue import machine as q
 
 from .conftest import HELPERS, child_env, set_config, write_agents
 from .test_git_remote import Machines
@@ -48,9 +48,10 @@ sys.exit(code)
 # has ended (in done, or in failed: the test then says which).
 REVIEWER = """
 import sys, time
-from orchestrator import queue_utils as q, review
-from orchestrator.exceptions import OctopoidError
-from orchestrator.tasks import TaskState, render_task
+from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
+from orchestrator.model.exceptions import OctopoidError
+from orchestrator.model.tasks import TaskState, render_task
 parity, total, deadline = int(sys.argv[1]), int(sys.argv[2]), time.monotonic() + 400
 ended = lambda: sum(q.get_store().count(s) for s in (TaskState.DONE, TaskState.FAILED))
 while time.monotonic() < deadline and ended() < total:

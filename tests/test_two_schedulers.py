@@ -21,9 +21,10 @@ import git
 import pytest
 import yaml
 
-from orchestrator import processes, questions
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState, utcnow
+from orchestrator.base import processes
+from orchestrator.model.tasks import TaskState, utcnow
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
 
 from .conftest import HELPERS, child_env, set_config, wait_for, write_agents
 from .test_breakdown import burned_out, killed_split, split_once

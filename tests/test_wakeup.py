@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import config, wakeup
-from orchestrator import queue_utils as q
+from orchestrator import config
+from orchestrator.daemon import wakeup
+from orchestrator.queue import machine as q
 
 from .e2e.test_daemon import loop, state_of, wait_for  # noqa: F401  (loop: a fixture)
 

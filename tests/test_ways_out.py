@@ -11,11 +11,11 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import finishing
-from orchestrator import queue_utils as q
 from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.review import finishing
 
 from .conftest import child_env, remembered, write_agents
 from .test_review import provisional_with_commit

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 from .conftest import HELPERS, child_env, commit_on_branch, run_claimed, write_agents
 from .web_server import OCTOPOID, Client, start_web
@@ -262,7 +262,7 @@ def test_a_chosen_token_lets_it_listen_on_all_interfaces(git_project) -> None:
 def test_without_the_web_extra_it_says_which_to_install(git_project) -> None:
     blocked = (
         "import sys; sys.modules['starlette'] = None; "  # as if the extra were not installed
-        "from orchestrator.cli import main; sys.argv = ['octopoid', 'web']; main()"
+        "from orchestrator.faces.cli.main import main; sys.argv = ['octopoid', 'web']; main()"
     )
     done = subprocess.run(
         [sys.executable, "-c", blocked], env=child_env(git_project), capture_output=True, text=True
@@ -401,8 +401,8 @@ def test_the_live_tab_of_a_finished_attempt_is_the_diff_and_polls_no_more(git_pr
 def test_the_live_log_sends_only_what_is_new(git_project) -> None:
     """From an offset, only the bytes after it, and a character cut at a chunk's end
     comes whole with the next one."""
-    from orchestrator import task_notes
-    from orchestrator.web import pages
+    from orchestrator.faces.web import pages
+    from orchestrator.queue import task_notes
 
     log = task_notes.stdout_log_path("7")
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -478,7 +478,7 @@ def test_the_attempt_is_counted_within_its_budget_after_a_retry(git_project, cli
     is the 2nd of 2 since the retry, on the page as in `show` (never "4 of 2")."""
     from click.testing import CliRunner
 
-    from orchestrator.cli import cli
+    from orchestrator.faces.cli.main import cli
 
     write_agents(git_project, max_attempts=2)
     tid = q.create_task("tried again").id

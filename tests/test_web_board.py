@@ -12,8 +12,8 @@ from urllib.parse import urlencode
 import pytest
 
 from orchestrator import config
-from orchestrator import queue_utils as q
-from orchestrator.tasks import TaskState, new_task, render_task
+from orchestrator.model.tasks import TaskState, new_task, render_task
+from orchestrator.queue import machine as q
 
 from .web_server import Client
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import git_utils
-from orchestrator.web import diffview
-from orchestrator.web.diffview import OnceCache, render_diff, task_diff_view
+from orchestrator.faces.web import diffview
+from orchestrator.faces.web.diffview import OnceCache, render_diff, task_diff_view
+from orchestrator.git import repo as git_utils
 
 ODD_NAMES = {
     "a:b.py": b"x = 1\n",

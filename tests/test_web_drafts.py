@@ -12,11 +12,11 @@ import threading
 import urllib.error
 import urllib.request
 
-from orchestrator import drafts
-from orchestrator import queue_utils as q
 from orchestrator.memory.store import open_memory
-from orchestrator.store.records import check_key
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue.store.records import check_key
+from orchestrator.review import drafts
 
 from .conftest import remembered
 from .test_web import comment_fields, judged, provisional_task

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.web import security
-from orchestrator.web.security import (
+from orchestrator.faces.web import security
+from orchestrator.faces.web.security import (
     CODE_SECONDS,
     REVIEWER,
     SESSION_IDLE_SECONDS,

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import config, ports
-from orchestrator import queue_utils as q
-from orchestrator.sandbox import setup
+from orchestrator import config
+from orchestrator.base import ports
+from orchestrator.box import setup
+from orchestrator.queue import machine as q
 
 from .conftest import branch_file, commit_on_branch, run_claimed, set_config, write_agents
 
@@ -174,7 +175,7 @@ def test_two_port_ranges_held_at_once_never_overlap() -> None:
 
 
 def test_workspace_names_are_checked_when_the_config_is_read(git_project: Path) -> None:
-    from orchestrator.exceptions import ConfigError
+    from orchestrator.model.exceptions import ConfigError
 
     for bad, said in [
         ({"caches": ["node_modules"]}, "neither a known name"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from ..exceptions import ConfigError
+from ..model.exceptions import ConfigError
 from .base import AgentRequest, AgentResult, Backend
 
 BACKENDS: dict[str, str] = {

@@ -22,11 +22,12 @@ from typing import Any
 
 import anthropic
 
-from .. import config, defaults
-from ..fsutil import TailBuffer
-from ..processes import in_new_session_dying_with_parent, signal_group
-from ..redaction import redact
-from ..sandbox.box import Box
+from .. import config
+from ..base.fsutil import TailBuffer
+from ..base.processes import in_new_session_dying_with_parent, signal_group
+from ..base.redaction import redact
+from ..box.box import Box
+from ..model import defaults
 from . import worktree_tools
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import readable
@@ -183,7 +184,7 @@ class AnthropicBackend:
         )
         tools = ToolServer(request.box, agent["command_timeout_seconds"])
         if request.channel is not None:  # a question's wait keeps the claim alive
-            request.channel.tick = request.on_tick
+            request.channel.toolbox.tick = request.on_tick
         try:
             return self._loop(client, request, tally, tools, output)
         finally:

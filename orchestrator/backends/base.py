@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..fsutil import TailBuffer
-from ..prompts import NO_CHANGE_MARK
+from ..base.fsutil import TailBuffer
 
 if TYPE_CHECKING:  # only a type here: `status` imports backends to ask if agents can run
-    from ..sandbox.box import Box
+    from ..box.box import Box
 
 #: ``interrupted``: the runner was told to stop (the scheduler's graceful shutdown); no
 #: backend returns it, the runner records it and gives the attempt back.
@@ -33,6 +32,10 @@ CAUSES = {
     "unreachable": "the API cannot be reached",
     "setup": "the workspace's set-up failed",
 }
+#: How an agent says the task needs no change: a line of its output (a command's) or of
+#: its final message (an LLM's) starting with this, then why. Such an attempt, without
+#: commits, goes to review with the reason instead of counting as a failure.
+NO_CHANGE_MARK = "NO CHANGE NEEDED:"
 # A line starting with NO_CHANGE_MARK (Markdown emphasis around it allowed), then why.
 _NO_CHANGE = re.compile(
     rf"^[ \t>*_`]*{re.escape(NO_CHANGE_MARK)}[*_`]*[ \t]*(.+?)[ \t`*_]*$", re.I | re.M
@@ -85,7 +88,7 @@ def clipped(text: str, limit: int, output: TailBuffer | None = None) -> str:
     to ``limit`` characters. Cut first, the head of a secret straddling the cut would no
     longer be recognised, and would leak. Redacted as ``output`` redacts (the agent's own
     secrets too), else with every secret octopoid knows."""
-    from ..redaction import scrub  # here: `status` imports backends and redacts nothing
+    from ..base.redaction import scrub  # here: `status` imports backends and redacts nothing
 
     redactor = output.redactor if output is not None and output.redactor else None
     return scrub(text, redactor=redactor)[:limit]

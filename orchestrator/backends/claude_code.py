@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..fsutil import TailBuffer
+from ..base.fsutil import TailBuffer
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import run_agent_process
 

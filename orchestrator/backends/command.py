@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..fsutil import TailBuffer
+from ..base.fsutil import TailBuffer
 from .base import AgentRequest, AgentResult
 from .process import run_agent_process
 

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..fsutil import TailBuffer
-from ..processes import in_new_session_dying_with_parent, signal_group
-from ..sandbox.box import interpreter_of
-from ..sandbox.netbridge import CANNOT_RUN_SAYS, CANNOT_RUN_STATUS
+from ..base.fsutil import TailBuffer
+from ..base.processes import in_new_session_dying_with_parent, signal_group
+from ..box.box import interpreter_of
+from ..box.netbridge import CANNOT_RUN_SAYS, CANNOT_RUN_STATUS
 from .base import AgentRequest
 
 KILL_GRACE_SECONDS = 5.0

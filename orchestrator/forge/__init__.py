@@ -14,12 +14,13 @@ nor an attempt's box inherit it (``without_token``).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import config
-from ..exceptions import ConfigError
+from ..base.forge_token import token_vars as token_vars  # re-exported: the forge's own words
+from ..base.forge_token import without_token as without_token
+from ..model.exceptions import ConfigError
 
 #: CI states, worst first: one failed job fails the head
 FAILED, PENDING, PASSED, NONE = "failed", "pending", "passed", "none"
@@ -103,22 +104,6 @@ class Forge(Protocol):
     def issue(self, number: int) -> Issue: ...
     def comments(self, number: int) -> list[str]: ...
     def comment(self, number: int, body: str) -> None: ...
-
-
-def token_vars() -> tuple[str, ...]:
-    """The variables that hold a forge token: the configured one, or, while config.yaml
-    cannot be read, both kinds' defaults (failing closed)."""
-    try:
-        forge = config.load_config()["forge"]
-    except ConfigError:
-        return tuple(name for _, name in config.FORGE_DEFAULTS.values())
-    return () if forge["kind"] == "none" else (forge["token_env"],)
-
-
-def without_token(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without the forge's token: what runners and the fork server inherit."""
-    drop = token_vars()
-    return {key: value for key, value in environ.items() if key not in drop}
 
 
 def settings() -> dict[str, Any] | None:

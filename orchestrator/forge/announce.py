@@ -18,10 +18,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .. import git_utils, queue_utils
-from ..exceptions import ForgeError, ForgeUnavailable, GitError
+from ..git import repo as git_utils
 from ..memory import lifecycle
-from ..tasks import TIP_HEADER, Task, TaskState, utcnow
+from ..model.exceptions import ForgeError, ForgeUnavailable, GitError
+from ..model.tasks import TIP_HEADER, Task, TaskState, utcnow
+from ..queue import machine as queue_utils
 from . import Forge, Review, text
 from .seen import Seen
 

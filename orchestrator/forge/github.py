@@ -19,7 +19,7 @@ from githubkit import GitHub
 from githubkit.cache import MemCacheStrategy
 from githubkit.exception import GitHubException, RateLimitExceeded, RequestFailed
 
-from ..exceptions import ForgeError, ForgeUnavailable
+from ..model.exceptions import ForgeError, ForgeUnavailable
 from . import (
     CI,
     FAILED,

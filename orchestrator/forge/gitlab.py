@@ -20,7 +20,7 @@ import gitlab
 import requests
 from gitlab.exceptions import GitlabError
 
-from ..exceptions import ForgeError, ForgeUnavailable
+from ..model.exceptions import ForgeError, ForgeUnavailable
 from . import (
     CI,
     FAILED,

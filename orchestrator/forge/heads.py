@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 
-from .. import catch_up, git_utils, queue_utils
-from ..tasks import TIP_HEADER, Task, TaskState, utcnow
+from ..git import catch_up
+from ..git import repo as git_utils
+from ..model.tasks import TIP_HEADER, Task, TaskState, utcnow
+from ..queue import machine as queue_utils
 from . import PullRequest
 
 log = logging.getLogger("octopoid.forge")

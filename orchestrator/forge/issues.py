@@ -22,12 +22,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .. import adopt, config, intake, queue_utils, review
-from ..exceptions import IllegalTransition, InvalidTask, LostRace, TaskBusy
-from ..fsutil import read_json_object
-from ..locks import holding
-from ..store.records import Records, check_key, key_part
-from ..tasks import Task, TaskState, format_time, new_task, parse_time, task_label
+from .. import config
+from ..base.fsutil import read_json_object
+from ..base.locks import holding
+from ..model.exceptions import IllegalTransition, InvalidTask, LostRace, TaskBusy
+from ..model.tasks import Task, TaskState, format_time, new_task, parse_time, task_label
+from ..queue import adopt, intake
+from ..queue import machine as queue_utils
+from ..queue.store.records import Records, check_key, key_part
+from ..review import verdicts as review
 from . import Forge, Issue, text
 
 log = logging.getLogger("octopoid.forge")

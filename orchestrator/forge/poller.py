@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..exceptions import ForgeError, ForgeUnavailable, OctopoidError
+from ..model.exceptions import ForgeError, ForgeUnavailable, OctopoidError
 from . import Forge, connect, issues, pulls, settings
 
 log = logging.getLogger("octopoid.forge")

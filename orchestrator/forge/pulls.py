@@ -28,8 +28,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .. import git_utils, queue_utils, review, task_tips
-from ..exceptions import (
+from ..git import repo as git_utils
+from ..git import task_tips
+from ..model.exceptions import (
     ForgeError,
     ForgeUnavailable,
     GitError,
@@ -38,7 +39,9 @@ from ..exceptions import (
     LostRace,
     TaskBusy,
 )
-from ..tasks import Task, TaskState
+from ..model.tasks import Task, TaskState
+from ..queue import machine as queue_utils
+from ..review import verdicts as review
 from . import (
     FAILED,
     NONE,

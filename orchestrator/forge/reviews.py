@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 
-from .. import queue_utils, review
-from ..exceptions import InvalidInput
-from ..task_notes import LineComment
-from ..tasks import Task
+from ..model.exceptions import InvalidInput
+from ..model.tasks import Task
+from ..queue import machine as queue_utils
+from ..queue.task_notes import LineComment
+from ..review import verdicts as review
 from . import Job, PullRequest, Review, text
 from .seen import LOGIN_RE, Seen
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..tasks import Task
+from ..model.tasks import Task
 
 HEADER = "FORGE_SEEN"
 LOGIN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")  # GitHub's and GitLab's logins

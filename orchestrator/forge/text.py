@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..redaction import PEM_HOLD_BYTES, redact, scrub
-from ..tasks import DEFAULT_PRIORITY, Task, unclosed_fence
+from ..base.redaction import PEM_HOLD_BYTES, redact, scrub
+from ..model.tasks import DEFAULT_PRIORITY, Task, unclosed_fence
 
 MAX_TITLE = 200  # tasks.py refuses longer: an imported title is cut, saying so
 MAX_CRITERION = 500

@@ -14,8 +14,8 @@ import re
 from importlib import import_module
 from typing import Any
 
-from ..exceptions import MemoryStoreError
-from ..tasks import Task
+from ..model.exceptions import MemoryStoreError
+from ..model.tasks import Task
 from .instructions import instruction_shape
 from .notes import SECTIONS, NotesManager
 

@@ -16,10 +16,10 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..exceptions import InvalidInput
-from ..lazy import lazy_import
-from ..locks import FileMutex
-from ..tasks import Task, format_time, plural, utcnow
+from ..base.lazy import lazy_import
+from ..base.locks import FileMutex
+from ..model.exceptions import InvalidInput
+from ..model.tasks import Task, format_time, plural, utcnow
 from .instructions import instruction_shape
 from .notes import Item, NotesManager, get_notes_manager
 from .provenance import TASK_LABEL, Origin, clean_name, note_metadata
@@ -28,7 +28,7 @@ from .store import open_memory, project_scope
 if TYPE_CHECKING:
     from .store import Memory
 
-redaction = lazy_import("orchestrator.redaction")  # `show` lists learnings, redacts nothing
+redaction = lazy_import("orchestrator.base.redaction")  # `show` lists learnings, redacts nothing
 MAX_LEARNING_CHARS = 4000  # as one item an agent may remember
 EPHEMERAL_RE = re.compile(r"notes\.TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.(md|lock)")
 

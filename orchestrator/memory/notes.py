@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
-from ..exceptions import InvalidMemoryInput, InvalidNotesId
-from ..fsutil import atomic_write
-from ..locks import FileMutex
-from ..tasks import format_time, utcnow
+from ..base.fsutil import atomic_write
+from ..base.locks import FileMutex
+from ..model.exceptions import InvalidMemoryInput, InvalidNotesId
+from ..model.tasks import format_time, utcnow
 from .provenance import Origin, parse_item, render_item
 
 NOTES_ENV = "OCTOPOID_NOTES_ID"

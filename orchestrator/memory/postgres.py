@@ -13,8 +13,8 @@ import json
 import time
 from typing import Any
 
-from ..exceptions import InvalidMemoryInput, MemoryStoreError
-from ..store.postgres import PostgresStore
+from ..model.exceptions import InvalidMemoryInput, MemoryStoreError
+from ..queue.store.postgres import PostgresStore
 from . import index, ranking
 from .store import (
     REINFORCE_STEP,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..tasks import Task
+from ..model.tasks import Task
 from . import ranking
 from .instructions import injectable
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..exceptions import InvalidMemoryInput, MemoryStoreError
+from ..model.exceptions import InvalidMemoryInput, MemoryStoreError
 from . import index, ranking
 from .notes import normalize_item
 
@@ -372,7 +372,7 @@ def open_memory() -> Memory:
     queue) or this project's SQLite file."""
     backend, dsn = config.store_choice()
     if backend == "postgres" and dsn:
-        from ..store.postgres import shared_store
+        from ..queue.store.postgres import shared_store
         from .postgres import PostgresMemoryStore
 
         return PostgresMemoryStore(shared_store(dsn))

@@ -12,11 +12,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Generic, TypeVar
 
-from .. import bytecode, config, defaults, forge, queue_utils, steering
-from ..exceptions import LostClaim, OctopoidError, StorageError
-from ..processes import TASK_ENV, TOKEN_ENV
-from ..recovery import STOP_SIGNAL
-from ..tasks import Task
+from .. import config
+from ..base import bytecode
+from ..base.forge_token import without_token
+from ..base.processes import TASK_ENV, TOKEN_ENV
+from ..model import defaults
+from ..model.exceptions import LostClaim, OctopoidError, StorageError
+from ..model.tasks import Task
+from ..queue import machine as queue_utils
+from ..queue import steering
+from ..queue.recovery import STOP_SIGNAL
 from . import checks
 
 #: How every attempt runs: one runner process per attempt, whatever its role
@@ -163,7 +168,7 @@ def runner_env(root: Path, task: Task, token: str) -> dict[str, str]:
     poller's alone), the project, the claim it takes over, and bytecode where runners
     keep it."""
     env = dict(
-        forge.without_token(os.environ),
+        without_token(os.environ),
         OCTOPOID_ROOT=str(root),
         **{TOKEN_ENV: token, TASK_ENV: task.label},
         **{config.DATABASE_WAIT_ENV: str(defaults.RUNNER_DATABASE_WAIT_SECONDS)},

@@ -24,11 +24,12 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .. import adopt, intake, queue_utils
-from ..exceptions import InvalidInput, InvalidTask, OctopoidError
-from ..leases import claim_token
-from ..store.records import Journal
-from ..tasks import Task, TaskState, new_task, normalize_task_id, task_label
+from ..model.exceptions import InvalidInput, InvalidTask, OctopoidError
+from ..model.tasks import Task, TaskState, new_task, normalize_task_id, task_label
+from ..queue import adopt, intake
+from ..queue import machine as queue_utils
+from ..queue.leases import claim_token
+from ..queue.store.records import Journal
 
 MAX_SUBTASKS = 20  # more is not a breakdown but a backlog: a person should plan that
 KEYS = {"title", "context", "criteria", "depends_on"}

@@ -20,13 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .. import config, git_utils, merge_guard, task_tips
+from .. import config
 from ..backends.process import run_process
-from ..exceptions import InvalidTask
-from ..fsutil import TailBuffer
-from ..redaction import Redactor, every_agent_env
-from ..sandbox.box import Box
-from ..tasks import Task
+from ..base.fsutil import TailBuffer
+from ..base.redaction import Redactor, every_agent_env
+from ..box.box import Box
+from ..git import merge_guard, task_tips
+from ..git import repo as git_utils
+from ..model.exceptions import InvalidTask
+from ..model.tasks import Task
 
 if TYPE_CHECKING:
     from git import Repo

@@ -9,6 +9,9 @@ token: a runner whose claim was taken back stops its agent, saves its notes as a
 attempt and touches nothing else. Retry notes are saved on every path out: success,
 failure, timeout, error, SIGTERM and a lost claim. The runner adopts orphans (subreaper)
 and kills every process the attempt started before it exits.
+
+Its size: the one attempt runner for every role, read top to bottom (claim, workspace,
+prompt, agent, checks, ``_settle``).
 """
 
 from __future__ import annotations
@@ -23,37 +26,16 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
-from .. import (
-    agent_status,
-    budgets,
-    bytecode,
-    config,
-    git_utils,
-    questions,
-    queue_utils,
-    recovery,
-    sandbox,
-    steering,
-)
+from .. import box as sandbox
+from .. import config
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..backends.base import CAUSES, no_change_reason
-from ..exceptions import (
-    InvalidInput,
-    InvalidTask,
-    LostClaim,
-    OctopoidError,
-    SandboxError,
-    SetupFailed,
-    StorageError,
-)
-from ..fsutil import TailBuffer, atomic_write
-from ..leases import attempts_left
-from ..memory import lifecycle
-from ..memory.retrieval import relevant_notes
-from ..memory.store import open_memory, project_scope
-from ..processes import (
+from ..base import bytecode
+from ..base.fsutil import TailBuffer, atomic_write
+from ..base.processes import (
     TASK_ENV,
     TOKEN_ENV,
     become_subreaper,
@@ -62,20 +44,23 @@ from ..processes import (
     kill_marked,
     marked_processes,
 )
-from ..prompts import (
-    MEMORY_HOWTO,
-    NO_CHANGE_HOWTO,
-    build_prompt,
-    render_branch,
-    render_memory,
-    render_messages,
-    render_previous_notes,
+from ..base.redaction import Redactor, every_agent_env, hide_also, redact, scrub
+from ..box.bounds import ReadBackRefused
+from ..box.workspace import BroughtBack, Workspace
+from ..git import repo as git_utils
+from ..memory import lifecycle
+from ..memory.retrieval import relevant_notes
+from ..memory.store import open_memory, project_scope
+from ..model.exceptions import (
+    InvalidInput,
+    InvalidTask,
+    LostClaim,
+    OctopoidError,
+    SandboxError,
+    SetupFailed,
+    StorageError,
 )
-from ..redaction import Redactor, every_agent_env, hide_also, redact, scrub
-from ..sandbox.bounds import ReadBackRefused
-from ..sandbox.workspace import BroughtBack, Workspace
-from ..task_notes import add_notes_section, stdout_log_path
-from ..tasks import (
+from ..model.tasks import (
     PLANNING_ROLE,
     TIP_HEADER,
     Task,
@@ -85,7 +70,11 @@ from ..tasks import (
     task_label,
     utcnow,
 )
-from . import breakdown, checks, planner
+from ..queue import budgets, questions, recovery, steering
+from ..queue import machine as queue_utils
+from ..queue.leases import attempts_left
+from ..queue.task_notes import add_notes_section, stdout_log_path
+from . import agent_status, breakdown, checks, planner
 from .base import (
     Ahead,
     Claim,
@@ -95,6 +84,16 @@ from .base import (
     find_agent,
     raise_on_stop_signals,
 )
+from .prompts import (
+    MEMORY_HOWTO,
+    NO_CHANGE_HOWTO,
+    build_prompt,
+    render_branch,
+    render_memory,
+    render_messages,
+    render_previous_notes,
+)
+from .tools import AttemptTools
 
 BURN_OUT_SHARE = 0.8  # of max_turns, with no commits: the attempt is burning out
 BURN_OUT_ATTEMPTS = 2  # burned-out attempts before the task goes to breakdown
@@ -156,7 +155,8 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     space, started, refused = None, time.monotonic(), 0
     try:
         backend = get_backend(agent["backend"])
-        space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent))
+        tools = partial(AttemptTools, task.id, task.attempts, agent=str(agent.get("name")))
+        space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent), tools)
         output.feed(f"{space.banner}\n".encode())
         space.set_up(output, claim.tick)  # workspace.setup: its words are the attempt's
         result = _work(task, agent, read, claim, log_dir, output, space)
@@ -291,7 +291,7 @@ def _next_move(
     if task.headers.get("PHASE") == "breakdown":
         return _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
     if task.role == PLANNING_ROLE:
-        drafted = space.channel.plan if space is not None else None
+        drafted = space.channel.toolbox.plan if space is not None else None
         state, why = planner.settle(task, claim.token, drafted, result, log_dir)
         return _report(task, result, commits, state, why)
     if result.details.get("stop") is None and space is not None:
@@ -482,8 +482,8 @@ def _asked(task: Task, result: AgentResult, commits: int, space: Workspace) -> A
     """What the agent asked for through its channel, if anything: a split held for a
     person's approval, or "needs input" until a person answers its question."""
     reason = f"{result.outcome}: {result.summary}; {commits} commit{'s' * (commits != 1)}"
-    if space.channel.proposed is not None:
-        subtasks = space.channel.proposed
+    if space.channel.toolbox.proposed is not None:
+        subtasks = space.channel.toolbox.proposed
         queue_utils.propose_split(task, breakdown.proposal_text(subtasks))
         why = f"{len(subtasks)} subtasks proposed; waiting for `octopoid approve`"
         return _report(task, result, commits, TaskState.PROVISIONAL.value, why)
@@ -506,7 +506,7 @@ def _work(
         role, howto = "breakdown", breakdown.ANSWER_FORMAT
     elif task.role == PLANNING_ROLE:  # its drafting tools fill the plan, for this attempt
         role, howto = planner.PLAN_ROLE, planner.ANSWER_FORMAT
-        space.channel.plan = planner.draft_for(task)
+        space.channel.toolbox.plan = planner.draft_for(task)
     else:
         role, howto = task.role, f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}"
     branch = _branch_block(task, space)

@@ -20,12 +20,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import config, plans, queue_utils, sandbox
+from .. import box as sandbox
+from .. import config
 from ..backends import AgentResult
-from ..exceptions import ConfigError, InvalidTask, OctopoidError, SandboxError
-from ..leases import claim_token
-from ..tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, TaskState, one_line
-from . import breakdown
+from ..model.exceptions import ConfigError, InvalidTask, OctopoidError, SandboxError
+from ..model.tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, TaskState, one_line
+from ..queue import machine as queue_utils
+from ..queue.leases import claim_token
+from . import breakdown, plans
 from .base import RUNNER, runner_env
 
 PLAN_ROLE = "plan"  # agents.yaml: an agent with this role drafts plans

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import questions
-from orchestrator import queue_utils as q
 from orchestrator.memory import lifecycle
 from orchestrator.memory.notes import NotesManager
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
 
 from ..conftest import branch_file, child_env, set_config
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from orchestrator import config
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 
 from ..conftest import branch_file, branch_head, child_env
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
-from orchestrator.processes import ProcessId
-from orchestrator.tasks import TaskState
+from orchestrator.base.processes import ProcessId
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 from ..conftest import HELPERS, child_env, set_config, write_agents
 from .test_daemon import OCTOPOID, _runner_owned, loop, state_of, wait_for

@@ -15,12 +15,13 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator import config, git_utils
-from orchestrator import queue_utils as q
-from orchestrator.leases import attempts_left
-from orchestrator.processes import marked_processes
-from orchestrator.task_notes import stdout_log_path
-from orchestrator.tasks import TaskState
+from orchestrator import config
+from orchestrator.base.processes import marked_processes
+from orchestrator.git import repo as git_utils
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
+from orchestrator.queue.leases import attempts_left
+from orchestrator.queue.task_notes import stdout_log_path
 
 from ..conftest import child_env, wait_for, write_agents
 

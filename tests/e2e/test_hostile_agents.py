@@ -24,11 +24,14 @@ import git
 import pytest
 import yaml
 
-from orchestrator import agent_status, config, notify, questions, reports
-from orchestrator import queue_utils as q
+from orchestrator import config
+from orchestrator.box import containment
+from orchestrator.box.bounds import disk_use
+from orchestrator.daemon import notify
+from orchestrator.faces import reports
 from orchestrator.memory import lifecycle
-from orchestrator.sandbox import containment
-from orchestrator.sandbox.bounds import disk_use
+from orchestrator.queue import machine as q
+from orchestrator.queue import questions
 
 from ..conftest import HELPERS, Served, child_env, set_config
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
@@ -310,7 +313,7 @@ def test_an_attempt_reaches_only_the_hosts_its_list_names(
     for refused in (f"127.0.0.1:{host}", f"{meta}:80", "example.com:443", f"localhost:{host}"):
         assert f"[octopoid] network: refused {refused}: " in notes, notes
     assert f"localhost:{host}: it resolves to " in notes
-    [row] = agent_status.agents_overview()
+    [row] = reports.agents_overview()
     assert row["refused_today"] == 4 and row["network"] == "allow"
     assert reports.status_summary()["refused_today"] == 4
 

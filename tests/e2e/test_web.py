@@ -16,7 +16,7 @@ import git
 import pytest
 
 from orchestrator import config
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 
 from ..conftest import write_agents
 from ..web_server import start_web

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 
 from .test_web import browser  # noqa: F401  (the module-scoped Chromium fixture)
 

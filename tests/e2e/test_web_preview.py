@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import preview
-from orchestrator import queue_utils as q
+from orchestrator.faces import preview
+from orchestrator.queue import machine as q
 
 from ..conftest import HELPERS, run_claimed, set_config, wait_for, write_agents
 from ..web_server import start_web

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
 from orchestrator.memory.store import open_memory
-from orchestrator.tasks import TaskState
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 from ..conftest import child_env, commit_on_branch, remembered, run_claimed, write_agents
 from ..web_server import OCTOPOID, start_web

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 
 from ..test_stats import CHECK_FAILED, at, attempt, scripted_history, submit
 from .test_web import browser, shoot  # noqa: F401  (the module-scoped Chromium fixture)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import queue_utils as q
+from orchestrator.queue import machine as q
 
 from ..conftest import HELPERS, branch_file, set_config, write_agents
 from .test_daemon import Daemon, state_of, wait_for

@@ -168,7 +168,7 @@ if "app-file" in title:
     )
     subprocess.run(["git", "add", "app.py"], check=True)
 if "ask-twice" in title:
-    from orchestrator.sandbox.client import request
+    from orchestrator.box.client import request
 
     for question in ("Which port?", "Which branch?"):
         call = {"name": "ask_human", "arguments": {"question": question}}

@@ -7,9 +7,9 @@ prints a line after each move, so the test can let it make some first.
 import random
 import sys
 
-from orchestrator import queue_utils as q
-from orchestrator.exceptions import OctopoidError
-from orchestrator.tasks import TaskState
+from orchestrator.model.exceptions import OctopoidError
+from orchestrator.model.tasks import TaskState
+from orchestrator.queue import machine as q
 
 rng = random.Random(int(sys.argv[1]))
 print("ready", flush=True)

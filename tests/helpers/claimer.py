@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.queue_utils import claim_task
+from orchestrator.queue.machine import claim_task
 
 name, go = sys.argv[1], Path(sys.argv[2])
 while not go.exists():

@@ -6,7 +6,7 @@ that every section arrived whole and that none interleaved with another.
 
 import sys
 
-from orchestrator.queue_utils import save_task_notes
+from orchestrator.queue.machine import save_task_notes
 
 task_id, writer, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 print("ready", flush=True)

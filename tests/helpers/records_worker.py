@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.exceptions import JournalBusy
-from orchestrator.store import FolderStore, QueueStore
+from orchestrator.model.exceptions import JournalBusy
+from orchestrator.queue.store import FolderStore, QueueStore
 
 
 def open_store(spec: str) -> QueueStore:
@@ -27,7 +27,7 @@ def open_store(spec: str) -> QueueStore:
     if kind == "folder":
         store: QueueStore = FolderStore(Path(where))
     else:
-        from orchestrator.store.postgres import PostgresStore
+        from orchestrator.queue.store.postgres import PostgresStore
 
         store = PostgresStore(where)
     store.initialize()

@@ -1,0 +1,335 @@
+"""Reports over the queue: counts, running claims, usage (for `octopoid status`), and which
+reviews no longer merge. They move nothing; the merge checks are cached in the store."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .. import config
+from ..base import netpolicy
+from ..base.lazy import lazy_import
+from ..git import merge_guard
+from ..model.exceptions import ConfigError, OctopoidError
+from ..model.tasks import (
+    Task,
+    TaskState,
+    format_time,
+    normalize_task_id,
+    parse_time,
+    task_label,
+    utcnow,
+)
+from ..queue import adopt, bounces
+from ..queue.dependencies import Blockage, blockage_of, blocked_summary
+from ..queue.leases import attempt_text
+from ..queue.machine import get_store, known_task_id, list_tasks
+from ..queue.store.claim_index import Waiting, WaitingDigest
+
+# `status` uses these; `list` and `show`, which use this module too, need none of them.
+agent_status = lazy_import("orchestrator.roles.agent_status")
+git_utils = lazy_import("orchestrator.git.repo")
+questions = lazy_import("orchestrator.queue.questions")
+sandbox = lazy_import("orchestrator.box")
+stalls = lazy_import("orchestrator.daemon.stalls")
+# Only `task_details` (show) and `notes_details` use these.
+review = lazy_import("orchestrator.review.verdicts")
+task_notes = lazy_import("orchestrator.queue.task_notes")
+
+S = TaskState
+
+
+def task_usage(task: Task) -> tuple[int, float]:
+    """(turns, USD) a task has used across all its attempts."""
+    return int(task.headers.get("TURNS_TOTAL") or 0), float(task.headers.get("COST_USD_TOTAL") or 0)
+
+
+def attempt_of(task: Task) -> str:
+    """The task's attempt against the budget, as `show` and the task page say it
+    (``leases.attempt_text``); only the number while the configuration cannot be read."""
+    try:
+        max_attempts = int(config.load_agents()["max_attempts"])
+    except ConfigError:
+        max_attempts = None
+    return attempt_text(task, max_attempts)
+
+
+def task_row(task: Task, blockage: Blockage | None) -> dict[str, Any]:
+    """A task as `show --json` (and the MCP server's ``show``) begins it."""
+    return {
+        "id": task.label,
+        "title": task.title,
+        "state": task.state.value if task.state else None,
+        "role": task.role,
+        "priority": task.priority,
+        "attempts": task.attempts,
+        "created": task.headers.get("CREATED"),
+        "claimed_by": task.headers.get("CLAIMED_BY"),
+        "blocked_by": [label for label, _ in blockage.waiting_on] if blockage else [],
+        "stuck": blockage.stuck if blockage else None,
+        "pull_request": task.headers.get("PR_URL"),
+        "issue": task.headers.get("ISSUE_URL"),
+    }
+
+
+def notes_details(task_id: str) -> dict[str, Any]:
+    """`notes --json` (and the MCP server's ``notes``): the task's retry notes (None when it
+    has none yet) and where they are kept; ``TaskNotFound`` when it has none and no queue
+    holds it, as `notes` says."""
+    task_id = normalize_task_id(task_id)
+    text = task_notes.get_task_notes(task_id)
+    if text is None:
+        known_task_id(task_id)
+    return {"id": task_label(task_id), "notes": text, "path": task_notes.notes_location(task_id)}
+
+
+def task_details(task: Task) -> dict[str, Any]:
+    """`show --json`: the task's row, its branch head (None without a repository), headers,
+    how many attempts and reviews its notes hold, its usage and its History. One function
+    for every face that shows a task, so they cannot drift apart."""
+    head = None
+    with contextlib.suppress(OctopoidError):  # no repository: no branch to name
+        head = review.head_of(task)
+    summary = task_notes.notes_summary(task.id)
+    turns, cost = task_usage(task)
+    row = task_row(task, blockage_of(task))
+    row.update(
+        head=head,
+        headers=dict(task.headers),
+        notes={"attempts": summary["attempts"], "reviews": summary["reviews"]},
+        usage={"turns": turns, "cost_usd": round(cost, 4)},
+        history=task.history,
+    )
+    return row
+
+
+def pull_request_of(task: Task) -> dict[str, Any]:
+    """A task's pull request (docs/forge.md) as status, show and list give it."""
+    headers = task.headers
+    return {"id": task.label, "number": headers["PR_NUMBER"], "url": headers.get("PR_URL")}
+
+
+def pull_request_link(task: Task) -> tuple[str, str] | None:
+    """(number, URL) of the task's pull request, when its URL is one a page may link to: a
+    forge's answer is not trusted to be http(s) (a ``javascript:`` URL would run)."""
+    number, url = task.headers.get("PR_NUMBER", ""), task.headers.get("PR_URL", "")
+    return (number, url) if number and url.startswith(("https://", "http://")) else None
+
+
+def status_summary(
+    now: datetime | None = None, waiting: list[Waiting] | None = None
+) -> dict[str, Any]:
+    """Counts per queue, claimed tasks with agent and lease, the oldest task that can run,
+    blocked and stuck tasks, what is paused, whether the configuration is usable, the
+    sandbox (whether agents can start, and whether they are trusted), why nothing is
+    claimed (``stalls.report``), reviews whose branch no longer merges, and tasks in
+    flight that keep coming back with the same refusal (``bounces``).
+
+    Only tasks in flight are parsed (claimed, and those in review for their merge check):
+    waiting tasks come from the claim index, usage from the ledger, counts from the
+    folders' listings, so the cost does not grow with done/.
+    ``waiting``: the claim index's rows when the caller has read them already.
+    """
+    now = now or utcnow()
+    store = get_store()
+    digest = store.waiting_digest() if waiting is None else WaitingDigest.of(waiting)
+    blocked = blocked_summary(digest.with_blockers)
+    problem = config.problem()
+    claimed, running = [], store.list(S.CLAIMED)
+    for task in running:
+        lease = task.lease_expires
+        claimed.append(
+            {
+                "id": task.label,
+                "agent": task.headers.get("CLAIMED_BY", "?"),
+                "host": task.headers.get("HOST"),
+                "claimed_at": task.headers.get("CLAIMED_AT"),
+                "lease_seconds_left": int((lease - now).total_seconds()) if lease else None,
+            }
+        )
+    freed = [w for w in digest.with_blockers if task_label(w.id) not in blocked["waiting"]]
+    ready = [w for w in [digest.oldest_free, *freed] if w is not None and w.created]
+    oldest = min(ready, key=lambda w: w.created, default=None)
+    turns, cost, most = store.usage()
+    in_review = store.list(S.PROVISIONAL)
+    looping = [bounces.bouncing(t) for t in [*in_review, *running]]
+    return {
+        "bouncing": [found for found in looping if found is not None],
+        "unmergeable": [why.as_json(label) for label, why in unmergeable(in_review).items()],
+        "pull_requests": [pull_request_of(t) for t in in_review if "PR_NUMBER" in t.headers],
+        "questions": questions.open_questions(),
+        "config_problem": problem,
+        "stalls": stalls.report(digest.roles),
+        "sandbox": None if problem else sandbox.describe(),
+        "paused": None if problem else agent_status.pause_state(),
+        "refused_today": 0 if problem else agent_status.refused_today(now),
+        "blocked": blocked,
+        "usage": {
+            "turns": turns,
+            "cost_usd": round(cost, 4),
+            "tasks": [
+                {"id": task_label(tid), "state": state, "turns": t, "cost_usd": c}
+                for tid, state, t, c in most
+            ],
+        },
+        "counts": {state.value: store.count(state) for state in TaskState},
+        "claimed": claimed,
+        "oldest_incoming": None
+        if oldest is None
+        else {
+            "id": task_label(oldest.id),
+            "created": oldest.created,
+            "age_seconds": int((now - parse_time(oldest.created)).total_seconds()),
+        },
+    }
+
+
+@dataclass
+class MergeCheck:
+    """Why a task waiting for review would not merge now."""
+
+    conflicts: list[str] | None  # the files that conflict with its base (None: none)
+    refused: list[str]  # paths accept refuses to write (merge_guard)
+
+    def as_json(self, label: str) -> dict[str, Any]:
+        return {"id": label, "conflicts": self.conflicts, "refused": self.refused}
+
+
+#: The store's record of merge checks: per task in review, its last few judgments.
+MERGE_CHECKS = "merge-checks"
+JUDGED_KEPT = 8  # per task: a few bases' tips (machines fetch at their own pace), checkouts
+
+
+def unmergeable(tasks: list[Task]) -> dict[str, MergeCheck]:
+    """Tasks (waiting for review) whose branch no longer merges cleanly into its base, or
+    that accept would refuse (``merge_guard``): label -> why. git runs only for what no
+    machine judged before (the store's record ``merge-checks``, shared on PostgreSQL):
+    conflicts for a pair of tips (a fact about two commits, whoever asks), a refusal for a
+    pair of tips and what this checkout holds untracked (its fingerprint: each machine's
+    own), so `status` stays quick as reviews wait. Empty when git cannot tell (no
+    repository): `octopoid checks TASK-N` says why."""
+    if not tasks:
+        return {}
+    root = config.find_project_root()
+    try:
+        tips = git_utils.branch_tips(root)
+    except OctopoidError:
+        return {}
+    records = adopt.store().records
+    stored = records.read(MERGE_CHECKS)
+    known = {label: dict(pairs) for label, pairs in (stored.value if stored else {}).items()}
+    fresh: dict[str, dict[str, Any]] = {}
+    repo = None  # GitPython only for a pair not judged yet
+    checkouts = merge_guard.Checkouts(root)
+    found = {}
+    for task in tasks:
+        branch, base = git_utils.branch_for(task.id), task.branch
+        if branch not in tips or base not in tips:
+            continue
+        key, mine = f"{tips[base]}:{tips[branch]}", known.get(task.label, {})
+        guard = f"refused:{key}:{checkouts.fingerprint(base)}"
+        try:
+            if key not in mine:
+                repo = repo or git_utils.open_repo()
+                fresh.setdefault(task.label, {})[key] = git_utils.merge_conflicts(
+                    repo, task.id, base
+                )
+            if guard not in mine:
+                refused = checkouts.refused(f"refs/heads/{base}", f"refs/heads/{branch}")
+                fresh.setdefault(task.label, {})[guard] = refused
+        except OctopoidError:
+            continue
+        judged = {**mine, **fresh.get(task.label, {})}
+        if judged[key] is not None or judged[guard]:
+            found[task.label] = MergeCheck(judged[key], judged[guard] or [])
+    if fresh:
+        waiting = {t.label for t in tasks}
+        records.update(MERGE_CHECKS, lambda value: _kept(value or {}, fresh, waiting))
+    return found
+
+
+def _kept(value: dict[str, Any], fresh: dict[str, dict[str, Any]], waiting: set[str]) -> dict:
+    """The cache with ``fresh`` judgments added (newest last, ``JUDGED_KEPT`` a task), for
+    tasks still in review only."""
+    store, kept = get_store(), {}
+    for label, pairs in value.items():
+        if label in waiting or store.locate(label.removeprefix("TASK-")) is S.PROVISIONAL:
+            kept[label] = pairs
+    for label, judged in fresh.items():
+        pairs = [p for p in kept.get(label, []) if p[0] not in judged]
+        kept[label] = [*pairs, *map(list, judged.items())][-JUDGED_KEPT:]
+    return kept
+
+
+def agents_overview(
+    now: datetime | None = None, found: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Each agent with its state (idle, running TASK-x, paused), last outcome, today's use,
+    and why it claims nothing now (``not_claiming``: the system's reasons, then its own,
+    from ``found``, a ``stalls.report()`` the caller made, or a new one)."""
+    today = (now or utcnow()).date().isoformat()
+    problem = config.problem()
+    if problem:
+        raise ConfigError(problem)
+    agents_cfg, cfg = config.load_agents(), config.load_config()
+    claimed = list_tasks(TaskState.CLAIMED)
+    found = found or stalls.report()
+    system = [s["text"] for s in found["system"]]
+    records = agent_status.day_records(agents_cfg)
+    rows = []
+    for agent in agents_cfg["agents"]:
+        running = [t.label for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"]]
+        record = records[agent["name"]]
+        fresh = record.get("day") == today
+        hold = agent_status.held(agent["name"], records=records)
+        breaker = hold if hold is not None and hold.kind == agent_status.BREAKER else None
+        if running:
+            state = "running " + ", ".join(running)
+        else:
+            paused = agent_status.is_paused(agents_cfg, records, agent) or agent_status.is_paused(
+                agents_cfg, records
+            )
+            paused = paused or breaker
+            state = "paused" if paused else "idle"
+        rows.append(
+            {
+                "name": agent["name"],
+                "role": agent["role"],
+                "backend": agent["backend"],
+                "sandbox": cfg["sandbox"]["mode"],
+                "network": network_of(agent, cfg),
+                "refused_today": record.get("refused_today", 0) if fresh else 0,
+                "state": state,
+                "problem": agent_status.readiness_problem(agent),
+                "breaker": None if breaker is None else _shown(breaker),
+                "not_claiming": system
+                + [s["text"] for s in found["agents"].get(agent["name"], [])],
+                "last_task": record.get("last_task"),
+                "last_outcome": record.get("last_outcome"),
+                "attempts_today": record.get("attempts_today", 0) if fresh else 0,
+                "turns_today": record.get("turns_today", 0) if fresh else 0,
+                "cost_today_usd": _cost_today(agent, record if fresh else {}),
+            }
+        )
+    return rows
+
+
+def _shown(hold: agent_status.Hold) -> dict[str, str | None]:
+    until = None if hold.until is None else format_time(hold.until)
+    return {"why": hold.why, "since": hold.since, "until": until}
+
+
+def network_of(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """What network the agent's box has (netpolicy.py): allow, none, open, or open because
+    nothing walls it in."""
+    if cfg["sandbox"]["mode"] == "none":
+        return "open (no sandbox)"
+    return netpolicy.agent_mode(agent, cfg)
+
+
+def _cost_today(agent: dict[str, Any], record: dict[str, Any]) -> float | None:
+    """Today's cost in USD; None (unknown) for a backend that cannot report one."""
+    cost = record.get("cost_today_usd", 0.0)
+    return None if not cost and agent["backend"] in agent_status.COSTLESS_BACKENDS else cost

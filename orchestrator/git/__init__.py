@@ -1,0 +1,1 @@
+"""Every git call octopoid makes (GitPython, hooks off), and what a merge may touch."""

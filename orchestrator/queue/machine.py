@@ -1,0 +1,1134 @@
+"""The task state machine over the queue store (octopoid's seed API names live here).
+
+Each public function is one legal transition: it checks the task is where the move may
+start, rewrites the header, appends a History line and moves the file with one durable
+rename. Illegal moves raise ``IllegalTransition``. This module knows nothing of git,
+agents or memory; it only keeps retry notes in step, as the notes plan says.
+
+Claims are fenced: a claim carries a ``CLAIM_TOKEN``, and every write made with a token (or
+with a claimed ``Task`` read earlier, which carries its token) checks it under the task's
+lock and raises ``LostClaim`` when the claim has since been requeued, reaped or claimed
+again. Any move out of provisional holds the task (``QueueStore.hold``), so it cannot
+interleave with an accept in progress. Recovery of dead claims lives in ``recovery.py``.
+
+Its size: one short function per legal move, kept together because every move goes through
+``_transition``'s rules and the seed API names them in one place. Next out: octopoid's call
+forms and the split-proposal workflow.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from .. import config
+from ..base.processes import ProcessId, claim_mark
+from ..model import defaults
+from ..model.exceptions import (
+    ConfigError,
+    IllegalTransition,
+    InvalidInput,
+    InvalidTask,
+    LostClaim,
+    LostRace,
+    OctopoidError,
+    TaskNotFound,
+    TaskParseError,
+)
+from ..model.tasks import (
+    DEFAULT_BRANCH,
+    DEFAULT_PRIORITY,
+    DEFAULT_ROLE,
+    TIP_HEADER,
+    Task,
+    TaskState,
+    format_time,
+    new_task,
+    normalize_task_id,
+    one_line,
+    shown,
+    split_ids,
+    task_label,
+    utcnow,
+)
+from . import budgets, task_notes
+from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
+from .leases import (
+    LEASE_HEADERS,
+    attempts_left,
+    claim_token,
+    fence_holds,
+    lease_headers,
+    new_token,
+)
+from .store import get_store
+from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
+
+S = TaskState
+REJECT_REASONS = ("invalid", "duplicate", "already_implemented", "out_of_scope", "other")
+
+__all__ = [
+    "NOTES_STDOUT_LIMIT",
+    "accept_completion",
+    "attempts_left",
+    "claim_task",
+    "cleanup_task_notes",
+    "complete_task",
+    "create_task",
+    "fail_task",
+    "get_task",
+    "get_task_notes",
+    "list_tasks",
+    "quarantine_file",
+    "recycle_to_breakdown",
+    "reject_completion",
+    "reject_task",
+    "renew_lease",
+    "requeue_task",
+    "retry_task",
+    "save_task_notes",
+    "submit_completion",
+    "task_id_of",
+]
+
+
+def _id(task: Task | str) -> str:
+    return task.id if isinstance(task, Task) else normalize_task_id(task)
+
+
+def _token(task: Task | str, token: str | None) -> str | None:
+    """The claim token a write must match: given, or carried by a claimed ``Task`` read earlier."""
+    if token is not None:
+        return token
+    if isinstance(task, Task) and task.state is S.CLAIMED:
+        return claim_token(task) or None
+    return None
+
+
+def check_token(task: Task, token: str | None) -> None:
+    """Refuse a write by someone whose claim has since been revoked or given to another."""
+    if token is not None and (task.state is not S.CLAIMED or not fence_holds(task, token)):
+        raise LostClaim(
+            f"{task.label}'s claim is no longer yours (it was requeued, reaped or claimed again)"
+        )
+
+
+_PURPOSE = {S.DONE: "accepted", S.INCOMING: "rejected", S.FAILED: "failed"}
+
+
+def _transition(
+    task: Task | str,
+    allowed: Iterable[TaskState],
+    dst: TaskState,
+    actor: str | None,
+    reason: str = "",
+    now: datetime | None = None,
+    set_headers: dict[str, Any] | None = None,
+    drop_headers: Iterable[str] = (),
+    edit: Callable[[Task], None] | None = None,
+    token: str | None = None,
+) -> Task:
+    """Move a task from one of ``allowed`` states to ``dst``; the one path every move takes.
+
+    ``actor`` None means the agent holding the claim. ``edit`` sees the task as read under
+    the lock, for changes that depend on its current headers. ``token`` fences the move
+    (see the module docstring); a claimed ``Task`` argument brings its own.
+    """
+    task_id, now, token = _id(task), now or utcnow(), _token(task, token)
+    store = get_store()
+    allowed = tuple(allowed)
+    # one source: the move itself finds out (no lookup first: a round trip on PostgreSQL)
+    src = allowed[0] if len(allowed) == 1 else _located_in(task_id, allowed, dst)
+
+    def change(t: Task) -> None:
+        check_token(t, token)
+        who = actor or t.headers.get("CLAIMED_BY") or "agent"
+        if edit is not None:
+            edit(t)
+        t.drop_header(*drop_headers)
+        for key, value in (set_headers or {}).items():
+            t.set_header(key, value)
+        t.add_history(now, src.value, dst.value, who, reason)
+
+    try:
+        if src is S.PROVISIONAL:
+            with store.hold(task_id, _PURPOSE.get(dst, f"moved to {dst.value}")):
+                moved = store.move(task_id, src, dst, change)
+        else:
+            moved = store.move(task_id, src, dst, change)
+    except LostRace:
+        _located_in(task_id, allowed, dst)  # not there (any more): says where it is
+        if token is not None:
+            raise LostClaim(f"{task_label(task_id)} left claimed: the claim is not yours") from None
+        raise IllegalTransition(f"{task_label(task_id)} was moved by another process") from None
+    assert moved is not None  # no guard given
+    return moved
+
+
+def _located_in(task_id: str, allowed: tuple[TaskState, ...], dst: TaskState) -> TaskState:
+    """Where the task is, if that is one of ``allowed``; ``TaskNotFound`` or
+    ``IllegalTransition`` (saying where it is) if not."""
+    src = _locate(task_id)
+    if src not in allowed:
+        wanted = " or ".join(s.value for s in allowed)
+        raise IllegalTransition(
+            f"{task_label(task_id)} is in {src.value}, not {wanted}; cannot move it to {dst.value}"
+        )
+    return src
+
+
+def _update_claim(task: Task | str, change: Callable[[Task], None], token: str | None) -> Task:
+    """Rewrite a claimed task in place, fenced by ``token`` like a move."""
+    return _update_in(task, S.CLAIMED, change, token)
+
+
+def _update_in(
+    task: Task | str, state: TaskState, change: Callable[[Task], None], token: str | None = None
+) -> Task:
+    """Rewrite a task in ``state`` in place (fenced by ``token`` where it is claimed);
+    ``IllegalTransition`` if it is not there any more."""
+    token = _token(task, token)
+
+    def fenced(t: Task) -> None:
+        check_token(t, token)
+        change(t)
+
+    try:
+        return get_store().update(_id(task), state, fenced)
+    except LostRace:
+        if token is not None:
+            raise LostClaim(
+                f"{task_label(_id(task))} left claimed: the claim is not yours"
+            ) from None
+        raise IllegalTransition(f"{task_label(_id(task))} is no longer {state.value}") from None
+
+
+#: Characters of agent output kept per attempt in the retry notes (octopoid's name for
+#: ``defaults.NOTES_STDOUT_LIMIT``; a project's config.yaml ``notes.stdout_limit`` overrides).
+NOTES_STDOUT_LIMIT = defaults.NOTES_STDOUT_LIMIT
+
+#: octopoid's reject_task reason codes that this project spells differently.
+OCTOPOID_REJECT_REASONS = {"invalid_task": "invalid", "blocked": "other"}
+
+
+def create_task(
+    title: str,
+    role: str = DEFAULT_ROLE,
+    context: str = "",
+    acceptance_criteria: Iterable[str] | str | None = None,
+    priority: str = DEFAULT_PRIORITY,
+    branch: str = DEFAULT_BRANCH,
+    created_by: str = "human",
+    blocked_by: Iterable[str] | str | None = None,
+    project_id: str | None = None,
+    queue: TaskState | str = S.INCOMING,
+    **fields: Any,
+) -> Task | Path:
+    """Enqueue a new task with the next sequential id, in incoming (or breakdown).
+
+    octopoid's signature, positional or by name. Called octopoid's way, with
+    ``acceptance_criteria`` (a list, or one string of lines), it returns the task file's
+    ``Path``, as octopoid did; called this project's way, with ``criteria=`` or none, the
+    ``Task``. ``blocked_by`` may be octopoid's comma-separated string; ``project_id`` is kept
+    as a ``PROJECT`` header, and octopoid's ``checks`` (names of its gatekeeper checks, not
+    commands) as ``OCTOPOID_CHECKS``. ``fields`` are the rest of ``tasks.new_task``'s:
+    criteria, checks (commands), now; ``budget`` (limits, ``budgets.parse``), kept as the
+    task's ``BUDGET`` header; and ``task_id``, an id ``QueueStore.allocate_id`` gave before
+    (a journal's steps create their tasks under ids it wrote down first).
+    """
+    budget = fields.pop("budget", None)
+    given_id = fields.pop("task_id", None)  # allocated before (a journal's), or the next
+    octopoid_checks: list[str] = []
+    if acceptance_criteria is not None:
+        if "criteria" in fields:
+            raise TypeError("create_task() got both acceptance_criteria= and criteria=")
+        fields["criteria"] = _criteria_lines(acceptance_criteria)
+        octopoid_checks = list(fields.pop("checks", None) or [])
+    state = _new_task_state(queue)
+    task = new_task(  # refused input must not spend an id
+        "0",
+        title,
+        role=role,
+        context=context,
+        priority=priority,
+        branch=branch,
+        created_by=created_by,
+        blocked_by=_blocker_list(blocked_by),
+        **fields,
+    )
+    if project_id:
+        task.set_header("PROJECT", project_id)
+    if octopoid_checks:
+        task.set_header("OCTOPOID_CHECKS", ",".join(octopoid_checks))
+    if budget:
+        task.set_header("BUDGET", budgets.render(budget))
+    if state is not S.INCOMING:
+        task.sections = [(h, c) for h, c in task.sections if h != "History"]
+        task.add_history(task.created or utcnow(), "new", state.value, created_by)
+    store = get_store()
+    task.id = normalize_task_id(given_id) if given_id else store.allocate_id()
+    added = store.add(task, state)
+    if acceptance_criteria is None:
+        return added
+    assert added.path is not None  # the store sets it
+    return added.path
+
+
+def _new_task_state(queue: TaskState | str) -> TaskState:
+    """Where a new task may start: incoming, or (octopoid's ``queue="breakdown"``) breakdown."""
+    if queue in (S.INCOMING.value, S.BREAKDOWN.value):
+        return TaskState(queue)
+    raise InvalidTask(f"a new task goes to incoming or breakdown, not {shown(str(queue))}")
+
+
+def _blocker_list(blocked_by: Iterable[str] | str | None) -> list[str]:
+    """Blockers as a list; octopoid gave them as one comma-separated string, or "None"."""
+    if blocked_by is None or blocked_by == "None":
+        return []
+    if isinstance(blocked_by, str):
+        return split_ids(blocked_by)
+    return list(blocked_by)
+
+
+def _criteria_lines(criteria: Iterable[str] | str) -> list[str]:
+    """octopoid's acceptance criteria without the ``- [ ]`` boxes it let callers include."""
+    lines = criteria.splitlines() if isinstance(criteria, str) else list(criteria)
+    return [re.sub(r"^\s*- \[[ xX]\]\s*", "", line) for line in lines if line.strip()]
+
+
+def list_tasks(queue: TaskState | str) -> list[Task]:
+    """Every readable task in ``queue``, in claim order."""
+    try:
+        state = TaskState(queue)
+    except ValueError:
+        names = ", ".join(s.value for s in TaskState)
+        raise IllegalTransition(f"unknown queue {queue!r}; queues are: {names}") from None
+    return get_store().list(state)
+
+
+def get_task(task_id: str) -> Task:
+    return get_store().get(normalize_task_id(task_id))
+
+
+def known_task_id(task_id: str) -> str:
+    """The bare id of a task some queue holds, else ``TaskNotFound`` (exit 3): for commands
+    about what a task left (its notes, its working notes) that need not read the task."""
+    bare = normalize_task_id(task_id)
+    _locate(bare)
+    return bare
+
+
+def _locate(task_id: str) -> TaskState:
+    state = get_store().locate(task_id)
+    if state is None:
+        raise TaskNotFound(f"no task {task_label(task_id)} in any queue")
+    return state
+
+
+def readable_tasks(task_ids: Iterable[str]) -> list[Task]:
+    """The tasks of ``task_ids`` that can still be read: one may move or go while a list or
+    a page is drawn, and is then left out, not an error."""
+    found = []
+    for task_id in task_ids:
+        try:
+            found.append(get_task(task_id))
+        except OctopoidError:
+            continue
+    return found
+
+
+def claim_task(
+    role_filter: str | None = None,
+    agent_name: str = "agent",
+    *,
+    source: TaskState = S.INCOMING,
+    task: Task | str | None = None,
+    reason: str | None = None,
+    lease_seconds: int | None = None,
+    pid: int | None = None,
+    now: datetime | None = None,
+) -> Task | None:
+    """The one claim, with a lease, a fresh ``CLAIM_TOKEN`` and this process (or ``pid``) as
+    its owner; None if nothing is there to claim.
+
+    - the next eligible task waiting in incoming for ``role_filter`` (an implementer's);
+    - with ``source`` breakdown, the oldest task there (a breakdown agent's:
+      ``PHASE: breakdown``);
+    - with ``task``, that task from ``source`` (a planner's carrying task, whose role no
+      scheduler claims): ``IllegalTransition`` if it is not there.
+    """
+    now = now or utcnow()
+    breakdown = source is S.BREAKDOWN
+    headers: dict[str, object] = {}  # made once a task is found: an empty claim is cheap
+
+    def change(t: Task) -> None:
+        if not headers:
+            seconds = lease_seconds or config.load_agents()["lease_seconds"]
+            headers.update(lease_headers(agent_name, ProcessId.of(pid), now, seconds, new_token()))
+        t.set_header("ATTEMPTS", t.attempts + 1)
+        for key, value in headers.items():
+            t.set_header(key, value)
+        t.drop_header("STARTED_AT", "DEADLINE", *(() if breakdown else ("NOT_BEFORE", "PHASE")))
+        if breakdown:
+            t.set_header("BREAKDOWN_ATTEMPTS", int(t.headers.get("BREAKDOWN_ATTEMPTS") or 0) + 1)
+            t.set_header("PHASE", "breakdown")
+        why = reason or ("to break down" if breakdown else f"attempt {t.attempts}")
+        t.add_history(now, source.value, S.CLAIMED.value, agent_name, why)
+
+    store = get_store()
+    if task is not None:
+        try:
+            return store.move(_id(task), source, S.CLAIMED, change)
+        except LostRace:
+            raise IllegalTransition(
+                f"{task_label(_id(task))} is no longer in {source.value}: not claimed"
+            ) from None
+    if not breakdown:
+        return store.claim(role_filter, change, now)
+    for candidate in store.list(S.BREAKDOWN):
+        try:
+            return store.move(candidate.id, S.BREAKDOWN, S.CLAIMED, change)
+        except (LostRace, TaskParseError):
+            continue  # another breakdown agent took it, or it was unreadable (quarantined)
+    return None
+
+
+def renew_lease(
+    task: Task | str,
+    lease_seconds: int | None = None,
+    now: datetime | None = None,
+    pid: int | None = None,
+    *,
+    token: str | None = None,
+    deadline_seconds: float | None = None,
+) -> Task:
+    """Push a claimed task's lease forward; ``LostClaim`` if the claim is not ``token``'s.
+
+    ``pid`` hands the claim to another process (the runner taking over from the scheduler),
+    records when the attempt really started, and sets its hard ``DEADLINE``.
+    """
+    now = now or utcnow()
+    seconds = lease_seconds or config.load_agents()["lease_seconds"]
+    expires = format_time(now + timedelta(seconds=seconds))
+
+    def change(t: Task) -> None:
+        t.set_header("LEASE_EXPIRES", expires)
+        if pid is not None:
+            for key, value in ProcessId.of(pid).headers().items():
+                t.set_header(key, value)
+            t.set_header("STARTED_AT", format_time(now))
+        if deadline_seconds is not None:
+            t.set_header("DEADLINE", format_time(now + timedelta(seconds=deadline_seconds)))
+
+    return _update_claim(task, change, token)
+
+
+def record_usage(
+    task: Task | str,
+    turns: int,
+    cost_usd: float | None,
+    *,
+    tokens: int = 0,
+    seconds: float = 0.0,
+    token: str | None = None,
+) -> Task:
+    """Add an attempt's turns, tokens (in + out), wall time and cost to the claimed task's
+    totals (its budget reads them)."""
+
+    def add(t: Task) -> None:
+        t.set_header("TURNS_TOTAL", int(t.headers.get("TURNS_TOTAL") or 0) + turns)
+        if seconds:
+            total_seconds = float(t.headers.get("SECONDS_TOTAL") or 0) + seconds
+            t.set_header("SECONDS_TOTAL", f"{total_seconds:.1f}")
+        if tokens:
+            t.set_header("TOKENS_TOTAL", int(t.headers.get("TOKENS_TOTAL") or 0) + tokens)
+        if cost_usd is not None:
+            total = float(t.headers.get("COST_USD_TOTAL") or 0) + cost_usd
+            t.set_header("COST_USD_TOTAL", f"{total:.4f}")
+
+    return _update_claim(task, add, token)
+
+
+def report_progress(task: Task | str, text: str, *, token: str | None = None) -> Task:
+    """What the running agent says it is doing (one line, from its channel): ``PROGRESS``."""
+    return _update_claim(task, lambda t: t.set_header("PROGRESS", text), token)
+
+
+@octopoid_form(commits_count="commits", turns_used="turns")
+def submit_completion(
+    task: TaskRef,
+    commits: int = 0,
+    turns: int | None = 0,
+    now: datetime | None = None,
+    cost_usd: float | None = None,
+    *,
+    token: str | None = None,
+    checks: Iterable[str] = (),
+    no_change: str | None = None,
+    tip: str | None = None,
+    remark: str = "",
+) -> Task:
+    """claimed -> provisional: the attempt produced work for review.
+
+    ``checks`` are one-line results of the checks it passed; each gets a History line
+    (``in claimed``: an event, not a move).
+    ``tip``: the commit the attempt left on its branch (``BRANCH_TIP``), what accept merges.
+    ``no_change``: the agent found nothing to change, and why (``NO_CHANGE``): accepting
+    it closes the task without a merge.
+    ``turns`` None (octopoid's "not known") counts as 0. A submit fenced by the claim's
+    token (the runner's) is marked ``SUBMITTED_CLAIM``: accept takes nothing else.
+    ``remark``: what octopoid did to the work on its way (History says it).
+    """
+    from ..base.redaction import redact  # at first use: readers never redact
+
+    now, turns = now or utcnow(), turns or 0
+    token = _token(task, token)
+    headers: dict[str, Any] = {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)}
+    if token:
+        headers["SUBMITTED_CLAIM"] = claim_mark(token)[:16]
+    if tip:
+        headers[TIP_HEADER] = tip
+    cost = f", ${cost_usd:.2f}" if cost_usd is not None else ""
+    if no_change:
+        headers["NO_CHANGE"] = one_line(redact(no_change), 500)
+    stale = () if no_change else ("NO_CHANGE",)  # a mark of an earlier attempt's
+    checks = list(checks)
+    passed = f"; checks: {len(checks)} passed" if checks else ""
+
+    def note_checks(t: Task) -> None:
+        for line in checks:
+            t.add_event(now, S.CLAIMED.value, "checks", line)
+
+    return _transition(
+        task,
+        [S.CLAIMED],
+        S.PROVISIONAL,
+        None,
+        f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}{passed}"
+        + (f"; no change needed: {headers['NO_CHANGE']}" if no_change else "")
+        + (f"; {one_line(redact(remark), defaults.MAX_ERROR_CHARS)}" if remark else ""),
+        now,
+        headers,
+        (*LEASE_HEADERS, *stale),
+        note_checks,
+        token=token,
+    )
+
+
+def unfenced_submit(task: Task) -> str | None:
+    """Why ``task`` (in provisional) did not come from a runner's fenced submit, or None.
+    A return from failed (``return_to_review``) brings back what was submitted before."""
+    if "SUBMITTED_CLAIM" not in task.headers:
+        return "it was not submitted with its claim's token (moved there by hand, or by a script)"
+    arrivals = [
+        src for src, dst in task.moves() if dst == S.PROVISIONAL.value and src != S.FAILED.value
+    ]
+    if arrivals[-1:] != [S.CLAIMED.value]:
+        return "its History has no move from claimed by the runner that submitted it"
+    return None
+
+
+@octopoid_form(validator="accepted_by")
+def accept_completion(
+    task: TaskRef,
+    accepted_by: str | None = "human",
+    now: datetime | None = None,
+    *,
+    reason: str = "accepted",
+) -> Task:
+    """provisional -> done; the retry notes are deleted. ``accepted_by`` None is "human";
+    ``reason`` is History's (a forge's merge says who merged it)."""
+    accepted_by = accepted_by or "human"
+    return _finish(task, S.PROVISIONAL, accepted_by, reason, now, {"ACCEPTED_BY": accepted_by})
+
+
+def _finish(
+    task: Task | str,
+    src: TaskState | tuple[TaskState, ...],
+    actor: str | None,
+    reason: str,
+    now: datetime | None,
+    headers: dict[str, Any] | None = None,
+    token: str | None = None,
+) -> Task:
+    """Move to done and delete the retry notes: every path to done goes through here."""
+    now = now or utcnow()
+    headers = {**(headers or {}), "COMPLETED_AT": format_time(now)}
+    srcs = src if isinstance(src, tuple) else (src,)
+    done = _transition(task, srcs, S.DONE, actor, reason, now, headers, LEASE_HEADERS, token=token)
+    cleanup_task_notes(done.id)
+    return done
+
+
+def rejection_reason(reason: str) -> str:
+    """The reason of a rejection, checked alike for every way in (CLI, page, API): text
+    the next attempt reads, so not blank."""
+    reason = reason.strip()
+    if not reason:
+        raise InvalidInput("a rejection needs a reason: the next attempt reads it")
+    return reason
+
+
+@octopoid_form(validator="rejected_by", accepted_by="rejected_by")
+def reject_completion(
+    task: TaskRef,
+    reason: str,
+    rejected_by: str | None = "human",
+    now: datetime | None = None,
+    *,
+    comments: Sequence[LineComment] = (),
+    summary: str = "",
+    mark: dict[str, str] | None = None,
+) -> Task:
+    """provisional -> incoming; the reason (and ``comments`` on lines of the branch) go into
+    the retry notes for the next attempt.
+
+    Refused for a task an interrupted accept already merged (``MERGED``): finish that accept.
+    ``rejected_by`` None (octopoid's default) is "human". ``summary`` is History's line when
+    the reason is long (a CI log); ``mark`` are headers set in the same move (what a forge's
+    verdict was, so it is never acted on twice).
+    """
+    rejection_reason(reason)
+    return _reject_to(
+        task,
+        S.INCOMING,
+        reason,
+        rejected_by or "human",
+        now,
+        comments,
+        edit=_refuse_if_merged,
+        summary=summary,
+        mark=mark,
+    )
+
+
+def _reject_to(
+    task: TaskRef,
+    dst: TaskState,
+    reason: str,
+    rejected_by: str,
+    now: datetime | None,
+    comments: Sequence[LineComment] = (),
+    drop_headers: tuple[str, ...] = ("SUBMITTED_AT", "SUBMITTED_CLAIM", "NO_CHANGE"),
+    edit: Callable[[Task], None] | None = None,
+    summary: str = "",
+    mark: dict[str, str] | None = None,
+) -> Task:
+    """A rejection: its notes are written before the move, so a kill between the two
+    cannot lose the reason (the task stays in provisional; at worst a repeated reject
+    writes it twice). If the move is refused, exactly those notes are taken back; if it
+    fails after the task reached ``dst`` (the rename decided, a later step raised), they stay.
+    """
+    now, task_id = now or utcnow(), _id(task)
+    added = add_review_notes(task_id, reason, rejected_by, now, comments)
+    read_in_provisional = False
+
+    def edit_and_mark(t: Task) -> None:
+        nonlocal read_in_provisional
+        if edit is not None:
+            edit(t)
+        read_in_provisional = True
+
+    try:
+        return _transition(
+            task,
+            [S.PROVISIONAL],
+            dst,
+            rejected_by,
+            summary or reason,
+            now,
+            mark,
+            drop_headers=drop_headers,
+            edit=edit_and_mark,
+        )
+    except BaseException:
+        if not read_in_provisional or get_store().locate(task_id) is not dst:
+            take_back_notes(task_id, added)
+        raise
+
+
+def _refuse_if_accepting(task: Task) -> None:
+    """An accept stopped half-way (``MERGING``, ``MERGED``): it is finished or rejected,
+    never closed over (git may hold its merge)."""
+    if "MERGING" in task.headers or "MERGED" in task.headers:
+        raise IllegalTransition(
+            f"{task.label}: an accept stopped half-way; `octopoid accept {task.label}` "
+            f"finishes it, or `octopoid reject {task.label} --reason ...`"
+        )
+
+
+def record_merge(task: Task | str, sha: str, actor: str, onto: str) -> Task:
+    """An accept's merge landed (``sha`` on ``onto``): ``MERGED`` on the task in review,
+    and a History line. From now on it can be finished, never rejected."""
+
+    def merged(t: Task) -> None:
+        t.drop_header("MERGING")  # an older octopoid's mark before its merge
+        t.set_header("MERGED", sha)
+        t.add_event(utcnow(), S.PROVISIONAL.value, actor, f"merged into {onto} as {sha[:12]}")
+
+    return _update_in(task, S.PROVISIONAL, merged)
+
+
+def add_task(task: Task, state: TaskState = S.INCOMING) -> Task:
+    """A task made elsewhere under its own id (an imported issue, an older octopoid's
+    file) added in ``state``; ``IllegalTransition`` if the id is taken meanwhile."""
+    return get_store().add(task, state)
+
+
+def rewrite_waiting(task: Task | str, change: Callable[[Task], None]) -> Task:
+    """Rewrite a task still waiting in incoming (its issue was edited before work began);
+    ``IllegalTransition`` if it was claimed meanwhile."""
+    return _update_in(task, S.INCOMING, change)
+
+
+def record_from_forge(task: Task | str, state: TaskState, change: Callable[[Task], None]) -> Task:
+    """What the forge learned of a task in ``state`` written on it (its pull request, what
+    was said there, the branch's new tip); ``IllegalTransition`` if it left ``state``."""
+    return _update_in(task, state, change)
+
+
+def repair_store(rebuild: bool = False) -> tuple[list[str], int | None]:
+    """The store's own repairs (half-done moves of dead processes), and with ``rebuild`` its
+    indexes made again from the tasks: what was repaired, how many tasks were read."""
+    store = get_store()
+    return store.recover(), (store.rebuild() if rebuild else None)
+
+
+def sweep_store(now: datetime) -> int:
+    """The store's housekeeping (expired holds and leftovers of dead processes)."""
+    return get_store().sweep(now)
+
+
+def _refuse_if_merged(task: Task) -> None:
+    if task.headers.get("MERGED"):
+        raise IllegalTransition(
+            f"{task.label} was already merged by an accept that did not finish "
+            f"(commit {task.headers['MERGED'][:12]}); "
+            f"run `octopoid accept {task.label}` to finish it"
+        )
+
+
+@octopoid_form()
+def complete_task(
+    task: TaskRef,
+    result: str | None = "",
+    now: datetime | None = None,
+    *,
+    token: str | None = None,
+    headers: dict[str, Any] | None = None,
+) -> Task:
+    """claimed -> done directly (no review); the retry notes are deleted."""
+    return _finish(task, S.CLAIMED, None, result or "completed", now, headers, token=token)
+
+
+@octopoid_form()
+def fail_task(
+    task: TaskRef,
+    error: str,
+    now: datetime | None = None,
+    *,
+    token: str | None = None,
+    actor: str | None = None,
+    drop: tuple[str, ...] = (),
+    headers: dict[str, Any] | None = None,
+) -> Task:
+    """-> failed, with the error kept (one line, capped) in the ERROR header. ``actor``
+    None is the agent holding the claim; ``drop`` are headers the move removes, ``headers``
+    others it sets."""
+    from ..base.redaction import redact  # at first use: readers never redact
+
+    error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
+    return _transition(
+        task,
+        [S.INCOMING, S.CLAIMED, S.PROVISIONAL],
+        S.FAILED,
+        actor,
+        error,
+        now,
+        {**(headers or {}), "ERROR": error},
+        (*LEASE_HEADERS, *drop),
+        edit=_refuse_if_merged,
+        token=token,
+    )
+
+
+def return_to_review(
+    task: TaskRef,
+    reason: str,
+    actor: str,
+    now: datetime | None = None,
+    *,
+    headers: dict[str, Any] | None = None,
+    drop: tuple[str, ...] = (),
+) -> Task:
+    """failed -> provisional: a failure undone from outside, the work it had submitted in
+    review again (a forge's pull request, closed unmerged, was reopened or merged)."""
+    return _transition(
+        task,
+        [S.FAILED],
+        S.PROVISIONAL,
+        actor,
+        reason,
+        now,
+        headers,
+        ("ERROR", *drop),
+        edit=_refuse_unsubmitted,
+    )
+
+
+def _refuse_unsubmitted(task: Task) -> None:
+    """Only a task whose attempt reached review before it failed has work to review."""
+    if S.PROVISIONAL.value not in (dst for _, dst in task.moves()):
+        raise IllegalTransition(f"{task.label} never reached review: there is nothing to review")
+
+
+@octopoid_form()
+def reject_task(
+    task: TaskRef,
+    reason: str,
+    details: str | None = "",
+    rejected_by: str | None = None,
+    now: datetime | None = None,
+    *,
+    token: str | None = None,
+) -> Task:
+    """claimed -> rejected: the agent says the task is invalid, a duplicate, already done...
+
+    ``rejected_by`` None means the agent holding the claim. octopoid's codes are read as
+    ours (``OCTOPOID_REJECT_REASONS``); one read as ``other`` keeps its name in the details.
+    """
+    from ..base.redaction import redact  # at first use: readers never redact
+
+    code = OCTOPOID_REJECT_REASONS.get(reason, reason)
+    if code not in REJECT_REASONS:
+        raise IllegalTransition(f"reject reason must be one of {', '.join(REJECT_REASONS)}")
+    details = redact(details or "")
+    if code != reason and code == "other":
+        details = f"{reason}: {details}" if details else reason
+    why = f"{code}: {details}" if details else code
+    return _transition(
+        task,
+        [S.CLAIMED],
+        S.REJECTED,
+        rejected_by,
+        why,
+        now,
+        {"REJECT_REASON": code, "REJECT_DETAILS": one_line(details, 500)},
+        LEASE_HEADERS,
+        token=token,
+    )
+
+
+@octopoid_form()
+def retry_task(
+    task: TaskRef,
+    actor: str = "human",
+    now: datetime | None = None,
+    *,
+    reason: str = "retry",
+    budget: dict[str, float] | None = None,
+    prepare: Callable[[Task], None] | None = None,
+) -> Task:
+    """failed/rejected/breakdown -> incoming with a fresh set of attempts; notes are kept.
+
+    From breakdown, the task is tried whole again instead of split (no breakdown agent,
+    or a person thinks another attempt will do). ``budget`` replaces its own budget;
+    ``prepare`` runs under the task's lock before the move (a claim cannot slip in).
+    """
+
+    def restart(t: Task) -> None:
+        if prepare is not None:
+            prepare(t)
+        t.set_header("ATTEMPTS_AT_RETRY", t.attempts)
+
+    return _transition(
+        task,
+        [S.FAILED, S.REJECTED, S.BREAKDOWN],
+        S.INCOMING,
+        actor,
+        reason,
+        now,
+        {"BUDGET": budgets.render(budget)} if budget else None,
+        drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS", "INTERRUPTED", "PHASE"),
+        edit=restart,
+    )
+
+
+CLOSE_KINDS = ("done", "wont-do")
+#: Where a person may close a task from: every state but claimed (an attempt is running:
+#: `octopoid requeue` first), done, and quarantine (not a readable task).
+CLOSABLE = (S.INCOMING, S.PROVISIONAL, S.FAILED, S.REJECTED, S.BREAKDOWN)
+
+
+def close_task(
+    task: TaskRef, kind: str, reason: str, actor: str = "human", now: datetime | None = None
+) -> Task:
+    """-> done without a merge: nothing needed changing, or it was done elsewhere
+    (``done``), or it will not be done (``wont-do``). ``CLOSED`` and ``CLOSE_REASON`` say
+    which and why; the retry notes are deleted like any task's in done. A task an
+    interrupted accept already merged is refused: that accept is finished instead.
+    """
+    from ..base.redaction import redact  # at first use: readers never redact
+
+    if kind not in CLOSE_KINDS:
+        raise InvalidInput(f"a task is closed as one of {', '.join(CLOSE_KINDS)}, not {kind!r}")
+    if not reason.strip():
+        raise InvalidInput("closing a task needs a reason (--reason): it stays in its History")
+    now = now or utcnow()
+    headers = {
+        "CLOSED": kind,
+        "CLOSE_REASON": one_line(redact(reason), 500),
+        "COMPLETED_AT": format_time(now),
+    }
+    state = get_store().locate(_id(task))
+    if state is S.CLAIMED:
+        raise IllegalTransition(
+            f"{task_label(_id(task))} is claimed: an attempt is running; "
+            f"`octopoid requeue {task_label(_id(task))}` takes it back first"
+        )
+    done = _transition(
+        task,
+        CLOSABLE,
+        S.DONE,
+        actor,
+        f"closed as {kind}: {headers['CLOSE_REASON']}",
+        now,
+        headers,
+        (*LEASE_HEADERS, "PHASE", "PROPOSED_SPLIT"),
+        _refuse_if_accepting,
+    )
+    cleanup_task_notes(done.id)
+    return done
+
+
+@octopoid_form()
+def requeue_task(
+    task: TaskRef,
+    reason: str = "requeued",
+    actor: str = "human",
+    now: datetime | None = None,
+    *,
+    counted: bool = True,
+    set_headers: dict[str, Any] | None = None,
+    token: str | None = None,
+) -> Task:
+    """claimed -> incoming after a lost attempt; notes are kept.
+
+    ``counted=False`` (shutdown, rate limit, a runner that never started) gives the attempt
+    back: it is recorded in ``INTERRUPTED`` and does not count against ``max_attempts``.
+    ``ATTEMPTS`` itself never goes down: it numbers the notes. A running attempt is stopped
+    by ``recovery.requeue_running``, which calls this.
+    """
+
+    def give_back(t: Task) -> None:
+        if not counted:
+            t.set_header("INTERRUPTED", int(t.headers.get("INTERRUPTED") or 0) + 1)
+
+    return _transition(
+        task,
+        [S.CLAIMED],
+        S.INCOMING,
+        actor,
+        reason,
+        now,
+        set_headers,
+        LEASE_HEADERS,
+        give_back,
+        token=token,
+    )
+
+
+@octopoid_form(recycled_answer)
+def recycle_to_breakdown(
+    task: TaskRef,
+    reason: str = "too_large",
+    now: datetime | None = None,
+    *,
+    token: str | None = None,
+) -> Task:
+    """claimed -> breakdown: burned out (or a breakdown attempt failed), to be split by a
+    breakdown role; notes are kept."""
+    return _transition(
+        task,
+        [S.CLAIMED],
+        S.BREAKDOWN,
+        None,
+        reason,
+        now,
+        drop_headers=(*LEASE_HEADERS, "PHASE"),
+        token=token,
+    )
+
+
+def release_claim(
+    task: Task,
+    reason: str,
+    actor: str = "octopoid",
+    now: datetime | None = None,
+    *,
+    counted: bool = True,
+    token: str | None = None,
+) -> Task:
+    """Give a claim back where it came from: breakdown/ for a breakdown claim (``PHASE``),
+    else incoming (see ``requeue_task`` for ``counted``)."""
+    if task.headers.get("PHASE") == "breakdown":
+        return recycle_to_breakdown(task, reason, now, token=token)
+    return requeue_task(task, reason, actor, now, counted=counted, token=token)
+
+
+def propose_split(task: Task | str, proposal: str, now: datetime | None = None) -> Task:
+    """claimed -> provisional: a breakdown agent's subtasks, held for a person to approve
+    (``breakdown.approve: true``); they are kept in a ``## Proposed Subtasks`` section."""
+    count = proposal.count('"title"')
+
+    def hold(t: Task) -> None:
+        t.sections = [(h, c) for h, c in t.sections if h != "Proposed Subtasks"]
+        t.sections.append(("Proposed Subtasks", f"{fenced(proposal, 'subtasks')}\n"))
+
+    return _transition(
+        task,
+        [S.CLAIMED],
+        S.PROVISIONAL,
+        None,
+        f"proposes {count} subtasks; `octopoid approve` creates them",
+        now,
+        {"PROPOSED_SPLIT": count, "SUBMITTED_AT": format_time(now or utcnow())},
+        (*LEASE_HEADERS, "PHASE"),
+        hold,
+    )
+
+
+def finish_split(
+    task: Task | str,
+    split_into: str,
+    actor: str | None = None,
+    *,
+    approved: bool = False,
+    token: str | None = None,
+) -> Task:
+    """-> done once a split's subtasks exist (the last step of its journal): from claimed
+    (the breakdown attempt's own, fenced by its ``token``), provisional (a person
+    ``approved`` the proposal) or breakdown (the attempt died half-way and its claim was
+    taken back: whoever finishes the journal moves it). ``actor`` None: the claim's holder."""
+    headers = {"SPLIT_INTO": split_into, **({"ACCEPTED_BY": actor} if approved else {})}
+    srcs = (S.CLAIMED, S.PROVISIONAL, S.BREAKDOWN)
+    return _finish(task, srcs, actor, f"split into {split_into}", None, headers, token=token)
+
+
+def rewire_blocker(task: Task | str, old_id: str, new_id: str, actor: str) -> Task:
+    """A waiting task that waited for ``old_id`` (split) waits for ``new_id`` instead;
+    History says so. ``IllegalTransition`` if it left incoming meanwhile."""
+    old, new = task_label(old_id), task_label(new_id)
+
+    def rewire(t: Task) -> None:
+        if normalize_task_id(old_id) in t.blocked_by:
+            ids = [new_id if b == normalize_task_id(old_id) else b for b in t.blocked_by]
+            t.set_header("BLOCKED_BY", ", ".join(task_label(b) for b in dict.fromkeys(ids)))
+            t.add_event(utcnow(), S.INCOMING.value, actor, f"waits for {new} instead of {old}")
+
+    return _update_in(task, S.INCOMING, rewire)
+
+
+#: ``NOT_BEFORE`` of a task waiting for an answer: no claim reaches it; the answer lifts it
+NEVER = "9999-12-31T00:00:00Z"
+QUESTION_HOLD = ("QUESTION", "NOT_BEFORE")
+
+
+def hold_for_question(
+    task: Task | str,
+    question: str,
+    reason: str,
+    answered: Callable[[], bool],
+    *,
+    token: str | None = None,
+) -> Task:
+    """claimed -> incoming, the attempt given back (not counted), held (``QUESTION``, a
+    ``NOT_BEFORE`` no claim reaches) until a person answers; unless ``answered()`` says
+    the answer came meanwhile. It is asked under the task's lock, and the answer is
+    written before ``release_question`` takes that lock, so a task is never held with its
+    answer given."""
+
+    def hold(t: Task) -> None:
+        t.set_header("INTERRUPTED", int(t.headers.get("INTERRUPTED") or 0) + 1)
+        if not answered():
+            t.set_header("QUESTION", one_line(question, 300))
+            t.set_header("NOT_BEFORE", NEVER)
+
+    why = f"needs input: {one_line(question, 120)}; {reason}"
+    return _transition(
+        task, [S.CLAIMED], S.INCOMING, "octopoid", why, None, None, LEASE_HEADERS, hold,
+        token=token,
+    )  # fmt: skip
+
+
+def release_question(task: Task | str, answered_by: str) -> Task | None:
+    """A task held in incoming for its question may be claimed again (the answer is in its
+    notes); None if it is not held there (still asking: its attempt takes the answer)."""
+
+    def release(t: Task) -> None:
+        if "QUESTION" in t.headers:  # not a rate limit's NOT_BEFORE: only the hold's
+            t.drop_header(*QUESTION_HOLD)
+            t.add_event(utcnow(), S.INCOMING.value, answered_by, "answered: it may be claimed")
+
+    try:
+        return _update_in(task, S.INCOMING, release)
+    except (IllegalTransition, TaskNotFound):
+        return None
+
+
+def reject_proposal(task: Task | str, reason: str, rejected_by: str = "human") -> Task:
+    """provisional -> breakdown: a person refused the proposed split; the reason goes into
+    the notes for the next breakdown attempt."""
+
+    def drop(t: Task) -> None:
+        t.sections = [(h, c) for h, c in t.sections if h != "Proposed Subtasks"]
+
+    return _reject_to(
+        task,
+        S.BREAKDOWN,
+        reason,
+        rejected_by,
+        None,
+        drop_headers=("PROPOSED_SPLIT", "SUBMITTED_AT"),
+        edit=drop,
+    )
+
+
+def quarantine_file(path: Path, reason: str) -> Path:
+    """Move an unreadable file to quarantine/ with ``<name>.error`` beside it."""
+    return get_store().quarantine(path, reason)
+
+
+def get_task_notes(task_id: TaskRef) -> str | None:
+    """The task's retry notes, or None when it has none (seed API)."""
+    return task_notes.get_task_notes(task_id_of(task_id))
+
+
+def cleanup_task_notes(task_id: TaskRef) -> bool:
+    """Delete the task's retry notes and output log; True if the notes existed (seed API)."""
+    return task_notes.cleanup_task_notes(task_id_of(task_id))
+
+
+def save_task_notes(
+    task_id: TaskRef,
+    agent_name: str,
+    stdout: str,
+    commits: int = 0,
+    turns: int = 0,
+    **extra: Any,
+) -> None:
+    """Append an attempt to the task's retry notes, numbered by its ``ATTEMPTS`` header.
+
+    Needs only ``config.get_notes_dir()``: with no queue to ask (no project found), the
+    attempt is numbered from the notes themselves.
+    """
+    task_id = task_id_of(task_id)
+    if "attempt" not in extra:
+        try:
+            extra["attempt"] = get_task(task_id).attempts or None
+        except (TaskNotFound, ConfigError):
+            extra["attempt"] = None
+    append_attempt(task_id, agent_name, stdout, commits, turns, **extra)

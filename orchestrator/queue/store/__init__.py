@@ -1,0 +1,54 @@
+"""Where queue state lives, and which store this project uses (``get_store``).
+
+``FolderStore`` is the embedded default; ``postgres.PostgresStore`` when config.yaml's
+``store.backend`` or the environment says (imported only then).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from ... import config
+from ...model.exceptions import ConfigError, InvalidInput
+from .base import QueueStore
+from .files import FolderStore
+
+__all__ = ["FolderStore", "QueueStore", "get_store", "upgrade_store"]
+
+
+@lru_cache(maxsize=8)
+def _store_for(where: str, durable: bool, backend: str = "folder") -> QueueStore:
+    if backend == "postgres":
+        from .postgres import shared_store  # psycopg only for those who use it
+
+        return shared_store(where)
+    store = FolderStore(Path(where), durable)
+    store.initialize()
+    return store
+
+
+def get_store() -> QueueStore:
+    """The store for the current project (looked up at call time, cached per folder or
+    database): the folder queue, or PostgreSQL when config.yaml or the environment says."""
+    backend, dsn = config.store_choice()
+    if backend == "postgres" and dsn:
+        return _store_for(dsn, True, "postgres")
+    try:
+        durable = config.load_config()["durability"] == "durable"
+    except ConfigError:
+        durable = True  # a broken config.yaml must not stop reading the queue
+    return _store_for(str(config.get_queue_dir()), durable)
+
+
+def upgrade_store() -> str:
+    """Create or migrate the configured PostgreSQL schema; say what was done."""
+    backend, dsn = config.store_choice()
+    if backend != "postgres" or not dsn:
+        raise InvalidInput(
+            "this project keeps its queue in folders (no store.backend: postgres in "
+            f"config.yaml, no {config.DATABASE_URL_ENV}): there is no database to upgrade"
+        )
+    from .postgres import upgrade_database
+
+    return upgrade_database(dsn)

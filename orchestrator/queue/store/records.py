@@ -1,0 +1,244 @@
+"""Records and journals: what the store keeps besides tasks, and what both stores share.
+
+Everything octopoid remembers belongs to the store (DESIGN.md, "One owner for every piece
+of state"), so that a team of machines on PostgreSQL shares it and a crash never leaves it
+half-written:
+
+- a **record** is a small JSON document under a key (``agents/impl-1``), with a version
+  that changes at every write. ``write`` is a compare-and-swap on that version, so two
+  writers never lose each other's change; ``update`` is the read-change-write loop most
+  callers want.
+- a **journal** is a workflow of named steps (an accept: merge, move, clean up), written
+  before it runs and finished by whoever comes next, on any machine. Whoever runs its
+  steps holds it (``take``), so two sweeps never run the same step at once.
+
+The folder store keeps them as files (``folder_records``), PostgreSQL as rows
+(``pg_records``). This module is what both share: the interfaces, the key rules, the
+versions and the update loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+from ...model import defaults
+from ...model.exceptions import JournalBusy, RecordChanged
+
+#: One part of a key: no leading dot (the folder store's own files start with one), no
+#: slash; `key_part` makes any text into one.
+_PART = r"[A-Za-z0-9_%~-][A-Za-z0-9._%~-]{0,199}"
+KEY_RE = re.compile(rf"{_PART}(?:/{_PART})*")
+KIND_RE = re.compile(r"[a-z][a-z0-9-]{0,63}")
+MAX_KEY = 500
+
+Value = dict[str, Any]
+Change = Callable[[Value | None], Value | None]
+
+
+def check_key(key: str) -> str:
+    """``key`` if it is one (parts joined by ``/``, each as `key_part` makes them); keys are
+    built by octopoid's code, so anything else is a bug: ``ValueError``."""
+    if len(key) > MAX_KEY or not KEY_RE.fullmatch(key):
+        raise ValueError(f"not a record key: {key!r}")
+    return key
+
+
+def key_part(text: str) -> str:
+    """Any text (an agent's name) as one part of a key: percent-quoted, a leading dot too."""
+    part = quote(text, safe="")
+    return "%2E" + part[1:] if part.startswith(".") else part
+
+
+def encode(value: Value) -> str:
+    """A record's value as JSON text (a dict of JSON values; anything else is a bug)."""
+    if not isinstance(value, dict):
+        raise TypeError(f"a record's value is a dict, not {type(value).__name__}")
+    return json.dumps(value, sort_keys=True, allow_nan=False)
+
+
+def next_version(previous: int | None) -> int:
+    """A version no earlier write of the key had: the clock in nanoseconds, or one past
+    the last version if the clock is behind it. A record deleted and made again never
+    takes back an old version, so a writer that read the old one cannot overwrite it."""
+    return max(time.time_ns(), (previous or 0) + 1)
+
+
+def changed(key: str, expected: int | None, found: int | None) -> RecordChanged:
+    if expected is None:
+        return RecordChanged(f"record {key} exists already (version {found}): read it first")
+    now = "is gone" if found is None else f"is at version {found}"
+    return RecordChanged(f"record {key} changed since version {expected}: it {now}")
+
+
+class Record(NamedTuple):
+    value: Value
+    version: int
+
+
+class Records(ABC):
+    """Keyed documents with a compare-and-swap write. Keys are ``/``-separated parts
+    (`check_key`); a value is a dict of JSON values; versions are opaque numbers, equal
+    only for the same write."""
+
+    @abstractmethod
+    def read(self, key: str) -> Record | None:
+        """The record at ``key`` with its version, or None."""
+
+    @abstractmethod
+    def write(self, key: str, value: Value, expected_version: int | None) -> int:
+        """Replace the record if it is still at ``expected_version`` (None: it must not
+        exist); return the new version. ``RecordChanged`` (and nothing written) when
+        someone else wrote or deleted it first."""
+
+    @abstractmethod
+    def delete(self, key: str, expected_version: int | None = None) -> bool:
+        """Remove the record (only if still at ``expected_version``, when given:
+        ``RecordChanged`` otherwise); whether there was one."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> dict[str, Record]:
+        """Every record at ``prefix`` or beneath it (``agents`` gives ``agents`` and
+        ``agents/impl-1``, never ``agents-old``), by key, in key order; all of them for
+        "". One query on PostgreSQL: a pass reads a whole family at once."""
+
+    def update(self, key: str, change: Change) -> Record | None:
+        """Read, ``change``, write, again until no one else wrote in between; return what
+        was written (None: deleted, or still missing). ``change`` gets a copy of the value
+        (None if there is none) and returns the new one (None deletes); it may run more
+        than once, so it must not act outside the value. Unchanged writes nothing."""
+        for attempt in range(defaults.RECORD_UPDATE_TRIES):
+            found = self.read(key)
+            before = None if found is None else found.value
+            after = change(copy.deepcopy(before))
+            if after == before:
+                return found
+            version = None if found is None else found.version
+            try:
+                if after is None:
+                    self.delete(key, version)
+                    return None
+                return Record(after, self.write(key, after, version))
+            except RecordChanged:
+                time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
+        raise RecordChanged(
+            f"record {key} kept changing under {defaults.RECORD_UPDATE_TRIES} tries to update it"
+        )
+
+
+@dataclass(frozen=True)
+class Journal:
+    """A workflow of ``steps`` for ``key`` (a task, a plan), of a ``kind`` (accept, split),
+    with what its steps need (``data``) and which are ``done``, in the order they were."""
+
+    kind: str
+    key: str
+    steps: tuple[str, ...]
+    done: tuple[str, ...] = ()
+    data: Value = field(default_factory=dict)
+    begun: str = ""  # UTC time it was written
+
+    @property
+    def left(self) -> tuple[str, ...]:
+        """The steps still to run, in order."""
+        return tuple(step for step in self.steps if step not in self.done)
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.key}"
+
+
+def check_kind(kind: str) -> str:
+    """``kind`` if it is a journal's kind (``accept``, ``plan-approval``); else a bug."""
+    if not KIND_RE.fullmatch(kind):
+        raise ValueError(f"not a journal kind: {kind!r}")
+    return kind
+
+
+def check_journal(kind: str, key: str, steps: Iterable[str] | None = None) -> tuple[str, ...]:
+    """A journal's kind and key checked, and its ``steps`` when given: one or more distinct
+    names (a bug if not)."""
+    check_kind(kind)
+    check_key(key)
+    if steps is None:
+        return ()
+    found = tuple(steps)
+    if (
+        not found
+        or len(set(found)) != len(found)
+        or not all(isinstance(s, str) and s for s in found)
+    ):
+        raise ValueError(f"a journal's steps are distinct names: {found!r}")
+    return found
+
+
+def check_step(journal: Journal, step: str) -> None:
+    if step not in journal.steps:
+        raise ValueError(f"the {journal.name} journal has no step {step!r}")
+
+
+def taken(kind: str, key: str) -> JournalBusy:
+    return JournalBusy(
+        f"the {kind} journal of {key} is being run by another process; "
+        "it finishes it, or the next sweep does if that process dies"
+    )
+
+
+def not_held(journal: Journal) -> JournalBusy:
+    return JournalBusy(f"the {journal.name} journal is not held here: take it first")
+
+
+class Journals(ABC):
+    """Workflows of several steps that survive their runner. The pattern::
+
+        with journals.take("accept", key) as journal:      # JournalBusy if someone has it
+            journal = journal or journals.begin("accept", key, STEPS, data)
+            for step in journal.left:
+                run(step, journal.data)                     # each step safe to repeat
+                journal = journals.mark_done(journal, step)
+            journals.finish(journal)
+
+    and a sweep runs the same loop over ``pending()``. A runner killed between steps
+    leaves its journal pending; whoever takes it next runs what is left.
+    """
+
+    @abstractmethod
+    def begin(
+        self, kind: str, key: str, steps: Iterable[str], data: Value | None = None
+    ) -> Journal:
+        """Write a journal of ``steps`` before running them. If one of this kind and key is
+        open already, that one is returned as it is (its steps, data and what is done):
+        beginning again continues it, never starts a second."""
+
+    @abstractmethod
+    def get(self, kind: str, key: str) -> Journal | None:
+        """The open journal of this kind and key, or None."""
+
+    @abstractmethod
+    def take(self, kind: str, key: str) -> AbstractContextManager[Journal | None]:
+        """Hold the journal of this kind and key while running its steps, yielding it as it
+        is now (None: none is open; begin one inside). Another process's take fails at once
+        with ``JournalBusy``; this process may take it again. A dead holder's hold ends
+        with it (its process, or its database session)."""
+
+    @abstractmethod
+    def mark_done(self, journal: Journal, step: str) -> Journal:
+        """Record that ``step`` is done (once; again changes nothing); the journal after.
+        Only its holder may (``JournalBusy`` otherwise)."""
+
+    @abstractmethod
+    def finish(self, journal: Journal) -> None:
+        """The workflow is over (whatever is left): remove the journal. Holder only."""
+
+    @abstractmethod
+    def pending(self, kind: str | None = None) -> list[Journal]:
+        """Every open journal (of ``kind``), oldest first, each with what is ``left``."""
