@@ -12,7 +12,7 @@ from pathlib import Path
 from orchestrator import drafts, plans, questions
 from orchestrator import queue_utils as q
 
-from .conftest import child_env
+from .support import child_env
 
 PLAN = {
     "id": "PLAN-4", "goal": "ship it", "branch": "main", "state": "draft", "created": "",

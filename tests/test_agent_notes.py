@@ -11,7 +11,7 @@ from orchestrator import config, recovery
 from orchestrator import queue_utils as q
 from orchestrator.task_notes import notes_summary, split_notes
 
-from .conftest import exited_pid
+from .support import exited_pid
 
 
 @pytest.fixture(autouse=True, params=["folder", "postgres"])

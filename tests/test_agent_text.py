@@ -19,11 +19,11 @@ from orchestrator.memory.notes import NotesManager
 from orchestrator.redaction import redact, scrub
 from orchestrator.sandbox.client import request
 
-from .conftest import set_config, write_agents
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
 from .forge_fakes.base import LineNote
 from .forge_fakes.fixtures import BOB, github_forge, gitlab_forge  # noqa: F401
 from .helpers.secrets_corpus import corpus, fake_secrets
+from .support import set_config, write_agents
 from .test_channel import served  # noqa: F401  (the channel of a claimed task)
 from .test_secrets_end_to_end import leaked
 from .web_server import start_web

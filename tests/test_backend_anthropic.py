@@ -12,8 +12,8 @@ from orchestrator import queue_utils as q
 from orchestrator.memory.notes import NotesManager
 from orchestrator.tasks import TaskState
 
-from .conftest import branch_file, branch_head, run_claimed
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text, tool_use
+from .support import branch_file, branch_head, run_claimed
 
 KEY = "sk-ant-api03-test-key-0123456789abcdef"
 

@@ -18,7 +18,7 @@ from orchestrator.fsutil import TailBuffer
 from orchestrator.sandbox.box import Box
 from orchestrator.tasks import TaskState
 
-from .conftest import HELPERS, run_claimed
+from .support import HELPERS, run_claimed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude"
 

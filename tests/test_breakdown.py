@@ -17,8 +17,8 @@ from orchestrator.exceptions import IllegalTransition
 from orchestrator.roles import breakdown
 from orchestrator.tasks import TaskState, utcnow
 
-from .conftest import HELPERS, child_env, exited_pid, run_claimed, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
+from .support import HELPERS, child_env, exited_pid, run_claimed, write_agents
 
 S = TaskState
 

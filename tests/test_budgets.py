@@ -16,7 +16,7 @@ from orchestrator import queue_utils as q
 from orchestrator.exceptions import InvalidInput
 from orchestrator.tasks import TaskState, new_task
 
-from .conftest import child_env, run_claimed, set_config, write_agents
+from .support import child_env, run_claimed, set_config, write_agents
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

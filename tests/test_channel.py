@@ -19,7 +19,7 @@ from orchestrator.sandbox import channel
 from orchestrator.sandbox.box import SOCKET_NAME, write_client
 from orchestrator.sandbox.client import ChannelFailure, request
 
-from .conftest import wait_for
+from .support import wait_for
 
 
 @pytest.fixture

@@ -20,7 +20,9 @@ from orchestrator.processes import TOKEN_ENV, environment_of, marked_processes
 from orchestrator.task_notes import split_notes
 from orchestrator.tasks import TaskState, read_task_file
 
-from .conftest import (
+from .e2e.test_containment import AgentCounter
+from .e2e.test_daemon import OCTOPOID
+from .support import (
     child_env,
     helper_cmd,
     race_claimers,
@@ -28,8 +30,6 @@ from .conftest import (
     start_then_kill,
     write_agents,
 )
-from .e2e.test_containment import AgentCounter
-from .e2e.test_daemon import OCTOPOID
 
 pytestmark = pytest.mark.slow
 

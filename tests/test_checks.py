@@ -16,7 +16,7 @@ from orchestrator import config
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState, utcnow
 
-from .conftest import HELPERS, Served, child_env, run_claimed, set_config, write_agents
+from .support import HELPERS, Served, child_env, run_claimed, set_config, write_agents
 
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider test_sum.py"
 
@@ -173,7 +173,7 @@ def test_a_check_s_history_line_is_an_event_where_the_task_is_not_a_move(project
 def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_project: Path):
     from orchestrator import git_utils
 
-    from .conftest import commit_on_branch
+    from .support import commit_on_branch
 
     repo = git.Repo(git_project)
     start = git_utils.ensure_branch(repo, "5", "main")

@@ -15,7 +15,7 @@ from orchestrator import config, sandbox
 from orchestrator import queue_utils as q
 from orchestrator.roles import checks
 
-from .conftest import commit_on_branch, set_config
+from .support import commit_on_branch, set_config
 
 PROJECTS = {
     "python-src": (

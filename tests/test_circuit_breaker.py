@@ -19,8 +19,8 @@ from orchestrator.backends.base import CAUSES
 from orchestrator.tasks import TaskState
 from orchestrator.web import board
 
-from .conftest import run_claimed, set_config, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text
+from .support import run_claimed, set_config, write_agents
 from .test_cli import run as cli
 from .test_notify import hook, sched, set_notify  # noqa: F401  (fixtures)
 

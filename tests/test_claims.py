@@ -19,7 +19,7 @@ from orchestrator.processes import TOKEN_ENV, ProcessId, marked_processes
 from orchestrator.store import files
 from orchestrator.tasks import TaskState, format_time, read_task_file, utcnow
 
-from .conftest import exited_pid
+from .support import exited_pid
 
 S = TaskState
 

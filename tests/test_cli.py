@@ -17,7 +17,7 @@ from orchestrator import queue_utils as q
 from orchestrator.cli import cli
 from orchestrator.processes import hostname
 
-from .conftest import child_env
+from .support import child_env
 
 
 def run(*args: str, ok: bool = True):

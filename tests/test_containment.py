@@ -16,7 +16,7 @@ from orchestrator.leases import attempts_left
 from orchestrator.processes import TOKEN_ENV, ProcessId, marked_processes
 from orchestrator.tasks import TaskState
 
-from .conftest import run_claimed, set_config, write_agents
+from .support import run_claimed, set_config, write_agents
 
 
 def alive(pid: int) -> bool:

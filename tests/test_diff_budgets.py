@@ -14,7 +14,7 @@ import pytest
 from orchestrator import defaults, git_utils
 from orchestrator.web import diffview
 
-from .conftest import commit_on_branch, peak_rss_kib
+from .support import commit_on_branch, peak_rss_kib
 from .test_review import provisional_with_commit
 
 MB = 1024 * 1024

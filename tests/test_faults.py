@@ -18,7 +18,7 @@ from orchestrator import queue_utils as q
 from orchestrator.processes import TASK_ENV, marked_processes
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, run_claimed, write_agents
+from .support import child_env, run_claimed, write_agents
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 

@@ -19,7 +19,7 @@ from orchestrator import queue_utils as q
 from orchestrator.memory.store import MemoryStore
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, remembered, write_agents
+from .support import child_env, remembered, write_agents
 from .test_review import provisional_with_commit
 from .test_review_races import merges_of
 

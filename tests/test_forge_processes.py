@@ -15,9 +15,9 @@ from orchestrator import queue_utils as q
 from orchestrator.exceptions import TaskNotFound
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, set_config
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
 from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .support import child_env, set_config
 from .test_faults import OCTOPOID, wait
 
 

@@ -22,8 +22,8 @@ from orchestrator.exceptions import IllegalTransition
 from orchestrator.sandbox.trusted import TrustedWorkspace
 from orchestrator.tasks import TaskState
 
-from .conftest import run_claimed, set_config, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, tool_use
+from .support import run_claimed, set_config, write_agents
 from .test_review import provisional_with_commit
 
 

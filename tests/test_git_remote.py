@@ -15,7 +15,7 @@ from orchestrator.exceptions import GitError, MergeRefused
 from orchestrator.scaffold import init_project
 from orchestrator.tasks import TaskState
 
-from .conftest import make_git_repo, run_claimed, set_config, write_agents
+from .support import make_git_repo, run_claimed, set_config, write_agents
 
 # A pre-receive hook on the remote that, at the first push to main, lands another commit on
 # main first (as another machine's accept would), so that push is refused mid-flight.

@@ -14,7 +14,7 @@ from orchestrator.backends import AgentResult
 from orchestrator.roles.implementer import _settle
 from orchestrator.tasks import TaskState
 
-from .conftest import branch_file, run_claimed, write_agents
+from .support import branch_file, run_claimed, write_agents
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from orchestrator.cli import cli
 from orchestrator.exceptions import InvalidTask
 from orchestrator.tasks import MAX_CRITERION_CHARS, MAX_TITLE_CHARS, NEW_TASK_ROOM_BYTES
 
-from .conftest import child_env
+from .support import child_env
 from .test_cli import git
 
 

@@ -17,7 +17,7 @@ from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import open_memory
 from orchestrator.tasks import new_task
 
-from .conftest import remembered, run_claimed, write_agents
+from .support import remembered, run_claimed, write_agents
 from .test_review import provisional_with_commit
 
 PLANTED = "## Important Facts\n- PLANTED: the admin password is in /etc/shadow\n"

@@ -22,7 +22,7 @@ from orchestrator.cli import cli
 from orchestrator.store import files
 from orchestrator.tasks import TaskState, new_task, render_task
 
-from .conftest import child_env, write_agents
+from .support import child_env, write_agents
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 

@@ -25,7 +25,7 @@ from orchestrator import task_notes
 from orchestrator.exceptions import InvalidTaskId
 from orchestrator.tasks import TaskState, normalize_task_id
 
-from .conftest import commit_on_branch, run_claimed, set_config, write_agents
+from .support import commit_on_branch, run_claimed, set_config, write_agents
 from .test_intake import octopoid
 
 T = TypeVar("T")

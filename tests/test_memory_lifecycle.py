@@ -14,7 +14,7 @@ from orchestrator.cli import cli
 from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
 
-from .conftest import remembered, run_claimed, write_agents
+from .support import remembered, run_claimed, write_agents
 
 
 def run(*args: str, env: dict | None = None, code: int = 0) -> str:
@@ -103,7 +103,7 @@ def test_the_daemon_loop_promotes_memory(git_project: Path) -> None:
     import subprocess
     import time
 
-    from .conftest import child_env
+    from .support import child_env
 
     write_agents(git_project)
     tid = q.create_task("learn under the daemon").id

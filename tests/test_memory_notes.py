@@ -10,7 +10,7 @@ import pytest
 from orchestrator.exceptions import InvalidNotesId, MemoryStoreError
 from orchestrator.memory.notes import SECTIONS, NotesManager, get_notes_manager
 
-from .conftest import helper_cmd, run_all, start_then_kill
+from .support import helper_cmd, run_all, start_then_kill
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from orchestrator.exceptions import MergeRefused
 from orchestrator.roles import checks
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, commit_on_branch
+from .support import child_env, commit_on_branch
 from .test_review import provisional_with_commit
 
 IGNORED = ".env\n*.db\nvenv/\nnode_modules/\ndata/\n"

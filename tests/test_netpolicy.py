@@ -11,7 +11,7 @@ import yaml
 from orchestrator import config, doctor, netpolicy
 from orchestrator.exceptions import ConfigError
 
-from .conftest import set_config
+from .support import set_config
 
 
 def test_entries_name_hosts_ports_subdomains_and_addresses() -> None:

@@ -13,7 +13,7 @@ from orchestrator import queue_utils as q
 from orchestrator.backends.base import no_change_reason
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, commit_on_branch, run_claimed, write_agents
+from .support import child_env, commit_on_branch, run_claimed, write_agents
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 

@@ -17,7 +17,7 @@ from orchestrator import config, notify, scheduler
 from orchestrator import queue_utils as q
 from orchestrator.exceptions import ConfigError
 
-from .conftest import write_agents
+from .support import write_agents
 from .test_scheduler import settle
 
 

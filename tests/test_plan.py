@@ -20,7 +20,7 @@ from orchestrator.exceptions import ConfigError, IllegalTransition, InvalidInput
 from orchestrator.roles import breakdown, planner
 from orchestrator.tasks import TaskState
 
-from .conftest import HELPERS, child_env, set_config
+from .support import HELPERS, child_env, set_config
 
 S = TaskState
 GOAL = "GOAL-CLUE: let people export their data"

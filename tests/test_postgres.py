@@ -19,7 +19,7 @@ from orchestrator.exceptions import StorageError, TaskBusy
 from orchestrator.store.postgres import MIGRATIONS, PostgresStore
 from orchestrator.tasks import TaskState, render_task
 
-from .conftest import child_env, make_git_repo, race_claimers
+from .support import child_env, make_git_repo, race_claimers
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 
@@ -282,7 +282,7 @@ def test_the_scheduler_runs_attempts_from_postgres_to_review(
 ) -> None:
     from orchestrator import scheduler
 
-    from .conftest import write_agents
+    from .support import write_agents
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)  # runners inherit it
     write_agents(git_project, max_concurrent=2, max_claimed=3)
@@ -346,7 +346,7 @@ def test_an_agent_never_gets_the_database_url_or_password(
 ) -> None:
     from orchestrator import scheduler
 
-    from .conftest import write_agents
+    from .support import write_agents
 
     url = pg_dsn.replace("postgresql://octopoid@", "postgresql://octopoid:hunter2-sekrit@")
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", url)  # trust auth: the password is unused
@@ -384,7 +384,7 @@ def test_an_idle_scheduler_is_woken_by_an_enqueue_from_another_machine(
 
     from orchestrator import scheduler
 
-    from .conftest import write_agents
+    from .support import write_agents
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
     monkeypatch.setattr(scheduler, "HOUSEKEEPING_SECONDS", 3600.0)
@@ -418,7 +418,7 @@ def test_an_attempt_outlives_a_database_restart_and_keeps_its_notes_and_move(
     finished: the runner's notes and its move to review wait for it, nothing is lost."""
     from orchestrator import scheduler
 
-    from .conftest import write_agents
+    from .support import write_agents
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
     monkeypatch.setenv("OCTO_TEST_SLEEP", "3")
@@ -587,7 +587,7 @@ def test_a_runner_whose_database_is_gone_gives_up_and_leaves_the_claim_to_the_re
     from orchestrator.processes import TOKEN_ENV
     from orchestrator.tasks import utcnow
 
-    from .conftest import child_env, write_agents
+    from .support import child_env, write_agents
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
     write_agents(git_project, lease_seconds=4)
@@ -736,7 +736,7 @@ def test_a_batched_move_keeps_odd_text_exactly_and_rolls_back_when_its_change_ra
 def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path) -> None:
     """An enqueue and a task done wake schedulers (with the state); a claim, a submit and a
     failure wake nobody: with many machines, each wake is a pass on each of them."""
-    from .conftest import wait_for
+    from .support import wait_for
 
     heard: list[str] = []
     stop = q.get_store().watch(heard.append)

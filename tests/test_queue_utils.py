@@ -14,7 +14,7 @@ from orchestrator.exceptions import IllegalTransition, InvalidInput, TaskNotFoun
 from orchestrator.leases import attempt_text, attempts_left
 from orchestrator.tasks import TaskState, parse_time, read_task_file, utcnow
 
-from .conftest import exited_pid
+from .support import exited_pid
 
 S = TaskState
 

@@ -17,7 +17,7 @@ from orchestrator.sandbox import clone
 from orchestrator.sandbox.bounds import Bounds, ReadBackRefused, disk_use
 from orchestrator.sandbox.bwrap import Mounts, command_line
 
-from .conftest import peak_rss_kib
+from .support import peak_rss_kib
 from .test_sandbox import in_box
 
 MB = 1024 * 1024

@@ -12,7 +12,7 @@ from orchestrator import config, git_utils, review
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, commit_on_branch, run_claimed, write_agents
+from .support import child_env, commit_on_branch, run_claimed, write_agents
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 

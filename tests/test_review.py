@@ -187,7 +187,7 @@ def test_list_and_status_mark_a_review_whose_branch_no_longer_merges(git_project
     import shutil
     import subprocess
 
-    from .conftest import child_env
+    from .support import child_env
 
     octopoid = shutil.which("octopoid") or "octopoid"
 

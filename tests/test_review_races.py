@@ -18,7 +18,7 @@ from orchestrator import queue_utils as q
 from orchestrator.exceptions import IllegalTransition, TaskBusy
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env
+from .support import child_env
 from .test_faults import wait
 from .test_review import provisional_with_commit
 

@@ -21,7 +21,7 @@ from orchestrator.sandbox.box import environment
 from orchestrator.sandbox.bwrap import Mounts, command_line
 from orchestrator.scheduler import Scheduler
 
-from .conftest import child_env, run_claimed, set_config, write_agents
+from .support import child_env, run_claimed, set_config, write_agents
 
 
 def test_binds_land_after_the_tmpfs_that_hides_their_parent() -> None:

@@ -16,7 +16,7 @@ from orchestrator import queue_utils as q
 from orchestrator.exceptions import OctopoidError, SchedulerError
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, write_agents
+from .support import child_env, write_agents
 
 
 @pytest.fixture
@@ -238,7 +238,7 @@ def test_a_daemon_s_runner_keeps_bytecode_and_its_agent_gets_the_user_s_setting(
 
     from orchestrator import queue_utils as q
 
-    from .conftest import child_env, write_agents
+    from .support import child_env, write_agents
 
     write_agents(git_project, argv=["sh", "-c", "echo AGENT-SEES-DWB=$PYTHONDONTWRITEBYTECODE"])
     task = q.create_task("print the setting")

@@ -17,8 +17,8 @@ from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
 from orchestrator.redaction import hide_also, redact
 
-from .conftest import HELPERS, child_env, run_claimed
 from .helpers.secrets_corpus import fake_secrets
+from .support import HELPERS, child_env, run_claimed
 from .web_server import Client, start_web
 
 SERVICE_TOKEN = "svc-7f3a9c2e5b1d4f608a2c"

@@ -23,7 +23,7 @@ from orchestrator.sandbox.box import SOCKET_NAME
 from orchestrator.sandbox.client import request
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, wait_for, write_agents
+from .support import child_env, wait_for, write_agents
 from .test_agent_records import one_pass
 from .test_breakdown import burned_out, killed_split, split_once
 from .test_finishing import KILLED_ACCEPT

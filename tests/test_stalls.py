@@ -14,7 +14,7 @@ from orchestrator import agent_status, scheduler, stalls
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, write_agents
+from .support import child_env, write_agents
 from .test_review import provisional_with_commit
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"

@@ -24,7 +24,9 @@ from orchestrator.processes import TOKEN_ENV, marked_processes
 from orchestrator.task_notes import stdout_log_path
 from orchestrator.tasks import render_task
 
-from .conftest import (
+from .e2e.test_backends_daemon import QUIET, claude_cli, write_agent  # noqa: F401 (a fixture)
+from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
+from .support import (
     branch_file,
     child_env,
     run_claimed,
@@ -32,8 +34,6 @@ from .conftest import (
     wait_for,
     write_agents,
 )
-from .e2e.test_backends_daemon import QUIET, claude_cli, write_agent  # noqa: F401 (a fixture)
-from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 
 TOKEN = "ghp_" + "a1B2" * 9  # a GitHub token's shape: redacted wherever it enters
 

@@ -24,9 +24,9 @@ from orchestrator.store import QueueStore
 from orchestrator.store.records import Journal, key_part
 from orchestrator.tasks import Task, TaskState, new_task, utcnow
 
-from .conftest import helper_cmd
 from .e2e.test_daemon import wait_for
 from .helpers.records_worker import open_store
+from .support import helper_cmd
 
 S = TaskState
 

@@ -14,7 +14,7 @@ from orchestrator import queue_utils as q
 from orchestrator.exceptions import IllegalTransition, MergeRefused
 from orchestrator.tasks import TaskState
 
-from .conftest import commit_on_branch
+from .support import commit_on_branch
 from .test_review import provisional_with_commit
 
 QUEUE = ".octopoid/runtime/queue"

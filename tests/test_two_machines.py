@@ -25,7 +25,7 @@ from orchestrator import queue_utils as q
 from orchestrator.processes import TOKEN_ENV, environment_of, marked_processes
 from orchestrator.tasks import TaskState, render_task
 
-from .conftest import HELPERS, child_env, set_config, write_agents
+from .support import HELPERS, child_env, set_config, write_agents
 from .test_git_remote import Machines
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"

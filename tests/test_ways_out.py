@@ -17,7 +17,7 @@ from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
 from orchestrator.tasks import TaskState
 
-from .conftest import child_env, remembered, write_agents
+from .support import child_env, remembered, write_agents
 from .test_review import provisional_with_commit
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"

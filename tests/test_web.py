@@ -16,7 +16,7 @@ import pytest
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .conftest import HELPERS, child_env, commit_on_branch, run_claimed, write_agents
+from .support import HELPERS, child_env, commit_on_branch, run_claimed, write_agents
 from .web_server import OCTOPOID, Client, start_web
 
 

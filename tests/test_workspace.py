@@ -17,7 +17,7 @@ from orchestrator import config, ports
 from orchestrator import queue_utils as q
 from orchestrator.sandbox import setup
 
-from .conftest import branch_file, commit_on_branch, run_claimed, set_config, write_agents
+from .support import branch_file, commit_on_branch, run_claimed, set_config, write_agents
 
 #: The scripted agent: says what its box holds, then commits it.
 AGENT = r"""

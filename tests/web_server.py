@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conftest import child_env
+from .support import child_env
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 URL_RE = re.compile(r"(http://\S+)/login\?code=(\S+)")

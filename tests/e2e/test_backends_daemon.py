@@ -18,8 +18,8 @@ import yaml
 from orchestrator import config
 from orchestrator import queue_utils as q
 
-from ..conftest import branch_file, branch_head, child_env
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
+from ..support import branch_file, branch_head, child_env
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

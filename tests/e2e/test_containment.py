@@ -16,7 +16,7 @@ from orchestrator import queue_utils as q
 from orchestrator.processes import ProcessId
 from orchestrator.tasks import TaskState
 
-from ..conftest import HELPERS, child_env, set_config, write_agents
+from ..support import HELPERS, child_env, set_config, write_agents
 from .test_daemon import OCTOPOID, _runner_owned, loop, state_of, wait_for
 
 pytestmark = pytest.mark.slow

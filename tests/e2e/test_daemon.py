@@ -22,7 +22,7 @@ from orchestrator.processes import marked_processes
 from orchestrator.task_notes import stdout_log_path
 from orchestrator.tasks import TaskState
 
-from ..conftest import child_env, wait_for, write_agents
+from ..support import child_env, wait_for, write_agents
 
 pytestmark = pytest.mark.slow
 OCTOPOID = shutil.which("octopoid") or "octopoid"

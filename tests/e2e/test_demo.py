@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import child_env
+from ..support import child_env
 
 pytestmark = pytest.mark.slow
 

@@ -30,8 +30,8 @@ from orchestrator.memory import lifecycle
 from orchestrator.sandbox import containment
 from orchestrator.sandbox.bounds import disk_use
 
-from ..conftest import HELPERS, Served, child_env, set_config
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
+from ..support import HELPERS, Served, child_env, set_config
 from .test_backends_daemon import QUIET, claude_cli, write_agent
 from .test_daemon import OCTOPOID, Daemon, state_of, wait_for
 

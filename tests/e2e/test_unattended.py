@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ..conftest import HELPERS, child_env, set_config
+from ..support import HELPERS, child_env, set_config
 
 OCTOPOID = shutil.which("octopoid") or "octopoid"
 SESSIONS = HELPERS.parent / "fixtures" / "claude"
