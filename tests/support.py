@@ -22,7 +22,7 @@ OCTOPOID = shutil.which("octopoid") or str(Path(sys.executable).with_name("octop
 
 
 def octopoid(
-    root: Path | None, *args: str | bytes, timeout: float = 120, text: bool = True, **kw
+    root: Path | None, *args: str | bytes, timeout: float = 240, text: bool = True, **kw
 ) -> subprocess.CompletedProcess:
     """The installed command in a process of its own, in ``root`` with OCTOPOID_ROOT set to
     it (``root=None``: the caller's ``env``/``cwd``); output captured, as text unless
@@ -30,8 +30,9 @@ def octopoid(
     if root is not None:
         kw.setdefault("cwd", root)
         kw.setdefault("env", child_env(root))
-    argv = [OCTOPOID, *args]
-    return subprocess.run(argv, capture_output=True, text=text, timeout=timeout, **kw)
+    if text:
+        kw.setdefault("encoding", "utf-8")
+    return subprocess.run([OCTOPOID, *args], capture_output=True, timeout=timeout, **kw)
 
 
 def invoke(*args: str, code: int | None = None, **kw) -> Result:
@@ -46,9 +47,9 @@ def invoke(*args: str, code: int | None = None, **kw) -> Result:
     return result
 
 
-def cli_output(*args: str, code: int = 0) -> str:
+def cli_output(*args: str, code: int = 0, **kw) -> str:
     """What ``octopoid *args`` prints in-process, once it exited with ``code``."""
-    return invoke(*args, code=code).output
+    return invoke(*args, code=code, **kw).output
 
 
 HELPERS = Path(__file__).parent / "helpers"
@@ -86,6 +87,16 @@ def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> o
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def settle(sched, timeout: float = 60) -> None:
+    """Scheduler passes (in this process) until no runner is left."""
+
+    def passed() -> bool:
+        sched.loop_once()
+        return not sched.runners
+
+    wait_for("the runners to finish", passed, timeout)
 
 
 def peak_rss_kib(root: Path, out: Path, *argv: str) -> int:

@@ -15,9 +15,8 @@ from orchestrator import agent_status, scheduler, stalls
 from orchestrator import queue_utils as q
 from orchestrator.tasks import format_time, utcnow
 
-from .support import set_config, write_agents
+from .support import set_config, settle, write_agents
 from .test_git_remote import Machines
-from .test_scheduler import settle
 
 
 @pytest.fixture

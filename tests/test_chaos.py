@@ -21,8 +21,8 @@ from orchestrator.task_notes import split_notes
 from orchestrator.tasks import TaskState, read_task_file
 
 from .e2e.test_containment import AgentCounter
-from .e2e.test_daemon import OCTOPOID
 from .support import (
+    OCTOPOID,
     child_env,
     helper_cmd,
     race_claimers,

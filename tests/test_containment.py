@@ -16,7 +16,7 @@ from orchestrator.leases import attempts_left
 from orchestrator.processes import TOKEN_ENV, ProcessId, marked_processes
 from orchestrator.tasks import TaskState
 
-from .support import run_claimed, set_config, write_agents
+from .support import run_claimed, set_config, wait_for, write_agents
 
 
 def alive(pid: int) -> bool:
@@ -37,10 +37,7 @@ def test_a_grandchild_in_its_own_session_dies_with_the_attempt(git_project, tmp_
     report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert report.next_state == "provisional"
     (escaped,) = pids_in(pids)
-    deadline = time.monotonic() + 5
-    while alive(escaped) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(escaped)
+    wait_for("the escaped process to die", lambda: not alive(escaped), 5)
 
 
 def test_a_timed_out_shell_command_loses_its_whole_group(tmp_path):

@@ -5,7 +5,6 @@ resources, bad arguments answered as tool errors with the CLI's line, and a stal
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -25,7 +24,7 @@ from orchestrator import task_notes
 from orchestrator.exceptions import InvalidTaskId
 from orchestrator.tasks import TaskState, normalize_task_id
 
-from .support import commit_on_branch, run_claimed, set_config, write_agents
+from .support import OCTOPOID, commit_on_branch, run_claimed, set_config, write_agents
 from .test_intake import octopoid
 
 T = TypeVar("T")
@@ -37,7 +36,7 @@ def session(root: Path, steps: Callable[[Client], Awaitable[T]]) -> T:
     """Run ``steps`` against `octopoid mcp` started in ``root`` over stdio; the server is
     stopped (stdin closed) when they end."""
     params = StdioServerParameters(
-        command=shutil.which("octopoid") or "octopoid",
+        command=OCTOPOID,
         args=["mcp"],
         env={"OCTOPOID_ROOT": str(root), "OCTO_TEST_API_KEY": SECRET},
         cwd=root,

@@ -17,8 +17,7 @@ from orchestrator import config, notify, scheduler
 from orchestrator import queue_utils as q
 from orchestrator.exceptions import ConfigError
 
-from .support import write_agents
-from .test_scheduler import settle
+from .support import settle, wait_for, write_agents
 
 
 class Hook:
@@ -46,9 +45,7 @@ class Hook:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait_for(self, count: int, timeout: float = 20) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while len(self.posts) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(f"{count} posts", lambda: len(self.posts) >= count, timeout)
         return self.posts
 
 

@@ -4,7 +4,6 @@ their process, the CLI's setup commands, and a password that never shows."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,9 +18,7 @@ from orchestrator.exceptions import StorageError, TaskBusy
 from orchestrator.store.postgres import MIGRATIONS, PostgresStore
 from orchestrator.tasks import TaskState, render_task
 
-from .support import child_env, make_git_repo, race_claimers
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
+from .support import OCTOPOID, child_env, make_git_repo, race_claimers, wait_for
 
 
 @pytest.fixture
@@ -401,10 +398,8 @@ def test_an_idle_scheduler_is_woken_by_an_enqueue_from_another_machine(
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         task_id = elsewhere.stdout.strip()
-        deadline = time.monotonic() + 60
-        while q.get_store().locate(task_id) is TaskState.INCOMING:
-            assert time.monotonic() < deadline, "the scheduler never woke up"
-            time.sleep(0.05)
+        woke = lambda: q.get_store().locate(task_id) is not TaskState.INCOMING  # noqa: E731
+        wait_for("the scheduler to wake up", woke, 60)
     finally:
         sched.stop()
         daemon.join(60)
@@ -436,10 +431,8 @@ def test_an_attempt_outlives_a_database_restart_and_keeps_its_notes_and_move(
             assert runner.proc.poll() is None  # its runner waits for the database
         finally:
             pg_server.resume()
-        deadline = time.monotonic() + 60
-        while q.get_store().locate(task.id) is not TaskState.PROVISIONAL:
-            assert time.monotonic() < deadline, q.get_store().locate(task.id)
-            time.sleep(0.1)
+        done = lambda: q.get_store().locate(task.id) is TaskState.PROVISIONAL  # noqa: E731
+        wait_for("the task in review", done, 60)
     finally:
         sched.shutdown(grace=10)
     notes = q.get_task_notes(task.id)
@@ -701,10 +694,8 @@ def test_a_connection_the_server_ended_while_idle_is_replaced_not_an_error(pg_ds
     first = _backend(store)
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (first,))
-        deadline = time.monotonic() + 30
-        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (first,)).fetchone():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        sql = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+        wait_for("the backend gone", lambda: not admin.execute(sql, (first,)).fetchone())
     assert _backend(store) not in (first, None)
     assert store.count(TaskState.INCOMING) == 0
     store.close()
@@ -736,7 +727,6 @@ def test_a_batched_move_keeps_odd_text_exactly_and_rolls_back_when_its_change_ra
 def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path) -> None:
     """An enqueue and a task done wake schedulers (with the state); a claim, a submit and a
     failure wake nobody: with many machines, each wake is a pass on each of them."""
-    from .support import wait_for
 
     heard: list[str] = []
     stop = q.get_store().watch(heard.append)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
@@ -12,9 +11,7 @@ from orchestrator import config, git_utils, review
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .support import child_env, commit_on_branch, run_claimed, write_agents
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
+from .support import OCTOPOID, child_env, commit_on_branch, run_claimed, write_agents
 
 
 def prompt_of(tid: str, attempt: int) -> str:

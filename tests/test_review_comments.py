@@ -18,8 +18,7 @@ from orchestrator.store.files import FolderStore
 from orchestrator.task_notes import LineComment, append_attempt, notes_summary, split_notes
 from orchestrator.tasks import TaskState
 
-from .support import child_env, commit_on_branch, run_claimed, write_agents
-from .web_server import OCTOPOID
+from .support import OCTOPOID, child_env, commit_on_branch, run_claimed, write_agents
 
 
 @pytest.fixture

@@ -24,11 +24,11 @@ from orchestrator.sandbox.client import request
 from orchestrator.tasks import TaskState
 
 from .support import child_env, wait_for, write_agents
+from .support import octopoid as cli
 from .test_agent_records import one_pass
 from .test_breakdown import burned_out, killed_split, split_once
 from .test_finishing import KILLED_ACCEPT
 from .test_git_remote import Machines, attempt
-from .test_review_races import cli
 from .test_steering import ended, running, said_in_log
 from .test_web_drafts import save
 from .web_server import Client, start_web

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,10 +13,8 @@ from orchestrator import agent_status, scheduler, stalls
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .support import child_env, write_agents
+from .support import OCTOPOID, child_env, write_agents
 from .test_review import provisional_with_commit
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 
 
 def octopoid(root: Path, *args: str) -> subprocess.CompletedProcess:

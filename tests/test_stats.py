@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from orchestrator import agent_status, stats
 from orchestrator import queue_utils as q
-from orchestrator.cli import cli
 from orchestrator.stats_history import failed_commands, task_cells
 from orchestrator.tasks import new_task
+
+from .support import cli_output
 
 T0 = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)  # a Monday: ISO week 2026-W47
 CHECK_FAILED = "checks: 1 passed, 1 failed ({} after 2.0s); 1 commit kept on the branch"
@@ -33,10 +33,7 @@ def store_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 def run(*args: str, code: int = 0) -> str:
-    result = CliRunner().invoke(cli, ["stats", *args])
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output
-    return result.output
+    return cli_output("stats", *args, code=code)
 
 
 def attempt(agent: str, hours: float, cost: float, tokens: int):

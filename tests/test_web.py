@@ -16,8 +16,16 @@ import pytest
 from orchestrator import queue_utils as q
 from orchestrator.tasks import TaskState
 
-from .support import HELPERS, child_env, commit_on_branch, run_claimed, write_agents
-from .web_server import OCTOPOID, Client, start_web
+from .support import (
+    HELPERS,
+    OCTOPOID,
+    child_env,
+    commit_on_branch,
+    invoke,
+    run_claimed,
+    write_agents,
+)
+from .web_server import Client, start_web
 
 
 def provisional_task(title: str = "plain work") -> str:
@@ -476,9 +484,6 @@ def test_a_proposed_split_is_shown_and_approved_from_its_page(git_project, web, 
 def test_the_attempt_is_counted_within_its_budget_after_a_retry(git_project, client) -> None:
     """`retry` gives fresh attempts while ATTEMPTS goes on numbering them: the 4th attempt
     is the 2nd of 2 since the retry, on the page as in `show` (never "4 of 2")."""
-    from click.testing import CliRunner
-
-    from orchestrator.cli import cli
 
     write_agents(git_project, max_attempts=2)
     tid = q.create_task("tried again").id
@@ -489,4 +494,4 @@ def test_the_attempt_is_counted_within_its_budget_after_a_retry(git_project, cli
     q.claim_task(None, "impl-1")
     _, _, page = client.request(f"/tasks/TASK-{tid}")
     assert "<dt>attempt</dt><dd>4 (2 of 2 since the retry)</dd>" in page
-    assert "attempt: 4 (2 of 2 since the retry)\n" in CliRunner().invoke(cli, ["show", tid]).output
+    assert "attempt: 4 (2 of 2 since the retry)\n" in invoke("show", tid).output

@@ -29,8 +29,8 @@ from orchestrator.web.security import (
     cookie_name,
 )
 
-from .support import child_env
-from .web_server import OCTOPOID, Client, WebServer, start_web
+from .support import OCTOPOID, child_env
+from .web_server import Client, WebServer, start_web
 
 TOKEN = "a-chosen-token-0123456789"
 

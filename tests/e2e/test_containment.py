@@ -16,8 +16,8 @@ from orchestrator import queue_utils as q
 from orchestrator.processes import ProcessId
 from orchestrator.tasks import TaskState
 
-from ..support import HELPERS, child_env, set_config, write_agents
-from .test_daemon import OCTOPOID, _runner_owned, loop, state_of, wait_for
+from ..support import HELPERS, OCTOPOID, child_env, set_config, write_agents
+from .test_daemon import _runner_owned, loop, state_of, wait_for
 
 pytestmark = pytest.mark.slow
 __all__ = ["loop"]  # the fixture, shared with test_daemon

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -22,10 +21,9 @@ from orchestrator.processes import marked_processes
 from orchestrator.task_notes import stdout_log_path
 from orchestrator.tasks import TaskState
 
-from ..support import child_env, wait_for, write_agents
+from ..support import OCTOPOID, child_env, wait_for, write_agents
 
 pytestmark = pytest.mark.slow
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 
 
 def state_of(task_id: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from ..support import HELPERS, child_env, set_config
+from .. import support
+from ..support import HELPERS, OCTOPOID, child_env, set_config
 
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 SESSIONS = HELPERS.parent / "fixtures" / "claude"
 
 
@@ -46,13 +45,7 @@ def codes(found: dict[str, Any]) -> set[str]:
 
 def wait_for(root: Path, what: str, ok, timeout: float = 180) -> dict[str, Any]:
     """Poll `status --json` until ``ok(status)``; the deadline only bounds a hang."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = status(root)
-        if ok(found):
-            return found
-        assert time.monotonic() < deadline, f"never: {what}\n{json.dumps(found, indent=1)}"
-        time.sleep(0.2)
+    return support.wait_for(what, lambda: ok(found := status(root)) and found, timeout)
 
 
 def state_of(root: Path, task: str) -> str:

@@ -18,7 +18,7 @@ import pytest
 from orchestrator import config
 from orchestrator import queue_utils as q
 
-from ..support import write_agents
+from ..support import OCTOPOID, write_agents
 from ..web_server import start_web
 from .test_daemon import Daemon, state_of, wait_for
 
@@ -162,7 +162,6 @@ def test_a_stale_page_s_accept_is_refused_once_another_attempt_arrived(
     from playwright.sync_api import expect
 
     from ..support import child_env
-    from ..web_server import OCTOPOID
 
     task_id = q.create_task("plain work, reviewed twice").id
     wait_for("review", lambda: state_of(task_id) == "provisional", timeout=60)

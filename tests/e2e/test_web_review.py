@@ -17,8 +17,7 @@ from orchestrator import queue_utils as q
 from orchestrator.memory.store import open_memory
 from orchestrator.tasks import TaskState
 
-from ..support import child_env, commit_on_branch, remembered, run_claimed, write_agents
-from ..web_server import OCTOPOID
+from ..support import OCTOPOID, child_env, commit_on_branch, remembered, run_claimed, write_agents
 from .test_web import shoot
 
 pytestmark = pytest.mark.slow
