@@ -146,6 +146,9 @@ def test_a_secret_in_a_title_never_reaches_the_notifier(git_project, hook, sched
         daemon.loop_once()
         (post,) = hook.wait_for(1)
     assert secret not in json.dumps(post)
+    assert post["title"] == "octopoid: TASK-1 needs review"
+    said = post["message"].splitlines()[0]  # the title is said, with the key hidden
+    assert said.startswith("TASK-1: use key [REDACTED:") and said.endswith("] to deploy")
 
 
 def test_unknown_events_are_a_clear_config_error(git_project) -> None:

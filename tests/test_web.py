@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from orchestrator import queue_utils as q
+from orchestrator.sandbox.bwrap import BWRAP_ENV
 from orchestrator.tasks import TaskState
 
 from .support import (
@@ -289,10 +290,16 @@ def test_a_secret_in_an_agent_s_commit_message_is_not_shown(git_project, client)
 
 
 def test_the_board_says_when_agents_are_not_sandboxed_or_their_network_is_open(
-    git_project, client
+    git_project, bwrap_ok, client
 ) -> None:
     _, _, board = client.request("/board")
-    assert 'id="sandbox"' not in board or "sandbox unavailable" in board
+    assert 'id="sandbox"' not in board  # a working box, network closed: nothing to warn of
+    broken = start_web(git_project, env={BWRAP_ENV: "octopoid-no-such-bwrap"})
+    try:
+        _, _, board = broken.client().request("/board")
+    finally:
+        broken.stop()
+    assert 'id="sandbox"' in board and "sandbox unavailable: octopoid-no-such-bwrap" in board
     (git_project / ".octopoid/config.yaml").write_text("sandbox: {network: open}\n")
     _, _, board = client.request("/board")
     assert 'id="sandbox"' in board and "network OPEN for impl-1" in board
