@@ -68,27 +68,46 @@ def _no_process_left_behind(tmp_path_factory: pytest.TempPathFactory):
 GITPYTHON_HELPER = b"git cat-file --batch"
 
 
+#: pid -> whether it is ours, for every live process seen. A verdict never changes while
+#: the process lives (a child stays a child; an environment is fixed at exec), so a scan
+#: reads only the processes it has not seen and re-reads ours (a zombie yet? exec'd?). A
+#: pid gone from /proc is forgotten at once; one freed *and* reused between two scans of a
+#: worker would take a whole cycle of pid numbers (32,768 here) within one test.
+_verdicts: dict[int, bool] = {}
+
+
 def _left_behind(base: str) -> dict[int, str]:
     """Live processes (not zombies) that are children of this one or carry a project of
     this session in OCTOPOID_ROOT; pid -> command line."""
-    needle = f"OCTOPOID_ROOT={base}".encode()
+    global _verdicts
+    needle, me = f"OCTOPOID_ROOT={base}".encode(), os.getpid()
+    pids = {int(name) for name in os.listdir("/proc") if name.isdigit()} - {me}
+    new = pids - _verdicts.keys()
+    _verdicts = {pid: _verdicts[pid] for pid in pids - new}
     found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
+    for pid in pids:
         try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-            ours = int(ppid) == os.getpid() or any(
-                var.startswith(needle)
-                for var in Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
-            )
-            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
-            if ours and state != "Z" and not cmd.startswith(GITPYTHON_HELPER):
-                found[int(name)] = cmd.decode(errors="replace")[:200]
-        except (OSError, ValueError):
+            stat = Path(f"/proc/{pid}/stat").read_text() if _verdicts.get(pid, True) else ""
+            if pid in new:
+                child = int(stat.rsplit(")", 1)[1].split()[1]) == me
+                _verdicts[pid] = child or _carries(pid, needle)
+            if not _verdicts[pid] or stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            if not cmd.startswith(GITPYTHON_HELPER):
+                found[pid] = cmd.decode(errors="replace")[:200]
+        except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or not ours to read
     return found
+
+
+def _carries(pid: int, needle: bytes) -> bool:
+    """Whether the process's environment has ``needle`` (False if it may not be read)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(var.startswith(needle) for var in environ)
 
 
 @pytest.fixture

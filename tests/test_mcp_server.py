@@ -24,8 +24,7 @@ from orchestrator import task_notes
 from orchestrator.exceptions import InvalidTaskId
 from orchestrator.tasks import TaskState, normalize_task_id
 
-from .support import OCTOPOID, commit_on_branch, run_claimed, set_config, write_agents
-from .test_intake import octopoid
+from .support import OCTOPOID, commit_on_branch, octopoid, run_claimed, set_config, write_agents
 
 T = TypeVar("T")
 SECRET = "s3cr3t-value-for-the-mcp-test"  # a value of a secret-looking variable
@@ -75,7 +74,7 @@ def cli_error(root: Path, *args: str) -> str:
     """The one line `octopoid ARGS` prints on stderr, without its ``octopoid: ``."""
     done = octopoid(root, *args, timeout=60)
     assert done.returncode != 0
-    line = done.stderr.decode()
+    line = done.stderr
     assert line.startswith("octopoid: ") and line.endswith("\n"), line
     return line.removeprefix("octopoid: ").removesuffix("\n")
 
