@@ -1,10 +1,13 @@
-"""Shared fixtures: a real project folder per test, found through OCTOPOID_ROOT."""
+"""The suite's fixtures (pytest finds them here; plain helpers live in tests/support.py): a
+real project folder per test, found through OCTOPOID_ROOT, and per worker one PostgreSQL
+server and one Chromium; every test fails if it leaves a process behind."""
 
 from __future__ import annotations
 
 import contextlib
 import http.server
 import os
+import shutil
 import signal
 import threading
 import time
@@ -80,7 +83,7 @@ def _left_behind(base: str) -> dict[int, str]:
     """Live processes (not zombies) that are children of this one or carry a project of
     this session in OCTOPOID_ROOT; pid -> command line."""
     global _verdicts
-    needle, me = f"OCTOPOID_ROOT={base}".encode(), os.getpid()
+    needle, me = f"OCTOPOID_ROOT={base}/".encode(), os.getpid()  # not pytest-50 for pytest-5
     pids = {int(name) for name in os.listdir("/proc") if name.isdigit()} - {me}
     new = pids - _verdicts.keys()
     _verdicts = {pid: _verdicts[pid] for pid in pids - new}
@@ -110,11 +113,26 @@ def _carries(pid: int, needle: bytes) -> bool:
     return any(var.startswith(needle) for var in environ)
 
 
+@pytest.fixture(scope="session")
+def _templates(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Built once a worker and copied per test: an initialised project's ``.octopoid``
+    (without the queue's claim index, which ``init_project`` then makes in place), and a
+    git repository with its first commit (``make_git_repo``). A copy is what building
+    would leave, at a tenth of the cost (a project fsyncs every file it writes)."""
+    made = tmp_path_factory.mktemp("templates")
+    init_project(made / "project")
+    for index in (made / "project/.octopoid/runtime/queue").glob(".claim-index*"):
+        index.unlink()
+    (made / "git").mkdir()
+    make_git_repo(made / "git")
+    return made / "project/.octopoid", made / "git"
+
+
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _templates) -> Path:
     """An initialised octopoid project in a temp dir; every API call below uses it."""
     root = tmp_path / "proj"
-    root.mkdir()
+    shutil.copytree(_templates[0], root / ".octopoid", symlinks=True)
     init_project(root)
     monkeypatch.setenv("OCTOPOID_ROOT", str(root))
     monkeypatch.chdir(root)
@@ -122,9 +140,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def git_project(project: Path) -> Path:
+def git_project(project: Path, _templates) -> Path:
     """``project`` that is also a git repository with a first commit on main."""
-    make_git_repo(project)
+    shutil.copytree(_templates[1], project, symlinks=True, dirs_exist_ok=True)
     return project
 
 

@@ -16,7 +16,7 @@ from orchestrator.leases import attempts_left
 from orchestrator.processes import TOKEN_ENV, ProcessId, marked_processes
 from orchestrator.tasks import TaskState
 
-from .support import run_claimed, set_config, wait_for, write_agents
+from .support import run_claimed, set_config, settle, wait_for, write_agents
 
 
 def alive(pid: int) -> bool:
@@ -87,13 +87,8 @@ def test_a_hung_runner_is_killed_at_its_deadline(sched, monkeypatch, tmp_path):
     agent_status.set_paused(True)  # one attempt is all this test watches
     (runner,) = sched.runners.values()
     token = runner.token
-    deadline = time.monotonic() + 30
-    while marked_processes(**{TOKEN_ENV: token}) == [] and time.monotonic() < deadline:
-        time.sleep(0.05)  # the runner and its agent are up
-    while sched.runners and time.monotonic() < deadline:
-        sched.loop_once()
-        time.sleep(0.2)
-    assert sched.runners == {}
+    wait_for("the runner and its agent up", lambda: marked_processes(**{TOKEN_ENV: token}))
+    settle(sched, 30)
     assert marked_processes(**{TOKEN_ENV: token}) == []
     task = q.get_task(tid)
     assert task.state is TaskState.INCOMING and task.attempts == 1

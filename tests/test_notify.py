@@ -31,7 +31,7 @@ class Hook:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                hook.hold.wait(30)
+                hook.hold.wait(120)  # a stalled endpoint: longer than any pass here takes
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 hook.posts.append(json.loads(body))
                 self.send_response(200)
@@ -41,7 +41,9 @@ class Hook:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"json://127.0.0.1:{self.server.server_address[1]}/hook"
+        # read timeout (rto) past the stall: a slow pass on a loaded machine must not turn
+        # the stalled endpoint into a failing one (apprise gives up after 4 s by default)
+        self.url = f"json://127.0.0.1:{self.server.server_address[1]}/hook?rto=150"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait_for(self, count: int, timeout: float = 20) -> list[dict]:

@@ -287,12 +287,12 @@ def test_the_scheduler_runs_attempts_from_postgres_to_review(
     sched = scheduler.Scheduler()
     sched.initialize()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def reviewed() -> bool:
             sched.loop_once()
-            if all(q.get_store().locate(t) is TaskState.PROVISIONAL for t in ids):
-                break
-            time.sleep(0.05)
+            return all(q.get_store().locate(t) is TaskState.PROVISIONAL for t in ids)
+
+        wait_for("the three in review", reviewed, 60)
     finally:
         sched.shutdown(grace=10)
     assert [q.get_store().locate(t) for t in ids] == [TaskState.PROVISIONAL] * 3
@@ -354,10 +354,12 @@ def test_an_agent_never_gets_the_database_url_or_password(
     sched = scheduler.Scheduler()
     sched.initialize()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not q.get_task_notes(task.id):
+
+        def noted() -> str:
             sched.loop_once()
-            time.sleep(0.05)
+            return q.get_task_notes(task.id)
+
+        wait_for("the notes", noted, 60)
     finally:
         sched.shutdown(grace=10)
     notes = q.get_task_notes(task.id)
@@ -596,10 +598,12 @@ def test_a_runner_whose_database_is_gone_gives_up_and_leaves_the_claim_to_the_re
         cwd=git_project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while "STARTED_AT" not in q.get_task(task.id).headers:
-            assert runner.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+
+        def started() -> bool:
+            assert runner.poll() is None
+            return "STARTED_AT" in q.get_task(task.id).headers
+
+        wait_for("the attempt to start", started, 60)
         q.get_store().close()
         pg_server.pause()
         try:
