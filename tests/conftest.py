@@ -71,36 +71,39 @@ def _no_process_left_behind(tmp_path_factory: pytest.TempPathFactory):
 GITPYTHON_HELPER = b"git cat-file --batch"
 
 
-#: pid -> whether it is ours, for every live process seen. A verdict never changes while
-#: the process lives (a child stays a child; an environment is fixed at exec), so a scan
-#: reads only the processes it has not seen and re-reads ours (a zombie yet? exec'd?). A
-#: pid gone from /proc is forgotten at once; one freed *and* reused between two scans of a
-#: worker would take a whole cycle of pid numbers (32,768 here) within one test.
+#: pid -> whether it is ours, for every live process seen that is not: that verdict holds
+#: while the process lives (a stranger never becomes a child; an environment is fixed at
+#: exec), so a scan reads only the processes it has not seen, and checks ours afresh. A pid
+#: gone from /proc is forgotten; all are when the kernel's pid numbers wrap around (its
+#: last pid goes down), as a pid may then name another process.
 _verdicts: dict[int, bool] = {}
+_last_pid = 0
 
 
 def _left_behind(base: str) -> dict[int, str]:
     """Live processes (not zombies) that are children of this one or carry a project of
     this session in OCTOPOID_ROOT; pid -> command line."""
-    global _verdicts
+    global _verdicts, _last_pid
     needle, me = f"OCTOPOID_ROOT={base}/".encode(), os.getpid()  # not pytest-50 for pytest-5
+    last = int(Path("/proc/loadavg").read_text().split()[-1])
+    if last < _last_pid:
+        _verdicts = {}
+    _last_pid = last
     pids = {int(name) for name in os.listdir("/proc") if name.isdigit()} - {me}
-    new = pids - _verdicts.keys()
-    _verdicts = {pid: _verdicts[pid] for pid in pids - new}
+    _verdicts = {pid: _verdicts[pid] for pid in pids & _verdicts.keys()}
     found = {}
-    for pid in pids:
+    for pid in pids - _verdicts.keys():
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text() if _verdicts.get(pid, True) else ""
-            if pid in new:
-                child = int(stat.rsplit(")", 1)[1].split()[1]) == me
-                _verdicts[pid] = child or _carries(pid, needle)
-            if not _verdicts[pid] or stat.rsplit(")", 1)[1].split()[0] == "Z":
+            state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+            ours = int(ppid) == me or _carries(pid, needle)
+            if not ours:
+                _verdicts[pid] = False
                 continue
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            if not cmd.startswith(GITPYTHON_HELPER):
+            if state != "Z" and not cmd.startswith(GITPYTHON_HELPER):
                 found[pid] = cmd.decode(errors="replace")[:200]
         except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile, or not ours to read
+            continue  # gone meanwhile
     return found
 
 
