@@ -1,6 +1,6 @@
 """The suite's fixtures (pytest finds them here; plain helpers live in tests/support.py): a
-real project folder per test, found through OCTOPOID_ROOT, and per worker one PostgreSQL
-server and one Chromium; every test fails if it leaves a process behind."""
+real project folder per test, found through OCTOPOID_ROOT, one PostgreSQL server a worker
+and one Chromium a module; every test fails if it leaves a process behind."""
 
 from __future__ import annotations
 
@@ -238,10 +238,11 @@ def loopback_servers():
         server.server_close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright_chromium():
-    """Playwright's Chromium launcher for the session (one driver per worker: a second
-    sync_playwright in the same thread is refused)."""
+    """Playwright's Chromium launcher for a module. Not for the session: its sync API keeps
+    an event loop running in this thread until it stops, and every later asyncio.run of
+    the worker (the MCP and web tests) would then be refused."""
     require_chromium()
     from playwright.sync_api import sync_playwright
 
@@ -249,9 +250,9 @@ def playwright_chromium():
         yield pw.chromium
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright_chromium):
-    """One headless Chromium per worker; each test opens its own context (its own cookies
+    """One headless Chromium a module; each test opens its own context (its own cookies
     and pages), so sharing the browser shares no state between tests."""
     chromium = playwright_chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
     yield chromium
