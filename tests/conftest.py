@@ -1,24 +1,33 @@
-"""Shared fixtures: a real project folder per test, found through OCTOPOID_ROOT."""
+"""The suite's fixtures (pytest finds them here; plain helpers live in tests/support.py): a
+real project folder per test, found through OCTOPOID_ROOT, one PostgreSQL server a worker
+and one Chromium a module; every test fails if it leaves a process behind."""
 
 from __future__ import annotations
 
 import contextlib
 import http.server
 import os
+import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from orchestrator.faces.scaffold import init_project
 
-HELPERS = Path(__file__).parent / "helpers"
+from .support import (
+    ARGS,
+    CHROMIUM,
+    HELPERS,
+    PAGE,
+    Served,
+    make_git_repo,
+    require_chromium,
+    write_agents,
+)
+
 # The suite starts hundreds of octopoid processes (runners, the CLI, daemons): let them
 # keep their bytecode (__pycache__ is git-ignored) instead of compiling octopoid each time.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -62,134 +71,81 @@ def _no_process_left_behind(tmp_path_factory: pytest.TempPathFactory):
 GITPYTHON_HELPER = b"git cat-file --batch"
 
 
+#: pid -> whether it is ours, for every live process seen that is not: that verdict holds
+#: while the process lives (a stranger never becomes a child; an environment is fixed at
+#: exec), so a scan reads only the processes it has not seen, and checks ours afresh. A pid
+#: gone from /proc is forgotten; all are when the kernel's pid numbers wrap around (its
+#: last pid goes down), as a pid may then name another process.
+_verdicts: dict[int, bool] = {}
+_last_pid = 0
+
+
 def _left_behind(base: str) -> dict[int, str]:
     """Live processes (not zombies) that are children of this one or carry a project of
     this session in OCTOPOID_ROOT; pid -> command line."""
-    needle = f"OCTOPOID_ROOT={base}".encode()
+    global _verdicts, _last_pid
+    needle, me = f"OCTOPOID_ROOT={base}/".encode(), os.getpid()  # not pytest-50 for pytest-5
+    last = int(Path("/proc/loadavg").read_text().split()[-1])
+    if last < _last_pid:
+        _verdicts = {}
+    _last_pid = last
+    pids = {int(name) for name in os.listdir("/proc") if name.isdigit()} - {me}
+    _verdicts = {pid: _verdicts[pid] for pid in pids & _verdicts.keys()}
     found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
+    for pid in pids - _verdicts.keys():
         try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-            ours = int(ppid) == os.getpid() or any(
-                var.startswith(needle)
-                for var in Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
-            )
-            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ")
-            if ours and state != "Z" and not cmd.startswith(GITPYTHON_HELPER):
-                found[int(name)] = cmd.decode(errors="replace")[:200]
-        except (OSError, ValueError):
-            continue  # gone meanwhile, or not ours to read
+            state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+            ours = int(ppid) == me or _carries(pid, needle)
+            if not ours:
+                _verdicts[pid] = False
+                continue
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            if state != "Z" and not cmd.startswith(GITPYTHON_HELPER):
+                found[pid] = cmd.decode(errors="replace")[:200]
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
     return found
 
 
+def _carries(pid: int, needle: bytes) -> bool:
+    """Whether the process's environment has ``needle`` (False if it may not be read)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(var.startswith(needle) for var in environ)
+
+
+@pytest.fixture(scope="session")
+def _templates(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Built once a worker and copied per test: an initialised project's ``.octopoid``
+    (without the queue's claim index, which ``init_project`` then makes in place), and a
+    git repository with its first commit (``make_git_repo``). A copy is what building
+    would leave, at a tenth of the cost (a project fsyncs every file it writes)."""
+    made = tmp_path_factory.mktemp("templates")
+    init_project(made / "project")
+    for index in (made / "project/.octopoid/runtime/queue").glob(".claim-index*"):
+        index.unlink()
+    (made / "git").mkdir()
+    make_git_repo(made / "git")
+    return made / "project/.octopoid", made / "git"
+
+
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _templates) -> Path:
     """An initialised octopoid project in a temp dir; every API call below uses it."""
     root = tmp_path / "proj"
-    root.mkdir()
+    shutil.copytree(_templates[0], root / ".octopoid", symlinks=True)
     init_project(root)
     monkeypatch.setenv("OCTOPOID_ROOT", str(root))
     monkeypatch.chdir(root)
     return root
 
 
-def helper_cmd(name: str, *args: str) -> list[str]:
-    """argv that runs ``tests/helpers/<name>.py`` with this interpreter."""
-    return [sys.executable, str(HELPERS / f"{name}.py"), *args]
-
-
-def child_env(root: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["OCTOPOID_ROOT"] = str(root)
-    return env
-
-
-def run_all(root: Path, argvs: list[list[str]], timeout: float = 120) -> None:
-    """Start every helper at once against ``root`` and wait for all to succeed."""
-    procs = [
-        subprocess.Popen(argv, env=child_env(root), stdout=subprocess.PIPE, text=True)
-        for argv in argvs
-    ]
-    for proc in procs:
-        proc.communicate(timeout=timeout)
-        assert proc.returncode == 0
-
-
-def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> object:
-    """Wait until ``check()`` is true (a condition, never a fixed window) and return it;
-    past ``timeout`` s fail, saying ``what`` was waited for."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def peak_rss_kib(root: Path, out: Path, *argv: str) -> int:
-    """KiB at the peak of ``argv`` and all it ran (its stdout goes to ``out``), measured by
-    a fresh small process: a child's peak counts its parent's memory at the fork, so one
-    measured from a test worker would be the worker's."""
-    done = subprocess.run(
-        [sys.executable, str(HELPERS / "peak_rss.py"), str(out), *argv],
-        env=child_env(root), cwd=root, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return int(done.stdout)
-
-
-def start_then_kill(root: Path, argv: list[str], delay: float, done: int = 0) -> None:
-    """Start a helper, wait until it says ready and then that it did ``done`` pieces of
-    work (a line each: a condition, however slow the machine), let it work ``delay`` s
-    more, then kill -9 it."""
-    proc = subprocess.Popen(argv, env=child_env(root), stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    for _ in range(done):
-        assert proc.stdout.readline(), "the helper ended before it was killed"
-    time.sleep(delay)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
-def race_claimers(root: Path, go: Path, n: int = 8, timeout: float = 240) -> list[str]:
-    """Start ``n`` claimer processes (tests/helpers/claimer.py) against ``root``, release
-    them together, and return each one's output: the ids it claimed, one per line."""
-    procs = [
-        subprocess.Popen(
-            helper_cmd("claimer", f"claimer-{i}", str(go)),
-            env=child_env(root),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(n)
-    ]
-    time.sleep(0.5)  # let every interpreter start, then release them together
-    go.touch()
-    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs)
-    return outputs
-
-
-def make_git_repo(root: Path) -> None:
-    """A repository on ``main`` with one commit, octopoid's runtime ignored."""
-    import git
-
-    repo = git.Repo.init(root, initial_branch="main")
-    with repo.config_writer() as cfg:
-        cfg.set_value("user", "name", "Test User")
-        cfg.set_value("user", "email", "test@example.invalid")
-    (root / "README.md").write_text("# demo project\n")
-    repo.index.add(["README.md"])
-    repo.index.commit("initial commit")
-
-
 @pytest.fixture
-def git_project(project: Path) -> Path:
+def git_project(project: Path, _templates) -> Path:
     """``project`` that is also a git repository with a first commit on main."""
-    make_git_repo(project)
+    shutil.copytree(_templates[1], project, symlinks=True, dirs_exist_ok=True)
     return project
 
 
@@ -208,117 +164,6 @@ def web(git_project: Path):
 def client(web):
     """A plain HTTP client signed in to ``web``."""
     return web.client()
-
-
-def write_agents(
-    root: Path, *, argv: list[str] | None = None, env: dict | None = None, **top: object
-) -> None:
-    """agents.yaml with one command agent running tests/helpers/agent.py (or ``argv``),
-    with ``env`` as its own environment."""
-    import yaml
-
-    agent = {
-        "name": "impl-1",
-        "role": "implement",
-        "backend": "command",
-        "argv": argv or [sys.executable, str(HELPERS / "agent.py")],
-        "max_concurrent": int(top.pop("max_concurrent", 1)),
-        "timeout_seconds": int(top.pop("timeout_seconds", 60)),
-        "max_turns": 10,
-        **({"env": env} if env else {}),
-    }
-    doc = {"lease_seconds": 30, **top, "agents": [agent]}
-    (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))
-
-
-def set_config(root: Path, **sections: object) -> None:
-    """Set top-level keys of the project's config.yaml (``sandbox="none"``, ``checks={...}``),
-    keeping the others."""
-    import yaml
-
-    path = root / ".octopoid/config.yaml"
-    doc = yaml.safe_load(path.read_text()) or {}
-    doc.update(sections)
-    path.write_text(yaml.safe_dump(doc))
-
-
-def branch_file(root: Path, task_id: str, path: str) -> str:
-    """``path`` as the task's branch holds it (its workspace is gone once the attempt ends)."""
-    import git
-
-    return git.Repo(root).git.show(f"agent/TASK-{task_id}:{path}")
-
-
-def branch_head(root: Path, task_id: str):
-    """The tip commit of the task's branch in the user's repository."""
-    import git
-
-    return git.Repo(root).commit(f"agent/TASK-{task_id}")
-
-
-def commit_on_branch(
-    root: Path,
-    task_id: str,
-    files: dict[str, bytes],
-    message: str,
-    links: dict[str, str] | None = None,
-    remove: tuple[str, ...] = (),
-) -> None:
-    """Commit ``files`` (and symlinks ``links``: path -> target; paths ``remove``d first)
-    onto the task's branch, as a later attempt would have (in a scratch worktree: the
-    attempt's own clone is gone)."""
-    import tempfile
-
-    import git
-
-    repo = git.Repo(root)
-    with tempfile.TemporaryDirectory() as scratch:
-        where = Path(scratch) / "wt"
-        repo.git.worktree("add", "-q", "-f", str(where), f"agent/TASK-{task_id}")
-        try:
-            for name in remove:
-                git.Repo(where).git.rm("-r", "-q", name)
-            for name, data in files.items():
-                (where / name).parent.mkdir(parents=True, exist_ok=True)
-                (where / name).write_bytes(data)
-            for name, target in (links or {}).items():
-                (where / name).parent.mkdir(parents=True, exist_ok=True)
-                (where / name).symlink_to(target)
-            wt = git.Repo(where)
-            wt.git.add("-A", "-f")
-            wt.git.commit("-q", "--allow-empty", "-m", message)
-        finally:
-            repo.git.worktree("remove", "--force", str(where))
-
-
-def remembered(task_id: str, text: str, attempt: int = 1, section: str = "Important Facts"):
-    """``text`` in the task's working notes as attempt ``attempt``'s channel writes it
-    (stamped with the task, attempt and agent); the notes manager."""
-    from orchestrator.memory.notes import NotesManager
-    from orchestrator.memory.provenance import Origin
-
-    label = f"TASK-{task_id}"
-    notes = NotesManager.create_ephemeral(label, "the task")
-    notes.add_item(section, text, Origin(label, attempt, "agent"))
-    return notes
-
-
-def run_claimed(task, agent: str):
-    """Run one attempt in this process for a task just claimed, as its runner would."""
-    from orchestrator.roles.implementer import run_attempt
-
-    return run_attempt(task.id, agent, task.headers["CLAIM_TOKEN"])
-
-
-def exited_pid() -> int:
-    """The PID of a process that has already exited (an agent that died)."""
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(done.stdout)
 
 
 @pytest.fixture
@@ -359,9 +204,6 @@ def pg_dsn(pg_server) -> str:
     return pg_server.create_database(f"t{os.getpid()}_{next(_databases)}")
 
 
-PAGE = b"a page of a server on this machine's loopback\n"
-
-
 class _Page(http.server.BaseHTTPRequestHandler):
     """Answers every GET with PAGE (``X-Size: n``: n bytes instead), keeps its request line,
     and says in ``X-Seen`` what request line and proxy credentials it got."""
@@ -380,12 +222,6 @@ class _Page(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@dataclass
-class Served:
-    port: int
-    seen: list[str] = field(default_factory=list)  # the request lines it got
-
-
 @pytest.fixture
 def loopback_servers():
     """Two HTTP servers on this machine's 127.0.0.1 (what a box must not reach unless its
@@ -400,3 +236,38 @@ def loopback_servers():
     for server in started:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="module")
+def playwright_chromium():
+    """Playwright's Chromium launcher for a module. Not for the session: its sync API keeps
+    an event loop running in this thread until it stops, and every later asyncio.run of
+    the worker (the MCP and web tests) would then be refused."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        yield pw.chromium
+
+
+@pytest.fixture(scope="module")
+def browser(playwright_chromium):
+    """One headless Chromium a module; each test opens its own context (its own cookies
+    and pages), so sharing the browser shares no state between tests."""
+    chromium = playwright_chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+    yield chromium
+    chromium.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def memory_store(project: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """The project's long-term memory, once on each kind: its SQLite file and PostgreSQL."""
+    from orchestrator.memory.store import open_memory
+
+    if request.param == "postgres":
+        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+    store = open_memory()
+    kind = {"sqlite": "MemoryStore", "postgres": "PostgresMemoryStore"}[request.param]
+    assert type(store).__name__ == kind
+    yield store
+    store.close()

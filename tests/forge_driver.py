@@ -13,8 +13,8 @@ import pytest
 from orchestrator.faces.scaffold import init_project
 from orchestrator.queue import machine as q
 
-from .conftest import run_claimed, set_config, write_agents
 from .forge_fakes.fixtures import REPO
+from .support import run_claimed, set_config, write_agents
 
 TOKEN_ENV = "OCTO_TEST_FORGE_TOKEN"
 

@@ -14,7 +14,7 @@ from orchestrator.queue import questions
 from orchestrator.review import drafts
 from orchestrator.roles import plans
 
-from .conftest import child_env
+from .support import child_env
 
 PLAN = {
     "id": "PLAN-4", "goal": "ship it", "branch": "main", "state": "draft", "created": "",

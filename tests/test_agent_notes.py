@@ -12,7 +12,7 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import recovery
 from orchestrator.queue.task_notes import notes_summary, split_notes
 
-from .conftest import exited_pid
+from .support import exited_pid
 
 
 @pytest.fixture(autouse=True, params=["folder", "postgres"])

@@ -16,9 +16,8 @@ from orchestrator.model.tasks import format_time, utcnow
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
-from .conftest import set_config, write_agents
+from .support import set_config, settle, write_agents
 from .test_git_remote import Machines
-from .test_scheduler import settle
 
 
 @pytest.fixture

@@ -9,23 +9,21 @@ import re
 from pathlib import Path
 
 import yaml
-from click.testing import CliRunner
 
 from orchestrator.base.redaction import redact, scrub
 from orchestrator.box.client import request
 from orchestrator.daemon import notify
-from orchestrator.faces.cli.main import cli
 from orchestrator.forge import connect, poller
 from orchestrator.memory.notes import NotesManager
 from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 from orchestrator.review import verdicts as review
 
-from .conftest import set_config, write_agents
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
 from .forge_fakes.base import LineNote
 from .forge_fakes.fixtures import BOB, github_forge, gitlab_forge  # noqa: F401
 from .helpers.secrets_corpus import corpus, fake_secrets
+from .support import invoke, set_config, write_agents
 from .test_channel import served  # noqa: F401  (the channel of a claimed task)
 from .test_secrets_end_to_end import leaked
 from .web_server import start_web
@@ -49,7 +47,7 @@ def faults(texts: dict[str, str], secrets: tuple[str, ...] = (TOKEN, DEPLOY)) ->
 
 
 def cli_out(*args: str) -> str:
-    result = CliRunner().invoke(cli, list(args))
+    result = invoke(*args)
     assert result.exit_code in (0, 1), result.output
     return result.output
 

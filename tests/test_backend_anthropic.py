@@ -15,8 +15,8 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import steering
 from orchestrator.review import verdicts as review
 
-from .conftest import branch_file, branch_head, run_claimed
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text, tool_use
+from .support import branch_file, branch_head, run_claimed
 
 KEY = "sk-ant-api03-test-key-0123456789abcdef"
 
@@ -85,7 +85,16 @@ def test_the_loop_edits_files_and_commits_on_finish(anthropic_agent) -> None:
     assert branch_file(root, tid, "src/greet.py") == "def greet():\n    return 'hello, friend'"
     notes = q.get_task_notes(tid)
     assert "Turns: 4 | Commits: 1 | Cost: $0.02" in notes  # 4 x (1000 in, 200 out) at 3/15
-    assert "→ write_file" in notes or "Friendlier greeting" in notes
+    said = [  # the loop's transcript, in order: what the model said, each call, its result
+        "Creating the module.",
+        '→ write_file: {"path": "src/greet.py", "content": "def greet():\\n    return \'hi\'\\n"}',
+        "← wrote 29 chars to src/greet.py",
+        "← replaced 1 occurrence in src/greet.py",
+        '→ finish: {"summary": "Friendlier greeting in src/greet.py"}',
+        "[committed: Friendlier greeting in src/greet.py]",
+    ]
+    where = [notes.find(line) for line in said]
+    assert -1 not in where and where == sorted(where), notes
     status_result = api.requests[3]["messages"][-1]["content"][0]
     assert "?? src/" in status_result["content"] and status_result["is_error"] is False
     assert api.requests[0]["model"] == "claude-sonnet-4-6"

@@ -18,7 +18,7 @@ from orchestrator.faces.reports import agents_overview
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
-from .conftest import HELPERS, run_claimed
+from .support import HELPERS, run_claimed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude"
 

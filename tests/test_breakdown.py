@@ -20,8 +20,8 @@ from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 from orchestrator.roles import breakdown
 
-from .conftest import HELPERS, child_env, exited_pid, run_claimed, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
+from .support import HELPERS, child_env, exited_pid, run_claimed, write_agents
 
 S = TaskState
 

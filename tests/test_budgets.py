@@ -4,7 +4,6 @@ at 100 % with the notes saved, and the task waiting with the reason."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,9 +16,8 @@ from orchestrator.model.tasks import TaskState, new_task
 from orchestrator.queue import budgets
 from orchestrator.queue import machine as q
 
-from .conftest import child_env, run_claimed, set_config, write_agents
+from .support import OCTOPOID, child_env, run_claimed, set_config, write_agents
 
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 CFG = {
     "budgets": {

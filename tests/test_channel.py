@@ -21,7 +21,7 @@ from orchestrator.queue import machine as q
 from orchestrator.roles import tools as attempt_tools
 from orchestrator.roles.tools import AttemptTools
 
-from .conftest import wait_for
+from .support import wait_for
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 from orchestrator.roles.tools import TOOLS
 
-from .conftest import set_config
+from .support import set_config
 from .test_channel import served  # noqa: F401
 
 
@@ -182,7 +182,7 @@ def test_an_answer_given_as_the_attempt_gives_up_leaves_the_task_free(
 def test_octopoid_answer_answers_once_and_says_why_not_in_one_line(project: Path) -> None:
     import subprocess
 
-    from .conftest import child_env
+    from .support import child_env
 
     task = q.create_task("asks")
     questions.ask(task.id, 1, "Which port?")
@@ -213,7 +213,7 @@ def test_an_answer_releases_only_a_question_s_hold_not_a_rate_limit_s(project: P
 def test_two_people_answering_at_the_same_instant_give_one_answer(project: Path) -> None:
     import subprocess
 
-    from .conftest import child_env
+    from .support import child_env
 
     task = q.create_task("asks once")
     questions.ask(task.id, 1, "Which region?")

@@ -21,16 +21,18 @@ from orchestrator.model.tasks import TaskState, read_task_file
 from orchestrator.queue import machine as q
 from orchestrator.queue.task_notes import split_notes
 
-from .conftest import (
+from .e2e.test_containment import AgentCounter
+from .support import (
+    OCTOPOID,
     child_env,
     helper_cmd,
+    octopoid,
     race_claimers,
     run_all,
     start_then_kill,
+    wait_for,
     write_agents,
 )
-from .e2e.test_containment import AgentCounter
-from .e2e.test_daemon import OCTOPOID
 
 pytestmark = pytest.mark.slow
 
@@ -260,16 +262,11 @@ def heal(chaos: Chaos, ids: set[str]) -> None:
     """Stop the chaos, let the daemon finish, and accept everything that reaches review."""
     chaos.ensure_daemon()
     open_states = (TaskState.INCOMING, TaskState.CLAIMED, TaskState.PROVISIONAL)
-    deadline = time.monotonic() + 300  # generous: CI shares two cores with everything else
-    while any(q.get_store().count(s) for s in open_states):
-        assert time.monotonic() < deadline, [
-            (s.value, q.get_store().count(s), [t.label for t in q.list_tasks(s)])
-            for s in open_states
-        ]
+
+    def healed() -> bool:
         for task in q.list_tasks(TaskState.PROVISIONAL):
-            done = subprocess.run(
-                [OCTOPOID, "accept", task.id], cwd=chaos.root, env=child_env(chaos.root)
-            )
-            assert done.returncode == 0, task.id
-        time.sleep(0.2)
+            assert octopoid(chaos.root, "accept", task.id).returncode == 0, task.id
+        return not any(q.get_store().count(s) for s in open_states)
+
+    wait_for("every task out of the open states", healed, 300)  # CI shares two cores
     chaos.check(ids)

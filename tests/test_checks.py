@@ -4,8 +4,6 @@ failed in the notes, so the next attempt starts from it; passing work reaches re
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from orchestrator import config
 from orchestrator.model.tasks import TaskState, utcnow
 from orchestrator.queue import machine as q
 
-from .conftest import HELPERS, Served, child_env, run_claimed, set_config, write_agents
+from .support import HELPERS, Served, octopoid, run_claimed, set_config, write_agents
 
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider test_sum.py"
 
@@ -62,12 +60,12 @@ def test_a_check_that_times_out_fails_with_that_reason(git_project):
 
 def test_a_task_brings_its_own_check_through_enqueue(git_project):
     write_agents(git_project)
-    done = subprocess.run(
-        [shutil.which("octopoid") or "octopoid", "enqueue", "plain work", "--check", "false"],
-        cwd=git_project,
-        env=child_env(git_project),
-        capture_output=True,
-        text=True,
+    done = octopoid(
+        git_project,
+        "enqueue",
+        "plain work",
+        "--check",
+        "false",
     )
     assert done.returncode == 0, done.stderr
     tid = done.stdout.strip().removeprefix("TASK-")
@@ -116,12 +114,10 @@ def test_a_branch_that_no_longer_merges_goes_back_naming_the_conflict(git_projec
 def test_octopoid_checks_reruns_them_by_hand(checked):
     tid = q.create_task("check-fix the sum").id
     attempt()
-    run = subprocess.run(
-        [shutil.which("octopoid") or "octopoid", "checks", tid],
-        cwd=checked,
-        env=child_env(checked),
-        capture_output=True,
-        text=True,
+    run = octopoid(
+        checked,
+        "checks",
+        tid,
     )
     assert run.returncode == 1
     assert f"check `{PYTEST}` failed: exit status 1" in run.stdout
@@ -173,7 +169,7 @@ def test_a_check_s_history_line_is_an_event_where_the_task_is_not_a_move(project
 def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_project: Path):
     from orchestrator.git import repo as git_utils
 
-    from .conftest import commit_on_branch
+    from .support import commit_on_branch
 
     repo = git.Repo(git_project)
     start = git_utils.ensure_branch(repo, "5", "main")

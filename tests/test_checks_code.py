@@ -16,7 +16,7 @@ from orchestrator import config
 from orchestrator.queue import machine as q
 from orchestrator.roles import checks
 
-from .conftest import commit_on_branch, set_config
+from .support import commit_on_branch, set_config
 
 PROJECTS = {
     "python-src": (

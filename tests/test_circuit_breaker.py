@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,9 +20,8 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
-from .conftest import run_claimed, set_config, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text
-from .test_cli import run as cli
+from .support import invoke, run_claimed, set_config, wait_for, write_agents
 from .test_notify import hook, sched, set_notify  # noqa: F401  (fixtures)
 
 KEY = "sk-ant-api03-breaker-test-0123456789"
@@ -32,13 +30,8 @@ SETUP_SAYS = "ERROR: no matching distribution found for demo-missing"
 
 def passes_until_quiet(daemon: scheduler.Scheduler, timeout: float = 120) -> None:
     """Scheduler passes until one starts nothing and no runner is left."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        started = daemon.loop_once().started
-        if not started and not daemon.runners:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the scheduler did not go quiet")
+    quiet = lambda: not daemon.loop_once().started and not daemon.runners  # noqa: E731
+    wait_for("the scheduler to go quiet", quiet, timeout)
 
 
 def attempts_in_process(agent: str) -> None:
@@ -94,9 +87,9 @@ def test_a_missing_program_is_said_everywhere_and_no_attempt_is_spent(git_projec
     write_agents(git_project, argv=["/nonexistent/prog", "{prompt_file}"])
     ids = [q.create_task(f"task {n}").id for n in range(3)]
     said = "cannot run: '/nonexistent/prog' does not exist"
-    (row,) = json.loads(cli("agents", "--json").output)
+    (row,) = json.loads(invoke("agents", "--json", code=0).output)
     assert row["problem"] == "'/nonexistent/prog' does not exist" and said in row["not_claiming"]
-    summary = json.loads(cli("status", "--json").output)["stalls"]
+    summary = json.loads(invoke("status", "--json", code=0).output)["stalls"]
     assert {"code": "cannot-run", "text": said} in summary["agents"]["impl-1"]
     daemon = scheduler.Scheduler()
     daemon.initialize()
@@ -131,11 +124,11 @@ def _said_everywhere(agent: str, cause: str) -> None:
     """The breaker's pause in every face, with its reason."""
     said = f"agent {agent}: paused by the circuit breaker: 3 attempts in a row"
     for face in ("status", "agents", "doctor"):
-        assert said in cli(face).output, face
+        assert said in invoke(face, code=0).output, face
     assert any(said in line for line in board.board()["stalls"])
-    (row,) = json.loads(cli("agents", "--json").output)
+    (row,) = json.loads(invoke("agents", "--json", code=0).output)
     assert row["state"] == "paused" and CAUSES[cause] in row["breaker"]["why"]
-    codes = json.loads(cli("status", "--json").output)["stalls"]["agents"][agent]
+    codes = json.loads(invoke("status", "--json", code=0).output)["stalls"]["agents"][agent]
     assert [s["code"] for s in codes] == ["breaker"]
 
 
@@ -189,7 +182,7 @@ def test_three_tasks_failing_for_one_cause_pause_the_agent_once_and_cost_nothing
     log = (config.get_logs_dir() / "scheduler.log").read_text()
     assert log.count(f"circuit breaker tripped for agent {agent}") == 1
     _said_everywhere(agent, cause)
-    assert "circuit breaker is reset" in cli("resume", "--agent", agent).output
+    assert "circuit breaker is reset" in invoke("resume", "--agent", agent, code=0).output
     assert agent_status.held(agent) is None and stalls.report()["claiming"]
 
 

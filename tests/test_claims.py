@@ -19,7 +19,7 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import recovery
 from orchestrator.queue.store import files
 
-from .conftest import exited_pid
+from .support import exited_pid
 
 S = TaskState
 

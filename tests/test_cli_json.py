@@ -13,16 +13,8 @@ import pytest
 from orchestrator.git import repo as git_utils
 from orchestrator.queue import machine as q
 
-from .test_intake import octopoid as installed
+from .support import octopoid
 from .test_review import provisional_with_commit
-
-
-def octopoid(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The installed command (test_intake's), its output read as UTF-8 text."""
-    done = installed(root, *args, timeout=120)
-    return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
-    )
 
 
 @pytest.mark.parametrize(
@@ -123,7 +115,7 @@ def test_diff_prints_what_git_diff_prints_whatever_the_bytes(git_project: Path) 
     git_project.joinpath(".gitattributes").write_text("*.py diff=shout\n")
     work.git.config("diff.shout.textconv", "tr a-z A-Z")  # the diff's text is the branch's own
 
-    done = installed(git_project, "diff", tid, timeout=120)
+    done = octopoid(git_project, "diff", tid, text=False)
     assert (done.returncode, done.stderr) == (0, b"")
     argv = ["git", *git_utils.DIFF_ARGS, f"main...agent/TASK-{tid}", "--"]
     expected = subprocess.run(argv, cwd=git_project, capture_output=True, check=True).stdout

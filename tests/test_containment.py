@@ -18,7 +18,7 @@ from orchestrator.queue import machine as q
 from orchestrator.queue.leases import attempts_left
 from orchestrator.roles import agent_status
 
-from .conftest import run_claimed, set_config, write_agents
+from .support import run_claimed, set_config, settle, wait_for, write_agents
 
 
 def alive(pid: int) -> bool:
@@ -39,10 +39,7 @@ def test_a_grandchild_in_its_own_session_dies_with_the_attempt(git_project, tmp_
     report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert report.next_state == "provisional"
     (escaped,) = pids_in(pids)
-    deadline = time.monotonic() + 5
-    while alive(escaped) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(escaped)
+    wait_for("the escaped process to die", lambda: not alive(escaped), 5)
 
 
 def test_a_timed_out_shell_command_loses_its_whole_group(tmp_path):
@@ -92,13 +89,8 @@ def test_a_hung_runner_is_killed_at_its_deadline(sched, monkeypatch, tmp_path):
     agent_status.set_paused(True)  # one attempt is all this test watches
     (runner,) = sched.runners.values()
     token = runner.token
-    deadline = time.monotonic() + 30
-    while marked_processes(**{TOKEN_ENV: token}) == [] and time.monotonic() < deadline:
-        time.sleep(0.05)  # the runner and its agent are up
-    while sched.runners and time.monotonic() < deadline:
-        sched.loop_once()
-        time.sleep(0.2)
-    assert sched.runners == {}
+    wait_for("the runner and its agent up", lambda: marked_processes(**{TOKEN_ENV: token}))
+    settle(sched, 30)
     assert marked_processes(**{TOKEN_ENV: token}) == []
     task = q.get_task(tid)
     assert task.state is TaskState.INCOMING and task.attempts == 1

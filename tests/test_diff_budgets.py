@@ -15,7 +15,7 @@ from orchestrator.faces.web import diffview
 from orchestrator.git import repo as git_utils
 from orchestrator.model import defaults
 
-from .conftest import commit_on_branch, peak_rss_kib
+from .support import commit_on_branch, peak_rss_kib
 from .test_review import provisional_with_commit
 
 MB = 1024 * 1024

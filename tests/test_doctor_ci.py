@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.faces import doctor
 
-from .conftest import set_config, write_agents
+from .support import set_config, write_agents
 
 EVERY_PUSH = "on: push\njobs: {test: {runs-on: ubuntu-latest, steps: [{run: make test}]}}\n"
 MAIN_ONLY = "on:\n  push:\n    branches: [main]\n  pull_request:\njobs: {}\n"

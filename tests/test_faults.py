@@ -18,20 +18,7 @@ from orchestrator.base.processes import TASK_ENV, marked_processes
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
-from .conftest import child_env, run_claimed, write_agents
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
-
-
-def cli(root: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [OCTOPOID, *args],
-        cwd=root,
-        env=child_env(root),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from .support import OCTOPOID, child_env, octopoid, run_claimed, wait_for, write_agents
 
 
 def one_line_error(done: subprocess.CompletedProcess, code: int, *needles: str) -> None:
@@ -52,10 +39,10 @@ def one_line_error(done: subprocess.CompletedProcess, code: int, *needles: str) 
 def test_status_and_agents_say_the_config_is_invalid(git_project, file, text, needle):
     q.create_task("still listed")
     (git_project / ".octopoid" / file).write_text(text)
-    status = cli(git_project, "status")
+    status = octopoid(git_project, "status")
     one_line_error(status, 2, "octopoid: config invalid: ", file, needle)
     assert "incoming     1" in status.stdout  # the rest of the status is still shown
-    one_line_error(cli(git_project, "agents"), 2, "config invalid: ", file)
+    one_line_error(octopoid(git_project, "agents"), 2, "config invalid: ", file)
 
 
 @pytest.mark.parametrize("kind", ["directory", "fifo", "symlink"])
@@ -68,11 +55,11 @@ def test_an_odd_file_in_a_queue_folder_is_quarantined_never_followed(git_project
     {"directory": odd.mkdir, "fifo": lambda: os.mkfifo(odd)}.get(
         kind, lambda: odd.symlink_to(secret)
     )()
-    listed = cli(git_project, "list", timeout=20)  # a FIFO must not block the listing
+    listed = octopoid(git_project, "list", timeout=20)  # a FIFO must not block the listing
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
     assert f"TASK-{good}" in listed.stdout
-    assert cli(git_project, "status").returncode == 0
-    one_line_error(cli(git_project, "show", "99"), 2, "TASK-99 is quarantined: it is a")
+    assert octopoid(git_project, "status").returncode == 0
+    one_line_error(octopoid(git_project, "show", "99"), 2, "TASK-99 is quarantined: it is a")
     quarantined = git_project / ".octopoid/runtime/queue/quarantine"
     error = (quarantined / "TASK-99.md.error").read_text()
     assert "not a regular file" in error or "symlink" in error
@@ -95,7 +82,7 @@ def immutable(folder: Path):
 
 def test_a_read_only_queue_folder_is_a_clear_error_at_enqueue(git_project):
     with immutable(git_project / ".octopoid/runtime/queue/incoming"):
-        done = cli(git_project, "enqueue", "cannot land")
+        done = octopoid(git_project, "enqueue", "cannot land")
     one_line_error(done, 1, "cannot write the queue at ", "incoming", "permissions")
 
 
@@ -125,25 +112,18 @@ def test_removing_the_runtime_stops_the_scheduler_and_its_runners(git_project, t
         )
     try:
         tid = q.create_task("slow").id
-        wait(lambda: q.get_task(tid).headers.get("STARTED_AT"), "the runner to start")
+        wait_for("the runner to start", lambda: q.get_task(tid).headers.get("STARTED_AT"))
         runtime = config.get_orchestrator_dir()
         for _ in range(50):  # the daemon may write a file while it goes, as with `rm -rf`
             shutil.rmtree(runtime, ignore_errors=True)
         assert daemon.wait(15) == 0
         assert "vanished or was replaced" in out.read_text()
         attempt = {TASK_ENV: f"TASK-{tid}"}
-        wait(lambda: not marked_processes(**attempt), "the runner and agent to be gone", 10)
-        assert "not running" in cli(git_project, "scheduler", "status").stdout
+        wait_for("the runner and agent to be gone", lambda: not marked_processes(**attempt), 10)
+        assert "not running" in octopoid(git_project, "scheduler", "status").stdout
     finally:
         if daemon.poll() is None:
             daemon.kill()
-
-
-def wait(check, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -158,7 +138,7 @@ def test_a_config_broken_for_five_seconds_costs_no_attempt(git_project, tmp_path
     )
     try:
         first = q.create_task("before").id
-        wait(lambda: q.get_task(first).state is TaskState.PROVISIONAL, "the first task")
+        wait_for("the first task", lambda: q.get_task(first).state is TaskState.PROVISIONAL)
         good = (git_project / ".octopoid/config.yaml").read_text()
         (git_project / ".octopoid/config.yaml").write_text("merge: {strategy: sometimes}\n")
         waiting = [q.create_task(f"during {i}").id for i in range(3)]
@@ -169,7 +149,7 @@ def test_a_config_broken_for_five_seconds_costs_no_attempt(git_project, tmp_path
             assert len(task.history) == 1  # only "new -> incoming"
         (git_project / ".octopoid/config.yaml").write_text(good)
         for tid in waiting:
-            wait(lambda t=tid: q.get_task(t).state is TaskState.PROVISIONAL, f"TASK-{tid}")
+            wait_for(f"TASK-{tid}", lambda t=tid: q.get_task(t).state is TaskState.PROVISIONAL)
             assert q.get_task(tid).attempts == 1
         log = (config.get_logs_dir() / "scheduler.log").read_text()
         assert log.count("config invalid") == 1 and "valid again" in log

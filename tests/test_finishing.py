@@ -5,7 +5,6 @@ the next accept, which asks git whether it landed."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,11 +20,10 @@ from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 
-from .conftest import child_env, remembered, write_agents
+from .support import child_env, octopoid, remembered, write_agents
 from .test_review import provisional_with_commit
 from .test_review_races import merges_of
 
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 LEARNED = "the release script needs GNU tar"
 
 # An accept that kills itself with SIGKILL at a point: before its merge, after the merge
@@ -70,9 +68,7 @@ def finish_by(root: Path, who: str, task_id: str) -> str:
             sched.shutdown(grace=0)
         return ""
     args = ["accept", task_id] if who == "accept" else ["doctor", "--repair"]
-    done = subprocess.run(
-        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
-    )
+    done = octopoid(root, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -16,9 +16,9 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .conftest import set_config
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
 from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .support import set_config
 from .test_forge_edges import in_review
 
 

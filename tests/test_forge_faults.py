@@ -23,10 +23,10 @@ from orchestrator.queue import machine as q
 from orchestrator.queue.task_notes import split_notes
 from orchestrator.review import verdicts as review
 
-from .conftest import set_config
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
 from .forge_fakes.base import LineNote
 from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .support import set_config
 
 
 def with_pull_request(forge: Driver, title: str = "Add the widget") -> tuple[str, int, str]:  # noqa: F811

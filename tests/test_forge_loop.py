@@ -22,10 +22,10 @@ from orchestrator.forge import connect, poller
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
-from .conftest import set_config
 from .forge_driver import Driver, attempt, forge, forged, prompt_of  # noqa: F401
 from .forge_fakes.base import LineNote
 from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .support import set_config
 
 
 def test_the_whole_loop_from_issue_to_merged(

@@ -16,10 +16,9 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .conftest import child_env, set_config
 from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
 from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
-from .test_faults import OCTOPOID, wait
+from .support import OCTOPOID, child_env, set_config, wait_for
 
 
 def test_the_scheduler_runs_the_loop_on_its_own_from_issue_to_merge(
@@ -38,13 +37,13 @@ def test_the_scheduler_runs_the_loop_on_its_own_from_issue_to_merge(
         stderr=subprocess.STDOUT,
     )
     try:
-        wait(lambda: "PR_NUMBER" in _headers(task_id), "the pull request", timeout=300)
+        wait_for("the pull request", lambda: "PR_NUMBER" in _headers(task_id), timeout=300)
         pr = int(_headers(task_id)["PR_NUMBER"])
         head = forge.head(f"agent/TASK-{task_id}")
         forge.ci(head, "build", passed=True)
         forge.review(pr, BOB, "approve")
-        wait(lambda: q.get_task(task_id).state is TaskState.DONE, "the merge", timeout=300)
-        wait(lambda: len(forge.comments(number)) == 2, "the issue told", timeout=300)
+        wait_for("the merge", lambda: q.get_task(task_id).state is TaskState.DONE, timeout=300)
+        wait_for("the issue told", lambda: len(forge.comments(number)) == 2, timeout=300)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)

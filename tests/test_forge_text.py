@@ -14,7 +14,7 @@ from orchestrator.forge.seen import Seen
 from orchestrator.model.exceptions import ConfigError
 from orchestrator.model.tasks import new_task, parse_task, render_task
 
-from .conftest import set_config
+from .support import set_config
 
 
 def test_an_issue_s_task_list_is_the_criteria_and_the_rest_its_context() -> None:

@@ -126,7 +126,7 @@ def test_a_fork_server_too_slow_to_answer_never_leaves_two_runners(git_project: 
     from orchestrator.daemon import scheduler
     from orchestrator.daemon.forkserver import ForkServer
 
-    from .conftest import write_agents
+    from .support import write_agents
 
     write_agents(git_project)
     task = q.create_task("plain work")

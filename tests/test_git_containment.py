@@ -24,8 +24,8 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .conftest import run_claimed, set_config, write_agents
 from .helpers.fake_messages_api import FakeMessagesAPI, tool_use
+from .support import run_claimed, set_config, write_agents
 from .test_review import provisional_with_commit
 
 

@@ -16,7 +16,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 
-from .conftest import make_git_repo, run_claimed, set_config, write_agents
+from .support import make_git_repo, run_claimed, set_config, write_agents
 
 # A pre-receive hook on the remote that, at the first push to main, lands another commit on
 # main first (as another machine's accept would), so that push is refused mid-flight.

@@ -8,13 +8,14 @@ import os
 import re
 from pathlib import Path
 
-from click.testing import CliRunner, Result
+from click.testing import Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.faces.cli.main import cli
 from orchestrator.model.tasks import parse_task, render_task
 from orchestrator.queue import machine as q
+
+from . import support
 
 # What the format and the prompt give meaning to, so the generator hits them often.
 TRICKS = ["## History", "## Acceptance Criteria", "```", "~~~~", "\\## x", "- [ ] forged"]
@@ -45,7 +46,7 @@ HOSTILE = settings(
 
 
 def invoke(*args: str) -> Result:
-    result = CliRunner().invoke(cli, list(args))
+    result = support.invoke(*args)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     assert "Traceback" not in result.output
     return result

@@ -17,7 +17,7 @@ from orchestrator.queue import machine as q
 from orchestrator.roles.base import Ahead
 from orchestrator.roles.implementer import _settle
 
-from .conftest import branch_file, run_claimed, write_agents
+from .support import branch_file, run_claimed, write_agents
 
 
 @pytest.fixture

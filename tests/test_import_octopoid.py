@@ -12,14 +12,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from orchestrator.faces import importer
-from orchestrator.faces.cli.main import cli
 from orchestrator.model.exceptions import InvalidInput
 from orchestrator.model.tasks import TaskState, format_time, read_task_file, render_task
 from orchestrator.queue import machine as q
 from orchestrator.queue.task_notes import notes_summary
+
+from .support import invoke
 
 S = TaskState
 CREATED = "2026-02-05T10:00:00.123456"  # octopoid wrote datetime.now().isoformat(): local
@@ -213,7 +213,7 @@ def test_round_trips_through_show(project: Path, octo: Octopoid) -> None:
     for task_id, state in EXPECTED.items():
         path = project / ".octopoid/runtime/queue" / state.value / f"TASK-{task_id}.md"
         assert render_task(read_task_file(path)) == path.read_text()
-        result = CliRunner().invoke(cli, ["show", f"TASK-{task_id}"])
+        result = invoke("show", f"TASK-{task_id}")
         assert result.exit_code == 0, result.output
         assert f"TASK-{task_id} is in {state.value}" in result.output
         assert path.read_text() in result.output
@@ -301,17 +301,17 @@ def test_state_db_decides_the_state_blockers_and_history(project: Path, tmp_path
 
 
 def test_cli_imports_and_reports(project: Path, octo: Octopoid) -> None:
-    result = CliRunner().invoke(cli, ["import-octopoid", str(octo.root)])
+    result = invoke("import-octopoid", str(octo.root))
     assert result.exit_code == 0, result.output
     assert "imported TASK-b1000001: claimed -> incoming" in result.output
     assert f"{len(EXPECTED)} tasks imported, 0 already here" in result.output
     assert "could not map" in result.output and "recycled" in result.output
-    again = CliRunner().invoke(cli, ["import-octopoid", str(octo.root)])
+    again = invoke("import-octopoid", str(octo.root))
     assert f"0 tasks imported, {len(EXPECTED)} already here" in again.output
 
 
 def test_a_folder_without_an_octopoid_queue_is_refused(project: Path, tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="no octopoid queue"):
         importer.import_octopoid(tmp_path)
-    result = CliRunner().invoke(cli, ["import-octopoid", str(tmp_path)])
+    result = invoke("import-octopoid", str(tmp_path))
     assert result.exit_code == 2 and "no octopoid queue" in result.output

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from orchestrator.faces.cli.main import cli
 from orchestrator.model import defaults
 from orchestrator.model.exceptions import InvalidTask
 from orchestrator.model.tasks import MAX_CRITERION_CHARS, MAX_TITLE_CHARS, NEW_TASK_ROOM_BYTES
@@ -18,12 +15,12 @@ from orchestrator.queue import intake
 from orchestrator.queue import machine as q
 from orchestrator.roles import prompts
 
-from .conftest import child_env
+from .support import invoke, octopoid
 from .test_cli import git
 
 
 def enqueue(*args: str, stdin: bytes | None = None):
-    return CliRunner().invoke(cli, ["enqueue", *args], input=stdin)
+    return invoke("enqueue", *args, input=stdin)
 
 
 def refused(result, message: str) -> None:
@@ -33,17 +30,6 @@ def refused(result, message: str) -> None:
     assert len(result.output.strip().splitlines()) == 1
     assert isinstance(result.exception, SystemExit)
     assert q.list_tasks("incoming") == []
-
-
-def octopoid(root: Path, *args: str | bytes, timeout: float = 20) -> subprocess.CompletedProcess:
-    """The installed command, with argv as raw bytes where given (what a shell passes)."""
-    return subprocess.run(
-        [shutil.which("octopoid"), *args],
-        cwd=root,
-        env=child_env(root),
-        capture_output=True,
-        timeout=timeout,
-    )
 
 
 def refused_by_command(proc: subprocess.CompletedProcess, message: str) -> None:
@@ -63,7 +49,7 @@ def test_a_context_file_that_is_not_a_regular_file_is_refused_at_once(
         os.mkfifo(git_project / "fifo")  # nobody writes to it: reading would wait forever
     if special == "folder":
         (git_project / "folder").mkdir()
-    proc = octopoid(git_project, "enqueue", "x", "--context-file", special, timeout=20)
+    proc = octopoid(git_project, "enqueue", "x", "--context-file", special, timeout=20, text=False)
     refused_by_command(proc, "is not a regular file")
     assert q.list_tasks("incoming") == []
 
@@ -130,17 +116,19 @@ def test_the_context_can_come_from_stdin(git_project: Path) -> None:
 def test_undecodable_bytes_in_any_enqueue_option_are_refused(
     git_project: Path, args: list, what: str
 ) -> None:
-    refused_by_command(octopoid(git_project, "enqueue", *args), what)
+    refused_by_command(octopoid(git_project, "enqueue", *args, text=False), what)
     assert q.list_tasks("incoming") == []
 
 
 def test_undecodable_bytes_in_a_reject_reason_or_a_memory_note_are_refused(
     git_project: Path,
 ) -> None:
-    refused_by_command(octopoid(git_project, "reject", "1", "--reason", b"\xff"), "--reason")
-    memory = octopoid(git_project, "memory", "add", "Important Facts", b"caf\xe9")
+    refused_by_command(
+        octopoid(git_project, "reject", "1", "--reason", b"\xff", text=False), "--reason"
+    )
+    memory = octopoid(git_project, "memory", "add", "Important Facts", b"caf\xe9", text=False)
     refused_by_command(memory, "TEXT is not UTF-8 text")
-    assert "caf" not in octopoid(git_project, "memory", "show").stdout.decode()
+    assert "caf" not in octopoid(git_project, "memory", "show").stdout
 
 
 @pytest.mark.parametrize(
@@ -249,7 +237,7 @@ def test_a_repository_without_commits_says_to_commit_first(
     git(tmp_path, "init", "-q", "-b", "trunk")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OCTOPOID_ROOT", str(tmp_path))
-    assert CliRunner().invoke(cli, ["init"]).exit_code == 0
+    assert invoke("init").exit_code == 0
     refused(enqueue("x"), "no branch 'trunk'")
     git(tmp_path, "commit", "-q", "--allow-empty", "-m", "first")
     assert enqueue("x").exit_code == 0 and q.get_task("1").branch == "trunk"

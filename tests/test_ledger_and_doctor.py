@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -14,18 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from orchestrator.faces import doctor, reports
-from orchestrator.faces.cli.main import cli
 from orchestrator.model.tasks import TaskState, new_task, render_task
 from orchestrator.queue import machine as q
 from orchestrator.queue.store import files
 from orchestrator.review import verdicts as review
 
-from .conftest import child_env, write_agents
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
+from .support import OCTOPOID, child_env, invoke, write_agents
 
 
 def drop_by_hand(root: Path, task_id: str, title: str, **fields) -> Path:
@@ -260,9 +255,9 @@ def test_a_task_sent_back_twice_with_the_same_refusal_is_called_bouncing(project
     assert "octopoid close" in next(line for line in doctor.examine() if said in line)
 
     q.claim_task(None, "impl-1")  # in flight again: status says it too
-    status = CliRunner().invoke(cli, ["status"])
+    status = invoke("status")
     assert said in status.output
-    found = json.loads(CliRunner().invoke(cli, ["status", "--json"]).output)["bouncing"]
+    found = json.loads(invoke("status", "--json").output)["bouncing"]
     assert found == [{"id": f"TASK-{tid}", "times": 2, "refusal": conflict}]
     q.submit_completion(q.get_task(tid), 1, 1)
     review.reject(tid, "the tests are missing", "bob")  # another refusal: no longer a loop

@@ -7,21 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from orchestrator.faces import listing
-from orchestrator.faces.cli.main import cli
 from orchestrator.model import tasks
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
+from .support import cli_output, invoke
+
 S = TaskState
-
-
-def run(*args: str) -> str:
-    result = CliRunner().invoke(cli, list(args))
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 @pytest.fixture
@@ -33,15 +27,15 @@ def many(project: Path) -> list[str]:
 
 
 def test_a_page_shows_fifty_and_says_how_to_see_the_rest(many: list[str]) -> None:
-    out = run("list").splitlines()
+    out = cli_output("list").splitlines()
     assert out[0].split()[:3] == ["ID", "STATE", "PRI"]
     shown = [line.split()[0] for line in out[1:51]]
     claim_order = [t.label for t in sorted(map(q.get_task, many), key=tasks.claim_order)]
     assert shown == claim_order[:50]
     assert out[51] == "... and 70 more in incoming (octopoid list incoming --page 2, or --all)"
-    third = run("list", "incoming", "--page", "3").splitlines()
+    third = cli_output("list", "incoming", "--page", "3").splitlines()
     assert [line.split()[0] for line in third[1:]] == claim_order[100:]
-    assert len(run("list", "--limit", "7").splitlines()) == 1 + 7 + 1
+    assert len(cli_output("list", "--limit", "7").splitlines()) == 1 + 7 + 1
 
 
 def test_a_page_of_waiting_tasks_parses_no_task_file(many, monkeypatch) -> None:
@@ -56,24 +50,24 @@ def test_a_page_of_waiting_tasks_parses_no_task_file(many, monkeypatch) -> None:
 
 
 def test_all_prints_every_task_and_json_is_one_array_either_way(many: list[str]) -> None:
-    out = run("list", "--all").splitlines()
+    out = cli_output("list", "--all").splitlines()
     assert len(out) == 1 + 120 and "more in" not in "".join(out)
-    rows = json.loads(run("list", "--all", "--json"))
+    rows = json.loads(cli_output("list", "--all", "--json"))
     assert sorted(r["id"] for r in rows) == sorted(f"TASK-{i}" for i in many)
-    page = json.loads(run("list", "--json"))
+    page = json.loads(cli_output("list", "--json"))
     assert len(page) == 50 and page[0]["state"] == "incoming"
-    assert run("list", "--limit", "200", "--json") == run("list", "--all", "--json")
+    assert cli_output("list", "--limit", "200", "--json") == cli_output("list", "--all", "--json")
 
 
 def test_all_says_that_it_leaves_done_out(project: Path) -> None:
     q.create_task("finished")
     q.accept_completion(q.submit_completion(q.claim_task(None, "a"), 1, 1).id)
     q.create_task("waits")
-    out = run("list", "--all").splitlines()
+    out = cli_output("list", "--all").splitlines()
     assert [line.split()[0] for line in out[1:-1]] == ["TASK-2"]
     assert out[-1] == "(done is left out: 1 task; `octopoid list done --all`)"
-    assert run("list", "done", "--all").splitlines()[1].split()[:2] == ["TASK-1", "done"]
-    helped = CliRunner().invoke(cli, ["list", "--help"]).output
+    assert cli_output("list", "done", "--all").splitlines()[1].split()[:2] == ["TASK-1", "done"]
+    helped = invoke("list", "--help").output
     assert "done is listed only when named" in " ".join(helped.split())
 
 
@@ -89,15 +83,15 @@ def test_quarantined_files_are_listed_with_why_and_counted_alike_everywhere(
     (incoming / "TASK-70.md").write_bytes(b"2")
     q.list_tasks("incoming")
     names = ["TASK-50.md", "TASK-70.md", "TASK-70.md.1", "notes.txt"]
-    out = run("list", "quarantine").splitlines()
+    out = cli_output("list", "quarantine").splitlines()
     assert [line.split()[0] for line in out[1:]] == names and "more in" not in "".join(out)
     assert "unreadable: file name 'notes.txt' is not TASK-<id>.md" in out[4]
-    assert run("list", "quarantine", "--page", "2") == "no tasks\n"
-    assert [line.split()[0] for line in run("list", "--all").splitlines()[1:]] == names
-    rows = json.loads(run("list", "quarantine", "--json"))
+    assert cli_output("list", "quarantine", "--page", "2") == "no tasks\n"
+    assert [line.split()[0] for line in cli_output("list", "--all").splitlines()[1:]] == names
+    rows = json.loads(cli_output("list", "quarantine", "--json"))
     assert [r["id"] for r in rows] == names and all(r["error"] for r in rows)
-    assert json.loads(run("status", "--json"))["counts"]["quarantine"] == 4
-    assert "4 unreadable file(s) in quarantine/" in run("doctor")
+    assert json.loads(cli_output("status", "--json"))["counts"]["quarantine"] == 4
+    assert "4 unreadable file(s) in quarantine/" in cli_output("doctor")
 
 
 def test_done_lists_newest_first_and_a_role_filters(project: Path) -> None:
@@ -106,18 +100,20 @@ def test_done_lists_newest_first_and_a_role_filters(project: Path) -> None:
         claimed = q.claim_task(task.role, "agent")
         q.submit_completion(claimed.id, commits_count=1, turns_used=1)
         q.accept_completion(claimed.id)
-    out = run("list", "done").splitlines()
+    out = cli_output("list", "done").splitlines()
     assert [line.split()[0] for line in out[1:]] == [t.label for t in reversed(made)]
-    reviews = run("list", "done", "--role", "review").splitlines()
+    reviews = cli_output("list", "done", "--role", "review").splitlines()
     assert [line.split()[0] for line in reviews[1:]] == [made[3].label, made[1].label]
     q.create_task("waits", role="review")
     q.create_task("waits too")
-    assert [ln.split()[3] for ln in run("list", "--role", "review").splitlines()[1:]] == ["review"]
+    assert [ln.split()[3] for ln in cli_output("list", "--role", "review").splitlines()[1:]] == [
+        "review"
+    ]
 
 
 def test_an_empty_project_lists_no_tasks(project: Path) -> None:
-    assert run("list") == "no tasks\n"
+    assert cli_output("list") == "no tasks\n"
     assert (
-        run("list", "--all")
+        cli_output("list", "--all")
         == "ID          STATE         PRI  ROLE        ATT  BLOCKED         TITLE\nno tasks\n"
     )

@@ -5,7 +5,6 @@ resources, bad arguments answered as tool errors with the CLI's line, and a stal
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -25,8 +24,7 @@ from orchestrator.model.tasks import TaskState, normalize_task_id
 from orchestrator.queue import machine as q
 from orchestrator.queue import task_notes
 
-from .conftest import commit_on_branch, run_claimed, set_config, write_agents
-from .test_intake import octopoid
+from .support import OCTOPOID, commit_on_branch, octopoid, run_claimed, set_config, write_agents
 
 T = TypeVar("T")
 SECRET = "s3cr3t-value-for-the-mcp-test"  # a value of a secret-looking variable
@@ -37,7 +35,7 @@ def session(root: Path, steps: Callable[[Client], Awaitable[T]]) -> T:
     """Run ``steps`` against `octopoid mcp` started in ``root`` over stdio; the server is
     stopped (stdin closed) when they end."""
     params = StdioServerParameters(
-        command=shutil.which("octopoid") or "octopoid",
+        command=OCTOPOID,
         args=["mcp"],
         env={"OCTOPOID_ROOT": str(root), "OCTO_TEST_API_KEY": SECRET},
         cwd=root,
@@ -76,7 +74,7 @@ def cli_error(root: Path, *args: str) -> str:
     """The one line `octopoid ARGS` prints on stderr, without its ``octopoid: ``."""
     done = octopoid(root, *args, timeout=60)
     assert done.returncode != 0
-    line = done.stderr.decode()
+    line = done.stderr
     assert line.startswith("octopoid: ") and line.endswith("\n"), line
     return line.removeprefix("octopoid: ").removesuffix("\n")
 

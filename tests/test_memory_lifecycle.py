@@ -6,22 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from orchestrator import config
-from orchestrator.faces.cli.main import cli
 from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .conftest import remembered, run_claimed, write_agents
-
-
-def run(*args: str, env: dict | None = None, code: int = 0) -> str:
-    result = CliRunner().invoke(cli, list(args), env=env)
-    assert result.exit_code == code, result.output
-    return result.output
+from .support import OCTOPOID, cli_output, remembered, run_claimed, wait_for, write_agents
 
 
 def test_an_agent_learns_and_accept_makes_it_project_memory(git_project: Path) -> None:
@@ -62,67 +54,69 @@ def test_reject_and_retry_keep_the_task_notes(git_project: Path) -> None:
 
 
 def test_memory_cli(project: Path) -> None:
-    assert "added to notes.md" in run(
+    assert "added to notes.md" in cli_output(
         "memory", "add", "important facts", "Tests need Redis", "--tag", "ci", "--topic", "testing"
     )
-    assert "already in notes.md" in run("memory", "add", "Important Facts", "tests need redis")
-    hits = json.loads(run("memory", "search", "redis", "--json"))
+    assert "already in notes.md" in cli_output(
+        "memory", "add", "Important Facts", "tests need redis"
+    )
+    hits = json.loads(cli_output("memory", "search", "redis", "--json"))
     assert [h["content"] for h in hits] == ["Tests need Redis"] and hits[0]["tags"] == ["ci"]
-    assert "#" in run("memory", "search", "redis", "--tag", "ci")
-    assert "no matching notes" in run("memory", "search", "redis", "--tag", "other")
-    assert "- Tests need Redis" in run("memory", "show")
+    assert "#" in cli_output("memory", "search", "redis", "--tag", "ci")
+    assert "no matching notes" in cli_output("memory", "search", "redis", "--tag", "other")
+    assert "- Tests need Redis" in cli_output("memory", "show")
     tid = q.create_task("a task of mine").id
     env = {"OCTOPOID_NOTES_ID": f"TASK-{tid}"}  # a person's, outside any attempt
-    assert f"added to notes.TASK-{tid}.md" in run(
+    assert f"added to notes.TASK-{tid}.md" in cli_output(
         "memory", "add", "File Knowledge", "a.py: x", env=env
     )
-    assert f"- [TASK-{tid} by human] a.py: x" in run("memory", "show", "--notes-id", f"TASK-{tid}")
-    assert "1 new note in" in run("memory", "promote", f"TASK-{tid}")
+    assert f"- [TASK-{tid} by human] a.py: x" in cli_output(
+        "memory", "show", "--notes-id", f"TASK-{tid}"
+    )
+    assert "1 new note in" in cli_output("memory", "promote", f"TASK-{tid}")
     NotesManager.create_ephemeral("TASK-99", "gone")
-    assert "removed notes.TASK-99.md" in run("memory", "gc")  # TASK-99 does not exist
-    assert run("memory", "remove", f"#{hits[0]['id']}").startswith("removed 1")
-    assert "Tests need Redis" not in run("memory", "show")
-    run("memory", "add", "Ongoing Threads", "Flaky: retry twice")
-    assert run("memory", "remove", "flaky:  retry TWICE").startswith("removed 2")  # file + store
-    assert json.loads(run("memory", "search", "flaky", "--json")) == []
-    out = run("memory", "remove", "never written", code=1)
+    assert "removed notes.TASK-99.md" in cli_output("memory", "gc")  # TASK-99 does not exist
+    assert cli_output("memory", "remove", f"#{hits[0]['id']}").startswith("removed 1")
+    assert "Tests need Redis" not in cli_output("memory", "show")
+    cli_output("memory", "add", "Ongoing Threads", "Flaky: retry twice")
+    assert cli_output("memory", "remove", "flaky:  retry TWICE").startswith(
+        "removed 2"
+    )  # file + store
+    assert json.loads(cli_output("memory", "search", "flaky", "--json")) == []
+    out = cli_output("memory", "remove", "never written", code=1)
     assert "no note matches" in out
-    assert "unknown section" in run("memory", "add", "Gossip", "x", code=2)  # bad input
-    assert "invalid notes id" in run("memory", "show", "--notes-id", "../x", code=2)
+    assert "unknown section" in cli_output("memory", "add", "Gossip", "x", code=2)  # bad input
+    assert "invalid notes id" in cli_output("memory", "show", "--notes-id", "../x", code=2)
 
 
 def test_hand_edited_main_notes_are_searchable(project: Path) -> None:
     NotesManager().add_item("Key Topics", "the flaky scheduler test")
-    hits = json.loads(run("memory", "search", "flaky", "--json"))
+    hits = json.loads(cli_output("memory", "search", "flaky", "--json"))
     assert hits and hits[0]["metadata"] == {"source": "notes.md"}
 
 
 @pytest.mark.slow
 def test_the_daemon_loop_promotes_memory(git_project: Path) -> None:
     """claim -> ephemeral notes visible to the command agent -> accept -> searchable."""
-    import shutil
     import subprocess
-    import time
 
-    from .conftest import child_env
+    from .support import child_env
 
     write_agents(git_project)
     tid = q.create_task("learn under the daemon").id
     proc = subprocess.Popen(
-        [shutil.which("octopoid"), "scheduler", "run"],
+        [OCTOPOID, "scheduler", "run"],
         cwd=git_project,
         env=child_env(git_project),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while q.get_task(tid).state.value != "provisional" and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for("the task in review", lambda: q.get_task(tid).state.value == "provisional")
     finally:
         proc.terminate()
         proc.wait(30)
-    run("accept", tid)
+    cli_output("accept", tid)
     assert MemoryStore().search_notes("build cache")
     assert not NotesManager(notes_id=f"TASK-{tid}").notes_file.exists()
 

@@ -10,7 +10,7 @@ import pytest
 from orchestrator.memory.notes import SECTIONS, NotesManager, get_notes_manager
 from orchestrator.model.exceptions import InvalidNotesId, MemoryStoreError
 
-from .conftest import helper_cmd, run_all, start_then_kill
+from .support import helper_cmd, run_all, start_then_kill
 
 
 @pytest.fixture
@@ -164,12 +164,15 @@ def test_four_processes_adding_items_lose_none(project: Path) -> None:
 @pytest.mark.slow
 def test_apply_diff_killed_mid_way_is_all_or_nothing(project: Path) -> None:
     m = NotesManager()
+    m.apply_diff(
+        [{"section": "Important Facts", "item": f"batch seed item {j}"} for j in range(10)], []
+    )
     rng = random.Random(5)
     for _ in range(12):
         start_then_kill(
             project, helper_cmd("memory_writer", "d", "1000", "diff"), rng.uniform(0, 0.2)
         )
         facts = m.get_section_items("Important Facts")
-        # each diff replaces batch k with batch k+1 (10 items): never a mix of two batches
+        # each diff replaces batch k with batch k+1 (10 items): never none, never a mix
         batches = {item.split(" ")[1] for item in facts}
-        assert len(batches) <= 1 and len(facts) in (0, 10), facts
+        assert len(batches) == 1 and len(facts) == 10, facts

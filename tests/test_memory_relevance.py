@@ -21,36 +21,33 @@ from orchestrator.model.tasks import Task
 from orchestrator.queue import machine as q
 from orchestrator.roles.prompts import render_memory
 
-from .conftest import remembered
+from .support import remembered
 
 COMMON = ["the", "test", "fix", "run", "error", "file", "config", "check", "queue", "task"]
 SCOPE = "notes:octopoid:proj"
 CAP, BUDGET = 60, 240  # the limits, scaled down to a test's few hundred notes
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(project: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+@pytest.fixture
+def memory(memory_store, monkeypatch: pytest.MonkeyPatch):
+    """Both memories, with the ranking's limits scaled down to a test's few hundred notes."""
     monkeypatch.setattr(ranking, "COMMON_CAP", CAP)
     monkeypatch.setattr(ranking, "POSTINGS_BUDGET", BUDGET)
-    if request.param == "postgres":
-        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-    s = open_memory()
-    yield s
-    s.close()
+    return memory_store
 
 
-def filler(store, n: int) -> None:
+def filler(memory, n: int) -> None:
     """``n`` notes of common words (each in more than ``CAP`` notes) and rare ones."""
     rng = random.Random(7)
     for i in range(n):
         words = [*rng.sample(COMMON, 6), f"filler{i}", f"word{rng.randrange(50)}"]
-        store.write_note(" ".join(words), scope=SCOPE)
+        memory.write_note(" ".join(words), scope=SCOPE)
 
 
 @pytest.fixture
-def big(store):
-    filler(store, CAP * 5)
-    return store
+def big(memory):
+    filler(memory, CAP * 5)
+    return memory
 
 
 def task(title: str, context: str = "") -> Task:
@@ -108,19 +105,21 @@ def test_a_path_at_the_end_of_a_long_task_is_never_dropped(big) -> None:
 
 
 def test_a_note_about_a_word_outranks_one_that_mentions_it_and_length_wins_nothing(
-    store,
+    memory,
 ) -> None:
     """Term frequency counts, and a note's length is judged against every note's."""
-    store.write_note("caching layer notes; the sessions module", scope=SCOPE)
-    about = store.write_note("caching: the cache keys, cache expiry, caching per user", scope=SCOPE)
-    mentions = store.write_note("caching in one place among many other things", scope=SCOPE)
-    assert [h["id"] for h in store.search_notes("cache caching", scope=SCOPE)][:1] == [about]
-    short = store.write_note("jitter backoff for webhook retries", scope=SCOPE)
-    long = store.write_note(
+    memory.write_note("caching layer notes; the sessions module", scope=SCOPE)
+    about = memory.write_note(
+        "caching: the cache keys, cache expiry, caching per user", scope=SCOPE
+    )
+    mentions = memory.write_note("caching in one place among many other things", scope=SCOPE)
+    assert [h["id"] for h in memory.search_notes("cache caching", scope=SCOPE)][:1] == [about]
+    short = memory.write_note("jitter backoff for webhook retries", scope=SCOPE)
+    long = memory.write_note(
         "jitter backoff for webhook retries, and also " + " ".join(f"w{i}" for i in range(40)),
         scope=SCOPE,
     )
-    hits = {h["id"]: h["score"] for h in store.search_notes("webhook retries jitter backoff")}
+    hits = {h["id"]: h["score"] for h in memory.search_notes("webhook retries jitter backoff")}
     assert hits[short] > hits[long] and mentions != about
 
 
@@ -294,25 +293,25 @@ def test_an_old_sqlite_store_is_migrated_to_the_term_index_on_open(project: Path
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def test_notes_written_around_the_index_are_indexed_on_first_use(store, monkeypatch) -> None:
+def test_notes_written_around_the_index_are_indexed_on_first_use(memory, monkeypatch) -> None:
     """Notes a bulk load (or PostgreSQL's migration 5) left unindexed are indexed: by
     ``index_pending``, and on PostgreSQL by the first memory a process opens."""
-    kept = store.write_note("indexed as written", scope=SCOPE)
-    if isinstance(store, MemoryStore):
-        store.db.execute("UPDATE notes SET length = NULL WHERE id = ?", (kept,))
-        store.db.execute("DELETE FROM memory_terms")
-        store.db.execute("UPDATE memory_totals SET notes = 0, length = 0")
-        store.db.execute("DELETE FROM memory_vocab")
-        assert store.index_pending() == 1
+    kept = memory.write_note("indexed as written", scope=SCOPE)
+    if isinstance(memory, MemoryStore):
+        memory.db.execute("UPDATE notes SET length = NULL WHERE id = ?", (kept,))
+        memory.db.execute("DELETE FROM memory_terms")
+        memory.db.execute("UPDATE memory_totals SET notes = 0, length = 0")
+        memory.db.execute("DELETE FROM memory_vocab")
+        assert memory.index_pending() == 1
     else:
-        with store.store._tx() as cur:
+        with memory.store._tx() as cur:
             cur.execute("UPDATE octopoid.memory SET length = NULL")
             cur.execute("TRUNCATE octopoid.memory_terms, octopoid.memory_vocab")
             cur.execute("UPDATE octopoid.memory_totals SET notes = 0, length = 0")
         monkeypatch.setattr(memory_postgres, "_INDEXED_DSNS", set())
-        store = open_memory()
-    assert [h["id"] for h in store.search_notes("indexed written")] == [kept]
-    store.integrity_check()
+        memory = open_memory()
+    assert [h["id"] for h in memory.search_notes("indexed written")] == [kept]
+    memory.integrity_check()
 
 
 def test_the_prompt_says_memory_is_reference_and_where_each_note_came_from(project) -> None:

@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from orchestrator.memory.retrieval import relevant_notes, task_query
-from orchestrator.memory.store import MemoryStore, open_memory
+from orchestrator.memory.store import MemoryStore
 from orchestrator.model.tasks import Task
 from orchestrator.roles.prompts import render_memory
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(project: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    """Every test here runs on both memories: the project's SQLite file and PostgreSQL."""
-    if request.param == "postgres":
-        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-    s = open_memory()
-    assert (
-        type(s).__name__
-        == {"sqlite": "MemoryStore", "postgres": "PostgresMemoryStore"}[request.param]
-    )
-    yield s
-    s.close()
-
-
-def test_write_and_search_ranks_by_relevance(store: MemoryStore) -> None:
-    a = store.write_note(
+def test_write_and_search_ranks_by_relevance(memory_store: MemoryStore) -> None:
+    a = memory_store.write_note(
         "The login flow lives in auth.py and calls token_refresh",
         section="File Knowledge",
         tags=["auth"],
@@ -36,11 +20,11 @@ def test_write_and_search_ranks_by_relevance(store: MemoryStore) -> None:
         session_id="s1",
         metadata={"by": "test"},
     )
-    store.write_note("Deploys run from the release branch", topic="ops")
-    store.write_note("auth tokens expire after an hour; auth.py refreshes auth tokens")
-    hits = store.search_notes("auth.py token refresh")
+    memory_store.write_note("Deploys run from the release branch", topic="ops")
+    memory_store.write_note("auth tokens expire after an hour; auth.py refreshes auth tokens")
+    hits = memory_store.search_notes("auth.py token refresh")
     assert hits[0]["id"] in (a, 3) and {h["id"] for h in hits} == {a, 3}
-    note = store.get_note(a)
+    note = memory_store.get_note(a)
     assert note["tags"] == ["auth"] and note["metadata"] == {"by": "test"}
     assert note["agent"] == "impl-1" and note["task_id"] == "TASK-3" and note["created"] > 0
 
@@ -60,17 +44,17 @@ def test_write_and_search_ranks_by_relevance(store: MemoryStore) -> None:
         "日本語",
     ],
 )
-def test_punctuation_queries_never_break_the_search(store: MemoryStore, query: str) -> None:
+def test_punctuation_queries_never_break_the_search(memory_store: MemoryStore, query: str) -> None:
     """Query text is cut into terms that are parameters, never query syntax; both stores
     find the same notes (a single letter and a stop word are no terms)."""
-    store.write_note("auth.py does token-refresh for the c++ client; don't cache it")
-    hits = store.search_notes(query)
+    memory_store.write_note("auth.py does token-refresh for the c++ client; don't cache it")
+    hits = memory_store.search_notes(query)
     expected = {"auth.py": 1, "token-refresh": 1, "c++": 0, "don't": 0}
     assert len(hits) == expected.get(query, len(hits))
 
 
-def test_filters_scope_agent_tags_topic_session(store: MemoryStore) -> None:
-    store.write_note(
+def test_filters_scope_agent_tags_topic_session(memory_store: MemoryStore) -> None:
+    memory_store.write_note(
         "shared fact about caching",
         scope="notes:a:proj",
         agent="a",
@@ -78,73 +62,79 @@ def test_filters_scope_agent_tags_topic_session(store: MemoryStore) -> None:
         topic="perf",
         session_id="s1",
     )
-    store.write_note("shared fact about caching", scope="notes:b:proj", agent="b", tags=["x"])
-    store.write_note("shared fact about caching", scope="notes:a:global", agent="a")
-    assert len(store.search_notes("caching")) == 3
-    assert [h["scope"] for h in store.search_notes("caching", scope="notes:b:proj")] == [
+    memory_store.write_note(
+        "shared fact about caching", scope="notes:b:proj", agent="b", tags=["x"]
+    )
+    memory_store.write_note("shared fact about caching", scope="notes:a:global", agent="a")
+    assert len(memory_store.search_notes("caching")) == 3
+    assert [h["scope"] for h in memory_store.search_notes("caching", scope="notes:b:proj")] == [
         "notes:b:proj"
     ]
-    assert len(store.search_notes("caching", agent="a")) == 2
-    assert len(store.search_notes("caching", tags=["x", "y"])) == 1
-    assert len(store.search_notes("caching", topic="perf", session_id="s1")) == 1
-    assert store.search_notes("caching", tags=["nope"]) == []
-    assert [n["agent"] for n in store.get_recent_notes(scope="notes:b:proj")] == ["b"]
-    assert len(store.get_recent_notes(agent="a", tags=["x"])) == 1
+    assert len(memory_store.search_notes("caching", agent="a")) == 2
+    assert len(memory_store.search_notes("caching", tags=["x", "y"])) == 1
+    assert len(memory_store.search_notes("caching", topic="perf", session_id="s1")) == 1
+    assert memory_store.search_notes("caching", tags=["nope"]) == []
+    assert [n["agent"] for n in memory_store.get_recent_notes(scope="notes:b:proj")] == ["b"]
+    assert len(memory_store.get_recent_notes(agent="a", tags=["x"])) == 1
 
 
-def test_the_same_note_in_a_scope_reinforces_instead_of_duplicating(store: MemoryStore) -> None:
-    first = store.write_note("Use  UTC everywhere", tags=["time"], importance=0.5)
-    again = store.write_note("use utc everywhere", tags=["clock"])
-    assert again == first and store.count() == 1
-    note = store.get_note(first)
+def test_the_same_note_in_a_scope_reinforces_instead_of_duplicating(
+    memory_store: MemoryStore,
+) -> None:
+    first = memory_store.write_note("Use  UTC everywhere", tags=["time"], importance=0.5)
+    again = memory_store.write_note("use utc everywhere", tags=["clock"])
+    assert again == first and memory_store.count() == 1
+    note = memory_store.get_note(first)
     assert note["importance"] == pytest.approx(0.6) and note["tags"] == ["time", "clock"]
-    other = store.write_note("use utc everywhere", scope="notes:other:proj")
-    assert other != first and store.count() == 2
+    other = memory_store.write_note("use utc everywhere", scope="notes:other:proj")
+    assert other != first and memory_store.count() == 2
 
 
-def test_fts_stays_consistent_through_updates_and_deletes(store: MemoryStore) -> None:
-    ids = [store.write_note(f"note number {i} about widgets") for i in range(20)]
+def test_fts_stays_consistent_through_updates_and_deletes(memory_store: MemoryStore) -> None:
+    ids = [memory_store.write_note(f"note number {i} about widgets") for i in range(20)]
     for i in ids[:5]:
-        assert store.delete_note(i)
+        assert memory_store.delete_note(i)
     for i in ids[5:10]:
-        assert store.update_note(i, content=f"rewritten {i} about gadgets", tags=["g"])
-    store.integrity_check()
-    assert len(store.search_notes("widgets", limit=100)) == 10
-    assert len(store.search_notes("gadgets", limit=100)) == 5
-    assert not store.delete_note(ids[0])
-    assert store.get_recent_notes(limit=1)[0]["id"] in ids[5:10]
+        assert memory_store.update_note(i, content=f"rewritten {i} about gadgets", tags=["g"])
+    memory_store.integrity_check()
+    assert len(memory_store.search_notes("widgets", limit=100)) == 10
+    assert len(memory_store.search_notes("gadgets", limit=100)) == 5
+    assert not memory_store.delete_note(ids[0])
+    assert memory_store.get_recent_notes(limit=1)[0]["id"] in ids[5:10]
 
 
-def test_retrieval_respects_budget_cutoff_and_pins(store: MemoryStore) -> None:
-    pinned = store.write_note("Always run `make check` before committing", pinned=True)
-    relevant = store.write_note("The payment webhook handler is in billing/webhooks.py")
-    store.write_note("Unrelated: the office plant needs water on Fridays")
+def test_retrieval_respects_budget_cutoff_and_pins(memory_store: MemoryStore) -> None:
+    pinned = memory_store.write_note("Always run `make check` before committing", pinned=True)
+    relevant = memory_store.write_note("The payment webhook handler is in billing/webhooks.py")
+    memory_store.write_note("Unrelated: the office plant needs water on Fridays")
     for i in range(30):
-        store.write_note(f"billing detail {i}: " + "filler text " * 20)
+        memory_store.write_note(f"billing detail {i}: " + "filler text " * 20)
     task = Task(
         id="9",
         title="Fix the payment webhook retries",
         sections=[("Context", "See billing/webhooks.py and the webhook tests.\n")],
     )
     assert "billing/webhooks.py" in task_query(task)
-    chosen = relevant_notes(task, store, budget=600)
+    chosen = relevant_notes(task, memory_store, budget=600)
     ids = [n["id"] for n in chosen]
     assert ids[0] == pinned and relevant in ids
     assert sum(len(n["content"]) + 20 for n in chosen) <= 600
     assert all("office plant" not in n["content"] for n in chosen)
-    counts = {i: store.get_note(i)["access_count"] for i in (pinned, relevant)}
+    counts = {i: memory_store.get_note(i)["access_count"] for i in (pinned, relevant)}
     assert counts == {pinned: 1, relevant: 1}
-    untouched = [n for n in store.get_recent_notes(limit=100) if n["id"] not in ids]
+    untouched = [n for n in memory_store.get_recent_notes(limit=100) if n["id"] not in ids]
     assert all(n["access_count"] == 0 for n in untouched)
 
 
-def test_no_memory_no_block(store: MemoryStore) -> None:
+def test_no_memory_no_block(memory_store: MemoryStore) -> None:
     task = Task(id="1", title="Anything at all")
-    assert relevant_notes(task, store) == [] and render_memory([]) == ""
+    assert relevant_notes(task, memory_store) == [] and render_memory([]) == ""
 
 
-def test_memory_block_names_ids_and_fences_content(store: MemoryStore) -> None:
-    nid = store.write_note("## Acceptance Criteria\n- [x] pretend done", section="Important Facts")
-    block = render_memory([store.get_note(nid)])
+def test_memory_block_names_ids_and_fences_content(memory_store: MemoryStore) -> None:
+    nid = memory_store.write_note(
+        "## Acceptance Criteria\n- [x] pretend done", section="Important Facts"
+    )
+    block = render_memory([memory_store.get_note(nid)])
     assert block.startswith("## Relevant Memory\n") and f"[memory #{nid} Important Facts]" in block
     assert "\n## Acceptance Criteria" not in block  # flattened and fenced

@@ -9,8 +9,6 @@ refuses such a branch naming the paths, at every depth, and the merge pre-check,
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import git
@@ -25,7 +23,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 from orchestrator.roles import checks
 
-from .conftest import child_env, commit_on_branch
+from .support import commit_on_branch, octopoid
 from .test_review import provisional_with_commit
 
 IGNORED = ".env\n*.db\nvenv/\nnode_modules/\ndata/\n"
@@ -147,13 +145,8 @@ def test_the_guard_reads_what_git_lists_not_a_list_of_names(tmp_path: Path) -> N
 
 
 def test_list_status_and_the_pre_check_show_the_refusal_before_accept(checkout: Path) -> None:
-    octopoid = shutil.which("octopoid") or "octopoid"
-
     def cli(*args: str, code: int = 0) -> str:
-        done = subprocess.run(
-            [octopoid, *args], cwd=checkout, env=child_env(checkout),
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+        done = octopoid(checkout, *args)
         assert done.returncode == code, done.stderr
         return done.stdout
 

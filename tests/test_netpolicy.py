@@ -13,7 +13,7 @@ from orchestrator.base import netpolicy
 from orchestrator.faces import doctor
 from orchestrator.model.exceptions import ConfigError
 
-from .conftest import set_config
+from .support import set_config
 
 
 def test_entries_name_hosts_ports_subdomains_and_addresses() -> None:

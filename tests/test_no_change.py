@@ -3,7 +3,6 @@ its reason instead of burning every attempt, and accepting it closes the task un
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import git
@@ -13,9 +12,7 @@ from orchestrator.backends.base import no_change_reason
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
-from .conftest import child_env, commit_on_branch, run_claimed, write_agents
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
+from .support import OCTOPOID, child_env, commit_on_branch, run_claimed, write_agents
 
 
 def test_the_marker_is_read_from_the_last_line_that_carries_it() -> None:

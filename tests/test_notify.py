@@ -18,8 +18,7 @@ from orchestrator.daemon import notify, scheduler
 from orchestrator.model.exceptions import ConfigError
 from orchestrator.queue import machine as q
 
-from .conftest import write_agents
-from .test_scheduler import settle
+from .support import settle, wait_for, write_agents
 
 
 class Hook:
@@ -33,7 +32,7 @@ class Hook:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                hook.hold.wait(30)
+                hook.hold.wait(120)  # a stalled endpoint: longer than any pass here takes
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 hook.posts.append(json.loads(body))
                 self.send_response(200)
@@ -43,13 +42,13 @@ class Hook:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"json://127.0.0.1:{self.server.server_address[1]}/hook"
+        # read timeout (rto) past the stall: a slow pass on a loaded machine must not turn
+        # the stalled endpoint into a failing one (apprise gives up after 4 s by default)
+        self.url = f"json://127.0.0.1:{self.server.server_address[1]}/hook?rto=150"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait_for(self, count: int, timeout: float = 20) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while len(self.posts) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(f"{count} posts", lambda: len(self.posts) >= count, timeout)
         return self.posts
 
 
@@ -150,6 +149,9 @@ def test_a_secret_in_a_title_never_reaches_the_notifier(git_project, hook, sched
         daemon.loop_once()
         (post,) = hook.wait_for(1)
     assert secret not in json.dumps(post)
+    assert post["title"] == "octopoid: TASK-1 needs review"
+    said = post["message"].splitlines()[0]  # the title is said, with the key hidden
+    assert said.startswith("TASK-1: use key [REDACTED:") and said.endswith("] to deploy")
 
 
 def test_unknown_events_are_a_clear_config_error(git_project) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,16 +21,10 @@ from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 from orchestrator.roles import breakdown, planner, plans
 
-from .conftest import HELPERS, child_env, set_config
+from .support import HELPERS, child_env, octopoid, set_config, wait_for
 
 S = TaskState
 GOAL = "GOAL-CLUE: let people export their data"
-
-
-def octopoid(root: Path, *args: str) -> subprocess.CompletedProcess:
-    """The real CLI, in its own process."""
-    argv = [sys.executable, "-m", "orchestrator.faces.cli.main", *args]
-    return subprocess.run(argv, env=child_env(root), capture_output=True, text=True, timeout=240)
 
 
 def write_agents(root: Path, planner_agent: bool = True) -> None:
@@ -56,16 +49,15 @@ def planned(git_project: Path) -> Path:
 
 def drive(sched: scheduler.Scheduler, until: Callable[[], bool], order: list[str]) -> None:
     """Scheduler passes, accepting what reaches review (in ``order``), until ``until``."""
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
+
+    def step() -> bool:
         sched.loop_once()
         for task in q.list_tasks(S.PROVISIONAL):
             review.accept(task.id)
             order.append(task.id)
-        if not sched.runners and until():
-            return
-        time.sleep(0.05)
-    raise AssertionError("the scheduler did not get there")
+        return not sched.runners and until()
+
+    wait_for("the scheduler to get there", step, 240)
 
 
 def test_a_planned_goal_runs_in_dependency_order_and_a_failed_blocker_holds_until_retried(

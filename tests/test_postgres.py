@@ -4,7 +4,6 @@ their process, the CLI's setup commands, and a password that never shows."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,9 +18,7 @@ from orchestrator.model.tasks import TaskState, render_task
 from orchestrator.queue import machine as q
 from orchestrator.queue.store.postgres import MIGRATIONS, PostgresStore
 
-from .conftest import child_env, make_git_repo, race_claimers
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
+from .support import OCTOPOID, child_env, make_git_repo, race_claimers, wait_for
 
 
 @pytest.fixture
@@ -282,7 +279,7 @@ def test_the_scheduler_runs_attempts_from_postgres_to_review(
 ) -> None:
     from orchestrator.daemon import scheduler
 
-    from .conftest import write_agents
+    from .support import write_agents
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)  # runners inherit it
     write_agents(git_project, max_concurrent=2, max_claimed=3)
@@ -290,12 +287,12 @@ def test_the_scheduler_runs_attempts_from_postgres_to_review(
     sched = scheduler.Scheduler()
     sched.initialize()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def reviewed() -> bool:
             sched.loop_once()
-            if all(q.get_store().locate(t) is TaskState.PROVISIONAL for t in ids):
-                break
-            time.sleep(0.05)
+            return all(q.get_store().locate(t) is TaskState.PROVISIONAL for t in ids)
+
+        wait_for("the three in review", reviewed, 60)
     finally:
         sched.shutdown(grace=10)
     assert [q.get_store().locate(t) for t in ids] == [TaskState.PROVISIONAL] * 3
@@ -346,7 +343,7 @@ def test_an_agent_never_gets_the_database_url_or_password(
 ) -> None:
     from orchestrator.daemon import scheduler
 
-    from .conftest import write_agents
+    from .support import write_agents
 
     url = pg_dsn.replace("postgresql://octopoid@", "postgresql://octopoid:hunter2-sekrit@")
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", url)  # trust auth: the password is unused
@@ -357,10 +354,12 @@ def test_an_agent_never_gets_the_database_url_or_password(
     sched = scheduler.Scheduler()
     sched.initialize()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not q.get_task_notes(task.id):
+
+        def noted() -> str:
             sched.loop_once()
-            time.sleep(0.05)
+            return q.get_task_notes(task.id)
+
+        wait_for("the notes", noted, 60)
     finally:
         sched.shutdown(grace=10)
     notes = q.get_task_notes(task.id)
@@ -384,7 +383,7 @@ def test_an_idle_scheduler_is_woken_by_an_enqueue_from_another_machine(
 
     from orchestrator.daemon import scheduler
 
-    from .conftest import write_agents
+    from .support import write_agents
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
     monkeypatch.setattr(scheduler, "HOUSEKEEPING_SECONDS", 3600.0)
@@ -401,10 +400,8 @@ def test_an_idle_scheduler_is_woken_by_an_enqueue_from_another_machine(
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         task_id = elsewhere.stdout.strip()
-        deadline = time.monotonic() + 60
-        while q.get_store().locate(task_id) is TaskState.INCOMING:
-            assert time.monotonic() < deadline, "the scheduler never woke up"
-            time.sleep(0.05)
+        woke = lambda: q.get_store().locate(task_id) is not TaskState.INCOMING  # noqa: E731
+        wait_for("the scheduler to wake up", woke, 60)
     finally:
         sched.stop()
         daemon.join(60)
@@ -418,7 +415,7 @@ def test_an_attempt_outlives_a_database_restart_and_keeps_its_notes_and_move(
     finished: the runner's notes and its move to review wait for it, nothing is lost."""
     from orchestrator.daemon import scheduler
 
-    from .conftest import write_agents
+    from .support import write_agents
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
     monkeypatch.setenv("OCTO_TEST_SLEEP", "3")
@@ -436,10 +433,8 @@ def test_an_attempt_outlives_a_database_restart_and_keeps_its_notes_and_move(
             assert runner.proc.poll() is None  # its runner waits for the database
         finally:
             pg_server.resume()
-        deadline = time.monotonic() + 60
-        while q.get_store().locate(task.id) is not TaskState.PROVISIONAL:
-            assert time.monotonic() < deadline, q.get_store().locate(task.id)
-            time.sleep(0.1)
+        done = lambda: q.get_store().locate(task.id) is TaskState.PROVISIONAL  # noqa: E731
+        wait_for("the task in review", done, 60)
     finally:
         sched.shutdown(grace=10)
     notes = q.get_task_notes(task.id)
@@ -587,7 +582,7 @@ def test_a_runner_whose_database_is_gone_gives_up_and_leaves_the_claim_to_the_re
     from orchestrator.model.tasks import utcnow
     from orchestrator.queue import recovery
 
-    from .conftest import child_env, write_agents
+    from .support import child_env, write_agents
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
     write_agents(git_project, lease_seconds=4)
@@ -603,10 +598,12 @@ def test_a_runner_whose_database_is_gone_gives_up_and_leaves_the_claim_to_the_re
         cwd=git_project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while "STARTED_AT" not in q.get_task(task.id).headers:
-            assert runner.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+
+        def started() -> bool:
+            assert runner.poll() is None
+            return "STARTED_AT" in q.get_task(task.id).headers
+
+        wait_for("the attempt to start", started, 60)
         q.get_store().close()
         pg_server.pause()
         try:
@@ -701,10 +698,8 @@ def test_a_connection_the_server_ended_while_idle_is_replaced_not_an_error(pg_ds
     first = _backend(store)
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (first,))
-        deadline = time.monotonic() + 30
-        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (first,)).fetchone():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        sql = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+        wait_for("the backend gone", lambda: not admin.execute(sql, (first,)).fetchone())
     assert _backend(store) not in (first, None)
     assert store.count(TaskState.INCOMING) == 0
     store.close()
@@ -736,7 +731,6 @@ def test_a_batched_move_keeps_odd_text_exactly_and_rolls_back_when_its_change_ra
 def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path) -> None:
     """An enqueue and a task done wake schedulers (with the state); a claim, a submit and a
     failure wake nobody: with many machines, each wake is a pass on each of them."""
-    from .conftest import wait_for
 
     heard: list[str] = []
     stop = q.get_store().watch(heard.append)
@@ -758,7 +752,7 @@ def test_a_task_done_outside_review_wakes_watchers_only_when_a_waiting_task_need
 ) -> None:
     """Done from a claim frees nothing to claim unless a waiting task is blocked on it:
     with eight claimers, a notice per task done woke eight server processes and claimers."""
-    from .conftest import wait_for
+    from .support import wait_for
 
     heard: list[str] = []
     stop = q.get_store().watch(heard.append)

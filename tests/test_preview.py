@@ -15,7 +15,7 @@ from orchestrator.faces import preview
 from orchestrator.model.exceptions import InvalidInput, PreviewFailed
 from orchestrator.queue import machine as q
 
-from .conftest import run_claimed, set_config, wait_for, write_agents
+from .support import run_claimed, set_config, wait_for, write_agents
 
 SERVE = f"{sys.executable} -m http.server --bind 127.0.0.1 $OCTOPOID_PORT"
 

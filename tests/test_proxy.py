@@ -17,8 +17,8 @@ import pytest
 from orchestrator.base.netpolicy import Policy
 from orchestrator.box.proxy import BRIDGE, PROXY_SOCKET, Limits, NetworkProxy
 
-from .conftest import PAGE, Served
 from .e2e.test_daemon import wait_for
+from .support import PAGE, Served
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from orchestrator.queue import recovery
 from orchestrator.queue import store as queue_store
 from orchestrator.queue.leases import attempt_text, attempts_left
 
-from .conftest import exited_pid
+from .support import exited_pid
 
 S = TaskState
 

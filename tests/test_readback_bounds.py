@@ -17,7 +17,7 @@ from orchestrator.box import clone
 from orchestrator.box.bounds import Bounds, ReadBackRefused, disk_use
 from orchestrator.box.bwrap import Mounts, command_line
 
-from .conftest import peak_rss_kib
+from .support import peak_rss_kib
 from .test_sandbox import in_box
 
 MB = 1024 * 1024

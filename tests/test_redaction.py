@@ -77,13 +77,16 @@ def test_a_known_value_is_hidden_base64_or_hex_encoded_wherever_it_sits(prefix: 
 
 
 def test_a_secret_whose_context_precedes_an_earlier_secret_is_held_with_it() -> None:
-    """An AWS secret is recognised by the key id before it: streamed a byte at a time, the
-    id (a secret itself) is not let go before the secret after it settles."""
+    """An AWS secret is recognised by the key id before it. Here the id is glued to a
+    known password, so the secret's context begins inside that earlier secret: streamed a
+    byte at a time, neither the password nor the id is let go before the secret settles
+    (released alone, the password's first half would go out unredacted)."""
     (secret,) = [s for s in SECRETS if s.name == "aws id then secret"]
-    data = f"{secret.text} ✓\n{'x' * 200}\n".encode()
-    stream = Redactor(NO_ENV).stream()
+    aws_id, password = secret.text.split()[1], "Tr0ub4dor-and-3-horses"
+    data = f"aws {password}{aws_id} secret {secret.secret} ✓\n{'x' * 200}\n".encode()
+    stream = Redactor({"DEPLOY_PASSWORD": password}).stream()
     out = b"".join(stream.push(data[i : i + 1]) for i in range(len(data))) + stream.close()
-    assert secret.secret[:12] not in out.decode()
+    assert out.decode().startswith("aws [REDACTED:DEPLOY_PASSWORD] secret [REDACTED:aws-")
 
 
 def test_ordinary_output_passes_unchanged() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
@@ -14,9 +13,7 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .conftest import child_env, commit_on_branch, run_claimed, write_agents
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
+from .support import OCTOPOID, child_env, commit_on_branch, run_claimed, write_agents
 
 
 def prompt_of(tid: str, attempt: int) -> str:

@@ -186,19 +186,11 @@ def test_not_a_git_repo_is_a_clear_error(project: Path) -> None:
 
 def test_list_and_status_mark_a_review_whose_branch_no_longer_merges(git_project: Path) -> None:
     import json
-    import shutil
-    import subprocess
 
-    from .conftest import child_env
-
-    octopoid = shutil.which("octopoid") or "octopoid"
+    from .support import octopoid
 
     def cli(*args: str) -> str:
-        done = subprocess.run(
-            [octopoid, *args], cwd=git_project, env=child_env(git_project),
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        return done.stdout
+        return octopoid(git_project, *args, check=True).stdout
 
     clean = provisional_with_commit(git_project, "fine.txt")
     tid = provisional_with_commit(git_project, "README.md", "agent's readme\n")

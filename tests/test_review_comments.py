@@ -19,8 +19,7 @@ from orchestrator.queue.task_notes import LineComment, append_attempt, notes_sum
 from orchestrator.review import verdicts as review
 from orchestrator.roles.prompts import budget_notes
 
-from .conftest import child_env, commit_on_branch, run_claimed, write_agents
-from .web_server import OCTOPOID
+from .support import OCTOPOID, child_env, commit_on_branch, run_claimed, write_agents
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -20,11 +19,8 @@ from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 
-from .conftest import child_env
-from .test_faults import wait
+from .support import OCTOPOID, child_env, octopoid, wait_for
 from .test_review import provisional_with_commit
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 
 
 class Crash(BaseException):
@@ -34,12 +30,6 @@ class Crash(BaseException):
 def merges_of(root: Path, task_id: str) -> int:
     subjects = git.Repo(root).git.log("--format=%s", "main").splitlines()
     return sum(1 for s in subjects if s.startswith(f"Merge TASK-{task_id}: "))
-
-
-def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
-    )
 
 
 def test_a_reject_or_second_accept_during_an_accept_is_refused(git_project, monkeypatch):
@@ -59,7 +49,7 @@ def test_a_reject_or_second_accept_during_an_accept_is_refused(git_project, monk
     assert merged.wait(30)
     try:
         for args in (["reject", tid, "--reason", "no"], ["accept", tid], ["retry", tid]):
-            done = cli(git_project, *args)
+            done = octopoid(git_project, *args)
             assert done.returncode == 1, done
             message = done.stderr.strip()
             assert "\n" not in message and "Traceback" not in message
@@ -147,9 +137,9 @@ def test_five_concurrent_accepts_merge_once(git_project):
 
 @pytest.mark.slow
 def test_accept_and_reject_at_the_same_instant_stay_consistent(git_project, tmp_path):
-    """Through the installed CLI, 20 times (OCTOPOID_RACE_TRIALS for more): merged and done,
+    """Through the installed CLI, 10 times (OCTOPOID_RACE_TRIALS for more): merged and done,
     or not merged and in incoming."""
-    trials = int(os.environ.get("OCTOPOID_RACE_TRIALS", "20"))
+    trials = int(os.environ.get("OCTOPOID_RACE_TRIALS", "10"))
     outcomes = []
     for n in range(trials):
         tid = provisional_with_commit(git_project, f"f{n}.txt")
@@ -210,8 +200,8 @@ def test_a_close_waits_for_a_forge_poll_that_holds_the_task_instead_of_refusing(
     closing = threading.Thread(target=close)
     closing.start()
     try:  # until the close says it waits (or gives up: refused)
-        wait(lambda: "waiting for the forge's poll" in caplog.text or not closing.is_alive(),
-             "the close to wait or fail", timeout=120)  # fmt: skip
+        waits = lambda: "waiting for the forge's poll" in caplog.text or not closing.is_alive()  # noqa: E731
+        wait_for("the close to wait or fail", waits, timeout=120)
     finally:
         poll.communicate("go\n", timeout=60)  # the poll lets the task go
         closing.join(120)

@@ -23,7 +23,7 @@ from orchestrator.faces import doctor
 from orchestrator.model.exceptions import GitError
 from orchestrator.queue import machine as q
 
-from .conftest import child_env, run_claimed, set_config, write_agents
+from .support import child_env, run_claimed, set_config, write_agents
 
 
 def test_binds_land_after_the_tmpfs_that_hides_their_parent() -> None:

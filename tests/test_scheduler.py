@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
-from .conftest import child_env, write_agents
+from .support import child_env, octopoid, settle, wait_for, write_agents
 
 
 @pytest.fixture
@@ -28,17 +26,6 @@ def daemon(git_project: Path):
     sched.initialize()
     yield sched
     sched.shutdown(grace=10)
-
-
-def settle(sched: scheduler.Scheduler, timeout: float = 30) -> None:
-    """Passes until no runner is left."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        sched.loop_once()
-        if not sched.runners:
-            return
-        time.sleep(0.05)
-    raise AssertionError("runners did not finish")
 
 
 def test_a_pass_claims_up_to_the_agents_slots(daemon) -> None:
@@ -130,17 +117,9 @@ def test_a_broken_config_claims_nothing_and_is_logged_once(daemon, git_project, 
 @pytest.mark.slow
 def test_start_status_stop_in_the_background(git_project: Path) -> None:
     write_agents(git_project, shutdown_grace_seconds=1)
-    exe, env = shutil.which("octopoid"), child_env(git_project)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [exe, "scheduler", *args],
-            cwd=git_project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return octopoid(git_project, "scheduler", *args)
 
     assert cli("status").stdout.strip() == "not running"
     started = cli("start")
@@ -149,10 +128,7 @@ def test_start_status_stop_in_the_background(git_project: Path) -> None:
     again = cli("start")
     assert again.returncode == 1 and "already running" in again.stderr
     tid = q.create_task("plain").id
-    deadline = time.monotonic() + 30
-    while q.get_task(tid).state is not TaskState.PROVISIONAL and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert q.get_task(tid).state is TaskState.PROVISIONAL
+    wait_for("the task in review", lambda: q.get_task(tid).state is TaskState.PROVISIONAL)
     assert cli("stop").returncode == 0
     assert cli("status").stdout.strip() == "not running"
     assert cli("stop").returncode == 1
@@ -162,20 +138,11 @@ def test_start_status_stop_in_the_background(git_project: Path) -> None:
 def test_run_once_starts_work_and_exits(git_project: Path) -> None:
     write_agents(git_project)
     tid = q.create_task("plain").id
-    proc = subprocess.run(
-        [shutil.which("octopoid"), "scheduler", "run", "--once"],
-        cwd=git_project,
-        env=child_env(git_project),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = octopoid(git_project, "scheduler", "run", "--once")
     assert proc.returncode == 0, proc.stderr
     assert "claimed TASK-1" in proc.stderr
-    deadline = time.monotonic() + 30  # the attempt finishes in its own process
-    while q.get_task(tid).state is not TaskState.PROVISIONAL and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert q.get_task(tid).state is TaskState.PROVISIONAL
+    # the attempt finishes in its own process
+    wait_for("the task in review", lambda: q.get_task(tid).state is TaskState.PROVISIONAL)
     assert scheduler_control.scheduler_status()["running"] is False
 
 
@@ -220,11 +187,13 @@ def test_a_task_claimed_again_before_its_old_runner_exits_keeps_both_runners(
         finally:
             os.kill(old.proc.pid, signal.SIGCONT)
         finished = []
-        deadline = time.monotonic() + 60
-        while sched.runners:
-            assert time.monotonic() < deadline, "runners did not finish"
-            finished += sched.loop_once().finished
-            time.sleep(0.05)
+
+        def ended() -> bool:
+            finished.extend(sched.loop_once().finished)
+            return not sched.runners
+
+        if sched.runners:
+            wait_for("the runners to finish", ended, 60)
         assert [label for label, _ in finished] == [task.label, task.label]
     finally:
         sched.shutdown(grace=10)
@@ -240,7 +209,7 @@ def test_a_daemon_s_runner_keeps_bytecode_and_its_agent_gets_the_user_s_setting(
 
     from orchestrator.queue import machine as q
 
-    from .conftest import child_env, write_agents
+    from .support import write_agents
 
     write_agents(git_project, argv=["sh", "-c", "echo AGENT-SEES-DWB=$PYTHONDONTWRITEBYTECODE"])
     task = q.create_task("print the setting")
@@ -253,7 +222,6 @@ def test_a_daemon_s_runner_keeps_bytecode_and_its_agent_gets_the_user_s_setting(
         check=True,
         timeout=120,
     )
-    from .e2e.test_daemon import wait_for
 
     log = git_project / ".octopoid/runtime/logs" / task.label / "attempt-1.log"
     wait_for(
@@ -270,7 +238,6 @@ def test_housekeeping_leaves_the_clone_of_a_runner_not_yet_collected(
 ) -> None:
     """A runner moves its task out of claimed before it removes its own clone: a sweep in
     between must not take it for a dead runner's (a false WARNING, its clone pulled away)."""
-    from .e2e.test_daemon import wait_for
 
     monkeypatch.setenv("OCTO_TEST_SLEEP", "30")
     write_agents(git_project)

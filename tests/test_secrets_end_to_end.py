@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,15 +16,14 @@ from orchestrator.memory.notes import NotesManager
 from orchestrator.memory.store import MemoryStore
 from orchestrator.queue import machine as q
 
-from .conftest import HELPERS, child_env, run_claimed
 from .helpers.secrets_corpus import fake_secrets
+from .support import HELPERS, OCTOPOID, child_env, run_claimed
 from .web_server import Client, start_web
 
 SERVICE_TOKEN = "svc-7f3a9c2e5b1d4f608a2c"
 DEPLOY_KEY = "dk-4e9b2a7c1f"  # every agents.yaml env value is hidden, whatever its name
 #: What no file or page keeps of an agent's terminal escapes and control characters
 UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]")
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 
 
 def leaked(texts: dict[str, str], secrets: list[str]) -> list[tuple[str, str]]:

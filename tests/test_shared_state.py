@@ -3,7 +3,7 @@ its own project folder) share questions, reviewers' drafts and plans, merge chec
 steering. Pages and CLI commands are real processes of their machine; attempts run in
 this process. What two running schedulers do with the shared state (pauses, limits,
 budgets, an attempt's questions, the sweep of a killed accept or split) is proved in
-test_two_machines.py."""
+test_two_schedulers.py."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 from orchestrator.roles import plans
 
-from .conftest import wait_for, write_agents
+from .support import octopoid as cli
+from .support import wait_for, write_agents
 from .test_git_remote import Machines, attempt
-from .test_review_races import cli
 from .test_steering import ended, running, said_in_log
 from .test_web_drafts import save
 from .web_server import Client, start_web

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,10 +14,8 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
-from .conftest import child_env, write_agents
+from .support import OCTOPOID, child_env, write_agents
 from .test_review import provisional_with_commit
-
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 
 
 def octopoid(root: Path, *args: str) -> subprocess.CompletedProcess:

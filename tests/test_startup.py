@@ -76,7 +76,7 @@ def _loaded(root: Path, args: tuple[str, ...]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def startup_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("startup")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "init", "-q"], cwd=root, check=True)
@@ -104,8 +104,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("args", list(NOT_NEEDED), ids=" ".join)
-def test_a_command_does_not_import_what_it_does_not_use(project: Path, args: tuple[str, ...]):
-    loaded = _loaded(project, args)
+def test_a_command_does_not_import_what_it_does_not_use(
+    startup_project: Path, args: tuple[str, ...]
+):
+    loaded = _loaded(startup_project, args)
     found = {
         label
         for label in NOT_NEEDED[args]
@@ -115,10 +117,10 @@ def test_a_command_does_not_import_what_it_does_not_use(project: Path, args: tup
     assert found == set()
 
 
-def test_version_still_prints_the_installed_version(project: Path):
+def test_version_still_prints_the_installed_version(startup_project: Path):
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator.faces.cli.main", "--version"],
-        cwd=project,
+        cwd=startup_project,
         capture_output=True,
         text=True,
         check=True,

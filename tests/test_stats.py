@@ -8,14 +8,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from orchestrator.faces import stats
-from orchestrator.faces.cli.main import cli
 from orchestrator.faces.stats_history import failed_commands, task_cells
 from orchestrator.model.tasks import new_task
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
+
+from .support import cli_output
 
 T0 = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)  # a Monday: ISO week 2026-W47
 CHECK_FAILED = "checks: 1 passed, 1 failed ({} after 2.0s); 1 commit kept on the branch"
@@ -34,10 +34,7 @@ def store_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 def run(*args: str, code: int = 0) -> str:
-    result = CliRunner().invoke(cli, ["stats", *args])
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output
-    return result.output
+    return cli_output("stats", *args, code=code)
 
 
 def attempt(agent: str, hours: float, cost: float, tokens: int):

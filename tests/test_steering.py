@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,11 +13,9 @@ from pathlib import Path
 
 import pexpect
 import pytest
-from click.testing import CliRunner
 
 from orchestrator import config
 from orchestrator.base.processes import TOKEN_ENV, marked_processes
-from orchestrator.faces.cli.main import cli
 from orchestrator.model.tasks import render_task
 from orchestrator.queue import machine as q
 from orchestrator.queue import steering
@@ -26,22 +23,20 @@ from orchestrator.queue.leases import attempts_left
 from orchestrator.queue.task_notes import stdout_log_path
 from orchestrator.roles import agent_status
 
-from .conftest import (
+from .e2e.test_backends_daemon import QUIET, claude_cli, write_agent  # noqa: F401 (a fixture)
+from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
+from .support import (
+    OCTOPOID,
     branch_file,
     child_env,
+    invoke,
     run_claimed,
     set_config,
     wait_for,
     write_agents,
 )
-from .e2e.test_backends_daemon import QUIET, claude_cli, write_agent  # noqa: F401 (a fixture)
-from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 
 TOKEN = "ghp_" + "a1B2" * 9  # a GitHub token's shape: redacted wherever it enters
-
-
-def octopoid(*args: str):
-    return CliRunner().invoke(cli, list(args))
 
 
 def prompt_of(task_id: str, attempt: int) -> str:
@@ -89,11 +84,11 @@ def said_in_log(task_id: str, text: str) -> bool:
 
 def test_say_refuses_an_unknown_task_an_empty_and_a_huge_message(project: Path) -> None:
     tid = q.create_task("steer me").id
-    unknown = octopoid("say", "TASK-999", "hello")
+    unknown = invoke("say", "TASK-999", "hello")
     assert unknown.exit_code == 3 and "no task TASK-999" in unknown.output
-    empty = octopoid("say", tid, "  \n ")
+    empty = invoke("say", tid, "  \n ")
     assert empty.exit_code == 2 and "a message needs words" in empty.output
-    huge = octopoid("say", tid, "x" * (steering.MAX_MESSAGE_CHARS + 1))
+    huge = invoke("say", tid, "x" * (steering.MAX_MESSAGE_CHARS + 1))
     assert huge.exit_code == 2 and "at most 4000 characters" in huge.output
     assert "Traceback" not in unknown.output + empty.output + huge.output
     assert steering.read(tid) == {}
@@ -104,7 +99,7 @@ def test_a_message_is_redacted_noted_and_waits_for_the_next_attempt_s_prompt(
 ) -> None:
     write_agents(git_project)
     tid = q.create_task("steered before it starts").id
-    said = octopoid("say", f"task-{tid}", f"use the v2 endpoint, not v1 ({TOKEN})")
+    said = invoke("say", f"task-{tid}", f"use the v2 endpoint, not v1 ({TOKEN})")
     assert said.exit_code == 0, said.output
     assert "for its next attempt's prompt" in said.output
     notes = q.get_task_notes(tid)
@@ -126,7 +121,7 @@ def test_a_command_agent_reads_a_message_sent_mid_attempt_with_octopoid_inbox(
     git_project: Path,
 ) -> None:
     with listening(git_project) as (tid, runner):
-        said = octopoid("say", tid, "use the v2 endpoint")
+        said = invoke("say", tid, "use the v2 endpoint")
         assert said.exit_code == 0 and "for its running attempt" in said.output, said.output
         ended(runner)
     assert q.get_task(tid).state.value == "provisional"
@@ -140,7 +135,7 @@ def test_a_finished_task_takes_no_message(project: Path) -> None:
     tid = q.create_task("finished").id
     q.claim_task(None, "impl-1")
     q.complete_task(tid)
-    refused = octopoid("say", tid, "too late")
+    refused = invoke("say", tid, "too late")
     assert refused.exit_code == 1 and f"TASK-{tid} is done" in refused.output
 
 
@@ -197,7 +192,7 @@ def test_stop_ends_a_running_attempt_without_counting_it(git_project: Path) -> N
     with running(git_project, claimed) as runner:
         wait_for("the agent to work", lambda: said_in_log(tid, "working on"), 60)
         assert marked_processes(**{TOKEN_ENV: token})  # the agent, running
-        stopped = octopoid("stop", f"TASK-{tid}", "--reason", "wrong approach: use v2")
+        stopped = invoke("stop", f"TASK-{tid}", "--reason", "wrong approach: use v2")
         assert stopped.exit_code == 0, stopped.output
         assert "attempt 1 stopped; the task is in incoming" in stopped.output
         ended(runner)
@@ -214,16 +209,15 @@ def test_stop_ends_a_running_attempt_without_counting_it(git_project: Path) -> N
 
 def test_stop_refuses_a_task_that_is_not_running(project: Path) -> None:
     tid = q.create_task("waiting").id
-    refused = octopoid("stop", tid, "--reason", "no")
+    refused = invoke("stop", tid, "--reason", "no")
     assert refused.exit_code == 1 and "no attempt is running" in refused.output
-    assert octopoid("stop", "TASK-999", "--reason", "no").exit_code == 3
+    assert invoke("stop", "TASK-999", "--reason", "no").exit_code == 3
 
 
 def attach_terminal(root: Path, task_id: str):
     """`octopoid attach` in a real pseudo-terminal."""
-    exe = shutil.which("octopoid")
     return pexpect.spawn(
-        exe, ["attach", f"TASK-{task_id}"], cwd=str(root), env=child_env(root),
+        OCTOPOID, ["attach", f"TASK-{task_id}"], cwd=str(root), env=child_env(root),
         encoding="utf-8", timeout=60, dimensions=(50, 200),
     )  # fmt: skip
 
@@ -270,9 +264,9 @@ def test_detaching_leaves_the_attempt_running(git_project: Path, detach: str) ->
 
 def test_attach_to_a_task_with_no_running_attempt_says_so(project: Path) -> None:
     tid = q.create_task("waiting").id
-    refused = octopoid("attach", tid)
+    refused = invoke("attach", tid)
     assert refused.exit_code == 1 and "no attempt is running" in refused.output
-    assert octopoid("attach", "TASK-999").exit_code == 3
+    assert invoke("attach", "TASK-999").exit_code == 3
 
 
 def test_a_stop_while_the_checks_run_gives_the_task_back_uncounted(git_project: Path) -> None:
@@ -283,7 +277,7 @@ def test_a_stop_while_the_checks_run_gives_the_task_back_uncounted(git_project: 
     archived = config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log"
     with running(git_project, claimed) as runner:
         wait_for("the agent's notes (the checks come next)", archived.exists, 60)
-        stopped = octopoid("stop", tid, "--reason", "enough checking")
+        stopped = invoke("stop", tid, "--reason", "enough checking")
         assert stopped.exit_code == 0, stopped.output
         ended(runner)
     assert marked_processes(**{TOKEN_ENV: claimed.headers["CLAIM_TOKEN"]}) == []

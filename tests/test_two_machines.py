@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,10 +24,9 @@ from orchestrator.base.processes import TOKEN_ENV, environment_of, marked_proces
 from orchestrator.model.tasks import TaskState, render_task
 from orchestrator.queue import machine as q
 
-from .conftest import HELPERS, child_env, set_config, write_agents
+from .support import HELPERS, OCTOPOID, child_env, set_config, write_agents
 from .test_git_remote import Machines
 
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 TASKS = 30  # exactly once is proved as well by 30 as by 200 (STYLE.md 15)
 
 # The scripted agent, wrapped to log when each attempt starts and ends (for overlap checks).

@@ -4,7 +4,6 @@ at once for retry, requeue, reject and close, each failing alone."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,10 +16,9 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 
-from .conftest import child_env, remembered, write_agents
+from .support import OCTOPOID, child_env, remembered, write_agents
 from .test_review import provisional_with_commit
 
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 S = TaskState
 
 

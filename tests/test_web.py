@@ -13,11 +13,20 @@ import sys
 
 import pytest
 
+from orchestrator.box.bwrap import BWRAP_ENV
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
-from .conftest import HELPERS, child_env, commit_on_branch, run_claimed, write_agents
-from .web_server import OCTOPOID, Client, start_web
+from .support import (
+    HELPERS,
+    OCTOPOID,
+    child_env,
+    commit_on_branch,
+    invoke,
+    run_claimed,
+    write_agents,
+)
+from .web_server import Client, start_web
 
 
 def provisional_task(title: str = "plain work") -> str:
@@ -281,10 +290,16 @@ def test_a_secret_in_an_agent_s_commit_message_is_not_shown(git_project, client)
 
 
 def test_the_board_says_when_agents_are_not_sandboxed_or_their_network_is_open(
-    git_project, client
+    git_project, bwrap_ok, client
 ) -> None:
     _, _, board = client.request("/board")
-    assert 'id="sandbox"' not in board or "sandbox unavailable" in board
+    assert 'id="sandbox"' not in board  # a working box, network closed: nothing to warn of
+    broken = start_web(git_project, env={BWRAP_ENV: "octopoid-no-such-bwrap"})
+    try:
+        _, _, board = broken.client().request("/board")
+    finally:
+        broken.stop()
+    assert 'id="sandbox"' in board and "sandbox unavailable: octopoid-no-such-bwrap" in board
     (git_project / ".octopoid/config.yaml").write_text("sandbox: {network: open}\n")
     _, _, board = client.request("/board")
     assert 'id="sandbox"' in board and "network OPEN for impl-1" in board
@@ -476,9 +491,6 @@ def test_a_proposed_split_is_shown_and_approved_from_its_page(git_project, web, 
 def test_the_attempt_is_counted_within_its_budget_after_a_retry(git_project, client) -> None:
     """`retry` gives fresh attempts while ATTEMPTS goes on numbering them: the 4th attempt
     is the 2nd of 2 since the retry, on the page as in `show` (never "4 of 2")."""
-    from click.testing import CliRunner
-
-    from orchestrator.faces.cli.main import cli
 
     write_agents(git_project, max_attempts=2)
     tid = q.create_task("tried again").id
@@ -489,4 +501,4 @@ def test_the_attempt_is_counted_within_its_budget_after_a_retry(git_project, cli
     q.claim_task(None, "impl-1")
     _, _, page = client.request(f"/tasks/TASK-{tid}")
     assert "<dt>attempt</dt><dd>4 (2 of 2 since the retry)</dd>" in page
-    assert "attempt: 4 (2 of 2 since the retry)\n" in CliRunner().invoke(cli, ["show", tid]).output
+    assert "attempt: 4 (2 of 2 since the retry)\n" in invoke("show", tid).output

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import html
 import re
-import time
 from urllib.parse import urlencode
 
 import pytest
@@ -15,6 +14,7 @@ from orchestrator import config
 from orchestrator.model.tasks import TaskState, new_task, render_task
 from orchestrator.queue import machine as q
 
+from .support import wait_for
 from .web_server import Client
 
 S = TaskState
@@ -23,14 +23,13 @@ S = TaskState
 def board(client: Client, query: str = "", timeout: float = 60) -> str:
     """The board fragment for ``query``, once every title the search needs has been read
     (a search answers at once with what is known and says how many titles are unread)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def read() -> str | None:
         status, _, page = client.request("/board" + query)
         assert status == 200, page[:500]
-        if 'id="unread"' not in page:
-            return page
-        assert time.monotonic() < deadline, "titles still unread"
-        time.sleep(0.05)
+        return None if 'id="unread"' in page else page
+
+    return wait_for("every title read", read, timeout)
 
 
 def shown(page: str) -> list[str]:

@@ -18,7 +18,7 @@ from orchestrator.queue import machine as q
 from orchestrator.queue.store.records import check_key
 from orchestrator.review import drafts
 
-from .conftest import remembered
+from .support import remembered
 from .test_web import comment_fields, judged, provisional_task
 from .web_server import Client
 
@@ -112,7 +112,7 @@ def test_a_sent_review_ends_its_draft_and_an_accept_ends_everyone_s(git_project,
     assert kept(task_id, "alice") is None
     assert kept(task_id, "bob") is not None  # bob's is his own business
 
-    from .conftest import run_claimed
+    from .support import run_claimed
 
     run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     form = {"csrf": bob.csrf(), **judged(bob, task_id)}

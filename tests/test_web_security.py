@@ -29,17 +29,10 @@ from orchestrator.faces.web.security import (
     cookie_name,
 )
 
-from .conftest import child_env
-from .web_server import OCTOPOID, Client, WebServer, start_web
+from .support import OCTOPOID, child_env
+from .web_server import Client, WebServer, start_web
 
 TOKEN = "a-chosen-token-0123456789"
-
-
-@pytest.fixture
-def web(git_project: Path):
-    server = start_web(git_project)
-    yield server
-    server.stop()
 
 
 def path_of(url: str) -> str:

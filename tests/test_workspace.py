@@ -18,7 +18,7 @@ from orchestrator.base import ports
 from orchestrator.box import setup
 from orchestrator.queue import machine as q
 
-from .conftest import branch_file, commit_on_branch, run_claimed, set_config, write_agents
+from .support import branch_file, commit_on_branch, run_claimed, set_config, write_agents
 
 #: The scripted agent: says what its box holds, then commits it.
 AGENT = r"""

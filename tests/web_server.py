@@ -7,7 +7,6 @@ import itertools
 import os
 import re
 import selectors
-import shutil
 import subprocess
 import time
 import urllib.error
@@ -16,9 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conftest import child_env
+from .support import OCTOPOID, child_env
 
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 URL_RE = re.compile(r"(http://\S+)/login\?code=(\S+)")
 
 

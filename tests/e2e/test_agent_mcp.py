@@ -15,8 +15,8 @@ from orchestrator.memory.notes import NotesManager
 from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 
-from ..conftest import branch_file, child_env, set_config
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
+from ..support import branch_file, child_env, set_config
 from ..web_server import start_web
 from .test_backends_daemon import QUIET, claude_cli, run_daemon_until, write_agent  # noqa: F401
 

@@ -18,8 +18,8 @@ import yaml
 from orchestrator import config
 from orchestrator.queue import machine as q
 
-from ..conftest import branch_file, branch_head, child_env
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
+from ..support import OCTOPOID, branch_file, branch_head, child_env
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def claude_cli() -> Path:
 def run_daemon_until(root: Path, env: dict[str, str], done, timeout: float = 90) -> None:
     log = open(root.parent / "daemon.out", "ab")  # noqa: SIM115
     proc = subprocess.Popen(
-        [shutil.which("octopoid"), "scheduler", "run"],
+        [OCTOPOID, "scheduler", "run"],
         cwd=root,
         env=env,
         stdout=log,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -23,10 +22,9 @@ from orchestrator.queue import machine as q
 from orchestrator.queue.leases import attempts_left
 from orchestrator.queue.task_notes import stdout_log_path
 
-from ..conftest import child_env, wait_for, write_agents
+from ..support import OCTOPOID, child_env, wait_for, write_agents
 
 pytestmark = pytest.mark.slow
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 
 
 def state_of(task_id: str) -> str:

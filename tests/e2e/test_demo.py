@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import shlex
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from ..conftest import child_env
+from ..support import child_env, octopoid
 
 pytestmark = pytest.mark.slow
 
@@ -18,13 +16,7 @@ def test_demo_runs_the_whole_loop(tmp_path: Path, bwrap_ok: None) -> None:
     env = child_env(tmp_path)
     env.pop("OCTOPOID_ROOT")
     target = tmp_path / "the demo"  # a space: the rm line must quote it
-    proc = subprocess.run(
-        [shutil.which("octopoid"), "demo", "--dir", str(target)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = octopoid(None, "demo", "--dir", str(target), env=env, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     last = out.strip().splitlines()[-1]  # it says where it left its project, and how to go
@@ -45,8 +37,6 @@ def test_demo_runs_the_whole_loop(tmp_path: Path, bwrap_ok: None) -> None:
 
 def test_demo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "keep.txt").write_text("mine")
-    proc = subprocess.run(
-        [shutil.which("octopoid"), "demo", "--dir", str(tmp_path)], capture_output=True, text=True
-    )
+    proc = octopoid(None, "demo", "--dir", str(tmp_path))
     assert proc.returncode == 1 and "not empty" in proc.stderr
     assert (tmp_path / "keep.txt").read_text() == "mine"

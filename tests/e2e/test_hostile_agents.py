@@ -33,10 +33,10 @@ from orchestrator.memory import lifecycle
 from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 
-from ..conftest import HELPERS, Served, child_env, set_config
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
+from ..support import HELPERS, OCTOPOID, Served, child_env, set_config
 from .test_backends_daemon import QUIET, claude_cli, write_agent
-from .test_daemon import OCTOPOID, Daemon, state_of, wait_for
+from .test_daemon import Daemon, state_of, wait_for
 
 pytestmark = pytest.mark.slow
 __all__ = ["claude_cli"]  # the fixture, shared with test_backends_daemon

@@ -9,27 +9,23 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from ..conftest import HELPERS, child_env, set_config
+from .. import support
+from ..support import HELPERS, OCTOPOID, child_env, set_config
 
-OCTOPOID = shutil.which("octopoid") or "octopoid"
 SESSIONS = HELPERS.parent / "fixtures" / "claude"
 
 
 def octopoid(root: Path, *args: str, code: int = 0) -> str:
-    done = subprocess.run(
-        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
-    )
+    done = support.octopoid(root, *args)
     assert done.returncode == code, (args, done.stdout, done.stderr)
     return done.stdout
 
@@ -46,13 +42,7 @@ def codes(found: dict[str, Any]) -> set[str]:
 
 def wait_for(root: Path, what: str, ok, timeout: float = 180) -> dict[str, Any]:
     """Poll `status --json` until ``ok(status)``; the deadline only bounds a hang."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = status(root)
-        if ok(found):
-            return found
-        assert time.monotonic() < deadline, f"never: {what}\n{json.dumps(found, indent=1)}"
-        time.sleep(0.2)
+    return support.wait_for(what, lambda: ok(found := status(root)) and found, timeout)
 
 
 def state_of(root: Path, task: str) -> str:
@@ -137,11 +127,11 @@ def test_a_queue_left_alone_explains_every_stall_and_a_person_gets_every_task_ou
             if rows:
                 octopoid(git_project, "accept", *[r["id"] for r in rows])
 
-        deadline = time.monotonic() + 180
-        while any(state_of(git_project, t) != "done" for t in plain):
-            assert time.monotonic() < deadline, [state_of(git_project, t) for t in plain]
+        def all_done() -> bool:
             review_all()
-            time.sleep(0.2)
+            return all(state_of(git_project, t) == "done" for t in plain)
+
+        support.wait_for("every plain task done", all_done, 180)
         assert state_of(git_project, noop) == "done"
         octopoid(git_project, "close", burned, "--reason", "split by hand into a new task")
         octopoid(git_project, "close", budget, "--wont-do", "--reason", "not worth more time")

@@ -18,46 +18,11 @@ import pytest
 from orchestrator import config
 from orchestrator.queue import machine as q
 
-from ..conftest import write_agents
+from ..support import OCTOPOID, write_agents
 from ..web_server import start_web
 from .test_daemon import Daemon, state_of, wait_for
 
 pytestmark = pytest.mark.slow
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",  # as root, Chromium refuses to start with its sandbox
-    "--disable-gpu",
-    "--disable-background-networking",  # this machine's network is closed
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
-
-
-def require_chromium() -> None:
-    """Skip without Debian's Chromium (fail, with OCTOPOID_REQUIRE_BROWSER=1, as in CI).
-
-    A page's expectations then wait for their condition up to 60 s, not Playwright's 5:
-    under the whole suite on 2 cores a draft's save has taken longer than 5 s."""
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("OCTOPOID_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
-    from playwright.sync_api import expect
-
-    expect.set_options(timeout=60_000)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture
@@ -196,8 +161,7 @@ def test_a_stale_page_s_accept_is_refused_once_another_attempt_arrived(
 
     from playwright.sync_api import expect
 
-    from ..conftest import child_env
-    from ..web_server import OCTOPOID
+    from ..support import child_env
 
     task_id = q.create_task("plain work, reviewed twice").id
     wait_for("review", lambda: state_of(task_id) == "provisional", timeout=60)

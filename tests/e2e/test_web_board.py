@@ -9,12 +9,10 @@ import pytest
 
 from orchestrator.queue import machine as q
 
-from .test_web import browser  # noqa: F401  (the module-scoped Chromium fixture)
-
 pytestmark = pytest.mark.slow
 
 
-def test_typing_a_search_while_the_board_polls(browser, web) -> None:  # noqa: F811
+def test_typing_a_search_while_the_board_polls(browser, web) -> None:
     from playwright.sync_api import expect
 
     wanted = q.create_task("alpha: parse the config").label
@@ -56,7 +54,7 @@ def test_typing_a_search_while_the_board_polls(browser, web) -> None:  # noqa: F
         context.close()
 
 
-def test_a_reason_being_typed_on_a_card_survives_the_polls(browser, web) -> None:  # noqa: F811
+def test_a_reason_being_typed_on_a_card_survives_the_polls(browser, web) -> None:
     from playwright.sync_api import expect
 
     task = q.create_task("not needed any more").label

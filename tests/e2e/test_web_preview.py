@@ -13,16 +13,15 @@ import pytest
 from orchestrator.faces import preview
 from orchestrator.queue import machine as q
 
-from ..conftest import HELPERS, run_claimed, set_config, wait_for, write_agents
+from ..support import HELPERS, run_claimed, set_config, wait_for, write_agents
 from ..web_server import start_web
-from .test_web import browser  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
 SERVE = f"{sys.executable} {HELPERS / 'preview_server.py'}"
 
 
 def test_a_preview_opens_from_the_task_page_behind_the_sign_in_and_stops_on_accept(
-    browser,  # noqa: F811
+    browser,
     git_project: Path,
     bwrap_ok: None,
 ) -> None:

@@ -17,9 +17,8 @@ from orchestrator.memory.store import open_memory
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
-from ..conftest import child_env, commit_on_branch, remembered, run_claimed, write_agents
-from ..web_server import OCTOPOID, start_web
-from .test_web import browser, shoot  # noqa: F401  (browser: the module's Chromium)
+from ..support import OCTOPOID, child_env, commit_on_branch, remembered, run_claimed, write_agents
+from .test_web import shoot
 
 pytestmark = pytest.mark.slow
 LIB = "".join(f"value_{i} = {i}\n" for i in range(1, 9))
@@ -47,14 +46,7 @@ def reviewed(git_project: Path) -> str:
 
 
 @pytest.fixture
-def web(git_project: Path, reviewed: str):
-    server = start_web(git_project)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def page(browser, web):  # noqa: F811
+def page(browser, reviewed: str, web):
     context = browser.new_context(viewport={"width": 1280, "height": 1000})
     page = context.new_page()
     page.goto(web.sign_in_url)
@@ -188,7 +180,7 @@ def test_a_refused_reject_keeps_every_word(page, web, git_project: Path, reviewe
 
 
 def test_a_24_mb_diff_loads_for_eight_readers_at_once_in_bounded_memory(
-    browser,  # noqa: F811
+    browser,
     web,
     git_project: Path,
     reviewed: str,

@@ -13,26 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ..web_server import Client, start_web
-from .test_web import ARGS, CHROMIUM, require_chromium
+from ..support import ARGS, CHROMIUM
+from ..web_server import Client
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def chromium():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        yield pw.chromium
-
-
-@pytest.fixture
-def web(git_project: Path):
-    server = start_web(git_project)
-    yield server
-    server.stop()
 
 
 def visited(profile: Path, scratch: Path) -> list[str]:
@@ -44,11 +28,13 @@ def visited(profile: Path, scratch: Path) -> list[str]:
         return [url for (url,) in db.execute("SELECT url FROM urls")]
 
 
-def test_the_token_never_reaches_the_browser_s_history(chromium, web, tmp_path: Path) -> None:
+def test_the_token_never_reaches_the_browser_s_history(
+    playwright_chromium, web, tmp_path: Path
+) -> None:
     from playwright.sync_api import expect
 
     profile = tmp_path / "profile"
-    context = chromium.launch_persistent_context(
+    context = playwright_chromium.launch_persistent_context(
         str(profile), executable_path=CHROMIUM, headless=True, args=ARGS
     )
     page = context.pages[0] if context.pages else context.new_page()

@@ -11,13 +11,13 @@ import pytest
 from orchestrator.queue import machine as q
 
 from ..test_stats import CHECK_FAILED, at, attempt, scripted_history, submit
-from .test_web import browser, shoot  # noqa: F401  (the module-scoped Chromium fixture)
+from .test_web import shoot
 
 pytestmark = pytest.mark.slow
 
 
 def test_stats_page_shows_the_figures_as_charts_that_lead_to_their_tasks(
-    browser,  # noqa: F811
+    browser,
     web,
     tmp_path: Path,
 ) -> None:

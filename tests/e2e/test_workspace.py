@@ -24,7 +24,7 @@ import pytest
 
 from orchestrator.queue import machine as q
 
-from ..conftest import HELPERS, branch_file, set_config, write_agents
+from ..support import HELPERS, branch_file, set_config, write_agents
 from .test_daemon import Daemon, state_of, wait_for
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,303 @@
+"""The suite's one module of test support (plain functions; the fixtures live in
+conftest.py, where pytest finds them without an import): run the installed CLI or click
+in-process, wait until a condition, and build projects, agents and branches."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+#: The installed console script (beside this interpreter when PATH does not name it).
+OCTOPOID = shutil.which("octopoid") or str(Path(sys.executable).with_name("octopoid"))
+
+
+def octopoid(
+    root: Path | None, *args: str | bytes, timeout: float = 240, text: bool = True, **kw
+) -> subprocess.CompletedProcess:
+    """The installed command in a process of its own, in ``root`` with OCTOPOID_ROOT set to
+    it (``root=None``: the caller's ``env``/``cwd``); output captured, as text unless
+    ``text=False`` (argv bytes pass as a shell would). ``timeout`` bounds a hang only."""
+    if root is not None:
+        kw.setdefault("cwd", root)
+        kw.setdefault("env", child_env(root))
+    if text:
+        kw.setdefault("encoding", "utf-8")
+    return subprocess.run([OCTOPOID, *args], capture_output=True, timeout=timeout, **kw)
+
+
+def invoke(*args: str, code: int | None = None, **kw) -> Result:
+    """``octopoid *args`` through click's CliRunner in this process (``input``, ``env``
+    pass on); with ``code``, assert that exit code and that no traceback was printed."""
+    from orchestrator.faces.cli.main import cli
+
+    result = CliRunner().invoke(cli, list(args), **kw)
+    if code is not None:
+        assert result.exit_code == code, result.output
+        assert "Traceback" not in result.output, result.output
+    return result
+
+
+def cli_output(*args: str, code: int = 0, **kw) -> str:
+    """What ``octopoid *args`` prints in-process, once it exited with ``code``."""
+    return invoke(*args, code=code, **kw).output
+
+
+HELPERS = Path(__file__).parent / "helpers"
+
+
+def helper_cmd(name: str, *args: str) -> list[str]:
+    """argv that runs ``tests/helpers/<name>.py`` with this interpreter."""
+    return [sys.executable, str(HELPERS / f"{name}.py"), *args]
+
+
+def child_env(root: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["OCTOPOID_ROOT"] = str(root)
+    return env
+
+
+def run_all(root: Path, argvs: list[list[str]], timeout: float = 120) -> None:
+    """Start every helper at once against ``root`` and wait for all to succeed."""
+    procs = [
+        subprocess.Popen(argv, env=child_env(root), stdout=subprocess.PIPE, text=True)
+        for argv in argvs
+    ]
+    for proc in procs:
+        proc.communicate(timeout=timeout)
+        assert proc.returncode == 0
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> object:
+    """Wait until ``check()`` is true (a condition, never a fixed window) and return it;
+    past ``timeout`` s fail, saying ``what`` was waited for."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def settle(sched, timeout: float = 60) -> None:
+    """Scheduler passes (in this process) until no runner is left."""
+
+    def passed() -> bool:
+        sched.loop_once()
+        return not sched.runners
+
+    wait_for("the runners to finish", passed, timeout)
+
+
+def peak_rss_kib(root: Path, out: Path, *argv: str) -> int:
+    """KiB at the peak of ``argv`` and all it ran (its stdout goes to ``out``), measured by
+    a fresh small process: a child's peak counts its parent's memory at the fork, so one
+    measured from a test worker would be the worker's."""
+    done = subprocess.run(
+        [sys.executable, str(HELPERS / "peak_rss.py"), str(out), *argv],
+        env=child_env(root), cwd=root, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(done.stdout)
+
+
+def start_then_kill(root: Path, argv: list[str], delay: float, done: int = 0) -> None:
+    """Start a helper, wait until it says ready and then that it did ``done`` pieces of
+    work (a line each: a condition, however slow the machine), let it work ``delay`` s
+    more, then kill -9 it."""
+    proc = subprocess.Popen(argv, env=child_env(root), stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    for _ in range(done):
+        assert proc.stdout.readline(), "the helper ended before it was killed"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def race_claimers(root: Path, go: Path, n: int = 8, timeout: float = 240) -> list[str]:
+    """Start ``n`` claimer processes (tests/helpers/claimer.py) against ``root``, release
+    them together, and return each one's output: the ids it claimed, one per line."""
+    procs = [
+        subprocess.Popen(
+            helper_cmd("claimer", f"claimer-{i}", str(go)),
+            env=child_env(root),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
+    time.sleep(0.5)  # let every interpreter start, then release them together
+    go.touch()
+    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    return outputs
+
+
+def make_git_repo(root: Path) -> None:
+    """A repository on ``main`` with one commit, octopoid's runtime ignored."""
+    import git
+
+    repo = git.Repo.init(root, initial_branch="main")
+    with repo.config_writer() as cfg:
+        cfg.set_value("user", "name", "Test User")
+        cfg.set_value("user", "email", "test@example.invalid")
+    (root / "README.md").write_text("# demo project\n")
+    repo.index.add(["README.md"])
+    repo.index.commit("initial commit")
+
+
+def write_agents(
+    root: Path, *, argv: list[str] | None = None, env: dict | None = None, **top: object
+) -> None:
+    """agents.yaml with one command agent running tests/helpers/agent.py (or ``argv``),
+    with ``env`` as its own environment."""
+    import yaml
+
+    agent = {
+        "name": "impl-1",
+        "role": "implement",
+        "backend": "command",
+        "argv": argv or [sys.executable, str(HELPERS / "agent.py")],
+        "max_concurrent": int(top.pop("max_concurrent", 1)),
+        "timeout_seconds": int(top.pop("timeout_seconds", 60)),
+        "max_turns": 10,
+        **({"env": env} if env else {}),
+    }
+    doc = {"lease_seconds": 30, **top, "agents": [agent]}
+    (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))
+
+
+def set_config(root: Path, **sections: object) -> None:
+    """Set top-level keys of the project's config.yaml (``sandbox="none"``, ``checks={...}``),
+    keeping the others."""
+    import yaml
+
+    path = root / ".octopoid/config.yaml"
+    doc = yaml.safe_load(path.read_text()) or {}
+    doc.update(sections)
+    path.write_text(yaml.safe_dump(doc))
+
+
+def branch_file(root: Path, task_id: str, path: str) -> str:
+    """``path`` as the task's branch holds it (its workspace is gone once the attempt ends)."""
+    import git
+
+    return git.Repo(root).git.show(f"agent/TASK-{task_id}:{path}")
+
+
+def branch_head(root: Path, task_id: str):
+    """The tip commit of the task's branch in the user's repository."""
+    import git
+
+    return git.Repo(root).commit(f"agent/TASK-{task_id}")
+
+
+def commit_on_branch(
+    root: Path,
+    task_id: str,
+    files: dict[str, bytes],
+    message: str,
+    links: dict[str, str] | None = None,
+    remove: tuple[str, ...] = (),
+) -> None:
+    """Commit ``files`` (and symlinks ``links``: path -> target; paths ``remove``d first)
+    onto the task's branch, as a later attempt would have (in a scratch worktree: the
+    attempt's own clone is gone)."""
+    import tempfile
+
+    import git
+
+    repo = git.Repo(root)
+    with tempfile.TemporaryDirectory() as scratch:
+        where = Path(scratch) / "wt"
+        repo.git.worktree("add", "-q", "-f", str(where), f"agent/TASK-{task_id}")
+        try:
+            for name in remove:
+                git.Repo(where).git.rm("-r", "-q", name)
+            for name, data in files.items():
+                (where / name).parent.mkdir(parents=True, exist_ok=True)
+                (where / name).write_bytes(data)
+            for name, target in (links or {}).items():
+                (where / name).parent.mkdir(parents=True, exist_ok=True)
+                (where / name).symlink_to(target)
+            wt = git.Repo(where)
+            wt.git.add("-A", "-f")
+            wt.git.commit("-q", "--allow-empty", "-m", message)
+        finally:
+            repo.git.worktree("remove", "--force", str(where))
+
+
+def remembered(task_id: str, text: str, attempt: int = 1, section: str = "Important Facts"):
+    """``text`` in the task's working notes as attempt ``attempt``'s channel writes it
+    (stamped with the task, attempt and agent); the notes manager."""
+    from orchestrator.memory.notes import NotesManager
+    from orchestrator.memory.provenance import Origin
+
+    label = f"TASK-{task_id}"
+    notes = NotesManager.create_ephemeral(label, "the task")
+    notes.add_item(section, text, Origin(label, attempt, "agent"))
+    return notes
+
+
+def run_claimed(task, agent: str):
+    """Run one attempt in this process for a task just claimed, as its runner would."""
+    from orchestrator.roles.implementer import run_attempt
+
+    return run_attempt(task.id, agent, task.headers["CLAIM_TOKEN"])
+
+
+def exited_pid() -> int:
+    """The PID of a process that has already exited (an agent that died)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout)
+
+
+PAGE = b"a page of a server on this machine's loopback\n"
+
+
+@dataclass
+class Served:
+    port: int
+    seen: list[str] = field(default_factory=list)  # the request lines it got
+
+
+#: Debian's Chromium (apt-get install -y chromium); Playwright's own download is not used.
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",  # as root, Chromium refuses to start with its sandbox
+    "--disable-gpu",
+    "--disable-background-networking",  # this machine's network is closed
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def require_chromium() -> None:
+    """Skip without Debian's Chromium (fail, with OCTOPOID_REQUIRE_BROWSER=1, as in CI).
+
+    A page's expectations then wait for their condition up to 60 s, not Playwright's 5:
+    under the whole suite on 2 cores a draft's save has taken longer than 5 s."""
+    import pytest
+
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("OCTOPOID_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=60_000)
