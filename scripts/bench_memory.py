@@ -187,9 +187,9 @@ def open_store(msg: dict) -> Any:
 
         return MemoryStore(Path(msg["path"]))
     from orchestrator.memory.postgres import PostgresMemoryStore
-    from orchestrator.queue.store.postgres import shared_store
+    from orchestrator.pg.schema import shared
 
-    return PostgresMemoryStore(shared_store(msg["dsn"]))
+    return PostgresMemoryStore(shared(msg["dsn"]))
 
 
 def load(store: Any, path: str) -> float:
@@ -210,7 +210,7 @@ def load(store: Any, path: str) -> float:
             store.db.execute("BEGIN")
             store.db.executemany(f"INSERT INTO notes ({cols}) VALUES (?,?,?,?,?,?,?,?,?)", rows)
     else:
-        with store.store._tx() as cur, cur.copy(f"COPY octopoid.memory ({cols}) FROM STDIN") as cp:
+        with store.db.tx() as cur, cur.copy(f"COPY octopoid.memory ({cols}) FROM STDIN") as cp:
             for row in rows:
                 cp.write_row(row)
     if hasattr(store, "index_pending"):

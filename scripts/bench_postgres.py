@@ -42,8 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.faces.scaffold import init_project
 from orchestrator.model.tasks import TaskState, new_task
+from orchestrator.pg.database import Database
+from orchestrator.pg.schema import upgrade_database
 from orchestrator.queue import machine as q
-from orchestrator.queue.store.postgres import PostgresStore, upgrade_database
+from orchestrator.queue.store.postgres import PostgresStore
 from tests.pg_server import PgServer, find_bin
 
 _fresh = iter(range(1, 1_000_000))
@@ -128,12 +130,12 @@ def octopoid_queue(dsn: str, tasks: int) -> None:
     os.environ["OCTOPOID_ROOT"] = str(root)
     os.environ["OCTOPOID_DATABASE_URL"] = dsn
     upgrade_database(dsn)
-    store = PostgresStore(dsn)
+    store = PostgresStore(Database(dsn))
     rows = []
     for n in range(1, tasks + 1):
         task = new_task(str(n), f"task {n}", priority=f"P{n % 4}", created_by="bench")
         rows.append((task.id, *store._row(task, TaskState.INCOMING)))
-    with store._tx() as cur:
+    with store.db.tx() as cur:
         cur.executemany(
             "INSERT INTO octopoid.tasks (id, state, body, role, rank, created, seq, blocked_by,"
             " not_before, turns, cost) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",

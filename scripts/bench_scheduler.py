@@ -52,7 +52,7 @@ from pathlib import Path
 from orchestrator.faces.scaffold import init_project
 init_project(Path(sys.argv[1]))
 if sys.argv[2]:
-    from orchestrator.queue.store.postgres import upgrade_database
+    from orchestrator.pg.schema import upgrade_database
     upgrade_database(sys.argv[2])
 """
 DAEMON = (

@@ -117,12 +117,13 @@ class Postgres(Folders):
         scaffold.use_postgres(root, self.server.create_database(f"stats{self.n}"))
 
     def add(self, root: Path, tasks: list[Task]) -> None:
+        from orchestrator.pg.database import Database
         from orchestrator.queue.store.postgres import PostgresStore
 
         os.environ["OCTOPOID_ROOT"] = str(root)
-        store = PostgresStore(config.store_choice()[1])
+        store = PostgresStore(Database(config.store_choice()[1]))
         rows = [(task.id, *store._row(task, TaskState.DONE)) for task in tasks]
-        with store._tx() as cur:
+        with store.db.tx() as cur:
             cur.executemany(
                 "INSERT INTO octopoid.tasks (id, state, body, role, rank, created, seq, "
                 "blocked_by, not_before, turns, cost) "

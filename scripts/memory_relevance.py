@@ -279,7 +279,7 @@ def open_store(backend: str, tmp: Path, dsn: str | None, stop: list) -> Any:
 
         return MemoryStore(tmp / "memory.db")
     from orchestrator.memory.postgres import PostgresMemoryStore
-    from orchestrator.queue.store.postgres import shared_store, upgrade_database
+    from orchestrator.pg.schema import shared, upgrade_database
 
     if dsn is None:
         from tests.pg_server import PgServer
@@ -289,7 +289,7 @@ def open_store(backend: str, tmp: Path, dsn: str | None, stop: list) -> Any:
         stop.append(server.stop)
         dsn = server.create_database("relevance")
     upgrade_database(dsn)
-    return PostgresMemoryStore(shared_store(dsn))
+    return PostgresMemoryStore(shared(dsn))
 
 
 def settle(store: Any) -> None:
@@ -298,7 +298,7 @@ def settle(store: Any) -> None:
     if hasattr(store, "store"):
         import psycopg
 
-        with psycopg.connect(store.store.dsn, autocommit=True) as conn:
+        with psycopg.connect(store.db.dsn, autocommit=True) as conn:
             for (table,) in conn.execute(
                 "SELECT tablename FROM pg_tables WHERE schemaname = 'octopoid' "
                 "AND tablename LIKE 'memory%'"

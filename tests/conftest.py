@@ -262,7 +262,7 @@ def browser(playwright_chromium):
 @pytest.fixture(params=["sqlite", "postgres"])
 def memory_store(project: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     """The project's long-term memory, once on each kind: its SQLite file and PostgreSQL."""
-    from orchestrator.memory.store import open_memory
+    from orchestrator.memory.open import open_memory
 
     if request.param == "postgres":
         monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))

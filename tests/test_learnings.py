@@ -11,7 +11,7 @@ from orchestrator import config
 from orchestrator.forge import text
 from orchestrator.memory import lifecycle
 from orchestrator.memory.notes import NotesManager
-from orchestrator.memory.store import open_memory
+from orchestrator.memory.open import open_memory
 from orchestrator.model.tasks import new_task
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review

@@ -14,8 +14,9 @@ import pytest
 from orchestrator.memory import lifecycle, ranking
 from orchestrator.memory import postgres as memory_postgres
 from orchestrator.memory.instructions import instruction_shape
+from orchestrator.memory.open import open_memory
 from orchestrator.memory.retrieval import relevant_notes
-from orchestrator.memory.store import SCHEMA_VERSION, MemoryStore, open_memory
+from orchestrator.memory.store import SCHEMA_VERSION, MemoryStore
 from orchestrator.memory.terms import PATH, SYMBOL, WORD, Term
 from orchestrator.model.tasks import Task
 from orchestrator.queue import machine as q
@@ -304,7 +305,7 @@ def test_notes_written_around_the_index_are_indexed_on_first_use(memory, monkeyp
         memory.db.execute("DELETE FROM memory_vocab")
         assert memory.index_pending() == 1
     else:
-        with memory.store._tx() as cur:
+        with memory.db.tx() as cur:
             cur.execute("UPDATE octopoid.memory SET length = NULL")
             cur.execute("TRUNCATE octopoid.memory_terms, octopoid.memory_vocab")
             cur.execute("UPDATE octopoid.memory_totals SET notes = 0, length = 0")

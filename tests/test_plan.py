@@ -379,7 +379,7 @@ def test_a_running_planner_s_task_is_not_requeued_into_a_dead_end(git_project: P
 def test_a_planner_runs_as_every_attempt_does_with_its_memory_and_its_budget(planned) -> None:
     """The one attempt runner runs the planner: its prompt carries the project's memory, and
     an agent whose day's budget is spent starts no attempt (the carrying task says why)."""
-    from orchestrator.memory.store import open_memory
+    from orchestrator.memory.open import open_memory
     from orchestrator.roles import agent_status
 
     memory = open_memory()

@@ -15,8 +15,10 @@ import pytest
 from orchestrator.faces import reports
 from orchestrator.model.exceptions import StorageError, TaskBusy
 from orchestrator.model.tasks import TaskState, render_task
+from orchestrator.pg.database import Database
+from orchestrator.pg.schema import MIGRATIONS, upgrade
 from orchestrator.queue import machine as q
-from orchestrator.queue.store.postgres import MIGRATIONS, PostgresStore
+from orchestrator.queue.store.postgres import PostgresStore
 
 from .support import OCTOPOID, child_env, make_git_repo, race_claimers, wait_for
 
@@ -124,7 +126,7 @@ def test_init_store_keeps_the_password_out_of_config_and_db_upgrade_is_idempoten
         [OCTOPOID, "enqueue", "from the CLI"], cwd=root, env=env, capture_output=True, text=True
     )
     assert made.returncode == 0, made.stderr
-    assert PostgresStore(dsn).count(TaskState.INCOMING) == 1  # it went to the database
+    assert PostgresStore(Database(dsn)).count(TaskState.INCOMING) == 1  # it went to the database
 
 
 def test_init_store_again_on_a_machine_whose_config_names_it_is_idempotent(
@@ -174,7 +176,7 @@ def test_a_row_edited_into_nonsense_is_quarantined_not_lost(pg_project: Path) ->
     with pytest.raises(StorageError, match="newer than this octopoid knows"):
         with psycopg.connect(os.environ["OCTOPOID_DATABASE_URL"]) as conn:
             conn.execute("INSERT INTO octopoid.migrations (version) VALUES (99)")
-        PostgresStore(os.environ["OCTOPOID_DATABASE_URL"]).upgrade()
+        upgrade(Database(os.environ["OCTOPOID_DATABASE_URL"]))
 
 
 APPENDER = r"""
@@ -250,7 +252,7 @@ def test_export_import_export_round_trips_byte_for_byte_between_stores(
     )
     assert again.returncode == 0 and "imported 0 task(s)" in again.stdout
     assert again.stdout.count("already exists") == 6  # named and skipped, not duplicated
-    store = PostgresStore(pg_dsn)
+    store = PostgresStore(Database(pg_dsn))
     assert store.allocate_id() == "7"  # ids allocated after an import skip the imported ones
     store.close()
 
@@ -369,7 +371,7 @@ def test_an_agent_never_gets_the_database_url_or_password(
     logs = git_project / ".octopoid/runtime/logs"
     written = [p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()]
     assert written and not any("hunter2-sekrit" in text for text in [notes, *written])
-    store = PostgresStore(pg_dsn)
+    store = PostgresStore(Database(pg_dsn))
     assert "hunter2-sekrit" not in render_task(store.get(task.id))  # the row's text
     store.close()
 
@@ -488,10 +490,10 @@ def test_memory_search_ranks_like_the_sqlite_store(project: Path, pg_dsn: str) -
     (both rank by the same BM25 over the store)."""
     from orchestrator.memory.postgres import PostgresMemoryStore
     from orchestrator.memory.store import MemoryStore
-    from orchestrator.queue.store.postgres import shared_store, upgrade_database
+    from orchestrator.pg.schema import shared, upgrade_database
 
     upgrade_database(pg_dsn)
-    sqlite, pg = MemoryStore(project / "memory.db"), PostgresMemoryStore(shared_store(pg_dsn))
+    sqlite, pg = MemoryStore(project / "memory.db"), PostgresMemoryStore(shared(pg_dsn))
     for note in CORPUS:
         sqlite.write_note(note, scope="notes:x:p")
         pg.write_note(note, scope="notes:x:p")
@@ -530,7 +532,7 @@ def test_what_one_machine_learned_is_found_by_another(
 
 WRITER = r"""
 import sys
-from orchestrator.memory.store import open_memory
+from orchestrator.memory.open import open_memory
 memory = open_memory()
 for _ in range(5):
     memory.write_note("Run the linter before pushing", tags=[f"w{sys.argv[1]}"], scope="s")
@@ -543,7 +545,7 @@ def test_processes_writing_the_same_note_at_once_reinforce_one_note(pg_project: 
         for n in range(6)
     ]
     assert all(proc.wait(timeout=120) == 0 for proc in procs)
-    from orchestrator.memory.store import open_memory
+    from orchestrator.memory.open import open_memory
 
     memory = open_memory()
     assert memory.count() == 1
@@ -552,8 +554,18 @@ def test_processes_writing_the_same_note_at_once_reinforce_one_note(pg_project: 
     assert note["importance"] == pytest.approx(1.0)  # 0.5 + 29 reinforcements, capped
 
 
+def test_the_queue_its_notes_and_the_memory_share_one_pool_per_process(pg_project: Path) -> None:
+    """The memory, the retry notes and the queue below them all ask ``pg.schema.shared``
+    for their connections: one pool per process and database, however many parts use it."""
+    from orchestrator.memory.open import open_memory
+    from orchestrator.queue.task_notes import notes_book
+
+    pool = q.get_store().db
+    assert open_memory().db is pool and notes_book().db is pool
+
+
 def test_patience_is_one_wait_per_outage_not_one_per_operation() -> None:
-    from orchestrator.queue.store.postgres import Patience
+    from orchestrator.pg.database import Patience
 
     now = [100.0]
     patience = Patience(30.0, clock=lambda: now[0])
@@ -625,7 +637,7 @@ def test_pinned_notes_and_blocked_tasks_are_read_through_indexes(pg_dsn: str) ->
     has a partial index, so neither scans its table."""
     import psycopg
 
-    PostgresStore(pg_dsn).initialize()
+    PostgresStore(Database(pg_dsn)).initialize()
     with psycopg.connect(pg_dsn) as conn:
         names = {row[0] for row in conn.execute("SELECT indexname FROM pg_indexes")}
     assert {"memory_pinned", "tasks_blocked"} <= names
@@ -659,7 +671,7 @@ def test_a_fork_server_preloads_the_driver_only_for_postgres_and_connects_to_not
 
 
 def _backend(store: PostgresStore) -> int:
-    with store._tx() as cur:
+    with store.db.tx() as cur:
         cur.execute("SELECT pg_backend_pid()")
         return cur.fetchone()[0]
 
@@ -667,8 +679,8 @@ def _backend(store: PostgresStore) -> int:
 def test_a_forked_child_connects_for_itself_and_leaves_its_parents_connection_working(
     pg_dsn: str,
 ) -> None:
-    store = PostgresStore(pg_dsn)
-    store.upgrade()
+    store = PostgresStore(Database(pg_dsn))
+    upgrade(store.db)
     mine = _backend(store)
     read, write = os.pipe()
     child = os.fork()
@@ -693,8 +705,8 @@ def test_a_connection_the_server_ended_while_idle_is_replaced_not_an_error(pg_ds
     ended (a restart, an administrator) has its goodbye to read, and is replaced."""
     import psycopg
 
-    store = PostgresStore(pg_dsn)
-    store.upgrade()
+    store = PostgresStore(Database(pg_dsn))
+    upgrade(store.db)
     first = _backend(store)
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (first,))

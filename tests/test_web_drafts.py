@@ -12,7 +12,7 @@ import threading
 import urllib.error
 import urllib.request
 
-from orchestrator.memory.store import open_memory
+from orchestrator.memory.open import open_memory
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.queue.store.records import check_key

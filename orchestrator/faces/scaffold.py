@@ -61,7 +61,7 @@ def use_postgres(root: Path, url: str) -> list[str]:
     (the second machine's checked-in one) is left as it is; one naming another is refused."""
     from psycopg.conninfo import make_conninfo
 
-    from ..queue.store.postgres import upgrade_database
+    from ..pg.schema import upgrade_database
 
     parts = _conninfo(url, "--store")
     path = root / OCTOPOID_DIR / "config.yaml"

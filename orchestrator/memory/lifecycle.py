@@ -22,11 +22,12 @@ from ..model.exceptions import InvalidInput
 from ..model.tasks import Task, format_time, plural, utcnow
 from .instructions import instruction_shape
 from .notes import Item, NotesManager, get_notes_manager
+from .open import open_memory
 from .provenance import TASK_LABEL, Origin, clean_name, note_metadata
-from .store import open_memory, project_scope
+from .store import project_scope
 
 if TYPE_CHECKING:
-    from .store import Memory
+    from .open import Memory
 
 redaction = lazy_import("orchestrator.base.redaction")  # `show` lists learnings, redacts nothing
 MAX_LEARNING_CHARS = 4000  # as one item an agent may remember

@@ -2,9 +2,10 @@
 learned is found by an attempt on another.
 
 The same notes, fields and rules as ``MemoryStore`` (SQLite), in ``octopoid.memory``
-(migrations 3 and 5 of ``store/postgres.py``), on the queue's connection pool, with the same
-term index (``index.py``: ``octopoid.memory_terms``, ``memory_vocab``, ``memory_totals``)
-and the same ranking (``ranking.py``): a query finds and orders the same notes on both.
+(migrations 3, 4 and 6 of ``pg/schema.py``), on the connection pool it shares with the
+queue (``pg/database.py``), with the same term index (``index.py``:
+``octopoid.memory_terms``, ``memory_vocab``, ``memory_totals``) and the same ranking
+(``ranking.py``): a query finds and orders the same notes on both.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from typing import Any
 
 from ..model.exceptions import InvalidMemoryInput, MemoryStoreError
-from ..queue.store.postgres import PostgresStore
+from ..pg.database import Database
 from . import index, ranking
 from .store import (
     REINFORCE_STEP,
@@ -34,18 +35,18 @@ _INDEXED_DSNS: set[str] = set()  # databases whose older notes this process has 
 
 
 class PostgresMemoryStore:
-    def __init__(self, store: PostgresStore) -> None:
-        self.store = store
-        if store.dsn not in _INDEXED_DSNS:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        if db.dsn not in _INDEXED_DSNS:
             self.index_pending()
-            _INDEXED_DSNS.add(store.dsn)
+            _INDEXED_DSNS.add(db.dsn)
 
     def index_pending(self) -> int:
         """Index the notes not indexed yet (a store made before the index, a bulk load), a
         batch per transaction; concurrent indexers skip each other's batches."""
         done = 0
         while True:
-            with self.store._tx() as cur:
+            with self.db.tx() as cur:
                 batch = index.pending(cur, index.POSTGRES, "FOR UPDATE SKIP LOCKED")
                 index.change(cur, index.POSTGRES, batch)
             if not batch:
@@ -53,7 +54,7 @@ class PostgresMemoryStore:
             done += len(batch)
 
     def close(self) -> None:
-        """Nothing to close: the connections are the queue's pool."""
+        """Nothing to close: the connections are the process's pool, shared with the queue."""
 
     def write_note(
         self,
@@ -77,7 +78,7 @@ class PostgresMemoryStore:
             raise InvalidMemoryInput("an empty note cannot be stored")
         scope = scope or project_scope(agent)
         digest, now = content_hash(content), time.time()
-        with self.store._tx() as cur:
+        with self.db.tx() as cur:
             cur.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                 (f"octopoid:memory:{scope}:{digest}",),
@@ -128,7 +129,7 @@ class PostgresMemoryStore:
         return ranking.search(self, query, where, args, limit)
 
     def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]:
-        return index.frequencies(self.store._fetch, index.POSTGRES, terms)
+        return index.frequencies(self.db.fetch, index.POSTGRES, terms)
 
     def best(
         self, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int,
@@ -146,7 +147,7 @@ class PostgresMemoryStore:
         )
 
     def find_note(self, content: str, scope: str) -> int | None:
-        row = self.store._one(
+        row = self.db.one(
             "SELECT id FROM octopoid.memory WHERE scope = %s AND content_hash = %s",
             (scope, content_hash(content)),
         )
@@ -165,7 +166,7 @@ class PostgresMemoryStore:
         )
 
     def delete_note(self, note_id: int) -> bool:
-        with self.store._tx() as cur:
+        with self.db.tx() as cur:
             cur.execute(INDEXED, (note_id,))
             old = _indexed(cur.fetchone())
             if old is not None:
@@ -190,7 +191,7 @@ class PostgresMemoryStore:
         if not changes:
             return self.get_note(note_id) is not None
         sets = ", ".join(f"{key} = %s" for key in changes)
-        with self.store._tx() as cur:
+        with self.db.tx() as cur:
             cur.execute(INDEXED, (note_id,))
             old = _indexed(cur.fetchone())
             try:
@@ -210,19 +211,19 @@ class PostgresMemoryStore:
     def record_access(self, note_ids: list[int]) -> None:
         """Count an injection into a prompt (only notes actually injected)."""
         if note_ids:
-            self.store._fetch(
+            self.db.fetch(
                 "UPDATE octopoid.memory SET access_count = access_count + 1 WHERE id = ANY(%s)",
                 (list(note_ids),),
             )
 
     def count(self) -> int:
-        with self.store._tx() as cur:
+        with self.db.tx() as cur:
             cur.execute("SELECT count(*) FROM octopoid.memory")
             return int(cur.fetchone()[0])
 
     def integrity_check(self) -> None:
         """Raise ``MemoryStoreError`` if the term index disagrees with the notes."""
-        with self.store._tx() as cur:
+        with self.db.tx() as cur:
             problems = index.consistent(cur, index.POSTGRES)
         if problems:
             raise MemoryStoreError(f"memory's index disagrees: {'; '.join(problems[:5])}")
@@ -230,5 +231,5 @@ class PostgresMemoryStore:
     def _rows(self, sql: str, args: list[Any]) -> list[dict[str, Any]]:
         """A read of notes (``NOTE``'s columns, then a search's ``score`` and ``path_score``)
         in one round trip: one statement on its own, no BEGIN and COMMIT around it."""
-        rows = self.store._fetch(sql, tuple(args))
+        rows = self.db.fetch(sql, tuple(args))
         return [_row(dict(zip(ROW, row, strict=False))) for row in rows]

@@ -15,7 +15,7 @@ from . import ranking
 from .instructions import injectable
 
 if TYPE_CHECKING:
-    from .store import Memory
+    from .open import Memory
 
 DEFAULT_BUDGET = 4000  # characters of memory one prompt may carry
 CANDIDATES = 40  # the best matches looked at; the budget holds about ten of them

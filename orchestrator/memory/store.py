@@ -16,15 +16,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import config
 from ..model.exceptions import InvalidMemoryInput, MemoryStoreError
 from . import index, ranking
 from .notes import normalize_item
-
-if TYPE_CHECKING:
-    from .postgres import PostgresMemoryStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (
@@ -367,18 +364,6 @@ def filters(
     return " ".join(clauses), args
 
 
-def open_memory() -> Memory:
-    """Long-term memory where the queue is: PostgreSQL (shared by every machine on the
-    queue) or this project's SQLite file."""
-    backend, dsn = config.store_choice()
-    if backend == "postgres" and dsn:
-        from ..queue.store.postgres import shared_store
-        from .postgres import PostgresMemoryStore
-
-        return PostgresMemoryStore(shared_store(dsn))
-    return MemoryStore()
-
-
 def _indexed(row: Any) -> str | None:
     """The text a note is indexed by, from its ``INDEXED`` row; None: no note, or not
     indexed yet."""
@@ -394,7 +379,3 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
     out["pinned"] = bool(out["pinned"])
     out.pop("content_hash", None)
     return out
-
-
-if TYPE_CHECKING:
-    Memory = MemoryStore | PostgresMemoryStore  # what open_memory gives: the same methods

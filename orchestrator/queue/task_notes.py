@@ -176,9 +176,10 @@ def notes_book() -> Any:
     reads what the others left), else the notes folder. Both keep the same text."""
     backend, dsn = config.store_choice()
     if backend == "postgres" and dsn:
-        from .store.postgres import PostgresNotes, shared_store
+        from ..pg.schema import shared
+        from .store.postgres import PostgresNotes
 
-        return PostgresNotes(shared_store(dsn))
+        return PostgresNotes(shared(dsn))
     return NotesFiles()
 
 

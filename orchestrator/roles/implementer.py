@@ -49,8 +49,9 @@ from ..box.bounds import ReadBackRefused
 from ..box.workspace import BroughtBack, Workspace
 from ..git import repo as git_utils
 from ..memory import lifecycle
+from ..memory.open import open_memory
 from ..memory.retrieval import relevant_notes
-from ..memory.store import open_memory, project_scope
+from ..memory.store import project_scope
 from ..model.exceptions import (
     InvalidInput,
     InvalidTask,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.memory.store import open_memory
+from orchestrator.memory.open import open_memory
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 

@@ -27,9 +27,10 @@ def open_store(spec: str) -> QueueStore:
     if kind == "folder":
         store: QueueStore = FolderStore(Path(where))
     else:
+        from orchestrator.pg.database import Database
         from orchestrator.queue.store.postgres import PostgresStore
 
-        store = PostgresStore(where)
+        store = PostgresStore(Database(where))
     store.initialize()
     return store
 

@@ -20,9 +20,10 @@ __all__ = ["FolderStore", "QueueStore", "get_store", "upgrade_store"]
 @lru_cache(maxsize=8)
 def _store_for(where: str, durable: bool, backend: str = "folder") -> QueueStore:
     if backend == "postgres":
-        from .postgres import shared_store  # psycopg only for those who use it
+        from ...pg.schema import shared  # psycopg only for those who use it
+        from .postgres import PostgresStore
 
-        return shared_store(where)
+        return PostgresStore(shared(where))
     store = FolderStore(Path(where), durable)
     store.initialize()
     return store
@@ -49,6 +50,6 @@ def upgrade_store() -> str:
             "this project keeps its queue in folders (no store.backend: postgres in "
             f"config.yaml, no {config.DATABASE_URL_ENV}): there is no database to upgrade"
         )
-    from .postgres import upgrade_database
+    from ...pg.schema import upgrade_database
 
     return upgrade_database(dsn)

@@ -5,7 +5,7 @@ A record's write is one statement, its own transaction: the version check is its
 ``WHERE`` (or the primary key, for a new record) and the new version comes from a
 sequence, so it never repeats. Record writes NOTIFY the queue's channel: a resume on
 one machine wakes the schedulers of all. Running a journal's steps holds a session
-advisory lock on the holder's own connection (``PostgresStore.session_lock``), and its
+advisory lock on the holder's own connection (``Database.session_lock``), and its
 ``mark_done`` and ``finish`` run on that connection: if the session (and so the lock)
 is gone, so is the write.
 """
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...model.exceptions import LostRace
 from ...model.tasks import format_time
+from ...pg.database import Database
 from .records import (
     Journal,
     Journals,
@@ -34,9 +35,6 @@ from .records import (
     taken,
 )
 
-if TYPE_CHECKING:
-    from .postgres import PostgresStore
-
 _JOURNAL = "kind, key, steps, done, data, begun"
 
 
@@ -50,11 +48,11 @@ def _journal(row: tuple) -> Journal:
 
 
 class PostgresRecords(Records):
-    def __init__(self, store: PostgresStore, channel: str) -> None:
-        self.store, self.channel = store, channel
+    def __init__(self, db: Database, channel: str) -> None:
+        self.db, self.channel = db, channel
 
     def read(self, key: str) -> Record | None:
-        row = self.store._one(
+        row = self.db.one(
             "SELECT value, version FROM octopoid.records WHERE key = %s", (check_key(key),)
         )
         return None if row is None else Record(*row)
@@ -93,7 +91,7 @@ class PostgresRecords(Records):
     def _announced(self, statement: str, args: tuple) -> Any:
         """Run a write (``... RETURNING version``) that NOTIFYs the channel if it wrote:
         one statement, one round trip."""
-        return self.store._one(
+        return self.db.one(
             f"WITH w AS ({statement}) SELECT w.version, pg_notify(%s, 'record') FROM w",
             (*args, self.channel),
         )
@@ -106,7 +104,7 @@ class PostgresRecords(Records):
         if prefix:
             check_key(prefix)
         # "0" follows "/": the keys beneath the prefix are one range of the primary key
-        rows = self.store._fetch(
+        rows = self.db.fetch(
             "SELECT key, value, version FROM octopoid.records WHERE %s = '' OR key = %s "
             "OR (key >= %s AND key < %s) ORDER BY key",
             (prefix, prefix, f"{prefix}/", f"{prefix}0"),
@@ -115,14 +113,14 @@ class PostgresRecords(Records):
 
 
 class PostgresJournals(Journals):
-    def __init__(self, store: PostgresStore) -> None:
-        self.store = store
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def begin(
         self, kind: str, key: str, steps: Iterable[str], data: Value | None = None
     ) -> Journal:
         steps = check_journal(kind, key, steps)
-        with self.store._tx() as cur:
+        with self.db.tx() as cur:
             while True:  # a journal finished between the two statements: write ours after all
                 cur.execute(
                     f"INSERT INTO octopoid.journals ({_JOURNAL}) VALUES "
@@ -142,7 +140,7 @@ class PostgresJournals(Journals):
 
     def get(self, kind: str, key: str) -> Journal | None:
         check_journal(kind, key)
-        row = self.store._one(
+        row = self.db.one(
             f"SELECT {_JOURNAL} FROM octopoid.journals WHERE kind = %s AND key = %s", (kind, key)
         )
         return None if row is None else _journal(row)
@@ -150,16 +148,16 @@ class PostgresJournals(Journals):
     @contextmanager
     def take(self, kind: str, key: str) -> Iterator[Journal | None]:
         check_journal(kind, key)
-        with self.store.session_lock(_lock_name(kind, key), lambda _: taken(kind, key)):
+        with self.db.session_lock(_lock_name(kind, key), lambda _: taken(kind, key)):
             yield self.get(kind, key)
 
     def _on_holder(self, journal: Journal, statement: str, args: tuple) -> Any:
         """Run ``statement`` on the connection holding the journal (``JournalBusy`` if
         this thread holds none): if its session is gone, the lock is too, and so is this."""
-        conn = self.store.holder(_lock_name(journal.kind, journal.key))
+        conn = self.db.holder(_lock_name(journal.kind, journal.key))
         if conn is None:
             raise not_held(journal)
-        with self.store._errors():
+        with self.db.errors():
             return conn.execute(statement, args).fetchone()
 
     def mark_done(self, journal: Journal, step: str) -> Journal:
@@ -185,7 +183,7 @@ class PostgresJournals(Journals):
     def pending(self, kind: str | None = None) -> list[Journal]:
         if kind is not None:
             check_kind(kind)
-        rows = self.store._fetch(
+        rows = self.db.fetch(
             f"SELECT {_JOURNAL} FROM octopoid.journals WHERE %s::text IS NULL OR kind = %s "
             "ORDER BY begun, kind, key",
             (kind, kind),
