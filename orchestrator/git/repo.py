@@ -114,6 +114,22 @@ def open_repo(path: Path | None = None, hooks: bool = False) -> git.Repo:
         raise GitError(f"{where} is not a git repository (run `git init` there first)") from None
 
 
+def init_repo(
+    root: Path, branch: str, user: tuple[str, str], files: dict[str, str], message: str
+) -> None:
+    """A new repository at ``root`` on ``branch``, committed as ``user`` (name, email),
+    with ``files`` (path -> text) as its first commit (a scratch project)."""
+    with git_errors(f"git init {root}"):
+        repo = git.Repo.init(root, initial_branch=branch)
+        with repo.config_writer() as cfg:
+            cfg.set_value("user", "name", user[0])
+            cfg.set_value("user", "email", user[1])
+        for path, text in files.items():
+            (root / path).write_text(text)
+        repo.index.add(list(files))
+        repo.index.commit(message)
+
+
 def branch_exists(repo: git.Repo, name: str) -> bool:
     return f"refs/heads/{name}" in {ref.path for ref in repo.references}
 

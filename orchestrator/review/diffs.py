@@ -79,6 +79,29 @@ def file_stats(root: Path, base: str, head: str, timeout: float | None = None) -
     return _with_sizes(root, head, _parse_numstat(done.stdout))
 
 
+@dataclass(frozen=True)
+class DiffRead:
+    """A diff read within a budget, as the task page draws it."""
+
+    text: str  #: at most the budget's bytes of ``git diff``, decoded
+    cut: bool  #: git had more than the budget
+    stats: list[FileStat]  #: every file of the whole diff, counted
+    left_out: list[FileStat]  #: files too big to draw: named, never read
+
+
+def read_within(
+    root: Path, base: str, head: str, max_bytes: int, max_file_lines: int, max_left_out: int
+) -> DiffRead:
+    """``git diff base...head`` within the budgets: its files counted first (numstat), the
+    ones over ``max_file_lines`` or too big to diff left out by name (at most
+    ``max_left_out``), the rest read until ``max_bytes`` (then git is stopped)."""
+    stats = file_stats(root, base, head, timeout=defaults.DIFF_STAT_SECONDS)
+    big = [f for f in stats if f.added + f.removed > max_file_lines or f.too_big_to_diff]
+    big = big[:max_left_out]
+    data, more = git_utils.read_diff(root, base, head, max_bytes, [f.path for f in big])
+    return DiffRead(data.decode("utf-8", errors="replace"), more, stats, big)
+
+
 def _with_sizes(root: Path, head: str, stats: list[FileStat]) -> list[FileStat]:
     """Each binary file with its size on ``head``, asked of one ``git cat-file`` (no blob
     is read)."""
