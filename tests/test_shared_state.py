@@ -12,7 +12,7 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator.git import repo as git_utils
+from orchestrator.git import merges
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.queue import questions
@@ -110,7 +110,7 @@ def test_a_merge_check_judged_on_a_is_not_judged_again_on_b(
     ref = f"refs/octopoid/tasks/TASK-{tid}"
     git.Repo(team.roots["b"]).git.fetch("origin", f"{ref}:refs/heads/agent/TASK-{tid}")
     judged: list[str] = []
-    monkeypatch.setattr(git_utils, "merge_conflicts", lambda *a: judged.append("git") or None)
+    monkeypatch.setattr(merges, "merge_conflicts", lambda *a: judged.append("git") or None)
     assert mergeable.unmergeable(in_review) == {} and judged == []
 
 

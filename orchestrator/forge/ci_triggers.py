@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..git import repo as git_utils
+from ..git import branches
 
 GITLAB_KEYWORDS = {
     "after_script", "before_script", "cache", "default", "image", "include", "services",
@@ -35,7 +35,7 @@ TOKEN = re.compile(
 
 def on_task_push(root: Path) -> list[str]:
     """The workflows and jobs that a push of a task's branch (``agent/TASK-<id>``) runs."""
-    return on_push(root, git_utils.branch_for("1"))
+    return on_push(root, branches.branch_for("1"))
 
 
 def on_push(root: Path, branch: str) -> list[str]:

@@ -12,8 +12,7 @@ from typing import Any
 
 from .. import config
 from ..base.lazy import lazy_import
-from ..git import merge_guard
-from ..git import repo as git_utils
+from ..git import branches, core, history, merge_guard, merges
 from ..model.exceptions import OctopoidError
 from ..model.tasks import Task, TaskState
 from ..queue import adopt
@@ -53,7 +52,7 @@ def unmergeable(tasks: list[Task]) -> dict[str, MergeCheck]:
         return {}
     root = config.find_project_root()
     try:
-        tips = git_utils.branch_tips(root)
+        tips = branches.branch_tips(root)
     except OctopoidError:
         return {}
     records = adopt.store().records
@@ -64,17 +63,15 @@ def unmergeable(tasks: list[Task]) -> dict[str, MergeCheck]:
     checkouts = merge_guard.Checkouts(root)
     found = {}
     for task in tasks:
-        branch, base = git_utils.branch_for(task.id), task.branch
+        branch, base = branches.branch_for(task.id), task.branch
         if branch not in tips or base not in tips:
             continue
         key, mine = f"{tips[base]}:{tips[branch]}", known.get(task.label, {})
         guard = f"refused:{key}:{checkouts.fingerprint(base)}"
         try:
             if key not in mine:
-                repo = repo or git_utils.open_repo()
-                fresh.setdefault(task.label, {})[key] = git_utils.merge_conflicts(
-                    repo, task.id, base
-                )
+                repo = repo or core.open_repo()
+                fresh.setdefault(task.label, {})[key] = merges.merge_conflicts(repo, task.id, base)
             if guard not in mine:
                 refused = checkouts.refused(f"refs/heads/{base}", f"refs/heads/{branch}")
                 fresh.setdefault(task.label, {})[guard] = refused
@@ -125,18 +122,18 @@ class BranchFacts:
 def branch_facts(task: Task) -> BranchFacts:
     """How far the branch is ahead of and behind its base, and whether it would merge."""
     try:
-        repo = git_utils.open_repo()
-        branch = git_utils.branch_for(task.id)
-        if not git_utils.branch_exists(repo, branch):
+        repo = core.open_repo()
+        branch = branches.branch_for(task.id)
+        if not branches.branch_exists(repo, branch):
             return BranchFacts(False)
-        ahead = git_utils.commits_ahead(repo, task.id, task.branch)
-        log, behind = git_utils.branch_history(repo, task.id, task.branch, COMMITS_SHOWN)
-        conflicts = git_utils.merge_conflicts(repo, task.id, task.branch)
+        ahead = history.commits_ahead(repo, task.id, task.branch)
+        log, behind = history.branch_history(repo, task.id, task.branch, COMMITS_SHOWN)
+        conflicts = merges.merge_conflicts(repo, task.id, task.branch)
         commits = redaction.scrub("\n".join(log)).splitlines()  # an agent's words: secrets, escapes
-        head = git_utils.branch_tip(repo, branch)
-        base_tip = git_utils.branch_tip(repo, task.branch)
+        head = branches.branch_tip(repo, branch)
+        base_tip = branches.branch_tip(repo, task.branch)
         refused = merge_guard.Checkouts(config.find_project_root()).refused(
-            git_utils.full_ref(task.branch), f"refs/heads/{branch}"
+            core.full_ref(task.branch), f"refs/heads/{branch}"
         )
         return BranchFacts(True, ahead, behind, conflicts, "", commits, head, base_tip, refused)
     except Exception as exc:  # a git failure must not take the page down: say it instead

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..git import repo as git_utils
+from ..git import core
 from ..model.exceptions import GitError
 
 BRANCH = "main"
@@ -14,12 +14,12 @@ USER = ("octopoid demo", "demo@octopoid.invalid")
 
 def make_project(root: Path, files: dict[str, str]) -> None:
     """A repository at ``root`` on ``main`` whose first commit holds ``files``."""
-    git_utils.init_repo(root, BRANCH, USER, files, "a small project")
+    core.init_repo(root, BRANCH, USER, files, "a small project")
 
 
 def history(root: Path) -> str:
     """``main``'s history as a graph (``git log --oneline --graph``)."""
-    done = git_utils.git_command(root, "log", "--oneline", "--graph", BRANCH)
+    done = core.git_command(root, "log", "--oneline", "--graph", BRANCH)
     if done.returncode != 0:
         raise GitError(f"git log {BRANCH} failed: {' '.join(done.stderr.split())}")
     return done.stdout.rstrip("\n")
