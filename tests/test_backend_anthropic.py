@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import config
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches
 from orchestrator.memory.notes import NotesManager
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
@@ -59,7 +59,7 @@ def anthropic_agent(git_project: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def worktree(tid: str) -> Path:
-    return git_utils.worktree_for(tid)
+    return branches.worktree_for(tid)
 
 
 def test_the_loop_edits_files_and_commits_on_finish(anthropic_agent) -> None:

@@ -167,12 +167,13 @@ def test_a_check_s_history_line_is_an_event_where_the_task_is_not_a_move(project
 
 
 def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_project: Path):
-    from orchestrator.git import repo as git_utils
+    from orchestrator.git import branches
+    from orchestrator.git import history as git_history
 
     from .support import commit_on_branch
 
     repo = git.Repo(git_project)
-    start = git_utils.ensure_branch(repo, "5", "main")
+    start = branches.ensure_branch(repo, "5", "main")
     for n in range(3):  # the base moves on by three commits
         (git_project / f"base{n}.txt").write_text("b\n")
         repo.index.add([f"base{n}.txt"])
@@ -183,5 +184,5 @@ def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_proj
     repo.git.checkout("-q", "main")
     repo.git.branch("-f", "agent/TASK-5", "scratch")
     commit_on_branch(git_project, "5", {"own.txt": b"mine\n"}, "own work")
-    assert git_utils.commits_on_branch(repo, "5", start, "main") == 2  # the merge + its own
-    assert git_utils.commits_on_branch(repo, "5", start) == 5
+    assert git_history.commits_on_branch(repo, "5", start, "main") == 2  # the merge + its own
+    assert git_history.commits_on_branch(repo, "5", start) == 5

@@ -14,7 +14,7 @@ import pytest
 from orchestrator import config
 from orchestrator.base.processes import hostname
 from orchestrator.faces.cli.main import cli
-from orchestrator.git import repo as git_utils
+from orchestrator.git import core
 from orchestrator.queue import dependencies
 from orchestrator.queue import machine as q
 
@@ -288,7 +288,7 @@ def test_diff_and_worktrees_commands(git_project: Path) -> None:
     assert f"removed TASK-{tid}; kept agent/TASK-{tid}" in pruned
     assert "no worktrees" in invoke("worktrees", code=0).output
     assert "+new" in invoke("diff", tid, code=0).output  # the branch stays for its pull request
-    git_utils.open_repo().git.branch("-D", f"agent/TASK-{tid}")
+    core.open_repo().git.branch("-D", f"agent/TASK-{tid}")
     result = invoke("diff", tid)
     assert result.exit_code == 1
     assert result.output == f"octopoid: TASK-{tid} is done; its branch was merged and removed\n"

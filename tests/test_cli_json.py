@@ -10,7 +10,7 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches, diffs
 from orchestrator.queue import machine as q
 
 from .support import octopoid
@@ -73,7 +73,7 @@ def test_notes_json_has_the_text_or_null_and_where_it_lives(git_project: Path) -
 
 def test_diff_stat_names_files_as_they_are(git_project: Path) -> None:
     tid = provisional_with_commit(git_project, "feature.txt", "new\n")
-    work = git.Repo(git_utils.worktree_for(tid))
+    work = git.Repo(branches.worktree_for(tid))
     work.git.mv("README.md", "notes: ü.md")  # renamed unchanged: git pairs the two names
     where = Path(work.working_tree_dir)
     (where / "café.py").write_text("a = 1\nb = 2\n")
@@ -106,7 +106,7 @@ def test_diff_stat_names_files_as_they_are(git_project: Path) -> None:
 
 def test_diff_prints_what_git_diff_prints_whatever_the_bytes(git_project: Path) -> None:
     tid = provisional_with_commit(git_project, "feature.txt", "new\n")
-    work = git.Repo(git_utils.worktree_for(tid))
+    work = git.Repo(branches.worktree_for(tid))
     where = Path(work.working_tree_dir)
     (where / "café.py").write_text("a = 1\n")
     (where / "latin1.txt").write_bytes(b"caf\xe9\n")  # not UTF-8: shown, not a traceback
@@ -117,7 +117,7 @@ def test_diff_prints_what_git_diff_prints_whatever_the_bytes(git_project: Path) 
 
     done = octopoid(git_project, "diff", tid, text=False)
     assert (done.returncode, done.stderr) == (0, b"")
-    argv = ["git", *git_utils.DIFF_ARGS, f"main...agent/TASK-{tid}", "--"]
+    argv = ["git", *diffs.DIFF_ARGS, f"main...agent/TASK-{tid}", "--"]
     expected = subprocess.run(argv, cwd=git_project, capture_output=True, check=True).stdout
     assert done.stdout == expected
     assert b"+++ b/caf\xc3\xa9.py\n@@ -0,0 +1 @@\n+a = 1\n" in done.stdout  # no textconv

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.faces.web import diffview
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches
 from orchestrator.model import defaults
 
 from .support import commit_on_branch, peak_rss_kib
@@ -58,7 +58,7 @@ def test_octopoid_diff_streams_and_shows_a_huge_file_as_binary(
 def test_the_review_page_draws_within_its_budgets(
     git_project: Path, heavy: str, tmp_path: Path
 ) -> None:
-    head = git_utils.branch_head(git_project, f"agent/TASK-{heavy}")
+    head = branches.branch_head(git_project, f"agent/TASK-{heavy}")
     kib = peak_rss_kib(
         git_project, tmp_path / "out", sys.executable, "-c", DRAW, str(git_project), head
     )

@@ -31,16 +31,16 @@ LEARNED = "the release script needs GNU tar"
 KILLED_ACCEPT = """
 import os, signal, sys
 from orchestrator.review import finishing, verdicts as review
-from orchestrator.git import repo as git_utils
+from orchestrator.git import merges
 from orchestrator.queue import machine as queue_utils
 task_id, point = sys.argv[1], sys.argv[2]
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
-merge = git_utils.merge_task_branch
+merge = merges.merge_task_branch
 if point == "merge":
-    git_utils.merge_task_branch = die
+    merges.merge_task_branch = die
 elif point == "merged":
-    git_utils.merge_task_branch = lambda *a, **k: die(merge(*a, **k))
+    merges.merge_task_branch = lambda *a, **k: die(merge(*a, **k))
 elif point == "move":
     queue_utils.accept_completion = die
 else:

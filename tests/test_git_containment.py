@@ -18,7 +18,7 @@ import pytest
 from orchestrator import config
 from orchestrator.backends.worktree_tools import WorktreeTools
 from orchestrator.box.trusted import TrustedWorkspace
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches
 from orchestrator.model.exceptions import IllegalTransition
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
@@ -117,8 +117,8 @@ def test_work_committed_on_another_branch_goes_back_with_a_note(hostile, git_pro
     tid, report, notes = hostile("switch-branch")
     assert report.next_state == "incoming" and report.commits == 0
     assert f"work was committed to feature/x, not agent/TASK-{tid}" in notes
-    assert git_utils.worktree_branch(tid) == f"refs/heads/agent/TASK-{tid}"
-    assert not git_utils.branch_exists(git.Repo(git_project), "feature/x")
+    assert branches.worktree_branch(tid) == f"refs/heads/agent/TASK-{tid}"
+    assert not branches.branch_exists(git.Repo(git_project), "feature/x")
 
 
 def test_an_honest_attempt_is_not_flagged(hostile):
@@ -160,7 +160,7 @@ def test_a_branch_made_with_the_agents_commits_is_removed(git_project):
         f"the agent created refs/heads/release with unreviewed work; octopoid removed it "
         f"(kept as {kept})"
     ]
-    assert not git_utils.branch_exists(git.Repo(git_project), "release")
+    assert not branches.branch_exists(git.Repo(git_project), "release")
     space.close()
 
 
@@ -185,7 +185,7 @@ def test_accept_runs_no_hook_unless_asked(git_project, tmp_path):
 def test_accept_refuses_a_branch_with_nothing_beyond_its_base(git_project):
     q.create_task("empty")
     task = q.claim_task(None, "agent")
-    git_utils.ensure_worktree(git.Repo(git_project), task.id, "main")
+    branches.ensure_worktree(git.Repo(git_project), task.id, "main")
     q.submit_completion(task, 1, 1)
     with pytest.raises(IllegalTransition, match="no commits beyond main"):
         review.accept(task.id)

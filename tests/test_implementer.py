@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator import config
 from orchestrator.backends import AgentResult
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.roles.base import Ahead
@@ -45,7 +45,7 @@ def test_a_committing_agent_lands_in_provisional(repo_with_agent: Path) -> None:
     assert "You are an implementer agent" in prompt and "Do the thing in app.py" in prompt
     assert "## Previous Agent Notes" not in prompt and "## History" not in prompt
     assert branch_file(repo_with_agent, tid, f"TASK-{tid}.txt").endswith("attempt 1")
-    assert not git_utils.worktree_for(tid).exists()  # the attempt's clone went with it
+    assert not branches.worktree_for(tid).exists()  # the attempt's clone went with it
     assert "committed" in q.get_task_notes(tid)
     log = config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log"
     assert "working on" in log.read_text()

@@ -32,7 +32,7 @@ def test_the_contracts_hold_on_this_tree() -> None:
 PLANTS = [
     ("model/defaults.py", "from orchestrator.faces.cli import main", "imports run down the layers"),
     ("box/bwrap.py", "from orchestrator.queue import machine", "the box never moves tasks"),
-    ("faces/listing.py", "from orchestrator.git import repo", "faces never call git"),
+    ("faces/listing.py", "from orchestrator.git import branches", "faces never call git"),
     ("memory/terms.py", "from orchestrator.queue import store", "memory never imports the queue"),
 ]
 

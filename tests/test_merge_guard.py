@@ -15,8 +15,7 @@ import git
 import pytest
 
 from orchestrator import config
-from orchestrator.git import merge_guard
-from orchestrator.git import repo as git_utils
+from orchestrator.git import core, merge_guard, remote
 from orchestrator.model.exceptions import MergeRefused
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
@@ -193,7 +192,7 @@ def test_a_fast_forward_of_the_person_s_base_leaves_their_files_alone(checkout: 
     theirs = repo.head.commit.hexsha
     repo.git.checkout("-q", "main")
     (checkout / ".env").write_bytes(MINE[".env"])  # checkout -q main removed it: put back
-    with git_utils.repo_admin_lock():
-        assert git_utils.adopt(repo, "main", theirs) is False
+    with core.repo_admin_lock():
+        assert remote.adopt(repo, "main", theirs) is False
     assert repo.head.commit.hexsha == before
     assert (checkout / ".env").read_bytes() == MINE[".env"]

@@ -60,9 +60,9 @@ def test_no_further_change_on_a_branch_with_earlier_work_sends_that_work_to_revi
     tid = q.create_task("nothing-to-do: already fixed").id
     task = q.claim_task(None, "impl-1")
     q.requeue_task(task, "set up an earlier attempt", counted=False)
-    from orchestrator.git import repo as git_utils
+    from orchestrator.git import branches
 
-    git_utils.ensure_branch(git.Repo(git_project), tid, "main")
+    branches.ensure_branch(git.Repo(git_project), tid, "main")
     commit_on_branch(git_project, tid, {"fix.txt": b"fixed\n"}, "the fix, from attempt 1")
     report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert report.next_state == "provisional"

@@ -8,7 +8,7 @@ import sys
 import git
 
 from orchestrator import config
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
@@ -109,7 +109,7 @@ def test_a_breakdown_agent_cannot_claim_a_task_while_it_is_started_over(git_proj
             )
         )
         assert claimers[0].stdout.readline() == "ready\n"
-        git_utils.set_branch_aside(git.Repo(git_project), task.id)
+        branches.set_branch_aside(git.Repo(git_project), task.id)
 
     q.retry_task(tid, reason="start over", prepare=also_claim)
     out, _ = claimers[0].communicate(timeout=60)

@@ -8,7 +8,7 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches, core
 from orchestrator.model.exceptions import GitError, IllegalTransition, MergeRefused
 from orchestrator.model.tasks import TaskState, render_task
 from orchestrator.queue import machine as q
@@ -23,7 +23,7 @@ def provisional_with_commit(root: Path, filename: str = "feature.txt", text: str
     task = q.claim_task(None, "agent")
     assert task.id == created.id
     repo = git.Repo(root)
-    worktree = git_utils.ensure_worktree(repo, task.id, "main")
+    worktree = branches.ensure_worktree(repo, task.id, "main")
     (worktree / filename).write_text(text)
     wt = git.Repo(worktree)
     wt.index.add([filename])
@@ -45,8 +45,8 @@ def test_accept_merges_and_removes_worktree_branch_and_notes(git_project: Path) 
     assert len(repo.head.commit.parents) == 2
     assert (git_project / "feature.txt").read_text() == "new\n"  # the checkout moved too
     assert done.task.state is TaskState.DONE and done.merged_sha == repo.head.commit.hexsha
-    assert not git_utils.worktree_for(tid).exists()
-    assert not git_utils.branch_exists(repo, f"agent/TASK-{tid}")
+    assert not branches.worktree_for(tid).exists()
+    assert not branches.branch_exists(repo, f"agent/TASK-{tid}")
     assert q.get_task_notes(tid) is None
 
 
@@ -68,7 +68,7 @@ def test_strategy_none_leaves_the_branch_for_a_pull_request(git_project: Path) -
     review.accept(tid)
     repo = git.Repo(git_project)
     assert repo.head.commit.hexsha == before
-    assert git_utils.branch_exists(repo, f"agent/TASK-{tid}")
+    assert branches.branch_exists(repo, f"agent/TASK-{tid}")
     assert q.get_task(tid).state is TaskState.DONE
 
 
@@ -84,7 +84,7 @@ def test_a_conflict_is_aborted_and_leaves_the_task_as_it_was(git_project: Path) 
     assert repo.head.commit.hexsha == head and not repo.is_dirty()
     assert (git_project / "README.md").read_text() == "human's readme\n"
     assert render_task(q.get_task(tid)) == before  # no MERGING left: nothing to finish
-    assert q.get_task_notes(tid) is not None and git_utils.worktree_for(tid).exists()
+    assert q.get_task_notes(tid) is not None and branches.worktree_for(tid).exists()
     closed = review.close(tid, "done", "merged by hand instead")
     assert closed.task.state is TaskState.DONE
 
@@ -120,7 +120,7 @@ def test_base_not_checked_out_is_merged_without_touching_the_checkout(git_projec
     repo.git.branch("release")
     q.create_task("on release", branch="release")
     task = q.claim_task(None, "a")
-    worktree = git_utils.ensure_worktree(repo, task.id, "release")
+    worktree = branches.ensure_worktree(repo, task.id, "release")
     (worktree / "r.txt").write_text("r\n")
     git.Repo(worktree).index.add(["r.txt"])
     git.Repo(worktree).index.commit("release work")
@@ -130,7 +130,7 @@ def test_base_not_checked_out_is_merged_without_touching_the_checkout(git_projec
     assert repo.head.commit.hexsha == main_before and not (git_project / "r.txt").exists()
     assert "r.txt" in repo.commit("release").tree
     assert not any(
-        p.name.startswith(".merge-") for p in git_utils.worktree_for("x").parent.iterdir()
+        p.name.startswith(".merge-") for p in branches.worktree_for("x").parent.iterdir()
     )
 
 
@@ -143,7 +143,7 @@ def test_accept_needs_a_provisional_task(git_project: Path) -> None:
 def test_reject_keeps_branch_and_worktree(git_project: Path) -> None:
     tid = provisional_with_commit(git_project)
     review.reject(tid, "needs tests")
-    assert git_utils.worktree_for(tid).exists()
+    assert branches.worktree_for(tid).exists()
     assert "needs tests" in q.get_task_notes(tid)
 
 
@@ -161,7 +161,7 @@ def test_diff_and_prune(git_project: Path) -> None:
     ]
     assert review.list_worktrees() == []
     repo = git.Repo(git_project)
-    assert git_utils.branch_exists(repo, f"agent/TASK-{tid}")  # the PR's branch survives
+    assert branches.branch_exists(repo, f"agent/TASK-{tid}")  # the PR's branch survives
 
 
 def test_prune_deletes_a_branch_only_once_its_base_has_it(git_project: Path) -> None:
@@ -171,17 +171,17 @@ def test_prune_deletes_a_branch_only_once_its_base_has_it(git_project: Path) -> 
     repo = git.Repo(git_project)
     repo.git.merge("--no-ff", "-m", "the PR was merged", f"agent/TASK-{tid}")
     assert review.prune_worktrees() == [f"removed TASK-{tid} and its branch"]
-    assert not git_utils.branch_exists(repo, f"agent/TASK-{tid}")
+    assert not branches.branch_exists(repo, f"agent/TASK-{tid}")
 
 
 def test_worktree_errors_carry_gits_words(git_project: Path) -> None:
     with pytest.raises(GitError, match="base branch 'nope' does not exist"):
-        git_utils.ensure_worktree(git.Repo(git_project), "5", "nope")
+        branches.ensure_worktree(git.Repo(git_project), "5", "nope")
 
 
 def test_not_a_git_repo_is_a_clear_error(project: Path) -> None:
     with pytest.raises(GitError, match="not a git repository"):
-        git_utils.open_repo()
+        core.open_repo()
 
 
 def test_list_and_status_mark_a_review_whose_branch_no_longer_merges(git_project: Path) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches, core
+from orchestrator.git import merges as git_merges
 from orchestrator.model.exceptions import IllegalTransition, TaskBusy
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
@@ -35,7 +36,7 @@ def merges_of(root: Path, task_id: str) -> int:
 def test_a_reject_or_second_accept_during_an_accept_is_refused(git_project, monkeypatch):
     tid = provisional_with_commit(git_project)
     merged, go = threading.Event(), threading.Event()
-    real_merge = git_utils.merge_task_branch
+    real_merge = git_merges.merge_task_branch
 
     def paused_merge(*args, **kwargs):
         sha = real_merge(*args, **kwargs)
@@ -43,7 +44,7 @@ def test_a_reject_or_second_accept_during_an_accept_is_refused(git_project, monk
         go.wait(30)
         return sha
 
-    monkeypatch.setattr(git_utils, "merge_task_branch", paused_merge)
+    monkeypatch.setattr(git_merges, "merge_task_branch", paused_merge)
     accepting = threading.Thread(target=review.accept, args=(tid,))
     accepting.start()
     assert merged.wait(30)
@@ -64,7 +65,7 @@ def test_a_reject_or_second_accept_during_an_accept_is_refused(git_project, monk
 
 def interrupt_accept(tid: str, *, before_merge: bool = False, after: str = "") -> None:
     """Run an accept that dies just before the git merge, or just after ``after``."""
-    real_merge = git_utils.merge_task_branch
+    real_merge = git_merges.merge_task_branch
 
     def merge(*args, **kwargs):
         if before_merge:
@@ -78,7 +79,7 @@ def interrupt_accept(tid: str, *, before_merge: bool = False, after: str = "") -
         raise Crash
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(git_utils, "merge_task_branch", merge)
+        patch.setattr(git_merges, "merge_task_branch", merge)
         if after == "move":
             patch.setattr(q, "accept_completion", die)
         with pytest.raises(Crash):
@@ -163,7 +164,7 @@ def test_accept_and_reject_at_the_same_instant_stay_consistent(git_project, tmp_
         outcomes.append(state)
         if state is TaskState.INCOMING:  # out of the way of the next trial's claim
             q.fail_task(tid, "trial over")
-            git_utils.remove_worktree(git_utils.open_repo(), tid)
+            branches.remove_worktree(core.open_repo(), tid)
     assert len(outcomes) == trials
 
 

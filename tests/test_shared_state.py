@@ -12,11 +12,11 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator.faces import reports
-from orchestrator.git import repo as git_utils
+from orchestrator.git import merges
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.queue import questions
+from orchestrator.review import mergeable
 from orchestrator.roles import plans
 
 from .support import octopoid as cli
@@ -105,13 +105,13 @@ def test_a_merge_check_judged_on_a_is_not_judged_again_on_b(
     tid = q.create_task("judged once").id
     assert attempt(team, "a", tid) == "provisional"
     in_review = q.list_tasks(TaskState.PROVISIONAL)
-    assert reports.unmergeable(in_review) == {}  # judged on a: merges cleanly
+    assert mergeable.unmergeable(in_review) == {}  # judged on a: merges cleanly
     team.on("b")
     ref = f"refs/octopoid/tasks/TASK-{tid}"
     git.Repo(team.roots["b"]).git.fetch("origin", f"{ref}:refs/heads/agent/TASK-{tid}")
     judged: list[str] = []
-    monkeypatch.setattr(git_utils, "merge_conflicts", lambda *a: judged.append("git") or None)
-    assert reports.unmergeable(in_review) == {} and judged == []
+    monkeypatch.setattr(merges, "merge_conflicts", lambda *a: judged.append("git") or None)
+    assert mergeable.unmergeable(in_review) == {} and judged == []
 
 
 def test_a_message_and_a_stop_said_on_a_reach_the_attempt_running_on_b(team: Machines) -> None:

@@ -10,7 +10,7 @@ import git
 import pytest
 
 from orchestrator.faces import doctor
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches
 from orchestrator.model.exceptions import IllegalTransition, MergeRefused
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import dependencies
@@ -30,7 +30,7 @@ def hand_move(root: Path, task_id: str, src: str, dst: str) -> None:
 def test_accept_refuses_work_moved_to_provisional_by_hand(git_project: Path) -> None:
     tid = q.create_task("never submitted").id
     q.claim_task(None, "agent")
-    git_utils.ensure_worktree(git.Repo(git_project), tid, "main")
+    branches.ensure_worktree(git.Repo(git_project), tid, "main")
     commit_on_branch(git_project, tid, {"x.txt": b"x\n"}, "work nobody submitted")
     hand_move(git_project, tid, "claimed", "provisional")
     with pytest.raises(IllegalTransition, match="was not submitted by a runner"):
@@ -45,7 +45,7 @@ def test_accept_refuses_work_moved_to_provisional_by_hand(git_project: Path) -> 
 def test_a_submit_without_the_claims_token_is_not_accepted(git_project: Path) -> None:
     tid = q.create_task("scripted").id
     q.claim_task(None, "agent")
-    git_utils.ensure_worktree(git.Repo(git_project), tid, "main")
+    branches.ensure_worktree(git.Repo(git_project), tid, "main")
     commit_on_branch(git_project, tid, {"y.txt": b"y\n"}, "work")
     q.submit_completion(tid, 1, 1)  # by id, as a script would: no token
     assert "SUBMITTED_CLAIM" not in q.get_task(tid).headers

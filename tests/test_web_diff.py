@@ -13,7 +13,8 @@ import pytest
 
 from orchestrator.faces.web import diffview
 from orchestrator.faces.web.diffview import OnceCache, render_diff, task_diff_view
-from orchestrator.git import repo as git_utils
+from orchestrator.git import diffs
+from orchestrator.model.exceptions import GitError
 
 ODD_NAMES = {
     "a:b.py": b"x = 1\n",
@@ -109,17 +110,17 @@ def test_a_diff_past_the_byte_budget_draws_what_came_before(tmp_path, monkeypatc
 def test_read_diff_stops_git_at_the_budget(tmp_path) -> None:
     huge = "".join(f"x_{i} = {i}\n" for i in range(200_000)).encode()
     root, base, head = repo_with(tmp_path, {"big.py": huge})
-    data, more = git_utils.read_diff(root, base, head, 10_000)
+    data, more = diffs.read_diff(root, base, head, 10_000)
     assert more and len(data) == 10_000 and data.startswith(b"diff --git a/big.py b/big.py")
-    whole, more = git_utils.read_diff(root, base, head, 10_000_000)
+    whole, more = diffs.read_diff(root, base, head, 10_000_000)
     assert not more and len(whole) > 2_000_000
-    with pytest.raises(git_utils.GitError, match="git diff"):
-        git_utils.read_diff(root, base, "0" * 40, 100)
+    with pytest.raises(GitError, match="git diff"):
+        diffs.read_diff(root, base, "0" * 40, 100)
 
 
 def test_a_diff_cut_at_any_byte_draws_a_prefix_and_never_fails(tmp_path) -> None:
     root, base, head = repo_with(tmp_path, {**ODD_NAMES, "old.py": b"a = 1\nB = 2\nc = 3\n"})
-    whole, _ = git_utils.read_diff(root, base, head, 1_000_000)
+    whole, _ = diffs.read_diff(root, base, head, 1_000_000)
     full = render_diff(whole.decode())
     drawn = [(f.path, len(f.rows)) for f in full.files]
     for cut in range(0, len(whole), 7):

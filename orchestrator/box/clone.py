@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..base.fsutil import remove_tree
 from ..base.lazy import lazy_import
-from ..git import repo as git_utils
+from ..git import branches, core
 from ..model.tasks import task_label
 from .bounds import (
     STREAM_ABOVE,
@@ -66,10 +66,10 @@ def object_mounts(repo: git.Repo) -> tuple[tuple[Path, Path], ...]:
 def make(repo: git.Repo, task_id: str, base: str, base_sha: str, dest: Path) -> None:
     """Clone the task's branch from the user's repository into ``dest`` (made anew), with
     ``base`` at ``base_sha`` as ``origin/<base>``."""
-    branch = git_utils.branch_for(task_id)
+    branch = branches.branch_for(task_id)
     remove_tree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with git_utils.git_errors(f"git clone --shared {branch}"):
+    with core.git_errors(f"git clone --shared {branch}"):
         repo.git.clone(
             "--quiet",
             "--shared",
@@ -97,15 +97,15 @@ def read_back(repo: git.Repo, task_id: str, clone: Path, box: list[str], bounds:
     at ``max_pack_bytes`` or ``max_objects``; ``max_branch_bytes`` is judged once fetched,
     before anything points at it).
     """
-    branch = git_utils.branch_for(task_id)
+    branch = branches.branch_for(task_id)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/"),
         "LANG": "C",
-        **git_utils.HOOKS_OFF,
+        **core.HOOKS_OFF,
     }
     staging = staging_ref(task_id)
-    with git_utils.repo_admin_lock(), git_utils.git_errors(f"reading {branch} back from its clone"):
+    with core.repo_admin_lock(), core.git_errors(f"reading {branch} back from its clone"):
         try:
             repo.git.execute(
                 [

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from .. import config
 from ..base.fsutil import atomic_write
 from ..base.processes import ProcessId
-from ..git import repo as git_utils
+from ..git import branches, core
 from ..model.tasks import TaskState, task_label
 from ..queue.store import get_store
 from ..queue.task_notes import add_notes_section
@@ -83,7 +83,7 @@ def common_dir(repo: git.Repo) -> Path:
 
 
 def own_ref(task_id: str) -> str:
-    return f"refs/heads/{git_utils.branch_for(task_id)}"
+    return f"refs/heads/{branches.branch_for(task_id)}"
 
 
 def take(repo: git.Repo, task_id: str, attempt: int, start: str, committer: str) -> Snapshot:
@@ -340,7 +340,7 @@ def _restore_worktrees(repo: git.Repo, snap: Snapshot) -> list[str]:
     for path in set(_worktrees(repo)) - set(snap.worktrees):
         if tasks in Path(path).resolve().parents:
             continue  # another task started meanwhile
-        with contextlib.suppress(git_utils.git.GitCommandError):
+        with contextlib.suppress(core.git.GitCommandError):
             repo.git.worktree("remove", "--force", path)
         breaches.append(f"the agent added the worktree {path}; octopoid removed it")
     return breaches
@@ -355,10 +355,10 @@ def settle_orphans() -> list[tuple[str, int, list[str]]]:
         if snap is None:
             path.unlink(missing_ok=True)
             continue
-        with git_utils.repo_admin_lock():
+        with core.repo_admin_lock():
             if not path.exists():
                 continue  # another process settled it meanwhile
-            breaches = check_and_restore(git_utils.open_repo(), snap)
+            breaches = check_and_restore(core.open_repo(), snap)
         if breaches:
             heading = f"Containment — attempt {snap.attempt} (its runner had died)"
             add_notes_section(snap.task_id, heading, "\n".join(breaches))

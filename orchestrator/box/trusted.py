@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config
-from ..git import repo as git_utils
+from ..git import branches, core, history
 from ..model.exceptions import OctopoidError
 from ..model.tasks import Task
 from . import containment
@@ -32,11 +32,11 @@ class TrustedWorkspace(Workspace):
     def _make(self, agent: dict, cfg: dict, needs: list[str]) -> None:
         """The worktree, snapshotted; ``needs`` and the network settings mean nothing
         without walls."""
-        repo = git_utils.open_repo()
+        repo = core.open_repo()
         self.remote, self.started = base_for(self.task)
         self.base = self.started.base
         base = self.base
-        self.worktree = git_utils.ensure_worktree(repo, self.task.id, base)
+        self.worktree = branches.ensure_worktree(repo, self.task.id, base)
         containment.settle_orphans()  # an earlier attempt's runner may have died unchecked
         self.world = _world(cfg, setup_commands(agent, cfg), self.worktree)
         self.values = {"OCTOPOID_WORKTREE": str(self.worktree), **self.world.env()}
@@ -45,8 +45,8 @@ class TrustedWorkspace(Workspace):
             sandboxed=False,
         )  # fmt: skip
         self.committer = env["GIT_COMMITTER_EMAIL"]
-        with git_utils.repo_admin_lock():
-            self.start = git_utils.branch_tip(repo, git_utils.branch_for(self.task.id))
+        with core.repo_admin_lock():
+            self.start = branches.branch_tip(repo, branches.branch_for(self.task.id))
             self.snapshot = self._snapshot(repo)
         self.box = bare_box(self.worktree, with_code(env, self.worktree, self.worktree),
                             self.channel_host)  # fmt: skip
@@ -69,26 +69,26 @@ class TrustedWorkspace(Workspace):
 
     def bring_back(self) -> BroughtBack:
         """The worktree back on its branch and the repository as it was; commits counted."""
-        branch = git_utils.branch_for(self.task.id)
+        branch = branches.branch_for(self.task.id)
         breaches = []
         try:
-            head = git_utils.worktree_branch(self.task.id)
+            head = branches.worktree_branch(self.task.id)
             if head != f"refs/heads/{branch}":
                 where = head.removeprefix("refs/heads/") if head else "a detached HEAD"
                 breaches.append(f"work was committed to {where}, not {branch}")
-                git_utils.back_to_task_branch(self.task.id)
+                branches.back_to_task_branch(self.task.id)
             breaches += self.recheck()
-            repo = git_utils.open_repo()
+            repo = core.open_repo()
             return BroughtBack(
-                git_utils.commits_on_branch(repo, self.task.id, self.start, self.base), breaches
+                history.commits_on_branch(repo, self.task.id, self.start, self.base), breaches
             )
         except (OctopoidError, OSError) as exc:  # the attempt then fails: nothing is trusted
             return BroughtBack(0, [*breaches, f"the repository could not be checked: {exc}"])
 
     def recheck(self) -> list[str]:
         try:
-            with git_utils.repo_admin_lock():
-                return containment.check_and_restore(git_utils.open_repo(), self.snapshot)
+            with core.repo_admin_lock():
+                return containment.check_and_restore(core.open_repo(), self.snapshot)
         except (OctopoidError, OSError) as exc:
             return [f"the repository could not be checked: {exc}"]
 
@@ -96,8 +96,8 @@ class TrustedWorkspace(Workspace):
     def check_box(self) -> Iterator[Box]:
         """The worktree itself, without the agent's ``env`` (its keys are not the checks');
         the repository is snapshotted again for ``recheck``."""
-        with git_utils.repo_admin_lock():
-            self.snapshot = self._snapshot(git_utils.open_repo())
+        with core.repo_admin_lock():
+            self.snapshot = self._snapshot(core.open_repo())
         with checks_box(self.task, self.token, self.world) as box:
             yield box
 
@@ -106,7 +106,7 @@ class TrustedWorkspace(Workspace):
 def checks_box(task: Task, token: str, world: World | None = None) -> Iterator[Box]:
     """`octopoid checks` with ``sandbox: none``: the task's worktree, as it is (its set-up
     ran there), with the attempt's ports and caches (``world``) or its own."""
-    worktree = git_utils.worktree_for(task.id)
+    worktree = branches.worktree_for(task.id)
     if not (worktree / ".git").is_file():
         raise OctopoidError(f"{task.label} has no worktree (no attempt yet, or pruned)")
     own = world is None

@@ -24,7 +24,7 @@ from ..base import netpolicy, ports
 from ..base.fsutil import TailBuffer, remove_tree
 from ..base.processes import owner_tag
 from ..base.redaction import Redactor, every_agent_env
-from ..git import repo as git_utils
+from ..git import branches, core, history
 from ..model import defaults
 from ..model.exceptions import OctopoidError, SandboxError, SetupFailed
 from ..model.tasks import Task
@@ -65,7 +65,7 @@ def _hidden() -> tuple[Path, ...]:
 def _author(repo: git.Repo) -> tuple[str, str]:
     """Who authors the agent's commits: the user, as their repository says (a box's home
     has no git config); an anonymous agent when the user has no identity either."""
-    return git_utils.user_identity(repo) or (COMMITTER_NAME, "agent@octopoid.invalid")
+    return core.user_identity(repo) or (COMMITTER_NAME, "agent@octopoid.invalid")
 
 
 def _read_only(needs: list[str], expose: list[str], repo: git.Repo) -> tuple:
@@ -83,19 +83,19 @@ def _read_only(needs: list[str], expose: list[str], repo: git.Repo) -> tuple:
 class WalledWorkspace(Workspace):
     @property
     def clone_path(self) -> Path:
-        return git_utils.worktree_for(self.task.id)
+        return branches.worktree_for(self.task.id)
 
     def _make(self, agent: dict, cfg: dict, needs: list[str]) -> None:
         self.bwrap, self.userns = _walls()
-        repo = git_utils.open_repo()
+        repo = core.open_repo()
         self.remote, self.started = base_for(self.task)
         self.base = self.started.base
         base = self.base
         if (self.clone_path / ".git").is_file():  # sandbox: none's worktree, from before
-            git_utils.remove_worktree(repo, self.task.id, delete_branch=False)
-        with git_utils.repo_admin_lock():
-            self.start = git_utils.ensure_branch(repo, self.task.id, base)
-        base_sha = git_utils.branch_tip(repo, base)
+            branches.remove_worktree(repo, self.task.id, delete_branch=False)
+        with core.repo_admin_lock():
+            self.start = branches.ensure_branch(repo, self.task.id, base)
+        base_sha = branches.branch_tip(repo, base)
         clone.make(repo, self.task.id, self.task.branch, base_sha, self.clone_path)
         self.bounds = Bounds.of(cfg)
         self.clone_size = disk_use(self.clone_path, sys.maxsize)
@@ -133,7 +133,7 @@ class WalledWorkspace(Workspace):
 
     def setup_box(self) -> contextlib.AbstractContextManager[Box]:
         assert self.world is not None
-        shown = _read_only([], self.expose, git_utils.open_repo())
+        shown = _read_only([], self.expose, core.open_repo())
         return _setup_box(self.task, self.token, self.author, self.clone_path, self.world, shown)
 
     def over_bounds(self) -> str | None:
@@ -151,7 +151,7 @@ class WalledWorkspace(Workspace):
         """Read the clone's branch back as data and move the task's branch to it. Never
         raises: what went wrong is a remark, what is beyond a bound is refused (the notes
         are saved after this)."""
-        branch = git_utils.branch_for(self.task.id)
+        branch = branches.branch_for(self.task.id)
         if (grown := self._grown()) is not None:
             return BroughtBack(0, refused=[f"nothing was read back: {grown}"])
         remarks = []
@@ -162,7 +162,7 @@ class WalledWorkspace(Workspace):
                 f"only {branch} is brought back"
             )
         try:
-            repo = git_utils.open_repo()
+            repo = core.open_repo()
             readback = Mounts(
                 workspace=self.clone_path,
                 inside=self.clone_path,
@@ -174,7 +174,7 @@ class WalledWorkspace(Workspace):
             box = command_line(self.bwrap, readback, self.userns)
             sha = clone.read_back(repo, self.task.id, self.clone_path, box, self.bounds)
             remarks += _move_branch(repo, branch, sha)
-            commits = git_utils.commits_on_branch(repo, self.task.id, self.start, self.base)
+            commits = history.commits_on_branch(repo, self.task.id, self.start, self.base)
         except ReadBackRefused as exc:
             return BroughtBack(0, remarks=remarks, refused=[f"nothing was read back: {exc}"])
         except (OctopoidError, OSError) as exc:
@@ -197,8 +197,8 @@ class WalledWorkspace(Workspace):
 def _move_branch(repo: git.Repo, branch: str, sha: str) -> list[str]:
     """Point the task's branch at what the attempt left; a tip it does not contain (the
     agent rewrote its branch) is kept as ``refs/octopoid/replaced/<branch>``."""
-    with git_utils.repo_admin_lock(), git_utils.git_errors(f"moving {branch} to {sha[:12]}"):
-        tip = git_utils.branch_tip(repo, branch)
+    with core.repo_admin_lock(), core.git_errors(f"moving {branch} to {sha[:12]}"):
+        tip = branches.branch_tip(repo, branch)
         if tip == sha:
             return []
         remarks = []
@@ -235,16 +235,16 @@ def review_box(
     ``SetupFailed`` with the set-up's output; ``tick`` is called while it runs (a claim's
     renewal)."""
     bwrap, userns = _walls()
-    repo = git_utils.open_repo()
-    branch = git_utils.branch_for(task.id)
-    if not git_utils.branch_exists(repo, branch):
+    repo = core.open_repo()
+    branch = branches.branch_for(task.id)
+    if not branches.branch_exists(repo, branch):
         raise SandboxError(f"{task.label} has no branch {branch} to check (no attempt yet?)")
     path = config.get_worktrees_dir() / f"{prefix}{owner_tag()}-{secrets.token_hex(3)}-{task.label}"
     mode, allow = network
     own = private_folder() if folder is None else None
     proxy, world = None, None
     try:
-        clone.make(repo, task.id, task.branch, git_utils.branch_tip(repo, task.branch), path)
+        clone.make(repo, task.id, task.branch, branches.branch_tip(repo, task.branch), path)
         root, author = config.find_project_root(), _author(repo)
         world = World(
             cfg, setup_commands(None, cfg), root, path, sandboxed=True, trusted=False,

@@ -22,8 +22,8 @@ from .. import config
 from ..backends.process import run_process
 from ..base.fsutil import TailBuffer, remove_tree
 from ..base.processes import leftovers, owner_tag
-from ..git import catch_up, task_tips
-from ..git import repo as git_utils
+from ..git import branches, catch_up, core, task_tips
+from ..git import remote as git_remote
 from ..git.catch_up import CaughtUp
 from ..model import defaults
 from ..model.exceptions import GitError, PushRefused, RemoteMoved, SetupFailed
@@ -59,11 +59,11 @@ def base_for(task: Task) -> tuple[str | None, task_tips.Start]:
     (``task_tips.start``, fetched from the remote if need be) and a new branch starts
     from the remote's base.
     """
-    remote, base = git_utils.remote_name(), task.branch
+    remote, base = git_remote.remote_name(), task.branch
     if remote is None:
         return None, task_tips.Start(base, None)
     try:
-        return remote, task_tips.start(git_utils.open_repo(), remote, task)
+        return remote, task_tips.start(core.open_repo(), remote, task)
     except GitError as exc:
         why = f"could not fetch from {remote}; this attempt starts from here: {exc}"
         return remote, task_tips.Start(base, None, why)
@@ -172,11 +172,11 @@ class Workspace(ABC):
 
     def tip(self) -> str | None:
         """The commit the task's branch points at now (after ``bring_back``: the attempt's)."""
-        return git_utils.ref_tip(git_utils.open_repo(), git_utils.branch_for(self.task.id))
+        return branches.ref_tip(core.open_repo(), branches.branch_for(self.task.id))
 
     def publish(self, commits: int) -> str | None:
         """Push the branch to ``git.remote`` when the attempt added to it, with a lease on
-        the remote's tip it started from (``git_utils.push_task_branch``), retrying with
+        the remote's tip it started from (``git_remote.push_task_branch``), retrying with
         backoff while the remote cannot be reached; None when pushed (or nothing to do),
         else why not, for the notes. The work stays on the local branch either way. It
         goes where no forge runs CI on it, unless the task's pull request is open
@@ -187,8 +187,8 @@ class Workspace(ABC):
         error, review = "", task_tips.on_forge(self.task)
         for delay in (*defaults.PUSH_BACKOFF_SECONDS, None):
             try:
-                git_utils.push_task_branch(
-                    git_utils.open_repo(), self.remote, self.task.id, self.started.lease, review
+                git_remote.push_task_branch(
+                    core.open_repo(), self.remote, self.task.id, self.started.lease, review
                 )
                 return None
             except RemoteMoved as exc:
@@ -207,7 +207,7 @@ class Workspace(ABC):
         """A person pushed to the pull request's branch while the attempt ran: its commits
         go on top of theirs (None), or why they could not (the notes say it)."""
         assert self.remote is not None
-        repo = git_utils.open_repo()
+        repo = core.open_repo()
         try:
             self.caught_up = catch_up.onto_remote(
                 repo, self.remote, self.task.id, self.started.carried, review=True

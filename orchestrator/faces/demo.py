@@ -23,10 +23,10 @@ import yaml
 from .. import box as sandbox
 from .. import config
 from ..daemon.scheduler import Scheduler
-from ..git.repo import git  # lazy: `octopoid list` must not load GitPython
 from ..model.exceptions import OctopoidError
 from ..model.tasks import TaskState
 from ..queue import machine as queue_utils
+from ..review import scratch
 from ..review import verdicts as review
 from . import demo_agent
 from .scaffold import init_project
@@ -50,18 +50,7 @@ print("check passed")
 """
 
 
-def make_repo(root: Path) -> git.Repo:
-    repo = git.Repo.init(root, initial_branch="main")
-    with repo.config_writer() as cfg:
-        cfg.set_value("user", "name", "octopoid demo")
-        cfg.set_value("user", "email", "demo@octopoid.invalid")
-    (root / "clock.py").write_text(
-        "from datetime import datetime\n\n\ndef now() -> datetime:\n    return datetime.now()\n"
-    )
-    (root / "check.py").write_text(CHECK)
-    repo.index.add(["clock.py", "check.py"])
-    repo.index.commit("a small project")
-    return repo
+CLOCK = "from datetime import datetime\n\n\ndef now() -> datetime:\n    return datetime.now()\n"
 
 
 def configure(root: Path) -> str:
@@ -100,7 +89,7 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> tuple[Path, li
     root.mkdir(parents=True, exist_ok=True)
     os.environ[config.ROOT_ENV] = str(root)
     say(f"demo project: {root}")
-    repo = make_repo(root)
+    scratch.make_project(root, {"clock.py": CLOCK, "check.py": CHECK})
     init_project(root)
     walls = configure(root)
     say("ran `octopoid init`; agent: a scripted command agent (no API key needed)")
@@ -119,7 +108,7 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> tuple[Path, li
         if queue_utils.get_task(tid).state is TaskState.PROVISIONAL:
             done = review.accept(tid, "demo reviewer")
             say(f"accepted TASK-{tid}: merged into main ({done.merged_sha[:8]})")
-    say("\nmain now:\n" + repo.git.log("--oneline", "--graph", "main"))
+    say("\nmain now:\n" + scratch.history(root))
     problems += _check_result(root, ids) + _check_walls(ids, walls)
     return root, problems
 

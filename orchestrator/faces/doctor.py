@@ -13,7 +13,7 @@ from .. import box as sandbox
 from .. import config
 from ..base import netpolicy
 from ..daemon import stalls
-from ..git import repo as git_utils
+from ..forge import ci_triggers
 from ..model.defaults import BOUNCE_REPEATS
 from ..model.tasks import TaskState, utcnow
 from ..queue import adopt, bounces
@@ -23,7 +23,6 @@ from ..queue.leases import dead_since
 from ..queue.machine import get_store, readable_tasks, unfenced_submit
 from ..queue.store import QueueStore
 from ..review import finishing
-from . import ci_triggers
 
 S = TaskState
 
@@ -45,7 +44,7 @@ def _ci_on_push() -> list[str]:
     provisional = forge["kind"] != "none" and forge["open_on"] == "provisional"
     if cfg["merge"]["strategy"] != "pull-request" and not provisional:
         return []
-    found = ci_triggers.on_push(config.find_project_root(), git_utils.branch_for("1"))
+    found = ci_triggers.on_task_push(config.find_project_root())
     if not found:
         return []
     more = f" and {len(found) - 5} more" if len(found) > 5 else ""

@@ -12,11 +12,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.lazy import lazy_import
 from ..model.tasks import Task, TaskState, one_line, task_label
 from ..queue import machine as queue_utils
 from ..queue.dependencies import Blockage, blocked_report
 from ..queue.store.claim_index import Waiting
-from . import reports
+
+mergeable = lazy_import("orchestrator.review.mergeable")  # provisional/'s lines only
 
 S = TaskState
 PAGE = 50  # lines of a queue shown unless --all or --limit
@@ -151,7 +153,7 @@ def page(
             tasks, total = every[start : start + size], len(every)
         lines = [Line.of_task(t) for t in tasks]
         if state is S.PROVISIONAL:
-            unmergeable = reports.unmergeable(tasks)
+            unmergeable = mergeable.unmergeable(tasks)
             for line in lines:
                 if (why := unmergeable.get(line.id)) is not None:
                     line.conflicts, line.refused = why.conflicts, why.refused

@@ -4,14 +4,12 @@ reviews no longer merge. They move nothing; the merge checks are cached in the s
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from .. import config
 from ..base import netpolicy
 from ..base.lazy import lazy_import
-from ..git import merge_guard
 from ..model.exceptions import ConfigError, OctopoidError
 from ..model.tasks import (
     Task,
@@ -22,7 +20,7 @@ from ..model.tasks import (
     task_label,
     utcnow,
 )
-from ..queue import adopt, bounces
+from ..queue import bounces
 from ..queue.dependencies import Blockage, blockage_of, blocked_summary
 from ..queue.leases import attempt_text
 from ..queue.machine import get_store, known_task_id, list_tasks
@@ -30,7 +28,7 @@ from ..queue.store.claim_index import Waiting, WaitingDigest
 
 # `status` uses these; `list` and `show`, which use this module too, need none of them.
 agent_status = lazy_import("orchestrator.roles.agent_status")
-git_utils = lazy_import("orchestrator.git.repo")
+mergeable = lazy_import("orchestrator.review.mergeable")
 questions = lazy_import("orchestrator.queue.questions")
 sandbox = lazy_import("orchestrator.box")
 stalls = lazy_import("orchestrator.daemon.stalls")
@@ -157,7 +155,7 @@ def status_summary(
     looping = [bounces.bouncing(t) for t in [*in_review, *running]]
     return {
         "bouncing": [found for found in looping if found is not None],
-        "unmergeable": [why.as_json(label) for label, why in unmergeable(in_review).items()],
+        "unmergeable": [why.as_json(id) for id, why in mergeable.unmergeable(in_review).items()],
         "pull_requests": [pull_request_of(t) for t in in_review if "PR_NUMBER" in t.headers],
         "questions": questions.open_questions(),
         "config_problem": problem,
@@ -184,83 +182,6 @@ def status_summary(
             "age_seconds": int((now - parse_time(oldest.created)).total_seconds()),
         },
     }
-
-
-@dataclass
-class MergeCheck:
-    """Why a task waiting for review would not merge now."""
-
-    conflicts: list[str] | None  # the files that conflict with its base (None: none)
-    refused: list[str]  # paths accept refuses to write (merge_guard)
-
-    def as_json(self, label: str) -> dict[str, Any]:
-        return {"id": label, "conflicts": self.conflicts, "refused": self.refused}
-
-
-#: The store's record of merge checks: per task in review, its last few judgments.
-MERGE_CHECKS = "merge-checks"
-JUDGED_KEPT = 8  # per task: a few bases' tips (machines fetch at their own pace), checkouts
-
-
-def unmergeable(tasks: list[Task]) -> dict[str, MergeCheck]:
-    """Tasks (waiting for review) whose branch no longer merges cleanly into its base, or
-    that accept would refuse (``merge_guard``): label -> why. git runs only for what no
-    machine judged before (the store's record ``merge-checks``, shared on PostgreSQL):
-    conflicts for a pair of tips (a fact about two commits, whoever asks), a refusal for a
-    pair of tips and what this checkout holds untracked (its fingerprint: each machine's
-    own), so `status` stays quick as reviews wait. Empty when git cannot tell (no
-    repository): `octopoid checks TASK-N` says why."""
-    if not tasks:
-        return {}
-    root = config.find_project_root()
-    try:
-        tips = git_utils.branch_tips(root)
-    except OctopoidError:
-        return {}
-    records = adopt.store().records
-    stored = records.read(MERGE_CHECKS)
-    known = {label: dict(pairs) for label, pairs in (stored.value if stored else {}).items()}
-    fresh: dict[str, dict[str, Any]] = {}
-    repo = None  # GitPython only for a pair not judged yet
-    checkouts = merge_guard.Checkouts(root)
-    found = {}
-    for task in tasks:
-        branch, base = git_utils.branch_for(task.id), task.branch
-        if branch not in tips or base not in tips:
-            continue
-        key, mine = f"{tips[base]}:{tips[branch]}", known.get(task.label, {})
-        guard = f"refused:{key}:{checkouts.fingerprint(base)}"
-        try:
-            if key not in mine:
-                repo = repo or git_utils.open_repo()
-                fresh.setdefault(task.label, {})[key] = git_utils.merge_conflicts(
-                    repo, task.id, base
-                )
-            if guard not in mine:
-                refused = checkouts.refused(f"refs/heads/{base}", f"refs/heads/{branch}")
-                fresh.setdefault(task.label, {})[guard] = refused
-        except OctopoidError:
-            continue
-        judged = {**mine, **fresh.get(task.label, {})}
-        if judged[key] is not None or judged[guard]:
-            found[task.label] = MergeCheck(judged[key], judged[guard] or [])
-    if fresh:
-        waiting = {t.label for t in tasks}
-        records.update(MERGE_CHECKS, lambda value: _kept(value or {}, fresh, waiting))
-    return found
-
-
-def _kept(value: dict[str, Any], fresh: dict[str, dict[str, Any]], waiting: set[str]) -> dict:
-    """The cache with ``fresh`` judgments added (newest last, ``JUDGED_KEPT`` a task), for
-    tasks still in review only."""
-    store, kept = get_store(), {}
-    for label, pairs in value.items():
-        if label in waiting or store.locate(label.removeprefix("TASK-")) is S.PROVISIONAL:
-            kept[label] = pairs
-    for label, judged in fresh.items():
-        pairs = [p for p in kept.get(label, []) if p[0] not in judged]
-        kept[label] = [*pairs, *map(list, judged.items())][-JUDGED_KEPT:]
-    return kept
 
 
 def agents_overview(

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..git import repo as git_utils
+from ..git import branches, core
 from ..memory import lifecycle
 from ..model.exceptions import ForgeError, ForgeUnavailable, GitError
 from ..model.tasks import TIP_HEADER, Task, TaskState, utcnow
@@ -113,12 +113,12 @@ def _refused_is_said(task: Task, ask: Callable[[int, Any], None], number: int, w
 def _changed(task: Task) -> list[str]:
     """The subjects of the commits the attempt made (``COMMITS`` of them at its tip)."""
     count = min(int(task.headers.get("COMMITS") or 0), MAX_SUBJECTS)
-    tip = task.headers.get(TIP_HEADER) or f"refs/heads/{git_utils.branch_for(task.id)}"
+    tip = task.headers.get(TIP_HEADER) or f"refs/heads/{branches.branch_for(task.id)}"
     if count <= 0:
         return []
-    repo = git_utils.open_repo()
+    repo = core.open_repo()
     try:
-        with git_utils.git_errors(f"git log {tip[:12]}"):
+        with core.git_errors(f"git log {tip[:12]}"):
             return repo.git.log("--no-merges", f"-n{count}", "--format=%s", tip).splitlines()
     except GitError:  # the attempt ran on a machine whose commits are not here
         return []

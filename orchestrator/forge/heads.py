@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 
-from ..git import catch_up
-from ..git import repo as git_utils
+from ..git import branches, catch_up, core
+from ..git import remote as git_remote
 from ..model.tasks import TIP_HEADER, Task, TaskState, utcnow
 from ..queue import machine as queue_utils
 from . import PullRequest
@@ -30,26 +30,26 @@ log = logging.getLogger("octopoid.forge")
 def follow(task: Task, pull: PullRequest) -> str | None:
     """Bring the task's branch and ``pull``'s head together; why they cannot be (the
     task's work conflicts with a person's push), or None."""
-    repo = git_utils.open_repo()
-    branch = git_utils.branch_for(task.id)
-    remote = git_utils.remote_name()
-    if remote is None or not pull.head_sha or not git_utils.branch_exists(repo, branch):
+    repo = core.open_repo()
+    branch = branches.branch_for(task.id)
+    remote = git_remote.remote_name()
+    if remote is None or not pull.head_sha or not branches.branch_exists(repo, branch):
         return None
-    tip = git_utils.branch_tip(repo, branch)
+    tip = branches.branch_tip(repo, branch)
     if tip == pull.head_sha:
         return None
-    known = git_utils.ref_tip(repo, git_utils.remote_ref(remote, branch, review=True))
-    with git_utils.repo_admin_lock():
-        found = git_utils.fetch_branches(repo, remote, [branch], review=True)
+    known = branches.ref_tip(repo, git_remote.remote_ref(remote, branch, review=True))
+    with core.repo_admin_lock():
+        found = git_remote.fetch_branches(repo, remote, [branch], review=True)
     if found.get(branch) != pull.head_sha:
         return None  # the forge is behind its own remote for a moment: the next poll looks again
-    if git_utils.contains(repo, tip, pull.head_sha):
-        git_utils.push_task_branch(repo, remote, task.id, review=True)
+    if branches.contains(repo, tip, pull.head_sha):
+        git_remote.push_task_branch(repo, remote, task.id, review=True)
         log.info("%s: pushed %s, which the pull request lacked", task.label, tip[:12])
         return None
-    if git_utils.contains(repo, pull.head_sha, tip) or git_utils.contains(repo, known, tip):
-        with git_utils.repo_admin_lock():  # on top of it, or a rewrite of what it had
-            git_utils.adopt(repo, branch, pull.head_sha, replace=True)
+    if branches.contains(repo, pull.head_sha, tip) or branches.contains(repo, known, tip):
+        with core.repo_admin_lock():  # on top of it, or a rewrite of what it had
+            git_remote.adopt(repo, branch, pull.head_sha, replace=True)
         _record(task, pull.head_sha, "")
         log.info("%s: its branch moved on the forge to %s", task.label, pull.head_sha[:12])
         return None

@@ -28,8 +28,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..git import repo as git_utils
-from ..git import task_tips
+from ..git import branches, core, task_tips
+from ..git import remote as git_remote
 from ..model.exceptions import (
     ForgeError,
     ForgeUnavailable,
@@ -82,15 +82,15 @@ def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:
     if cfg is None:
         raise ForgeError("merge.strategy is pull-request but no forge is configured")
     forge = forge or connect(cfg)
-    remote = git_utils.remote_name()
+    remote = git_remote.remote_name()
     if remote is None:
         raise ForgeError("a pull request needs git.remote: the remote its branch is pushed to")
-    repo = git_utils.open_repo()
-    branch = git_utils.branch_for(task.id)
+    repo = core.open_repo()
+    branch = branches.branch_for(task.id)
     task_tips.take_for_accept(repo, remote, task)
-    if not git_utils.branch_exists(repo, branch):
+    if not branches.branch_exists(repo, branch):
         raise IllegalTransition(f"{task.label} has no branch {branch} to open a pull request for")
-    git_utils.push_task_branch(repo, remote, task.id, review=True)
+    git_remote.push_task_branch(repo, remote, task.id, review=True)
     pull = forge.find_pull_request(branch)
     if pull is None:
         title = text.pull_request_title(task)
@@ -227,7 +227,7 @@ def verdict(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:
         conflict = heads.follow(now, pull)
         if conflict is not None:
             return _conflicts(forge, now, number, conflict, who)
-        if git_utils.ref_tip(git_utils.open_repo(), git_utils.branch_for(now.id)) != pull.head_sha:
+        if branches.ref_tip(core.open_repo(), branches.branch_for(now.id)) != pull.head_sha:
             now = queue_utils.get_task(now.id)  # the head moved: judged at the next poll
             return announce.attempt(forge, now, number, cfg.get("web_url"))
         told = announce.attempt(forge, now, number, cfg.get("web_url"))

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from ..base.lazy import lazy_import
 from ..model.exceptions import GitError, RemoteMoved
 from ..model.tasks import one_line
-from . import repo as git_utils
+from . import branches, core, merges
+from . import remote as git_remote
 
 if TYPE_CHECKING:
     import git
@@ -66,20 +67,20 @@ def onto_remote(
     """Put the task branch's commits beyond ``since`` (what the remote held when they were
     made; None: it held nothing) on top of the remote's branch and push them there with a
     lease on its tip. A conflict returns with ``tip`` None and changes nothing."""
-    branch = git_utils.branch_for(task_id)
+    branch = branches.branch_for(task_id)
     for _ in range(TRIES):
-        with git_utils.repo_admin_lock():
-            theirs = git_utils.fetch_branches(repo, remote, [branch], review).get(branch)
+        with core.repo_admin_lock():
+            theirs = git_remote.fetch_branches(repo, remote, [branch], review).get(branch)
             if theirs is None:
                 raise GitError(f"{remote} has no {branch} to put this work on any more")
             caught = _combine(repo, branch, theirs, since)
             if caught.tip is None:
                 return caught
-            git_utils.adopt(repo, branch, caught.tip, replace=True, exact=True)
+            git_remote.adopt(repo, branch, caught.tip, replace=True, exact=True)
         if caught.tip == theirs:
             return caught  # the remote holds the work already
         try:
-            git_utils.push_task_branch(repo, remote, task_id, theirs, review)
+            git_remote.push_task_branch(repo, remote, task_id, theirs, review)
             return caught
         except RemoteMoved:
             since = theirs  # pushed to again: the work is now what lies beyond theirs
@@ -91,18 +92,18 @@ def onto_remote(
 
 def _combine(repo: git.Repo, branch: str, theirs: str, since: str | None) -> CaughtUp:
     """The local branch's work on top of ``theirs``, made in a scratch worktree."""
-    ours = git_utils.branch_tip(repo, branch)
-    if git_utils.contains(repo, theirs, ours):
+    ours = branches.branch_tip(repo, branch)
+    if branches.contains(repo, theirs, ours):
         return CaughtUp(theirs, theirs)
-    if git_utils.contains(repo, ours, theirs):
+    if branches.contains(repo, ours, theirs):
         return CaughtUp(theirs, ours)
-    with git_utils.git_errors(f"git log {ours[:12]}..{theirs[:12]}"):
+    with core.git_errors(f"git log {ours[:12]}..{theirs[:12]}"):
         authors = repo.git.log("--format=%an", f"{ours}..{theirs}").splitlines()
-        linear = since is not None and git_utils.contains(repo, ours, since)
+        linear = since is not None and branches.contains(repo, ours, since)
         linear = linear and not repo.git.rev_list("--merges", f"{since}..{ours}")
     by = one_line(", ".join(sorted(set(authors))), 200)
     how = "rebased" if linear else "merged"
-    with git_utils.scratch_worktree(repo, f"catch-up-{branch}", ours) as where:
+    with merges.scratch_worktree(repo, f"catch-up-{branch}", ours) as where:
         try:
             if linear:
                 where.git.execute([*REBASE, "--onto", theirs, str(since)])
@@ -110,11 +111,11 @@ def _combine(repo: git.Repo, branch: str, theirs: str, since: str | None) -> Cau
                 message = f"Merge {branch} as pushed meanwhile ({theirs[:12]})"
                 where.git.merge("--no-ff", "-m", message, theirs)
         except gitpython.GitCommandError as exc:
-            stopped = tuple(git_utils.conflicted(where))
+            stopped = tuple(merges.conflicted(where))
             with suppress(gitpython.GitCommandError):
                 where.git.execute(["git", "rebase" if linear else "merge", "--abort"])
             if not stopped:  # not a conflict (no identity to commit as, a broken repo)
-                why = git_utils.git_message(exc)
+                why = core.git_message(exc)
                 raise GitError(f"putting {branch} on {theirs[:12]} failed: {why}") from None
             return CaughtUp(theirs, None, how, by, len(authors), stopped)
         return CaughtUp(theirs, where.head.commit.hexsha, how, by, len(authors))

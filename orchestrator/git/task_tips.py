@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from ..model.exceptions import GitError
 from ..model.tasks import TIP_HEADER, Task, TaskState
-from . import repo as git_utils
+from . import branches, core
+from . import remote as git_remote
 
 if TYPE_CHECKING:
     import git
@@ -55,16 +56,16 @@ def on_forge(task: Task) -> bool:
 def _pushed_before(repo: git.Repo, remote: str, branch: str) -> str | None:
     """The remote's ``agent/TASK-<id>`` branch an octopoid from before task branches
     travelled under ``refs/octopoid/tasks/`` pushed, fetched (None: none there)."""
-    return git_utils.fetch_branches(repo, remote, [branch], review=True).get(branch)
+    return git_remote.fetch_branches(repo, remote, [branch], review=True).get(branch)
 
 
 def take(repo: git.Repo, remote: str, task_id: str, sha: str) -> bool:
     """Point the task's branch at ``sha`` exactly, fetching it by its id from ``remote``
     when it is not here; False when it cannot be had. A local tip it replaces is kept
     under ``refs/octopoid/replaced/``. Callers hold ``repo_admin_lock``."""
-    if not git_utils.fetch_commit(repo, remote, sha):
+    if not git_remote.fetch_commit(repo, remote, sha):
         return False
-    return git_utils.adopt(repo, git_utils.branch_for(task_id), sha, replace=True, exact=True)
+    return git_remote.adopt(repo, branches.branch_for(task_id), sha, replace=True, exact=True)
 
 
 def start(repo: git.Repo, remote: str, task: Task) -> Start:
@@ -73,21 +74,21 @@ def start(repo: git.Repo, remote: str, task: Task) -> Start:
     request's branch after it held that tip (as last seen here: their force-push is what
     they want reviewed); a task recorded before octopoid kept tips takes the remote's copy.
     Returns the base and the lease its push will use."""
-    branch, review = git_utils.branch_for(task.id), on_forge(task)
+    branch, review = branches.branch_for(task.id), on_forge(task)
     mine, remark = recorded(task), None
-    with git_utils.repo_admin_lock():
-        seen = git_utils.ref_tip(repo, git_utils.remote_ref(remote, branch, review))
-        found = git_utils.fetch_branches(repo, remote, [task.branch, branch], review)
+    with core.repo_admin_lock():
+        seen = branches.ref_tip(repo, git_remote.remote_ref(remote, branch, review))
+        found = git_remote.fetch_branches(repo, remote, [task.branch, branch], review)
         pushed = carried = found.get(branch)
         if pushed is None and mine is None and not review and task.attempts > 1:
             pushed = _pushed_before(repo, remote, branch)
-        follow = pushed is not None and (mine is None or git_utils.contains(repo, pushed, mine))
-        if review and not follow and pushed is not None and git_utils.contains(repo, seen, mine):
+        follow = pushed is not None and (mine is None or branches.contains(repo, pushed, mine))
+        if review and not follow and pushed is not None and branches.contains(repo, seen, mine):
             follow = True  # a person rewrote the pull request's branch after it had ours
             remark = (
                 f"a person rewrote {branch} on the forge after it held {str(mine)[:12]}: "
                 f"this attempt starts from theirs ({pushed[:12]}); the earlier tip is kept as "
-                f"{git_utils.REPLACED}{branch}"
+                f"{branches.REPLACED}{branch}"
             )
         if not follow and mine is not None and not take(repo, remote, task.id, mine):
             remark = (
@@ -97,25 +98,25 @@ def start(repo: git.Repo, remote: str, task: Task) -> Start:
             )
             follow = pushed is not None
         if follow:
-            git_utils.adopt(repo, branch, pushed, replace=True)
-        tip = git_utils.ref_tip(repo, branch)
-    lease = "" if carried is None else carried if git_utils.contains(repo, tip, carried) else None
-    base = git_utils.remote_ref(remote, task.branch) if task.branch in found else task.branch
+            git_remote.adopt(repo, branch, pushed, replace=True)
+        tip = branches.ref_tip(repo, branch)
+    lease = "" if carried is None else carried if branches.contains(repo, tip, carried) else None
+    base = git_remote.remote_ref(remote, task.branch) if task.branch in found else task.branch
     return Start(base, lease, remark, carried)
 
 
 def take_for_accept(repo: git.Repo, remote: str, task: Task) -> None:
     """Before accept merges: the task's branch at the tip its attempt submitted, from the
     remote if need be (a task recorded before octopoid kept tips: the remote's copy)."""
-    branch, review = git_utils.branch_for(task.id), on_forge(task)
+    branch, review = branches.branch_for(task.id), on_forge(task)
     mine = recorded(task)
-    with git_utils.repo_admin_lock():
-        found = git_utils.fetch_branches(repo, remote, [task.branch, branch], review)
+    with core.repo_admin_lock():
+        found = git_remote.fetch_branches(repo, remote, [task.branch, branch], review)
         pushed = found.get(branch)
         if mine is None and pushed is None and not review:
             pushed = _pushed_before(repo, remote, branch)
         if mine is None and pushed is not None:
-            git_utils.adopt(repo, branch, pushed, replace=True)
+            git_remote.adopt(repo, branch, pushed, replace=True)
         elif mine is not None and not take(repo, remote, task.id, mine):
             raise GitError(
                 f"{task.label}'s submitted tip {mine[:12]} is neither here nor on {remote}: "
@@ -126,14 +127,14 @@ def take_for_accept(repo: git.Repo, remote: str, task: Task) -> None:
 def accept_base(repo: git.Repo, base: str) -> str:
     """The base accept merges onto: with ``git.remote`` the remote's, fetched now (or as
     last fetched, when the remote cannot be reached); else the local one."""
-    remote = git_utils.remote_name()
+    remote = git_remote.remote_name()
     if remote is None:
         return base
-    tracking = git_utils.remote_ref(remote, base)
+    tracking = git_remote.remote_ref(remote, base)
     try:
-        found = git_utils.fetch_branches(repo, remote, [base])
+        found = git_remote.fetch_branches(repo, remote, [base])
     except GitError:
-        return tracking if git_utils.ref_tip(repo, tracking) else base
+        return tracking if branches.ref_tip(repo, tracking) else base
     return tracking if base in found else base
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..git import repo as git_utils
+from ..git import core
 from ..model import defaults
 from ..model.exceptions import ConfigError, InvalidInput, InvalidTask
 from ..model.tasks import (
@@ -209,7 +209,7 @@ def base_branch(branch: str | None, root: Path) -> str:
 
 def check_work_tree(root: Path) -> None:
     """Refuse a project that is not the top of a git work tree: every attempt would fail."""
-    found = git_utils.git_command(root, "rev-parse", "--show-toplevel")
+    found = core.git_command(root, "rev-parse", "--show-toplevel")
     if found.returncode != 0:
         said = " ".join(found.stderr.split()) or f"exit status {found.returncode}"
         raise ConfigError(
@@ -225,12 +225,12 @@ def check_work_tree(root: Path) -> None:
 
 def current_branch(root: Path) -> str | None:
     """The branch checked out in ``root`` (even before its first commit); None if detached."""
-    found = git_utils.git_command(root, "symbolic-ref", "--quiet", "--short", "HEAD")
+    found = core.git_command(root, "symbolic-ref", "--quiet", "--short", "HEAD")
     name = found.stdout.strip()
     return name if found.returncode == 0 and name else None
 
 
 def branch_exists(root: Path, name: str) -> bool:
     """Is there a local branch ``name`` (exactly that ref, not any revision that resolves)?"""
-    found = git_utils.git_command(root, "show-ref", "--verify", "--quiet", f"refs/heads/{name}")
+    found = core.git_command(root, "show-ref", "--verify", "--quiet", f"refs/heads/{name}")
     return found.returncode == 0

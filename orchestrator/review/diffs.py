@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .. import config
-from ..git import repo as git_utils
+from ..git import branches, core
+from ..git import diffs as git_diffs
 from ..model import defaults
 from ..model.exceptions import GitError, NothingToShow
 from ..model.tasks import Task, TaskState, normalize_task_id, task_label
@@ -42,15 +43,15 @@ def write_diff(task_id: str, out: BinaryIO) -> None:
     ``NothingToShow`` if it has no branch. One ``git diff`` process (hooks off), no
     GitPython: importing it costs more than the diff of a task's branch does."""
     task = with_branch(task_id)
-    root, branch = config.find_project_root(), git_utils.branch_for(task.id)
-    git_utils.copy_diff(root, task.branch, branch, out)
+    root, branch = config.find_project_root(), branches.branch_for(task.id)
+    git_diffs.copy_diff(root, task.branch, branch, out)
 
 
 def task_diff_stat(task_id: str) -> list[FileStat]:
     """Each file the task's branch changes against its base, with its line counts, in
     git's order; ``NothingToShow`` if it has no branch."""
     task = with_branch(task_id)
-    return file_stats(config.find_project_root(), task.branch, git_utils.branch_for(task.id))
+    return file_stats(config.find_project_root(), task.branch, branches.branch_for(task.id))
 
 
 def stat_summary(task_id: str) -> dict[str, Any]:
@@ -70,13 +71,36 @@ def file_stats(root: Path, base: str, head: str, timeout: float | None = None) -
     """Each file ``git diff base...head`` changes, with its line counts: the names as they
     are (``-z`` never quotes them), renames with both names, binary files marked.
     ``GitError`` when git takes over ``timeout`` seconds to count them."""
-    done = git_utils.git_command(
-        root, *git_utils.DIFF_ARGS, "--numstat", "-z", f"{base}...{head}", "--", timeout=timeout
+    done = core.git_command(
+        root, *git_diffs.DIFF_ARGS, "--numstat", "-z", f"{base}...{head}", "--", timeout=timeout
     )
     if done.returncode != 0:
         why = done.stderr.strip().splitlines()
         raise GitError(f"git diff --numstat {base}...{head}: {why[0] if why else done.returncode}")
     return _with_sizes(root, head, _parse_numstat(done.stdout))
+
+
+@dataclass(frozen=True)
+class DiffRead:
+    """A diff read within a budget, as the task page draws it."""
+
+    text: str  #: at most the budget's bytes of ``git diff``, decoded
+    cut: bool  #: git had more than the budget
+    stats: list[FileStat]  #: every file of the whole diff, counted
+    left_out: list[FileStat]  #: files too big to draw: named, never read
+
+
+def read_within(
+    root: Path, base: str, head: str, max_bytes: int, max_file_lines: int, max_left_out: int
+) -> DiffRead:
+    """``git diff base...head`` within the budgets: its files counted first (numstat), the
+    ones over ``max_file_lines`` or too big to diff left out by name (at most
+    ``max_left_out``), the rest read until ``max_bytes`` (then git is stopped)."""
+    stats = file_stats(root, base, head, timeout=defaults.DIFF_STAT_SECONDS)
+    big = [f for f in stats if f.added + f.removed > max_file_lines or f.too_big_to_diff]
+    big = big[:max_left_out]
+    data, more = git_diffs.read_diff(root, base, head, max_bytes, [f.path for f in big])
+    return DiffRead(data.decode("utf-8", errors="replace"), more, stats, big)
 
 
 def _with_sizes(root: Path, head: str, stats: list[FileStat]) -> list[FileStat]:
@@ -86,7 +110,7 @@ def _with_sizes(root: Path, head: str, stats: list[FileStat]) -> list[FileStat]:
     if not asked:
         return stats
     lines = "".join(f"{head}:{s.path}\n" for s in asked)
-    done = git_utils.git_command(root, "cat-file", "--batch-check=%(objectsize)", stdin=lines)
+    done = core.git_command(root, "cat-file", "--batch-check=%(objectsize)", stdin=lines)
     answers = done.stdout.splitlines() if done.returncode == 0 else []
     sizes = {id(s): int(a) for s, a in zip(asked, answers, strict=False) if a.isdigit()}
     return [replace(s, size=sizes[id(s)]) if id(s) in sizes else s for s in stats]
@@ -113,8 +137,8 @@ def _parse_numstat(out: str) -> list[FileStat]:
 def with_branch(task_id: str) -> Task:
     """The task, if its branch exists; otherwise ``NothingToShow`` saying why it does not."""
     task = queue_utils.get_task(normalize_task_id(task_id))
-    branch = git_utils.branch_for(task.id)
-    if git_utils.branch_head(config.find_project_root(), branch) is not None:
+    branch = branches.branch_for(task.id)
+    if branches.branch_head(config.find_project_root(), branch) is not None:
         return task
     if task.state is TaskState.DONE:
         raise NothingToShow(f"{task.label} is done; its branch was merged and removed")

@@ -154,8 +154,8 @@ def _move(journal: Journal, task_id: str, actor: str) -> None:
 
 def _run(step: str, task_id: str, actor: str, done: Finished) -> None:
     # Here, not at the top: `octopoid doctor` asks for journals every time and rarely has one.
-    from ..git import repo as git_utils
-    from ..git import task_tips
+    from ..git import branches, core, task_tips
+    from ..git import remote as git_remote
     from ..memory import lifecycle
     from ..memory.distill import distill
     from ..memory.notes import NotesManager
@@ -174,14 +174,14 @@ def _run(step: str, task_id: str, actor: str, done: Finished) -> None:
         drafts.clear_task(task_id)  # reviewers' unsent drafts: the task left review for good
         questions.forget(task_id)  # a question nobody answered: nobody needs to now
         steering.forget(task_id)  # messages no attempt read: the notes keep them
-    elif step == WORKTREE and git_utils.worktree_for(task_id).exists():
-        git_utils.remove_worktree(git_utils.open_repo(), task_id, delete_branch=False)
+    elif step == WORKTREE and branches.worktree_for(task_id).exists():
+        branches.remove_worktree(core.open_repo(), task_id, delete_branch=False)
     elif step == BRANCH:
-        repo = git_utils.open_repo()
-        git_utils.remove_worktree(repo, task_id)
+        repo = core.open_repo()
+        branches.remove_worktree(repo, task_id)
         base = task_tips.accept_base(repo, queue_utils.get_task(task_id).branch)
-        git_utils.drop_replaced(repo, task_id, base)
-    elif step == REMOTE_BRANCH and (remote := git_utils.remote_name()) is not None:
+        branches.drop_replaced(repo, task_id, base)
+    elif step == REMOTE_BRANCH and (remote := git_remote.remote_name()) is not None:
         _remote_branch(task_id, remote)
     elif step == PULL_REQUEST:  # a closed task's open pull request (docs/forge.md)
         from ..forge import pulls
@@ -193,16 +193,16 @@ def _remote_branch(task_id: str, remote: str) -> None:
     """Delete the task's refs on the remote that what it left holds all of: the tip its
     attempt submitted, merged; for a task closed without a merge, its branch here, which
     keeps the work (none here: the remote keeps it)."""
-    from ..git import repo as git_utils
-    from ..git import task_tips
+    from ..git import branches, core, task_tips
+    from ..git import remote as git_remote
 
-    task, repo = queue_utils.get_task(task_id), git_utils.open_repo()
+    task, repo = queue_utils.get_task(task_id), core.open_repo()
     kept = task_tips.recorded(task)
     if task.headers.get("CLOSED") and "MERGED" not in task.headers:
-        kept = git_utils.ref_tip(repo, git_utils.branch_for(task_id))
+        kept = branches.ref_tip(repo, branches.branch_for(task_id))
         if kept is None:
             return
-    git_utils.delete_remote_branch(repo, remote, task_id, kept)
+    git_remote.delete_remote_branch(repo, remote, task_id, kept)
 
 
 def finish_interrupted() -> list[str]:

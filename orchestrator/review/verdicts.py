@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from .. import box as sandbox
 from .. import config
 from ..base.lazy import lazy_import
-from ..git import repo as git_utils
-from ..git import task_tips
+from ..git import branches as git_branches
+from ..git import core, history, merges, task_tips
+from ..git import remote as git_remote
 from ..model import defaults
 from ..model.exceptions import (
     BranchMoved,
@@ -89,7 +90,7 @@ def accepted_row(done: Accepted) -> dict[str, Any]:
 def head_of(task: Task) -> str | None:
     """The commit the task's branch points at (what a reviewer judges), or None. Through
     the git command: `show` prints it and must not pay for importing GitPython."""
-    return git_utils.branch_head(config.find_project_root(), git_utils.branch_for(task.id))
+    return git_branches.branch_head(config.find_project_root(), git_branches.branch_for(task.id))
 
 
 def check_expected(task: Task, expect: str | None, seen_attempt: int | None = None) -> None:
@@ -114,7 +115,7 @@ def check_expected(task: Task, expect: str | None, seen_attempt: int | None = No
             "reload it to see what you would accept"
         )
     raise BranchMoved(
-        f"{task.label}'s branch moved: {git_utils.branch_for(task.id)} is at "
+        f"{task.label}'s branch moved: {git_branches.branch_for(task.id)} is at "
         f"{head[:12] or 'nothing'}, not {expect[:12]}; look again (`octopoid show {task.label}`)"
     )
 
@@ -212,7 +213,7 @@ class _Merging:
     whether it landed. With ``git.remote`` the base is the remote's: the tip the
     attempt submitted is taken (fetched from the remote if need be:
     ``task_tips.take_for_accept``), merged onto the remote's base and pushed
-    (``git_utils.merge_onto_remote``). The remote is fetched once per accept."""
+    (``merges.merge_onto_remote``). The remote is fetched once per accept."""
 
     task: Task
     strategy: str
@@ -221,11 +222,11 @@ class _Merging:
 
     def base(self) -> tuple[Repo, str | None, str]:
         if self._base is None:
-            repo, remote = git_utils.open_repo(), git_utils.remote_name()
+            repo, remote = core.open_repo(), git_remote.remote_name()
             base = self.task.branch
             if remote is not None:
                 task_tips.take_for_accept(repo, remote, self.task)
-                base = git_utils.remote_ref(remote, self.task.branch)
+                base = git_remote.remote_ref(remote, self.task.branch)
             self._base = (repo, remote, base)
         return self._base
 
@@ -241,7 +242,7 @@ class _Merging:
             data["before"] = self.task.headers.get("MERGING")  # an older octopoid's mark
             if not data["before"]:
                 _refuse_empty(repo, self.task, base)
-                data["before"] = git_utils.branch_tip(repo, base)
+                data["before"] = git_branches.branch_tip(repo, base)
             steps.append(finishing.MERGE)
         return finishing.begin(finishing.ACCEPT, self.task.id, steps, data)
 
@@ -249,8 +250,8 @@ class _Merging:
         """Merge once: if git shows the merge landed since ``before`` (the base's tip the
         journal kept: an accept killed after its merge), only record it."""
         repo, remote, base = self.base()
-        if before and git_utils.already_merged(repo, self.task.id, base, before):
-            merged = git_utils.branch_tip(repo, base)
+        if before and history.already_merged(repo, self.task.id, base, before):
+            merged = git_branches.branch_tip(repo, base)
         else:
             merged = _merge(repo, remote, self.task, self.strategy)
         queue_utils.record_merge(self.task.id, merged, self.by, self.task.branch)
@@ -324,17 +325,17 @@ def accept_merged(
 def _merge_holds_branch(task: Task, merged_sha: str, head: str = "") -> bool:
     """Whether a forge's merge has all of the task's branch: the head it merged is the
     branch's tip, or its merge commit holds that tip (fetched from the remote)."""
-    repo, remote = git_utils.open_repo(), git_utils.remote_name()
-    branch = git_utils.branch_for(task.id)
-    if not git_utils.branch_exists(repo, branch):
+    repo, remote = core.open_repo(), git_remote.remote_name()
+    branch = git_branches.branch_for(task.id)
+    if not git_branches.branch_exists(repo, branch):
         return True  # nothing here to keep
-    if head and git_utils.branch_tip(repo, branch) == head:
+    if head and git_branches.branch_tip(repo, branch) == head:
         return True
     try:
         if remote is not None:
-            with git_utils.repo_admin_lock():
-                git_utils.fetch_branches(repo, remote, [task.branch])
-        return repo.is_ancestor(git_utils.branch_tip(repo, branch), merged_sha)
+            with core.repo_admin_lock():
+                git_remote.fetch_branches(repo, remote, [task.branch])
+        return repo.is_ancestor(git_branches.branch_tip(repo, branch), merged_sha)
     except Exception:  # the merge commit is not here (a fetch that failed): keep the branch
         return False
 
@@ -360,7 +361,7 @@ def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Acc
                 steps.append(finishing.PROMOTE)
             if "PR_NUMBER" in queue_utils.get_task(task_id).headers:
                 steps.append(finishing.PULL_REQUEST)  # closed on the forge too
-            if git_utils.remote_name() is not None:
+            if git_remote.remote_name() is not None:
                 steps.append(finishing.REMOTE_BRANCH)  # what the branch here holds
             data = {"by": closed_by, "kind": kind, "reason": reason}
             journal = finishing.begin(finishing.CLOSE, task_id, steps, data)
@@ -386,13 +387,13 @@ def retry(
     refuse_planning(queue_utils.get_task(task_id), "retried")
     if not fresh:
         return queue_utils.retry_task(task_id, actor, budget=budget)
-    repo, remote = git_utils.open_repo(), git_utils.remote_name()
+    repo, remote = core.open_repo(), git_remote.remote_name()
 
     def start_over(task: Task) -> None:  # under the task's lock: nobody claims it meanwhile
-        git_utils.set_branch_aside(repo, task.id)
+        git_branches.set_branch_aside(repo, task.id)
         task.drop_header(TIP_HEADER)  # no tip to come back to
         if remote is not None:
-            git_utils.delete_remote_branch(repo, remote, task.id)
+            git_remote.delete_remote_branch(repo, remote, task.id)
 
     task = queue_utils.get_task(task_id)
     reason = f"retry from {task.branch}; earlier commits kept under refs/octopoid/replaced/"
@@ -402,10 +403,10 @@ def retry(
 def _holds_work(task: Task) -> bool:
     """Whether the task's branch has commits its base lacks (then it is merged, whatever
     an attempt said)."""
-    repo = git_utils.open_repo()
-    if not git_utils.branch_exists(repo, git_utils.branch_for(task.id)):
+    repo = core.open_repo()
+    if not git_branches.branch_exists(repo, git_branches.branch_for(task.id)):
         return False
-    return git_utils.commits_ahead(repo, task.id, task.branch) > 0
+    return history.commits_ahead(repo, task.id, task.branch) > 0
 
 
 def _finished(journal: Journal, strategy: str, merge: Callable[[], None] | None = None) -> Accepted:
@@ -421,19 +422,19 @@ def _merge(repo: Repo, remote: str | None, task: Task, strategy: str) -> str:
     """Merge the task's branch onto its base (the remote's, pushed, with ``git.remote``)."""
     run_hooks = config.load_config()["merge"]["run_hooks"]
     if remote is not None:
-        return git_utils.merge_onto_remote(
+        return merges.merge_onto_remote(
             repo, remote, task.id, task.branch, strategy, task.title, run_hooks
         )
-    return git_utils.merge_task_branch(repo, task.id, task.branch, strategy, task.title, run_hooks)
+    return merges.merge_task_branch(repo, task.id, task.branch, strategy, task.title, run_hooks)
 
 
 def _refuse_empty(repo: Repo, task: Task, base: str) -> None:
     """Accepting a branch with nothing beyond its base would mark the task done without work.
     (One that writes octopoid's runtime, or replaces what git does not track, is refused by
     the merge itself: ``merge_guard``.)"""
-    if not git_utils.branch_exists(repo, git_utils.branch_for(task.id)):
+    if not git_branches.branch_exists(repo, git_branches.branch_for(task.id)):
         return
-    if not git_utils.commits_ahead(repo, task.id, base):
+    if not history.commits_ahead(repo, task.id, base):
         raise IllegalTransition(
             f"{task.label}'s branch has no commits beyond {task.branch}: there is nothing to "
             f"accept; reject it with what is missing (`octopoid reject {task.label} --reason ...`)"
@@ -478,9 +479,9 @@ def _settle_unfinished(task: Task, journal: Journal, by: str) -> None:
     accept); otherwise the journal is dropped and the reject goes on."""
     before = journal.data.get("before")
     if journal.kind == finishing.ACCEPT and finishing.MERGE in journal.left and before:
-        repo = git_utils.open_repo()
-        if git_utils.already_merged(repo, task.id, task.branch, before):
-            tip = git_utils.branch_tip(repo, task.branch)
+        repo = core.open_repo()
+        if history.already_merged(repo, task.id, task.branch, before):
+            tip = git_branches.branch_tip(repo, task.branch)
             queue_utils.record_merge(task.id, tip, by, task.branch)
             return
     if "MERGED" not in queue_utils.get_task(task.id).headers:
@@ -495,19 +496,19 @@ def with_code(
     commented on a line octopoid's copy lacks), such a comment is kept without its code."""
     if not comments:
         return []
-    repo = git_utils.open_repo()
-    branch = git_utils.branch_for(task.id)
-    if not git_utils.branch_exists(repo, branch):
+    repo = core.open_repo()
+    branch = git_branches.branch_for(task.id)
+    if not git_branches.branch_exists(repo, branch):
         if not strict:
             return list(comments)
         raise InvalidInput(f"{task.label} has no branch {branch} to comment on")
     refs = {"new": f"refs/heads/{branch}"}
     if any(c.side == "old" for c in comments):
-        refs["old"] = git_utils.merge_base(repo, task.branch, branch)
+        refs["old"] = history.merge_base(repo, task.branch, branch)
     located = []
     for comment in comments:
         where = branch if comment.side == "new" else f"the base of {branch}"
-        text = git_utils.file_text(repo, refs[comment.side], comment.path)
+        text = history.file_text(repo, refs[comment.side], comment.path)
         lines = _git_lines(text or "")
         last = max(comment.line, comment.end)
         if (text is None or last > len(lines)) and not strict:
@@ -570,36 +571,36 @@ def prune_worktrees() -> list[str]:
     root = config.find_project_root()
     branches = [
         tid
-        for tid in git_utils.task_branch_ids(root)
+        for tid in git_branches.task_branch_ids(root)
         if tid not in finished and store.locate(tid) is TaskState.DONE
     ]
     if not finished and not branches:
         return []
-    repo = git_utils.open_repo()
+    repo = core.open_repo()
     judged: dict[str, list[str]] = {}  # a base -> what says merged into it (fetched once)
     lines = []
     for task_id in [*finished, *branches]:
         task = store.get(task_id) if store.locate(task_id) else None
         if task_id in finished:
-            git_utils.remove_worktree(repo, task_id, delete_branch=False)
+            git_branches.remove_worktree(repo, task_id, delete_branch=False)
         bases = []
         if task is not None:
             bases = judged.setdefault(
                 task.branch, [task.branch, task_tips.accept_base(repo, task.branch)]
             )
-        merged = git_utils.delete_branch_if_merged(
+        merged = git_branches.delete_branch_if_merged(
             repo, task_id, bases, task_tips.merged_tip(task) if task else None
         )
         if task_id in finished:
             lines.append(_pruned(task_id, task, merged))
         elif merged:
-            lines.append(f"deleted {git_utils.branch_for(task_id)}: merged")
+            lines.append(f"deleted {git_branches.branch_for(task_id)}: merged")
     return lines
 
 
 def _pruned(task_id: str, task: Task | None, merged: bool) -> str:
     """What became of a finished task's worktree and branch, in one line."""
-    name, branch = task_label(task_id), git_utils.branch_for(task_id)
+    name, branch = task_label(task_id), git_branches.branch_for(task_id)
     if merged:
         return f"removed {name} and its branch"
     if task is None:

@@ -25,8 +25,7 @@ from ..backends.process import run_process
 from ..base.fsutil import TailBuffer
 from ..base.redaction import Redactor, every_agent_env
 from ..box.box import Box
-from ..git import merge_guard, task_tips
-from ..git import repo as git_utils
+from ..git import branches, core, merge_guard, merges, task_tips
 from ..model.exceptions import InvalidTask
 from ..model.tasks import Task
 
@@ -137,7 +136,7 @@ def judged_tip(repo: Repo, task: Task, tip: str | None = None) -> str | None:
     """The tip a pre-check judges: ``tip`` (the attempt's), else the tip its attempt
     recorded when this machine has it; None: its local branch."""
     mine = task_tips.recorded(task)
-    if tip is None and mine is not None and git_utils.has_commit(repo, mine):
+    if tip is None and mine is not None and branches.has_commit(repo, mine):
         return mine
     return tip
 
@@ -149,19 +148,19 @@ def merge_conflicts(task: Task, tip: str | None = None) -> list[str] | None:
 
     ``git merge-tree --write-tree`` computes the merge without touching any worktree or ref.
     """
-    repo = git_utils.open_repo()
+    repo = core.open_repo()
     base = task_tips.accept_base(repo, task.branch)
-    return git_utils.merge_conflicts(repo, task.id, base, judged_tip(repo, task, tip))
+    return merges.merge_conflicts(repo, task.id, base, judged_tip(repo, task, tip))
 
 
 def merge_precheck(task: Task, tip: str | None = None) -> tuple[list[str] | None, list[str]]:
     """Would the branch merge into its base now: the files that would conflict (None:
     clean), and the paths accept would refuse to write (``merge_guard``: what the person's
     checkout holds untracked or ignored, octopoid's runtime), both of its ``judged_tip``."""
-    tip = judged_tip(git_utils.open_repo(), task, tip)
+    tip = judged_tip(core.open_repo(), task, tip)
     checkouts = merge_guard.Checkouts(config.find_project_root())
-    branch = tip or f"refs/heads/{git_utils.branch_for(task.id)}"
-    return merge_conflicts(task, tip), checkouts.refused(git_utils.full_ref(task.branch), branch)
+    branch = tip or f"refs/heads/{branches.branch_for(task.id)}"
+    return merge_conflicts(task, tip), checkouts.refused(core.full_ref(task.branch), branch)
 
 
 def notes_text(verdict: Verdict) -> str:

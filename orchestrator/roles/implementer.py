@@ -47,7 +47,7 @@ from ..base.processes import (
 from ..base.redaction import Redactor, every_agent_env, hide_also, redact, scrub
 from ..box.bounds import ReadBackRefused
 from ..box.workspace import BroughtBack, Workspace
-from ..git import repo as git_utils
+from ..git import branches, core, history
 from ..memory import lifecycle
 from ..memory.open import open_memory
 from ..memory.retrieval import relevant_notes
@@ -205,7 +205,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
             space.close()
         if task.role == PLANNING_ROLE:  # nothing of its workspace is kept, nor its branch
             with contextlib.suppress(OctopoidError):
-                git_utils.remove_worktree(git_utils.open_repo(), task.id)
+                branches.remove_worktree(core.open_repo(), task.id)
     agent_status.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd,
         tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
@@ -302,7 +302,7 @@ def _next_move(
     verdict = None
     why = result.details.get("no_change")
     if why and space is not None:
-        held = git_utils.commits_ahead(git_utils.open_repo(), task.id, space.base)
+        held = history.commits_ahead(core.open_repo(), task.id, space.base)
         if held:  # earlier attempts made the change: their work is what goes to review
             result.details.pop("no_change")
             add_notes_section(task.id, f"No further change — attempt {task.attempts}", why)
@@ -388,7 +388,7 @@ def _publish(task: Task, space: Workspace, commits: int, result: AgentResult) ->
     problems = [p for p in (space.started.remark, space.publish(commits)) if p]
     caught = space.caught_up
     if caught is not None and caught.count:
-        said = caught.said(git_utils.branch_for(task.id))
+        said = caught.said(branches.branch_for(task.id))
         result.details["caught_up" if caught.tip else "diverged"] = said
         problems.append(said)
     if problems:
@@ -474,8 +474,8 @@ def _branch_block(task: Task, space: Workspace) -> str:
     held: list[str] = []
     behind = 0
     if not space.at_base:
-        held, behind = git_utils.branch_history(git_utils.open_repo(), task.id, space.base)
-    branch = git_utils.branch_for(task.id)
+        held, behind = history.branch_history(core.open_repo(), task.id, space.base)
+    branch = branches.branch_for(task.id)
     return render_branch(branch, space.base, [scrub(line, False) for line in held], behind)
 
 

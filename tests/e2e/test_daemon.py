@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator import config
 from orchestrator.base.processes import marked_processes
-from orchestrator.git import repo as git_utils
+from orchestrator.git import branches
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.queue.leases import attempts_left
@@ -122,8 +122,8 @@ def test_enqueue_to_provisional_then_accept_merges(loop, git_project: Path) -> N
     assert f"Merge TASK-{plain}: plain work" in subjects
     assert f"Merge TASK-{flaky}: fail-once task" in subjects
     for tid in (plain, flaky):
-        assert not git_utils.worktree_for(tid).exists()
-        assert not git_utils.branch_exists(repo, f"agent/TASK-{tid}")
+        assert not branches.worktree_for(tid).exists()
+        assert not branches.branch_exists(repo, f"agent/TASK-{tid}")
         assert q.get_task_notes(tid) is None
     assert daemon.stop() == 0
     assert "scheduler" in (config.get_logs_dir() / "scheduler.log").read_text()

@@ -27,8 +27,6 @@ from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_for_filename
 from pygments.util import ClassNotFound
 
-from ...git import repo as git_utils
-from ...model import defaults
 from ...review import diffs
 
 MAX_BYTES = 2 * 1024 * 1024  # of the diff read for a page
@@ -270,15 +268,12 @@ def task_diff_view(root: Path, base_tip: str, head: str) -> DiffView:
 
 
 def _draw(root: Path, base_tip: str, head: str) -> DiffView:
-    stat = diffs.file_stats(root, base_tip, head, timeout=defaults.DIFF_STAT_SECONDS)
-    big = [f for f in stat if f.added + f.removed > MAX_FILE_LINES or f.too_big_to_diff]
-    big = big[:MAX_SKIPPED]
-    data, more = git_utils.read_diff(root, base_tip, head, MAX_BYTES, [f.path for f in big])
-    view = render_diff(data.decode("utf-8", errors="replace"), cut=more)
-    view.too_big = big
-    view.total_files = len(stat)
-    view.total_lines = sum(f.added + f.removed for f in stat)
-    view.truncated = view.truncated or view.shown_lines < view.total_lines or bool(big)
+    read = diffs.read_within(root, base_tip, head, MAX_BYTES, MAX_FILE_LINES, MAX_SKIPPED)
+    view = render_diff(read.text, cut=read.cut)
+    view.too_big = read.left_out
+    view.total_files = len(read.stats)
+    view.total_lines = sum(f.added + f.removed for f in read.stats)
+    view.truncated = view.truncated or view.shown_lines < view.total_lines or bool(read.left_out)
     return view
 
 

@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ... import config
 from ...base.fsutil import read_since
-from ...base.redaction import scrub
-from ...git import merge_guard
-from ...git import repo as git_utils
 from ...memory import lifecycle
 from ...model.exceptions import NothingToShow, OctopoidError, TaskNotFound
 from ...model.tasks import Task, TaskState, parse_time, utcnow
 from ...queue import machine as queue_utils
 from ...queue import questions, task_notes
-from ...review import diffs, drafts
+from ...review import diffs, drafts, mergeable
+from ...review.mergeable import BranchFacts
 from ...roles import breakdown
 from .. import reports
 from .diffview import DiffView, task_diff_view
 
 S = TaskState
-COMMITS_SHOWN = 50  # of a branch, newest first
 TEXT_LIMIT = 256 * 1024  # characters of a prompt, notes or log shown; the tail is kept
 
 
@@ -96,48 +93,6 @@ def _duration(task: Task, now: datetime) -> str:
     end = moves[claims[-1] + 1][0] if claims[-1] + 1 < len(moves) else now
     seconds = max(0, int((end - start).total_seconds()))
     return f"{seconds // 60}m {seconds % 60}s" if seconds >= 60 else f"{seconds}s"
-
-
-@dataclass
-class BranchFacts:
-    exists: bool
-    ahead: int = 0
-    behind: int = 0
-    conflicts: list[str] | None = None
-    problem: str = ""
-    commits: list[str] = field(default_factory=list)  # "abc1234 subject", newest first
-    head: str = ""  # the branch's tip: every review from the page names it
-    base_tip: str = ""  # its base's, which the diff is drawn against
-    refused: list[str] = field(default_factory=list)  # paths accept refuses (merge_guard)
-
-    @property
-    def refusal(self) -> str:
-        """Why accept refuses the branch, in one line ("" when it does not)."""
-        return merge_guard.reason(self.refused) if self.refused else ""
-
-
-def branch_facts(task: Task) -> BranchFacts:
-    """How far the branch is ahead of and behind its base, and whether it would merge."""
-    try:
-        repo = git_utils.open_repo()
-        branch = git_utils.branch_for(task.id)
-        if not git_utils.branch_exists(repo, branch):
-            return BranchFacts(False)
-        ahead = git_utils.commits_ahead(repo, task.id, task.branch)
-        behind = int(repo.git.rev_list("--count", f"refs/heads/{branch}..refs/heads/{task.branch}"))
-        conflicts = git_utils.merge_conflicts(repo, task.id, task.branch)
-        log = repo.git.log(
-            "--format=%h %s", f"-{COMMITS_SHOWN}", f"refs/heads/{task.branch}..refs/heads/{branch}"
-        )
-        commits = scrub(log).splitlines()  # an agent's commit message: secrets, escapes
-        head = git_utils.branch_tip(repo, branch)
-        base_tip = git_utils.branch_tip(repo, task.branch)
-        refused = merge_guard.Checkouts(config.find_project_root()).refused(
-            git_utils.full_ref(task.branch), f"refs/heads/{branch}"
-        )
-        return BranchFacts(True, ahead, behind, conflicts, "", commits, head, base_tip, refused)
-    except Exception as exc:  # a git failure must not take the page down: say it instead
-        return BranchFacts(False, problem=str(exc).splitlines()[0] if str(exc) else repr(exc))
 
 
 def _confirm_accept(task: Task, git: BranchFacts) -> str | None:
@@ -240,7 +195,7 @@ def task_page(
         else "-",
         "branch": task.branch,
     }
-    git = branch_facts(task)
+    git = mergeable.branch_facts(task)
     diff, diff_note = _diff(task, git)
     placed, unplaced = _placed(diff, draft["comments"])
     return {

@@ -5,10 +5,10 @@ CI on them; a workflow that runs on every push runs the attempt's code there wit
 repository's secrets. ``on_push`` reads the checkout's GitHub workflows
 (``.github/workflows/*.yml``: ``on: push`` without a branch filter that leaves the
 branch out) and its ``.gitlab-ci.yml`` (jobs whose ``rules`` or ``only``/``except``, and
-the ``workflow: rules``, do not leave it out) for ``octopoid doctor``. What cannot be
-judged (a variable of the project's settings, ``changes:``, an included file) counts as
-running: the warning errs towards being said. A branch can change these files itself;
-docs/security.md says what protects secrets then.
+the ``workflow: rules``, do not leave it out); ``octopoid doctor`` asks
+``on_task_push``. What cannot be judged (a variable of the project's settings,
+``changes:``, an included file) counts as running: the warning errs towards being said.
+A branch can change these files itself; docs/security.md says what protects secrets then.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ..git import branches
 
 GITLAB_KEYWORDS = {
     "after_script", "before_script", "cache", "default", "image", "include", "services",
@@ -29,6 +31,11 @@ TOKEN = re.compile(
     r"""\s*(\|\||&&|==|!=|=~|!~|\(|\)|null\b|\$\{?\w+\}?|"(?:[^"\\]|\\.)*"|'[^']*'"""
     r"""|/(?:[^/\\]|\\.)*/[a-z]*)"""
 )
+
+
+def on_task_push(root: Path) -> list[str]:
+    """The workflows and jobs that a push of a task's branch (``agent/TASK-<id>``) runs."""
+    return on_push(root, branches.branch_for("1"))
 
 
 def on_push(root: Path, branch: str) -> list[str]:
