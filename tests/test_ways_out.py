@@ -137,19 +137,24 @@ def test_closing_as_done_keeps_the_learnings_and_won_t_do_drops_them(git_project
     assert f"{'done'}.txt" not in git.Repo(git_project).head.commit.tree
 
 
-@pytest.mark.parametrize("why", ["claimed", "no reason", "half accepted"])
+@pytest.mark.parametrize("why", ["claimed", "no reason", "half accepted", "closed already"])
 def test_close_refuses_what_it_must_not_end(git_project, why):
     tid = task_in(S.CLAIMED if why == "claimed" else S.PROVISIONAL, "w")
     reason = "  " if why == "no reason" else "not needed"
     if why == "half accepted":
         steps = [finishing.MERGE, finishing.MOVE]  # an accept killed during its merge
         finishing.begin(finishing.ACCEPT, tid, steps, {"by": "alice", "before": "abc"})
+    if why == "closed already":
+        assert cli(git_project, "close", tid, "--reason", "first").returncode == 0
     done = cli(git_project, "close", tid, "--reason", reason)
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr
     assert len(done.stderr.splitlines()) == 1
-    needle = {"claimed": "octopoid requeue", "no reason": "needs a reason"}.get(why, "accept")
-    assert needle in done.stderr
-    assert q.get_task(tid).state is not S.DONE
+    needle = {"claimed": "octopoid requeue", "no reason": "needs a reason"}
+    assert needle.get(why, "in done" if why == "closed already" else "accept") in done.stderr
+    if why == "closed already":  # ended once: one History line says so
+        assert sum("closed as" in line for line in q.get_task(tid).history) == 1
+    else:
+        assert q.get_task(tid).state is not S.DONE
 
 
 def test_two_closes_of_one_task_at_the_same_instant_end_it_once(git_project, tmp_path):

@@ -356,6 +356,10 @@ def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Acc
                 else f", or `octopoid reject {label} --reason ...`")
             )  # fmt: skip
         if journal is None:
+            if queue_utils.get_store().locate(task_id) is TaskState.DONE:
+                # The journal's move step passes a task already in done (moved before a
+                # kill): only a journal begun here may take that for its own move.
+                raise IllegalTransition(f"{task_label(task_id)} is in done already")
             steps = [finishing.MOVE, finishing.NOTES, finishing.WORKTREE]
             if kind == "done":
                 steps.append(finishing.PROMOTE)
