@@ -34,6 +34,7 @@ from ..queue import budgets, intake, recovery, steering
 from ..queue import machine as queue_utils
 from ..review import diffs
 from ..review import verdicts as review
+from ..review.comments import line_comment
 from . import listing, reports
 
 ACTOR = "mcp"  #: who a move made here is recorded as, as the review page records "web"
@@ -171,8 +172,7 @@ def reject(
     notes (as `octopoid reject`); a comment on no such file or line rejects nothing."""
     reason = queue_utils.rejection_reason(intake.clean_text(reason, "--reason"))
     parsed = [
-        review.line_comment(c.path, str(c.line), c.text, _end(c.end), c.side)
-        for c in comments or ()
+        line_comment(c.path, str(c.line), c.text, _end(c.end), c.side) for c in comments or ()
     ]
     task = review.reject(task_id, reason, ACTOR, parsed, expect)
     return {"id": task.label, "state": task.state.value, "comments": len(parsed)}

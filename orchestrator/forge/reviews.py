@@ -17,6 +17,7 @@ from ..model.tasks import Task
 from ..queue import machine as queue_utils
 from ..queue.task_notes import LineComment
 from ..review import verdicts as review
+from ..review.comments import MAX_COMMENT_CHARS, line_comment
 from . import Job, PullRequest, Review, text
 from .seen import LOGIN_RE, Seen
 
@@ -112,13 +113,13 @@ def send_back(
 
 
 def _valid(comments: list[LineComment]) -> list[LineComment]:
-    """A forge's comments checked as a person's are (``review.line_comment``); one that is
+    """A forge's comments checked as a person's are (``review.comments.line_comment``); one that is
     not (a hostile path, an absurd line) is dropped, not fatal."""
     kept = []
     for c in comments:
-        said = text.clean(c.text)[: review.MAX_COMMENT_CHARS]
+        said = text.clean(c.text)[:MAX_COMMENT_CHARS]
         try:
-            kept.append(review.line_comment(c.path, str(c.line), said, str(c.end or ""), c.side))
+            kept.append(line_comment(c.path, str(c.line), said, str(c.end or ""), c.side))
         except InvalidInput as exc:
             log.warning("a forge's line comment left out: %s", exc)
     return kept

@@ -42,9 +42,6 @@ from ..queue import machine as queue_utils
 from ..queue.store.records import Journal
 from ..queue.task_notes import LineComment
 from . import finishing
-from .comments import MAX_COMMENT_CHARS as MAX_COMMENT_CHARS  # re-exported: callers say review.*
-from .comments import line_comment as line_comment
-from .comments import parse_line_comment as parse_line_comment
 
 if TYPE_CHECKING:
     from git import Repo

@@ -62,6 +62,7 @@ questions = lazy_import("orchestrator.queue.questions")
 recovery = lazy_import("orchestrator.queue.recovery")
 reports = lazy_import("orchestrator.faces.reports")
 review = lazy_import("orchestrator.review.verdicts")
+review_comments = lazy_import("orchestrator.review.comments")
 sandbox = lazy_import("orchestrator.box")
 scaffold = lazy_import("orchestrator.faces.scaffold")
 scheduler = lazy_import("orchestrator.daemon.scheduler")
@@ -641,7 +642,7 @@ def reject(
     actor = intake.clean_text(actor, "--by")
     if comments and len(task_ids) > 1:
         raise InvalidInput("--comment names lines of one task's branch: reject one task with it")
-    parsed = [review.parse_line_comment(spec) for spec in comments]
+    parsed = [review_comments.parse_line_comment(spec) for spec in comments]
     noted = (
         f"the reason and {plural(len(parsed), 'line comment')} are" if parsed else "the reason is"
     )

@@ -41,6 +41,7 @@ from ...queue import intake, questions, recovery, steering
 from ...queue import machine as queue_utils
 from ...review import drafts
 from ...review import verdicts as review
+from ...review.comments import line_comment
 from ...roles import plans
 from .. import preview
 from . import board, pages, stats_page
@@ -351,7 +352,7 @@ def _reject(task_id: str, form: FormData, reviewer: str) -> None:
     reason = intake.clean_text(str(form.get("reason") or ""), "the reason")
     reason = queue_utils.rejection_reason(reason)
     comments = [
-        review.line_comment(c["path"], c["line"], c["text"], c["end"] or None, c["side"] or "new")
+        line_comment(c["path"], c["line"], c["text"], c["end"] or None, c["side"] or "new")
         for c in _comments(form)
     ]
     head, attempt = _judged(form)
