@@ -14,7 +14,7 @@ from orchestrator.backends import AgentResult
 from orchestrator.git import branches
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
-from orchestrator.roles.base import Ahead
+from orchestrator.roles.base import ahead
 from orchestrator.roles.implementer import _settle
 
 from .support import branch_file, run_claimed, write_agents
@@ -163,7 +163,7 @@ def test_the_agents_own_env_reaches_it_and_its_secrets_are_redacted(git_project:
 
 
 def test_what_the_prompt_reads_runs_while_the_caller_goes_on_and_its_error_reaches_it() -> None:
-    """``Ahead``: the notes and memory are read while the workspace is cloned, not after."""
+    """``ahead``: the notes and memory are read while the workspace is cloned, not after."""
     started, go = threading.Event(), threading.Event()
 
     def read() -> str:
@@ -171,9 +171,9 @@ def test_what_the_prompt_reads_runs_while_the_caller_goes_on_and_its_error_reach
         assert go.wait(30)  # only the caller, going on meanwhile, lets it finish
         return "notes and memory"
 
-    ahead = Ahead(read)
+    reading = ahead(read)
     assert started.wait(30)
     go.set()
-    assert ahead.result() == "notes and memory"
+    assert reading.result() == "notes and memory"
     with pytest.raises(ZeroDivisionError):
-        Ahead(lambda: 1 / 0).result()
+        ahead(lambda: 1 / 0).result()

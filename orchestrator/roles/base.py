@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from .. import config
 from ..base import bytecode
@@ -30,33 +30,15 @@ RUNNER = ("-m", "orchestrator.roles.implementer")
 T = TypeVar("T")
 
 
-class Ahead(Generic[T]):
+def ahead(make: Callable[[], T]) -> Future[T]:
     """``make()`` run in a thread from now on, its result (or its exception) taken later:
     what an attempt reads for its prompt is read while its workspace is cloned, a git
     process's wait, instead of after it, on the way to the agent's start."""
-
-    def __init__(self, make: Callable[[], T]) -> None:
-        self._make = make
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="octopoid-ahead", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._make()
-        except BaseException as exc:  # raised where the result is taken
-            self._error = exc
-
-    def join(self) -> None:
-        """Wait until it is done (an attempt that ended early: nothing of it runs on)."""
-        self._thread.join()
-
-    def result(self) -> T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]  # set once _run returned
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="octopoid-ahead")
+    try:
+        return pool.submit(make)
+    finally:
+        pool.shutdown(wait=False)  # the one job runs on; its thread ends with it
 
 
 class Terminated(OctopoidError):

@@ -24,6 +24,8 @@ import os
 import resource
 import sys
 import time
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -77,10 +79,10 @@ from ..queue.leases import attempts_left
 from ..queue.task_notes import add_notes_section, stdout_log_path
 from . import agent_status, breakdown, checks, planner
 from .base import (
-    Ahead,
     Claim,
     Stopped,
     Terminated,
+    ahead,
     deadline_seconds,
     find_agent,
     raise_on_stop_signals,
@@ -144,7 +146,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         return _out_of_budget(task, spent, f"no attempt started: {spent.why()}")
     own, agent = agent, _within(agent, grant)
     _wait_for_earlier_attempts(task, agents_cfg["shutdown_grace_seconds"])
-    read = Ahead(lambda: _read_for_prompt(task, cfg))  # after the salvage: it is in the notes
+    read = ahead(lambda: _read_for_prompt(task, cfg))  # after the salvage: it is in the notes
     log_dir = attempt_log_dir(task_id)
     output = TailBuffer(
         cfg["notes"]["stdout_limit"],
@@ -175,7 +177,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         cause = "setup" if isinstance(exc, SetupFailed) else cause
         result = AgentResult(None, "error", summary=str(exc), cause=cause)
     finally:
-        read.join()  # nothing of the prompt's reading outlives the attempt
+        futures.wait([read])  # nothing of the prompt's reading outlives the attempt
         kill_claim_processes(token)  # whatever the agent left running dies with the attempt
         if space is not None:
             back = space.bring_back()
@@ -497,7 +499,7 @@ def _asked(task: Task, result: AgentResult, commits: int, space: Workspace) -> A
 def _work(
     task: Task,
     agent: dict,
-    read: Ahead[tuple[str, str]],
+    read: Future[tuple[str, str]],
     claim: Claim,
     log_dir: Path,
     output: TailBuffer,
@@ -551,7 +553,7 @@ def _work(
 def _read_for_prompt(task: Task, cfg: dict) -> tuple[str, str]:
     """The earlier attempts' notes and the memory block for the prompt (its working notes
     seeded on the way): all the prompt needs that is not the workspace's, so it is read
-    while the workspace is made (``Ahead``)."""
+    while the workspace is made (``ahead``)."""
     notes = render_previous_notes(
         queue_utils.get_task_notes(task.id), cfg["notes"]["prompt_budget"]
     )
