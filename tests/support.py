@@ -134,7 +134,8 @@ def race_claimers(root: Path, go: Path, n: int = 8, timeout: float = 240) -> lis
         )
         for i in range(n)
     ]
-    time.sleep(0.5)  # let every interpreter start, then release them together
+    for p in procs:  # every interpreter started and waiting, however slow: then go
+        assert p.stdout.readline() == "ready\n"
     go.touch()
     outputs = [p.communicate(timeout=timeout)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs)

@@ -1,4 +1,5 @@
-"""Claim tasks until none are left; print one claimed id per line. argv: name go-file."""
+"""Say "ready", wait for the go-file, claim tasks until none are left; print one claimed
+id per line. argv: name go-file."""
 
 import sys
 import time
@@ -7,6 +8,7 @@ from pathlib import Path
 from orchestrator.queue.machine import claim_task
 
 name, go = sys.argv[1], Path(sys.argv[2])
+print("ready", flush=True)  # imported and about to wait: the race starts together
 while not go.exists():
     time.sleep(0.005)
 claimed = []
