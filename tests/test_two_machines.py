@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from .test_git_remote import Machines
 TASKS = 30  # exactly once is proved as well by 30 as by 200 (STYLE.md 15)
 
 # The scripted agent, wrapped to log when each attempt starts and ends (for overlap checks).
+# Once OCTO_TEST_HOLD exists, an attempt that has done its work waits before it ends, so the
+# machine about to be killed surely holds a claim when it dies (not one that just finished).
 TIMED_AGENT = """
 import os, subprocess, sys, time
 log = os.environ["OCTO_TEST_TIMES"]
@@ -37,6 +40,12 @@ task = os.environ["OCTOPOID_TASK_ID"]
 with open(log, "a") as f:
     f.write(f"start {task} {os.environ['OCTO_TEST_HOST']} {time.time():.6f}\\n")
 code = subprocess.run([sys.executable, sys.argv[1]]).returncode
+hold = os.environ.get("OCTO_TEST_HOLD")
+if hold and os.path.exists(hold):  # the test is about to kill this machine: wait here
+    with open(hold + ".waiting", "a") as f:
+        f.write(f"{task}\\n")
+    while os.path.exists(hold):
+        time.sleep(0.05)
 with open(log, "a") as f:
     f.write(f"end {task} {os.environ['OCTO_TEST_HOST']} {time.time():.6f}\\n")
 sys.exit(code)
@@ -131,7 +140,7 @@ def test_two_machines_run_every_task_exactly_once_through_a_kill_9(
     env = {
         name: child_env(root)
         | {"OCTOPOID_HOST": f"machine-{name}", "OCTO_TEST_HOST": f"machine-{name}"}
-        | {"OCTO_TEST_TIMES": str(times)}
+        | {"OCTO_TEST_TIMES": str(times), "OCTO_TEST_HOLD": str(tmp_path / f"hold-{name}")}
         for name, root in machines.roots.items()
     }
     schedulers = {name: start_scheduler(root, env[name]) for name, root in machines.roots.items()}
@@ -145,13 +154,19 @@ def test_two_machines_run_every_task_exactly_once_through_a_kill_9(
     ]  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        # Kill B mid-run: some work done, and B holding an attempt that A must then reap.
-        while q.get_store().count(TaskState.DONE) < TASKS // 10 or not _processes_of(
-            machines.roots["b"]
-        ):
-            counts = {state.value: q.get_store().count(state) for state in TaskState}
-            assert time.monotonic() < deadline, f"the machines made no progress: {counts}"
-            time.sleep(0.1)
+
+        # Kill B mid-run: some work done, and B holding an attempt that A must then reap
+        # (one of B's agents has done its work and waits on the hold: its claim is held).
+        def wait(until: Callable[[], bool]) -> None:
+            while not until():
+                counts = {state.value: q.get_store().count(state) for state in TaskState}
+                assert time.monotonic() < deadline, f"the machines made no progress: {counts}"
+                time.sleep(0.1)
+
+        wait(lambda: q.get_store().count(TaskState.DONE) >= TASKS // 10)
+        hold = tmp_path / "hold-b"
+        hold.touch()
+        wait(lambda: Path(f"{hold}.waiting").exists())
         os.killpg(schedulers["b"].pid, signal.SIGKILL)
         victims = _kill(_processes_of(machines.roots["b"]))
         killed_at = time.time()
