@@ -5,8 +5,8 @@ A task file is a title line, a block of ``KEY: value`` header lines, then ``## `
 header holds is checked at parse time, so a task that parses can be scheduled. A user's
 context can never start a section: its ``## `` lines are stored escaped (``\\## ``).
 
-Its size: the Task model with its parse and render, and id allocation under a lock. Next
-out: the id rules and text helpers.
+Its size: the Task model with its parse and render, and id allocation under a lock. The id
+rules are ``ids.py`` (re-exported here); next out: the text helpers.
 """
 
 from __future__ import annotations
@@ -25,6 +25,15 @@ from pathlib import Path
 from ..base.lazy import lazy_import
 from . import defaults
 from .exceptions import IllegalTransition, InvalidTask, InvalidTaskId, TaskParseError
+from .ids import (  # noqa: F401  (re-exported: the model's words in one place)
+    FILE_RE,
+    ID_RE,
+    TaskId,
+    normalize_task_id,
+    split_ids,
+    task_filename,
+    task_label,
+)
 
 # Every command imports this module for its states and ids; only writers need these.
 fsutil = lazy_import("orchestrator.base.fsutil")
@@ -54,8 +63,6 @@ PLANNING_ROLE = "planning"
 DEFAULT_BRANCH = "main"
 TIP_HEADER = "BRANCH_TIP"  # the tip an attempt left on its branch (task_tips.py)
 
-ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-FILE_RE = re.compile(r"TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.md")
 TITLE_RE = re.compile(r"# \[TASK-([^\]\n]*)\] ?(.*)")
 HEADER_RE = re.compile(r"([A-Z][A-Z0-9_]*): ?(.*)")
 FENCE_RE = re.compile(r"(`{3,}|~{3,})")
@@ -99,42 +106,6 @@ DECIMAL_RE = re.compile(r"[0-9]{1,15}(\.[0-9]{1,12})?")
 BRANCH_RE = re.compile(
     r"(?!-)(?!\.)(?!.*\.\.)(?!.*@\{)(?!.*//)(?!.*/\.)[^\x00-\x20\x7f~^:?*\[\\]+(?<![/.])(?<!\.lock)"
 )
-
-
-def normalize_task_id(raw: str) -> str:
-    """Turn ``TASK-12``, ``task-12`` or ``12`` into the bare id ``12``; refuse anything else.
-
-    This is the only way a user's id reaches a path.
-    """
-    if not isinstance(raw, str):
-        raise InvalidTaskId(f"task id must be text, got {type(raw).__name__}")
-    text = raw.strip()
-    if "\x00" in text:
-        raise InvalidTaskId("task id contains a NUL byte")
-    if text[:5].upper() == "TASK-":
-        text = text[5:]
-    if not ID_RE.fullmatch(text):
-        shown = raw if len(raw) <= 70 else raw[:67] + "..."
-        raise InvalidTaskId(
-            f"invalid task id {shown!r}: use TASK-<id> or <id>, where <id> is 1-64 letters, "
-            "digits, '-' or '_' starting with a letter or digit"
-        )
-    return text
-
-
-def split_ids(text: str) -> list[str]:
-    """The ids of a list written as ``BLOCKED_BY`` holds them: separated by commas and/or
-    spaces (``TASK-1, TASK-2``); each still to be checked by ``normalize_task_id``."""
-    return [part for part in re.split(r"[,\s]+", text) if part]
-
-
-def task_label(task_id: str) -> str:
-    """``12`` -> ``TASK-12``: how ids are shown and how files are named."""
-    return f"TASK-{task_id}"
-
-
-def task_filename(task_id: str) -> str:
-    return f"{task_label(task_id)}.md"
 
 
 def utcnow() -> datetime:

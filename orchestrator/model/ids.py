@@ -1,0 +1,72 @@
+"""A task's id, checked once where it enters octopoid and carried as a ``TaskId`` after.
+
+Ids come in from a person (``TASK-12``, ``task-12``, ``12``), a file name, a forge's answer or
+a channel request. Each entry makes one ``TaskId``; everything below takes that value and
+never checks it again: constructing a ``TaskId`` from a ``TaskId`` returns it unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .exceptions import InvalidTaskId
+
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+FILE_RE = re.compile(r"TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.md")
+
+
+class TaskId(str):
+    """A bare task id (``12``) that passed the id rules: the only way an id reaches a path.
+
+    A ``str`` so that headers, SQL parameters and f-strings take it as they are.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, raw: object) -> TaskId:
+        if type(raw) is cls:  # already checked where it entered
+            return raw  # type: ignore[return-value]
+        return str.__new__(cls, _checked(raw))
+
+    @property
+    def label(self) -> str:
+        """``TASK-12``: how ids are shown and how files are named."""
+        return f"TASK-{self}"
+
+
+def _checked(raw: object) -> str:
+    """The bare id of ``TASK-12``, ``task-12`` or ``12``; InvalidTaskId for anything else."""
+    if not isinstance(raw, str):
+        raise InvalidTaskId(f"task id must be text, got {type(raw).__name__}")
+    text = raw.strip()
+    if "\x00" in text:
+        raise InvalidTaskId("task id contains a NUL byte")
+    if text[:5].upper() == "TASK-":
+        text = text[5:]
+    if not ID_RE.fullmatch(text):
+        shown = raw if len(raw) <= 70 else raw[:67] + "..."
+        raise InvalidTaskId(
+            f"invalid task id {shown!r}: use TASK-<id> or <id>, where <id> is 1-64 letters, "
+            "digits, '-' or '_' starting with a letter or digit"
+        )
+    return text
+
+
+def normalize_task_id(raw: str) -> TaskId:
+    """The seed's name for parsing an id: ``TaskId(raw)``."""
+    return TaskId(raw)
+
+
+def split_ids(text: str) -> list[str]:
+    """The ids of a list written as ``BLOCKED_BY`` holds them: separated by commas and/or
+    spaces (``TASK-1, TASK-2``); each still to be checked by ``TaskId``."""
+    return [part for part in re.split(r"[,\s]+", text) if part]
+
+
+def task_label(task_id: str) -> str:
+    """``12`` -> ``TASK-12``: how ids are shown and how files are named."""
+    return f"TASK-{task_id}"
+
+
+def task_filename(task_id: str) -> str:
+    return f"{task_label(task_id)}.md"
