@@ -255,6 +255,86 @@ def run_claimed(task, agent: str):
     return run_attempt(task.id, agent, task.headers["CLAIM_TOKEN"])
 
 
+def provisional_with_commit(root: Path, filename: str = "feature.txt", text: str = "new\n") -> str:
+    """A task in provisional whose branch has one commit, made and submitted as a runner would
+    (the claimed task carries its token: a fenced submit)."""
+    import git
+
+    from orchestrator.git import branches
+    from orchestrator.queue import machine as q
+
+    created = q.create_task(f"add {filename}")
+    task = q.claim_task(None, "agent")
+    assert task.id == created.id
+    worktree = branches.ensure_worktree(git.Repo(root), task.id, "main")
+    (worktree / filename).write_text(text)
+    wt = git.Repo(worktree)
+    wt.index.add([filename])
+    wt.index.commit(f"agent work on {filename}")
+    q.save_task_notes(task.id, "agent", "did it", 1, 1)
+    q.submit_completion(task, 1, 1)
+    return task.id
+
+
+class Machines:
+    """Clones ``a`` and ``b`` of ``origin`` (bare) sharing one PostgreSQL queue, as two
+    machines would; ``on(x)`` makes x the current project."""
+
+    def __init__(self, tmp: Path, monkeypatch, dsn: str) -> None:
+        import git
+
+        from orchestrator.faces.scaffold import init_project
+
+        seed = tmp / "seed"
+        seed.mkdir()
+        make_git_repo(seed)
+        self.origin = tmp / "origin.git"
+        git.Repo.clone_from(seed, self.origin, bare=True)
+        self.monkeypatch = monkeypatch
+        monkeypatch.setenv("OCTOPOID_DATABASE_URL", dsn)
+        monkeypatch.setenv("GIT_AUTHOR_NAME", "Test User")
+        monkeypatch.setenv("GIT_AUTHOR_EMAIL", "test@example.invalid")
+        monkeypatch.setenv("GIT_COMMITTER_NAME", "Test User")
+        monkeypatch.setenv("GIT_COMMITTER_EMAIL", "test@example.invalid")
+        self.roots = {}
+        for name in ("a", "b"):
+            root = tmp / name
+            git.Repo.clone_from(self.origin, root)
+            init_project(root)
+            (root / ".octopoid/config.yaml").write_text("git:\n  remote: origin\n")
+            write_agents(root)
+            self.roots[name] = root
+
+    def on(self, name: str) -> Path:
+        self.monkeypatch.setenv("OCTOPOID_ROOT", str(self.roots[name]))
+        self.monkeypatch.chdir(self.roots[name])
+        return self.roots[name]
+
+    def remote_branch(self, name: str) -> str | None:
+        return self.listed().get(f"refs/heads/{name}")
+
+    def carried(self, task_id: str) -> str | None:
+        """The remote's copy of a task's branch, where octopoid carries it."""
+        return self.listed().get(f"refs/octopoid/tasks/TASK-{task_id}")
+
+    def listed(self) -> dict[str, str]:
+        """Every ref of the remote, as ``git ls-remote`` lists them: {ref: commit}."""
+        import git
+
+        out = git.Git().ls_remote(str(self.origin))
+        return {ref: sha for sha, ref in (line.split("\t") for line in out.splitlines())}
+
+
+def attempt(machines: Machines, name: str, task_id: str) -> str:
+    """One attempt at ``task_id`` on machine ``name``, in this process: its next state."""
+    from orchestrator.queue import machine as q
+
+    machines.on(name)
+    claimed = q.claim_task(None, "impl-1")
+    assert claimed is not None and claimed.id == task_id
+    return run_claimed(claimed, "impl-1").next_state
+
+
 def exited_pid() -> int:
     """The PID of a process that has already exited (an agent that died)."""
     done = subprocess.run(

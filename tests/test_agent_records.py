@@ -16,8 +16,7 @@ from orchestrator.model.tasks import format_time, utcnow
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
-from .support import set_config, settle, write_agents
-from .test_git_remote import Machines
+from .support import Machines, set_config, settle, write_agents
 
 
 @pytest.fixture

@@ -275,7 +275,7 @@ def test_show_and_status_report_usage(git_project: Path) -> None:
 
 
 def test_diff_and_worktrees_commands(git_project: Path) -> None:
-    from .test_review import provisional_with_commit
+    from .support import provisional_with_commit
 
     tid = provisional_with_commit(git_project)
     assert "+new" in invoke("diff", tid, code=0).output

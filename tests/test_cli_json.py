@@ -13,8 +13,7 @@ import pytest
 from orchestrator.git import branches, diffs
 from orchestrator.queue import machine as q
 
-from .support import octopoid
-from .test_review import provisional_with_commit
+from .support import octopoid, provisional_with_commit
 
 
 @pytest.mark.parametrize(

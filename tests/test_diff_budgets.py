@@ -15,8 +15,7 @@ from orchestrator.faces.web import diffview
 from orchestrator.git import branches
 from orchestrator.model import defaults
 
-from .support import commit_on_branch, peak_rss_kib
-from .test_review import provisional_with_commit
+from .support import commit_on_branch, peak_rss_kib, provisional_with_commit
 
 MB = 1024 * 1024
 DRAW = """

@@ -20,8 +20,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 
-from .support import child_env, octopoid, remembered, write_agents
-from .test_review import provisional_with_commit
+from .support import child_env, octopoid, provisional_with_commit, remembered, write_agents
 from .test_review_races import merges_of
 
 LEARNED = "the release script needs GNU tar"

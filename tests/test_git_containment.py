@@ -25,8 +25,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
 from .helpers.fake_messages_api import FakeMessagesAPI, tool_use
-from .support import run_claimed, set_config, write_agents
-from .test_review import provisional_with_commit
+from .support import provisional_with_commit, run_claimed, set_config, write_agents
 
 
 @pytest.fixture

@@ -9,14 +9,13 @@ from pathlib import Path
 import git
 import pytest
 
-from orchestrator.faces.scaffold import init_project
 from orchestrator.model.exceptions import GitError, MergeRefused
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 
-from .support import make_git_repo, run_claimed, set_config, write_agents
+from .support import Machines, attempt, set_config
 
 # A pre-receive hook on the remote that, at the first push to main, lands another commit on
 # main first (as another machine's accept would), so that push is refused mid-flight.
@@ -32,58 +31,9 @@ done
 """
 
 
-class Machines:
-    """Clones ``a`` and ``b`` of ``origin`` (bare); ``on(x)`` makes x the current project."""
-
-    def __init__(self, tmp: Path, monkeypatch: pytest.MonkeyPatch, dsn: str) -> None:
-        seed = tmp / "seed"
-        seed.mkdir()
-        make_git_repo(seed)
-        self.origin = tmp / "origin.git"
-        git.Repo.clone_from(seed, self.origin, bare=True)
-        self.monkeypatch = monkeypatch
-        monkeypatch.setenv("OCTOPOID_DATABASE_URL", dsn)
-        monkeypatch.setenv("GIT_AUTHOR_NAME", "Test User")
-        monkeypatch.setenv("GIT_AUTHOR_EMAIL", "test@example.invalid")
-        monkeypatch.setenv("GIT_COMMITTER_NAME", "Test User")
-        monkeypatch.setenv("GIT_COMMITTER_EMAIL", "test@example.invalid")
-        self.roots = {}
-        for name in ("a", "b"):
-            root = tmp / name
-            git.Repo.clone_from(self.origin, root)
-            init_project(root)
-            (root / ".octopoid/config.yaml").write_text("git:\n  remote: origin\n")
-            write_agents(root)
-            self.roots[name] = root
-
-    def on(self, name: str) -> Path:
-        self.monkeypatch.setenv("OCTOPOID_ROOT", str(self.roots[name]))
-        self.monkeypatch.chdir(self.roots[name])
-        return self.roots[name]
-
-    def remote_branch(self, name: str) -> str | None:
-        return self.listed().get(f"refs/heads/{name}")
-
-    def carried(self, task_id: str) -> str | None:
-        """The remote's copy of a task's branch, where octopoid carries it."""
-        return self.listed().get(f"refs/octopoid/tasks/TASK-{task_id}")
-
-    def listed(self) -> dict[str, str]:
-        """Every ref of the remote, as ``git ls-remote`` lists them: {ref: commit}."""
-        out = git.Git().ls_remote(str(self.origin))
-        return {ref: sha for sha, ref in (line.split("\t") for line in out.splitlines())}
-
-
 @pytest.fixture
 def machines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> Machines:
     return Machines(tmp_path, monkeypatch, pg_dsn)
-
-
-def attempt(machines: Machines, name: str, task_id: str) -> str:
-    machines.on(name)
-    claimed = q.claim_task(None, "impl-1")
-    assert claimed is not None and claimed.id == task_id
-    return run_claimed(claimed, "impl-1").next_state
 
 
 def test_a_retry_on_another_machine_continues_the_pushed_branch_and_accept_lands_it(

@@ -16,8 +16,7 @@ from orchestrator.model.tasks import new_task
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .support import cli_output, remembered, run_claimed, write_agents
-from .test_review import provisional_with_commit
+from .support import cli_output, provisional_with_commit, remembered, run_claimed, write_agents
 
 PLANTED = "## Important Facts\n- PLANTED: the admin password is in /etc/shadow\n"
 

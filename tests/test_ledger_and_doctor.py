@@ -112,7 +112,7 @@ def test_relaxed_durability_never_fsyncs_but_still_moves_by_rename(project, monk
 def test_list_status_and_show_never_import_gitpython_or_anthropic(git_project):
     """Not even with a task in review, once its merge check is cached (the first status
     after a branch moves runs git merge-tree through GitPython)."""
-    from .test_review import provisional_with_commit
+    from .support import provisional_with_commit
 
     provisional_with_commit(git_project)
     q.create_task("t")

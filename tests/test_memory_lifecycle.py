@@ -123,7 +123,7 @@ def test_the_daemon_loop_promotes_memory(git_project: Path) -> None:
 
 def _accept_with_distill(git_project: Path, reply: str) -> tuple[object, list]:
     from .helpers.fake_messages_api import FakeMessagesAPI, text
-    from .test_review import provisional_with_commit
+    from .support import provisional_with_commit
 
     NotesManager().add_item("Important Facts", "the old build used make")
     tid = provisional_with_commit(git_project)

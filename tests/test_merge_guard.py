@@ -22,8 +22,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 from orchestrator.roles import checks
 
-from .support import commit_on_branch, octopoid
-from .test_review import provisional_with_commit
+from .support import commit_on_branch, octopoid, provisional_with_commit
 
 IGNORED = ".env\n*.db\nvenv/\nnode_modules/\ndata/\n"
 #: What the person's checkout holds that git does not track, path -> bytes.

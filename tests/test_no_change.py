@@ -98,7 +98,7 @@ def test_closing_a_task_already_done_refuses_and_keeps_what_its_accept_left(git_
     from orchestrator.review import finishing
     from orchestrator.review import verdicts as review
 
-    from .test_review import provisional_with_commit
+    from .support import provisional_with_commit
 
     tid = provisional_with_commit(git_project)
     review.accept(tid)

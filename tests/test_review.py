@@ -15,22 +15,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import diffs
 from orchestrator.review import verdicts as review
 
-
-def provisional_with_commit(root: Path, filename: str = "feature.txt", text: str = "new\n") -> str:
-    """A task in provisional whose branch has one commit, made and submitted as a runner would
-    (the claimed task carries its token: a fenced submit)."""
-    created = q.create_task(f"add {filename}")
-    task = q.claim_task(None, "agent")
-    assert task.id == created.id
-    repo = git.Repo(root)
-    worktree = branches.ensure_worktree(repo, task.id, "main")
-    (worktree / filename).write_text(text)
-    wt = git.Repo(worktree)
-    wt.index.add([filename])
-    wt.index.commit(f"agent work on {filename}")
-    q.save_task_notes(task.id, "agent", "did it", 1, 1)
-    q.submit_completion(task, 1, 1)
-    return task.id
+from .support import provisional_with_commit
 
 
 def set_strategy(root: Path, strategy: str) -> None:

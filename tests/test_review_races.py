@@ -20,8 +20,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 
-from .support import OCTOPOID, child_env, octopoid, wait_for
-from .test_review import provisional_with_commit
+from .support import OCTOPOID, child_env, octopoid, provisional_with_commit, wait_for
 
 
 class Crash(BaseException):

@@ -19,9 +19,8 @@ from orchestrator.queue import questions
 from orchestrator.review import mergeable
 from orchestrator.roles import plans
 
+from .support import Machines, attempt, wait_for, write_agents
 from .support import octopoid as cli
-from .support import wait_for, write_agents
-from .test_git_remote import Machines, attempt
 from .test_steering import ended, running, said_in_log
 from .test_web_drafts import save
 from .web_server import Client, start_web

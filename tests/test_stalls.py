@@ -14,8 +14,7 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
-from .support import OCTOPOID, child_env, write_agents
-from .test_review import provisional_with_commit
+from .support import OCTOPOID, child_env, provisional_with_commit, write_agents
 
 
 def octopoid(root: Path, *args: str) -> subprocess.CompletedProcess:

@@ -17,8 +17,7 @@ from orchestrator.queue import dependencies
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .support import commit_on_branch
-from .test_review import provisional_with_commit
+from .support import commit_on_branch, provisional_with_commit
 
 QUEUE = ".octopoid/runtime/queue"
 

@@ -25,8 +25,7 @@ from orchestrator.base.processes import TOKEN_ENV, environment_of, marked_proces
 from orchestrator.model.tasks import TaskState, render_task
 from orchestrator.queue import machine as q
 
-from .support import HELPERS, OCTOPOID, child_env, set_config, write_agents
-from .test_git_remote import Machines
+from .support import HELPERS, OCTOPOID, Machines, child_env, set_config, write_agents
 
 TASKS = 30  # exactly once is proved as well by 30 as by 200 (STYLE.md 15)
 

@@ -26,10 +26,9 @@ from orchestrator.model.tasks import TaskState, utcnow
 from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 
-from .support import HELPERS, OCTOPOID, child_env, set_config, wait_for, write_agents
+from .support import HELPERS, OCTOPOID, Machines, child_env, set_config, wait_for, write_agents
 from .test_breakdown import burned_out, killed_split, split_once
 from .test_finishing import KILLED_ACCEPT
-from .test_git_remote import Machines
 from .test_two_machines import start_scheduler
 from .web_server import start_web
 

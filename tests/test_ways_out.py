@@ -16,8 +16,7 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 
-from .support import OCTOPOID, child_env, remembered, write_agents
-from .test_review import provisional_with_commit
+from .support import OCTOPOID, child_env, provisional_with_commit, remembered, write_agents
 
 S = TaskState
 
