@@ -126,7 +126,7 @@ CLI_CORE = {"main", "registry", "render"}
     [
         (("--help",), set()),
         (("scheduler", "status"), {"scheduler"}),
-        (("list",), {"tasks", "params"}),
+        (("list",), {"tasks"}),
     ],
     ids=" ".join,
 )

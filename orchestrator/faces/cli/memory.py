@@ -1,5 +1,6 @@
-"""`octopoid memory add|search|remove|promote|gc`: working notes and long-term memory.
-(`memory show` reads a task's working notes without the store: notes.py.)"""
+"""`octopoid memory add|search|remove`: working notes and long-term memory, without the
+queue (`memory show`: notes.py; `memory promote|gc`, a task's notes after review:
+learnings.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,9 @@ import click
 
 from ...memory import lifecycle, provenance
 from ...model.exceptions import OctopoidError
-from ...model.ids import TaskId
 from ...model.tasks import plural
-from ...queue import intake, machine
-from ...review import finishing
+from ...queue import intake
 from . import render
-from .params import TASK_ID
 
 
 @click.command("add")
@@ -66,24 +64,3 @@ def memory_remove(target: str) -> None:
     if not removed:
         raise OctopoidError(f"no note matches {target!r}")
     click.echo(f"removed {plural(removed, 'note')}")
-
-
-@click.command("promote")
-@click.argument("task_id", type=TASK_ID)
-def memory_promote(task_id: TaskId) -> None:
-    """Copy what an accept of TASK_ID would keep into long-term memory now (accept does it
-    too): the learnings of its submitted attempt (and a person's), not those struck."""
-    count = lifecycle.promote_task_notes(machine.get_task(task_id), "human")
-    click.echo(f"{plural(count, 'new note')} in long-term memory")
-
-
-@click.command("gc")
-def memory_gc() -> None:
-    """Remove working notes of tasks that are done or no longer exist.
-
-    An accept that was interrupted before promoting the task's learnings is finished first.
-    """
-    for line in finishing.finish_interrupted():
-        click.echo(line)
-    removed = lifecycle.gc_ephemeral(finishing.is_over)
-    click.echo("\n".join(f"removed {name}" for name in removed) or "nothing to remove")

@@ -36,12 +36,12 @@ def group(help: str) -> Entry:
 COMMANDS: dict[str, Entry] = {
     "init": Entry("project", "init", "Create .octopoid/ (config, agents, prompts) and the "
                   "runtime folders here."),
-    "doctor": Entry("project", "doctor", "Repair what a crash left (interrupted writes) and "
+    "doctor": Entry("doctor", "doctor", "Repair what a crash left (interrupted writes) and "
                     "list what needs you, with the fix."),
-    "export": Entry("project", "export_cmd", "Write the whole queue (any store) to DEST as "
+    "export": Entry("transfer", "export_cmd", "Write the whole queue (any store) to DEST as "
                     "<state>/TASK-<id>.md files, and each task's retry notes as "
                     "notes/TASK-<id>.md."),
-    "import": Entry("project", "import_cmd", "Load a folder queue (SOURCE/<state>/"
+    "import": Entry("transfer", "import_cmd", "Load a folder queue (SOURCE/<state>/"
                     "TASK-<id>.md, notes/TASK-<id>.md) into this project's store."),
     "db": group("The PostgreSQL queue's schema (store.backend: postgres)."),
     "db upgrade": Entry("project", "db_upgrade", "Create or migrate the octopoid schema in "
@@ -50,12 +50,12 @@ COMMANDS: dict[str, Entry] = {
                   "retry notes, review, merge."),
     "import-octopoid": Entry("onboard", "import_octopoid", "Import the queue of an octopoid "
                              "checkout at PATH (.orchestrator/shared/queue)."),
-    "enqueue": Entry("tasks", "enqueue", "Add a task to incoming and print its id."),
+    "enqueue": Entry("enqueue", "enqueue", "Add a task to incoming and print its id."),
     "list": Entry("tasks", "list_cmd", "List tasks in QUEUE (default: every queue but done), "
                   "a page of each at a time."),
     "show": Entry("show", "show", "Print a task: where it is, its branch head, its notes, "
                   "usage, and its file."),
-    "diff": Entry("show", "diff", "Show what a task's branch changes against its base branch."),
+    "diff": Entry("diff", "diff", "Show what a task's branch changes against its base branch."),
     "notes": Entry("notes", "notes", "Print a task's retry notes (what earlier attempts left "
                    "for the next one)."),
     "status": Entry("status", "status", "Tasks per queue, running claims with their lease, "
@@ -75,9 +75,9 @@ COMMANDS: dict[str, Entry] = {
                      "notes are kept)."),
     "answer": Entry("review", "answer", "Answer the question an attempt of TASK_ID asked "
                     "(its agent's ask_human)."),
-    "checks": Entry("review", "checks_cmd", "Run a task's checks and merge pre-check on its "
+    "checks": Entry("branches", "checks_cmd", "Run a task's checks and merge pre-check on its "
                     "branch now (moves nothing)."),
-    "worktrees": Entry("review", "worktrees", "List task worktrees (or prune those of done "
+    "worktrees": Entry("branches", "worktrees", "List task worktrees (or prune those of done "
                        "or gone tasks)."),
     "pause": Entry("pause", "pause", "Stop claiming new tasks (running attempts finish)."),
     "resume": Entry("pause", "resume", "Claim tasks again after `octopoid pause` (with "
@@ -102,11 +102,11 @@ COMMANDS: dict[str, Entry] = {
                            "punctuation in QUERY is fine)."),
     "memory remove": Entry("memory", "memory_remove", "Forget a note by its id (#12 -> 12) "
                            "or by its exact text."),
-    "memory promote": Entry("memory", "memory_promote", "Copy what an accept of TASK_ID would "
+    "memory promote": Entry("learnings", "memory_promote", "Copy what an accept of TASK_ID would "
                             "keep into long-term memory now (accept does it too): the "
                             "learnings of its submitted attempt (and a person's), not those "
                             "struck."),
-    "memory gc": Entry("memory", "memory_gc", "Remove working notes of tasks that are done or "
+    "memory gc": Entry("learnings", "memory_gc", "Remove working notes of tasks that are done or "
                        "no longer exist."),
     "plan": Entry("plan", "plan_group", "Plan a goal into dependent tasks a person reviews "
                   '(`octopoid plan "goal"`).'),
