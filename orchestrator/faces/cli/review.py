@@ -20,6 +20,9 @@ from .params import TASK_ID
 
 T = TypeVar("T")
 
+#: The ids a verdict acts on, as given: `each` parses them one at a time.
+several_ids = click.argument("task_ids", nargs=-1, required=True)
+
 
 def each(
     task_ids: tuple[str, ...],
@@ -57,7 +60,7 @@ def _failed_row(raw: str, exc: OctopoidError) -> dict[str, Any]:
 
 
 @click.command()
-@click.argument("task_ids", nargs=-1, required=True)
+@several_ids
 @click.option("--by", "actor", default="human", show_default=True, help="Who accepts.")
 @click.option(
     "--expect",
@@ -141,7 +144,7 @@ def _accepted_line(done: verdicts.Accepted) -> str:
 
 
 @click.command()
-@click.argument("task_ids", nargs=-1, required=True)
+@several_ids
 @click.option("--reason", required=True, help="What to fix; the next attempt reads it.")
 @click.option(
     "--comment",
@@ -192,7 +195,7 @@ def reject(
 
 
 @click.command()
-@click.argument("task_ids", nargs=-1, required=True)
+@several_ids
 @click.option("--reason", required=True, help="Why; kept in the task's History.")
 @click.option(
     "--wont-do",
@@ -232,7 +235,7 @@ def approve(task_id: TaskId, actor: str) -> None:
 
 
 @click.command()
-@click.argument("task_ids", nargs=-1, required=True)
+@several_ids
 @click.option(
     "--budget",
     default="",
@@ -263,7 +266,7 @@ def retry(task_ids: tuple[str, ...], fresh: bool, budget: str) -> None:
 
 
 @click.command()
-@click.argument("task_ids", nargs=-1, required=True)
+@several_ids
 @click.option("--reason", default="requeued by hand", show_default=True)
 def requeue(task_ids: tuple[str, ...], reason: str) -> None:
     """Move claimed tasks back to incoming (their retry notes are kept).
