@@ -421,7 +421,9 @@ NEEDS_ALSO = {
 
 
 def _commands_taking_a_task_id(group: click.Group, prefix: str = "") -> Iterator[str]:
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # lazy groups too: each command is imported here
+        command = group.get_command(ctx, name)
         if isinstance(command, click.Group):
             yield from _commands_taking_a_task_id(command, f"{prefix}{name} ")
         elif any(p.name in ("task_id", "task_ids") for p in command.params):

@@ -117,6 +117,31 @@ def test_a_command_does_not_import_what_it_does_not_use(
     assert found == set()
 
 
+#: The CLI's own modules every command loads: the group, its registry, the output.
+CLI_CORE = {"main", "registry", "render"}
+
+
+@pytest.mark.parametrize(
+    ("args", "own"),
+    [
+        (("--help",), set()),
+        (("scheduler", "status"), {"scheduler"}),
+        (("list",), {"tasks"}),
+    ],
+    ids=" ".join,
+)
+def test_a_command_imports_only_its_own_command_module(
+    startup_project: Path, args: tuple[str, ...], own: set[str]
+):
+    """The registry lists every command without importing their modules (`--help`), and
+    a command imports the module that defines it, no other."""
+    prefix = "orchestrator.faces.cli."
+    loaded = {
+        n.removeprefix(prefix) for n in _loaded(startup_project, args) if n.startswith(prefix)
+    }
+    assert loaded - CLI_CORE == own
+
+
 def test_version_still_prints_the_installed_version(startup_project: Path):
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator.faces.cli.main", "--version"],

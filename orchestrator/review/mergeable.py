@@ -116,7 +116,13 @@ class BranchFacts:
     @property
     def refusal(self) -> str:
         """Why accept refuses the branch, in one line ("" when it does not)."""
-        return merge_guard.reason(self.refused) if self.refused else ""
+        return refusal(self.refused)
+
+
+def refusal(paths: list[str]) -> str:
+    """Why accept refuses a branch that would write ``paths``, in one line ("" for none):
+    the faces' words for it, which they may not ask git for."""
+    return merge_guard.reason(paths) if paths else ""
 
 
 def branch_facts(task: Task) -> BranchFacts:

@@ -1,2 +1,3 @@
-"""`octopoid`: click commands (main.py holds the group; one module per command
-family). Parse, call one function below, print."""
+"""`octopoid`: click commands. main.py holds the group, registry.py names every command and
+the module that defines it (one module per idea), render.py prints. Parse, call one
+function below, print."""

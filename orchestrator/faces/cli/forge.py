@@ -6,20 +6,11 @@ commands are for a first import, and for seeing a poll's work at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
 
-from ...base.lazy import lazy_import
+from ... import forge
+from ...forge import Forge, issues, poller
 from ...model.exceptions import ConfigError
-
-if TYPE_CHECKING:
-    from .forge import Forge
-
-# Imported at first use: the forge's client libraries are heavy, and optional.
-forge = lazy_import("orchestrator.forge")
-issues = lazy_import("orchestrator.forge.issues")
-poller = lazy_import("orchestrator.forge.poller")
 
 
 def _connect(kind: str | None = None) -> Forge:

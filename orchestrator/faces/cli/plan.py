@@ -4,18 +4,15 @@ edited here, and enqueued on approval. Parse, call ``plans`` or the planner, pri
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ...base.lazy import lazy_import
 from ...model.exceptions import InvalidInput
-
-intake = lazy_import("orchestrator.queue.intake")
-plans = lazy_import("orchestrator.roles.plans")
-planner = lazy_import("orchestrator.roles.planner")
+from ...queue import intake
+from ...roles import planner, plans
+from . import render
 
 STATES_SHOWN = ("draft", "approving")  # what `plan list` shows without --all
 
@@ -65,7 +62,7 @@ def list_plans(everything: bool, as_json: bool) -> None:
     """The plans waiting for review (drafts), one line each."""
     found = [p for p in plans.all_plans() if everything or p.state in STATES_SHOWN]
     if as_json:
-        click.echo(json.dumps([dataclasses.asdict(p) for p in found], indent=2))
+        render.emit_json([dataclasses.asdict(p) for p in found], sort_keys=False)
         return
     for p in found:
         click.echo(f"{p.id}  {p.state:<9} {len(p.tasks):>2} tasks  {_first_line(p.goal)}")
@@ -125,7 +122,7 @@ def discard(plan_id: str) -> None:
 
 def _print(plan: Any, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(dataclasses.asdict(plan), indent=2))
+        render.emit_json(dataclasses.asdict(plan), sort_keys=False)
         return
     click.echo(f"{plan.id} ({plan.state}): {_first_line(plan.goal)}")
     if plan.planned_by:

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import click
 
-from ...base.lazy import lazy_import
-
-preview = lazy_import("orchestrator.faces.preview")
-tasks = lazy_import("orchestrator.model.tasks")
-queue_utils = lazy_import("orchestrator.queue.machine")
+from ...config import load_config
+from ...model.ids import TaskId
+from ...queue import machine
+from .. import preview
+from .params import TASK_ID
 
 
 @click.command("preview")
-@click.argument("task_id")
+@click.argument("task_id", type=TASK_ID)
 @click.option("--stop", is_flag=True, help="Stop the task's preview.")
-def preview_command(task_id: str, stop: bool) -> None:
+def preview_command(task_id: TaskId, stop: bool) -> None:
     """Serve TASK_ID's branch for its reviewer, in a box of its own; it is opened from the
     task's review page (`octopoid web`), behind its sign-in."""
-    bare = queue_utils.known_task_id(task_id)  # an unknown task is that (exit 3), even to --stop
-    label = tasks.task_label(bare)
+    bare = machine.known_task_id(task_id)  # an unknown task is that (exit 3), even to --stop
+    label = task_id.label
     if stop:
         stopped = preview.stop(bare)
         click.echo(f"{label}'s preview stopped" if stopped else f"{label} has no preview running")
@@ -36,7 +36,5 @@ def preview_command(task_id: str, stop: bool) -> None:
 
 
 def _idle() -> str:
-    from ...config import load_config
-
     seconds = load_config()["preview"]["idle_seconds"]
     return f"{seconds // 60} min" if seconds >= 60 else f"{seconds}s"

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from ...base.lazy import lazy_import
-
-stats = lazy_import("orchestrator.faces.stats")
+from .. import stats
+from . import render
 
 #: The table's columns: heading, and how a group's figures give the cell.
 COLUMNS: list[tuple[str, Any]] = [
@@ -41,19 +39,17 @@ def stats_command(agent: str | None, since: str | None, week: str | None, as_jso
     verdicts; for the project and per agent, role and week. docs/stats.md defines each."""
     data = stats.report(agent, since, week)
     if as_json:
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        render.emit_json(data)
         return
-    click.echo(render(data))
+    click.echo(table(data))
 
 
-def render(data: dict[str, Any]) -> str:
+def table(data: dict[str, Any]) -> str:
     """The figures as one table: the project, then each agent, role and week."""
     rows = [["", *(heading for heading, _ in COLUMNS)], _row("project", data["project"])]
     for group in ("agent", "role", "week"):
         rows += [_row(f"{group} {name}", f) for name, f in data[f"by_{group}"].items()]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                       enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]  # fmt: skip
+    lines = render.table(rows, right=True).splitlines()
     project = data["project"]
     stalls = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in project["stalls"].items())
     forge = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in project["forge"].items())

@@ -3,21 +3,23 @@ attempt (docs/steering.md). Parse, call ``steering``, print."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from ...base.lazy import lazy_import
 from ...model.defaults import STOP_WAIT_SECONDS
 from ...model.exceptions import OctopoidError
-
-attaching = lazy_import("orchestrator.faces.attach")
-steering = lazy_import("orchestrator.queue.steering")
+from ...model.ids import TaskId
+from ...queue import steering
+from .. import attach as attaching
+from .params import TASK_ID
 
 
 @click.command("say")
-@click.argument("task_id")
+@click.argument("task_id", type=TASK_ID)
 @click.argument("text")
 @click.option("--by", "actor", default="human", show_default=True, help="Who says it.")
-def say_command(task_id: str, text: str, actor: str) -> None:
+def say_command(task_id: TaskId, text: str, actor: str) -> None:
     """Send TEXT to TASK_ID's running attempt (or, with none running, to its next one).
 
     Claude Code and the Anthropic backend read it as a user turn before their next model
@@ -29,7 +31,7 @@ def say_command(task_id: str, text: str, actor: str) -> None:
 
 
 @click.command("stop")
-@click.argument("task_id")
+@click.argument("task_id", type=TASK_ID)
 @click.option("--reason", required=True, help="Why; the next attempt reads it in the notes.")
 @click.option("--by", "actor", default="human", show_default=True, help="Who stops it.")
 @click.option(
@@ -39,7 +41,7 @@ def say_command(task_id: str, text: str, actor: str) -> None:
     show_default=True,
     help="Seconds to wait for the runner to end it (0: don't wait).",
 )
-def stop_command(task_id: str, reason: str, actor: str, wait: float) -> None:
+def stop_command(task_id: TaskId, reason: str, actor: str, wait: float) -> None:
     """End TASK_ID's running attempt on purpose: its processes are stopped, the reason
     goes into its notes, and the task goes back to incoming without counting the attempt
     (against its attempts or its agent's circuit breaker). The runner reads the stop from
@@ -59,13 +61,12 @@ def stop_command(task_id: str, reason: str, actor: str, wait: float) -> None:
 
 
 @click.command("attach")
-@click.argument("task_id")
+@click.argument("task_id", type=TASK_ID)
 @click.option("--by", "actor", default="human", show_default=True, help="Who is typing.")
-def attach_command(task_id: str, actor: str) -> None:
+def attach_command(task_id: TaskId, actor: str) -> None:
     """Follow TASK_ID's running attempt live (its tool calls, output and checks, as
     readable lines); each line you type is sent to it as `octopoid say`. Ctrl-D or Ctrl-C
     detaches and leaves the attempt running."""
-    import sys
 
     def show(text: str) -> None:
         click.echo(text, nl=False)

@@ -1,0 +1,20 @@
+"""`octopoid scheduler run`: the daemon in the foreground, in this process."""
+
+from __future__ import annotations
+
+import signal
+
+import click
+
+from ...daemon import scheduler, scheduler_control
+
+
+@click.command("run")
+@click.option("--once", is_flag=True, help="One pass (reap, claim, start attempts), then exit.")
+def scheduler_run(once: bool) -> None:
+    """Run in the foreground until Ctrl-C or SIGTERM (graceful: attempts get to finish)."""
+    daemon = scheduler.Scheduler(own_process=True)
+    scheduler_control.setup_logging(console=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: daemon.stop())
+    daemon.run(once=once)
