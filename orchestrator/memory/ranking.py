@@ -118,7 +118,9 @@ def selective(terms: list[Term], df: dict[str, int]) -> list[Term]:
 def over_bar(index: Index, notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The notes of a search worth a prompt: ``BAR`` (``PATHLESS_BAR`` without a path of
     the task), or ``COVERAGE`` with ``FLOOR``; and ``RELATIVE`` of the best of those."""
-    short = [n for n in notes if FLOOR <= n["score"] < _bar(n) and (n["length"] or 0) <= SHORT]
+    top = max((n["score"] for n in notes if n["score"] >= _bar(n)), default=0.0)
+    least = max(FLOOR, RELATIVE * top)  # a short note below it is cut whatever it covers
+    short = [n for n in notes if least <= n["score"] < _bar(n) and (n["length"] or 0) <= SHORT]
     covered = coverage(index, short) if short else {}
     passing = [n for n in notes if n["score"] >= _bar(n) or covered.get(n["id"], 0.0) >= COVERAGE]
     top = max((n["score"] for n in passing), default=0.0)
