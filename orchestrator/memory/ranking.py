@@ -27,10 +27,14 @@ from .terms import PATH, SYMBOL, WORD, Term, query_terms, scan
 #: 0.509 at 0.5, 0.548 at 0.3, 0.530 at 0.2; pytest 0.565 -> 0.591 at 0.3.)
 K1, B = 1.2, 0.3
 #: How much more than a word of the same rarity a name (``Client.send``, ``iter_lines``)
-#: and a path say about a note: a task and a note that name one thing are about it.
+#: and a path say about a note: a task and a note that name one thing are about it. (httpx,
+#: b 0.3: a name 2x a word gave 56 % of the block relevant, 3x 46 %, against 60 % at 1.5x:
+#: a task's text seldom names the function it changes, and a note's names of others then
+#: outweigh the task's file.)
 KIND_WEIGHT = {WORD: 1.0, SYMBOL: 1.5, PATH: 1.0}
 #: A path term counts this much more in a File Knowledge note: the task's own files against
-#: what was learned about those files.
+#: what was learned about those files. (httpx, b 0.3: 1.0 gave 53 %, 2.0 49 % with twice
+#: the notes, against 60 %.)
 FILE_KNOWLEDGE_BOOST = 1.5
 #: The absolute bar a note's score must reach to be put in a prompt. A score counts matched
 #: terms in units of a term no other note has (idf over the store's size, so the bar means
