@@ -172,7 +172,7 @@ def worker() -> None:
             store = open_store(msg)
             reply = {"ms": (time.perf_counter() - t0) * 1e3, "code": orchestrator.__file__}
         elif msg["op"] == "close":
-            store.close() if hasattr(store, "db") else store.store.close()
+            store.close()
             reply = {}
         elif msg["op"] == "load":
             reply = {"ms": load(store, msg["notes"]) * 1e3}
@@ -195,6 +195,8 @@ def open_store(msg: dict) -> Any:
 def load(store: Any, path: str) -> float:
     """Bulk insert (one transaction) with the schema this code makes, then its index built
     as a store older than the index is (``index_pending``, code that has one)."""
+    import memory_relevance
+
     from orchestrator.memory.store import content_hash
 
     notes = json.loads(Path(path).read_text())
@@ -205,7 +207,7 @@ def load(store: Any, path: str) -> float:
     ]  # fmt: skip
     cols = "content, tags, agent, scope, metadata, created, updated, content_hash, pinned"
     t0 = time.perf_counter()
-    if hasattr(store, "db"):
+    if memory_relevance.is_sqlite(store):
         with store.db:
             store.db.execute("BEGIN")
             store.db.executemany(f"INSERT INTO notes ({cols}) VALUES (?,?,?,?,?,?,?,?,?)", rows)
@@ -215,10 +217,7 @@ def load(store: Any, path: str) -> float:
                 cp.write_row(row)
     if hasattr(store, "index_pending"):
         store.index_pending()
-    if not hasattr(store, "db"):
-        import memory_relevance
-
-        memory_relevance.settle(store)
+    memory_relevance.settle(store)
     return time.perf_counter() - t0
 
 

@@ -292,10 +292,15 @@ def open_store(backend: str, tmp: Path, dsn: str | None, stop: list) -> Any:
     return PostgresMemoryStore(shared(dsn))
 
 
+def is_sqlite(store: Any) -> bool:
+    """Whether ``store`` is the SQLite memory (both have a ``db``: a connection or a pool)."""
+    return isinstance(getattr(store, "db", None), sqlite3.Connection)
+
+
 def settle(store: Any) -> None:
     """What autovacuum does to a store that grew (PostgreSQL): statistics, the GIN pending
     list merged, the visibility map set."""
-    if hasattr(store, "store"):
+    if not is_sqlite(store):
         import psycopg
 
         with psycopg.connect(store.db.dsn, autocommit=True) as conn:

@@ -106,14 +106,17 @@ def pending(cur: Any, d: Dialect, lock: str = "") -> dict[int, tuple[None, str]]
 
 
 # Each term's document frequency beside the store's totals, in one statement (a row per
-# term found, and one with no term when none is).
+# term found, and one with no term when none is). PostgreSQL looks each term up in the
+# vocabulary's key, as SQLite does (``= ANY`` made a bitmap scan of it: 0.53 ms at the
+# median against 0.44 at 100,000 notes, interleaved).
 SQLITE_FREQUENCIES = """
 SELECT t.notes, t.length, v.term, v.df FROM memory_totals t LEFT JOIN (
     json_each(?) AS j JOIN memory_vocab v ON v.term = j.value) ON 1
 """
 POSTGRES_FREQUENCIES = """
 SELECT t.notes, t.length, v.term, v.df FROM octopoid.memory_totals t
-LEFT JOIN octopoid.memory_vocab v ON v.term = ANY(%s)
+LEFT JOIN (unnest(%s::text[]) AS q(term) JOIN octopoid.memory_vocab v ON v.term = q.term)
+    ON true
 """
 
 
