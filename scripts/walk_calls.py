@@ -35,13 +35,14 @@ import threading
 import tomllib
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))  # this tree's octopoid
 
-AGENT = "echo walked > \"walk-$OCTOPOID_TASK_ID\" && git add -A && git commit -q -m walk"
+AGENT = 'echo walked > "walk-$OCTOPOID_TASK_ID" && git add -A && git commit -q -m walk'
 
 
 def layers() -> dict[str, int]:
@@ -174,11 +175,12 @@ def main() -> None:
         q.create_task(f"walk {n}")
         task = q.claim_task(None, "walker")
         attempt = Walk(rank)
-        report = attempt.trace(lambda: run_attempt(task.id, "walker", task.headers["CLAIM_TOKEN"]))
+        token = task.headers["CLAIM_TOKEN"]
+        report = attempt.trace(partial(run_attempt, task.id, "walker", token))
         if report.next_state != "provisional":
             raise SystemExit(f"the attempt ended in {report.next_state}: {report.reason}")
         accept = Walk(rank)
-        accept.trace(lambda: verdicts.accept(task.id, "walker"))
+        accept.trace(partial(verdicts.accept, task.id, "walker"))
     attempt.report("attempt", args.edges)
     accept.report("accept", args.edges)
 
