@@ -32,6 +32,8 @@ from ..queue import adopt, intake
 from ..queue import machine as queue_utils
 from ..queue.leases import claim_token
 from ..queue.store.records import Journal, JournalKind
+from ..queue.task_notes import add_notes_section
+from .base import Ended, Role
 
 MAX_SUBTASKS = 20  # more is not a breakdown but a backlog: a person should plan that
 KEYS = {"title", "context", "criteria", "depends_on"}
@@ -255,3 +257,36 @@ def rewire_dependants(old_id: str, new_id: str, actor: str = "octopoid") -> list
             continue  # claimed or moved meanwhile: it was not waiting any more
         rewired.append(waiting.id)
     return rewired
+
+
+def settle(ended: Ended) -> tuple[str, str]:
+    """A breakdown attempt's next move: split the task as the agent proposed (or propose
+    it, with ``breakdown.approve``), or say why not (back to breakdown, or failed once its
+    breakdown attempts are spent)."""
+    task, result = ended.task, ended.result
+    stop = result.details.get("stop")
+    if stop == "LostClaim":
+        return "(not ours any more)", result.summary
+    try:
+        if stop or result.outcome != "success":
+            raise InvalidTask(f"the agent did not finish: {result.outcome}: {result.summary}")
+        subtasks = parse_answer(answer_text(ended.log))
+        if ended.cfg["breakdown"]["approve"]:
+            check(task, subtasks)
+            queue_utils.propose_split(task, proposal_text(subtasks))
+            why = f"{len(subtasks)} subtasks proposed; waiting for `octopoid approve`"
+            return TaskState.PROVISIONAL.value, why
+        created = split(task, subtasks)
+    except InvalidTask as exc:
+        why = f"the breakdown was refused: {exc}"
+        add_notes_section(task.id, f"Breakdown — attempt {task.attempts}", why)
+        if int(task.headers.get("BREAKDOWN_ATTEMPTS") or 0) < ended.agents_cfg["max_attempts"]:
+            queue_utils.recycle_to_breakdown(task, why)
+            return TaskState.BREAKDOWN.value, why
+        queue_utils.fail_task(task, f"breakdown attempts exhausted; {why}")
+        return TaskState.FAILED.value, why
+    return TaskState.DONE.value, f"split into {', '.join(t.label for t in created)}"
+
+
+#: the breakdown role, as the attempt runner is handed it
+ROLE = Role(ANSWER_FORMAT, "breakdown", settle=settle)
