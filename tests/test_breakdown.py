@@ -233,7 +233,9 @@ def test_a_split_killed_half_way_is_finished_once(breakdown_agent, git_project, 
     assert q.get_store().journals.get(breakdown.SPLIT, f"TASK-{tid}") is not None
     if who == "sweep":
         (line,) = finishing.finish_interrupted()
-        assert line == f"TASK-{tid}: finished its split (create-2, create-3, rewire, finish)"
+        assert (
+            line == f"TASK-{tid}: finished what its split left (create-2, create-3, rewire, finish)"
+        )
     else:
         again = [breakdown.Subtask("another answer", criteria=["done"])]
         assert [t.title for t in breakdown.split(claimed, again)] == [

@@ -43,8 +43,7 @@ elif point == "merged":
 elif point == "move":
     queue_utils.accept_completion = die
 else:
-    real = finishing._run
-    finishing._run = lambda step, *a: die() if step == point else real(step, *a)
+    finishing.STEP_FUNCTIONS[point] = die
 review.accept(task_id, "alice")
 """
 

@@ -232,7 +232,7 @@ def an_accept_and_a_split_killed_on_a_are_finished_once_by_b_s_sweep(team: Team,
     killed_split(team.roots["a"], big)
     for finished in (
         f"TASK-{tid}: finished what its accept left",
-        f"TASK-{big}: finished its split",
+        f"TASK-{big}: finished what its split left",
     ):
         wait_for(f"b's sweep: {finished}", lambda f=finished: team.logs["b"].says(f), 60)
     assert q.get_store().locate(tid) is TaskState.DONE

@@ -16,30 +16,31 @@ task says it landed), a task in done is not moved again, memory deduplicates, an
 removals treat what is already gone as done. Only the merge waits for a person's accept:
 the sweep does not merge.
 
-``finish_interrupted`` is the sweep over every kind of journal: accept and close here, a
-breakdown's split (``roles.breakdown``) and a plan's approval (``plans``).
+Both kinds are tables of steps (``ACCEPT_KIND``, ``CLOSE_KIND``: the functions below)
+run by the store's one journal runner (``Journals.run``). ``finish_interrupted`` is the
+sweep over every kind: these two, a breakdown's split (``roles.breakdown.SPLIT_KIND``) and
+a plan's approval (``roles.plans.APPROVAL_KIND``), each passed down to ``Journals.sweep``.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config
 from ..base.lazy import lazy_import
-from ..model.exceptions import IllegalTransition, JournalBusy, OctopoidError, TaskBusy
-from ..model.tasks import Task, TaskState, normalize_task_id, task_label
+from ..model.exceptions import IllegalTransition, OctopoidError
+from ..model.ids import TaskId
+from ..model.tasks import Task, TaskState, task_label
 from ..queue import adopt
 from ..queue import machine as queue_utils
-from ..queue.store.records import Journal, Journals
+from ..queue.store.records import LATER, Journal, JournalKind, Journals, Step
 
 # the other journals' owners, and what only a step needs: `doctor` rarely finds any
 breakdown = lazy_import("orchestrator.roles.breakdown")
 plans = lazy_import("orchestrator.roles.plans")
-log = logging.getLogger("octopoid.finishing")
 
 ACCEPT, CLOSE = "accept", "close"  # the journals' kinds
 MERGE, MOVE = "merge", "move"
@@ -103,37 +104,29 @@ def is_over(task_id: str) -> bool:
     return where in (None, TaskState.DONE) and open_journal(task_id) is None
 
 
-def run(journal: Journal, merge: Callable[[], None] | None = None) -> Finished:
-    """Run what is left of a held accept or close journal, in order; finish it when
-    nothing is left. ``merge`` is the accept's (the sweep has none: a merge not recorded
-    on the task waits for the next accept). The merge and the move stop the run when they
-    fail; a later step that fails (git, the memory store, a model) is reported and stays
-    for the next finisher while the others go on."""
-    journals, task_id = _journals(), normalize_task_id(journal.key)
-    actor = str(journal.data.get("by") or "octopoid")
-    done = Finished(queue_utils.get_task(task_id))
-    for step in journal.left:
-        if step == MERGE:
-            (merge or (lambda: _merge_recorded(task_id)))()
-        elif step == MOVE:
-            _move(journal, task_id, actor)
-        elif step == REMOTE_BRANCH and PULL_REQUEST in journal.left:
-            continue  # the pull request is not closed yet: its branch waits
-        else:
-            try:
-                _run(step, task_id, actor, done)
-            except Exception as exc:  # git, the memory store, a model: the step stays journaled
-                done.errors.append(f"{step}: {exc}")
-                log.error("%s: could not finish %s: %s", task_label(task_id), step, exc)
-                continue
-        journal = journals.mark_done(journal, step)
-    if not journal.left:
-        journals.finish(journal)
-    done.task = queue_utils.get_task(task_id)
-    return done
+def run(journal: Journal, merge: Step | None = None) -> Finished:
+    """Run what is left of a held accept or close journal (the store's runner); finish it
+    when nothing is left. ``merge`` is the accept's (the sweep has none: a merge not
+    recorded on the task waits for the next accept). The merge and the move stop the run
+    when they fail; a later step that fails (git, the memory store, a model) is reported
+    and stays for the next finisher while the others go on."""
+    kind = KINDS[journal.kind]
+    ran = _journals().run(journal, kind if merge is None else kind.but({MERGE: merge}))
+    promoted, distilled = ran.results.get(PROMOTE) or (0, {})
+    return Finished(queue_utils.get_task(_task(journal)), promoted, distilled, ran.errors)
 
 
-def _merge_recorded(task_id: str) -> None:
+def _task(journal: Journal) -> TaskId:
+    return TaskId(journal.key)
+
+
+def _actor(journal: Journal) -> str:
+    return str(journal.data.get("by") or "octopoid")
+
+
+def _merge_recorded(journal: Journal, step: str) -> None:
+    """The sweep's merge step: it never merges; a merge recorded on the task is done."""
+    task_id = _task(journal)
     if not queue_utils.get_task(task_id).headers.get("MERGED"):
         raise IllegalTransition(
             f"{task_label(task_id)}: its accept stopped before its merge was recorded; "
@@ -141,96 +134,90 @@ def _merge_recorded(task_id: str) -> None:
         )
 
 
-def _move(journal: Journal, task_id: str, actor: str) -> None:
+def _move(journal: Journal, step: str) -> None:
     """The move to done, unless the task is there already (moved before a kill)."""
+    task_id, data = _task(journal), journal.data
     if queue_utils.get_store().locate(task_id) is TaskState.DONE:
         return
-    data = journal.data
     if journal.kind == CLOSE:
-        queue_utils.close_task(task_id, data["kind"], data["reason"], actor)
+        queue_utils.close_task(task_id, data["kind"], data["reason"], _actor(journal))
     else:
-        queue_utils.accept_completion(task_id, actor, reason=data.get("reason", "accepted"))
+        reason = data.get("reason", "accepted")
+        queue_utils.accept_completion(task_id, _actor(journal), reason=reason)
 
 
-def _run(step: str, task_id: str, actor: str, done: Finished) -> None:
-    # Here, not at the top: `octopoid doctor` asks for journals every time and rarely has one.
-    from ..git import branches, core, task_tips
-    from ..git import remote as git_remote
+# What follows imports its parts when it runs: `octopoid doctor` asks for journals every
+# time and rarely has one.
+def _promote(journal: Journal, step: str) -> tuple[int, dict[str, Any]]:
+    """Only what the accepted attempt recorded, as its reviewer left it: how many were
+    promoted, and a model's distillation."""
     from ..memory import lifecycle
     from ..memory.distill import distill
+
+    task = queue_utils.get_task(_task(journal))
+    kept = lifecycle.kept_learnings(task)
+    promoted = lifecycle.promote_task_notes(task, _actor(journal))
+    items = [{"section": item.section, "item": item.text} for item in kept]
+    return promoted, distill(task, items, config.load_config()["memory"])
+
+
+def _notes(journal: Journal, step: str) -> None:
+    """The task's working notes, and what waited on it in review, gone for good."""
     from ..memory.notes import NotesManager
     from ..queue import questions, steering
     from . import drafts
 
-    working = NotesManager(notes_id=task_label(task_id))
-    if step == PROMOTE:  # only what the accepted attempt recorded, as its reviewer left it
-        task = queue_utils.get_task(task_id)
-        kept = lifecycle.kept_learnings(task)
-        done.promoted = lifecycle.promote_task_notes(task, actor)
-        items = [{"section": item.section, "item": item.text} for item in kept]
-        done.distilled = distill(task, items, config.load_config()["memory"])
-    elif step == NOTES:
-        working.cleanup()
-        drafts.clear_task(task_id)  # reviewers' unsent drafts: the task left review for good
-        questions.forget(task_id)  # a question nobody answered: nobody needs to now
-        steering.forget(task_id)  # messages no attempt read: the notes keep them
-    elif step == WORKTREE and branches.worktree_for(task_id).exists():
-        branches.remove_worktree(core.open_repo(), task_id, delete_branch=False)
-    elif step == BRANCH:
-        repo = core.open_repo()
-        branches.remove_worktree(repo, task_id)
-        base = task_tips.accept_base(repo, queue_utils.get_task(task_id).branch)
-        branches.drop_replaced(repo, task_id, base)
-    elif step == REMOTE_BRANCH and (remote := git_remote.remote_name()) is not None:
-        _remote_branch(task_id, remote)
-    elif step == PULL_REQUEST:  # a closed task's open pull request (docs/forge.md)
-        from ..forge import pulls
-
-        pulls.close_for(task_id, actor)
+    task_id = _task(journal)
+    NotesManager(notes_id=task_label(task_id)).cleanup()
+    drafts.clear_task(task_id)  # reviewers' unsent drafts: the task left review for good
+    questions.forget(task_id)  # a question nobody answered: nobody needs to now
+    steering.forget(task_id)  # messages no attempt read: the notes keep them
 
 
-def _remote_branch(task_id: str, remote: str) -> None:
+def _worktree(journal: Journal, step: str) -> None:
+    from ..git import branches, core
+
+    if branches.worktree_for(_task(journal)).exists():
+        branches.remove_worktree(core.open_repo(), _task(journal), delete_branch=False)
+
+
+def _branch(journal: Journal, step: str) -> None:
+    """The branch, and the tips octopoid set aside for it that the base holds."""
+    from ..git import branches, core, task_tips
+
+    task_id, repo = _task(journal), core.open_repo()
+    branches.remove_worktree(repo, task_id)
+    base = task_tips.accept_base(repo, queue_utils.get_task(task_id).branch)
+    branches.drop_replaced(repo, task_id, base)
+
+
+def _pull_request(journal: Journal, step: str) -> None:
+    """A closed task's open pull request, closed saying why (docs/forge.md)."""
+    from ..forge import pulls
+
+    pulls.close_for(_task(journal), _actor(journal))
+
+
+def _remote_branch(journal: Journal, step: str) -> str | None:
     """Delete the task's refs on the remote that what it left holds all of: the tip its
     attempt submitted, merged; for a task closed without a merge, its branch here, which
-    keeps the work (none here: the remote keeps it)."""
+    keeps the work (none here: the remote keeps it). Not before its pull request is closed."""
     from ..git import branches, core, task_tips
     from ..git import remote as git_remote
 
+    if PULL_REQUEST in journal.left:
+        return LATER
+    if (remote := git_remote.remote_name()) is None:
+        return None
+    task_id = _task(journal)
     task, repo = queue_utils.get_task(task_id), core.open_repo()
     kept = task_tips.recorded(task)
     if task.headers.get("CLOSED") and "MERGED" not in task.headers:
         kept = branches.ref_tip(repo, branches.branch_for(task_id))
         if kept is None:
-            return
+            return None
     git_remote.delete_remote_branch(repo, remote, task_id, kept)
-
-
-def finish_interrupted() -> list[str]:
-    """Finish every journal a dead process left (accept, close, split, plan approval),
-    on this machine or another; one line per journal finished or dropped. A journal held
-    by a live process is its own; an accept whose merge is not recorded waits for the
-    next accept (`octopoid doctor` names it)."""
-    left = _journals().pending()
-    if not left:
-        return []
-    resumers: dict[str, Callable[[Journal], str | None]] = {
-        ACCEPT: _resume, CLOSE: _resume, breakdown.SPLIT: breakdown.resume,
-        plans.APPROVAL: plans.resume,
-    }  # fmt: skip
-    lines = []
-    for journal in left:
-        resume = resumers.get(journal.kind)
-        if resume is None:
-            continue
-        try:
-            line = resume(journal)
-        except (JournalBusy, TaskBusy):
-            continue  # its process is alive and running it
-        except OctopoidError as exc:
-            line = f"{journal.key}: could not finish its {journal.kind}: {exc}"
-        if line:
-            lines.append(line)
-    return lines
+    return None
 
 
 def awaits_accept(journal: Journal) -> bool:
@@ -239,28 +226,41 @@ def awaits_accept(journal: Journal) -> bool:
     if journal.kind != ACCEPT or MERGE not in journal.left:
         return False
     try:
-        return not queue_utils.get_task(normalize_task_id(journal.key)).headers.get("MERGED")
+        return not queue_utils.get_task(_task(journal)).headers.get("MERGED")
     except OctopoidError:
         return False  # the task is gone: nothing waits for an accept
 
 
-def _resume(journal: Journal) -> str | None:
-    """Finish a dead accept's or close's journal; what was done, or None (nothing to do)."""
-    task_id, store = normalize_task_id(journal.key), queue_utils.get_store()
-    with store.hold(task_id, "finished"), taken(task_id) as current:
-        if current is None:
-            return None
-        label, kind, steps = task_label(task_id), current.kind, ", ".join(current.left)
-        if store.locate(task_id) is None:
-            abandon(current)
-            return f"{label}: the task is gone; its {kind} journal is dropped"
-        if awaits_accept(current):
-            return None
-        try:
-            errors = run(current).errors
-        except IllegalTransition as exc:  # the move was refused: the task left review
-            abandon(current)
-            return f"{label}: its {kind} could not move it ({exc}); the journal is dropped"
-    return f"{label}: finished what its {kind} left ({steps})" + (
-        f"; still to do: {'; '.join(errors)}" if errors else ""
-    )
+def _held(key: str) -> AbstractContextManager[object]:
+    """The sweep holds the task as a person's accept does."""
+    return queue_utils.get_store().hold(TaskId(key), "finished")
+
+
+def _gone(journal: Journal) -> str | None:
+    return "the task is gone" if queue_utils.get_store().locate(_task(journal)) is None else None
+
+
+#: the steps of an accept and of a close, by name (a test may wrap one to kill its run)
+STEP_FUNCTIONS: dict[str, Step] = {
+    MERGE: _merge_recorded, MOVE: _move, PROMOTE: _promote, NOTES: _notes,
+    WORKTREE: _worktree, BRANCH: _branch, PULL_REQUEST: _pull_request,
+    REMOTE_BRANCH: _remote_branch,
+}  # fmt: skip
+_FINISHING = {
+    "tolerant": frozenset(STEPS) - {MERGE, MOVE}, "hold": _held, "gone": _gone,
+    "waits": awaits_accept, "dropped_on": (IllegalTransition,),
+}  # fmt: skip
+ACCEPT_KIND = JournalKind(ACCEPT, STEP_FUNCTIONS, **_FINISHING)
+CLOSE_KIND = JournalKind(CLOSE, STEP_FUNCTIONS, **_FINISHING)
+KINDS = {ACCEPT: ACCEPT_KIND, CLOSE: CLOSE_KIND}
+
+
+def finish_interrupted() -> list[str]:
+    """Finish every journal a dead process left (accept, close, split, plan approval),
+    on this machine or another; one line per journal finished or dropped. A journal held
+    by a live process is its own; an accept whose merge is not recorded waits for the
+    next accept (`octopoid doctor` names it)."""
+    journals = _journals()
+    if not journals.pending():  # the usual answer: the other kinds' owners stay unloaded
+        return []
+    return journals.sweep([ACCEPT_KIND, CLOSE_KIND, breakdown.SPLIT_KIND, plans.APPROVAL_KIND])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -39,7 +39,7 @@ from ..model.tasks import (
     task_label,
 )
 from ..queue import machine as queue_utils
-from ..queue.store.records import Journal
+from ..queue.store.records import Journal, Step
 from ..queue.task_notes import LineComment
 from . import finishing
 
@@ -165,7 +165,7 @@ def accept(
         merging = _Merging(task, strategy, accepted_by)
         journal = journal or merging.begin()
         try:
-            done = _finished(journal, strategy, lambda: merging.merge(journal.data.get("before")))
+            done = _finished(journal, strategy, merging.merge)
         except MergeRefused:  # nothing was merged: the task stays as it was
             finishing.abandon(journal)
             raise
@@ -243,9 +243,10 @@ class _Merging:
             steps.append(finishing.MERGE)
         return finishing.begin(finishing.ACCEPT, self.task.id, steps, data)
 
-    def merge(self, before: str | None) -> None:
-        """Merge once: if git shows the merge landed since ``before`` (the base's tip the
-        journal kept: an accept killed after its merge), only record it."""
+    def merge(self, journal: Journal, step: str) -> None:
+        """The journal's merge step, once: if git shows the merge landed since the base's
+        tip the journal kept (``before``: an accept killed after its merge), only record it."""
+        before = journal.data.get("before")
         repo, remote, base = self.base()
         if before and history.already_merged(repo, self.task.id, base, before):
             merged = git_branches.branch_tip(repo, base)
@@ -410,7 +411,7 @@ def _holds_work(task: Task) -> bool:
     return history.commits_ahead(repo, task.id, task.branch) > 0
 
 
-def _finished(journal: Journal, strategy: str, merge: Callable[[], None] | None = None) -> Accepted:
+def _finished(journal: Journal, strategy: str, merge: Step | None = None) -> Accepted:
     """Run what is left of a held accept or close journal; the accept it makes."""
     done = finishing.run(journal, merge)
     merged = done.task.headers.get("MERGED") or None

@@ -1,4 +1,6 @@
-"""What every role's attempt shares: the claim it owns, stop signals, the agent's environment."""
+"""What every role's attempt shares: the claim it owns, stop signals, the agent's
+environment, and ``Role``: what one role's attempt does differently, described as data
+and functions that the one attempt runner (``implementer.run_attempt``) is handed."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from .. import config
 from ..base import bytecode
@@ -24,10 +27,48 @@ from ..queue import steering
 from ..queue.recovery import STOP_SIGNAL
 from . import checks
 
+if TYPE_CHECKING:
+    from ..backends import AgentResult
+    from ..box.workspace import Workspace
+
 #: How every attempt runs: one runner process per attempt, whatever its role
 RUNNER = ("-m", "orchestrator.roles.implementer")
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How an attempt ended, for its role to make the task's next move."""
+
+    task: Task
+    token: str
+    result: AgentResult
+    commits: int
+    space: Workspace | None
+    log: Path  # the attempt's whole output
+    agents_cfg: dict
+    cfg: dict
+
+
+def _nothing_to_prepare(task: Task, space: Workspace) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Role:
+    """What one role's attempt does differently, handed to the one runner: the prompt's
+    ``instructions`` (``prompts/<name>.md``; None: the task's role) and ``howto`` (how to
+    answer), what it ``prepare``s in the workspace before the agent starts, and ``settle``:
+    the task's next move from how the attempt ended, as (state, why); None: the
+    implementer's (checks, then submit, requeue, breakdown or fail). A role that does not
+    ``keep_branch`` answers in words: nothing of its branch is published or kept."""
+
+    howto: str
+    instructions: str | None = None
+    settle: Callable[[Ended], tuple[str, str]] | None = None
+    prepare: Callable[[Task, Workspace], None] = _nothing_to_prepare
+    keeps_branch: bool = True
 
 
 def ahead(make: Callable[[], T]) -> Future[T]:

@@ -22,20 +22,25 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 from ..model.exceptions import InvalidInput, InvalidTask, OctopoidError
-from ..model.tasks import Task, TaskState, new_task, normalize_task_id, task_label
+from ..model.ids import TaskId
+from ..model.tasks import Task, TaskState, new_task, task_label
 from ..queue import adopt, intake
 from ..queue import machine as queue_utils
 from ..queue.leases import claim_token
-from ..queue.store.records import Journal
+from ..queue.store.records import Journal, JournalKind
+from ..queue.task_notes import add_notes_section
+from .base import Ended, Role
 
 MAX_SUBTASKS = 20  # more is not a breakdown but a backlog: a person should plan that
 KEYS = {"title", "context", "criteria", "depends_on"}
 BLOCK_RE = re.compile(r"^(`{3,})(subtasks|plan)[ \t]*\n(.*?)^\1[ \t]*$", re.M | re.S)
 MAX_ANSWER_BYTES = 1 << 20
-SPLIT, REWIRE, FINISH = "split", "rewire", "finish"  # the journal's kind, its last steps
+SPLIT = "split"  # the journal's kind
+CREATE, REWIRE, FINISH = "create", "rewire", "finish"  # its steps: create-<n>, then these
 
 ANSWER_FORMAT = f"""## How to answer
 
@@ -156,46 +161,39 @@ def split(
     with journals.take(SPLIT, task.label) as journal:
         if journal is None:
             ids = [queue_utils.get_store().allocate_id() for _ in subtasks]
-            steps = [*(f"create-{n}" for n in range(1, len(ids) + 1)), REWIRE, FINISH]
+            steps = [*(f"{CREATE}-{n}" for n in range(1, len(ids) + 1)), REWIRE, FINISH]
             data = {
                 "subtasks": [asdict(sub) for sub in subtasks], "ids": ids,
                 "fields": _inherited(task), "approved_by": approved_by,
             }  # fmt: skip
             journal = journals.begin(SPLIT, task.label, steps, data)
-        return _run_split(journal, token)
+        journals.run(journal, SPLIT_KIND.but({FINISH: partial(_finish, token=token)}))
+    return queue_utils.readable_tasks(journal.data["ids"])
 
 
-def _run_split(journal: Journal, token: str | None = None) -> list[Task]:
-    """What is left of a held split, step by step; the subtasks."""
-    journals, data = adopt.store().journals, journal.data
-    original, ids = normalize_task_id(journal.key), data["ids"]
-    for step in journal.left:
-        if step == REWIRE:
-            rewire_dependants(original, ids[-1], actor=f"split of {task_label(original)}")
-        elif step == FINISH:
-            _finish(original, data, token)
-        else:
-            n = int(step.removeprefix("create-"))
-            _create(original, Subtask(**data["subtasks"][n - 1]), ids, n, data["fields"])
-        journal = journals.mark_done(journal, step)
-    journals.finish(journal)
-    return queue_utils.readable_tasks(ids)
-
-
-def _create(original: str, sub: Subtask, ids: list[str], n: int, fields: dict) -> None:
-    """Subtask ``n`` under the id its journal gave it, unless it exists (made before a kill)."""
-    made_by = f"breakdown of {task_label(original)}"
+def _create(journal: Journal, step: str) -> None:
+    """Subtask ``n`` (``create-<n>``) under the id its journal gave it, unless it exists
+    (made before a kill)."""
+    data, n = journal.data, int(step.removeprefix(f"{CREATE}-"))
+    ids, sub = data["ids"], Subtask(**data["subtasks"][n - 1])
     if queue_utils.get_store().locate(ids[n - 1]) is not None:
         return
     blockers = [ids[d - 1] for d in sub.depends_on]
     queue_utils.create_task(
         sub.title, context=sub.context, criteria=sub.criteria, blocked_by=blockers,
-        created_by=made_by, task_id=ids[n - 1], **fields,
+        created_by=f"breakdown of {journal.key}", task_id=ids[n - 1], **data["fields"],
     )  # fmt: skip
 
 
-def _finish(original: str, data: dict, token: str | None) -> None:
-    """The original to done, unless it is there already (moved before a kill)."""
+def _rewire(journal: Journal, step: str) -> None:
+    """The original's dependants wait for the last subtask."""
+    rewire_dependants(TaskId(journal.key), journal.data["ids"][-1], f"split of {journal.key}")
+
+
+def _finish(journal: Journal, step: str, token: str | None = None) -> None:
+    """The original to done, unless it is there already (moved before a kill); fenced by
+    the attempt's claim (``token``) when an attempt splits it (the sweep has none)."""
+    original, data = TaskId(journal.key), journal.data
     if queue_utils.get_store().locate(original) is TaskState.DONE:
         return
     labels = ", ".join(task_label(i) for i in data["ids"])
@@ -204,15 +202,8 @@ def _finish(original: str, data: dict, token: str | None) -> None:
     queue_utils.finish_split(original, labels, actor, approved=by is not None, token=token)
 
 
-def resume(journal: Journal) -> str | None:
-    """Finish a split a dead process left (the sweep's); what it did, or None if it was
-    finished meanwhile. ``JournalBusy`` while its process lives."""
-    with adopt.store().journals.take(SPLIT, journal.key) as current:
-        if current is None:
-            return None
-        steps = ", ".join(current.left)
-        _run_split(current)
-    return f"{journal.key}: finished its split ({steps})"
+#: a split's steps for the store's journal runner (``create-<n>`` runs ``create``)
+SPLIT_KIND = JournalKind(SPLIT, {CREATE: _create, REWIRE: _rewire, FINISH: _finish})
 
 
 def _inherited(task: Task) -> dict[str, str]:
@@ -266,3 +257,36 @@ def rewire_dependants(old_id: str, new_id: str, actor: str = "octopoid") -> list
             continue  # claimed or moved meanwhile: it was not waiting any more
         rewired.append(waiting.id)
     return rewired
+
+
+def settle(ended: Ended) -> tuple[str, str]:
+    """A breakdown attempt's next move: split the task as the agent proposed (or propose
+    it, with ``breakdown.approve``), or say why not (back to breakdown, or failed once its
+    breakdown attempts are spent)."""
+    task, result = ended.task, ended.result
+    stop = result.details.get("stop")
+    if stop == "LostClaim":
+        return "(not ours any more)", result.summary
+    try:
+        if stop or result.outcome != "success":
+            raise InvalidTask(f"the agent did not finish: {result.outcome}: {result.summary}")
+        subtasks = parse_answer(answer_text(ended.log))
+        if ended.cfg["breakdown"]["approve"]:
+            check(task, subtasks)
+            queue_utils.propose_split(task, proposal_text(subtasks))
+            why = f"{len(subtasks)} subtasks proposed; waiting for `octopoid approve`"
+            return TaskState.PROVISIONAL.value, why
+        created = split(task, subtasks)
+    except InvalidTask as exc:
+        why = f"the breakdown was refused: {exc}"
+        add_notes_section(task.id, f"Breakdown — attempt {task.attempts}", why)
+        if int(task.headers.get("BREAKDOWN_ATTEMPTS") or 0) < ended.agents_cfg["max_attempts"]:
+            queue_utils.recycle_to_breakdown(task, why)
+            return TaskState.BREAKDOWN.value, why
+        queue_utils.fail_task(task, f"breakdown attempts exhausted; {why}")
+        return TaskState.FAILED.value, why
+    return TaskState.DONE.value, f"split into {', '.join(t.label for t in created)}"
+
+
+#: the breakdown role, as the attempt runner is handed it
+ROLE = Role(ANSWER_FORMAT, "breakdown", settle=settle)

@@ -1,5 +1,7 @@
 """One attempt of one task, whatever its role (an implementer's, a breakdown agent's, a
-planner's): workspace, prompt, agent, notes, then the task's next state.
+planner's): workspace, prompt, agent, notes, then the task's next state. A role's
+differences are handed in as a ``Role`` (``base.Role``: ``IMPLEMENT`` here,
+``breakdown.ROLE``, ``planner.ROLE``), picked once by ``role_for``.
 
 The workspace and its walls come from ``sandbox`` (``prepare``); this module only decides.
 Runs as its own process (``python -m orchestrator.roles.implementer TASK AGENT``, with the
@@ -56,7 +58,6 @@ from ..memory.retrieval import relevant_notes
 from ..memory.store import project_scope
 from ..model.exceptions import (
     InvalidInput,
-    InvalidTask,
     LostClaim,
     OctopoidError,
     SandboxError,
@@ -80,6 +81,8 @@ from ..queue.task_notes import add_notes_section, stdout_log_path
 from . import agent_status, breakdown, checks, planner
 from .base import (
     Claim,
+    Ended,
+    Role,
     Stopped,
     Terminated,
     ahead,
@@ -122,6 +125,18 @@ def attempt_log_dir(task_id: str) -> Path:
     return path
 
 
+#: the implementer's role: its answer is its commits; the runner's own checks and moves
+IMPLEMENT = Role(f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}")
+
+
+def role_for(task: Task) -> Role:
+    """The role an attempt of ``task`` runs as: a burned-out task's breakdown, a plan's
+    carrying task's planner, otherwise the implementer."""
+    if task.headers.get("PHASE") == "breakdown":
+        return breakdown.ROLE
+    return planner.ROLE if task.role == PLANNING_ROLE else IMPLEMENT
+
+
 def instructions_for(role: str) -> str:
     path = config.get_prompts_dir() / f"{role}.md"
     return path.read_text(encoding="utf-8") if path.exists() else ""
@@ -135,6 +150,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     hide_also(agent.get("env") or {})  # History, ERROR and runner.log hide them too
     claim = Claim(task_id, token, agents_cfg["lease_seconds"])
     task = claim.take_over(deadline_seconds(agent, queue_utils.get_task(task_id), cfg))
+    role = role_for(task)
     records = agent_status.day_records(agents_cfg)
     try:
         grant = budgets.allowance(budgets.verdicts(task, agent_name, records, cfg, utcnow()))
@@ -162,7 +178,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
         space = sandbox.prepare(task, agent, cfg, token, backend.needs(agent), tools)
         output.feed(f"{space.banner}\n".encode())
         space.set_up(output, claim.tick)  # workspace.setup: its words are the attempt's
-        result = _work(task, agent, read, claim, log_dir, output, space)
+        result = _work(task, role, agent, read, claim, log_dir, output, space)
         if (stopped := _stopped_by_budget(result, own, grant)) is not None:
             result.details["budget"] = stopped
     except Terminated as exc:  # not the attempt's failure: recorded as what it is
@@ -189,10 +205,12 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
             if why:
                 result.details["no_change"] = why
         _save_notes(task, agent_name, result, commits, output, log_dir)
-        if space is not None and task.role != PLANNING_ROLE:  # a plan is its answer
+        if space is not None and role.keeps_branch:
             _publish(task, space, commits, result)
     try:
-        report = _next_move(task, agent, agents_cfg, cfg, claim, result, commits, space, log_dir)
+        log = log_dir / f"attempt-{task.attempts}.log"
+        ended = Ended(task, token, result, commits, space, log, agents_cfg, cfg)
+        report = _next_move(role, ended, agent, claim)
     except LostClaim as exc:
         result.details["stop"] = "LostClaim"
         report = _report(task, result, commits, "(not ours any more)", str(exc))
@@ -205,7 +223,7 @@ def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     finally:
         if space is not None:
             space.close()
-        if task.role == PLANNING_ROLE:  # nothing of its workspace is kept, nor its branch
+        if not role.keeps_branch:  # nothing of its workspace is kept, nor its branch
             with contextlib.suppress(OctopoidError):
                 branches.remove_worktree(core.open_repo(), task.id)
     agent_status.record_attempt(
@@ -274,28 +292,17 @@ def _out_of_budget(task: Task, spent: budgets.Verdict, why: str) -> AttemptRepor
     return _report(task, result, 0, TaskState.INCOMING.value, why)
 
 
-def _next_move(
-    task: Task,
-    agent: dict,
-    agents_cfg: dict,
-    cfg: dict,
-    claim: Claim,
-    result: AgentResult,
-    commits: int,
-    space: Workspace | None,
-    log_dir: Path,
-) -> AttemptReport:
-    """Record the usage, run the checks when there is work to check, then move the task."""
+def _next_move(role: Role, ended: Ended, agent: dict, claim: Claim) -> AttemptReport:
+    """Record the usage, then the role's move; the implementer's runs the checks when
+    there is work to check, then moves the task."""
+    task, result, commits, space = ended.task, ended.result, ended.commits, ended.space
     tokens = result.tokens_in + result.tokens_out
     seconds = result.details.get("seconds", 0.0)
     queue_utils.record_usage(task, result.turns, result.cost_usd, tokens=tokens, seconds=seconds)
     if (spent := result.details.get("budget")) is not None and commits == 0:
         return _out_of_budget(task, spent, f"the attempt stopped at {spent.named()}")
-    if task.headers.get("PHASE") == "breakdown":
-        return _settle_breakdown(task, agents_cfg, cfg, result, commits, log_dir)
-    if task.role == PLANNING_ROLE:
-        drafted = space.channel.toolbox.plan if space is not None else None
-        state, why = planner.settle(task, claim.token, drafted, result, log_dir)
+    if role.settle is not None:
+        state, why = role.settle(ended)
         return _report(task, result, commits, state, why)
     if result.details.get("stop") is None and space is not None:
         asked = _asked(task, result, commits, space)
@@ -312,38 +319,8 @@ def _next_move(
     tip = space.tip() if space is not None else None
     diverged = "diverged" in result.details  # not on the pull request: nothing to check
     if result.outcome == "success" and commits > 0 and space is not None and not diverged:
-        verdict = _verify(task, cfg, claim, space, tip)
-    return _settle(task, agent, agents_cfg, result, commits, verdict, tip)
-
-
-def _settle_breakdown(
-    task: Task, agents_cfg: dict, cfg: dict, result: AgentResult, commits: int, log_dir: Path
-) -> AttemptReport:
-    """A breakdown attempt: split the task as the agent proposed, or say why not."""
-    stop = result.details.get("stop")
-    if stop == "LostClaim":
-        return _report(task, result, commits, "(not ours any more)", result.summary)
-    answer = breakdown.answer_text(log_dir / f"attempt-{task.attempts}.log")
-    try:
-        if stop or result.outcome != "success":
-            raise InvalidTask(f"the agent did not finish: {result.outcome}: {result.summary}")
-        subtasks = breakdown.parse_answer(answer)
-        if cfg["breakdown"]["approve"]:
-            breakdown.check(task, subtasks)
-            queue_utils.propose_split(task, breakdown.proposal_text(subtasks))
-            why = f"{len(subtasks)} subtasks proposed; waiting for `octopoid approve`"
-            return _report(task, result, commits, TaskState.PROVISIONAL.value, why)
-        created = breakdown.split(task, subtasks)
-    except InvalidTask as exc:
-        why = f"the breakdown was refused: {exc}"
-        add_notes_section(task.id, f"Breakdown — attempt {task.attempts}", why)
-        if int(task.headers.get("BREAKDOWN_ATTEMPTS") or 0) < agents_cfg["max_attempts"]:
-            queue_utils.recycle_to_breakdown(task, why)
-            return _report(task, result, commits, TaskState.BREAKDOWN.value, why)
-        queue_utils.fail_task(task, f"breakdown attempts exhausted; {why}")
-        return _report(task, result, commits, TaskState.FAILED.value, why)
-    labels = ", ".join(t.label for t in created)
-    return _report(task, result, commits, TaskState.DONE.value, f"split into {labels}")
+        verdict = _verify(task, ended.cfg, claim, space, tip)
+    return _settle(task, agent, ended.agents_cfg, result, commits, verdict, tip)
 
 
 def _verify(
@@ -498,6 +475,7 @@ def _asked(task: Task, result: AgentResult, commits: int, space: Workspace) -> A
 
 def _work(
     task: Task,
+    role: Role,
     agent: dict,
     read: Future[tuple[str, str]],
     claim: Claim,
@@ -505,17 +483,12 @@ def _work(
     output: TailBuffer,
     space: Workspace,
 ) -> AgentResult:
-    if task.headers.get("PHASE") == "breakdown":
-        role, howto = "breakdown", breakdown.ANSWER_FORMAT
-    elif task.role == PLANNING_ROLE:  # its drafting tools fill the plan, for this attempt
-        role, howto = planner.PLAN_ROLE, planner.ANSWER_FORMAT
-        space.channel.toolbox.plan = planner.draft_for(task)
-    else:
-        role, howto = task.role, f"{MEMORY_HOWTO}\n\n{NO_CHANGE_HOWTO}"
+    role.prepare(task, space)
     branch = _branch_block(task, space)
     notes, memory = read.result()
     said = render_messages(steering.take(task.id))
-    prompt = build_prompt(instructions_for(role), task, notes, memory, howto, branch, said)
+    instructions = instructions_for(role.instructions or task.role)
+    prompt = build_prompt(instructions, task, notes, memory, role.howto, branch, said)
     # a copy for people to read, as the attempt's log: not worth two fsyncs before the agent
     atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt, sync=False)
     prompt_file = space.write_prompt(prompt)

@@ -18,17 +18,19 @@ import json
 import signal
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import box as sandbox
 from .. import config
-from ..backends import AgentResult
 from ..model.exceptions import ConfigError, InvalidTask, OctopoidError, SandboxError
 from ..model.tasks import DEFAULT_BRANCH, PLANNING_ROLE, Task, TaskState, one_line
 from ..queue import machine as queue_utils
 from ..queue.leases import claim_token
 from . import breakdown, plans
-from .base import RUNNER, runner_env
+from .base import RUNNER, Ended, Role, runner_env
+
+if TYPE_CHECKING:
+    from ..box.workspace import Workspace
 
 PLAN_ROLE = "plan"  # agents.yaml: an agent with this role drafts plans
 TITLE_CHARS = 120  # of the goal, in the carrying task's title
@@ -133,13 +135,13 @@ def draft_for(task: Task) -> plans.Plan:
     return plans.draft(task.context, task.branch, planned_by=by)
 
 
-def settle(
-    task: Task, token: str, drafted: plans.Plan | None, result: AgentResult, log_dir: Path
-) -> tuple[str, str]:
+def settle(ended: Ended) -> tuple[str, str]:
     """The drafted tasks (by the tools, or else the answer's ```plan block) as a stored
     draft plan and the carrying task done; or failed, and why: (its state, why)."""
+    task, result = ended.task, ended.result
     if result.details.get("stop") == "LostClaim":
         return "(not ours any more)", result.summary
+    drafted = ended.space.channel.toolbox.plan if ended.space is not None else None
     drafted = drafted or draft_for(task)
     try:
         if result.outcome != "success":
@@ -147,12 +149,21 @@ def settle(
         if drafted.tasks:
             plans.validate(drafted)
         else:
-            answer = breakdown.answer_text(log_dir / f"attempt-{task.attempts}.log")
-            drafted = plans.from_answer(drafted, answer)
+            drafted = plans.from_answer(drafted, breakdown.answer_text(ended.log))
         plan = plans.add(drafted)
     except InvalidTask as exc:
         why = f"the plan was refused: {exc}"
-        queue_utils.fail_task(task, why, token=token)
+        queue_utils.fail_task(task, why, token=ended.token)
         return TaskState.FAILED.value, why
-    queue_utils.complete_task(task, f"drafted {plan.id}", token=token, headers={"PLAN": plan.id})
+    done = {"PLAN": plan.id}
+    queue_utils.complete_task(task, f"drafted {plan.id}", token=ended.token, headers=done)
     return TaskState.DONE.value, f"drafted {plan.id}"
+
+
+def _prepare(task: Task, space: Workspace) -> None:
+    """Its drafting tools fill the plan, for this attempt."""
+    space.channel.toolbox.plan = draft_for(task)
+
+
+#: the planner role, as the attempt runner is handed it: a plan is its answer, not a branch
+ROLE = Role(ANSWER_FORMAT, PLAN_ROLE, settle=settle, prepare=_prepare, keeps_branch=False)

@@ -36,7 +36,7 @@ from ..model.tasks import (
 )
 from ..queue import adopt
 from ..queue import machine as queue_utils
-from ..queue.store.records import Journal, Records
+from ..queue.store.records import Journal, JournalKind, Records
 from . import breakdown
 
 MAX_PLAN_TASKS = 30  # a goal needing more is several goals: plan them one at a time
@@ -46,6 +46,7 @@ KEY_RE = re.compile(r"T([1-9][0-9]{0,3})")
 DRAFT, APPROVING, APPROVED, DISCARDED = "draft", "approving", "approved", "discarded"
 FAMILY = "plans"  # the records' family
 APPROVAL = "plan-approval"  # the journal's kind
+CREATE = "create"  # its steps: create-<key> for each task, then approved
 
 
 @dataclass
@@ -322,9 +323,11 @@ def approve(plan_id: str, actor: str = "human") -> list[str]:
             plan = _changed(plan_id, _start_approving)
             store = queue_utils.get_store()
             ids = {t.key: plan.created_ids.get(t.key) or store.allocate_id() for t in order(plan)}
-            steps = [*(f"create-{key}" for key in ids), APPROVED]
+            steps = [*(f"{CREATE}-{key}" for key in ids), APPROVED]
             journal = journals.begin(APPROVAL, plan_id, steps, {"by": actor, "ids": ids})
-        return _approve(journal)
+        journals.run(journal, APPROVAL_KIND)
+    made = journal.data["ids"]
+    return [task_label(made[t.key]) for t in load(plan_id).tasks]
 
 
 def _start_approving(plan: Plan) -> None:
@@ -336,24 +339,13 @@ def _start_approving(plan: Plan) -> None:
         _must_be_draft(plan)
 
 
-def _approve(journal: Journal) -> list[str]:
-    """What is left of a held approval: each task created under the id its journal gave
-    it (one that exists was created before a kill), then the plan ``approved``."""
-    plan, journals = load(journal.key), adopt.store().journals
-    ids, actor = journal.data["ids"], str(journal.data["by"])
-    for step in journal.left:
-        if step == APPROVED:
-            _changed(plan.id, lambda p: _mark_approved(p, ids))
-        else:
-            _create(plan, task_of(plan, step.removeprefix("create-")), ids, actor)
-        journal = journals.mark_done(journal, step)
-    journals.finish(journal)
-    return [task_label(ids[t.key]) for t in plan.tasks]
-
-
-def _create(plan: Plan, t: Planned, ids: dict[str, str], actor: str) -> None:
+def _create(journal: Journal, step: str) -> None:
+    """The plan's task ``create-<key>`` under the id its journal gave it, unless it exists
+    (created before its approve was killed)."""
+    plan, ids = load(journal.key), journal.data["ids"]
+    t = task_of(plan, step.removeprefix(f"{CREATE}-"))
     if queue_utils.get_store().locate(ids[t.key]) is not None:
-        return  # this step's task was created before its approve was killed
+        return
     queue_utils.create_task(
         t.title,
         role=t.role,
@@ -361,24 +353,24 @@ def _create(plan: Plan, t: Planned, ids: dict[str, str], actor: str) -> None:
         criteria=t.criteria,
         priority=t.priority,
         branch=plan.branch,
-        created_by=f"{plan.id} {t.key} (approved by {actor})",
+        created_by=f"{plan.id} {t.key} (approved by {journal.data['by']})",
         blocked_by=[ids[b] for b in t.blocked_by],
         task_id=ids[t.key],
     )
+
+
+def _approved(journal: Journal, step: str) -> None:
+    """The plan ``approved``, with the ids of its tasks."""
+    ids = journal.data["ids"]
+    _changed(journal.key, lambda plan: _mark_approved(plan, ids))
 
 
 def _mark_approved(plan: Plan, ids: dict[str, str]) -> None:
     plan.state, plan.created_ids = APPROVED, dict(ids)
 
 
-def resume(journal: Journal) -> str | None:
-    """Finish an approval a dead process left (the sweep's); what it did, or None if it
-    was finished meanwhile. ``JournalBusy`` while its process lives."""
-    with adopt.store().journals.take(APPROVAL, journal.key) as current:
-        if current is None:
-            return None
-        made = _approve(current)
-    return f"{journal.key}: finished its approval ({', '.join(made)})"
+#: an approval's steps for the store's journal runner (``create-<key>`` runs ``create``)
+APPROVAL_KIND = JournalKind(APPROVAL, {CREATE: _create, APPROVED: _approved})
 
 
 def _must_be_draft(plan: Plan) -> None:

@@ -10,7 +10,10 @@ half-written:
   callers want.
 - a **journal** is a workflow of named steps (an accept: merge, move, clean up), written
   before it runs and finished by whoever comes next, on any machine. Whoever runs its
-  steps holds it (``take``), so two sweeps never run the same step at once.
+  steps holds it (``take``), so two sweeps never run the same step at once. Each kind's
+  owner (review: accept, close; roles: split, plan approval) describes its steps as a
+  ``JournalKind``, a table of functions passed down; ``Journals.run`` is the one runner of
+  every kind, and ``Journals.sweep`` finishes what dead processes left.
 
 The folder store keeps them as files (``folder_records``), PostgreSQL as rows
 (``pg_records``). This module is what both share: the interfaces, the key rules, the
@@ -21,18 +24,19 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import random
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from ...model import defaults
-from ...model.exceptions import JournalBusy, RecordChanged
+from ...model.exceptions import JournalBusy, OctopoidError, RecordChanged, TaskBusy
 
 #: One part of a key: no leading dot (the folder store's own files start with one), no
 #: slash; `key_part` makes any text into one.
@@ -43,6 +47,7 @@ MAX_KEY = 500
 
 Value = dict[str, Any]
 Change = Callable[[Value | None], Value | None]
+log = logging.getLogger("octopoid.journals")
 
 
 def check_key(key: str) -> str:
@@ -157,6 +162,55 @@ class Journal:
         return f"{self.kind} {self.key}"
 
 
+#: What a journal's step returns to stay in the journal, not done and not failed (it waits
+#: for an earlier step that failed: a branch whose pull request is not closed yet).
+LATER = "later"
+Step = Callable[[Journal, str], object]
+
+
+def _held_by_nobody(key: str) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
+@dataclass(frozen=True)
+class JournalKind:
+    """A kind of journal as its owner describes it to the runner (``Journals.run``).
+
+    ``steps`` maps a step's name to a function of the journal (as it is now) and the
+    step's name, safe to repeat; a step named ``family-arg`` that the table lacks runs
+    ``family`` (a split's ``create-3`` runs ``create``). A step in ``tolerant`` that fails
+    is reported and stays for the next finisher while the others go on; any other failure
+    stops the run. For the sweep: ``hold`` is what it holds besides the journal (an
+    accept's task), ``gone`` says why nothing is left to finish (the journal is dropped),
+    ``waits`` leaves a journal for its owner (an accept's unrecorded merge), and a failure
+    in ``dropped_on`` drops the journal (its move was refused).
+    """
+
+    name: str
+    steps: Mapping[str, Step]
+    tolerant: frozenset[str] = frozenset()
+    hold: Callable[[str], AbstractContextManager[object]] = _held_by_nobody
+    gone: Callable[[Journal], str | None] = lambda journal: None
+    waits: Callable[[Journal], bool] = lambda journal: False
+    dropped_on: tuple[type[Exception], ...] = ()
+
+    def step(self, name: str) -> Step:
+        return self.steps.get(name) or self.steps[name.split("-", 1)[0]]
+
+    def but(self, steps: Mapping[str, Step]) -> JournalKind:
+        """This kind with some steps done another way (an accept's own merge)."""
+        return replace(self, steps={**self.steps, **steps})
+
+
+@dataclass
+class Ran:
+    """What a run did: the journal after, each step's result, the steps that failed."""
+
+    journal: Journal
+    results: dict[str, object] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
 def check_kind(kind: str) -> str:
     """``kind`` if it is a journal's kind (``accept``, ``plan-approval``); else a bug."""
     if not KIND_RE.fullmatch(kind):
@@ -242,3 +296,61 @@ class Journals(ABC):
     @abstractmethod
     def pending(self, kind: str | None = None) -> list[Journal]:
         """Every open journal (of ``kind``), oldest first, each with what is ``left``."""
+
+    def run(self, journal: Journal, kind: JournalKind) -> Ran:
+        """Run what is left of a held journal, in order, each step marked done as it ends;
+        finish the journal when nothing is left. The one runner of every kind."""
+        ran = Ran(journal)
+        for name in journal.left:
+            try:
+                result = kind.step(name)(ran.journal, name)
+            except Exception as exc:  # git, the memory store, a model: it stays journaled
+                if name not in kind.tolerant:
+                    raise
+                ran.errors.append(f"{name}: {exc}")
+                log.error("%s: could not finish %s: %s", journal.key, name, exc)
+                continue
+            if result == LATER:
+                continue
+            ran.results[name] = result
+            ran.journal = self.mark_done(ran.journal, name)
+        if not ran.journal.left:
+            self.finish(ran.journal)
+        return ran
+
+    def sweep(self, kinds: Iterable[JournalKind]) -> list[str]:
+        """Finish every journal of ``kinds`` a dead process left, on this machine or
+        another; one line per journal finished or dropped. One held by a live process
+        (``JournalBusy``, ``TaskBusy``) is its own."""
+        known = {kind.name: kind for kind in kinds}
+        lines = []
+        for journal in self.pending():
+            if journal.kind not in known:
+                continue
+            try:
+                line = self._resume(known[journal.kind], journal.key)
+            except (JournalBusy, TaskBusy):
+                continue
+            except OctopoidError as exc:
+                line = f"{journal.key}: could not finish its {journal.kind}: {exc}"
+            if line:
+                lines.append(line)
+        return lines
+
+    def _resume(self, kind: JournalKind, key: str) -> str | None:
+        with kind.hold(key), self.take(kind.name, key) as journal:
+            if journal is None:
+                return None  # finished meanwhile
+            if (why := kind.gone(journal)) is not None:
+                self.finish(journal)
+                return f"{key}: {why}; its {kind.name} journal is dropped"
+            if kind.waits(journal):
+                return None
+            steps = ", ".join(journal.left)
+            try:
+                errors = self.run(journal, kind).errors
+            except kind.dropped_on as exc:
+                self.finish(journal)
+                return f"{key}: its {kind.name} could not go on ({exc}); the journal is dropped"
+        still = f"; still to do: {'; '.join(errors)}" if errors else ""
+        return f"{key}: finished what its {kind.name} left ({steps}){still}"
