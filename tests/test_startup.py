@@ -47,9 +47,11 @@ WRITERS_ONLY = {"importlib.metadata", "the scheduler", "the redaction", "secrets
 #: What each command may not import: it has no use for it.
 NOT_NEEDED = {
     ("--help",): set(HEAVY),
+    ("--version",): set(HEAVY),  # the version is the package's, not importlib.metadata's
     ("web", "--help"): set(HEAVY),
     ("scheduler", "status"): set(HEAVY),
     ("memory", "show", "TASK-1"): set(HEAVY),
+    ("memory", "search", "fact"): set(HEAVY) - {"PyYAML"},  # its query checked below the queue
     ("pause",): set(HEAVY) - {"PyYAML", "secrets", "the store"},  # its record is the store's
     ("notes", "TASK-1"): set(HEAVY) - {"PyYAML"},
     ("list",): WRITERS_ONLY | {"GitPython", "the backends"},

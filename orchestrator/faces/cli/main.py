@@ -7,11 +7,12 @@ import gc
 
 import click
 
+from ... import __version__
 from .registry import LazyGroup
 
 
 @click.group(cls=LazyGroup)
-@click.version_option(package_name="octopoid")
+@click.version_option(version=__version__, package_name="octopoid")
 def cli() -> None:
     """octopoid: a task queue for AI coding agents, with per-task retry notes.
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import click
 
+from ...base.text import clean_text
 from ...memory import lifecycle, provenance
 from ...model.exceptions import OctopoidError
 from ...model.tasks import plural
-from ...queue import intake
 from . import render
 
 
@@ -27,9 +27,9 @@ def memory_add(section: str, text: str, tags: tuple[str, ...], topic: str | None
     """
     result = lifecycle.add_learning(
         section,
-        intake.clean_text(text, "TEXT"),
-        [intake.clean_text(tag, "--tag") for tag in tags],
-        None if topic is None else intake.clean_text(topic, "--topic"),
+        clean_text(text, "TEXT"),
+        [clean_text(tag, "--tag") for tag in tags],
+        None if topic is None else clean_text(topic, "--topic"),
     )
     state = "added to" if result["added"] else "already in"
     click.echo(f"{state} {result['file']} ({section})")
@@ -42,8 +42,8 @@ def memory_add(section: str, text: str, tags: tuple[str, ...], topic: str | None
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def memory_search(query: str, tags: tuple[str, ...], limit: int, as_json: bool) -> None:
     """Search long-term memory (BM25 ranked; punctuation in QUERY is fine)."""
-    query = intake.clean_text(query, "QUERY")
-    hits = lifecycle.search(query, [intake.clean_text(tag, "--tag") for tag in tags], limit)
+    query = clean_text(query, "QUERY")
+    hits = lifecycle.search(query, [clean_text(tag, "--tag") for tag in tags], limit)
     if as_json:
         render.emit_json(hits)
         return
@@ -60,7 +60,7 @@ def memory_search(query: str, tags: tuple[str, ...], limit: int, as_json: bool) 
 @click.argument("target")
 def memory_remove(target: str) -> None:
     """Forget a note by its id (#12 -> 12) or by its exact text."""
-    removed = lifecycle.forget(intake.clean_text(target, "TARGET").lstrip("#"))
+    removed = lifecycle.forget(clean_text(target, "TARGET").lstrip("#"))
     if not removed:
         raise OctopoidError(f"no note matches {target!r}")
     click.echo(f"removed {plural(removed, 'note')}")

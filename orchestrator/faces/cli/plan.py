@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
+from ...base.text import clean_text
 from ...model.exceptions import InvalidInput
-from ...queue import intake
 from ...roles import planner, plans
 from . import render
 
@@ -49,7 +49,7 @@ def new(
             goal = source.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read {source}: {exc}") from None
-    goal = intake.clean_text(goal, "the goal")
+    goal = clean_text(goal, "the goal")
     if not goal.strip():
         raise click.UsageError("the goal is empty")
     _print(planner.plan_goal(goal, agent, branch), as_json)
@@ -140,8 +140,8 @@ def _print(plan: Any, as_json: bool) -> None:
 
 def _clean(value: Any, what: str) -> Any:
     if isinstance(value, tuple):
-        return [intake.clean_text(v, what) for v in value]
-    return intake.clean_text(value, what)
+        return [clean_text(v, what) for v in value]
+    return clean_text(value, what)
 
 
 def _first_line(text: str) -> str:
