@@ -199,9 +199,11 @@ _databases = iter(range(1, 1_000_000))
 
 
 @pytest.fixture
-def pg_dsn(pg_server) -> str:
+def pg_dsn(pg_server):
     """A new empty database on the session's server, for this test alone."""
-    return pg_server.create_database(f"t{os.getpid()}_{next(_databases)}")
+    name = f"t{os.getpid()}_{next(_databases)}"
+    yield pg_server.create_database(name)
+    pg_server.drop_database(name)
 
 
 class _Page(http.server.BaseHTTPRequestHandler):
