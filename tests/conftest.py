@@ -36,6 +36,13 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 os.environ["OCTOPOID_SANDBOX_EXPOSE"] = str(HELPERS.parent)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first (a stable sort: each file's order holds). xdist hands tests
+    out in this order, so a long one never starts near the end, keeping one worker busy
+    while the other has nothing left to do."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _no_hidden_secrets_between_tests(monkeypatch: pytest.MonkeyPatch) -> None:
     """A runner run in-process adds its agent's env to redaction; tests must not share it."""
@@ -199,9 +206,11 @@ _databases = iter(range(1, 1_000_000))
 
 
 @pytest.fixture
-def pg_dsn(pg_server) -> str:
+def pg_dsn(pg_server):
     """A new empty database on the session's server, for this test alone."""
-    return pg_server.create_database(f"t{os.getpid()}_{next(_databases)}")
+    name = f"t{os.getpid()}_{next(_databases)}"
+    yield pg_server.create_database(name)
+    pg_server.drop_database(name)
 
 
 class _Page(http.server.BaseHTTPRequestHandler):

@@ -3,7 +3,9 @@ folder, listening on a Unix socket in that folder only (no TCP port to collide o
 
 PostgreSQL refuses to run as root, so as root the server runs as the ``postgres`` system
 user (the folder is handed to it); as anyone else it runs as that user. Each test gets a
-database of its own, made from the server's empty template in milliseconds.
+database of its own, made from the server's empty template in milliseconds, and dropped
+after it. The server's folder is in /dev/shm where there is one: nothing of it is worth
+a disk write.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class PgServer:
     """Start with ``start()``; ``dsn(db)`` names a database on it; ``stop()`` removes it."""
 
     def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="octopoid-pg-"))
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory: no disk writes
+        self.root = Path(tempfile.mkdtemp(prefix="octopoid-pg-", dir=shm))
         self.data = self.root / "data"
         self.sock = self.root / "sock"
         self.user: pwd.struct_passwd | None = None
@@ -83,11 +86,22 @@ class PgServer:
         return f"postgresql://octopoid@/{dbname}?host={self.sock}"
 
     def create_database(self, name: str) -> str:
+        """A new empty database: its files copied from the template, which on PostgreSQL 15+
+        is twice as fast as the default of writing them all through the WAL."""
         import psycopg
 
         with psycopg.connect(self.dsn(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            copy = " STRATEGY = FILE_COPY" if conn.info.server_version >= 150000 else ""
+            conn.execute(f'CREATE DATABASE "{name}"{copy}')
         return self.dsn(name)
+
+    def drop_database(self, name: str) -> None:
+        """Drop a test's database, ending what is still connected to it (this process's
+        pools): the server's folder stays small, and removing it at the end quick."""
+        import psycopg
+
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
     def stop(self) -> None:
         pg_ctl = find_bin("pg_ctl")

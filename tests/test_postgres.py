@@ -417,20 +417,23 @@ def test_an_attempt_outlives_a_database_restart_and_keeps_its_notes_and_move(
     finished: the runner's notes and its move to review wait for it, nothing is lost."""
     from orchestrator.daemon import scheduler
 
+    from .e2e.test_containment import agents_per_task
     from .support import write_agents
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
-    monkeypatch.setenv("OCTO_TEST_SLEEP", "3")
+    monkeypatch.setenv("OCTO_TEST_SLEEP", "2")
     write_agents(git_project, lease_seconds=60)
     task = q.create_task("slow")
+    agents = lambda: agents_per_task()[f"TASK-{task.id}"]  # noqa: E731
     sched = scheduler.Scheduler()
     sched.initialize()
     try:
         sched.loop_once()
         assert q.get_store().locate(task.id) is TaskState.CLAIMED
+        wait_for("the agent to start", agents)
         pg_server.pause()
         try:
-            time.sleep(6)  # the agent finishes while the server is down
+            wait_for("the agent to finish while the server is down", lambda: not agents())
             runner = next(iter(sched.runners.values()))
             assert runner.proc.poll() is None  # its runner waits for the database
         finally:

@@ -242,6 +242,7 @@ def an_accept_and_a_split_killed_on_a_are_finished_once_by_b_s_sweep(team: Team,
     split_once(big, [dependant])
 
 
+@pytest.mark.slow
 def test_two_running_schedulers_share_pauses_limits_budgets_questions_and_journals(
     team: Team,
 ) -> None:
