@@ -141,6 +141,10 @@ def test_a_config_broken_for_five_seconds_costs_no_attempt(git_project, tmp_path
         wait_for("the first task", lambda: q.get_task(first).state is TaskState.PROVISIONAL)
         good = (git_project / ".octopoid/config.yaml").read_text()
         (git_project / ".octopoid/config.yaml").write_text("merge: {strategy: sometimes}\n")
+        # A pass that read the config before it broke may still claim; the tasks come after
+        # the daemon has seen it broken (a full pass runs at least every 5 s).
+        scheduler_log = config.get_logs_dir() / "scheduler.log"
+        wait_for("the broken config seen", lambda: "config invalid" in scheduler_log.read_text())
         waiting = [q.create_task(f"during {i}").id for i in range(3)]
         time.sleep(5)
         for tid in waiting:
@@ -151,7 +155,7 @@ def test_a_config_broken_for_five_seconds_costs_no_attempt(git_project, tmp_path
         for tid in waiting:
             wait_for(f"TASK-{tid}", lambda t=tid: q.get_task(t).state is TaskState.PROVISIONAL)
             assert q.get_task(tid).attempts == 1
-        log = (config.get_logs_dir() / "scheduler.log").read_text()
+        log = scheduler_log.read_text()
         assert log.count("config invalid") == 1 and "valid again" in log
     finally:
         daemon.send_signal(signal.SIGTERM)
