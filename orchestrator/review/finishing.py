@@ -31,7 +31,7 @@ from typing import Any
 from .. import config
 from ..base.lazy import lazy_import
 from ..model.exceptions import IllegalTransition, JournalBusy, OctopoidError, TaskBusy
-from ..model.tasks import Task, TaskState, normalize_task_id, task_label
+from ..model.tasks import Task, TaskState, from_label, task_label
 from ..queue import adopt
 from ..queue import machine as queue_utils
 from ..queue.store.records import Journal, Journals
@@ -109,7 +109,7 @@ def run(journal: Journal, merge: Callable[[], None] | None = None) -> Finished:
     on the task waits for the next accept). The merge and the move stop the run when they
     fail; a later step that fails (git, the memory store, a model) is reported and stays
     for the next finisher while the others go on."""
-    journals, task_id = _journals(), normalize_task_id(journal.key)
+    journals, task_id = _journals(), from_label(journal.key)
     actor = str(journal.data.get("by") or "octopoid")
     done = Finished(queue_utils.get_task(task_id))
     for step in journal.left:
@@ -239,14 +239,14 @@ def awaits_accept(journal: Journal) -> bool:
     if journal.kind != ACCEPT or MERGE not in journal.left:
         return False
     try:
-        return not queue_utils.get_task(normalize_task_id(journal.key)).headers.get("MERGED")
+        return not queue_utils.get_task(from_label(journal.key)).headers.get("MERGED")
     except OctopoidError:
         return False  # the task is gone: nothing waits for an accept
 
 
 def _resume(journal: Journal) -> str | None:
     """Finish a dead accept's or close's journal; what was done, or None (nothing to do)."""
-    task_id, store = normalize_task_id(journal.key), queue_utils.get_store()
+    task_id, store = from_label(journal.key), queue_utils.get_store()
     with store.hold(task_id, "finished"), taken(task_id) as current:
         if current is None:
             return None

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..model.exceptions import InvalidInput, InvalidTask, OctopoidError
-from ..model.tasks import Task, TaskState, new_task, normalize_task_id, task_label
+from ..model.tasks import Task, TaskState, from_label, new_task, task_label
 from ..queue import adopt, intake
 from ..queue import machine as queue_utils
 from ..queue.leases import claim_token
@@ -168,7 +168,7 @@ def split(
 def _run_split(journal: Journal, token: str | None = None) -> list[Task]:
     """What is left of a held split, step by step; the subtasks."""
     journals, data = adopt.store().journals, journal.data
-    original, ids = normalize_task_id(journal.key), data["ids"]
+    original, ids = from_label(journal.key), data["ids"]
     for step in journal.left:
         if step == REWIRE:
             rewire_dependants(original, ids[-1], actor=f"split of {task_label(original)}")
