@@ -1021,11 +1021,12 @@ def finish_split(
 def rewire_blocker(task: Task | str, old_id: str, new_id: str, actor: str) -> Task:
     """A waiting task that waited for ``old_id`` (split) waits for ``new_id`` instead;
     History says so. ``IllegalTransition`` if it left incoming meanwhile."""
+    old_id, new_id = TaskId(old_id), TaskId(new_id)  # free for a TaskId: the seed API's own
     old, new = task_label(old_id), task_label(new_id)
 
     def rewire(t: Task) -> None:
-        if TaskId(old_id) in t.blocked_by:
-            ids = [new_id if b == TaskId(old_id) else b for b in t.blocked_by]
+        if old_id in t.blocked_by:
+            ids = [new_id if b == old_id else b for b in t.blocked_by]
             t.set_header("BLOCKED_BY", ", ".join(task_label(b) for b in dict.fromkeys(ids)))
             t.add_event(utcnow(), S.INCOMING.value, actor, f"waits for {new} instead of {old}")
 

@@ -136,7 +136,7 @@ def _parse_numstat(out: str) -> list[FileStat]:
 
 def with_branch(task_id: str) -> Task:
     """The task, if its branch exists; otherwise ``NothingToShow`` saying why it does not."""
-    task = queue_utils.get_task(TaskId(task_id))
+    task = queue_utils.get_task(task_id)
     branch = branches.branch_for(task.id)
     if branches.branch_head(config.find_project_root(), branch) is not None:
         return task

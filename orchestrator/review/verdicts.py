@@ -551,7 +551,7 @@ def approve(task_id: str, approved_by: str = "human") -> list[Task]:
 def recheck(task_id: str) -> checks.Verdict:
     """`octopoid checks`: the task's checks and merge pre-check on its branch, now, by hand,
     in a box as an attempt's checks run (``sandbox.checks_box``)."""
-    task = queue_utils.get_task(TaskId(task_id))
+    task = queue_utils.get_task(task_id)
     with sandbox.checks_box(task) as box:
         return checks.verify(task, box, config.load_config(), lambda: None)
 

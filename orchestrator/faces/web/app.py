@@ -170,7 +170,9 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
             if len(body) > MAX_DRAFT_BYTES:
                 return JSONResponse({"error": "the draft is too big"}, status_code=413)
         try:
-            task = await run_in_threadpool(queue_utils.get_task, request.path_params["task_id"])
+            task = await run_in_threadpool(
+                queue_utils.get_task, TaskId(request.path_params["task_id"])
+            )
             data = json.loads(body)
             kept = await run_in_threadpool(drafts.save, task.id, reviewer_of(request), data)
         except ValueError:
