@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from .. import config
 from ..base.redaction import redact
 from ..model.exceptions import ConfigError, OctopoidError
-from ..model.tasks import FILE_RE, TaskState, normalize_task_id, task_label
+from ..model.tasks import FILE_RE, TaskId, TaskState, task_label
 from ..queue import machine as queue_utils
 from ..roles import agent_status
 
@@ -72,7 +72,7 @@ class Alerts:
         found = set()
         for asked in questions.open_questions():
             with contextlib.suppress(OctopoidError, KeyError):
-                found.add((normalize_task_id(asked["task"]), asked.get("asked_at", "")))
+                found.add((TaskId(asked["task"]), asked.get("asked_at", "")))
         return found
 
     @staticmethod

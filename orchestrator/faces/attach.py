@@ -20,7 +20,7 @@ from typing import IO
 from .. import config
 from ..base.fsutil import read_since
 from ..model.exceptions import IllegalTransition
-from ..model.tasks import Task, TaskState, normalize_task_id
+from ..model.tasks import Task, TaskState
 from ..queue import machine as queue_utils
 from ..queue import steering
 from ..queue.task_notes import stdout_log_path
@@ -69,7 +69,7 @@ def attach(task_id: str, stdin: IO[str], show: Callable[[str], None], by: str = 
     """Follow the task's running attempt, sending each line typed, until the input ends,
     Ctrl-C, or the attempt ends; what happened, in words. ``IllegalTransition`` when no
     attempt runs, ``TaskNotFound`` for an unknown task."""
-    task = queue_utils.get_task(normalize_task_id(task_id))
+    task = queue_utils.get_task(task_id)
     if task.state is not TaskState.CLAIMED:
         raise IllegalTransition(f"{task.label} is in {task.state.value}: no attempt is running")
     show(f"[attached to {task.label}, attempt {task.attempts}: a line typed is sent to it; "

@@ -34,9 +34,9 @@ from ..model.tasks import (
     TIME_HEADERS,
     WHOLE_NUMBER_HEADERS,
     Task,
+    TaskId,
     TaskState,
     format_time,
-    normalize_task_id,
     one_line,
     parse_task,
     render_task,
@@ -196,7 +196,7 @@ def _import_one(
         report.problems.append(f"{label}: octopoid state '{found.state}' has no counterpart")
         return
     try:
-        task_id = normalize_task_id(found.task_id)
+        task_id = TaskId(found.task_id)
         with open(found.path, "rb") as f:
             data = f.read(defaults.MAX_TASK_FILE_BYTES + 1)
         if len(data) > defaults.MAX_TASK_FILE_BYTES:
@@ -369,7 +369,7 @@ def _blockers(value: str, label: str, problems: list[str]) -> str:
     ids = []
     for part in (p for p in re.split(r"[,\s]+", value) if p and p != "None"):
         try:
-            ids.append(task_label(normalize_task_id(part)))
+            ids.append(task_label(TaskId(part)))
         except InvalidTaskId:
             problems.append(f"{label}: blocker {part[:60]!r} is not a task id; dropped")
     return ", ".join(ids)

@@ -29,7 +29,7 @@ from ..base.redaction import redact
 from ..daemon import scheduler_control
 from ..memory import lifecycle
 from ..model.exceptions import InvalidTaskId, OctopoidError, TaskNotFound
-from ..model.tasks import DEFAULT_ROLE, PRIORITIES, TaskState, render_task
+from ..model.tasks import DEFAULT_ROLE, PRIORITIES, TaskId, TaskState, render_task
 from ..queue import budgets, intake, recovery, steering
 from ..queue import machine as queue_utils
 from ..review import diffs
@@ -84,6 +84,8 @@ def guarded(fn: F) -> F:
     def call(*args: Any, **kwargs: Any) -> Any:
         with _ONE_AT_A_TIME:
             try:
+                if "task_id" in kwargs:  # a tool's task id enters here, and is parsed once
+                    kwargs["task_id"] = TaskId(kwargs["task_id"])
                 return redacted(fn(*args, **kwargs))
             except OctopoidError as exc:
                 line = TextContent(type="text", text=redact(str(exc)))

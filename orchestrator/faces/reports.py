@@ -13,9 +13,9 @@ from ..base.lazy import lazy_import
 from ..model.exceptions import ConfigError, OctopoidError
 from ..model.tasks import (
     Task,
+    TaskId,
     TaskState,
     format_time,
-    normalize_task_id,
     parse_time,
     task_label,
     utcnow,
@@ -76,7 +76,7 @@ def notes_details(task_id: str) -> dict[str, Any]:
     """`notes --json` (and the MCP server's ``notes``): the task's retry notes (None when it
     has none yet) and where they are kept; ``TaskNotFound`` when it has none and no queue
     holds it, as `notes` says."""
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     text = task_notes.get_task_notes(task_id)
     if text is None:
         known_task_id(task_id)

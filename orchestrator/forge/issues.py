@@ -26,7 +26,7 @@ from .. import config
 from ..base.fsutil import read_json_object
 from ..base.locks import holding
 from ..model.exceptions import IllegalTransition, InvalidTask, LostRace, TaskBusy
-from ..model.tasks import Task, TaskState, format_time, new_task, parse_time, task_label
+from ..model.tasks import Task, TaskId, TaskState, format_time, new_task, parse_time, task_label
 from ..queue import adopt, intake
 from ..queue import machine as queue_utils
 from ..queue.store.records import Records, check_key, key_part
@@ -82,8 +82,9 @@ def _adopt_registry(records: Records, registry: dict[str, Any]) -> None:
             records.update(check_key(f"{TRACKED}/{task_id}"), lambda v, t=tracked: v or t)
 
 
-def task_id_for(kind: str, number: int) -> str:
-    return f"{PREFIX[kind]}-{number}"
+def task_id_for(kind: str, number: int) -> TaskId:
+    """The task an issue becomes (``GH-7``): an id made where the forge's answer enters."""
+    return TaskId(f"{PREFIX[kind]}-{number}")
 
 
 def intake_issues(forge: Forge, label: str, *, new: bool = True) -> list[str]:

@@ -11,8 +11,10 @@ import re
 
 from .exceptions import InvalidTaskId
 
-ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-FILE_RE = re.compile(r"TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.md")
+_ID = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
+ID_RE = re.compile(_ID)
+FILE_RE = re.compile(rf"TASK-({_ID})\.md")  # a task file's name
+LABEL_RE = re.compile(rf"TASK-({_ID})")  # a record's or journal's key
 
 
 class TaskId(str):
@@ -27,6 +29,12 @@ class TaskId(str):
         if type(raw) is cls:  # already checked where it entered
             return raw  # type: ignore[return-value]
         return str.__new__(cls, _checked(raw))
+
+    @classmethod
+    def matched(cls, match: re.Match[str]) -> TaskId:
+        """The id a full match of ``FILE_RE`` or ``LABEL_RE`` found (a file's or a record's
+        name): their group is ``ID_RE``, so the match was the check."""
+        return str.__new__(cls, match.group(1))
 
     @property
     def label(self) -> str:
@@ -55,6 +63,13 @@ def _checked(raw: object) -> str:
 def normalize_task_id(raw: str) -> TaskId:
     """The seed's name for parsing an id: ``TaskId(raw)``."""
     return TaskId(raw)
+
+
+def from_label(label: str) -> TaskId:
+    """The id of a key written as ``TASK-12`` (a journal's, a record's): a full match of
+    ``LABEL_RE`` is its check; anything else is checked as a person's text would be."""
+    match = LABEL_RE.fullmatch(label)
+    return TaskId.matched(match) if match else TaskId(label)
 
 
 def split_ids(text: str) -> list[str]:

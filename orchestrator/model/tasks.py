@@ -28,7 +28,9 @@ from .exceptions import IllegalTransition, InvalidTask, InvalidTaskId, TaskParse
 from .ids import (  # noqa: F401  (re-exported: the model's words in one place)
     FILE_RE,
     ID_RE,
+    LABEL_RE,
     TaskId,
+    from_label,
     normalize_task_id,
     split_ids,
     task_filename,
@@ -187,13 +189,16 @@ def valid_branch_name(name: str) -> bool:
 class Task:
     """One task file in memory. ``state`` and ``path`` say where it was read from."""
 
-    id: str
+    id: TaskId
     title: str
     headers: dict[str, str] = field(default_factory=dict)
     preamble: str = ""
     sections: list[tuple[str, str]] = field(default_factory=list)
     state: TaskState | None = None
     path: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.id = TaskId(self.id)  # free when it is one already: every Task carries a TaskId
 
     @property
     def label(self) -> str:
@@ -217,8 +222,8 @@ class Task:
         return parse_time(value) if value else None
 
     @property
-    def blocked_by(self) -> list[str]:
-        return [normalize_task_id(part) for part in split_ids(self.headers.get("BLOCKED_BY", ""))]
+    def blocked_by(self) -> list[TaskId]:
+        return [TaskId(part) for part in split_ids(self.headers.get("BLOCKED_BY", ""))]
 
     @property
     def attempts(self) -> int:
@@ -332,7 +337,7 @@ def new_task(
     if not valid_branch_name(branch):
         raise InvalidTask(f"{shown(branch)} is not a valid git branch name")
     now = now or utcnow()
-    blockers = [task_label(normalize_task_id(b)) for b in blocked_by]
+    blockers = [task_label(TaskId(b)) for b in blocked_by]
     task = Task(id=task_id, title=title)
     for key, value in (
         ("ROLE", role),
@@ -426,7 +431,9 @@ def render_task(task: Task) -> str:
 
 
 def parse_task(text: str, expected_id: str | None = None) -> Task:
-    """Read a task file's text; raise ``TaskParseError`` saying what is wrong and where."""
+    """Read a task file's text; raise ``TaskParseError`` saying what is wrong and where.
+    A title naming ``expected_id`` (a ``TaskId``: the file's or row's name) is not checked
+    again."""
     text = text.replace("\r\n", "\n")
     lines = LINE_RE.findall(text)  # only \n ends a line: U+2028 and friends are plain text
     if not lines:
@@ -459,7 +466,8 @@ def _parse_title(line: str, expected_id: str | None) -> Task:
     if not match:
         raise TaskParseError(f"line 1 must be '# [TASK-<id>] Title', got {line[:60]!r}")
     try:
-        task_id = normalize_task_id(match.group(1))
+        named = match.group(1)
+        task_id = expected_id if named == expected_id else TaskId(named)
     except InvalidTaskId as exc:
         raise TaskParseError(f"line 1: {exc}") from None
     if expected_id is not None and task_id != expected_id:
@@ -551,7 +559,7 @@ def read_task_file(path: Path, state: TaskState | None = None) -> Task:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TaskParseError(f"file is not valid UTF-8 (byte {exc.start})") from None
-    task = parse_task(text, expected_id=match.group(1))
+    task = parse_task(text, expected_id=TaskId.matched(match))
     task.state, task.path = state, path
     return task
 
@@ -583,7 +591,7 @@ def read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
-def allocate_id(queue_dir: Path, sync: bool = True) -> str:
+def allocate_id(queue_dir: Path, sync: bool = True) -> TaskId:
     """The next sequential id, under a lock, never one that a queue folder already holds."""
     queue_dir.mkdir(parents=True, exist_ok=True)
     counter = queue_dir / ".last_id"
@@ -598,7 +606,7 @@ def allocate_id(queue_dir: Path, sync: bool = True) -> str:
         ):
             candidate += 1
         fsutil.atomic_write(counter, f"{candidate}\n", sync=sync)
-    return str(candidate)
+    return TaskId(str(candidate))
 
 
 def _highest_numeric_id(queue_dir: Path) -> int:

@@ -21,7 +21,7 @@ from .. import config
 from ..base.fsutil import read_json_object
 from ..base.locks import holding
 from ..model.exceptions import InvalidTaskId
-from ..model.tasks import TaskState, format_time, normalize_task_id, task_label
+from ..model.tasks import TaskId, TaskState, format_time, from_label, task_label
 from . import machine as queue_utils
 from .store import QueueStore
 from .store.records import Records, check_key, key_part
@@ -48,7 +48,7 @@ def store() -> QueueStore:
 
 def task_key(family: str, task_id: str) -> str:
     """The key of a task's record in ``family`` (``questions/TASK-12``)."""
-    return f"{family}/{task_label(normalize_task_id(task_id))}"
+    return f"{family}/{task_label(TaskId(task_id))}"
 
 
 def task_record(family: str, task_id: str) -> dict[str, Any]:
@@ -165,7 +165,7 @@ def _finishing(store: QueueStore, folder: Path) -> list[str]:
     moved = []
     for path in sorted(folder.glob("TASK-*.json")) if folder.is_dir() else []:
         try:
-            task_id = normalize_task_id(path.stem)
+            task_id = from_label(path.stem)
         except InvalidTaskId:
             continue  # not a name octopoid writes
         old = read_json_object(path)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..model.exceptions import InvalidTaskId
-from ..model.tasks import FILE_RE, Task, normalize_task_id, shown
+from ..model.tasks import FILE_RE, Task, TaskId, shown
 
 #: A task as the API takes it: an id (``TASK-12``, ``12``), a ``Task``, or its file's path.
 TaskRef = Task | str | os.PathLike[str]
@@ -28,7 +28,7 @@ def is_task_path(task: object) -> bool:
     return isinstance(task, str) and ("/" in task or task.strip().endswith(".md"))
 
 
-def task_id_of(task: TaskRef) -> str:
+def task_id_of(task: TaskRef) -> TaskId:
     """The bare id of a task given as an id, a ``Task``, or its file's path (``Path`` or str).
 
     A path is read for its name only (``TASK-<id>.md``): the task is then found wherever it
@@ -37,12 +37,12 @@ def task_id_of(task: TaskRef) -> str:
     if isinstance(task, Task):
         return task.id
     if not is_task_path(task):
-        return normalize_task_id(cast(str, task))  # not a path: an id, or junk it refuses
+        return TaskId(cast(str, task))  # not a path: an id, or junk it refuses
     name = Path(task).name
     match = FILE_RE.fullmatch(name)
     if match is None:
         raise InvalidTaskId(f"{shown(name)} is not a task file's name (TASK-<id>.md)")
-    return normalize_task_id(match.group(1))
+    return TaskId.matched(match)
 
 
 def _new_path(task: Task) -> Path | None:

@@ -27,8 +27,8 @@ from ..model.tasks import (
     DEFAULT_PRIORITY,
     DEFAULT_ROLE,
     Task,
+    TaskId,
     TaskState,
-    normalize_task_id,
     shown,
     split_ids,
     task_label,
@@ -106,7 +106,7 @@ def check_blockers(new_id: str | None, blocked_by: Iterable[str]) -> list[str]:
     store = queue_utils.get_store()
     ids: list[str] = []
     for raw in (part for item in blocked_by for part in split_ids(item)):
-        blocker = normalize_task_id(raw)
+        blocker = TaskId(raw)
         label = task_label(blocker)
         if blocker == new_id:
             raise InvalidTask(f"--blocked-by {label}: a task cannot wait for itself")

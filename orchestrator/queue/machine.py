@@ -44,10 +44,10 @@ from ..model.tasks import (
     DEFAULT_ROLE,
     TIP_HEADER,
     Task,
+    TaskId,
     TaskState,
     format_time,
     new_task,
-    normalize_task_id,
     one_line,
     shown,
     split_ids,
@@ -95,8 +95,8 @@ __all__ = [
 ]
 
 
-def _id(task: Task | str) -> str:
-    return task.id if isinstance(task, Task) else normalize_task_id(task)
+def _id(task: Task | str) -> TaskId:
+    return task.id if isinstance(task, Task) else TaskId(task)
 
 
 def _token(task: Task | str, token: str | None) -> str | None:
@@ -269,7 +269,7 @@ def create_task(
         task.sections = [(h, c) for h, c in task.sections if h != "History"]
         task.add_history(task.created or utcnow(), "new", state.value, created_by)
     store = get_store()
-    task.id = normalize_task_id(given_id) if given_id else store.allocate_id()
+    task.id = TaskId(given_id) if given_id else store.allocate_id()
     added = store.add(task, state)
     if acceptance_criteria is None:
         return added
@@ -310,13 +310,13 @@ def list_tasks(queue: TaskState | str) -> list[Task]:
 
 
 def get_task(task_id: str) -> Task:
-    return get_store().get(normalize_task_id(task_id))
+    return get_store().get(TaskId(task_id))
 
 
-def known_task_id(task_id: str) -> str:
+def known_task_id(task_id: str) -> TaskId:
     """The bare id of a task some queue holds, else ``TaskNotFound`` (exit 3): for commands
     about what a task left (its notes, its working notes) that need not read the task."""
-    bare = normalize_task_id(task_id)
+    bare = TaskId(task_id)
     _locate(bare)
     return bare
 
@@ -1021,11 +1021,12 @@ def finish_split(
 def rewire_blocker(task: Task | str, old_id: str, new_id: str, actor: str) -> Task:
     """A waiting task that waited for ``old_id`` (split) waits for ``new_id`` instead;
     History says so. ``IllegalTransition`` if it left incoming meanwhile."""
+    old_id, new_id = TaskId(old_id), TaskId(new_id)  # free for a TaskId: the seed API's own
     old, new = task_label(old_id), task_label(new_id)
 
     def rewire(t: Task) -> None:
-        if normalize_task_id(old_id) in t.blocked_by:
-            ids = [new_id if b == normalize_task_id(old_id) else b for b in t.blocked_by]
+        if old_id in t.blocked_by:
+            ids = [new_id if b == old_id else b for b in t.blocked_by]
             t.set_header("BLOCKED_BY", ", ".join(task_label(b) for b in dict.fromkeys(ids)))
             t.add_event(utcnow(), S.INCOMING.value, actor, f"waits for {new} instead of {old}")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..base.lazy import lazy_import
 from ..model.exceptions import InvalidInput
-from ..model.tasks import Task, format_time, normalize_task_id, one_line, task_label, utcnow
+from ..model.tasks import Task, format_time, one_line, task_label, utcnow
 from . import adopt
 from . import machine as queue_utils
 
@@ -134,4 +134,4 @@ def hold_for_answer(task: Task, question: str, reason: str) -> Task:
 
 def forget(task_id: str) -> None:
     """The task finished: its question goes."""
-    adopt.store().records.delete(adopt.task_key(FAMILY, normalize_task_id(task_id)))
+    adopt.store().records.delete(adopt.task_key(FAMILY, task_id))

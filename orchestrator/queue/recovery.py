@@ -21,7 +21,6 @@ from ..model.tasks import (
     Task,
     TaskState,
     format_time,
-    normalize_task_id,
     refuse_planning,
     utcnow,
 )
@@ -143,7 +142,7 @@ def requeue_running(task_id: str, reason: str, actor: str = "human") -> tuple[Ta
     whatever is left of it is killed. A new attempt's runner also waits for every process
     of an older attempt of the task to be gone before it starts the agent.
     """
-    task = queue_utils.get_task(normalize_task_id(task_id))
+    task = queue_utils.get_task(task_id)
     if task.state is not S.CLAIMED:
         raise IllegalTransition(f"{task.label} is in {task.state.value}, not claimed")
     refuse_planning(task, "requeued")

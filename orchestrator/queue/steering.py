@@ -27,7 +27,6 @@ from ..model.tasks import (
     Task,
     TaskState,
     format_time,
-    normalize_task_id,
     one_line,
     refuse_planning,
     utcnow,
@@ -63,7 +62,7 @@ def say(task_id: str, text: str, by: str = "human") -> dict[str, Any]:
     """Leave a message for the task's running attempt (or its next one); into the notes.
     What the message is, and ``running``: whether an attempt runs now. ``TaskNotFound``
     (exit 3) for an unknown task, ``IllegalTransition`` for a finished one."""
-    task = queue_utils.get_task(normalize_task_id(task_id))
+    task = queue_utils.get_task(task_id)
     if task.state is TaskState.DONE:
         raise IllegalTransition(f"{task.label} is done: no attempt will read a message")
     text = _text(text, "a message", MAX_MESSAGE_CHARS)
@@ -95,7 +94,7 @@ def take(task_id: str) -> list[dict[str, Any]]:
         taken[:] = (found or {}).get("waiting") or []
         return {**found, "waiting": []} if taken and found else found
 
-    adopt.store().records.update(adopt.task_key(FAMILY, normalize_task_id(task_id)), empty)
+    adopt.store().records.update(adopt.task_key(FAMILY, task_id), empty)
     return taken
 
 
@@ -109,7 +108,7 @@ def as_turn(messages: list[dict[str, Any]]) -> str:
 def ask_stop(task_id: str, reason: str, by: str = "human") -> dict[str, Any]:
     """Ask the runner of the task's running attempt to end it (on whichever machine):
     the stop, as kept. ``IllegalTransition`` when no attempt runs."""
-    task = queue_utils.get_task(normalize_task_id(task_id))
+    task = queue_utils.get_task(task_id)
     if task.state is not TaskState.CLAIMED:
         raise IllegalTransition(f"{task.label} is in {task.state.value}: no attempt is running")
     refuse_planning(task, "stopped")  # a planner runs in `octopoid plan`'s own terminal
@@ -136,7 +135,7 @@ def wait_stopped(task_id: str, attempt: int, seconds: float) -> Task | None:
     within ``seconds``; None if that attempt still runs."""
     deadline = time.monotonic() + seconds
     while True:
-        task = queue_utils.get_task(normalize_task_id(task_id))
+        task = queue_utils.get_task(task_id)
         if task.state is not TaskState.CLAIMED or task.attempts != attempt:
             return task
         if time.monotonic() >= deadline:
@@ -146,4 +145,4 @@ def wait_stopped(task_id: str, attempt: int, seconds: float) -> Task | None:
 
 def forget(task_id: str) -> None:
     """The task finished: what was said to it goes (its notes keep the messages)."""
-    adopt.store().records.delete(adopt.task_key(FAMILY, normalize_task_id(task_id)))
+    adopt.store().records.delete(adopt.task_key(FAMILY, task_id))

@@ -26,7 +26,7 @@ from ..base.fsutil import atomic_write
 from ..base.locks import FileMutex
 from ..model import defaults
 from ..model.exceptions import ConfigError
-from ..model.tasks import format_time, normalize_task_id, one_line, task_label, utcnow
+from ..model.tasks import TaskId, format_time, one_line, task_label, utcnow
 
 BACKTICK_RUN_RE = re.compile(r"`+")
 ATTEMPT_RE = re.compile(r"Attempt (\d+) — ")
@@ -103,11 +103,11 @@ def notes_dir() -> Path:
 
 
 def notes_path(task_id: str) -> Path:
-    return notes_dir() / f"{task_label(normalize_task_id(task_id))}.md"
+    return notes_dir() / f"{task_label(TaskId(task_id))}.md"
 
 
 def stdout_log_path(task_id: str) -> Path:
-    return notes_dir() / f"{task_label(normalize_task_id(task_id))}.stdout.log"
+    return notes_dir() / f"{task_label(TaskId(task_id))}.stdout.log"
 
 
 def stdout_limit() -> int:
@@ -185,7 +185,7 @@ def notes_book() -> Any:
 
 def notes_location(task_id: str) -> str:
     """Where a task's notes are kept, for ``octopoid notes --path``."""
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     if isinstance(notes_book(), NotesFiles):
         return str(notes_path(task_id))
     return f"PostgreSQL: octopoid.notes rows with task_id '{task_id}'"
@@ -193,12 +193,12 @@ def notes_location(task_id: str) -> str:
 
 def get_task_notes(task_id: str) -> str | None:
     """The task's notes, or None when it has none."""
-    return notes_book().read(normalize_task_id(task_id))
+    return notes_book().read(TaskId(task_id))
 
 
 def put_notes(task_id: str, text: str) -> bool:
     """Give a task these notes if it has none (an import); False if other notes were kept."""
-    return notes_book().put(normalize_task_id(task_id), text)
+    return notes_book().put(TaskId(task_id), text)
 
 
 def noted_task_ids() -> list[str]:
@@ -234,7 +234,7 @@ def append_attempt(
     """
     from ..base.redaction import redact  # at first use: readers never redact
 
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     limit = stdout_limit()
     meta = f"Turns: {turns} | Commits: {'unknown' if commits is None else commits}"
     if cost_usd is not None:
@@ -333,14 +333,14 @@ def add_review_notes(
         )
         sections.append(NotesSection(f"{REVIEW_COMMENTS} — {who} ({stamp})", body + "\n"))
     added = "".join(section.render() for section in sections)
-    _append(normalize_task_id(task_id), lambda _: added)
+    _append(TaskId(task_id), lambda _: added)
     return added
 
 
 def take_back_notes(task_id: str, added: str) -> None:
     """Remove what ``add_review_notes`` appended (the move it explained failed); sections
     saved since stay. Notes left with nothing but their title are deleted."""
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     notes_book().take_back(task_id, added, _new_notes(task_id))
 
 
@@ -350,7 +350,7 @@ def add_notes_section(task_id: str, heading: str, body: str) -> None:
     from ..base.redaction import redact  # at first use: readers never redact
 
     text = f"\n{fenced(redact(body))}\n"
-    _append(normalize_task_id(task_id), lambda _: NotesSection(heading, text).render())
+    _append(TaskId(task_id), lambda _: NotesSection(heading, text).render())
 
 
 def _append(task_id: str, make_sections: Callable[[str], str]) -> None:
@@ -386,7 +386,7 @@ def notes_summary(task_id: str) -> dict[str, int]:
 
 def cleanup_task_notes(task_id: str) -> bool:
     """Delete a task's notes and its output log; True if the notes existed."""
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     existed = notes_book().remove(task_id)
     stdout_log_path(task_id).unlink(missing_ok=True)
     return existed

@@ -15,7 +15,7 @@ from ..git import branches, core
 from ..git import diffs as git_diffs
 from ..model import defaults
 from ..model.exceptions import GitError, NothingToShow
-from ..model.tasks import Task, TaskState, normalize_task_id, task_label
+from ..model.tasks import Task, TaskId, TaskState, task_label
 from ..queue import machine as queue_utils
 
 
@@ -57,7 +57,7 @@ def task_diff_stat(task_id: str) -> list[FileStat]:
 def stat_summary(task_id: str) -> dict[str, Any]:
     """`diff --stat --json`'s answer (and the MCP tool's): each file with its counts, and
     the totals."""
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     files = task_diff_stat(task_id)
     totals = {
         "files": len(files),
@@ -136,7 +136,7 @@ def _parse_numstat(out: str) -> list[FileStat]:
 
 def with_branch(task_id: str) -> Task:
     """The task, if its branch exists; otherwise ``NothingToShow`` saying why it does not."""
-    task = queue_utils.get_task(normalize_task_id(task_id))
+    task = queue_utils.get_task(task_id)
     branch = branches.branch_for(task.id)
     if branches.branch_head(config.find_project_root(), branch) is not None:
         return task

@@ -32,7 +32,7 @@ from typing import Any
 from .. import config
 from ..base.lazy import lazy_import
 from ..model.exceptions import IllegalTransition, OctopoidError
-from ..model.ids import TaskId
+from ..model.ids import TaskId, from_label
 from ..model.tasks import Task, TaskState, task_label
 from ..queue import adopt
 from ..queue import machine as queue_utils
@@ -117,7 +117,7 @@ def run(journal: Journal, merge: Step | None = None) -> Finished:
 
 
 def _task(journal: Journal) -> TaskId:
-    return TaskId(journal.key)
+    return from_label(journal.key)
 
 
 def _actor(journal: Journal) -> str:
@@ -233,7 +233,7 @@ def awaits_accept(journal: Journal) -> bool:
 
 def _held(key: str) -> AbstractContextManager[object]:
     """The sweep holds the task as a person's accept does."""
-    return queue_utils.get_store().hold(TaskId(key), "finished")
+    return queue_utils.get_store().hold(from_label(key), "finished")
 
 
 def _gone(journal: Journal) -> str | None:

@@ -33,8 +33,8 @@ from ..model.exceptions import (
 from ..model.tasks import (
     TIP_HEADER,
     Task,
+    TaskId,
     TaskState,
-    normalize_task_id,
     refuse_planning,
     task_label,
 )
@@ -140,7 +140,7 @@ def accept(
     is finished by whoever comes next (``_Merging``, ``finishing``); a failed step after
     the move is reported, not fatal.
     """
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     with held(task_id, "accepted"), finishing.taken(task_id) as journal:
         task = queue_utils.get_task(task_id)
         if journal is not None and (
@@ -344,7 +344,7 @@ def close(task_id: str, kind: str, reason: str, closed_by: str = "human") -> Acc
     they are dropped. Its worktree goes; its branch stays (`octopoid worktrees --prune`
     deletes it once its base has all of it); its open pull request is closed, saying why.
     One journal (``close``), written before the move and dropped if the move is refused."""
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     with held(task_id, "closed"), finishing.taken(task_id) as journal:
         if journal is not None and journal.kind == finishing.ACCEPT:
             label = task_label(task_id)
@@ -459,7 +459,7 @@ def reject(
     accept was interrupted is refused if git shows its branch was already merged (finish it
     with accept); otherwise the unfinished accept's journal is dropped and the reject goes on.
     """
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     with held(task_id, "rejected"):
         task = queue_utils.get_task(task_id)
         if task.state is TaskState.PROVISIONAL:
@@ -540,7 +540,7 @@ def _git_lines(text: str) -> list[str]:
 
 def approve(task_id: str, approved_by: str = "human") -> list[Task]:
     """Create the subtasks a held breakdown proposes, re-point its dependants, finish it."""
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     with queue_utils.get_store().hold(task_id, "approved"):
         task = queue_utils.get_task(task_id)
         if task.state is not TaskState.PROVISIONAL or "PROPOSED_SPLIT" not in task.headers:
@@ -552,7 +552,7 @@ def approve(task_id: str, approved_by: str = "human") -> list[Task]:
 def recheck(task_id: str) -> checks.Verdict:
     """`octopoid checks`: the task's checks and merge pre-check on its branch, now, by hand,
     in a box as an attempt's checks run (``sandbox.checks_box``)."""
-    task = queue_utils.get_task(normalize_task_id(task_id))
+    task = queue_utils.get_task(task_id)
     with sandbox.checks_box(task) as box:
         return checks.verify(task, box, config.load_config(), lambda: None)
 

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from ..model.exceptions import InvalidInput, InvalidTask, OctopoidError
-from ..model.ids import TaskId
+from ..model.ids import from_label
 from ..model.tasks import Task, TaskState, new_task, task_label
 from ..queue import adopt, intake
 from ..queue import machine as queue_utils
@@ -187,13 +187,13 @@ def _create(journal: Journal, step: str) -> None:
 
 def _rewire(journal: Journal, step: str) -> None:
     """The original's dependants wait for the last subtask."""
-    rewire_dependants(TaskId(journal.key), journal.data["ids"][-1], f"split of {journal.key}")
+    rewire_dependants(from_label(journal.key), journal.data["ids"][-1], f"split of {journal.key}")
 
 
 def _finish(journal: Journal, step: str, token: str | None = None) -> None:
     """The original to done, unless it is there already (moved before a kill); fenced by
     the attempt's claim (``token``) when an attempt splits it (the sweep has none)."""
-    original, data = TaskId(journal.key), journal.data
+    original, data = from_label(journal.key), journal.data
     if queue_utils.get_store().locate(original) is TaskState.DONE:
         return
     labels = ", ".join(task_label(i) for i in data["ids"])

@@ -68,9 +68,9 @@ from ..model.tasks import (
     PLANNING_ROLE,
     TIP_HEADER,
     Task,
+    TaskId,
     TaskState,
     format_time,
-    normalize_task_id,
     task_label,
     utcnow,
 )
@@ -144,7 +144,7 @@ def instructions_for(role: str) -> str:
 
 def run_attempt(task_id: str, agent_name: str, token: str) -> AttemptReport:
     """Run one attempt of a task the scheduler claimed for ``agent_name`` with ``token``."""
-    task_id = normalize_task_id(task_id)
+    task_id = TaskId(task_id)
     agents_cfg, cfg = config.load_agents(), config.load_config()
     agent = find_agent(agents_cfg, agent_name)
     hide_also(agent.get("env") or {})  # History, ERROR and runner.log hide them too

@@ -37,7 +37,7 @@ from ..memory import lifecycle
 from ..memory.notes import NotesManager
 from ..memory.provenance import Origin
 from ..model.exceptions import InvalidTask
-from ..model.tasks import one_line, render_task, task_label
+from ..model.tasks import TaskId, one_line, render_task, task_label
 from ..queue import machine as queue_utils
 from ..queue import questions, steering
 from . import breakdown, plans
@@ -162,7 +162,7 @@ class AttemptTools(Tools):
 
     def __init__(
         self,
-        task_id: str,
+        task_id: TaskId,
         attempt: int,
         on_progress: Callable[[str], None],
         agent: str = "agent",

@@ -29,7 +29,7 @@ from ... import config
 from ...base.processes import start_ticks
 from ...base.redaction import scrub
 from ...model.exceptions import InvalidInput, PreviewFailed
-from ...model.tasks import TaskState, normalize_task_id, task_label
+from ...model.tasks import TaskId, TaskState, task_label
 
 PUBLIC_SOCKET = "preview.sock"  # the review page's way in
 RELAY_SOCKET = "relay.sock"  # the box's relay's way out to the daemon
@@ -55,7 +55,7 @@ def prefix(task_id: str) -> str:
     limited to 108 bytes: short, and no sweep of channel folders takes them)."""
     root = config.find_project_root()
     key = hashlib.sha256(str(root).encode()).hexdigest()[:8]
-    return f"octopoid-preview-{key}-{task_label(normalize_task_id(task_id))}-"
+    return f"octopoid-preview-{key}-{task_label(TaskId(task_id))}-"
 
 
 def running(task_id: str) -> Running | None:
@@ -74,7 +74,7 @@ def running(task_id: str) -> Running | None:
 
 
 def log_path(task_id: str) -> Path:
-    folder = config.get_logs_dir() / task_label(normalize_task_id(task_id))
+    folder = config.get_logs_dir() / task_label(TaskId(task_id))
     folder.mkdir(parents=True, exist_ok=True)
     return folder / LOG_NAME
 

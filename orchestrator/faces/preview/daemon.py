@@ -32,7 +32,7 @@ from ...box.box import Box
 from ...box.bwrap import CHANNEL_INSIDE
 from ...model import defaults
 from ...model.exceptions import OctopoidError, SetupFailed
-from ...model.tasks import Task, TaskState, normalize_task_id
+from ...model.tasks import Task, TaskId, TaskState
 from ...queue import machine as queue_utils
 from . import PUBLIC_SOCKET, RELAY_SOCKET, prefix
 
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_signal)
     token = secrets.token_hex(16)  # marks the preview's processes: all die with it
-    task_id = normalize_task_id(args[0])
+    task_id = TaskId(args[0])
     folder = Path(tempfile.gettempdir()) / f"{prefix(task_id)}{owner_tag()}"
     try:
         folder.mkdir(mode=0o700)

@@ -3,8 +3,9 @@
 A face like cli.py: each route parses the request, calls one function the CLI also calls
 (``review``, ``queue_utils``, ``recovery``, ``intake``, ``pages``), and renders. Endpoints
 are plain functions, so Starlette runs them in its thread pool (the queue and git block).
-Task ids go through ``normalize_task_id`` like the CLI's; every value is escaped by Jinja2's
-autoescape; every POST is checked against the CSRF token (``security``).
+A route or form's task id is made a ``TaskId`` where it comes in, like the CLI's; every
+value is escaped by Jinja2's autoescape; every POST is checked against the CSRF token
+(``security``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ...model.exceptions import (
     OctopoidError,
     TaskNotFound,
 )
-from ...model.tasks import PRIORITIES, TaskState, normalize_task_id
+from ...model.tasks import PRIORITIES, TaskId, TaskState
 from ...queue import intake, questions, recovery, steering
 from ...queue import machine as queue_utils
 from ...review import drafts
@@ -129,7 +130,7 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
     ) -> Response:
         raw = request.path_params["task_id"]
         try:
-            page = pages.task_page(normalize_task_id(raw), reviewer_of(request), typed)
+            page = pages.task_page(TaskId(raw), reviewer_of(request), typed)
         except OctopoidError as exc:
             return render(request, "error.html", _status_of(exc), message=str(exc))
         done = DONE.get(request.query_params.get("done", ""))
@@ -144,7 +145,7 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
         """Start the task's preview (and open its door) or stop it."""
         form = await form_of(request)
         try:
-            task_id = normalize_task_id(request.path_params["task_id"])
+            task_id = TaskId(request.path_params["task_id"])
             if form.get("do") == "stop":
                 await run_in_threadpool(preview.stop, task_id)
                 await doors.closing(task_id)
@@ -169,7 +170,9 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
             if len(body) > MAX_DRAFT_BYTES:
                 return JSONResponse({"error": "the draft is too big"}, status_code=413)
         try:
-            task = await run_in_threadpool(queue_utils.get_task, request.path_params["task_id"])
+            task = await run_in_threadpool(
+                queue_utils.get_task, TaskId(request.path_params["task_id"])
+            )
             data = json.loads(body)
             kept = await run_in_threadpool(drafts.save, task.id, reviewer_of(request), data)
         except ValueError:
@@ -182,7 +185,7 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
         """The running attempt's output after byte ``after``, as JSON; ``running`` false
         once it has ended (the page then reloads, once, into review)."""
         try:
-            task = queue_utils.get_task(normalize_task_id(request.path_params["task_id"]))
+            task = queue_utils.get_task(TaskId(request.path_params["task_id"]))
             after = int(request.query_params.get("after", "-1"))
         except OctopoidError as exc:
             return PlainTextResponse(str(exc), status_code=_status_of(exc))
@@ -200,7 +203,7 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
         do, done = ACTIONS[request.path_params["action"]]
         reviewer = reviewer_of(request)
         try:
-            task_id = normalize_task_id(request.path_params["task_id"])
+            task_id = TaskId(request.path_params["task_id"])
             await run_in_threadpool(do, task_id, form, reviewer)
         except OctopoidError as exc:
             typed = _typed(form) if request.path_params["action"] == "reject" else None

@@ -27,8 +27,8 @@ from ...model.tasks import (
     ID_RE,
     PRIORITIES,
     Task,
+    TaskId,
     TaskState,
-    normalize_task_id,
     parse_time,
     task_label,
     utcnow,
@@ -99,7 +99,7 @@ class Filters:
         or its title holds the search, case-insensitively; and priority and role agree."""
         needle = self.q.casefold()
         try:
-            wanted_id = normalize_task_id(self.q) if self.q else None
+            wanted_id = TaskId(self.q) if self.q else None
         except OctopoidError:
             wanted_id = None
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ...model.exceptions import TaskBusy
-from ...model.tasks import Task, TaskState, task_label
+from ...model.tasks import Task, TaskId, TaskState, task_label
 from .claim_index import Waiting, WaitingDigest
 from .records import Journals, Records
 
@@ -46,7 +46,7 @@ class QueueStore(ABC):
         """Create whatever the store needs (folders, tables); safe to call again."""
 
     @abstractmethod
-    def allocate_id(self) -> str:
+    def allocate_id(self) -> TaskId:
         """A new sequential id that no task in any state has."""
 
     @abstractmethod
@@ -54,17 +54,17 @@ class QueueStore(ABC):
         """Store a new task in ``state``; refuse an id that already exists anywhere."""
 
     @abstractmethod
-    def locate(self, task_id: str) -> TaskState | None:
+    def locate(self, task_id: TaskId) -> TaskState | None:
         """The state holding ``task_id``, or None. Cheap: no parsing."""
 
-    def released(self, task_id: str) -> bool:
+    def released(self, task_id: TaskId) -> bool:
         """Whether ``task_id`` is done through one of octopoid's moves, so its dependants may
         start. A file put into done/ by hand (no History line says how it got there) is
         not; a store whose tasks only octopoid moves needs only ask where it is."""
         return self.locate(task_id) is TaskState.DONE
 
     @abstractmethod
-    def get(self, task_id: str) -> Task:
+    def get(self, task_id: TaskId) -> Task:
         """The task with this id, wherever it is; ``TaskNotFound`` if nowhere."""
 
     @abstractmethod
@@ -81,14 +81,14 @@ class QueueStore(ABC):
         entries ``list_quarantine`` names (status, the board and doctor say one number)."""
 
     @abstractmethod
-    def ids(self, state: TaskState) -> list[str]:
+    def ids(self, state: TaskState) -> list[TaskId]:
         """The ids ``state`` holds, by number (without parsing them): a page of a big queue
         reads only the tasks it shows."""
 
     @abstractmethod
     def move(
         self,
-        task_id: str,
+        task_id: TaskId,
         src: TaskState,
         dst: TaskState,
         change: Change,
@@ -103,7 +103,7 @@ class QueueStore(ABC):
         """
 
     @abstractmethod
-    def update(self, task_id: str, state: TaskState, change: Change) -> Task:
+    def update(self, task_id: TaskId, state: TaskState, change: Change) -> Task:
         """Rewrite a task in place (same state); ``LostRace`` if it has left ``state``.
 
         ``change`` runs under the task's lock on the task as it is now; raising there (e.g.
@@ -111,7 +111,7 @@ class QueueStore(ABC):
         """
 
     @abstractmethod
-    def hold(self, task_id: str, purpose: str) -> AbstractContextManager[None]:
+    def hold(self, task_id: TaskId, purpose: str) -> AbstractContextManager[None]:
         """Hold a task for a workflow of several steps (an accept: merge, move, clean up).
 
         While held, another process's ``hold`` of the same task fails at once with
@@ -120,7 +120,7 @@ class QueueStore(ABC):
         """
 
     @abstractmethod
-    def recover(self, task_id: str | None = None) -> list[str]:
+    def recover(self, task_id: TaskId | None = None) -> list[str]:
         """Finish or undo writes a crash interrupted (one task, or all); say what was done."""
 
     @abstractmethod
@@ -179,12 +179,12 @@ class QueueStore(ABC):
         return lambda: None
 
 
-def id_order(task_id: str) -> tuple[int, str]:
+def id_order(task_id: TaskId) -> tuple[int, str]:
     """Ids by number (TASK-9 before TASK-10); an id that is not a number after them."""
     return (int(task_id), "") if task_id.isdigit() else (1 << 62, task_id)
 
 
-def busy(task_id: str, holder_words: Callable[[], str]) -> TaskBusy:
+def busy(task_id: TaskId, holder_words: Callable[[], str]) -> TaskBusy:
     """The refusal of a hold another process has: it names what that one is doing, as it
     says (waiting a moment for the words), never a guess."""
     deadline = time.monotonic() + HOLDER_WORDS_SECONDS

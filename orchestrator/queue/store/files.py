@@ -41,6 +41,7 @@ from ...model.exceptions import IllegalTransition, LostRace, TaskNotFound, TaskP
 from ...model.tasks import (
     FILE_RE,
     Task,
+    TaskId,
     TaskState,
     allocate_id,
     claim_order,
@@ -76,16 +77,16 @@ class FolderStore(QueueStore):
     def dir(self, state: TaskState) -> Path:
         return self.root / state.value
 
-    def path(self, task_id: str, state: TaskState) -> Path:
+    def path(self, task_id: TaskId, state: TaskState) -> Path:
         return self.dir(state) / task_filename(task_id)
 
-    def _lock(self, task_id: str) -> FileMutex:
+    def _lock(self, task_id: TaskId) -> FileMutex:
         """The task's lock: every write to a task holds it (reentrant, so nesting is safe)."""
         stripe = zlib.crc32(task_id.encode()) % LOCK_STRIPES
         return FileMutex(self.root / ".locks" / f"{stripe:02d}.lock")
 
     @contextmanager
-    def hold(self, task_id: str, purpose: str) -> Iterator[None]:
+    def hold(self, task_id: TaskId, purpose: str) -> Iterator[None]:
         holder = FileMutex(self.root / ".locks" / f"hold-{task_filename(task_id)}.lock")
         if not holder.acquire(blocking=False):
             raise busy(task_id, holder.read_note)
@@ -103,7 +104,7 @@ class FolderStore(QueueStore):
         if not self.index.ledger_built() and not any(map(self.count, TaskState)):
             self.index.rebuild_ledger([])  # a new queue: the ledger starts complete
 
-    def allocate_id(self) -> str:
+    def allocate_id(self) -> TaskId:
         with writing(self.root):
             return allocate_id(self.root, self.durable)
 
@@ -136,7 +137,7 @@ class FolderStore(QueueStore):
         """The claim index's writer gate, held while a write changes incoming/."""
         return self.index.writes.shared() if TaskState.INCOMING in states else nullcontext()
 
-    def locate(self, task_id: str) -> TaskState | None:
+    def locate(self, task_id: TaskId) -> TaskState | None:
         found = self._scan_for(task_id)
         if found is None:  # mid-move, or a crash left it between folders: wait, or heal
             with self._lock(task_id):
@@ -144,19 +145,19 @@ class FolderStore(QueueStore):
                 found = self._scan_for(task_id)
         return found
 
-    def where(self, task_id: str) -> list[TaskState]:
+    def where(self, task_id: TaskId) -> list[TaskState]:
         """Every folder holding the task, seen under its lock (a consistency check: one)."""
         with self._lock(task_id):
             self.recover(task_id)
             return [s for s in TaskState if os.path.lexists(self.path(task_id, s))]
 
-    def _scan_for(self, task_id: str) -> TaskState | None:
+    def _scan_for(self, task_id: TaskId) -> TaskState | None:
         for state in TaskState:
             if os.path.lexists(self.path(task_id, state)):
                 return state
         return None
 
-    def get(self, task_id: str) -> Task:
+    def get(self, task_id: TaskId) -> Task:
         for _ in range(3):
             state = self.locate(task_id)
             if state is None:
@@ -187,9 +188,9 @@ class FolderStore(QueueStore):
             folder, lambda: sum(1 for name in os.listdir(folder) if FILE_RE.fullmatch(name))
         )
 
-    def ids(self, state: TaskState) -> list[str]:
+    def ids(self, state: TaskState) -> list[TaskId]:
         found = (FILE_RE.fullmatch(name) for name in os.listdir(self.dir(state)))
-        return sorted((m.group(1) for m in found if m), key=id_order)
+        return sorted((TaskId.matched(m) for m in found if m), key=id_order)
 
     def list_quarantine(self) -> list[tuple[str, str]]:
         """(file name, reason) for every quarantined file."""
@@ -226,7 +227,7 @@ class FolderStore(QueueStore):
 
     def move(
         self,
-        task_id: str,
+        task_id: TaskId,
         src: TaskState,
         dst: TaskState,
         change: Change,
@@ -243,7 +244,7 @@ class FolderStore(QueueStore):
             self._write(task, dst)
         return task
 
-    def update(self, task_id: str, state: TaskState, change: Change) -> Task:
+    def update(self, task_id: TaskId, state: TaskState, change: Change) -> Task:
         with writing(self.dir(state)), self._lock(task_id):
             task = self._read_for_change(task_id, state)
             change(task)
@@ -295,7 +296,7 @@ class FolderStore(QueueStore):
         """The fixed hidden names a write to ``target`` stages and sets aside."""
         return target.with_name(f".{target.name}{NEW}"), target.with_name(f".{target.name}{OLD}")
 
-    def recover(self, task_id: str | None = None) -> list[str]:
+    def recover(self, task_id: TaskId | None = None) -> list[str]:
         """Finish writes a crash interrupted; return what was done, one line each.
 
         A ``.old`` with its ``.new``: the write had decided, so the new text becomes the
@@ -317,7 +318,7 @@ class FolderStore(QueueStore):
                     done += self._roll_forward(state, found)
         return done
 
-    def _roll_forward(self, state: TaskState, task_id: str) -> list[str]:
+    def _roll_forward(self, state: TaskState, task_id: TaskId) -> list[str]:
         target = self.path(task_id, state)
         staged, aside = self._debris(target)
         if not aside.exists():
@@ -337,7 +338,7 @@ class FolderStore(QueueStore):
             self.index.mark_stale()
         return [f"{task_label(task_id)} in {state.value}: {outcome}"]
 
-    def _read_for_change(self, task_id: str, state: TaskState) -> Task:
+    def _read_for_change(self, task_id: TaskId, state: TaskState) -> Task:
         path = self.path(task_id, state)
         try:
             return read_task_file(path, state)
@@ -372,7 +373,7 @@ class FolderStore(QueueStore):
                     return task
         return None
 
-    def released(self, task_id: str) -> bool:
+    def released(self, task_id: TaskId) -> bool:
         """Done, and the ledger (written at every move of ours) says a move put it there."""
         done = TaskState.DONE
         return self.locate(task_id) is done and self._ledger().state_of(task_id) == done.value

@@ -39,6 +39,7 @@ from ...model.tasks import (
     PRIORITIES,
     TITLE_RE,
     Task,
+    TaskId,
     TaskState,
     claim_order,
     parse_task,
@@ -148,7 +149,7 @@ class PostgresStore(QueueStore):
 
     # --- the QueueStore interface -------------------------------------------------------
 
-    def allocate_id(self) -> str:
+    def allocate_id(self) -> TaskId:
         """The next id: one statement takes it and says whether it is free (a sequence is
         not transactional: no transaction is needed around it)."""
         while True:
@@ -157,7 +158,7 @@ class PostgresStore(QueueStore):
                 "SELECT id, EXISTS (SELECT 1 FROM octopoid.tasks t WHERE t.id = n.id) FROM n"
             )
             if not taken:
-                return candidate
+                return TaskId(candidate)
             self.db.one(  # tasks added with their own ids (an import): jump past them
                 "SELECT setval('octopoid.task_ids', GREATEST(%s::bigint, "
                 "(SELECT coalesce(max(seq), 0) FROM octopoid.tasks)))",
@@ -180,11 +181,11 @@ class PostgresStore(QueueStore):
         task.state, task.path = state, None
         return task
 
-    def locate(self, task_id: str) -> TaskState | None:
+    def locate(self, task_id: TaskId) -> TaskState | None:
         row = self.db.one("SELECT state FROM octopoid.tasks WHERE id = %s", (task_id,))
         return TaskState(row[0]) if row else None
 
-    def get(self, task_id: str) -> Task:
+    def get(self, task_id: TaskId) -> Task:
         with self.db.tx() as cur:
             cur.execute("SELECT state, body FROM octopoid.tasks WHERE id = %s", (task_id,))
             row = cur.fetchone()
@@ -213,10 +214,10 @@ class PostgresStore(QueueStore):
             0
         ]
 
-    def ids(self, state: TaskState) -> list[str]:
+    def ids(self, state: TaskState) -> list[TaskId]:
         with self.db.tx() as cur:
             cur.execute("SELECT id FROM octopoid.tasks WHERE state = %s", (state.value,))
-            return sorted((task_id for (task_id,) in cur.fetchall()), key=id_order)
+            return sorted((TaskId(task_id) for (task_id,) in cur.fetchall()), key=id_order)
 
     def list_quarantine(self) -> list[tuple[str, str]]:
         with self.db.tx() as cur:
@@ -225,7 +226,7 @@ class PostgresStore(QueueStore):
 
     def move(
         self,
-        task_id: str,
+        task_id: TaskId,
         src: TaskState,
         dst: TaskState,
         change: Change,
@@ -244,10 +245,10 @@ class PostgresStore(QueueStore):
             raise task
         return task
 
-    def update(self, task_id: str, state: TaskState, change: Change) -> Task:
+    def update(self, task_id: TaskId, state: TaskState, change: Change) -> Task:
         return self.move(task_id, state, state, change)
 
-    def _locked(self, cur: Any, task_id: str, state: TaskState) -> Task | TaskParseError:
+    def _locked(self, cur: Any, task_id: TaskId, state: TaskState) -> Task | TaskParseError:
         """The task's row locked for this transaction; ``LostRace`` if not in ``state``."""
         cur.execute("SELECT state, body FROM octopoid.tasks WHERE id = %s FOR UPDATE", (task_id,))
         row = cur.fetchone()
@@ -256,7 +257,7 @@ class PostgresStore(QueueStore):
         return self._task(cur, task_id, state, row[1])
 
     @contextmanager
-    def hold(self, task_id: str, purpose: str) -> Iterator[None]:
+    def hold(self, task_id: TaskId, purpose: str) -> Iterator[None]:
         def refused(conn: Any) -> Exception:
             def words() -> str:
                 row = conn.execute(
@@ -309,7 +310,7 @@ class PostgresStore(QueueStore):
             except psycopg.Error:
                 delay = min(30.0, max(1.0, delay * 2))
 
-    def recover(self, task_id: str | None = None) -> list[str]:
+    def recover(self, task_id: TaskId | None = None) -> list[str]:
         return []  # a transaction that a crash interrupted never happened: nothing to finish
 
     def claim(self, role: str | None, change: Change, now: datetime) -> Task | None:
@@ -449,24 +450,24 @@ class PostgresNotes:
         self.db = db
 
     @staticmethod
-    def _lock(cur: Any, task_id: str) -> None:
+    def _lock(cur: Any, task_id: TaskId) -> None:
         cur.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"octopoid:notes:{task_id}",)
         )
 
     @staticmethod
-    def _rows(cur: Any, task_id: str) -> list[tuple[int, str]]:
+    def _rows(cur: Any, task_id: TaskId) -> list[tuple[int, str]]:
         cur.execute(
             "SELECT n, section FROM octopoid.notes WHERE task_id = %s ORDER BY n", (task_id,)
         )
         return cur.fetchall()
 
-    def read(self, task_id: str) -> str | None:
+    def read(self, task_id: TaskId) -> str | None:
         with self.db.tx() as cur:
             rows = self._rows(cur, task_id)
         return "".join(section for _, section in rows) if rows else None
 
-    def append(self, task_id: str, title: str, make_sections: Callable[[str], str]) -> None:
+    def append(self, task_id: TaskId, title: str, make_sections: Callable[[str], str]) -> None:
         with self.db.tx(batch=True) as cur:
             self._lock(cur, task_id)
             rows = self._rows(cur, task_id)
@@ -479,7 +480,7 @@ class PostgresNotes:
                     (task_id, piece),
                 )
 
-    def take_back(self, task_id: str, added: str, title: str) -> None:
+    def take_back(self, task_id: TaskId, added: str, title: str) -> None:
         with self.db.tx() as cur:
             self._lock(cur, task_id)
             rows = self._rows(cur, task_id)
@@ -492,7 +493,7 @@ class PostgresNotes:
             if [section for n, section in rows if n != mine[-1]] == [title]:
                 cur.execute("DELETE FROM octopoid.notes WHERE task_id = %s", (task_id,))
 
-    def put(self, task_id: str, text: str) -> bool:
+    def put(self, task_id: TaskId, text: str) -> bool:
         with self.db.tx() as cur:
             self._lock(cur, task_id)
             rows = self._rows(cur, task_id)
@@ -503,7 +504,7 @@ class PostgresNotes:
                 )
         return not rows or "".join(section for _, section in rows) == text
 
-    def remove(self, task_id: str) -> bool:
+    def remove(self, task_id: TaskId) -> bool:
         with self.db.tx(batch=True) as cur:
             self._lock(cur, task_id)
             cur.execute("DELETE FROM octopoid.notes WHERE task_id = %s RETURNING 1", (task_id,))
