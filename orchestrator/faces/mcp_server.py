@@ -26,6 +26,7 @@ from mcp_types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from ..base.redaction import redact
+from ..base.text import clean_text
 from ..daemon import scheduler_control
 from ..memory import lifecycle
 from ..model.exceptions import InvalidTaskId, OctopoidError, TaskNotFound
@@ -172,7 +173,7 @@ def reject(
 ) -> dict[str, Any]:
     """Send a provisional task back to incoming with the reason and line comments in its
     notes (as `octopoid reject`); a comment on no such file or line rejects nothing."""
-    reason = queue_utils.rejection_reason(intake.clean_text(reason, "--reason"))
+    reason = queue_utils.rejection_reason(clean_text(reason, "--reason"))
     parsed = [
         line_comment(c.path, str(c.line), c.text, _end(c.end), c.side) for c in comments or ()
     ]
@@ -186,7 +187,7 @@ def _end(end: int | None) -> str | None:
 
 def requeue(task_id: TaskIdArg, reason: str = "requeued by hand") -> dict[str, Any]:
     """Take a claimed task back to incoming, stopping its attempt (as `octopoid requeue`)."""
-    task, how = recovery.requeue_running(task_id, intake.clean_text(reason, "--reason"), ACTOR)
+    task, how = recovery.requeue_running(task_id, clean_text(reason, "--reason"), ACTOR)
     return listing.Line.of_task(task).as_json() | {"how": how}
 
 
@@ -203,7 +204,7 @@ def retry(
 ) -> dict[str, Any]:
     """Move a failed, rejected or breakdown task back to incoming with fresh attempts; its
     notes are kept (as `octopoid retry`)."""
-    limits = budgets.parse(intake.clean_text(budget, "--budget"), "--budget") if budget else None
+    limits = budgets.parse(clean_text(budget, "--budget"), "--budget") if budget else None
     task = review.retry(task_id, fresh, actor=ACTOR, budget=limits)
     return listing.Line.of_task(task).as_json()
 
@@ -215,7 +216,7 @@ def close(
 ) -> dict[str, Any]:
     """Move a task to done without merging anything (as `octopoid close`)."""
     kind = "wont-do" if wont_do else "done"
-    done = review.close(task_id, kind, intake.clean_text(reason, "--reason"), ACTOR)
+    done = review.close(task_id, kind, clean_text(reason, "--reason"), ACTOR)
     return review.accepted_row(done) | {"closed_as": kind}
 
 
@@ -225,8 +226,8 @@ def memory_search(
     limit: Annotated[int, Field(ge=1, le=1000)] = 10,
 ) -> dict[str, Any]:
     """Search long-term memory, BM25 ranked (as `octopoid memory search --json`)."""
-    query = intake.clean_text(query, "QUERY")
-    found = lifecycle.search(query, [intake.clean_text(t, "--tag") for t in tags or ()], limit)
+    query = clean_text(query, "QUERY")
+    found = lifecycle.search(query, [clean_text(t, "--tag") for t in tags or ()], limit)
     return {"hits": found}
 
 
@@ -246,9 +247,9 @@ def memory_add(
     add`)."""
     return lifecycle.add_learning(
         section,
-        intake.clean_text(text, "TEXT"),
-        [intake.clean_text(tag, "--tag") for tag in tags or ()],
-        None if topic is None else intake.clean_text(topic, "--topic"),
+        clean_text(text, "TEXT"),
+        [clean_text(tag, "--tag") for tag in tags or ()],
+        None if topic is None else clean_text(topic, "--topic"),
     )
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..base.lazy import lazy_import
+from ..base.text import clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import Task, format_time, one_line, task_label, utcnow
 from . import adopt
@@ -47,7 +48,7 @@ def read(task_id: str) -> dict[str, Any]:
 def ask(task_id: str, attempt: int, question: str) -> dict[str, Any]:
     """Record an attempt's question (replacing an older attempt's). One an attempt: a
     second while its first waits is refused, so an agent cannot flood people with them."""
-    question = intake.clean_text(question, "the question").strip()
+    question = clean_text(question, "the question").strip()
     if not question:
         raise InvalidInput("a question needs words")
     if len(question) > MAX_QUESTION_CHARS:
@@ -95,7 +96,7 @@ def answer(task_id: str, text: str, answered_by: str = "human") -> dict[str, Any
     into its notes (the next prompt reads it), and a task held for it is released.
     ``InvalidInput`` when it has none, ``TaskNotFound`` when no queue holds the task."""
     task_id = queue_utils.known_task_id(task_id)
-    text = intake.clean_text(text, "the answer").strip()
+    text = clean_text(text, "the answer").strip()
     if not text:
         raise InvalidInput("an answer needs words")
     if len(text) > MAX_ANSWER_CHARS:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
+from ..base.text import clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import MAX_COUNT, shown
-from ..queue import intake
 from ..queue.task_notes import LineComment
 
 MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs it
@@ -28,7 +28,7 @@ COMMENT_SPEC_RE = re.compile(r"(?s)(.*?):(\d+)(?:-(\d+))?:(.*)")
 def parse_line_comment(spec: str) -> LineComment:
     """``PATH:LINE:TEXT`` or ``PATH:LINE-END:TEXT`` (``--comment``) as a ``LineComment``;
     ``InvalidInput`` for anything else."""
-    spec = intake.clean_text(spec, "--comment")
+    spec = clean_text(spec, "--comment")
     found = COMMENT_SPEC_RE.fullmatch(spec)
     if not found:
         raise InvalidInput(f"--comment {shown(spec)} is not PATH:LINE:TEXT (or PATH:LINE-END:TEXT)")
@@ -41,7 +41,7 @@ def line_comment(
 ) -> LineComment:
     """A comment from its parts (the page sends them as fields, the CLI in one spec);
     ``InvalidInput`` says what is wrong. The path must be relative and stay in the tree."""
-    path, text = intake.clean_text(path, "a comment's path"), intake.clean_text(text, "a comment")
+    path, text = clean_text(path, "a comment's path"), clean_text(text, "a comment")
     where = f"{shown(path)}:{shown(line)}"
     first, last = _line_number(line, where), _line_number(end or line, where)
     if last < first or last - first >= MAX_RANGE_LINES:

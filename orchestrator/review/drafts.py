@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..base.text import clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import task_label
-from ..queue import adopt, intake
+from ..queue import adopt
 from ..queue.store.records import Records, key_part
 from ..queue.task_notes import LineComment
 from .comments import line_comment
@@ -96,7 +97,7 @@ def parse(data: Mapping[str, Any]) -> Draft:
     """A draft from JSON, each part checked as the review it would become is."""
     if not isinstance(data, Mapping):
         raise InvalidInput("a draft is a JSON object")
-    reason = intake.clean_text(_typed(data, "reason", str, ""), "the reason")
+    reason = clean_text(_typed(data, "reason", str, ""), "the reason")
     if len(reason) > MAX_REASON_CHARS:
         raise InvalidInput(f"the reason is over {MAX_REASON_CHARS} characters")
     comments = _typed(data, "comments", list, [])
@@ -132,7 +133,7 @@ def _learnings(data: Mapping[str, Any]) -> tuple[list[int], dict[str, str]]:
         for k, v in edited.items()
     ):
         raise InvalidInput(f"rewritten learnings are number: text of {MAX_LEARNING_CHARS} at most")
-    texts = {k: intake.clean_text(v, f"learning {k}") for k, v in edited.items()}
+    texts = {k: clean_text(v, f"learning {k}") for k, v in edited.items()}
     return sorted(set(struck)), texts
 
 

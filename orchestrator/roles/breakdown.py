@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
+from ..base.text import clean_text
 from ..model.exceptions import InvalidInput, InvalidTask, OctopoidError
 from ..model.ids import from_label
 from ..model.tasks import Task, TaskState, new_task, task_label
-from ..queue import adopt, intake
+from ..queue import adopt
 from ..queue import machine as queue_utils
 from ..queue.leases import claim_token
 from ..queue.store.records import Journal, JournalKind
@@ -220,13 +221,13 @@ def check(task: Task, subtasks: list[Subtask]) -> None:
 def check_new(where: str, title: str, **fields: object) -> None:
     """``title`` with ``fields`` would be a valid new task (``tasks.new_task``'s limits);
     ``InvalidTask`` prefixed with ``where`` if not. An agent's text is checked as a
-    person's is (``intake.clean_text``): no NUL or control character reaches a task file."""
+    person's is (``clean_text``): no NUL or control character reaches a task file."""
     texts = [("the title", title), ("the context", fields.get("context") or "")]
     texts += [("a criterion", c) for c in fields.get("criteria") or [] if isinstance(c, str)]
     try:
         for what, text in texts:
             if isinstance(text, str):
-                intake.clean_text(text, what)
+                clean_text(text, what)
         new_task("0", title, **fields)  # type: ignore[arg-type]
     except (InvalidTask, InvalidInput) as exc:
         raise InvalidTask(f"{where}: {exc}") from None

@@ -9,10 +9,11 @@ from typing import Any, TypeVar
 
 import click
 
+from ...base.text import clean_text
 from ...model.exceptions import InvalidInput, InvalidTaskId, OctopoidError
 from ...model.ids import TaskId
 from ...model.tasks import Task, TaskState, plural
-from ...queue import budgets, intake, machine, questions, recovery
+from ...queue import budgets, machine, questions, recovery
 from ...review import comments as line_comments
 from ...review import verdicts
 from . import render
@@ -107,12 +108,12 @@ def accept(
     leave the branch for a pull request). A conflict or a dirty checkout changes nothing.
     What the accepted attempt learned is kept in project memory, as `show` lists it.
     """
-    actor = intake.clean_text(actor, "--by")
+    actor = clean_text(actor, "--by")
     if (forget or edits or keep) and len(task_ids) > 1:
         raise click.UsageError(
             "--forget, --edit and --keep take one task (their numbers are its own)"
         )
-    rewritten = {n: intake.clean_text(text, "--edit") for n, text in edits}
+    rewritten = {n: clean_text(text, "--edit") for n, text in edits}
 
     def one(task_id: TaskId) -> verdicts.Accepted:
         done = verdicts.accept(task_id, actor, expect, forget=forget, edits=rewritten, keep=keep)
@@ -173,8 +174,8 @@ def reject(
 
     A bad --comment (no such file or line on the branch) rejects nothing.
     """
-    reason = machine.rejection_reason(intake.clean_text(reason, "--reason"))
-    actor = intake.clean_text(actor, "--by")
+    reason = machine.rejection_reason(clean_text(reason, "--reason"))
+    actor = clean_text(actor, "--by")
     if comments and len(task_ids) > 1:
         raise InvalidInput("--comment names lines of one task's branch: reject one task with it")
     parsed = [line_comments.parse_line_comment(spec) for spec in comments]
@@ -212,7 +213,7 @@ def close(task_ids: tuple[str, ...], reason: str, wont_do: bool, actor: str) -> 
     incoming, provisional, failed, rejected and breakdown; a claimed task is requeued
     first. The branch is kept; `octopoid worktrees --prune` deletes it once merged.
     """
-    reason, actor = intake.clean_text(reason, "--reason"), intake.clean_text(actor, "--by")
+    reason, actor = clean_text(reason, "--reason"), clean_text(actor, "--by")
     kind = "wont-do" if wont_do else "done"
 
     def one(task_id: TaskId) -> str:
@@ -230,7 +231,7 @@ def approve(task_id: TaskId, actor: str) -> None:
 
     `octopoid reject TASK-N --reason ...` sends the proposal back to breakdown instead.
     """
-    created = verdicts.approve(task_id, intake.clean_text(actor, "--by"))
+    created = verdicts.approve(task_id, clean_text(actor, "--by"))
     click.echo(f"created {', '.join(t.label for t in created)}; they run in order")
 
 
@@ -256,7 +257,7 @@ def retry(task_ids: tuple[str, ...], fresh: bool, budget: str) -> None:
     tried whole again instead of being split.
     """
     how = " (from its base)" if fresh else ""
-    limits = budgets.parse(intake.clean_text(budget, "--budget"), "--budget") if budget else None
+    limits = budgets.parse(clean_text(budget, "--budget"), "--budget") if budget else None
     each(
         task_ids,
         lambda task_id: (
@@ -275,7 +276,7 @@ def requeue(task_ids: tuple[str, ...], reason: str) -> None:
     grace to stop its agent and save its notes, and whatever is left of it is killed. The
     attempt counts.
     """
-    reason = intake.clean_text(reason, "--reason")
+    reason = clean_text(reason, "--reason")
 
     def one(task_id: TaskId) -> str:
         task, how = recovery.requeue_running(task_id, reason)
@@ -295,5 +296,5 @@ def answer(task_id: TaskId, text: str, actor: str) -> None:
     waiting for it ("needs input") may be claimed again at once. An attempt still waiting
     for the answer gets it as its tool's reply.
     """
-    asked = questions.answer(task_id, text, intake.clean_text(actor, "--by"))
+    asked = questions.answer(task_id, text, clean_text(actor, "--by"))
     click.echo(f"{asked['task']}: answered ({asked['question'][:60]})")

@@ -30,6 +30,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ... import config
+from ...base.text import clean_text
 from ...model.exceptions import (
     InvalidInput,
     InvalidTask,
@@ -344,7 +345,7 @@ def _learnings(form: FormData) -> tuple[list[int], dict[int, str]]:
     """The learnings the Accept form strikes (``forget``) and rewrites (``edit_<n>``)."""
     forget = [int(n) for n in form.getlist("forget") if str(n).isdigit()]
     edits = {
-        int(key.removeprefix("edit_")): intake.clean_text(str(value), "a learning")
+        int(key.removeprefix("edit_")): clean_text(str(value), "a learning")
         for key, value in form.multi_items()
         if key.startswith("edit_") and key.removeprefix("edit_").isdigit()
     }
@@ -352,7 +353,7 @@ def _learnings(form: FormData) -> tuple[list[int], dict[int, str]]:
 
 
 def _reject(task_id: str, form: FormData, reviewer: str) -> None:
-    reason = intake.clean_text(str(form.get("reason") or ""), "the reason")
+    reason = clean_text(str(form.get("reason") or ""), "the reason")
     reason = queue_utils.rejection_reason(reason)
     comments = [
         line_comment(c["path"], c["line"], c["text"], c["end"] or None, c["side"] or "new")
@@ -372,12 +373,12 @@ def _retry(task_id: str, form: FormData, reviewer: str) -> None:
 
 
 def _requeue(task_id: str, form: FormData, reviewer: str) -> None:
-    reason = intake.clean_text(str(form.get("reason") or "requeued from the web page"), "reason")
+    reason = clean_text(str(form.get("reason") or "requeued from the web page"), "reason")
     recovery.requeue_running(task_id, reason)
 
 
 def _close(task_id: str, form: FormData, reviewer: str) -> None:
-    reason = intake.clean_text(str(form.get("reason") or ""), "the reason").strip()
+    reason = clean_text(str(form.get("reason") or ""), "the reason").strip()
     review.close(task_id, "wont-do" if form.get("wont_do") else "done", reason, reviewer)
 
 
