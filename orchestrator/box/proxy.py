@@ -15,6 +15,9 @@ private range is refused unless the list names that address itself (DNS is the a
 to answer). Every refusal is answered with its reason and kept, one line per destination,
 for the attempt's log and notes. Bounded: connections at once, bytes per attempt, the time
 and size of a request's head (slowloris), idle tunnels.
+
+Its size: one proxy with its two request forms and the judging of each; split, the
+reasons a destination is refused would be read in two places.
 """
 
 from __future__ import annotations

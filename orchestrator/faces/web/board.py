@@ -6,6 +6,9 @@ The counts are ``reports.status_summary``'s own; its lists read only the small f
 the ledger for done ones (newest first), so a page reads at most 50 tasks of a big group.
 A search or filter also needs the title, priority and role of every waiting and done task:
 those are read once per process (``_SearchIndex``), since octopoid never changes them.
+
+Its size: the groups, their paging and the search index are one view of the queue; the
+index is here because only the board reads it.
 """
 
 from __future__ import annotations

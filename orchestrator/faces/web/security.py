@@ -8,6 +8,9 @@ process's memory: they end after SESSION_IDLE_SECONDS unused or SESSION_MAX_SECO
 sign-in, on Sign out, and when the server stops. Every POST needs a session and the CSRF
 token the pages embed (``csrf_for``). A Content-Security-Policy that allows only the page's
 own scripts is the second line against an agent's HTML in a diff or log, after escaping.
+
+Its size: sign-in codes, sessions, CSRF and the security headers are one gate, reviewed
+together.
 """
 
 from __future__ import annotations
