@@ -137,7 +137,7 @@ def arena(git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             "ATTACK_OCTOPOID": OCTOPOID,
             "ATTACK_HOME": str(home),
             "ATTACK_OUTSIDE": str(outside),
-            "ATTACK_VICTIM": victim.id,
+            "ATTACK_VICTIM": str(victim.id),  # a TaskId: PyYAML's safe dumper takes only a str
             "ATTACK_SCHEDULER": str(daemon.proc.pid),
             "ATTACK_DEPLOY_KEY": DEPLOY_KEY,  # a value whose name does not look secret
             "ATTACK_NETWORK": str(more.pop("network", "")),
