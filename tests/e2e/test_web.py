@@ -118,6 +118,9 @@ def test_enqueue_watch_comment_reject_retry_accept(page, git_project: Path, tmp_
     expect(page.locator("#group-review")).to_contain_text(f"TASK-{task_id}")
     shoot(page, "board", tmp_path)
     page.click(f"#group-review a:text('TASK-{task_id}')")
+    # Loaded: the question is asked by review.js (deferred), which a click on a page still
+    # parsing can beat; a loaded machine once did.
+    page.wait_for_url(f"**/tasks/TASK-{task_id}**", wait_until="load")
     # The branch holds both attempts' work: Accept asks first. Cancelled, nothing happens.
     page.click("#accept-form button.accept")
     expect(page.locator("#accept-form")).to_be_visible()
