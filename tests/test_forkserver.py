@@ -17,7 +17,8 @@ from orchestrator import config
 from orchestrator.base.processes import marked_processes
 from orchestrator.queue import machine as q
 
-from .e2e.test_daemon import _runner_owned, loop, state_of, wait_for  # noqa: F401
+from .e2e.test_daemon import _runner_owned, loop, state_of  # noqa: F401
+from .support import wait_for
 
 pytestmark = pytest.mark.slow
 

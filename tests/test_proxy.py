@@ -17,8 +17,7 @@ import pytest
 from orchestrator.base.netpolicy import Policy
 from orchestrator.box.proxy import BRIDGE, PROXY_SOCKET, Limits, NetworkProxy
 
-from .e2e.test_daemon import wait_for
-from .support import PAGE, Served
+from .support import PAGE, Served, wait_for
 
 
 @contextmanager

@@ -24,9 +24,8 @@ from orchestrator.model.tasks import Task, TaskState, new_task, utcnow
 from orchestrator.queue.store import QueueStore
 from orchestrator.queue.store.records import Journal, key_part
 
-from .e2e.test_daemon import wait_for
 from .helpers.records_worker import open_store
-from .support import helper_cmd
+from .support import helper_cmd, wait_for
 
 S = TaskState
 

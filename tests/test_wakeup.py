@@ -12,7 +12,8 @@ from orchestrator import config
 from orchestrator.daemon import wakeup
 from orchestrator.queue import machine as q
 
-from .e2e.test_daemon import loop, state_of, wait_for  # noqa: F401  (loop: a fixture)
+from .e2e.test_daemon import loop, state_of  # noqa: F401  (loop: a fixture)
+from .support import wait_for
 
 
 def test_a_file_landing_in_the_folder_is_reported_by_name(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from orchestrator.base.processes import ProcessId
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
-from ..support import HELPERS, OCTOPOID, child_env, set_config, write_agents
-from .test_daemon import _runner_owned, loop, state_of, wait_for
+from ..support import HELPERS, OCTOPOID, child_env, set_config, wait_for, write_agents
+from .test_daemon import _runner_owned, loop, state_of
 
 pytestmark = pytest.mark.slow
 __all__ = ["loop"]  # the fixture, shared with test_daemon

@@ -18,9 +18,9 @@ import pytest
 from orchestrator import config
 from orchestrator.queue import machine as q
 
-from ..support import OCTOPOID, write_agents
+from ..support import OCTOPOID, wait_for, write_agents
 from ..web_server import start_web
-from .test_daemon import Daemon, state_of, wait_for
+from .test_daemon import Daemon, state_of
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ import pytest
 
 from orchestrator.queue import machine as q
 
-from ..support import HELPERS, branch_file, set_config, write_agents
-from .test_daemon import Daemon, state_of, wait_for
+from ..support import HELPERS, branch_file, set_config, wait_for, write_agents
+from .test_daemon import Daemon, state_of
 
 pytestmark = pytest.mark.slow
 WHEEL = "demo_dep-1.0-py3-none-any.whl"
