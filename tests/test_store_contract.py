@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from orchestrator.model.exceptions import (
 )
 from orchestrator.model.tasks import Task, TaskState, new_task, utcnow
 from orchestrator.queue.store import QueueStore
-from orchestrator.queue.store.records import Journal, key_part
+from orchestrator.queue.store.records import LATER, Journal, JournalKind, key_part
 
 from .helpers.records_worker import open_store
 from .support import helper_cmd, wait_for
@@ -362,3 +363,33 @@ def test_two_sweepers_never_run_a_step_at_once(
             assert running.pop(key) == f"{step} in {pid}"
     assert sorted(ran) == sorted((key, step) for key in "abcdef" for step in steps)
     assert store.journals.pending() == []
+
+
+def test_the_one_runner_runs_what_is_left_and_keeps_what_failed_or_waits(
+    store: QueueStore,
+) -> None:
+    """``Journals.run``, the runner of every kind: steps run in order and are marked done; a
+    tolerant step that fails and one that answers LATER stay for the next finisher while
+    the rest go on; ``create-2`` runs the table's ``create``; a failure of any other step
+    stops the run with what is left still journaled."""
+    ran: list[str] = []
+
+    def step(journal: Journal, name: str) -> object:
+        ran.append(name)
+        if name == "clean":
+            raise OSError("disk gone")
+        return LATER if name == "wait" else name.upper()
+
+    kind = JournalKind("test", {"create": step, "clean": step, "wait": step, "move": step})
+    journals = store.journals
+    journals.begin("test", "1", ["create-1", "create-2", "clean", "wait", "move"])
+    with journals.take("test", "1") as held:
+        done = journals.run(held, replace(kind, tolerant=frozenset({"clean"})))
+    assert ran == ["create-1", "create-2", "clean", "wait", "move"]
+    assert done.results == {"create-1": "CREATE-1", "create-2": "CREATE-2", "move": "MOVE"}
+    assert done.errors == ["clean: disk gone"]
+    assert journals.get("test", "1").left == ("clean", "wait")  # not finished: kept
+
+    with journals.take("test", "1") as held, pytest.raises(OSError, match="disk gone"):
+        journals.run(held, kind)  # clean is not tolerated here: the run stops at it
+    assert journals.get("test", "1").left == ("clean", "wait")
