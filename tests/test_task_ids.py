@@ -3,6 +3,7 @@ CLI parses its id's text a single time, and everything below carries the ``TaskI
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import git
@@ -10,8 +11,11 @@ import pytest
 
 from orchestrator.git import branches
 from orchestrator.model import ids
+from orchestrator.model.exceptions import InvalidTaskId
+from orchestrator.model.ids import FILE_RE, LABEL_RE, TaskId, from_label
 from orchestrator.queue import machine as q
-from tests.support import invoke
+
+from .support import invoke
 
 
 def provisional_task(root: Path) -> str:
@@ -50,3 +54,15 @@ def test_one_command_checks_its_task_id_once(
     id_checks.clear()
     invoke(command[0], f"TASK-{tid}", *command[1:], code=0)
     assert id_checks == [f"TASK-{tid}"]
+
+
+def test_an_id_is_taken_from_a_name_only_by_a_full_match_of_the_id_patterns() -> None:
+    """A file's or key's match is the id's check only when it is a full match of FILE_RE or
+    LABEL_RE: a search inside a longer (hostile) name would carry a cut id on unchecked."""
+    assert TaskId.matched(FILE_RE.fullmatch("TASK-12.md")) == "12"
+    assert from_label("TASK-ab_c") == "ab_c"
+    for found in (LABEL_RE.search("x/TASK-1/../y"), re.fullmatch(r"TASK-(.*)", "TASK-../x")):
+        with pytest.raises(ValueError, match="not a full match"):
+            TaskId.matched(found)
+    with pytest.raises(InvalidTaskId):
+        from_label("TASK-../etc")  # not a label: checked as a person's text, and refused

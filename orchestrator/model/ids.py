@@ -33,7 +33,10 @@ class TaskId(str):
     @classmethod
     def matched(cls, match: re.Match[str]) -> TaskId:
         """The id a full match of ``FILE_RE`` or ``LABEL_RE`` found (a file's or a record's
-        name): their group is ``ID_RE``, so the match was the check."""
+        name): their group is ``ID_RE``, so the match was the check. Any other match (a
+        search, another pattern) could carry a cut or unchecked id: a bug, refused."""
+        if match.re not in (FILE_RE, LABEL_RE) or match.span() != (0, len(match.string)):
+            raise ValueError(f"not a full match of FILE_RE or LABEL_RE: {match!r}")
         return str.__new__(cls, match.group(1))
 
     @property
