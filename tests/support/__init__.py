@@ -51,7 +51,7 @@ def cli_output(*args: str, code: int = 0, **kw) -> str:
     return invoke(*args, code=code, **kw).output
 
 
-HELPERS = Path(__file__).parent / "helpers"
+HELPERS = Path(__file__).parents[1] / "helpers"  # tests/helpers
 
 
 def helper_cmd(name: str, *args: str) -> list[str]:
