@@ -9,6 +9,7 @@ import http.server
 import os
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -184,6 +185,58 @@ def bwrap_ok() -> None:
         if os.environ.get("OCTOPOID_REQUIRE_BWRAP") == "1":
             pytest.fail(problem)
         pytest.skip(problem)
+
+
+#: The real claude CLI, from npm into a project-local folder (`.ci/run` puts it there first).
+CLAUDE_PACKAGE = "@anthropic-ai/claude-code@2.1.197"
+CLAUDE_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "claude-code"
+
+
+@pytest.fixture(scope="session")
+def claude_cli() -> Path:
+    """The real claude executable, installed from npm into .cache/claude-code if missing."""
+    exe = CLAUDE_CACHE / "node_modules" / ".bin" / "claude"
+    if exe.exists():
+        return exe
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed, so the real claude CLI cannot be installed")
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(CLAUDE_CACHE), "--no-audit", "--no-fund", CLAUDE_PACKAGE],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0 and exe.exists(), f"npm install failed:\n{done.stderr[-2000:]}"
+    return exe
+
+
+@pytest.fixture
+def loop(git_project: Path, tmp_path: Path):
+    """A repo with a command agent; yields a function that starts the daemon on it."""
+    from orchestrator.base.processes import marked_processes
+
+    from .support.daemon import Daemon, agent_runs
+
+    runs = tmp_path / "runs.txt"
+    runs.touch()
+    write_agents(
+        git_project, max_concurrent=3, max_claimed=6, lease_seconds=3, shutdown_grace_seconds=1
+    )
+    daemons: list[Daemon] = []
+
+    def start(**env: str) -> Daemon:
+        daemons.append(Daemon(git_project, runs, env))
+        return daemons[-1]
+
+    start.runs = agent_runs
+    yield start
+    for d in daemons:
+        if d.proc.poll() is None:
+            d.stop(signal.SIGKILL)
+    for pid in marked_processes(OCTOPOID_ROOT=str(git_project)):  # runners outlive a daemon
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")

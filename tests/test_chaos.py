@@ -22,7 +22,6 @@ from orchestrator.queue import machine as q
 from orchestrator.queue.task_notes import split_notes
 from orchestrator.review import verdicts as review
 
-from .e2e.test_containment import AgentCounter
 from .support import (
     OCTOPOID,
     child_env,
@@ -33,6 +32,7 @@ from .support import (
     wait_for,
     write_agents,
 )
+from .support.daemon import AgentCounter
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ from orchestrator import config
 from orchestrator.base.processes import marked_processes
 from orchestrator.queue import machine as q
 
-from .e2e.test_daemon import _runner_owned, loop, state_of  # noqa: F401
 from .support import wait_for
+from .support.daemon import runner_owned, state_of
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def scheduler_log() -> str:
     return (config.get_logs_dir() / "scheduler.log").read_text()
 
 
-def test_runners_are_forked_and_finish_as_before(loop) -> None:  # noqa: F811
+def test_runners_are_forked_and_finish_as_before(loop) -> None:
     daemon = loop()
     server = fork_server(daemon)
     tids = [q.create_task(f"plain work {i}").id for i in range(3)]
@@ -54,7 +54,7 @@ def test_runners_are_forked_and_finish_as_before(loop) -> None:  # noqa: F811
 
 
 def test_forked_runners_use_the_servers_bwrap_probe_instead_of_running_their_own(
-    loop,  # noqa: F811
+    loop,
     tmp_path: Path,
     bwrap_ok,
 ) -> None:
@@ -75,18 +75,18 @@ def test_forked_runners_use_the_servers_bwrap_probe_instead_of_running_their_own
     assert not {int(line.split()[0]) for line in probes} & runners
 
 
-def test_kill_9_of_the_daemon_leaves_no_fork_server(loop, git_project: Path) -> None:  # noqa: F811
+def test_kill_9_of_the_daemon_leaves_no_fork_server(loop, git_project: Path) -> None:
     daemon = loop(OCTO_TEST_SLEEP="1")
     server = fork_server(daemon)
     tid = q.create_task("slow").id
-    wait_for("the runner to own the lease", lambda: _runner_owned(tid))
+    wait_for("the runner to own the lease", lambda: runner_owned(tid))
     daemon.stop(signal.SIGKILL)
     wait_for("the fork server to die with the daemon", lambda: not _alive(server))
     wait_for("the runner to finish its attempt", lambda: state_of(tid) == "provisional")
     wait_for("nothing of the project left", lambda: not _left_behind(git_project))
 
 
-def test_a_dead_fork_server_means_spawning(loop) -> None:  # noqa: F811
+def test_a_dead_fork_server_means_spawning(loop) -> None:
     daemon = loop()
     server = fork_server(daemon)
     wait_for(
@@ -150,17 +150,15 @@ def test_a_fork_server_too_slow_to_answer_never_leaves_two_runners(git_project: 
     assert not q.get_task_notes(task.id)  # no attempt ran to its notes
 
 
-def test_a_forked_runner_is_found_by_its_marks_and_dies_with_its_claim(loop) -> None:  # noqa: F811
+def test_a_forked_runner_is_found_by_its_marks_and_dies_with_its_claim(loop) -> None:
     """A forked runner's /proc environ is the fork server's; the marks it notes let every
     scan find it as a spawned one is found (wait for earlier attempts, requeue's kill)."""
     from orchestrator.base.processes import TASK_ENV, TOKEN_ENV, kill_claim_processes
     from orchestrator.queue.leases import claim_token
 
-    from .e2e.test_daemon import _runner_owned
-
     loop(OCTO_TEST_SLEEP="30")
     tid = q.create_task("slow").id
-    task = wait_for("the runner to own the lease", lambda: _runner_owned(tid))
+    task = wait_for("the runner to own the lease", lambda: runner_owned(tid))
     runner = int(task.headers["PID"])
     assert b"orchestrator.daemon.forkserver" in Path(f"/proc/{runner}/cmdline").read_bytes()
     token = claim_token(task)

@@ -417,8 +417,8 @@ def test_an_attempt_outlives_a_database_restart_and_keeps_its_notes_and_move(
     finished: the runner's notes and its move to review wait for it, nothing is lost."""
     from orchestrator.daemon import scheduler
 
-    from .e2e.test_containment import agents_per_task
     from .support import write_agents
+    from .support.daemon import agents_per_task
 
     monkeypatch.setenv("OCTOPOID_DATABASE_URL", pg_dsn)
     monkeypatch.setenv("OCTO_TEST_SLEEP", "2")

@@ -7,7 +7,6 @@ import contextlib
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,10 +19,8 @@ from orchestrator.model.tasks import render_task
 from orchestrator.queue import machine as q
 from orchestrator.queue import steering
 from orchestrator.queue.leases import attempts_left
-from orchestrator.queue.task_notes import stdout_log_path
 from orchestrator.roles import agent_status
 
-from .e2e.test_backends_daemon import QUIET, claude_cli, write_agent  # noqa: F401 (a fixture)
 from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 from .support import (
     OCTOPOID,
@@ -35,6 +32,7 @@ from .support import (
     wait_for,
     write_agents,
 )
+from .support.daemon import QUIET, ended, running, said_in_log, write_agent
 
 TOKEN = "ghp_" + "a1B2" * 9  # a GitHub token's shape: redacted wherever it enters
 
@@ -45,29 +43,6 @@ def prompt_of(task_id: str, attempt: int) -> str:
 
 
 @contextlib.contextmanager
-def running(root: Path, task, **env: str) -> Iterator[subprocess.Popen]:
-    """The runner of a task just claimed for impl-1, as its own process (as the scheduler
-    starts it); killed if the test leaves it running."""
-    env = child_env(root) | {TOKEN_ENV: task.headers["CLAIM_TOKEN"], **env}
-    argv = [sys.executable, "-m", "orchestrator.roles.implementer", task.id, "impl-1"]
-    runner = subprocess.Popen(
-        argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        yield runner
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-            runner.communicate()
-
-
-def ended(runner: subprocess.Popen) -> None:
-    """Wait for the runner to exit (a bound for a hung one, not a measure), successfully."""
-    _, err = runner.communicate(timeout=120)
-    assert runner.returncode == 0, err
-
-
-@contextlib.contextmanager
 def listening(root: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     """A task's attempt running, its agent asking its inbox: (the task's id, its runner)."""
     write_agents(root)
@@ -75,11 +50,6 @@ def listening(root: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     with running(root, q.claim_task(None, "impl-1")) as runner:
         wait_for("the agent to listen", lambda: said_in_log(tid, "listening"), 60)
         yield tid, runner
-
-
-def said_in_log(task_id: str, text: str) -> bool:
-    path = stdout_log_path(task_id)
-    return path.exists() and text in path.read_text(errors="replace")
 
 
 def test_say_refuses_an_unknown_task_an_empty_and_a_huge_message(project: Path) -> None:
@@ -141,7 +111,7 @@ def test_a_finished_task_takes_no_message(project: Path) -> None:
 
 def test_the_real_claude_cli_takes_a_message_mid_session_with_its_next_request(
     git_project: Path,
-    claude_cli: Path,  # noqa: F811 (the fixture imported above)
+    claude_cli: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The pinned Claude Code in its box, against the scripted Messages API: a message said

@@ -25,7 +25,8 @@ from orchestrator.base.processes import TOKEN_ENV, environment_of, marked_proces
 from orchestrator.model.tasks import TaskState, render_task
 from orchestrator.queue import machine as q
 
-from .support import HELPERS, OCTOPOID, Machines, child_env, set_config, write_agents
+from .support import HELPERS, Machines, child_env, set_config, write_agents
+from .support.daemon import start_scheduler
 
 TASKS = 30  # exactly once is proved as well by 30 as by 200 (STYLE.md 15)
 
@@ -79,14 +80,6 @@ def _processes_of(root: Path) -> list[int]:
         for pid in marked_processes(**{"OCTOPOID_ROOT": str(root)})
         if any(e.startswith(f"{TOKEN_ENV}=".encode()) for e in environment_of(pid))
     ]
-
-
-def start_scheduler(root: Path, env: dict[str, str]) -> subprocess.Popen:
-    """`octopoid scheduler run` in ``root``, in a session of its own (as a daemon runs)."""
-    return subprocess.Popen(
-        [OCTOPOID, "scheduler", "run"], env=env, cwd=root, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
 
 
 def _kill(pids: list[int]) -> list[int]:

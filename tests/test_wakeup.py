@@ -12,8 +12,8 @@ from orchestrator import config
 from orchestrator.daemon import wakeup
 from orchestrator.queue import machine as q
 
-from .e2e.test_daemon import loop, state_of  # noqa: F401  (loop: a fixture)
 from .support import wait_for
+from .support.daemon import state_of
 
 
 def test_a_file_landing_in_the_folder_is_reported_by_name(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_no_folder_no_watch(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_an_enqueue_wakes_the_daemon_by_inotify(loop) -> None:  # noqa: F811
+def test_an_enqueue_wakes_the_daemon_by_inotify(loop) -> None:
     daemon = loop()
     wait_for("the watch", lambda: "(inotify)" in _log())  # a task before it: the first pass's
     tid = q.create_task("plain work").id

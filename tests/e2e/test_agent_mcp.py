@@ -17,15 +17,15 @@ from orchestrator.queue import questions
 
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 from ..support import branch_file, child_env, set_config
+from ..support.daemon import QUIET, run_daemon_until, write_agent
 from ..web_server import start_web
-from .test_backends_daemon import QUIET, claude_cli, run_daemon_until, write_agent  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
 
 def test_claude_code_remembers_searches_and_asks_through_mcp_and_gets_its_answer(
     git_project: Path,
-    claude_cli: Path,  # noqa: F811
+    claude_cli: Path,
     bwrap_ok: None,
 ) -> None:
     lifecycle.add_learning("Important Facts", "widgets are painted in the paint shop", [], None)

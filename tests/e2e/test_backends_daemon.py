@@ -7,77 +7,18 @@ project-local folder (`.ci/run` does it first; this fixture does it at run time 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from orchestrator import config
 from orchestrator.queue import machine as q
 
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
-from ..support import OCTOPOID, branch_file, branch_head, child_env
+from ..support import branch_file, branch_head, child_env
+from ..support.daemon import QUIET, run_daemon_until, write_agent
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
-CLAUDE_PACKAGE = "@anthropic-ai/claude-code@2.1.197"
-CLAUDE_CACHE = REPO / ".cache" / "claude-code"
-QUIET = {
-    "DISABLE_TELEMETRY": "1",
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_AUTOUPDATER": "1",
-}
-
-
-@pytest.fixture(scope="session")
-def claude_cli() -> Path:
-    """The real claude executable, installed from npm into .cache/claude-code if missing."""
-    exe = CLAUDE_CACHE / "node_modules" / ".bin" / "claude"
-    if exe.exists():
-        return exe
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed, so the real claude CLI cannot be installed")
-    done = subprocess.run(
-        [npm, "install", "--prefix", str(CLAUDE_CACHE), "--no-audit", "--no-fund", CLAUDE_PACKAGE],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0 and exe.exists(), f"npm install failed:\n{done.stderr[-2000:]}"
-    return exe
-
-
-def run_daemon_until(root: Path, env: dict[str, str], done, timeout: float = 90) -> None:
-    log = open(root.parent / "daemon.out", "ab")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [OCTOPOID, "scheduler", "run"],
-        cwd=root,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + timeout
-        while not done() and time.monotonic() < deadline:
-            assert proc.poll() is None, (root.parent / "daemon.out").read_text()
-            time.sleep(0.1)
-    finally:
-        proc.terminate()
-        proc.wait(60)
-        log.close()
-
-
-def write_agent(root: Path, **agent: object) -> None:
-    doc = {
-        "lease_seconds": 30,
-        "shutdown_grace_seconds": 1,
-        "agents": [{"name": "agent-1", "role": "implement", "max_turns": 5, **agent}],
-    }
-    (root / ".octopoid/agents.yaml").write_text(yaml.safe_dump(doc))
 
 
 def test_the_real_claude_cli_commits_and_reports_turns_and_cost(

@@ -5,9 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
-import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,65 +13,10 @@ from orchestrator.base.processes import ProcessId
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
-from ..support import HELPERS, OCTOPOID, child_env, set_config, wait_for, write_agents
-from .test_daemon import _runner_owned, loop, state_of
+from ..support import OCTOPOID, child_env, set_config, wait_for, write_agents
+from ..support.daemon import AgentCounter, agents_per_task, runner_owned, state_of
 
 pytestmark = pytest.mark.slow
-__all__ = ["loop"]  # the fixture, shared with test_daemon
-
-AGENT = str(HELPERS / "agent.py")
-
-
-def agents_per_task() -> Counter:
-    """How many scripted-agent processes run now, per task (from their environment).
-
-    A process forked by an agent (before it execs git) looks like an agent for a moment:
-    only processes whose parent is not an agent count. Only agents working inside this
-    test's project (``OCTOPOID_ROOT``) count: another test run on the machine may be
-    running its own TASK-1.
-    """
-    root = os.path.realpath(os.environ["OCTOPOID_ROOT"]) + os.sep
-    found: dict[int, tuple[int, str]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                if AGENT.encode() not in f.read():
-                    continue
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-            if not os.path.realpath(f"/proc/{name}/cwd").startswith(root):
-                continue
-        except OSError:
-            continue
-        task = env.get(b"OCTOPOID_TASK_ID")
-        if task:
-            ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
-            found[int(name)] = (ppid, task.decode())
-    return Counter(task for ppid, task in found.values() if ppid not in found)
-
-
-class AgentCounter(threading.Thread):
-    """Samples agent processes every 10 ms; ``most`` is the largest count seen for a task."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.most: Counter = Counter()
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            for task, n in agents_per_task().items():
-                self.most[task] = max(self.most[task], n)
-            time.sleep(0.01)
-
-    def stop(self) -> Counter:
-        self.done.set()
-        self.join(5)
-        return self.most
 
 
 def alive(pid: int) -> bool:
@@ -91,7 +33,7 @@ def test_requeue_of_a_running_task_never_runs_two_agents(loop, git_project: Path
     counter = AgentCounter()
     counter.start()
     tid = q.create_task("slow work").id
-    wait_for("the runner to start the agent", lambda: _runner_owned(tid))
+    wait_for("the runner to start the agent", lambda: runner_owned(tid))
     wait_for("the agent to run", lambda: agents_per_task()[f"TASK-{tid}"] == 1)
     done = subprocess.run(
         [OCTOPOID, "requeue", tid, "--reason", "try again"],
@@ -123,7 +65,7 @@ def test_a_killed_runner_takes_its_agents_children_with_it(
     tid = q.create_task("escape, then slow").id
     wait_for("the agent's grandchild", lambda: pids.exists() and pids.read_text().strip())
     escaped = int(pids.read_text().split()[0])
-    os.kill(int(_runner_owned(tid).headers["PID"]), signal.SIGKILL)
+    os.kill(int(runner_owned(tid).headers["PID"]), signal.SIGKILL)
     wait_for("the grandchild to die", lambda: not alive(escaped), 15)
     wait_for(
         "the task back in incoming",

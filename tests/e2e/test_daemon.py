@@ -2,101 +2,27 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
 
 import git
 import pytest
 
 from orchestrator import config
-from orchestrator.base.processes import marked_processes
 from orchestrator.git import branches
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.queue.leases import attempts_left
 from orchestrator.queue.task_notes import stdout_log_path
 
-from ..support import OCTOPOID, child_env, wait_for, write_agents
+from ..support import OCTOPOID, child_env, wait_for
+from ..support.daemon import runner_owned, state_of
 
 pytestmark = pytest.mark.slow
-
-
-def state_of(task_id: str) -> str:
-    where = q.get_store().locate(task_id)
-    return where.value if where else "gone"
-
-
-class Daemon:
-    """``octopoid scheduler run`` in a subprocess, with its output kept for failures."""
-
-    def __init__(self, root: Path, runs_file: Path, extra_env: dict[str, str] | None = None):
-        self.root = root
-        env = child_env(root) | {"OCTO_TEST_RUNS": str(runs_file)} | (extra_env or {})
-        self.log = open(root.parent / "daemon.out", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [OCTOPOID, "scheduler", "run"],
-            cwd=root,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for(
-            "the scheduler to start",
-            lambda: (
-                config.get_orchestrator_dir().joinpath("scheduler.pid").exists()
-                or self.proc.poll() is not None
-            ),
-        )
-        assert self.proc.poll() is None, self.output()
-
-    def output(self) -> str:
-        return (self.root.parent / "daemon.out").read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout)
-        self.log.close()
-        return code
-
-
-def agent_runs() -> Counter:
-    """How many times the scripted agent started, per task: the attempt logs in which it
-    said it was working (an agent in a box writes nowhere else the test can read)."""
-    found: Counter = Counter()
-    for log in config.get_logs_dir().glob("TASK-*/attempt-*.log"):
-        if "\nworking on TASK-" in log.read_text(errors="replace"):
-            found[log.parent.name] += 1
-    return found
-
-
-@pytest.fixture
-def loop(git_project: Path, tmp_path: Path):
-    """A repo with a command agent; yields a function that starts the daemon on it."""
-    runs = tmp_path / "runs.txt"
-    runs.touch()
-    write_agents(
-        git_project, max_concurrent=3, max_claimed=6, lease_seconds=3, shutdown_grace_seconds=1
-    )
-    daemons: list[Daemon] = []
-
-    def start(**env: str) -> Daemon:
-        daemons.append(Daemon(git_project, runs, env))
-        return daemons[-1]
-
-    start.runs = agent_runs
-    yield start
-    for d in daemons:
-        if d.proc.poll() is None:
-            d.stop(signal.SIGKILL)
-    for pid in marked_processes(OCTOPOID_ROOT=str(git_project)):  # runners outlive a daemon
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def test_enqueue_to_provisional_then_accept_merges(loop, git_project: Path) -> None:
@@ -153,7 +79,7 @@ def test_max_attempts_ends_in_failed(loop) -> None:
 def test_a_killed_runner_is_recovered_and_retried(loop) -> None:
     loop(OCTO_TEST_SLEEP="2")
     tid = q.create_task("slow, then killed").id
-    task = wait_for("the runner to own the lease", lambda: _runner_owned(tid))
+    task = wait_for("the runner to own the lease", lambda: runner_owned(tid))
     output = stdout_log_path(tid)  # killed once the agent has said something to salvage
     wait_for(
         "the agent's first words", lambda: output.exists() and "working on" in output.read_text()
@@ -165,25 +91,10 @@ def test_a_killed_runner_is_recovered_and_retried(loop) -> None:
     assert "the runner died" in notes and "working on" in notes  # attempt 1 salvaged
 
 
-def _runner_owned(tid: str):
-    task = q.get_task(tid)
-    pid = task.headers.get("PID")
-    if task.state is TaskState.CLAIMED and pid and int(pid) != _scheduler_pid():
-        return task
-    return None
-
-
-def _scheduler_pid() -> int:
-    try:
-        return int((config.get_orchestrator_dir() / "scheduler.pid").read_text())
-    except (FileNotFoundError, ValueError):
-        return -1
-
-
 def test_a_dead_claim_with_no_scheduler_watching_is_reaped_by_lease(loop) -> None:
     daemon = loop(OCTO_TEST_SLEEP="3")
     tid = q.create_task("slow").id
-    task = wait_for("the runner to own the lease", lambda: _runner_owned(tid))
+    task = wait_for("the runner to own the lease", lambda: runner_owned(tid))
     daemon.stop(signal.SIGKILL)  # nobody watches the runner now
     os.kill(int(task.headers["PID"]), signal.SIGKILL)
     loop(OCTO_TEST_SLEEP="0")  # a new scheduler finds the claim, waits out the lease
@@ -208,7 +119,7 @@ def test_scheduler_kill_9_and_restart_loses_and_doubles_nothing(loop) -> None:
 def test_sigterm_requeues_running_work_with_notes(loop) -> None:
     daemon = loop(OCTO_TEST_SLEEP="60")
     tid = q.create_task("slow").id
-    wait_for("the runner to own the lease", lambda: _runner_owned(tid))
+    wait_for("the runner to own the lease", lambda: runner_owned(tid))
     time.sleep(0.5)
     assert daemon.stop(signal.SIGTERM, timeout=30) == 0
     task = q.get_task(tid)

@@ -35,11 +35,9 @@ from orchestrator.queue import questions
 
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 from ..support import HELPERS, OCTOPOID, Served, child_env, set_config, wait_for
-from .test_backends_daemon import QUIET, claude_cli, write_agent
-from .test_daemon import Daemon, state_of
+from ..support.daemon import QUIET, Daemon, state_of, write_agent
 
 pytestmark = pytest.mark.slow
-__all__ = ["claude_cli"]  # the fixture, shared with test_backends_daemon
 
 SECRETS = {
     "ssh": "SSH-KEY-0f3a9c",

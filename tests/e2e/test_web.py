@@ -19,8 +19,8 @@ from orchestrator import config
 from orchestrator.queue import machine as q
 
 from ..support import OCTOPOID, wait_for, write_agents
+from ..support.daemon import Daemon, state_of
 from ..web_server import start_web
-from .test_daemon import Daemon, state_of
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ import pytest
 from orchestrator.queue import machine as q
 
 from ..support import HELPERS, branch_file, set_config, wait_for, write_agents
-from .test_daemon import Daemon, state_of
+from ..support.daemon import Daemon, state_of
 
 pytestmark = pytest.mark.slow
 WHEEL = "demo_dep-1.0-py3-none-any.whl"
