@@ -11,7 +11,7 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.roles import plans
 
-from .test_web_board import board
+from .support.web import board
 
 S = TaskState
 

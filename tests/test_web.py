@@ -26,17 +26,8 @@ from .support import (
     run_claimed,
     write_agents,
 )
+from .support.web import comment_fields, judged, provisional_task
 from .web_server import Client, start_web
-
-
-def provisional_task(title: str = "plain work") -> str:
-    """A task that went through a real attempt (scripted agent) and waits for review."""
-    task = q.create_task(title)
-    claimed = q.claim_task(None, "impl-1")
-    assert claimed.id == task.id
-    run_claimed(claimed, "impl-1")
-    assert q.get_store().locate(task.id) is TaskState.PROVISIONAL
-    return task.id
 
 
 def test_every_request_without_the_token_is_forbidden(web) -> None:
@@ -73,15 +64,6 @@ def test_a_post_without_the_right_csrf_token_changes_nothing(git_project, client
     assert q.list_tasks(TaskState.INCOMING) == []
 
 
-def judged(client: Client, task_id: str) -> dict[str, str]:
-    """The branch head and attempt the task page's review forms carry, as a browser sends."""
-    _, _, page = client.request(f"/tasks/TASK-{task_id}")
-    head = re.search(r'name="head" value="([0-9a-f]*)"', page)
-    attempt = re.search(r'name="attempt" value="(\d+)"', page)
-    assert head and attempt, page[:500]
-    return {"head": head.group(1), "attempt": attempt.group(1)}
-
-
 def test_accept_from_the_page_merges_like_the_cli(git_project, client) -> None:
     import git
 
@@ -116,17 +98,6 @@ def test_an_action_racing_a_cli_review_is_refused_cleanly(git_project, client) -
         assert status == 409 and "is being accepted" in page
     assert q.get_store().locate(task_id) is TaskState.PROVISIONAL
     assert "## Review" not in (q.get_task_notes(task_id) or "")
-
-
-def comment_fields(path: str, line: int, text: str, end: int = 0, side: str = "new") -> list:
-    """One line comment as the page sends it: its parts as fields, never one packed string."""
-    return [
-        ("comment_path", path),
-        ("comment_line", str(line)),
-        ("comment_end", str(end or "")),
-        ("comment_side", side),
-        ("comment_text", text),
-    ]
 
 
 def test_reject_with_line_comments_writes_them_into_the_notes(git_project, client) -> None:

@@ -14,22 +14,9 @@ from orchestrator import config
 from orchestrator.model.tasks import TaskState, new_task, render_task
 from orchestrator.queue import machine as q
 
-from .support import wait_for
-from .web_server import Client
+from .support.web import board
 
 S = TaskState
-
-
-def board(client: Client, query: str = "", timeout: float = 60) -> str:
-    """The board fragment for ``query``, once every title the search needs has been read
-    (a search answers at once with what is known and says how many titles are unread)."""
-
-    def read() -> str | None:
-        status, _, page = client.request("/board" + query)
-        assert status == 200, page[:500]
-        return None if 'id="unread"' in page else page
-
-    return wait_for("every title read", read, timeout)
 
 
 def shown(page: str) -> list[str]:

@@ -6,11 +6,8 @@ A real `octopoid web` process; each reviewer signs in with their own name.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
-import urllib.error
-import urllib.request
 
 from orchestrator.memory.open import open_memory
 from orchestrator.model.tasks import TaskState
@@ -19,7 +16,7 @@ from orchestrator.queue.store.records import check_key
 from orchestrator.review import drafts
 
 from .support import remembered
-from .test_web import comment_fields, judged, provisional_task
+from .support.web import comment_fields, judged, provisional_task, save
 from .web_server import Client
 
 
@@ -33,21 +30,6 @@ def kept(task_id: str, reviewer: str) -> dict | None:
     """The draft the store keeps for ``reviewer`` (None: none)."""
     found = q.get_store().records.read(drafts.draft_key(task_id, reviewer))
     return None if found is None else found.value
-
-
-def save(client: Client, task_id: str, draft: object, csrf: str | None = None) -> tuple:
-    """POST a draft as the page's script does: JSON, with the CSRF token in a header."""
-    request = urllib.request.Request(
-        f"{client.base}/tasks/TASK-{task_id}/draft",
-        data=json.dumps(draft).encode() if not isinstance(draft, bytes) else draft,
-        headers={"content-type": "application/json", "x-csrf-token": csrf or client.csrf()},
-    )
-    try:
-        with client.opener.open(request, timeout=30) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as err:
-        body = err.read()
-        return err.code, json.loads(body) if body.startswith(b"{") else body.decode()
 
 
 def a_comment(task_id: str, text: str, line: int = 1) -> dict:

@@ -8,8 +8,6 @@ OCTOPOID_REQUIRE_BROWSER=1 (set by .ci/run) makes that a failure.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import git
@@ -20,6 +18,7 @@ from orchestrator.queue import machine as q
 
 from ..support import OCTOPOID, wait_for, write_agents
 from ..support.daemon import Daemon, state_of
+from ..support.web import shoot
 from ..web_server import start_web
 
 pytestmark = pytest.mark.slow
@@ -54,17 +53,6 @@ def page(browser, site):
 
 def task_id_of(page) -> str:
     return page.url.split("/tasks/TASK-", 1)[1].split("?", 1)[0]
-
-
-def shoot(page, name: str, tmp_path: Path) -> None:
-    """A screenshot in the test's folder; with OCTOPOID_SCREENSHOTS=DIR, also into DIR
-    (`OCTOPOID_SCREENSHOTS=docs/images pytest tests/e2e/test_web.py` refreshes the README's)."""
-    path = tmp_path / f"{name}.png"
-    page.screenshot(path=str(path), full_page=False)
-    assert path.stat().st_size > 10_000
-    target = os.environ.get("OCTOPOID_SCREENSHOTS")
-    if target:
-        shutil.copy(path, Path(target) / path.name)
 
 
 def test_enqueue_watch_comment_reject_retry_accept(page, git_project: Path, tmp_path) -> None:

@@ -18,7 +18,7 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
 from ..support import OCTOPOID, child_env, commit_on_branch, remembered, run_claimed, write_agents
-from .test_web import shoot
+from ..support.web import shoot
 
 pytestmark = pytest.mark.slow
 LIB = "".join(f"value_{i} = {i}\n" for i in range(1, 9))
