@@ -3,8 +3,6 @@ answer fails cleanly with the reason in the notes."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -21,18 +19,10 @@ from orchestrator.review import verdicts as review
 from orchestrator.roles import breakdown
 
 from .helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
-from .support import HELPERS, child_env, exited_pid, run_claimed, write_agents
+from .support import HELPERS, exited_pid, run_claimed, write_agents
+from .support.journals import burned_out, killed_split, split_once
 
 S = TaskState
-
-
-def burned_out(title: str = "a task too big for one attempt") -> tuple[str, str]:
-    """A task in breakdown/ with notes saying why, and a task that waits for it."""
-    tid = q.create_task(title, priority="P0").id
-    q.save_task_notes(tid, "impl", "BURNED-OUT-CLUE: it touches three modules at once", 0, 40)
-    q.recycle_to_breakdown(q.claim_task(None, "impl"), "burned out twice")
-    dependant = q.create_task("after the big one", blocked_by=[tid]).id
-    return tid, dependant
 
 
 @pytest.fixture
@@ -169,57 +159,6 @@ def test_a_breakdown_claim_given_back_returns_to_breakdown(breakdown_agent):
     reaped = recovery.reap_expired_claims(now=utcnow() + timedelta(seconds=11))
     assert [(t.id, s) for t, s in reaped] == [(tid, S.BREAKDOWN)]
     assert "PHASE" not in q.get_task(tid).headers
-
-
-# A split that kills itself with SIGKILL once two of its three subtasks exist (the second
-# made, not yet marked done in its journal).
-KILLED_SPLIT = """
-import os, signal, sys
-from orchestrator.queue import machine as queue_utils
-from orchestrator.roles import breakdown
-create, made = queue_utils.create_task, []
-def create_then_die(*args, **kwargs):
-    made.append(create(*args, **kwargs))
-    if len(made) == 2:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return made[-1]
-queue_utils.create_task = create_then_die
-after = {1: [], 2: [1], 3: [2]}
-parts = [breakdown.Subtask(f"part {n}", criteria=["done"], depends_on=after[n]) for n in after]
-breakdown.split(queue_utils.get_task(sys.argv[1]), parts)
-"""
-
-
-def killed_split(root: Path, task_id: str) -> None:
-    """A breakdown attempt's split of the claimed ``task_id``, SIGKILLed half-way."""
-    argv = [sys.executable, "-c", KILLED_SPLIT, task_id]
-    assert subprocess.run(argv, cwd=root, env=child_env(root)).returncode == -signal.SIGKILL
-
-
-def split_once(task_id: str, dependants: list[str]) -> None:
-    """The original is done, split into exactly its three subtasks (each made once, in
-    order), and every dependant waits for the last of them."""
-    made = [
-        t
-        for state in (S.INCOMING, S.CLAIMED, S.DONE)
-        for t in q.list_tasks(state)
-        if t.headers.get("CREATED_BY") == f"breakdown of TASK-{task_id}"
-    ]
-    first, second, last = sorted(made, key=lambda t: int(t.id))
-    assert [t.title for t in (first, second, last)] == ["part 1", "part 2", "part 3"]
-    assert second.blocked_by == [first.id] and last.blocked_by == [second.id]
-    original = q.get_task(task_id)
-    assert original.state is S.DONE
-    assert original.headers["SPLIT_INTO"] == ", ".join(t.label for t in (first, second, last))
-    for dependant in dependants:
-        assert (
-            last.id in q.get_task(dependant).blocked_by
-            and task_id not in q.get_task(dependant).blocked_by
-        )
-        assert f"waits for {last.label} instead of TASK-{task_id}" in q.get_task(dependant).section(
-            "History"
-        )
-    assert not q.get_store().journals.pending()
 
 
 @pytest.mark.parametrize("who", ["sweep", "split again"])

@@ -21,31 +21,9 @@ from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 
 from .support import child_env, octopoid, provisional_with_commit, remembered, write_agents
-from .test_review_races import merges_of
+from .support.journals import KILLED_ACCEPT, merges_of
 
 LEARNED = "the release script needs GNU tar"
-
-# An accept that kills itself with SIGKILL at a point: before its merge, after the merge
-# landed (not recorded yet), before its move, or before a step that follows the move.
-KILLED_ACCEPT = """
-import os, signal, sys
-from orchestrator.review import finishing, verdicts as review
-from orchestrator.git import merges
-from orchestrator.queue import machine as queue_utils
-task_id, point = sys.argv[1], sys.argv[2]
-def die(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGKILL)
-merge = merges.merge_task_branch
-if point == "merge":
-    merges.merge_task_branch = die
-elif point == "merged":
-    merges.merge_task_branch = lambda *a, **k: die(merge(*a, **k))
-elif point == "move":
-    queue_utils.accept_completion = die
-else:
-    finishing.STEP_FUNCTIONS[point] = die
-review.accept(task_id, "alice")
-"""
 
 
 def killed_accept(root: Path, task_id: str, point: str) -> None:

@@ -7,9 +7,7 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
-import git
 import pytest
 
 from orchestrator.git import branches, core
@@ -21,15 +19,11 @@ from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 
 from .support import OCTOPOID, child_env, octopoid, provisional_with_commit, wait_for
+from .support.journals import merges_of
 
 
 class Crash(BaseException):
     """kill -9 at one exact instant of an accept."""
-
-
-def merges_of(root: Path, task_id: str) -> int:
-    subjects = git.Repo(root).git.log("--format=%s", "main").splitlines()
-    return sum(1 for s in subjects if s.startswith(f"Merge TASK-{task_id}: "))
 
 
 def test_a_reject_or_second_accept_during_an_accept_is_refused(git_project, monkeypatch):

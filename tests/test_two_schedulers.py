@@ -28,8 +28,7 @@ from orchestrator.queue import questions
 
 from .support import HELPERS, OCTOPOID, Machines, child_env, set_config, wait_for, write_agents
 from .support.daemon import start_scheduler
-from .test_breakdown import burned_out, killed_split, split_once
-from .test_finishing import KILLED_ACCEPT
+from .support.journals import KILLED_ACCEPT, burned_out, killed_split, split_once
 from .web_server import start_web
 
 PAUSED = "not claiming: paused (`octopoid resume`)"

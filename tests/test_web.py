@@ -26,6 +26,7 @@ from .support import (
     run_claimed,
     write_agents,
 )
+from .support.journals import burned_out
 from .support.web import comment_fields, judged, provisional_task
 from .web_server import Client, start_web
 
@@ -435,8 +436,6 @@ def test_a_proposed_split_is_shown_and_approved_from_its_page(git_project, web, 
     """The board says "approve or reject"; the page shows the subtasks and an Approve button
     that creates them, like `octopoid approve`. A stale page's reject of a newer proposal is
     refused."""
-    from .test_breakdown import burned_out
-
     write_agents(git_project, argv=[sys.executable, str(HELPERS / "breakdown_agent.py")])
     agents = (git_project / ".octopoid/agents.yaml").read_text()
     agents = agents.replace("name: impl-1", "name: bd-1")

@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.queue import machine as q
 
+from ..support.history import CHECK_FAILED, at, attempt, scripted_history, submit
 from ..support.web import shoot
-from ..test_stats import CHECK_FAILED, at, attempt, scripted_history, submit
 
 pytestmark = pytest.mark.slow
 
