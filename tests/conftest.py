@@ -239,6 +239,59 @@ def loop(git_project: Path, tmp_path: Path):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.fixture
+def sched(git_project: Path):
+    """Makes in-process schedulers on ``git_project`` (two agent slots), shut down after."""
+    from orchestrator.daemon import scheduler
+
+    write_agents(git_project, max_concurrent=2)
+    made = []
+
+    def start() -> scheduler.Scheduler:
+        made.append(scheduler.Scheduler())
+        made[-1].initialize()
+        return made[-1]
+
+    yield start
+    for s in made:
+        if s._lock_fd is not None:
+            s.shutdown(grace=5)
+
+
+@pytest.fixture
+def hook():
+    """A webhook on 127.0.0.1 recording the alerts posted to it (tests/support/notify.py)."""
+    from .support.notify import Hook
+
+    hook = Hook()
+    yield hook
+    hook.hold.set()
+    hook.server.shutdown()
+
+
+@pytest.fixture
+def served(project: Path, tmp_path: Path):
+    """A claimed task (another waits beside it) and its channel, served from this process."""
+    from orchestrator.box import channel
+    from orchestrator.box.box import SOCKET_NAME
+    from orchestrator.queue import machine as q
+    from orchestrator.roles.tools import AttemptTools
+
+    other = q.create_task("someone else's task", role="review", context="OTHER-SECRET")
+    q.save_task_notes(other.id, "agent", "OTHER-NOTES", 0, 0)
+    q.create_task("mine", context="my context")
+    mine = q.claim_task("implement", "agent", lease_seconds=600)
+    folder = tmp_path / "chan"
+    folder.mkdir()
+    progress: list[str] = []
+    server = channel.ChannelServer(
+        folder, AttemptTools(mine.id, mine.attempts, progress.append)
+    ).start()
+    server.progress = progress
+    yield str(folder / SOCKET_NAME), mine, other, server
+    server.close()
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """One throwaway PostgreSQL server for the session (tests/pg_server.py). Without the

@@ -24,7 +24,6 @@ from .forge_fakes.base import LineNote
 from .forge_fakes.fixtures import BOB, github_forge, gitlab_forge  # noqa: F401
 from .helpers.secrets_corpus import corpus, fake_secrets
 from .support import invoke, set_config, write_agents
-from .test_channel import served  # noqa: F401  (the channel of a claimed task)
 from .test_secrets_end_to_end import leaked
 from .web_server import start_web
 
@@ -79,7 +78,7 @@ def test_every_agents_yaml_env_value_is_hidden_whatever_its_name(project: Path) 
 
 
 def test_what_an_agent_says_through_its_channel_reaches_no_face_in_clear(
-    served,  # noqa: F811
+    served,
     project: Path,
 ) -> None:
     """remember, report_progress, ask_human and propose_split, with a token, an agents.yaml
@@ -118,7 +117,7 @@ def test_what_an_agent_says_through_its_channel_reaches_no_face_in_clear(
 
 
 def test_the_secrets_corpus_through_progress_questions_and_memory_is_redacted(
-    served,  # noqa: F811
+    served,
 ) -> None:
     """Each fake secret of the corpus, in context, as a progress line, a question (each
     answered before the next, as one attempt may ask one at a time) and a remembered item:

@@ -13,33 +13,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.box import channel
-from orchestrator.box.box import SOCKET_NAME, write_client
+from orchestrator.box.box import write_client
 from orchestrator.box.client import ChannelFailure, request
 from orchestrator.memory import lifecycle
 from orchestrator.memory.notes import NotesManager
-from orchestrator.queue import machine as q
 from orchestrator.roles import tools as attempt_tools
-from orchestrator.roles.tools import AttemptTools
 
 from .support import wait_for
-
-
-@pytest.fixture
-def served(project: Path, tmp_path: Path):
-    """A claimed task (another waits beside it) and its channel, served from this process."""
-    other = q.create_task("someone else's task", role="review", context="OTHER-SECRET")
-    q.save_task_notes(other.id, "agent", "OTHER-NOTES", 0, 0)
-    q.create_task("mine", context="my context")
-    mine = q.claim_task("implement", "agent", lease_seconds=600)
-    folder = tmp_path / "chan"
-    folder.mkdir()
-    progress: list[str] = []
-    server = channel.ChannelServer(
-        folder, AttemptTools(mine.id, mine.attempts, progress.append)
-    ).start()
-    server.progress = progress
-    yield str(folder / SOCKET_NAME), mine, other, server
-    server.close()
 
 
 def raw(path: str, data: bytes) -> list[dict]:

@@ -28,7 +28,6 @@ from orchestrator.queue import questions
 from orchestrator.roles.tools import TOOLS
 
 from .support import set_config
-from .test_channel import served  # noqa: F401
 
 
 def with_session(path: str, work) -> object:
@@ -53,7 +52,7 @@ def text_of(result) -> str:
     return "".join(block.text for block in result.content)
 
 
-def test_an_mcp_client_lists_and_calls_the_attempt_s_tools(served) -> None:  # noqa: F811
+def test_an_mcp_client_lists_and_calls_the_attempt_s_tools(served) -> None:
     path, mine, other, server = served
     lifecycle.add_learning("Important Facts", "the staging database is pg-staging-2", [], None)
 
@@ -89,7 +88,7 @@ def test_an_mcp_client_lists_and_calls_the_attempt_s_tools(served) -> None:  # n
     assert "too long" in got["too_long"]
 
 
-def test_a_proposed_split_is_checked_then_left_for_the_runner(served) -> None:  # noqa: F811
+def test_a_proposed_split_is_checked_then_left_for_the_runner(served) -> None:
     path, _, _, server = served
     cycle = [{"title": "a", "depends_on": [2]}, {"title": "b", "depends_on": [1]}]
     good = [{"title": "schema"}, {"title": "API", "depends_on": [1], "criteria": ["it works"]}]
@@ -106,7 +105,7 @@ def test_a_proposed_split_is_checked_then_left_for_the_runner(served) -> None:  
 
 
 def test_a_question_answered_while_it_waits_is_the_tool_s_reply(
-    served,  # noqa: F811
+    served,
     project: Path,
 ) -> None:
     path, mine, _, _ = served
@@ -137,7 +136,7 @@ def test_a_question_answered_while_it_waits_is_the_tool_s_reply(
 
 
 def test_an_unanswered_question_holds_the_task_until_the_answer_releases_it(
-    served,  # noqa: F811
+    served,
     project: Path,
 ) -> None:
     path, mine, _, _ = served
@@ -167,7 +166,7 @@ def test_an_unanswered_question_holds_the_task_until_the_answer_releases_it(
 
 
 def test_an_answer_given_as_the_attempt_gives_up_leaves_the_task_free(
-    served,  # noqa: F811
+    served,
     project: Path,
 ) -> None:
     _, mine, _, _ = served

@@ -22,7 +22,6 @@ from orchestrator.roles import agent_status
 
 from .helpers.fake_messages_api import FakeMessagesAPI, error, text
 from .support import invoke, run_claimed, set_config, wait_for, write_agents
-from .test_notify import hook, sched, set_notify  # noqa: F401  (fixtures)
 
 KEY = "sk-ant-api03-breaker-test-0123456789"
 SETUP_SAYS = "ERROR: no matching distribution found for demo-missing"
@@ -143,14 +142,14 @@ def _said_everywhere(agent: str, cause: str) -> None:
 )
 def test_three_tasks_failing_for_one_cause_pause_the_agent_once_and_cost_nothing(
     git_project: Path,
-    hook,  # noqa: F811
-    sched,  # noqa: F811
+    hook,
+    sched,
     monkeypatch: pytest.MonkeyPatch,
     cause: str,
     replies: list,
 ):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    set_notify(git_project, urls=[hook.url], events=["agent_paused"])
+    set_config(git_project, notify={"urls": [hook.url], "events": ["agent_paused"]})
     with FakeMessagesAPI(replies) as api:
         agent = _failing_agent(git_project, cause, api.base_url)
         assert agent_status.readiness_problem(config.load_agents()["agents"][0]) is None

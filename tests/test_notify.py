@@ -5,86 +5,20 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-import yaml
 
 from orchestrator import config
-from orchestrator.daemon import notify, scheduler
+from orchestrator.daemon import notify
 from orchestrator.model.exceptions import ConfigError
 from orchestrator.queue import machine as q
 
-from .support import settle, wait_for, write_agents
-
-
-class Hook:
-    """A webhook on 127.0.0.1 that records every POST; ``hold`` makes it stall first."""
-
-    def __init__(self) -> None:
-        self.posts: list[dict] = []
-        self.hold = threading.Event()
-        self.hold.set()
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                hook.hold.wait(120)  # a stalled endpoint: longer than any pass here takes
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                hook.posts.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        # read timeout (rto) past the stall: a slow pass on a loaded machine must not turn
-        # the stalled endpoint into a failing one (apprise gives up after 4 s by default)
-        self.url = f"json://127.0.0.1:{self.server.server_address[1]}/hook?rto=150"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def wait_for(self, count: int, timeout: float = 20) -> list[dict]:
-        wait_for(f"{count} posts", lambda: len(self.posts) >= count, timeout)
-        return self.posts
-
-
-@pytest.fixture
-def hook():
-    hook = Hook()
-    yield hook
-    hook.hold.set()
-    hook.server.shutdown()
-
-
-def set_notify(root: Path, **notify_cfg) -> None:
-    path = root / ".octopoid/config.yaml"
-    cfg = yaml.safe_load(path.read_text()) or {}
-    cfg["notify"] = notify_cfg
-    path.write_text(yaml.safe_dump(cfg))
-
-
-@pytest.fixture
-def sched(git_project: Path):
-    write_agents(git_project, max_concurrent=2)
-    made = []
-
-    def start() -> scheduler.Scheduler:
-        made.append(scheduler.Scheduler())
-        made[-1].initialize()
-        return made[-1]
-
-    yield start
-    for s in made:
-        if s._lock_fd is not None:
-            s.shutdown(grace=5)
+from .support import set_config, settle
 
 
 def test_a_task_needing_review_is_alerted_once(git_project, hook, sched) -> None:
-    set_notify(git_project, urls=[hook.url])
+    set_config(git_project, notify={"urls": [hook.url]})
     daemon = sched()
     task = q.create_task("add a greeting")
     settle(daemon)
@@ -104,7 +38,7 @@ def test_a_task_needing_review_is_alerted_once(git_project, hook, sched) -> None
 
 
 def test_a_failed_task_and_chosen_events_only(git_project, hook, sched) -> None:
-    set_notify(git_project, urls=[hook.url], events=["failed"])
+    set_config(git_project, notify={"urls": [hook.url], "events": ["failed"]})
     daemon = sched()
     q.create_task("always-fail at everything")
     q.create_task("works fine")
@@ -120,7 +54,7 @@ def test_a_failed_task_and_chosen_events_only(git_project, hook, sched) -> None:
 
 def test_a_dead_or_stalled_notifier_never_holds_up_a_pass(git_project, hook, sched, caplog):
     dead = "json://127.0.0.1:9/nobody-listens"
-    set_notify(git_project, urls=[dead, hook.url])
+    set_config(git_project, notify={"urls": [dead, hook.url]})
     hook.hold.clear()  # the live endpoint stalls until told
     daemon = sched()
     ids = [q.create_task(f"task {i}").id for i in range(3)]
@@ -142,7 +76,7 @@ def test_a_secret_in_a_title_never_reaches_the_notifier(git_project, hook, sched
     secret = "sk-test-" + "Q7v" * 12
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OCTOPOID_TEST_API_KEY", secret)
-        set_notify(git_project, urls=[hook.url])
+        set_config(git_project, notify={"urls": [hook.url]})
         daemon = sched()
         q.create_task(f"use key {secret} to deploy")
         settle(daemon)
@@ -155,7 +89,7 @@ def test_a_secret_in_a_title_never_reaches_the_notifier(git_project, hook, sched
 
 
 def test_unknown_events_are_a_clear_config_error(git_project) -> None:
-    set_notify(git_project, urls=[], events=["needs_review", "nope"])
+    set_config(git_project, notify={"urls": [], "events": ["needs_review", "nope"]})
     with pytest.raises(ConfigError, match=r"notify\.events.*'nope'"):
         config.load_config()
 
@@ -168,7 +102,7 @@ def test_a_log_line_never_shows_a_notifier_s_credentials() -> None:
 def test_a_question_an_attempt_asks_is_alerted_once_with_its_text(git_project, hook, sched) -> None:
     from orchestrator.queue import questions
 
-    set_notify(git_project, urls=[hook.url])
+    set_config(git_project, notify={"urls": [hook.url]})
     daemon = sched()
     task = q.create_task("paint the widget")
     questions.ask(task.id, 1, "Blue or red?")
