@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator.faces.scaffold import init_project
 from orchestrator.queue import machine as q
+from orchestrator.review import verdicts as review
 
 from .forge_fakes.fixtures import REPO
 from .support import run_claimed, set_config, write_agents
@@ -134,6 +135,14 @@ def attempt(task_id: str) -> str:
     claimed = q.claim_task(None, "impl-1")
     assert claimed is not None and claimed.id == task_id
     return run_claimed(claimed, "impl-1").next_state
+
+
+def in_review(title: str) -> tuple[str, int, str]:
+    """A task whose attempt is in review with its pull request open: (id, number, head)."""
+    task = q.create_task(title)
+    assert attempt(task.id) == "provisional"
+    review.accept(task.id, "alice")
+    return task.id, int(q.get_task(task.id).headers["PR_NUMBER"]), task.label
 
 
 def prompt_of(root: Path, attempt_number: int) -> str:

@@ -24,7 +24,7 @@ from .forge_fakes.base import LineNote
 from .forge_fakes.fixtures import BOB, github_forge, gitlab_forge  # noqa: F401
 from .helpers.secrets_corpus import corpus, fake_secrets
 from .support import invoke, set_config, write_agents
-from .test_secrets_end_to_end import leaked
+from .support.walls import leaked
 from .web_server import start_web
 
 #: Terminal escapes (clear screen, set the title, colours), BEL, NUL, backspace, C1's CSI,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,13 +17,7 @@ from orchestrator.git import core
 from orchestrator.queue import dependencies
 from orchestrator.queue import machine as q
 
-from .support import child_env, invoke, octopoid
-
-
-def git(cwd: Path, *args: str) -> str:
-    """Run git with an identity of its own, as a person would in a fresh repository."""
-    cmd = ["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *args]
-    return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout
+from .support import child_env, git, invoke, octopoid
 
 
 def edit_header(root: Path, task_id: str, key: str, value: str) -> None:

@@ -16,10 +16,9 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
+from .forge_driver import Driver, attempt, forge, forged, in_review  # noqa: F401
 from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
 from .support import set_config
-from .test_forge_edges import in_review
 
 
 def sent_back(forge: Driver, title: str) -> tuple[str, int, str]:  # noqa: F811

@@ -17,16 +17,8 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
+from .forge_driver import Driver, attempt, forge, forged, in_review  # noqa: F401
 from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
-
-
-def in_review(title: str) -> tuple[str, int, str]:
-    """A task whose attempt is in review with its pull request open: (id, number, head)."""
-    task = q.create_task(title)
-    assert attempt(task.id) == "provisional"
-    review.accept(task.id, "alice")
-    return task.id, int(q.get_task(task.id).headers["PR_NUMBER"]), task.label
 
 
 def head(forge: Driver, task_id: str) -> str:  # noqa: F811

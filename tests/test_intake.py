@@ -15,8 +15,7 @@ from orchestrator.queue import intake
 from orchestrator.queue import machine as q
 from orchestrator.roles import prompts
 
-from .support import invoke, octopoid
-from .test_cli import git
+from .support import git, invoke, octopoid
 
 
 def enqueue(*args: str, stdin: bytes | None = None):

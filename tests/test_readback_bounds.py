@@ -18,7 +18,7 @@ from orchestrator.box.bounds import Bounds, ReadBackRefused, disk_use
 from orchestrator.box.bwrap import Mounts, command_line
 
 from .support import peak_rss_kib
-from .test_sandbox import in_box
+from .support.walls import in_box
 
 MB = 1024 * 1024
 #: A bomb: a sparse file of zeros (no disk), hashed by streaming, committed; it packs

@@ -24,6 +24,7 @@ from orchestrator.model.exceptions import GitError
 from orchestrator.queue import machine as q
 
 from .support import child_env, run_claimed, set_config, write_agents
+from .support.walls import in_box
 
 
 def test_binds_land_after_the_tmpfs_that_hides_their_parent() -> None:
@@ -136,18 +137,6 @@ def test_a_box_sees_only_its_workspace_and_leaves_nothing_running(
     assert not Path("/etc/octopoid-was-here").exists()
     running = subprocess.run(["pgrep", "-f", "sleep 31337"], capture_output=True, text=True)
     assert running.stdout == ""  # its daemon died with the box
-
-
-def in_box(repo: git.Repo, dest: Path, script: str) -> str:
-    """Run ``script`` where an agent runs: a box on the clone (which only works there)."""
-    mounts = Mounts(dest, dest, (Path(repo.working_dir),), clone.object_mounts(repo), False)
-    argv = command_line(walls.find_bwrap(), mounts, walls.probe()[1])
-    who = {f"GIT_{role}_{key}": value for role in ("AUTHOR", "COMMITTER")
-           for key, value in (("NAME", "a"), ("EMAIL", "a@x"))}  # fmt: skip
-    env = {"PATH": os.environ["PATH"], "HOME": "/tmp", **who}
-    done = subprocess.run([*argv, "sh", "-c", script], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def hostile_clone(git_project: Path, tmp_path: Path) -> tuple[git.Repo, Path, Path]:

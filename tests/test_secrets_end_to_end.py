@@ -18,23 +18,13 @@ from orchestrator.queue import machine as q
 
 from .helpers.secrets_corpus import fake_secrets
 from .support import HELPERS, OCTOPOID, child_env, run_claimed
+from .support.walls import leaked
 from .web_server import Client, start_web
 
 SERVICE_TOKEN = "svc-7f3a9c2e5b1d4f608a2c"
 DEPLOY_KEY = "dk-4e9b2a7c1f"  # every agents.yaml env value is hidden, whatever its name
 #: What no file or page keeps of an agent's terminal escapes and control characters
 UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]")
-
-
-def leaked(texts: dict[str, str], secrets: list[str]) -> list[tuple[str, str]]:
-    """(where, the secret's head) for every 12 characters of a secret found anywhere."""
-    return [
-        (where, secret[:12])
-        for where, text in texts.items()
-        for secret in secrets
-        for i in range(0, max(1, len(secret) - 11), 4)
-        if secret[i : i + 12] in text
-    ]
 
 
 def test_no_secret_an_agent_meets_leaks_anywhere_octopoid_writes_or_shows(git_project: Path):

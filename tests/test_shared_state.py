@@ -21,8 +21,8 @@ from orchestrator.roles import plans
 
 from .support import Machines, attempt, wait_for, write_agents
 from .support import octopoid as cli
+from .support.daemon import ended, running, said_in_log
 from .support.web import save
-from .test_steering import ended, running, said_in_log
 from .web_server import Client, start_web
 
 

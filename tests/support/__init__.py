@@ -142,6 +142,12 @@ def race_claimers(root: Path, go: Path, n: int = 8, timeout: float = 240) -> lis
     return outputs
 
 
+def git(cwd: Path, *args: str) -> str:
+    """Run git with an identity of its own, as a person would in a fresh repository."""
+    cmd = ["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid", *args]
+    return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
 def make_git_repo(root: Path) -> None:
     """A repository on ``main`` with one commit, octopoid's runtime ignored."""
     import git
