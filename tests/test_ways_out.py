@@ -16,15 +16,16 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 
-from .support import OCTOPOID, child_env, provisional_with_commit, remembered, write_agents
+from .support import (
+    OCTOPOID,
+    child_env,
+    octopoid,
+    provisional_with_commit,
+    remembered,
+    write_agents,
+)
 
 S = TaskState
-
-
-def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
-    )
 
 
 def task_in(state: TaskState, title: str = "work") -> str:
@@ -60,14 +61,14 @@ def test_every_state_but_done_has_a_cli_way_out_and_close_ends_any_unclaimed_one
     for state in (S.INCOMING, S.PROVISIONAL, S.FAILED, S.REJECTED, S.BREAKDOWN):
         tid = task_in(state, state.value)
         assert q.get_task(tid).state is state
-        done = cli(git_project, "close", tid, "--reason", "done by hand in the release branch")
+        done = octopoid(git_project, "close", tid, "--reason", "done by hand in the release branch")
         assert done.returncode == 0, done.stderr
         task = q.get_task(tid)
         assert task.state is S.DONE and task.headers["CLOSED"] == "done"
         assert task.moves()[-1] == (state.value, "done")
     for state, command in WAYS_OUT.items():
         tid = task_in(state, f"again-{state.value}")
-        assert cli(git_project, command[0], tid, *command[1:]).returncode == 0, state
+        assert octopoid(git_project, command[0], tid, *command[1:]).returncode == 0, state
         assert q.get_task(tid).state is not state
         if q.get_task(tid).state is S.INCOMING:  # out of the next task_in's claim
             q.close_task(tid, "wont-do", "test over")
@@ -76,7 +77,7 @@ def test_every_state_but_done_has_a_cli_way_out_and_close_ends_any_unclaimed_one
 def test_a_breakdown_task_is_retried_whole_with_fresh_attempts_and_its_notes(git_project):
     tid = task_in(S.BREAKDOWN)
     q.save_task_notes(tid, "agent", "ran out of turns in the parser", 1, 1)
-    done = cli(git_project, "retry", f"task-{tid}")
+    done = octopoid(git_project, "retry", f"task-{tid}")
     assert done.returncode == 0 and done.stdout == f"TASK-{tid} back in incoming\n"
     task = q.get_task(tid)
     assert task.state is S.INCOMING and "PHASE" not in task.headers
@@ -86,7 +87,7 @@ def test_a_breakdown_task_is_retried_whole_with_fresh_attempts_and_its_notes(git
 
 def test_several_ids_each_succeed_or_fail_alone_with_the_worst_exit_code(git_project):
     failed = [task_in(S.FAILED, f"f{i}") for i in range(3)]
-    done = cli(git_project, "retry", failed[0], "TASK-999", failed[1], "../x", failed[2])
+    done = octopoid(git_project, "retry", failed[0], "TASK-999", failed[1], "../x", failed[2])
     assert done.returncode == 3  # not found (3) is worse than a bad id (2)
     assert all(q.get_task(t).state is S.INCOMING for t in failed)
     assert done.stdout.count("back in incoming") == 3
@@ -97,20 +98,20 @@ def test_several_ids_each_succeed_or_fail_alone_with_the_worst_exit_code(git_pro
 def test_reject_and_requeue_take_several_ids(git_project):
     write_agents(git_project)
     tids = [provisional_with_commit(git_project, f"r{i}.txt") for i in range(2)]
-    done = cli(git_project, "reject", *tids, "--reason", "needs tests")
+    done = octopoid(git_project, "reject", *tids, "--reason", "needs tests")
     assert done.returncode == 0, done.stderr
     assert all(q.get_task(t).state is S.INCOMING for t in tids)
     for tid in tids:
         assert "needs tests" in (q.get_task_notes(tid) or "")
     claimed = [q.claim_task(None, "agent").id for _ in tids]
-    done = cli(git_project, "requeue", *claimed, "--reason", "machine reboot")
+    done = octopoid(git_project, "requeue", *claimed, "--reason", "machine reboot")
     assert done.returncode == 0, done.stderr
     assert all(q.get_task(t).state is S.INCOMING for t in claimed)
 
 
 def test_line_comments_with_several_ids_reject_nothing(git_project):
     tids = [provisional_with_commit(git_project, f"c{i}.txt") for i in range(2)]
-    done = cli(git_project, "reject", *tids, "--reason", "x", "--comment", "c0.txt:1:why")
+    done = octopoid(git_project, "reject", *tids, "--reason", "x", "--comment", "c0.txt:1:why")
     assert done.returncode == 2 and "one task" in done.stderr
     assert all(q.get_task(t).state is S.PROVISIONAL for t in tids)
 
@@ -119,8 +120,11 @@ def test_closing_as_done_keeps_the_learnings_and_won_t_do_drops_them(git_project
     tids = {kind: provisional_with_commit(git_project, f"{kind}.txt") for kind in ("done", "no")}
     for kind, tid in tids.items():
         remembered(tid, f"fact from the {kind} task")
-    assert cli(git_project, "close", tids["done"], "--reason", "nothing to change").returncode == 0
-    wont = cli(git_project, "close", tids["no"], "--wont-do", "--reason", "out of scope")
+    assert (
+        octopoid(git_project, "close", tids["done"], "--reason", "nothing to change").returncode
+        == 0
+    )
+    wont = octopoid(git_project, "close", tids["no"], "--wont-do", "--reason", "out of scope")
     assert wont.returncode == 0 and "closed as wont-do" in wont.stdout
     assert [n["content"] for n in MemoryStore().search_notes("fact")] == ["fact from the done task"]
     heads = [h.name for h in git.Repo(git_project).heads]
@@ -144,8 +148,8 @@ def test_close_refuses_what_it_must_not_end(git_project, why):
         steps = [finishing.MERGE, finishing.MOVE]  # an accept killed during its merge
         finishing.begin(finishing.ACCEPT, tid, steps, {"by": "alice", "before": "abc"})
     if why == "closed already":
-        assert cli(git_project, "close", tid, "--reason", "first").returncode == 0
-    done = cli(git_project, "close", tid, "--reason", reason)
+        assert octopoid(git_project, "close", tid, "--reason", "first").returncode == 0
+    done = octopoid(git_project, "close", tid, "--reason", reason)
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr
     assert len(done.stderr.splitlines()) == 1
     needle = {"claimed": "octopoid requeue", "no reason": "needs a reason"}

@@ -34,7 +34,7 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
-from ..support import HELPERS, OCTOPOID, Served, child_env, set_config, wait_for
+from ..support import HELPERS, OCTOPOID, Served, child_env, octopoid, set_config, wait_for
 from ..support.daemon import QUIET, Daemon, state_of, write_agent
 
 pytestmark = pytest.mark.slow
@@ -450,12 +450,6 @@ MINE = {
 }
 
 
-def cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
-    )
-
-
 def test_a_hostile_branch_replaces_nothing_that_git_does_not_track(arena, bwrap_ok) -> None:
     """Branches that add the person's ignored files, a symlink where their ignored folder is,
     the path ``.octopoid/runtime`` or ``.octopoid`` as a file: the pre-check refuses the
@@ -483,11 +477,11 @@ def test_a_hostile_branch_replaces_nothing_that_git_does_not_track(arena, bwrap_
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
     main = repo.head.commit.hexsha
-    listed, status = cli(root, "list").stdout, cli(root, "status").stdout
+    listed, status = octopoid(root, "list").stdout, octopoid(root, "status").stdout
     assert f"TASK-{smuggle}  provisional (refused)" in listed
     said = f"TASK-{smuggle} is refused: merging it would replace or write what git does not "
     assert f"{said}track in the checkout: .env, data/, local.db" in listed and said in status
-    accepted = cli(root, "accept", smuggle)
+    accepted = octopoid(root, "accept", smuggle)
     assert accepted.returncode == 1
     assert all(f"  {p}\n" in accepted.stderr for p in (".env", "data/", "local.db"))
     for name, data in MINE.items():
@@ -525,10 +519,9 @@ def test_read_back_bombs_are_refused_within_their_bounds(arena, bwrap_ok) -> Non
     assert not any(config.get_worktrees_dir().glob("TASK-*"))  # the clones went with them
 
 
-def octopoid(root: Path, *args: str) -> str:
-    done = subprocess.run(
-        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
-    )
+def output_of(root: Path, *args: str) -> str:
+    """What `octopoid ARGS` printed, once it succeeded."""
+    done = octopoid(root, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -542,12 +535,12 @@ def test_what_an_attempt_says_is_data_cleaned_and_kept_only_once_accepted(arena,
     daemon, (liar, speaker), _ = arena(["poison-memory", "say-things"])
     wait_for("the liar to fail", lambda: state_of(liar) == "failed", 120)
     wait_for("the question", lambda: "QUESTION" in q.get_task(speaker).headers, 120)
-    octopoid(arena.root, "retry", liar)
+    output_of(arena.root, "retry", liar)
     wait_for("the retry to reach review", lambda: state_of(liar) == "provisional", 120)
-    shown = octopoid(arena.root, "show", liar)
+    shown = output_of(arena.root, "show", liar)
     assert "HONEST: tests run with pytest" in shown and "POISON" not in shown
-    octopoid(arena.root, "accept", liar)
-    found = octopoid(arena.root, "memory", "search", "push main review tests pytest")
+    output_of(arena.root, "accept", liar)
+    found = output_of(arena.root, "memory", "search", "push main review tests pytest")
     assert "HONEST: tests run with pytest" in found and "POISON" not in found
     assert f"TASK-{liar} attempt 2 by hostile, accepted by human" in found
     log = (config.get_logs_dir() / f"TASK-{speaker}" / "attempt-1.log").read_text()
@@ -557,8 +550,8 @@ def test_what_an_attempt_says_is_data_cleaned_and_kept_only_once_accepted(arena,
         "progress header, as read back": kept[0].encode().decode("unicode_escape"),
         "task file": q.get_task(speaker).path.read_text(),
         "question record": json.dumps(questions.read(speaker)),
-        "status": octopoid(arena.root, "status"),
-        "show": octopoid(arena.root, "show", speaker),
+        "status": output_of(arena.root, "status"),
+        "show": output_of(arena.root, "show", speaker),
         "alert": "\n".join(notify._message("question", speaker)),
         "log": log,
     }
