@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,13 +13,7 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
-from .support import OCTOPOID, child_env, provisional_with_commit, write_agents
-
-
-def octopoid(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [OCTOPOID, *args], cwd=root, env=child_env(root), capture_output=True, text=True
-    )
+from .support import octopoid, provisional_with_commit, write_agents
 
 
 def faces(root: Path) -> dict[str, str]:

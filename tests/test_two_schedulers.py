@@ -26,7 +26,15 @@ from orchestrator.model.tasks import TaskState, utcnow
 from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 
-from .support import HELPERS, OCTOPOID, Machines, child_env, set_config, wait_for, write_agents
+from .support import (
+    HELPERS,
+    Machines,
+    child_env,
+    octopoid,
+    set_config,
+    wait_for,
+    write_agents,
+)
 from .support.daemon import start_scheduler
 from .support.journals import KILLED_ACCEPT, burned_out, killed_split, split_once
 from .web_server import start_web
@@ -90,10 +98,7 @@ class Team:
                 wait_for(f"{name}'s scheduler to log {text!r}", lambda log=log: log.says(text), 60)
 
     def cli(self, name: str, *args: str) -> str:
-        done = subprocess.run(
-            [OCTOPOID, *args], cwd=self.roots[name], env=self.env[name],
-            capture_output=True, text=True,
-        )  # fmt: skip
+        done = octopoid(None, *args, cwd=self.roots[name], env=self.env[name])
         assert done.returncode == 0, done.stderr
         return done.stdout
 
