@@ -1,4 +1,4 @@
-"""The suite's fixtures (pytest finds them here; plain helpers live in tests/support.py): a
+"""The suite's fixtures (pytest finds them here; plain helpers live in tests/support/): a
 real project folder per test, found through OCTOPOID_ROOT, one PostgreSQL server a worker
 and one Chromium a module; every test fails if it leaves a process behind."""
 

@@ -1,6 +1,10 @@
-"""The suite's one module of test support (plain functions; the fixtures live in
-conftest.py, where pytest finds them without an import): run the installed CLI or click
-in-process, wait until a condition, and build projects, agents and branches."""
+"""The suite's one package of test support (plain functions; the fixtures live in
+conftest.py, where pytest finds them without an import). Here: run the installed CLI or
+click in-process, wait until a condition, and build projects, agents and branches. Beside
+it, one module an idea: daemon (the daemon, runners and agents as processes), web (the
+review page's forms), journals (a split or an accept killed half-way), history (a scripted
+queue for stats), walls (a box from outside, leaked secrets), notify (a webhook). No test
+module imports another (tests/test_layout.py)."""
 
 from __future__ import annotations
 
