@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.backends.worktree_tools import ToolError, WorktreeTools
-from orchestrator.base.processes import TOKEN_ENV, ProcessId, marked_processes
+from orchestrator.base.processes import TOKEN_ENV, marked_processes
 from orchestrator.daemon import scheduler
 from orchestrator.model import defaults
 from orchestrator.model.tasks import TaskState
@@ -19,10 +19,7 @@ from orchestrator.queue.leases import attempts_left
 from orchestrator.roles import agent_status
 
 from .support import run_claimed, set_config, settle, wait_for, write_agents
-
-
-def alive(pid: int) -> bool:
-    return ProcessId.of(pid).start != 0 and ProcessId.of(pid).alive()
+from .support.daemon import alive
 
 
 def pids_in(path: Path) -> list[int]:

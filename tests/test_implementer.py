@@ -17,7 +17,7 @@ from orchestrator.queue import machine as q
 from orchestrator.roles.base import ahead
 from orchestrator.roles.implementer import _settle
 
-from .support import branch_file, run_claimed, write_agents
+from .support import branch_file, prompt_of, run_claimed, write_agents
 
 
 @pytest.fixture
@@ -30,10 +30,6 @@ def attempt(title: str, **kw) -> tuple[str, object]:
     q.create_task(title, **kw)
     claimed = q.claim_task(None, "impl-1")
     return claimed.id, run_claimed(claimed, "impl-1")
-
-
-def prompt_of(task_id: str, n: int) -> str:
-    return (config.get_logs_dir() / f"TASK-{task_id}" / f"attempt-{n}.prompt.md").read_text()
 
 
 def test_a_committing_agent_lands_in_provisional(repo_with_agent: Path) -> None:

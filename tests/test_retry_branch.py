@@ -7,17 +7,12 @@ import sys
 
 import git
 
-from orchestrator import config
 from orchestrator.git import branches
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .support import OCTOPOID, child_env, commit_on_branch, run_claimed, write_agents
-
-
-def prompt_of(tid: str, attempt: int) -> str:
-    return (config.get_logs_dir() / f"TASK-{tid}" / f"attempt-{attempt}.prompt.md").read_text()
+from .support import OCTOPOID, child_env, commit_on_branch, prompt_of, run_claimed, write_agents
 
 
 def test_the_next_prompt_lists_the_branch_s_commits_and_how_far_the_base_moved(git_project):

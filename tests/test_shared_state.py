@@ -22,20 +22,14 @@ from orchestrator.roles import plans
 from .support import Machines, attempt, wait_for, write_agents
 from .support import octopoid as cli
 from .support.daemon import ended, running, said_in_log
-from .support.web import save
-from .web_server import Client, start_web
+from .support.web import save, signed_in
+from .web_server import start_web
 
 
 @pytest.fixture
 def team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> Machines:
     """Machines a and b: two clones of one remote, each a project on one PostgreSQL."""
     return Machines(tmp_path, monkeypatch, pg_dsn)
-
-
-def signed_in(server, name: str) -> Client:
-    client = Client(server.base)
-    client.login(server.token, name)
-    return client
 
 
 def test_a_task_held_for_its_question_on_b_is_released_by_an_answer_on_a_s_page(

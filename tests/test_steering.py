@@ -27,6 +27,7 @@ from .support import (
     branch_file,
     child_env,
     invoke,
+    prompt_of,
     run_claimed,
     set_config,
     wait_for,
@@ -35,11 +36,6 @@ from .support import (
 from .support.daemon import QUIET, ended, running, said_in_log, write_agent
 
 TOKEN = "ghp_" + "a1B2" * 9  # a GitHub token's shape: redacted wherever it enters
-
-
-def prompt_of(task_id: str, attempt: int) -> str:
-    path = config.get_logs_dir() / f"TASK-{task_id}" / f"attempt-{attempt}.prompt.md"
-    return path.read_text()
 
 
 @contextlib.contextmanager

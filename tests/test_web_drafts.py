@@ -16,14 +16,7 @@ from orchestrator.queue.store.records import check_key
 from orchestrator.review import drafts
 
 from .support import remembered
-from .support.web import comment_fields, judged, provisional_task, save
-from .web_server import Client
-
-
-def signed_in(web, name: str) -> Client:
-    client = Client(web.base)
-    client.login(web.token, name)
-    return client
+from .support.web import comment_fields, judged, provisional_task, save, signed_in
 
 
 def kept(task_id: str, reviewer: str) -> dict | None:

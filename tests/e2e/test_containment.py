@@ -9,18 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.base.processes import ProcessId
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
 from ..support import OCTOPOID, child_env, set_config, wait_for, write_agents
-from ..support.daemon import AgentCounter, agents_per_task, runner_owned, state_of
+from ..support.daemon import AgentCounter, agents_per_task, alive, runner_owned, state_of
 
 pytestmark = pytest.mark.slow
-
-
-def alive(pid: int) -> bool:
-    return ProcessId.of(pid).start != 0 and ProcessId.of(pid).alive()
 
 
 def test_requeue_of_a_running_task_never_runs_two_agents(loop, git_project: Path) -> None:

@@ -258,6 +258,14 @@ def remembered(task_id: str, text: str, attempt: int = 1, section: str = "Import
     return notes
 
 
+def prompt_of(task_id: str, attempt: int) -> str:
+    """The prompt attempt ``attempt`` of the task was given (kept in its logs)."""
+    from orchestrator import config
+
+    path = config.get_logs_dir() / f"TASK-{task_id}" / f"attempt-{attempt}.prompt.md"
+    return path.read_text()
+
+
 def run_claimed(task, agent: str):
     """Run one attempt in this process for a task just claimed, as its runner would."""
     from orchestrator.roles.implementer import run_attempt

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator import config
-from orchestrator.base.processes import TOKEN_ENV
+from orchestrator.base.processes import TOKEN_ENV, ProcessId
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.queue.task_notes import stdout_log_path
@@ -160,6 +160,11 @@ def ended(runner: subprocess.Popen) -> None:
 def said_in_log(task_id: str, text: str) -> bool:
     path = stdout_log_path(task_id)
     return path.exists() and text in path.read_text(errors="replace")
+
+
+def alive(pid: int) -> bool:
+    """Whether the process ``pid`` still runs (not a zombie, not a pid taken by another)."""
+    return ProcessId.of(pid).start != 0 and ProcessId.of(pid).alive()
 
 
 AGENT = str(HELPERS / "agent.py")

@@ -29,6 +29,13 @@ def provisional_task(title: str = "plain work") -> str:
     return task.id
 
 
+def signed_in(server, name: str) -> Client:
+    """A client signed in to ``server`` (a running `octopoid web`) as reviewer ``name``."""
+    client = Client(server.base)
+    client.login(server.token, name)
+    return client
+
+
 def judged(client: Client, task_id: str) -> dict[str, str]:
     """The branch head and attempt the task page's review forms carry, as a browser sends."""
     _, _, page = client.request(f"/tasks/TASK-{task_id}")
