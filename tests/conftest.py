@@ -308,6 +308,14 @@ def pg_server():
     server.stop()
 
 
+@pytest.fixture(params=["folder", "postgres"])
+def store_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test runs twice: on the folder store, and with the queue in PostgreSQL."""
+    if request.param == "postgres":
+        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
+    return request.param
+
+
 _databases = iter(range(1, 1_000_000))
 
 

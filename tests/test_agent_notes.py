@@ -14,13 +14,7 @@ from orchestrator.queue.task_notes import notes_summary, split_notes
 
 from .support import exited_pid
 
-
-@pytest.fixture(autouse=True, params=["folder", "postgres"])
-def book(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs twice: notes in the notes folder, and in PostgreSQL."""
-    if request.param == "postgres":
-        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-    return request.param
+pytestmark = pytest.mark.usefixtures("store_kind")  # each test: notes in files, in PostgreSQL
 
 
 def notes_file(task_id: str) -> Path:
@@ -119,11 +113,11 @@ def test_attempts_of_a_task_no_queue_holds_are_numbered_by_the_notes(project: Pa
     assert [s.attempt for s in sections] == [1, 2]
 
 
-def test_multibyte_output_is_cut_on_characters(project: Path, book: str) -> None:
+def test_multibyte_output_is_cut_on_characters(project: Path, store_kind: str) -> None:
     q.save_task_notes("1", "a", "é" * 5000 + "🐙" * 10, 0, 1)
     notes = q.get_task_notes("1")
     assert "🐙" * 10 in notes and "\ufffd" not in notes
-    if book == "folder":
+    if store_kind == "folder":
         assert notes_file("1").read_bytes().decode("utf-8")  # valid UTF-8 on disk
 
 

@@ -17,14 +17,6 @@ from .support import cli_output
 from .support.history import at, attempt, scripted_history, submit
 
 
-@pytest.fixture(params=["folder", "postgres"])
-def store_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs on the folder store and on PostgreSQL."""
-    if request.param == "postgres":
-        monkeypatch.setenv("OCTOPOID_DATABASE_URL", request.getfixturevalue("pg_dsn"))
-    return request.param
-
-
 def run(*args: str, code: int = 0) -> str:
     return cli_output("stats", *args, code=code)
 
