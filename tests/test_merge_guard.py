@@ -22,7 +22,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 from orchestrator.roles import checks
 
-from .support import commit_on_branch, octopoid, provisional_with_commit
+from .support import commit_on_branch, octopoid_output, provisional_with_commit
 
 IGNORED = ".env\n*.db\nvenv/\nnode_modules/\ndata/\n"
 #: What the person's checkout holds that git does not track, path -> bytes.
@@ -144,9 +144,7 @@ def test_the_guard_reads_what_git_lists_not_a_list_of_names(tmp_path: Path) -> N
 
 def test_list_status_and_the_pre_check_show_the_refusal_before_accept(checkout: Path) -> None:
     def cli(*args: str, code: int = 0) -> str:
-        done = octopoid(checkout, *args)
-        assert done.returncode == code, done.stderr
-        return done.stdout
+        return octopoid_output(checkout, *args, code=code)
 
     clean = provisional_with_commit(checkout, "fine.txt")
     tid = provisional_with_commit(checkout, "feature.txt")

@@ -30,7 +30,7 @@ from .support import (
     HELPERS,
     Machines,
     child_env,
-    octopoid,
+    octopoid_output,
     set_config,
     wait_for,
     write_agents,
@@ -98,9 +98,7 @@ class Team:
                 wait_for(f"{name}'s scheduler to log {text!r}", lambda log=log: log.says(text), 60)
 
     def cli(self, name: str, *args: str) -> str:
-        done = octopoid(None, *args, cwd=self.roots[name], env=self.env[name])
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return octopoid_output(None, *args, cwd=self.roots[name], env=self.env[name])
 
 
 @pytest.fixture

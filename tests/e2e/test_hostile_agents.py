@@ -34,7 +34,16 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
-from ..support import HELPERS, OCTOPOID, Served, child_env, octopoid, set_config, wait_for
+from ..support import (
+    HELPERS,
+    OCTOPOID,
+    Served,
+    child_env,
+    octopoid,
+    octopoid_output,
+    set_config,
+    wait_for,
+)
 from ..support.daemon import QUIET, Daemon, state_of, write_agent
 
 pytestmark = pytest.mark.slow
@@ -519,13 +528,6 @@ def test_read_back_bombs_are_refused_within_their_bounds(arena, bwrap_ok) -> Non
     assert not any(config.get_worktrees_dir().glob("TASK-*"))  # the clones went with them
 
 
-def output_of(root: Path, *args: str) -> str:
-    """What `octopoid ARGS` printed, once it succeeded."""
-    done = octopoid(root, *args)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def test_what_an_attempt_says_is_data_cleaned_and_kept_only_once_accepted(arena, bwrap_ok) -> None:
     """Through the channel, from the default box: a failed attempt's remembered lie never
     reaches memory when a later attempt of its task is accepted; a progress line and a
@@ -535,12 +537,12 @@ def test_what_an_attempt_says_is_data_cleaned_and_kept_only_once_accepted(arena,
     daemon, (liar, speaker), _ = arena(["poison-memory", "say-things"])
     wait_for("the liar to fail", lambda: state_of(liar) == "failed", 120)
     wait_for("the question", lambda: "QUESTION" in q.get_task(speaker).headers, 120)
-    output_of(arena.root, "retry", liar)
+    octopoid_output(arena.root, "retry", liar)
     wait_for("the retry to reach review", lambda: state_of(liar) == "provisional", 120)
-    shown = output_of(arena.root, "show", liar)
+    shown = octopoid_output(arena.root, "show", liar)
     assert "HONEST: tests run with pytest" in shown and "POISON" not in shown
-    output_of(arena.root, "accept", liar)
-    found = output_of(arena.root, "memory", "search", "push main review tests pytest")
+    octopoid_output(arena.root, "accept", liar)
+    found = octopoid_output(arena.root, "memory", "search", "push main review tests pytest")
     assert "HONEST: tests run with pytest" in found and "POISON" not in found
     assert f"TASK-{liar} attempt 2 by hostile, accepted by human" in found
     log = (config.get_logs_dir() / f"TASK-{speaker}" / "attempt-1.log").read_text()
@@ -550,8 +552,8 @@ def test_what_an_attempt_says_is_data_cleaned_and_kept_only_once_accepted(arena,
         "progress header, as read back": kept[0].encode().decode("unicode_escape"),
         "task file": q.get_task(speaker).path.read_text(),
         "question record": json.dumps(questions.read(speaker)),
-        "status": output_of(arena.root, "status"),
-        "show": output_of(arena.root, "show", speaker),
+        "status": octopoid_output(arena.root, "status"),
+        "show": octopoid_output(arena.root, "show", speaker),
         "alert": "\n".join(notify._message("question", speaker)),
         "log": log,
     }

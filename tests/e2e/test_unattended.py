@@ -19,19 +19,13 @@ import pytest
 import yaml
 
 from .. import support
-from ..support import HELPERS, OCTOPOID, child_env, set_config
+from ..support import HELPERS, OCTOPOID, child_env, octopoid_output, set_config
 
 SESSIONS = HELPERS.parent / "fixtures" / "claude"
 
 
-def octopoid(root: Path, *args: str, code: int = 0) -> str:
-    done = support.octopoid(root, *args)
-    assert done.returncode == code, (args, done.stdout, done.stderr)
-    return done.stdout
-
-
 def status(root: Path) -> dict[str, Any]:
-    return json.loads(octopoid(root, "status", "--json"))
+    return json.loads(octopoid_output(root, "status", "--json"))
 
 
 def codes(found: dict[str, Any]) -> set[str]:
@@ -46,7 +40,7 @@ def wait_for(root: Path, what: str, ok, timeout: float = 180) -> dict[str, Any]:
 
 
 def state_of(root: Path, task: str) -> str:
-    rows = json.loads(octopoid(root, "list", "--json"))
+    rows = json.loads(octopoid_output(root, "list", "--json"))
     return next((r["state"] for r in rows if r["id"] == task), "done")
 
 
@@ -84,7 +78,7 @@ def test_a_queue_left_alone_explains_every_stall_and_a_person_gets_every_task_ou
     set_config(git_project, checks={"commands": ["test -s README.md"]})
 
     def enqueue(*args: str) -> str:
-        return octopoid(git_project, "enqueue", *args).strip()
+        return octopoid_output(git_project, "enqueue", *args).strip()
 
     noop = enqueue("nothing-to-do: add timeouts")
     budget = enqueue("slow", "--budget", "seconds=2")
@@ -110,9 +104,9 @@ def test_a_queue_left_alone_explains_every_stall_and_a_person_gets_every_task_ou
         assert state_of(git_project, burned) == "breakdown"
         assert state_of(git_project, limited) == "incoming"
         assert state_of(git_project, budget) == "failed"
-        shown = octopoid(git_project, "show", budget)
+        shown = octopoid_output(git_project, "show", budget)
         assert "budget (seconds=2)" in shown and "--budget" in shown
-        shown = octopoid(git_project, "show", noop)
+        shown = octopoid_output(git_project, "show", noop)
         assert "is in provisional" in shown and "NO_CHANGE: every call site" in shown
 
         plain = [enqueue(f"plain {n}") for n in range(3)]
@@ -123,9 +117,9 @@ def test_a_queue_left_alone_explains_every_stall_and_a_person_gets_every_task_ou
 
         # A person, through the CLI alone: reviews free the queue, then the rest is closed.
         def review_all() -> None:
-            rows = json.loads(octopoid(git_project, "list", "provisional", "--json"))
+            rows = json.loads(octopoid_output(git_project, "list", "provisional", "--json"))
             if rows:
-                octopoid(git_project, "accept", *[r["id"] for r in rows])
+                octopoid_output(git_project, "accept", *[r["id"] for r in rows])
 
         def all_done() -> bool:
             review_all()
@@ -133,13 +127,15 @@ def test_a_queue_left_alone_explains_every_stall_and_a_person_gets_every_task_ou
 
         support.wait_for("every plain task done", all_done, 180)
         assert state_of(git_project, noop) == "done"
-        octopoid(git_project, "close", burned, "--reason", "split by hand into a new task")
-        octopoid(git_project, "close", budget, "--wont-do", "--reason", "not worth more time")
-        octopoid(git_project, "close", limited, "--reason", "done on another machine")
-        octopoid(git_project, "resume", "--agent", "claude-limited")
+        octopoid_output(git_project, "close", burned, "--reason", "split by hand into a new task")
+        octopoid_output(
+            git_project, "close", budget, "--wont-do", "--reason", "not worth more time"
+        )
+        octopoid_output(git_project, "close", limited, "--reason", "done on another machine")
+        octopoid_output(git_project, "resume", "--agent", "claude-limited")
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
     everything = [noop, budget, burned, limited, *plain]
     assert [state_of(git_project, t) for t in everything] == ["done"] * len(everything)
-    assert "all is well" in octopoid(git_project, "doctor")
+    assert "all is well" in octopoid_output(git_project, "doctor")

@@ -38,6 +38,13 @@ def octopoid(
     return subprocess.run([OCTOPOID, *args], capture_output=True, timeout=timeout, **kw)
 
 
+def octopoid_output(root: Path | None, *args: str, code: int = 0, **kw) -> str:
+    """What the installed ``octopoid *args`` printed, once it exited with ``code``."""
+    done = octopoid(root, *args, **kw)
+    assert done.returncode == code, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
 def invoke(*args: str, code: int | None = None, **kw) -> Result:
     """``octopoid *args`` through click's CliRunner in this process (``input``, ``env``
     pass on); with ``code``, assert that exit code and that no traceback was printed."""
