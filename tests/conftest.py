@@ -29,6 +29,10 @@ from .support import (
     write_agents,
 )
 
+#: The forge tests' fixtures (``github_forge``/``gitlab_forge``, ``forge``, ``forged``), found
+#: by every test module without an import.
+pytest_plugins = ["tests.forge_fakes.fixtures", "tests.forge_driver"]
+
 # The suite starts hundreds of octopoid processes (runners, the CLI, daemons): let them
 # keep their bytecode (__pycache__ is git-ignored) instead of compiling octopoid each time.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)

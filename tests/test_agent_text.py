@@ -19,9 +19,9 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 from orchestrator.review import verdicts as review
 
-from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
+from .forge_driver import Driver, attempt
 from .forge_fakes.base import LineNote
-from .forge_fakes.fixtures import BOB, github_forge, gitlab_forge  # noqa: F401
+from .forge_fakes.fixtures import BOB
 from .helpers.secrets_corpus import corpus, fake_secrets
 from .support import invoke, set_config, write_agents
 from .support.walls import leaked
@@ -153,7 +153,7 @@ def pages(root: Path, task_id: str) -> dict[str, str]:
     return found
 
 
-def test_what_a_forge_sends_reaches_no_face_in_clear(forge: Driver, forged: Path) -> None:  # noqa: F811
+def test_what_a_forge_sends_reaches_no_face_in_clear(forge: Driver, forged: Path) -> None:
     """An issue's title and body, a CI log, a review's body and its line comment, each with
     a token, an agents.yaml value and control characters (the logs and comments with the
     whole secrets corpus too): the task, its notes, `show`, `list`, `status`, `notes` and

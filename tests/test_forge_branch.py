@@ -16,12 +16,12 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .forge_driver import Driver, attempt, forge, forged, in_review  # noqa: F401
-from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .forge_driver import Driver, attempt, in_review
+from .forge_fakes.fixtures import ALICE, BOB
 from .support import set_config
 
 
-def sent_back(forge: Driver, title: str) -> tuple[str, int, str]:  # noqa: F811
+def sent_back(forge: Driver, title: str) -> tuple[str, int, str]:
     """A task whose pull request's CI failed, back in incoming: (id, number, its head)."""
     task_id, number, label = in_review(title)
     head = forge.head(f"agent/{label}")
@@ -30,7 +30,7 @@ def sent_back(forge: Driver, title: str) -> tuple[str, int, str]:  # noqa: F811
     return task_id, number, head
 
 
-def once(forge: Driver) -> None:  # noqa: F811
+def once(forge: Driver) -> None:
     """What happens in git alone is the same whichever forge shows it: GitHub's run
     proves it (the suite's time is spent where the forges differ)."""
     if forge.kind == "gitlab":
@@ -38,7 +38,7 @@ def once(forge: Driver) -> None:  # noqa: F811
 
 
 def pushed_during_the_attempt(
-    forge: Driver,  # noqa: F811
+    forge: Driver,
     root: Path,
     monkeypatch: pytest.MonkeyPatch,
     file: str,
@@ -56,8 +56,8 @@ def pushed_during_the_attempt(
 
 
 def test_a_person_s_push_during_an_attempt_is_built_on_and_the_work_reaches_the_pull_request(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     task_id, number, first, came_to = pushed_during_the_attempt(
@@ -92,8 +92,8 @@ def test_a_person_s_push_during_an_attempt_is_built_on_and_the_work_reaches_the_
 
 
 def test_work_that_conflicts_with_a_person_s_push_goes_back_saying_where_and_is_kept(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     once(forge)
@@ -115,8 +115,8 @@ def test_work_that_conflicts_with_a_person_s_push_goes_back_saying_where_and_is_
 
 
 def test_a_push_octopoid_lost_is_put_on_top_of_a_person_s_push_by_the_next_poll(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     once(forge)
     task_id, number, first = sent_back(forge, "lost push")
@@ -139,8 +139,8 @@ def test_a_push_octopoid_lost_is_put_on_top_of_a_person_s_push_by_the_next_poll(
 
 
 def test_a_lost_push_that_conflicts_with_a_person_s_goes_back_saying_so_on_the_pull_request(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, number, first = sent_back(forge, "lost and conflicting")
     branch, label = f"agent/TASK-{task_id}", f"TASK-{task_id}"
@@ -160,8 +160,8 @@ def test_a_lost_push_that_conflicts_with_a_person_s_goes_back_saying_so_on_the_p
 
 
 def test_a_person_s_rewrite_is_taken_and_the_work_it_dropped_is_kept_after_the_merge(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     once(forge)
     _, number, label = in_review("rewritten")
@@ -177,8 +177,8 @@ def test_a_person_s_rewrite_is_taken_and_the_work_it_dropped_is_kept_after_the_m
 
 
 def test_a_pull_request_closed_by_mistake_and_reopened_is_followed_to_its_merge(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, number, label = in_review("closed by mistake")
     forge.review(number, BOB, "changes", "one more thing")
@@ -199,8 +199,8 @@ def test_a_pull_request_closed_by_mistake_and_reopened_is_followed_to_its_merge(
 
 
 def test_closing_a_task_deletes_its_remote_branches_and_keeps_its_work_here(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     once(forge)
     task = q.get_task(in_review("not wanted")[0])

@@ -17,17 +17,17 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .forge_driver import Driver, attempt, forge, forged, in_review  # noqa: F401
-from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .forge_driver import Driver, attempt, in_review
+from .forge_fakes.fixtures import ALICE, BOB
 
 
-def head(forge: Driver, task_id: str) -> str:  # noqa: F811
+def head(forge: Driver, task_id: str) -> str:
     return forge.head(f"agent/TASK-{task_id}")
 
 
 def test_an_attempt_is_a_branch_on_the_forge_only_once_a_person_asks_for_review(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task = q.create_task("reviewed first")
     assert attempt(task.id) == "provisional"
@@ -41,8 +41,8 @@ def test_an_attempt_is_a_branch_on_the_forge_only_once_a_person_asks_for_review(
 
 
 def test_a_pull_request_that_cannot_merge_blocks_no_other(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     stuck, stuck_pr, label = in_review("conflicts")
     other, _, _ = in_review("fails its CI")
@@ -58,8 +58,8 @@ def test_a_pull_request_that_cannot_merge_blocks_no_other(
 
 
 def test_an_approval_of_an_earlier_attempt_does_not_merge_the_next_and_says_so(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     if forge.kind == "gitlab":
         pytest.skip("GitLab's approvals name no commit: the project's reset-on-push decides")
@@ -84,8 +84,8 @@ def test_an_approval_of_an_earlier_attempt_does_not_merge_the_next_and_says_so(
 
 
 def test_a_merge_by_hand_during_a_retry_keeps_the_retry_s_branch(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, pr, label = in_review("merged meanwhile")
     forge.ci(head(forge, task_id), "build", passed=False, log="boom\n")
@@ -100,8 +100,8 @@ def test_a_merge_by_hand_during_a_retry_keeps_the_retry_s_branch(
 
 
 def test_a_closed_pull_request_is_forgotten_so_a_retry_opens_a_new_one(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, pr, _ = in_review("closed")
     forge.server.close_by_hand(pr, BOB)
@@ -116,8 +116,8 @@ def test_a_closed_pull_request_is_forgotten_so_a_retry_opens_a_new_one(
 
 
 def test_a_push_the_remote_lost_is_made_again(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, _, label = in_review("pushed twice")
     first = head(forge, task_id)
@@ -130,8 +130,8 @@ def test_a_push_the_remote_lost_is_made_again(
 
 
 def test_a_reviewer_asking_for_changes_without_a_word_is_heard_once(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, pr, _ = in_review("silent reviewer")
     forge.review(pr, BOB, "changes")
@@ -147,8 +147,8 @@ def test_a_reviewer_asking_for_changes_without_a_word_is_heard_once(
 
 
 def test_a_ci_log_s_control_characters_never_reach_the_notes(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, _, _ = in_review("odd bytes")
     log = "ok\n\x1b]52;c;aGVsbG8=\x07\x1b[2Jcleared\x00\n"
@@ -162,8 +162,8 @@ def test_a_ci_log_s_control_characters_never_reach_the_notes(
 
 
 def test_closing_a_task_closes_its_pull_request_and_an_outage_only_delays_it(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     from orchestrator.review import finishing
 
@@ -180,8 +180,8 @@ def test_closing_a_task_closes_its_pull_request_and_an_outage_only_delays_it(
 
 
 def test_a_reviewer_the_forge_will_not_ask_again_holds_up_no_verdict(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     if forge.kind == "gitlab":

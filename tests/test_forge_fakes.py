@@ -18,9 +18,7 @@ from githubkit.exception import (
 )
 
 from tests.forge_fakes import GitHubFake, GitLabFake, LineNote
-from tests.forge_fakes.fixtures import ALICE, BOB, BOT, github_forge, gitlab_forge
-
-__all__ = ["github_forge", "gitlab_forge"]  # the fixtures, used by name below
+from tests.forge_fakes.fixtures import ALICE, BOB, BOT
 
 OWNER, R = "octo", "widgets"
 BRANCH = "agent/TASK-1"

@@ -23,13 +23,13 @@ from orchestrator.queue import machine as q
 from orchestrator.queue.task_notes import split_notes
 from orchestrator.review import verdicts as review
 
-from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
+from .forge_driver import Driver, attempt
 from .forge_fakes.base import LineNote
-from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .forge_fakes.fixtures import ALICE, BOB
 from .support import set_config
 
 
-def with_pull_request(forge: Driver, title: str = "Add the widget") -> tuple[str, int, str]:  # noqa: F811
+def with_pull_request(forge: Driver, title: str = "Add the widget") -> tuple[str, int, str]:
     """An imported issue's task whose attempt is in review with its pull request open:
     (task id, pull request number, head)."""
     number = forge.server.create_issue(ALICE, title, "- [ ] done\n", ["octopoid"])
@@ -42,8 +42,8 @@ def with_pull_request(forge: Driver, title: str = "Add the widget") -> tuple[str
 
 
 def test_a_forge_down_for_a_while_delays_a_verdict_and_never_loses_it(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, _pr, head = with_pull_request(forge)
     forge.ci(head, "build", passed=False, log="error: it broke\n")
@@ -63,8 +63,8 @@ def test_a_forge_down_for_a_while_delays_a_verdict_and_never_loses_it(
 
 
 def test_the_scheduler_s_poller_backs_off_through_an_outage_and_then_acts(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, pr, _head = with_pull_request(forge)
     set_config(forged, forge={**config.load_config()["forge"], "poll_seconds": 1})
@@ -88,8 +88,8 @@ def test_the_scheduler_s_poller_backs_off_through_an_outage_and_then_acts(
 
 
 def test_a_pull_request_merged_by_hand_finishes_the_task(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, pr, _head = with_pull_request(forge)
     forge.server.merge_by_hand(pr, BOB)
@@ -105,8 +105,8 @@ def test_a_pull_request_merged_by_hand_finishes_the_task(
 
 
 def test_a_pull_request_closed_unmerged_fails_the_task_saying_who(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, pr, _head = with_pull_request(forge)
     forge.server.close_by_hand(pr, BOB)
@@ -121,8 +121,8 @@ def test_a_pull_request_closed_unmerged_fails_the_task_saying_who(
 
 
 def test_a_person_s_force_push_becomes_the_branch_and_the_old_tip_is_kept(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, _pr, head = with_pull_request(forge)
     branch = f"agent/TASK-{task_id}"
@@ -139,8 +139,8 @@ def test_a_person_s_force_push_becomes_the_branch_and_the_old_tip_is_kept(
 
 
 def test_an_issue_edited_before_its_task_starts_rewrites_it_and_a_close_cancels_it(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     first = forge.server.create_issue(ALICE, "Old title", "- [ ] old\n", ["octopoid"])
     second = forge.server.create_issue(ALICE, "Doomed", "", ["octopoid"])
@@ -162,8 +162,8 @@ def test_an_issue_edited_before_its_task_starts_rewrites_it_and_a_close_cancels_
 
 
 def test_two_polls_at_the_same_instant_act_once(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, pr, head = with_pull_request(forge)
     forge.ci(head, "build", passed=False, log="boom\n")
@@ -188,8 +188,8 @@ def test_two_polls_at_the_same_instant_act_once(
 
 
 def test_hostile_review_comments_are_dropped_or_fenced_never_followed(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task_id, pr, _head = with_pull_request(forge)
     notes = [
@@ -209,8 +209,8 @@ def test_hostile_review_comments_are_dropped_or_fenced_never_followed(
 
 
 def test_open_on_provisional_opens_the_pull_request_when_an_attempt_reaches_review(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     set_config(forged, forge={**config.load_config()["forge"], "open_on": "provisional"})
     task = q.create_task("no person in between")
@@ -230,8 +230,8 @@ def test_open_on_provisional_opens_the_pull_request_when_an_attempt_reaches_revi
 
 
 def test_blockers_between_imported_issues_become_blocked_by_and_a_cycle_is_broken(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     make = forge.server.create_issue
     outside = make(ALICE, "not labelled", "")
@@ -250,8 +250,8 @@ def test_blockers_between_imported_issues_become_blocked_by_and_a_cycle_is_broke
 
 
 def test_a_hostile_chain_of_blockers_is_imported_without_recursing_forever(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     from orchestrator.forge import issues
 
@@ -269,8 +269,8 @@ def test_a_hostile_chain_of_blockers_is_imported_without_recursing_forever(
 
 
 def test_four_intakes_at_the_same_instant_import_each_issue_once(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     numbers = [forge.server.create_issue(ALICE, f"issue {i}", "", ["octopoid"]) for i in range(5)]
     argv = ["octopoid", "intake", forge.kind, "--label", "octopoid"]

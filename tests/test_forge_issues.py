@@ -14,12 +14,12 @@ from orchestrator.model.tasks import format_time, parse_time
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
+from .forge_driver import Driver, attempt
 from .forge_fakes.base import SINCE_RE
-from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .forge_fakes.fixtures import ALICE, BOB
 
 
-def imported(forge: Driver, title: str) -> tuple[int, str]:  # noqa: F811
+def imported(forge: Driver, title: str) -> tuple[int, str]:
     number = forge.server.create_issue(ALICE, title, "- [ ] done\n", ["octopoid"])
     poller.poll_once(connect())
     return number, f"{forge.prefix}-{number}"
@@ -31,13 +31,13 @@ def in_review(task_id: str) -> int:
     return int(q.get_task(task_id).headers["PR_NUMBER"])
 
 
-def markers(forge: Driver, number: int) -> list[str]:  # noqa: F811
+def markers(forge: Driver, number: int) -> list[str]:
     return [c.rsplit(":", 1)[1].removesuffix(" -->") for c in forge.comments(number)]
 
 
 def test_an_issue_hears_of_every_pull_request_and_every_failure(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     number, task_id = imported(forge, "tried twice")
     first = in_review(task_id)
@@ -60,8 +60,8 @@ def test_an_issue_hears_of_every_pull_request_and_every_failure(
 
 
 def test_the_issue_listing_asks_in_the_documented_form_and_unchanged_costs_nothing(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     number, _ = imported(forge, "listed")  # the first listing: everything labelled
     client = connect()  # one client, as the scheduler's poller keeps: its HTTP cache with it
@@ -83,8 +83,8 @@ def test_the_issue_listing_asks_in_the_documented_form_and_unchanged_costs_nothi
 
 
 def test_an_intake_the_forge_refuses_does_not_stop_the_verdicts_of_pull_requests(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     _, task_id = imported(forge, "judged all the same")
     in_review(task_id)
@@ -96,8 +96,8 @@ def test_an_intake_the_forge_refuses_does_not_stop_the_verdicts_of_pull_requests
 
 
 def test_which_tasks_came_from_issues_and_what_each_was_told_is_in_the_stores_records(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     number, task_id = imported(forge, "remembered by the store")
     poller.poll_once(connect())  # told: started? not yet; tracked all the same
@@ -113,8 +113,8 @@ def test_which_tasks_came_from_issues_and_what_each_was_told_is_in_the_stores_re
 
 
 def test_an_older_octopoids_issue_registry_is_moved_into_the_records_and_says_nothing_twice(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     number, task_id = imported(forge, "told before the upgrade")
     in_review(task_id)

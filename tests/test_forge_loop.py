@@ -22,15 +22,15 @@ from orchestrator.forge import connect, poller
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 
-from .forge_driver import Driver, attempt, forge, forged, prompt_of  # noqa: F401
+from .forge_driver import Driver, attempt, prompt_of
 from .forge_fakes.base import LineNote
-from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .forge_fakes.fixtures import ALICE, BOB
 from .support import set_config
 
 
 def test_the_whole_loop_from_issue_to_merged(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     client = connect()

@@ -16,14 +16,14 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
-from .forge_driver import Driver, attempt, forge, forged  # noqa: F401
-from .forge_fakes.fixtures import ALICE, BOB, github_forge, gitlab_forge  # noqa: F401
+from .forge_driver import Driver, attempt
+from .forge_fakes.fixtures import ALICE, BOB
 from .support import OCTOPOID, child_env, set_config, wait_for
 
 
 def test_the_scheduler_runs_the_loop_on_its_own_from_issue_to_merge(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     cfg = config.load_config()["forge"]
     set_config(forged, forge={**cfg, "poll_seconds": 1, "open_on": "provisional"})
@@ -63,8 +63,8 @@ def _headers(task_id: str) -> dict[str, str]:
 
 
 def test_polls_killed_at_any_moment_move_the_task_once_and_lose_nothing(
-    forge: Driver,  # noqa: F811
-    forged: Path,  # noqa: F811
+    forge: Driver,
+    forged: Path,
 ) -> None:
     task = q.create_task("killed polls")
     assert attempt(task.id) == "provisional"
