@@ -27,7 +27,7 @@ from orchestrator.queue import machine as q
 from orchestrator.queue import questions
 from orchestrator.roles.tools import TOOLS
 
-from .support import set_config
+from .support import OCTOPOID, set_config
 
 
 def with_session(path: str, work) -> object:
@@ -187,7 +187,7 @@ def test_octopoid_answer_answers_once_and_says_why_not_in_one_line(project: Path
     questions.ask(task.id, 1, "Which port?")
 
     def answer(*args: str) -> subprocess.CompletedProcess:
-        argv = ["octopoid", "answer", *args]
+        argv = [OCTOPOID, "answer", *args]
         return subprocess.run(argv, env=child_env(project), capture_output=True, text=True)
 
     done = answer(task.label, "5433", "--by", "dana")
@@ -216,7 +216,7 @@ def test_two_people_answering_at_the_same_instant_give_one_answer(project: Path)
 
     task = q.create_task("asks once")
     questions.ask(task.id, 1, "Which region?")
-    argv = ["octopoid", "answer", task.label]
+    argv = [OCTOPOID, "answer", task.label]
     people = [
         subprocess.Popen([*argv, f"region {n}"], env=child_env(project), text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
