@@ -56,14 +56,7 @@ from ..model.tasks import (
 )
 from . import budgets, task_notes
 from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
-from .leases import (
-    LEASE_HEADERS,
-    attempts_left,
-    claim_token,
-    fence_holds,
-    lease_headers,
-    new_token,
-)
+from .leases import LEASE_HEADERS, attempts_left, claim_token, fence_holds, lease_headers, new_token
 from .store import get_store
 from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
 
