@@ -18,6 +18,7 @@ forms and the split-proposal workflow.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -326,10 +327,8 @@ def readable_tasks(task_ids: Iterable[str]) -> list[Task]:
     a page is drawn, and is then left out, not an error."""
     found = []
     for task_id in task_ids:
-        try:
+        with contextlib.suppress(OctopoidError):
             found.append(get_task(task_id))
-        except OctopoidError:
-            continue
     return found
 
 
