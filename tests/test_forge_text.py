@@ -145,14 +145,14 @@ def test_the_forge_s_token_never_reaches_an_attempt_s_environment(project: Path)
 def test_runners_inherit_no_forge_token_even_while_config_yaml_is_broken(
     project: Path,
 ) -> None:
-    from orchestrator import forge
+    from orchestrator.base.forge_token import without_token
 
     host = {"PATH": "/usr/bin", "GITHUB_TOKEN": "t1", "GITLAB_TOKEN": "t2", "MY_TOKEN": "t3"}
     set_config(project, forge={"kind": "gitlab", "repository": "g/p", "token_env": "MY_TOKEN"})
-    assert forge.without_token(host) == {
+    assert without_token(host) == {
         "PATH": "/usr/bin",
         "GITHUB_TOKEN": "t1",
         "GITLAB_TOKEN": "t2",
     }
     (project / ".octopoid/config.yaml").write_text("forge: [not, a, mapping]\n")
-    assert forge.without_token(host) == {"PATH": "/usr/bin", "MY_TOKEN": "t3"}  # fails closed
+    assert without_token(host) == {"PATH": "/usr/bin", "MY_TOKEN": "t3"}  # fails closed

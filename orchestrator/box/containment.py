@@ -325,12 +325,8 @@ def _attempt_commits(repo: git.Repo, snap: Snapshot) -> set[str]:
 
 
 def _worktrees(repo: git.Repo) -> list[str]:
-    out = []
-    for block in repo.git.worktree("list", "--porcelain").split("\n\n"):
-        for line in block.splitlines():
-            if line.startswith("worktree "):
-                out.append(line[len("worktree ") :])
-    return out
+    listing = repo.git.worktree("list", "--porcelain").splitlines()
+    return [line.removeprefix("worktree ") for line in listing if line.startswith("worktree ")]
 
 
 def _restore_worktrees(repo: git.Repo, snap: Snapshot) -> list[str]:

@@ -104,14 +104,11 @@ class Alerts:
     def budgets(self, found: list[tuple[str, str]]) -> list[str]:
         """Alert (and log) each budget crossing once: ``found`` is ``budgets.alerts``'s
         (key, message); return the messages sent now."""
-        urls, events = self._settings()
         new = [(key, message) for key, message in found if key not in self._budget_keys]
         for key, message in new:
             self._budget_keys.add(key)
             log.warning("budget: %s", message)
-            if urls and "budget" in events:
-                root = config.find_project_root()
-                self._send(urls, "octopoid: a budget is running out", redact(f"{root}: {message}"))
+            self._tell("budget", "octopoid: a budget is running out", message)
         return [message for _, message in new]
 
     def tripped(self, records: agent_status.AgentRecords) -> list[str]:
@@ -119,7 +116,6 @@ class Alerts:
         pass's read), once: the pause remembers it was said, so a restarted (or
         ``--once``) scheduler, or another machine's, does not say it again. Return the
         agents said now."""
-        urls, events = self._settings()
         said = []
         for name in records:
             hold = agent_status.held(name, records=records)
@@ -129,21 +125,22 @@ class Alerts:
                 continue
             said.append(name)
             log.warning("circuit breaker tripped for agent %s: %s", name, hold.why)
-            if urls and "agent_paused" in events:
-                root = config.find_project_root()
-                body = f"{root}: {hold.why}\nnext: fix it, then octopoid resume --agent {name}"
-                self._send(urls, f"octopoid: agent {name} is paused", redact(body))
+            body = f"{hold.why}\nnext: fix it, then octopoid resume --agent {name}"
+            self._tell("agent_paused", f"octopoid: agent {name} is paused", body)
         return said
 
     def stopped(self, why: str, wait: float = 5.0) -> None:
         """Say the scheduler stopped, then give the sender up to ``wait`` s to finish."""
-        urls, events = self._settings()
-        if urls and "scheduler_stopped" in events:
-            root = config.find_project_root()
-            self._send(urls, "octopoid: the scheduler stopped", redact(f"{root}: {why}"))
+        self._tell("scheduler_stopped", "octopoid: the scheduler stopped", why)
         if self._thread is not None:
             self._outbox.put(_STOP)
             self._thread.join(wait)
+
+    def _tell(self, event: str, title: str, body: str) -> None:
+        """Send ``body``, after the project it is about, where config.yaml asks for ``event``."""
+        urls, events = self._settings()
+        if urls and event in events:
+            self._send(urls, title, redact(f"{config.find_project_root()}: {body}"))
 
     def _send(self, urls: list[str], title: str, body: str) -> None:
         if self._thread is None:

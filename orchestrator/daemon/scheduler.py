@@ -299,16 +299,13 @@ class Scheduler:
     @staticmethod
     def _claim_for(agent: dict, lease_seconds: int, now: datetime | None) -> Task | None:
         """Breakdown agents take burned-out tasks from breakdown/; others, their role's."""
-        if agent["role"] == stalls.BREAKDOWN_ROLE:
-            return queue_utils.claim_task(
-                None,
-                agent["name"],
-                source=TaskState.BREAKDOWN,
-                lease_seconds=lease_seconds,
-                now=now,
-            )
+        breakdown = agent["role"] == stalls.BREAKDOWN_ROLE
         return queue_utils.claim_task(
-            agent["role"], agent["name"], lease_seconds=lease_seconds, now=now
+            None if breakdown else agent["role"],
+            agent["name"],
+            source=TaskState.BREAKDOWN if breakdown else TaskState.INCOMING,
+            lease_seconds=lease_seconds,
+            now=now,
         )
 
     def _cannot_claim(self, agent: dict, agents_cfg: dict, records: stalls.Records) -> bool:

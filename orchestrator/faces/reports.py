@@ -11,15 +11,7 @@ from .. import config
 from ..base import netpolicy
 from ..base.lazy import lazy_import
 from ..model.exceptions import ConfigError, OctopoidError
-from ..model.tasks import (
-    Task,
-    TaskId,
-    TaskState,
-    format_time,
-    parse_time,
-    task_label,
-    utcnow,
-)
+from ..model.tasks import Task, TaskId, TaskState, format_time, parse_time, task_label, utcnow
 from ..queue import bounces
 from ..queue.dependencies import Blockage, blockage_of, blocked_summary
 from ..queue.leases import attempt_text

@@ -8,7 +8,7 @@ what became of their task, ``poller`` runs both from the scheduler. docs/forge.m
 
 The token is read from the variable ``forge.token_env`` names, here and nowhere else: it is
 never written to a file, a log, a note or a prompt, and neither runners, the fork server
-nor an attempt's box inherit it (``without_token``).
+nor an attempt's box inherit it (``base.forge_token.without_token``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import config
-from ..base.forge_token import token_vars as token_vars  # re-exported: the forge's own words
-from ..base.forge_token import without_token as without_token
 from ..model.exceptions import ConfigError
 
 #: CI states, worst first: one failed job fails the head

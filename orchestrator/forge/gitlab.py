@@ -94,10 +94,8 @@ class GitLabForge:
         too, once (its id 1). octopoid's own notes (they carry its marker) are none."""
         what = f"reading the reviews of !{number}"
         mr = self.project.mergerequests.get(number, lazy=True)
-        found = []
-        approvals = self._call(what, mr.approvals.get)
-        for entry in approvals.attributes.get("approved_by") or []:
-            found.append(Review(0, _login(entry.get("user")), "approved", ""))
+        approved = self._call(what, mr.approvals.get).attributes.get("approved_by") or []
+        found = [Review(0, _login(entry.get("user")), "approved", "") for entry in approved]
         reviewers = self._call(what, mr.reviewer_details.list, get_all=True)
         asking = {
             _login(r.attributes.get("user"))

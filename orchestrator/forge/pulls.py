@@ -62,7 +62,6 @@ OPEN_HEADERS = ("PR_NUMBER",)  # while its pull request is open
 CLOSED_HEADER = "PR_CLOSED"  # a pull request closed unmerged: followed while the task failed
 #: what a poll's hold says to whoever else asks for the task (``review.held`` waits for it)
 JUDGING = review.FORGE_HOLD
-__all__ = ["JUDGING", "OPEN_HEADERS", "Seen", "open_for", "poll", "pr_number", "verdict"]
 
 
 def pr_number(task: Task, header: str = "PR_NUMBER") -> int | None:

@@ -18,6 +18,7 @@ forms and the split-proposal workflow.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -56,14 +57,7 @@ from ..model.tasks import (
 )
 from . import budgets, task_notes
 from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
-from .leases import (
-    LEASE_HEADERS,
-    attempts_left,
-    claim_token,
-    fence_holds,
-    lease_headers,
-    new_token,
-)
+from .leases import LEASE_HEADERS, attempts_left, claim_token, fence_holds, lease_headers, new_token
 from .store import get_store
 from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
 
@@ -333,10 +327,8 @@ def readable_tasks(task_ids: Iterable[str]) -> list[Task]:
     a page is drawn, and is then left out, not an error."""
     found = []
     for task_id in task_ids:
-        try:
+        with contextlib.suppress(OctopoidError):
             found.append(get_task(task_id))
-        except OctopoidError:
-            continue
     return found
 
 

@@ -16,14 +16,7 @@ from datetime import datetime
 from .. import config
 from ..base.processes import kill_claim_processes, signal_group, wait_gone
 from ..model.exceptions import IllegalTransition, TaskNotFound
-from ..model.tasks import (
-    ID_RE,
-    Task,
-    TaskState,
-    format_time,
-    refuse_planning,
-    utcnow,
-)
+from ..model.tasks import ID_RE, Task, TaskState, format_time, refuse_planning, utcnow
 from . import machine as queue_utils
 from .leases import (
     attempts_left,

@@ -23,14 +23,7 @@ from typing import Any
 
 from ..base.redaction import scrub
 from ..model.exceptions import IllegalTransition, InvalidInput
-from ..model.tasks import (
-    Task,
-    TaskState,
-    format_time,
-    one_line,
-    refuse_planning,
-    utcnow,
-)
+from ..model.tasks import Task, TaskState, format_time, one_line, refuse_planning, utcnow
 from . import adopt, task_notes
 from . import machine as queue_utils
 

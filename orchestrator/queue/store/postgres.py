@@ -29,12 +29,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ...model.exceptions import (
-    IllegalTransition,
-    LostRace,
-    TaskNotFound,
-    TaskParseError,
-)
+from ...model.exceptions import IllegalTransition, LostRace, TaskNotFound, TaskParseError
 from ...model.tasks import (
     PRIORITIES,
     TITLE_RE,
