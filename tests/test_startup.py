@@ -43,6 +43,7 @@ HEAVY = {
     "secrets": "secrets",  # hmac and OpenSSL: a temp file's or a claim's random name
     "the state machine": "orchestrator.queue.machine",  # the moves: readers need none
     "git machinery": "orchestrator.git",  # merge checks: none with nothing in review
+    "the network policy": "orchestrator.base.netpolicy",  # config: for allow entries only
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
@@ -59,7 +60,8 @@ NOT_NEEDED = {
     ("pause",): set(HEAVY) - {"secrets", "the store", "the state machine"},  # a record
     ("notes", "TASK-1"): set(HEAVY),
     ("notes", "TASK-2"): set(HEAVY) - {"the store"},  # no notes: asks the store, no move
-    ("list",): WRITERS_ONLY | {"GitPython", "the backends", "the state machine", "git machinery"},
+    ("list",): WRITERS_ONLY
+    | {"GitPython", "the backends", "the state machine", "git machinery", "the network policy"},
     ("show", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},
     ("diff", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},  # one git diff
     ("worktrees",): WRITERS_ONLY | {"GitPython", "the backends"},
@@ -67,7 +69,13 @@ NOT_NEEDED = {
     ("status",): WRITERS_ONLY | {"GitPython", "git machinery"},  # nothing waits for review
     ("agents",): WRITERS_ONLY | {"GitPython"},
     ("doctor",): WRITERS_ONLY - {"PyYAML"} | {"GitPython"},  # forge.ci_triggers' own import
-    ("enqueue", "a task"): {"importlib.metadata", "the backends", "the scheduler", "GitPython"},
+    ("enqueue", "a task"): {
+        "importlib.metadata",
+        "the backends",
+        "the scheduler",
+        "GitPython",
+        "the network policy",
+    },
 }
 
 
