@@ -44,15 +44,16 @@ HEAVY = {
     "the state machine": "orchestrator.queue.machine",  # the moves: readers need none
     "git machinery": "orchestrator.git",  # merge checks: none with nothing in review
     "the network policy": "orchestrator.base.netpolicy",  # config: for allow entries only
+    "shutil": "shutil",  # and bz2, lzma: removing a tree, never writing a file
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
 WRITERS_ONLY = {"importlib.metadata", "the scheduler", "the redaction", "secrets", "PyYAML"}
 #: What each command may not import: it has no use for it.
 NOT_NEEDED = {
-    ("--help",): set(HEAVY),
+    ("--help",): set(HEAVY) - {"shutil"},  # click's help measures the terminal with it
     ("--version",): set(HEAVY),  # the version is the package's, not importlib.metadata's
-    ("web", "--help"): set(HEAVY),
+    ("web", "--help"): set(HEAVY) - {"shutil"},
     ("scheduler", "status"): set(HEAVY),
     ("memory", "show", "TASK-1"): set(HEAVY),
     ("memory", "show", "TASK-2"): set(HEAVY) - {"the store"},  # no notes: is it a task?
@@ -61,7 +62,8 @@ NOT_NEEDED = {
     ("notes", "TASK-1"): set(HEAVY),
     ("notes", "TASK-2"): set(HEAVY) - {"the store"},  # no notes: asks the store, no move
     ("list",): WRITERS_ONLY
-    | {"GitPython", "the backends", "the state machine", "git machinery", "the network policy"},
+    | {"GitPython", "the backends", "the state machine", "git machinery", "the network policy"}
+    | {"shutil"},
     ("show", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},
     ("diff", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},  # one git diff
     ("worktrees",): WRITERS_ONLY | {"GitPython", "the backends"},
