@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .base import netpolicy, workspace_rules
+from .base import netmodes, usercache, workspace_rules
 from .base.lazy import lazy_import
 from .model import defaults
 from .model.exceptions import ConfigError
@@ -126,7 +126,7 @@ REMOTE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 def network_schema(mode: str | None) -> dict[str, Field]:
     """``network: {mode, allow}`` (netpolicy.py); ``network: none`` is short for that."""
-    modes = (*netpolicy.MODES, *netpolicy.OLD_NAMES)
+    modes = (*netmodes.MODES, *netmodes.OLD_NAMES)
     return {"mode": Field(str, mode, choices=modes), "allow": Field(list, [], items=str)}
 
 
@@ -346,6 +346,11 @@ def _stamp(path: Path) -> tuple[int, int]:
     return stat.st_mtime_ns, stat.st_size
 
 
+def _yaml_of(text: str) -> Any:
+    """libyaml when present: ~10x faster."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _parse_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -354,8 +359,7 @@ def _parse_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     try:
-        # libyaml when present: ~10x faster
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return usercache.parsed(path, text, _yaml_of)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -428,6 +432,10 @@ def _network_shorthand(section: Any) -> None:
 
 
 def _check_allow(entries: list[str], path: Path, key: str) -> None:
+    if not entries:
+        return  # most configs: the policy's patterns and dataclasses stay unloaded
+    from .base import netpolicy  # ~2 ms of every command's start, for entries only
+
     for entry in entries:
         try:
             netpolicy.parse_entry(entry)

@@ -3,7 +3,10 @@ module is imported only when it runs, and every task id is parsed where it enter
 
 from __future__ import annotations
 
+import gc
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import click
@@ -78,3 +81,36 @@ def test_a_bad_id_is_one_line_and_exit_2_before_anything_runs() -> None:
     result = invoke("say", "../x", "hello")  # no project here: the id is refused first
     assert result.exit_code == 2
     assert result.output.startswith("octopoid: invalid task id '../x': use TASK-<id>")
+
+
+#: main() as the console script runs it, then whether the collector is on and what it froze.
+GC_PROBE = """
+import gc, sys
+from orchestrator.faces.cli.main import main
+sys.argv = ["octopoid", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print(gc.isenabled(), gc.get_freeze_count() > 0)
+"""
+
+
+def test_the_collector_runs_again_once_the_command_is_loaded(tmp_path) -> None:
+    """main() keeps the collector off while a command's modules load (start-up), never
+    for the command's own work: `scheduler run` and `web` live for days."""
+    done = subprocess.run(
+        [sys.executable, "-c", GC_PROBE, "scheduler", "status"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["True", "True"]
+
+
+def test_a_library_caller_s_collector_is_left_alone() -> None:
+    """Invoking the CLI in-process (click's runner, a test) freezes nothing of the caller's."""
+    frozen = gc.get_freeze_count()
+    registry.load(registry.COMMANDS["pause"], "pause")
+    assert gc.isenabled() and gc.get_freeze_count() == frozen

@@ -41,28 +41,43 @@ HEAVY = {
     "the scheduler": "orchestrator.daemon.scheduler",
     "the redaction": "orchestrator.base.redaction",
     "secrets": "secrets",  # hmac and OpenSSL: a temp file's or a claim's random name
+    "the state machine": "orchestrator.queue.machine",  # the moves: readers need none
+    "git machinery": "orchestrator.git",  # merge checks: none with nothing in review
+    "the network policy": "orchestrator.base.netpolicy",  # config: for allow entries only
+    "shutil": "shutil",  # and bz2, lzma: removing a tree, never writing a file
 }
-#: What no command that only reads the queue has a use for.
-WRITERS_ONLY = {"importlib.metadata", "the scheduler", "the redaction", "secrets"}
+#: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
+#: is the user cache's (base/usercache.py) once any command has read it unchanged.
+WRITERS_ONLY = {"importlib.metadata", "the scheduler", "the redaction", "secrets", "PyYAML"}
 #: What each command may not import: it has no use for it.
 NOT_NEEDED = {
-    ("--help",): set(HEAVY),
+    ("--help",): set(HEAVY) - {"shutil"},  # click's help measures the terminal with it
     ("--version",): set(HEAVY),  # the version is the package's, not importlib.metadata's
-    ("web", "--help"): set(HEAVY),
+    ("web", "--help"): set(HEAVY) - {"shutil"},
     ("scheduler", "status"): set(HEAVY),
     ("memory", "show", "TASK-1"): set(HEAVY),
-    ("memory", "search", "fact"): set(HEAVY) - {"PyYAML"},  # its query checked below the queue
-    ("pause",): set(HEAVY) - {"PyYAML", "secrets", "the store"},  # its record is the store's
-    ("notes", "TASK-1"): set(HEAVY) - {"PyYAML"},
-    ("list",): WRITERS_ONLY | {"GitPython", "the backends"},
+    ("memory", "show", "TASK-2"): set(HEAVY) - {"the store"},  # no notes: is it a task?
+    ("memory", "search", "fact"): set(HEAVY),  # its query checked below the queue
+    ("pause",): set(HEAVY) - {"secrets", "the store", "the state machine"},  # a record
+    ("notes", "TASK-1"): set(HEAVY),
+    ("notes", "TASK-2"): set(HEAVY) - {"the store"},  # no notes: asks the store, no move
+    ("list",): WRITERS_ONLY
+    | {"GitPython", "the backends", "the state machine", "git machinery", "the network policy"}
+    | {"shutil"},
     ("show", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},
     ("diff", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},  # one git diff
     ("worktrees",): WRITERS_ONLY | {"GitPython", "the backends"},
     # These ask the claude-code backend whether `claude` is on PATH (a stall if not).
-    ("status",): WRITERS_ONLY | {"GitPython"},
+    ("status",): WRITERS_ONLY | {"GitPython", "git machinery"},  # nothing waits for review
     ("agents",): WRITERS_ONLY | {"GitPython"},
-    ("doctor",): WRITERS_ONLY | {"GitPython"},
-    ("enqueue", "a task"): {"importlib.metadata", "the backends", "the scheduler", "GitPython"},
+    ("doctor",): WRITERS_ONLY - {"PyYAML"} | {"GitPython"},  # forge.ci_triggers' own import
+    ("enqueue", "a task"): {
+        "importlib.metadata",
+        "the backends",
+        "the scheduler",
+        "GitPython",
+        "the network policy",
+    },
 }
 
 
@@ -85,7 +100,7 @@ def startup_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "start"], cwd=root, check=True)
     octopoid = [sys.executable, "-m", "orchestrator.faces.cli.main"]
     env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
-    for args in (["init"], ["enqueue", "a task to show"]):
+    for args in (["init"], ["enqueue", "a task to show"], ["enqueue", "a task without notes"]):
         subprocess.run([*octopoid, *args], cwd=root, env=env, check=True, capture_output=True)
     # TASK-1 has retry notes and working notes: `notes` and `memory show` that find them
     # ask no store (finding none, they ask it whether the task exists: exit 3 if not)

@@ -15,10 +15,10 @@ runner starts (the agent, the checks) the user's own settings back.
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+
+from .usercache import private_dir
 
 DONT_WRITE = "PYTHONDONTWRITEBYTECODE"
 PREFIX = "PYTHONPYCACHEPREFIX"
@@ -30,17 +30,8 @@ def cache_dir() -> Path | None:
     """Where runners keep their bytecode: ``$XDG_CACHE_HOME/octopoid/pycache-<install>``
     (``~/.cache`` without it), a folder of the user's own; None when there is none (then
     runners compile as the user's setting says)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     key = hashlib.sha256(str(INSTALL).encode()).hexdigest()[:12]
-    path = Path(base) / "octopoid" / f"pycache-{key}"
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        found = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
-        return None  # a link, or another user's: code loaded from there is not ours
-    return path
+    return private_dir(f"pycache-{key}")
 
 
 def runner_env(env: Mapping[str, str], cache: Path | None) -> dict[str, str]:

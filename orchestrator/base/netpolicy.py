@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-MODES = ("allow", "none", "open")
-#: Before the proxy, ``host`` was the default mode; it is what ``open`` is now.
-OLD_NAMES = {"host": "open"}
+from .netmodes import MODES, OLD_NAMES, canonical_mode  # noqa: F401  (the policy's words)
+
 #: Where the claude CLI's API is unless its env names another (``ANTHROPIC_BASE_URL``).
 ANTHROPIC_API = "api.anthropic.com:443"
 #: Where the claude CLI refreshes a login's token (its ``TOKEN_URL``, Claude Code 2.1):
@@ -30,10 +29,6 @@ CLAUDE_LOGIN = "platform.claude.com:443"
 _NAME_RE = re.compile(r"(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*"
                       r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")  # fmt: skip
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def canonical_mode(mode: str) -> str:
-    return OLD_NAMES.get(mode, mode)
 
 
 def address_of(text: str) -> IPAddress | None:

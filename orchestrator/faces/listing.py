@@ -14,7 +14,7 @@ from typing import Any
 
 from ..base.lazy import lazy_import
 from ..model.tasks import Task, TaskState, one_line, task_label
-from ..queue import machine as queue_utils
+from ..queue import store as queue_store
 from ..queue.dependencies import Blockage, blocked_report
 from ..queue.store.claim_index import Waiting
 
@@ -128,7 +128,7 @@ def page(
     states: Sequence[TaskState], role: str | None, size: int = PAGE, number: int = 1
 ) -> list[Section]:
     """Page ``number`` (from 1) of each queue of ``states``, ``size`` lines at most."""
-    store = queue_utils.get_store()
+    store = queue_store.get_store()
     start = (number - 1) * size
     sections = []
     for state in states:
@@ -146,13 +146,13 @@ def page(
             continue
         ids = _ids(state)
         if role is None:
-            tasks = queue_utils.readable_tasks(ids[start : start + size])
+            tasks = queue_store.readable_tasks(ids[start : start + size])
             total = len(ids)
         else:  # a role is only known from a task's file: this queue is read whole
-            every = [t for t in queue_utils.readable_tasks(ids) if t.role == role]
+            every = [t for t in queue_store.readable_tasks(ids) if t.role == role]
             tasks, total = every[start : start + size], len(every)
         lines = [Line.of_task(t) for t in tasks]
-        if state is S.PROVISIONAL:
+        if state is S.PROVISIONAL and tasks:  # none: no git machinery to load
             unmergeable = mergeable.unmergeable(tasks)
             for line in lines:
                 if (why := unmergeable.get(line.id)) is not None:
@@ -163,7 +163,7 @@ def page(
 
 def stream(states: Sequence[TaskState], role: str | None) -> Iterator[Line]:
     """Every task of ``states``, a line at a time (`--all`): a queue is never held whole."""
-    store = queue_utils.get_store()
+    store = queue_store.get_store()
     for state in states:
         if state is S.INCOMING:
             blocked = blocked_report(store.waiting_digest().with_blockers)
@@ -173,20 +173,20 @@ def stream(states: Sequence[TaskState], role: str | None) -> Iterator[Line]:
             yield from _quarantined(role)
             continue
         for task_id in _ids(state):
-            for task in queue_utils.readable_tasks([task_id]):
+            for task in queue_store.readable_tasks([task_id]):
                 if role in (None, task.role):
                     yield Line.of_task(task)
 
 
 def _quarantined(role: str | None) -> list[Line]:
     """Quarantine's entries and why each is there: no task to read, so no role to match."""
-    entries = queue_utils.get_store().list_quarantine() if role is None else []
+    entries = queue_store.get_store().list_quarantine() if role is None else []
     return [Line.of_quarantined(name, reason) for name, reason in entries]
 
 
 def _ids(state: TaskState) -> list[str]:
     """The queue's ids in the order `list` shows them: done newest first, others by id."""
-    store = queue_utils.get_store()
+    store = queue_store.get_store()
     if state is S.DONE:
         return store.recent(S.DONE, store.count(S.DONE))
     return store.ids(state)

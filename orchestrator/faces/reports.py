@@ -145,9 +145,10 @@ def status_summary(
     turns, cost, most = store.usage()
     in_review = store.list(S.PROVISIONAL)
     looping = [bounces.bouncing(t) for t in [*in_review, *running]]
+    unmergeable = mergeable.unmergeable(in_review) if in_review else {}  # none: no git loaded
     return {
         "bouncing": [found for found in looping if found is not None],
-        "unmergeable": [why.as_json(id) for id, why in mergeable.unmergeable(in_review).items()],
+        "unmergeable": [why.as_json(id) for id, why in unmergeable.items()],
         "pull_requests": [pull_request_of(t) for t in in_review if "PR_NUMBER" in t.headers],
         "questions": questions.open_questions(),
         "config_problem": problem,

@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any, Protocol
 
 from ..model.tasks import Task, TaskState, task_label
-from . import machine as queue_utils
+from .store import get_store
 
 S = TaskState
 #: States a blocker does not leave by itself, with what a person can do about it.
@@ -57,7 +57,7 @@ class Blockage:
 def blocked_report(incoming: Sequence[HasBlockers] | None = None) -> dict[str, Blockage]:
     """Every blocked task of ``incoming`` (tasks, or the claim index's rows; default: the
     incoming queue as the index knows it), by id."""
-    store = queue_utils.get_store()
+    store = get_store()
     tasks = store.waiting(titled=False) if incoming is None else incoming
     where, released = cache(store.locate), cache(store.released)
     waiting: dict[str, Pending] = {}

@@ -18,7 +18,6 @@ forms and the split-proposal workflow.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -35,7 +34,6 @@ from ..model.exceptions import (
     InvalidTask,
     LostClaim,
     LostRace,
-    OctopoidError,
     TaskNotFound,
     TaskParseError,
 )
@@ -58,7 +56,8 @@ from ..model.tasks import (
 from . import budgets, task_notes
 from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
 from .leases import LEASE_HEADERS, attempts_left, claim_token, fence_holds, lease_headers, new_token
-from .store import get_store
+from .store import get_store, known_task_id, readable_tasks
+from .store import locate as _locate
 from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
 
 S = TaskState
@@ -75,8 +74,10 @@ __all__ = [
     "fail_task",
     "get_task",
     "get_task_notes",
+    "known_task_id",
     "list_tasks",
     "quarantine_file",
+    "readable_tasks",
     "recycle_to_breakdown",
     "reject_completion",
     "reject_task",
@@ -305,31 +306,6 @@ def list_tasks(queue: TaskState | str) -> list[Task]:
 
 def get_task(task_id: str) -> Task:
     return get_store().get(TaskId(task_id))
-
-
-def known_task_id(task_id: str) -> TaskId:
-    """The bare id of a task some queue holds, else ``TaskNotFound`` (exit 3): for commands
-    about what a task left (its notes, its working notes) that need not read the task."""
-    bare = TaskId(task_id)
-    _locate(bare)
-    return bare
-
-
-def _locate(task_id: str) -> TaskState:
-    state = get_store().locate(task_id)
-    if state is None:
-        raise TaskNotFound(f"no task {task_label(task_id)} in any queue")
-    return state
-
-
-def readable_tasks(task_ids: Iterable[str]) -> list[Task]:
-    """The tasks of ``task_ids`` that can still be read: one may move or go while a list or
-    a page is drawn, and is then left out, not an error."""
-    found = []
-    for task_id in task_ids:
-        with contextlib.suppress(OctopoidError):
-            found.append(get_task(task_id))
-    return found
 
 
 def claim_task(

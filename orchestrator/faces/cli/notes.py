@@ -59,6 +59,6 @@ def memory_show(task_id: TaskId | None, notes_id: str | None) -> None:
 def known_task(task_id: TaskId) -> None:
     """``TaskNotFound`` (exit 3) unless some queue holds the task. The store is imported
     here, when no notes were found: notes that exist need none."""
-    from ...queue import machine
+    from ...queue import store
 
-    machine.known_task_id(task_id)
+    store.known_task_id(task_id)

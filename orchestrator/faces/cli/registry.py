@@ -10,6 +10,7 @@ without a module is a group whose subcommands are listed here too.
 
 from __future__ import annotations
 
+import gc
 import importlib
 from typing import Any, NamedTuple
 
@@ -202,5 +203,8 @@ def load(entry: Entry, name: str, prefix: str = "") -> click.Command:
     if entry.module is None:
         return LazyGroup(name, help=entry.help, prefix=f"{prefix}{name} ")
     module = importlib.import_module(f"{__package__}.{entry.module}")
+    if not gc.isenabled():  # main() turned it off for the imports (a library's caller not)
+        gc.freeze()  # the command's imports live as long as the process: never walked again
+        gc.enable()  # the command's own work is collected as ever
     command: click.Command = getattr(module, entry.attr)
     return command

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import click
 
 from ...model.tasks import TaskState, plural
-from ...queue import machine
+from ...queue.store import get_store
 from .. import listing
 from . import render
 
@@ -54,7 +54,7 @@ def list_cmd(
             render.emit_json_array(line.as_json() for line in listing.stream(states, role))
             return
         _print_lines(listing.stream(states, role))
-        if queue is None and (done := machine.get_store().count(TaskState.DONE)):
+        if queue is None and (done := get_store().count(TaskState.DONE)):
             click.echo(f"(done is left out: {plural(done, 'task')}; `octopoid list done --all`)")
         return
     sections = listing.page(states, role, limit or listing.PAGE, page_no)

@@ -6,15 +6,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
 from ... import config
-from ...model.exceptions import ConfigError, InvalidInput
+from ...model.exceptions import ConfigError, InvalidInput, OctopoidError, TaskNotFound
+from ...model.tasks import Task, TaskId, TaskState, task_label
 from .base import QueueStore
 from .files import FolderStore
 
-__all__ = ["FolderStore", "QueueStore", "get_store", "upgrade_store"]
+__all__ = [
+    "FolderStore",
+    "QueueStore",
+    "get_store",
+    "known_task_id",
+    "locate",
+    "readable_tasks",
+    "upgrade_store",
+]
 
 
 @lru_cache(maxsize=8)
@@ -40,6 +50,37 @@ def get_store() -> QueueStore:
     except ConfigError:
         durable = True  # a broken config.yaml must not stop reading the queue
     return _store_for(str(config.get_queue_dir()), durable)
+
+
+def locate(task_id: str) -> TaskState:
+    """The queue that holds the task, else ``TaskNotFound`` (exit 3)."""
+    state = get_store().locate(task_id)
+    if state is None:
+        raise TaskNotFound(f"no task {task_label(task_id)} in any queue")
+    return state
+
+
+def known_task_id(task_id: str) -> TaskId:
+    """The bare id of a task some queue holds, else ``TaskNotFound`` (exit 3): for commands
+    about what a task left (its notes, its working notes) that need not read the task."""
+    bare = TaskId(task_id)
+    locate(bare)
+    return bare
+
+
+def readable_tasks(task_ids: Iterable[str]) -> list[Task]:
+    """The tasks of ``task_ids`` that can still be read: one may move or go while a list or
+    a page is drawn, and is then left out, not an error.
+
+    These reads live here, below the state machine, so a face that only reads (`list`,
+    `notes`) need not import the moves (docs/performance.md, start-up)."""
+    store, found = get_store(), []
+    for task_id in task_ids:
+        try:
+            found.append(store.get(TaskId(task_id)))
+        except OctopoidError:
+            continue
+    return found
 
 
 def upgrade_store() -> str:
