@@ -126,6 +126,21 @@ def test_a_note_about_other_files_than_the_task_names_stays_out(big) -> None:
     assert [n["id"] for n in relevant_notes(about, big, scope=SCOPE)] == [fileless]
 
 
+def test_a_note_on_the_task_file_about_other_functions_needs_more_than_the_bar(big) -> None:
+    """Of notes on the task's file alike in words, one naming functions none of them by a
+    word of the task is about other code of the file: its file vouches for nothing. One
+    naming the task's function, or none, is in."""
+    text = "billing/webhooks.py: sturdier delivery retry"
+    named = big.write_note(f"{text} (changed retry_delivery)", scope=SCOPE)
+    other = big.write_note(f"{text} (changed sign_payload)", scope=SCOPE)
+    plain = big.write_note(text, scope=SCOPE)
+    about = task("Make the delivery retry sturdier", "Files: billing/webhooks.py")
+    found = {n["id"]: n["score"] for n in big.search_notes(task_query(about), scope=SCOPE)}
+    assert ranking.BAR <= found[other] < ranking.PATHLESS_BAR  # over the bar on its own
+    chosen = {n["id"] for n in relevant_notes(about, big, scope=SCOPE)}
+    assert chosen == {named, plain}
+
+
 def test_a_path_at_the_end_of_a_long_task_is_never_dropped(big) -> None:
     """A task names its file last, after more words than a query keeps: the note about that
     file still reaches the prompt (a query cut at its first words would lose it)."""
