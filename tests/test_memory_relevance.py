@@ -15,7 +15,7 @@ from orchestrator.memory import lifecycle, ranking
 from orchestrator.memory import postgres as memory_postgres
 from orchestrator.memory.instructions import instruction_shape
 from orchestrator.memory.open import open_memory
-from orchestrator.memory.retrieval import relevant_notes
+from orchestrator.memory.retrieval import relevant_notes, task_query
 from orchestrator.memory.store import SCHEMA_VERSION, MemoryStore
 from orchestrator.memory.terms import PATH, SYMBOL, WORD, Term
 from orchestrator.model.tasks import Task
@@ -106,6 +106,39 @@ def test_a_note_that_shares_no_file_with_the_task_needs_more_than_the_bar(
     assert ranking.over_bar(store, [on_file, words]) == [on_file]
     assert ranking.over_bar(store, [strong, words]) == [strong]
     store.close()
+
+
+def test_a_note_about_other_files_than_the_task_names_stays_out(big) -> None:
+    """A note that names files, none of them the task's, is about other code: words shared
+    with the task say the work was alike, not that it touched the same functions. A note
+    naming no file is let in on the same words."""
+    big.write_note(
+        "billing/invoices.py: drop private imports from test_invoices.py",
+        section="File Knowledge",
+        scope=SCOPE,
+    )
+    fileless = big.write_note("drop private imports from the tests", scope=SCOPE)
+    about = task(
+        "Drop private imports from test_webhooks.py",
+        "Files: billing/webhooks.py, tests/test_webhooks.py",
+    )
+    assert len(big.search_notes(task_query(about), scope=SCOPE)) >= 2  # both are found
+    assert [n["id"] for n in relevant_notes(about, big, scope=SCOPE)] == [fileless]
+
+
+def test_a_note_on_the_task_file_about_other_functions_needs_more_than_the_bar(big) -> None:
+    """Of notes on the task's file alike in words, one naming functions none of them by a
+    word of the task is about other code of the file: its file vouches for nothing. One
+    naming the task's function, or none, is in."""
+    text = "billing/webhooks.py: sturdier delivery retry"
+    named = big.write_note(f"{text} (changed retry_delivery)", scope=SCOPE)
+    other = big.write_note(f"{text} (changed sign_payload)", scope=SCOPE)
+    plain = big.write_note(text, scope=SCOPE)
+    about = task("Make the delivery retry sturdier", "Files: billing/webhooks.py")
+    found = {n["id"]: n["score"] for n in big.search_notes(task_query(about), scope=SCOPE)}
+    assert ranking.BAR <= found[other] < ranking.PATHLESS_BAR  # over the bar on its own
+    chosen = {n["id"] for n in relevant_notes(about, big, scope=SCOPE)}
+    assert chosen == {named, plain}
 
 
 def test_a_path_at_the_end_of_a_long_task_is_never_dropped(big) -> None:
