@@ -15,7 +15,7 @@ from orchestrator.git import branches
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.roles.base import ahead
-from orchestrator.roles.implementer import _settle
+from orchestrator.roles.outcome import settle
 
 from .support import branch_file, prompt_of, run_claimed, write_agents
 
@@ -137,9 +137,9 @@ def test_two_burned_out_attempts_go_to_breakdown(project: Path) -> None:
     agent = agents_cfg["agents"][0]  # max_turns 10
     tid = q.create_task("t").id
     burned = AgentResult(0, "max_turns", turns=9, summary="ran out of turns")
-    report = _settle(q.claim_task(None, "impl-1"), agent, agents_cfg, burned, 0)
+    report = settle(q.claim_task(None, "impl-1"), agent, agents_cfg, burned, 0)
     assert report.next_state == "incoming" and q.get_task(tid).headers["BURNED_OUT"] == "1"
-    report = _settle(q.claim_task(None, "impl-1"), agent, agents_cfg, burned, 0)
+    report = settle(q.claim_task(None, "impl-1"), agent, agents_cfg, burned, 0)
     assert report.next_state == "breakdown"
 
 

@@ -103,14 +103,14 @@ def prepare(
     cfg: dict,
     token: str,
     needs: list[str],
-    tools: Callable[[Callable[[str], None]], Tools] | None = None,
+    tools: Tools | None = None,
 ) -> Workspace:
     """The workspace for one attempt of ``task`` by ``agent``, its box and channel ready.
 
     ``needs`` are what the backend must see in its box (``Backend.needs``);
-    ``token`` the claim's (its digest marks the attempt's processes); ``tools`` makes what
-    the channel serves, given where progress lines go (the runner's: the box never acts on
-    the queue itself).
+    ``token`` the claim's (its digest marks the attempt's processes); ``tools`` are what
+    the channel serves (the runner's, made before the box and handed down: the box never
+    acts on the queue itself).
     """
     if cfg["sandbox"]["mode"] == "none":
         return trusted.TrustedWorkspace(task, agent, cfg, token, needs, tools)

@@ -93,13 +93,12 @@ class Workspace(ABC):
         cfg: dict,
         token: str,
         needs: list[str],
-        tools: Callable[[Callable[[str], None]], Tools] | None = None,
+        tools: Tools | None = None,
     ) -> None:
         self.task, self.token = task, token
         self.channel_host = private_folder()
-        toolbox = tools(self._progress) if tools is not None else Tools()
+        toolbox = tools if tools is not None else Tools()
         self.channel = ChannelServer(self.channel_host, toolbox).start()
-        self.progress: str | None = None
         self.tick: Callable[[], None] = lambda: None  # the attempt's, once its set-up runs
         try:
             self._make(agent, cfg, needs)
@@ -134,14 +133,6 @@ class Workspace(ABC):
             output.feed(f"[octopoid] set-up skipped: its environment {key} is cached\n".encode())
         if world.services:
             check_services(self.box, world, self.services_at, output, on_tick)
-
-    def _progress(self, text: str) -> None:
-        self.progress = text
-
-    def take_progress(self) -> str | None:
-        """The latest progress line the agent reported since the last call, if any."""
-        text, self.progress = self.progress, None
-        return text
 
     def write_prompt(self, text: str) -> Path:
         """Put the prompt where the box reads it; its path there."""

@@ -1,1 +1,2 @@
-"""Roles: what an agent does with a claimed task. ``implementer`` is the first."""
+"""Roles: what an agent does with a claimed task, each a ``base.Role`` handed to the one
+attempt runner (``attempt``, settled by ``outcome``); ``implementer`` is the first."""

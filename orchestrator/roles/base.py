@@ -1,6 +1,6 @@
 """What every role's attempt shares: the claim it owns, stop signals, the agent's
 environment, and ``Role``: what one role's attempt does differently, described as data
-and functions that the one attempt runner (``implementer.run_attempt``) is handed."""
+and functions that the one attempt runner (``attempt.run``) is handed."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from ..backends import AgentResult
     from ..box.workspace import Workspace
 
-#: How every attempt runs: one runner process per attempt, whatever its role
+#: How every attempt runs: one runner process per attempt, whatever its role (the entry
+#: picks the role, ``implementer.role_for``, and hands it to ``attempt.run``)
 RUNNER = ("-m", "orchestrator.roles.implementer")
 
 T = TypeVar("T")
@@ -61,8 +62,8 @@ class Role:
     ``instructions`` (``prompts/<name>.md``; None: the task's role) and ``howto`` (how to
     answer), what it ``prepare``s in the workspace before the agent starts, and ``settle``:
     the task's next move from how the attempt ended, as (state, why); None: the
-    implementer's (checks, then submit, requeue, breakdown or fail). A role that does not
-    ``keep_branch`` answers in words: nothing of its branch is published or kept."""
+    implementer's (``outcome``: checks, then submit, requeue, breakdown or fail). A role
+    that does not ``keep_branch`` answers in words: nothing of its branch is kept."""
 
     howto: str
     instructions: str | None = None

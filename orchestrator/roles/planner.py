@@ -2,7 +2,7 @@
 
 ``octopoid plan "goal"`` runs an agent with ``role: plan`` (any backend) once, as every
 attempt runs: a task carries the run (title ``Plan: ...``, the goal as its context), this
-process claims it by id, and the one attempt runner (``implementer``, in a process of its
+process claims it by id, and the one attempt runner (``attempt``, in a process of its
 own) takes the claim over, so its lease, budget, sandbox, channel, memory, notes and log
 are the queue's own. That task's role is ``planning``, which no agent has: the scheduler
 never claims it. The agent drafts with the channel's MCP tools ``draft_task`` and

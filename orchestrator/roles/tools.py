@@ -17,8 +17,8 @@ task and attempt: none moves a task, accepts, or names another.
   input" and the next one reads the answer (``questions``).
 - ``draft_task``, ``draft_dependency``: a planner's, only when the attempt carries a plan.
 
-The runner makes them (``roles/implementer.py``) and the box serves them on its socket
-(``box/channel.py``), which knows nothing of the queue. Every text an agent stores goes
+The runner makes them (``roles/attempt.py``) and hands them to the box, which serves them
+on its socket (``box/channel.py``) and knows nothing of the queue. Every text an agent stores goes
 through ``redaction.scrub`` here, where it enters: redacted and cleaned of control
 characters.
 """
@@ -164,14 +164,15 @@ class AttemptTools(Tools):
         self,
         task_id: TaskId,
         attempt: int,
-        on_progress: Callable[[str], None],
+        on_progress: Callable[[str], None] | None = None,
         agent: str = "agent",
     ) -> None:
         super().__init__()
         self.task_id = task_id
         self.attempt = attempt
         self.agent = agent
-        self.on_progress = on_progress
+        self.progress: str | None = None  # the latest line reported, until the runner takes it
+        self.on_progress = on_progress or self._keep_progress
         self.remembered = 0
         self.proposed: list[Any] | None = None  # propose_split's subtasks, for the runner
         self.plan: Any = None  # a planner's draft (plans.Plan), when it carries one
@@ -228,6 +229,14 @@ class AttemptTools(Tools):
     def report_progress(self, text: str) -> dict[str, bool]:
         self.on_progress(one_line(_said(text, "text", 10 * MAX_PROGRESS_CHARS), MAX_PROGRESS_CHARS))
         return {"ok": True}
+
+    def _keep_progress(self, text: str) -> None:
+        self.progress = text
+
+    def take_progress(self) -> str | None:
+        """The latest progress line the agent reported since the last call, if any."""
+        text, self.progress = self.progress, None
+        return text
 
     def inbox(self) -> str:
         """A person's messages not read yet (``octopoid say``), now delivered to this attempt."""
