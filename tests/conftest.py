@@ -9,7 +9,6 @@ import http.server
 import os
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from .support import (
     Served,
     make_git_repo,
     require_chromium,
+    serve_in_thread,
     write_agents,
 )
 
@@ -240,7 +240,7 @@ def loopback_servers():
     for server in started:
         server.seen = []
         served.append(Served(server.server_address[1], server.seen))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serve_in_thread(server)
     yield served
     for server in started:
         server.shutdown()

@@ -18,7 +18,7 @@ from orchestrator.daemon import notify, scheduler
 from orchestrator.model.exceptions import ConfigError
 from orchestrator.queue import machine as q
 
-from .support import settle, wait_for, write_agents
+from .support import serve_in_thread, settle, wait_for, write_agents
 
 
 class Hook:
@@ -45,7 +45,7 @@ class Hook:
         # read timeout (rto) past the stall: a slow pass on a loaded machine must not turn
         # the stalled endpoint into a failing one (apprise gives up after 4 s by default)
         self.url = f"json://127.0.0.1:{self.server.server_address[1]}/hook?rto=150"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve_in_thread(self.server)
 
     def wait_for(self, count: int, timeout: float = 20) -> list[dict]:
         wait_for(f"{count} posts", lambda: len(self.posts) >= count, timeout)
