@@ -21,7 +21,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 from orchestrator.roles import breakdown, planner, plans
 
-from .support import HELPERS, child_env, octopoid, set_config, wait_for
+from .support import HELPERS, child_env, invoke, octopoid, set_config, wait_for
 
 S = TaskState
 GOAL = "GOAL-CLUE: let people export their data"
@@ -179,24 +179,24 @@ def six_task_plan() -> plans.Plan:
 
 def test_edits_are_checked_again_and_a_bad_one_is_not_kept(planned) -> None:
     plan = six_task_plan()
-    cycle = octopoid(planned, "plan", "edit", plan.id, "T1", "--blocked-by", "T4")
-    assert cycle.returncode == 2 and "the blockers form a cycle: T1 → T4 → T2 → T1" in cycle.stderr
-    dangling = octopoid(planned, "plan", "edit", plan.id, "t5", "--blocked-by", "T9")
-    assert dangling.returncode == 2 and "T5 is blocked by T9, which the plan does not have" in (
+    cycle = invoke("plan", "edit", plan.id, "T1", "--blocked-by", "T4")
+    assert cycle.exit_code == 2 and "the blockers form a cycle: T1 → T4 → T2 → T1" in cycle.stderr
+    dangling = invoke("plan", "edit", plan.id, "t5", "--blocked-by", "T9")
+    assert dangling.exit_code == 2 and "T5 is blocked by T9, which the plan does not have" in (
         dangling.stderr
     )
-    long = octopoid(planned, "plan", "edit", plan.id, "T5", "--title", "x" * 201)
-    assert long.returncode == 2 and "T5: the title is 201 characters long" in long.stderr
+    long = invoke("plan", "edit", plan.id, "T5", "--title", "x" * 201)
+    assert long.exit_code == 2 and "T5: the title is 201 characters long" in long.stderr
     assert plans.load(plan.id) == plan  # none of them was kept
-    edited = octopoid(planned, "plan", "edit", plan.id, "T5", "--title", "step five",
+    edited = invoke("plan", "edit", plan.id, "T5", "--title", "step five",
                       "--priority", "P0", "--criterion", "a", "--criterion", "b",
                       "--blocked-by", "T1,T3")  # fmt: skip
-    assert edited.returncode == 0, edited.stderr
+    assert edited.exit_code == 0, edited.stderr
     five = plans.task_of(plans.load(plan.id), "T5")
     assert (five.title, five.priority, five.criteria, five.blocked_by) == (
         "step five", "P0", ["a", "b"], ["T1", "T3"]
     )  # fmt: skip
-    assert octopoid(planned, "plan", "drop-task", plan.id, "T3").returncode == 0
+    assert invoke("plan", "drop-task", plan.id, "T3").exit_code == 0
     after = plans.load(plan.id)
     assert [t.key for t in after.tasks] == ["T1", "T2", "T4", "T5", "T6"]
     assert plans.task_of(after, "T4").blocked_by == ["T2"]
@@ -208,15 +208,15 @@ def test_approving_twice_enqueues_once_and_a_discarded_plan_never(planned) -> No
     first = plans.approve(plan.id)
     with pytest.raises(IllegalTransition, match=f"{plan.id} was approved already"):
         plans.approve(plan.id)
-    again = octopoid(planned, "plan", "approve", plan.id)
-    assert again.returncode == 1 and "approved already" in again.stderr
+    again = invoke("plan", "approve", plan.id)
+    assert again.exit_code == 1 and "approved already" in again.stderr
     assert q.get_store().count(S.INCOMING) == 6 and len(first) == 6
     other = six_task_plan()
-    assert octopoid(planned, "plan", "discard", other.id).returncode == 0
-    refused = octopoid(planned, "plan", "approve", other.id)
-    assert refused.returncode == 1 and "is discarded, not a draft" in refused.stderr
+    assert invoke("plan", "discard", other.id).exit_code == 0
+    refused = invoke("plan", "approve", other.id)
+    assert refused.exit_code == 1 and "is discarded, not a draft" in refused.stderr
     assert q.get_store().count(S.INCOMING) == 6
-    listed = octopoid(planned, "plan", "list").stdout
+    listed = invoke("plan", "list").stdout
     assert listed.strip() == "no plans waiting for review"
 
 
@@ -340,8 +340,8 @@ def test_an_agent_s_control_characters_never_reach_a_plan_or_a_split(planned, fi
 
 def test_an_unknown_plan_is_one_line_and_leaves_no_file(git_project: Path) -> None:
     for action in ("approve", "discard", "show"):
-        done = octopoid(git_project, "plan", action, "PLAN-99")
-        assert done.returncode == 2 and done.stderr.startswith("octopoid: no plan PLAN-99"), done
+        done = invoke("plan", action, "PLAN-99")
+        assert done.exit_code == 2 and done.stderr.startswith("octopoid: no plan PLAN-99"), done
     folder = git_project / ".octopoid/runtime/plans"
     assert not folder.exists() or list(folder.iterdir()) == []
 

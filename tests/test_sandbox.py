@@ -4,8 +4,10 @@ data, the environment a box gets, and whether agents may start at all."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import git
@@ -137,6 +139,24 @@ def test_a_box_sees_only_its_workspace_and_leaves_nothing_running(
     assert not Path("/etc/octopoid-was-here").exists()
     running = subprocess.run(["pgrep", "-f", "sleep 31337"], capture_output=True, text=True)
     assert running.stdout == ""  # its daemon died with the box
+
+
+def test_an_agent_program_in_dev_shm_runs_in_its_box(git_project: Path, bwrap_ok: None) -> None:
+    """A box's /dev is its own: a program kept under /dev/shm (a tmpfs, where the suite
+    keeps its files) is bound in as one under /tmp is, not missing there."""
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no /dev/shm here")
+    folder = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        program = folder / "agent"
+        program.write_text(f"#!{sys.executable}\nprint('the agent ran in its box')\n")
+        program.chmod(0o755)
+        write_agents(git_project, argv=[str(program)])
+        tid = q.create_task("run from /dev/shm").id
+        run_claimed(q.claim_task(None, "impl-1"), "impl-1")
+        assert "the agent ran in its box" in q.get_task_notes(tid)
+    finally:
+        shutil.rmtree(folder)
 
 
 def hostile_clone(git_project: Path, tmp_path: Path) -> tuple[git.Repo, Path, Path]:

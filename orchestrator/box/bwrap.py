@@ -24,7 +24,11 @@ from pathlib import Path
 BWRAP_ENV = "OCTOPOID_BWRAP"
 #: Always replaced by an empty tmpfs: people's files, temp folders, and /run (sockets of
 #: the user's database, docker, ssh-agent) that a read-only view would still let it reach.
-HIDDEN = (Path("/home"), Path("/root"), Path("/tmp"), Path("/var/tmp"), Path("/run"))
+#: /dev/shm is hidden anyway (the box's /dev is new); named here, a program or an exposed
+#: path under it is bound into the box as one under /tmp is, instead of missing there.
+HIDDEN = (
+    Path("/home"), Path("/root"), Path("/tmp"), Path("/var/tmp"), Path("/run"), Path("/dev/shm")
+)  # fmt: skip
 #: Inside every box: the channel folder, the user's git objects (the clone's alternates).
 CHANNEL_INSIDE = Path("/run/octopoid")
 OBJECTS_INSIDE = Path("/run/octopoid-objects")

@@ -24,7 +24,7 @@ import pytest
 
 from orchestrator.queue import machine as q
 
-from ..support import HELPERS, branch_file, set_config, wait_for, write_agents
+from ..support import HELPERS, branch_file, serve_in_thread, set_config, wait_for, write_agents
 from ..support.daemon import Daemon, state_of
 
 pytestmark = pytest.mark.slow
@@ -88,7 +88,7 @@ def index():
     server.wheel, server.sent = wheel(), 0
     digest = hashlib.sha256(server.wheel).hexdigest()
     server.page = f'<a href="/files/{WHEEL}#sha256={digest}">{WHEEL}</a>\n'.encode()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_thread(server)
     yield server
     server.shutdown()
     server.server_close()

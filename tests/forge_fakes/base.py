@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any, NamedTuple, Self
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from ..support import serve_in_thread
+
 #: what closes an issue when a pull request that says it merges into the default branch
 CLOSING_RE = re.compile(r"(?i)\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s+#(\d+)\b")
 #: the one form of a time GitHub documents for its ``since`` parameters
@@ -261,8 +263,7 @@ class ForgeServer:
         self._routes = [(m, re.compile(p + r"/?"), h) for m, p, h in self.routes()]
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
+        self._thread = serve_in_thread(self._httpd)
 
     @property
     def root(self) -> str:

@@ -108,7 +108,10 @@ class FakeMessagesAPI:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # tests.support's SHUTDOWN_POLL: shutdown() returns at once (this runs as a script too)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
 
     def _next(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

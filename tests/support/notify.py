@@ -6,7 +6,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import wait_for
+from . import serve_in_thread, wait_for
 
 
 class Hook:
@@ -33,7 +33,7 @@ class Hook:
         # read timeout (rto) past the stall: a slow pass on a loaded machine must not turn
         # the stalled endpoint into a failing one (apprise gives up after 4 s by default)
         self.url = f"json://127.0.0.1:{self.server.server_address[1]}/hook?rto=150"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve_in_thread(self.server)
 
     def wait_for(self, count: int, timeout: float = 20) -> list[dict]:
         wait_for(f"{count} posts", lambda: len(self.posts) >= count, timeout)
