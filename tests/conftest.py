@@ -294,11 +294,9 @@ def served(project: Path, tmp_path: Path):
     mine = q.claim_task("implement", "agent", lease_seconds=600)
     folder = tmp_path / "chan"
     folder.mkdir()
-    progress: list[str] = []
-    server = channel.ChannelServer(
-        folder, AttemptTools(mine.id, mine.attempts, progress.append)
-    ).start()
-    server.progress = progress
+    tools = AttemptTools(mine.id, mine.attempts)
+    server = channel.ChannelServer(folder, tools).start()
+    server.attempt_tools = tools  # what the runner reads back: the latest progress line
     yield str(folder / SOCKET_NAME), mine, other, server
     server.close()
 

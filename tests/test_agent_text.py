@@ -89,7 +89,7 @@ def test_what_an_agent_says_through_its_channel_reaches_no_face_in_clear(
     set_config(project, questions={"wait_seconds": 0})
     request(path, "remember", {"section": "Important Facts", "text": hostile("learned")})
     request(path, "report_progress", {"text": hostile("progress")})
-    q.report_progress(mine, server.progress[-1], token=mine.headers["CLAIM_TOKEN"])
+    q.report_progress(mine, server.attempt_tools.take_progress(), token=mine.headers["CLAIM_TOKEN"])
     split = [{"title": hostile("part"), "context": hostile("ctx"), "criteria": [hostile("c")]}]
     request(path, "tools/call", {"name": "propose_split", "arguments": {"subtasks": split}})
     asked = request(path, "tools/call", {"name": "ask_human", "arguments": {
@@ -128,7 +128,7 @@ def test_the_secrets_corpus_through_progress_questions_and_memory_is_redacted(
     for n, secret in enumerate(fake_secrets()):
         said = f"{CONTROLS} {secret.text} {CONTROLS}"
         request(path, "report_progress", {"text": said})
-        kept[f"progress {secret.name}"] = server.progress[-1]
+        kept[f"progress {secret.name}"] = server.attempt_tools.take_progress()
         call = {"name": "ask_human", "arguments": {"question": said}}
         assert not request(path, "tools/call", call)["isError"], secret.name
         kept[f"question {secret.name}"] = questions.read(mine.id)["question"]

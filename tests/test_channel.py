@@ -43,7 +43,7 @@ def test_an_agent_remembers_reads_and_reports_for_its_own_task_only(served) -> N
     assert "CLAIM_TOKEN" not in text and mine.headers["CLAIM_TOKEN"] not in text
     assert request(path, "read_notes") == ""
     request(path, "report_progress", {"text": "running the tests\nand more"})
-    assert server.progress == ["running the tests and more"]
+    assert server.attempt_tools.take_progress() == "running the tests and more"
     lifecycle.add_learning("Important Facts", "the cache lives in .cache", [], None)
     (hit,) = request(path, "search_memory", {"query": "cache"})
     assert hit["content"] == "the cache lives in .cache"

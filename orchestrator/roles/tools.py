@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from typing import Any
 
 from .. import config
@@ -164,7 +163,6 @@ class AttemptTools(Tools):
         self,
         task_id: TaskId,
         attempt: int,
-        on_progress: Callable[[str], None] | None = None,
         agent: str = "agent",
     ) -> None:
         super().__init__()
@@ -172,7 +170,6 @@ class AttemptTools(Tools):
         self.attempt = attempt
         self.agent = agent
         self.progress: str | None = None  # the latest line reported, until the runner takes it
-        self.on_progress = on_progress or self._keep_progress
         self.remembered = 0
         self.proposed: list[Any] | None = None  # propose_split's subtasks, for the runner
         self.plan: Any = None  # a planner's draft (plans.Plan), when it carries one
@@ -227,11 +224,8 @@ class AttemptTools(Tools):
         return queue_utils.get_task_notes(self.task_id) or ""
 
     def report_progress(self, text: str) -> dict[str, bool]:
-        self.on_progress(one_line(_said(text, "text", 10 * MAX_PROGRESS_CHARS), MAX_PROGRESS_CHARS))
+        self.progress = one_line(_said(text, "text", 10 * MAX_PROGRESS_CHARS), MAX_PROGRESS_CHARS)
         return {"ok": True}
-
-    def _keep_progress(self, text: str) -> None:
-        self.progress = text
 
     def take_progress(self) -> str | None:
         """The latest progress line the agent reported since the last call, if any."""
