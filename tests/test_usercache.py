@@ -82,3 +82,45 @@ def test_bad_yaml_is_named_though_the_good_text_before_it_was_kept(cache_home: P
     path.write_text(path.read_text() + "memory: [\n")
     with pytest.raises(ConfigError, match="invalid YAML"):
         config.load_config()
+
+
+RACER = """
+import sys
+import time
+from pathlib import Path
+from orchestrator.base import usercache
+
+path, me, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+(go.parent / f"ready-{me}").touch()
+while not go.exists():  # all start together, so their writes overlap
+    time.sleep(0.001)
+for n in range(1000):
+    text = f"writer: {me}\\nround: {n % 3}\\n"
+    got = usercache.parsed(path, text, lambda t: {"text": t})
+    if got != {"text": text}:
+        sys.exit(f"{me} got {got!r} for {text!r}")
+"""
+
+
+def test_processes_writing_one_entry_at_once_each_get_their_own_text_s_parse(
+    cache_home: Path, tmp_path: Path
+):
+    """Four processes parse different texts of one path at the same time, each writing the
+    one entry the path has: every answer is its own text's, never a torn or another's."""
+    import subprocess
+    import sys
+
+    from .support import child_env, wait_for
+
+    env = {**child_env(tmp_path), "XDG_CACHE_HOME": str(cache_home)}
+    go = tmp_path / "go"
+    argv = [sys.executable, "-c", RACER, str(tmp_path / "config.yaml")]
+    racers = [
+        subprocess.Popen([*argv, str(n), str(go)], env=env, stderr=subprocess.PIPE, text=True)
+        for n in range(4)
+    ]
+    wait_for("the racers to be ready", lambda: len(list(tmp_path.glob("ready-*"))) == 4, 60)
+    go.touch()
+    failed = [(r.wait(120), r.stderr.read()) for r in racers]
+    assert [code for code, _ in failed] == [0] * 4, failed
+    assert not [p for p in (cache_home / "octopoid" / "parsed").iterdir() if ".marshal." in p.name]
