@@ -23,6 +23,7 @@ from .support import (
     CHROMIUM,
     HELPERS,
     PAGE,
+    Machines,
     Served,
     make_git_repo,
     require_chromium,
@@ -169,12 +170,18 @@ def git_project(project: Path, _templates) -> Path:
 
 
 @pytest.fixture
-def web(git_project: Path):
+def agent_project(git_project: Path) -> Path:
+    """``git_project`` with the scripted agents of ``write_agents``."""
+    write_agents(git_project)
+    return git_project
+
+
+@pytest.fixture
+def web(agent_project: Path):
     """`octopoid web` serving ``git_project`` (with the scripted command agent)."""
     from .web_server import start_web  # it imports this module
 
-    write_agents(git_project)
-    server = start_web(git_project)
+    server = start_web(agent_project)
     yield server
     server.stop()
 
@@ -334,6 +341,12 @@ def pg_dsn(pg_server):
     name = f"t{os.getpid()}_{next(_databases)}"
     yield pg_server.create_database(name)
     pg_server.drop_database(name)
+
+
+@pytest.fixture
+def machines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> Machines:
+    """Machines a and b: two clones of one remote, each a project on one PostgreSQL."""
+    return Machines(tmp_path, monkeypatch, pg_dsn)
 
 
 class _Page(http.server.BaseHTTPRequestHandler):

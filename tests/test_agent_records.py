@@ -1,5 +1,5 @@
 """Agents' state is the store's: on one PostgreSQL, two machines (two clones, each its own
-project folder) pause, resume, spend and trip breakers as one team. Scheduler passes run
+project folder) pause, resume, spend and trip breakers as one machines. Scheduler passes run
 in this process: what is proved is what a pass reads, not the daemon."""
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
 from .support import Machines, set_config, settle, write_agents
-
-
-@pytest.fixture
-def team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> Machines:
-    """Machines a and b: two clones of one remote, each a project on one PostgreSQL."""
-    return Machines(tmp_path, monkeypatch, pg_dsn)
 
 
 def one_pass_here() -> scheduler.PassReport:
@@ -47,21 +41,21 @@ def codes(machines: Machines, name: str, agent: str = "impl-1") -> list[str]:
 
 
 def test_a_pause_on_one_machine_stops_the_other_and_a_resume_there_restarts_it(
-    team: Machines,
+    machines: Machines,
 ) -> None:
-    team.on("a")
+    machines.on("a")
     task = q.create_task("feature")
     agent_status.set_paused(True)  # `octopoid pause` on a
-    report = one_pass(team, "b")
+    report = one_pass(machines, "b")
     assert report.skipped == "paused (`octopoid resume`)" and report.started == []
     agent_status.set_paused(False)  # `octopoid resume` on b
     agent_status.set_paused(True, agent="impl-1")  # `octopoid pause --agent impl-1` on b
-    assert one_pass(team, "a").started == []
+    assert one_pass(machines, "a").started == []
     assert agent_status.pause_state() == {"system": None, "agents": {"impl-1": "octopoid pause"}}
     agent_status.set_paused(False, agent="impl-1")  # on a
-    team.on("b")
+    machines.on("b")
     assert agent_status.pause_state() == {"system": None, "agents": {}}
-    team.on("a")
+    machines.on("a")
     sched = scheduler.Scheduler()
     sched.initialize()
     try:
@@ -71,38 +65,38 @@ def test_a_pause_on_one_machine_stops_the_other_and_a_resume_there_restarts_it(
         sched.shutdown(grace=10)
 
 
-def test_a_project_s_daily_budget_is_spent_once_across_machines(team: Machines) -> None:
-    for root in team.roots.values():
+def test_a_project_s_daily_budget_is_spent_once_across_machines(machines: Machines) -> None:
+    for root in machines.roots.values():
         set_config(root, git={"remote": "origin"}, budgets={"project_daily": {"usd": 1.0}})
-    team.on("a")
+    machines.on("a")
     agent_status.record_attempt("impl-1", "TASK-8", "success", 3, 0.6)  # a runner on a
-    assert one_pass(team, "b").skipped == ""  # $0.60 of $1.00: b may claim
+    assert one_pass(machines, "b").skipped == ""  # $0.60 of $1.00: b may claim
     agent_status.record_attempt("impl-1", "TASK-9", "success", 3, 0.6)  # a runner on b
     for name in ("a", "b"):
-        skipped = one_pass(team, name).skipped
+        skipped = one_pass(machines, name).skipped
         assert (
             skipped.startswith("the project spent its budget today") and "$1.20 of $1.00" in skipped
         )
 
 
 def test_a_usage_limit_or_breaker_found_on_one_machine_stops_the_agent_on_the_other(
-    team: Machines,
+    machines: Machines,
 ) -> None:
-    team.on("a")
+    machines.on("a")
     q.create_task("waits")
     until = utcnow() + timedelta(hours=1)
     agent_status.pause_until("impl-1", until, f"usage limit reached; it resets at {until}")
-    assert codes(team, "b") == ["usage-limit"]
-    assert one_pass(team, "b").started == []
+    assert codes(machines, "b") == ["usage-limit"]
+    assert one_pass(machines, "b").started == []
     agent_status.set_paused(False, agent="impl-1")  # `octopoid resume --agent` on b
-    assert codes(team, "a") == []
+    assert codes(machines, "a") == []
     for n in range(3):  # three attempts in a row on a, each for a cause no task can fix
         tripped = agent_status.record_attempt(
             "impl-1", f"TASK-{n}", "error", 0, None, cause="unreachable", summary="refused"
         )
     assert tripped is not None and tripped.kind == agent_status.BREAKER
-    assert codes(team, "b") == ["breaker"]
-    assert one_pass(team, "b").started == []
+    assert codes(machines, "b") == ["breaker"]
+    assert one_pass(machines, "b").started == []
 
 
 def test_a_pass_reads_every_agent_s_state_in_one_read(

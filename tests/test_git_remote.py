@@ -31,11 +31,6 @@ done
 """
 
 
-@pytest.fixture
-def machines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> Machines:
-    return Machines(tmp_path, monkeypatch, pg_dsn)
-
-
 def test_a_retry_on_another_machine_continues_the_pushed_branch_and_accept_lands_it(
     machines: Machines,
 ) -> None:

@@ -20,19 +20,13 @@ from orchestrator.roles.outcome import settle
 from .support import branch_file, prompt_of, run_claimed, write_agents
 
 
-@pytest.fixture
-def repo_with_agent(git_project: Path) -> Path:
-    write_agents(git_project)
-    return git_project
-
-
 def attempt(title: str, **kw) -> tuple[str, object]:
     q.create_task(title, **kw)
     claimed = q.claim_task(None, "impl-1")
     return claimed.id, run_claimed(claimed, "impl-1")
 
 
-def test_a_committing_agent_lands_in_provisional(repo_with_agent: Path) -> None:
+def test_a_committing_agent_lands_in_provisional(agent_project: Path) -> None:
     tid, report = attempt("plain work", context="Do the thing in app.py")
     assert report.next_state == "provisional" and report.commits == 1
     task = q.get_task(tid)
@@ -40,7 +34,7 @@ def test_a_committing_agent_lands_in_provisional(repo_with_agent: Path) -> None:
     prompt = prompt_of(tid, 1)
     assert "You are an implementer agent" in prompt and "Do the thing in app.py" in prompt
     assert "## Previous Agent Notes" not in prompt and "## History" not in prompt
-    assert branch_file(repo_with_agent, tid, f"TASK-{tid}.txt").endswith("attempt 1")
+    assert branch_file(agent_project, tid, f"TASK-{tid}.txt").endswith("attempt 1")
     assert not branches.worktree_for(tid).exists()  # the attempt's clone went with it
     assert "committed" in q.get_task_notes(tid)
     log = config.get_logs_dir() / f"TASK-{tid}" / "attempt-1.log"
@@ -48,7 +42,7 @@ def test_a_committing_agent_lands_in_provisional(repo_with_agent: Path) -> None:
     assert not (config.get_notes_dir() / f"TASK-{tid}.stdout.log").exists()
 
 
-def test_a_failed_attempts_output_reaches_the_next_prompt(repo_with_agent: Path) -> None:
+def test_a_failed_attempts_output_reaches_the_next_prompt(agent_project: Path) -> None:
     tid, first = attempt("fail-once please")
     assert first.next_state == "incoming" and "exit status 1" in first.reason
     assert "exit status 1" in q.get_task(tid).history[-1]
@@ -60,18 +54,18 @@ def test_a_failed_attempts_output_reaches_the_next_prompt(repo_with_agent: Path)
     assert "using the clue from the previous attempt" in notes
 
 
-def test_retry_reuses_the_branch_and_keeps_earlier_commits(repo_with_agent: Path) -> None:
+def test_retry_reuses_the_branch_and_keeps_earlier_commits(agent_project: Path) -> None:
     tid, _ = attempt("plain")
     q.reject_completion(tid, "also add docs please")
     report = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
     assert report.commits == 1  # counted from this attempt's start
     assert "also add docs please" in prompt_of(tid, 2)
-    log = list(git.Repo(repo_with_agent).iter_commits(f"agent/TASK-{tid}", max_count=3))
+    log = list(git.Repo(agent_project).iter_commits(f"agent/TASK-{tid}", max_count=3))
     assert len(log) == 3  # initial + two attempts
 
 
-def test_max_attempts_ends_in_failed(repo_with_agent: Path) -> None:
-    write_agents(repo_with_agent, max_attempts=2)
+def test_max_attempts_ends_in_failed(agent_project: Path) -> None:
+    write_agents(agent_project, max_attempts=2)
     tid, first = attempt("always-fail")
     assert first.next_state == "incoming"
     second = run_claimed(q.claim_task(None, "impl-1"), "impl-1")
@@ -80,7 +74,7 @@ def test_max_attempts_ends_in_failed(repo_with_agent: Path) -> None:
     assert "I cannot do this" in q.get_task_notes(tid)
 
 
-def test_finishing_without_commits_is_not_success(repo_with_agent: Path) -> None:
+def test_finishing_without_commits_is_not_success(agent_project: Path) -> None:
     tid, report = attempt("no-commit")
     assert report.next_state == "incoming"
     assert "without committing" in q.get_task(tid).history[-1]
@@ -95,7 +89,7 @@ def test_a_missing_program_is_a_clear_note_and_costs_no_attempt(git_project: Pat
     assert task.headers["INTERRUPTED"] == "1" and q.attempts_left(task, 3) == 3
 
 
-def test_a_missing_base_branch_fails_the_attempt_with_gits_words(repo_with_agent: Path) -> None:
+def test_a_missing_base_branch_fails_the_attempt_with_gits_words(agent_project: Path) -> None:
     tid, report = attempt("anything", branch="no-such-branch")
     assert report.next_state == "incoming"
     assert "base branch 'no-such-branch' does not exist" in q.get_task_notes(tid)

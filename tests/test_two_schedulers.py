@@ -102,11 +102,10 @@ class Team:
 
 
 @pytest.fixture
-def team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str):
+def team(machines: Machines, tmp_path: Path):
     """Two machines on one PostgreSQL, each running its scheduler: a command agent
     (implement), two Claude Code agents replaying a session (roles ``paid``: $0.02, and
     ``limited``: a usage limit until 2100), and a project budget of $0.01 a day."""
-    machines = Machines(tmp_path, monkeypatch, pg_dsn)
     claude = tmp_path / "claude"
     claude.write_text(f'#!/bin/sh\nexec {sys.executable} {HELPERS / "fake_claude.py"} "$@"\n')
     claude.chmod(0o755)
