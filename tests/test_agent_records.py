@@ -13,6 +13,7 @@ import yaml
 
 from orchestrator.daemon import scheduler, stalls
 from orchestrator.model.tasks import format_time, utcnow
+from orchestrator.queue import agent_records
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
@@ -51,16 +52,16 @@ def test_a_pause_on_one_machine_stops_the_other_and_a_resume_there_restarts_it(
 ) -> None:
     team.on("a")
     task = q.create_task("feature")
-    agent_status.set_paused(True)  # `octopoid pause` on a
+    agent_records.set_paused(True)  # `octopoid pause` on a
     report = one_pass(team, "b")
     assert report.skipped == "paused (`octopoid resume`)" and report.started == []
-    agent_status.set_paused(False)  # `octopoid resume` on b
-    agent_status.set_paused(True, agent="impl-1")  # `octopoid pause --agent impl-1` on b
+    agent_records.set_paused(False)  # `octopoid resume` on b
+    agent_records.set_paused(True, agent="impl-1")  # `octopoid pause --agent impl-1` on b
     assert one_pass(team, "a").started == []
-    assert agent_status.pause_state() == {"system": None, "agents": {"impl-1": "octopoid pause"}}
-    agent_status.set_paused(False, agent="impl-1")  # on a
+    assert agent_records.pause_state() == {"system": None, "agents": {"impl-1": "octopoid pause"}}
+    agent_records.set_paused(False, agent="impl-1")  # on a
     team.on("b")
-    assert agent_status.pause_state() == {"system": None, "agents": {}}
+    assert agent_records.pause_state() == {"system": None, "agents": {}}
     team.on("a")
     sched = scheduler.Scheduler()
     sched.initialize()
@@ -91,16 +92,16 @@ def test_a_usage_limit_or_breaker_found_on_one_machine_stops_the_agent_on_the_ot
     team.on("a")
     q.create_task("waits")
     until = utcnow() + timedelta(hours=1)
-    agent_status.pause_until("impl-1", until, f"usage limit reached; it resets at {until}")
+    agent_records.pause_until("impl-1", until, f"usage limit reached; it resets at {until}")
     assert codes(team, "b") == ["usage-limit"]
     assert one_pass(team, "b").started == []
-    agent_status.set_paused(False, agent="impl-1")  # `octopoid resume --agent` on b
+    agent_records.set_paused(False, agent="impl-1")  # `octopoid resume --agent` on b
     assert codes(team, "a") == []
     for n in range(3):  # three attempts in a row on a, each for a cause no task can fix
         tripped = agent_status.record_attempt(
             "impl-1", f"TASK-{n}", "error", 0, None, cause="unreachable", summary="refused"
         )
-    assert tripped is not None and tripped.kind == agent_status.BREAKER
+    assert tripped is not None and tripped.kind == agent_records.BREAKER
     assert codes(team, "b") == ["breaker"]
     assert one_pass(team, "b").started == []
 
@@ -149,10 +150,10 @@ def test_agents_state_files_from_before_move_into_the_store(git_project: Path) -
     (runtime / "agents/impl-1.json.lock").write_text("")
     agent_status.record_attempt("impl-1", "TASK-3", "success", 1, 0.25)
     assert not (runtime / "agents").exists() and not (runtime / "paused").exists()
-    assert agent_status.pause_state() == {
+    assert agent_records.pause_state() == {
         "system": "octopoid pause",
         "agents": {"impl-1": "octopoid pause"},
     }
-    record = agent_status.day_records(agent_status.config.load_agents())["impl-1"]
+    record = agent_records.day_records(agent_records.config.load_agents())["impl-1"]
     assert (record["attempts_today"], record["cost_today_usd"]) == (3, 0.75)
-    assert agent_status.limited_until("impl-1") is not None
+    assert agent_records.limited_until("impl-1") is not None

@@ -16,8 +16,8 @@ import pytest
 from orchestrator import config
 from orchestrator.base.processes import TOKEN_ENV, marked_processes
 from orchestrator.model.tasks import render_task
+from orchestrator.queue import agent_records, steering
 from orchestrator.queue import machine as q
-from orchestrator.queue import steering
 from orchestrator.queue.leases import attempts_left
 from orchestrator.roles import agent_status
 
@@ -169,7 +169,7 @@ def test_stop_ends_a_running_attempt_without_counting_it(git_project: Path) -> N
     assert "stopped by human: wrong approach: use v2" in render_task(task)  # History
     notes = q.get_task_notes(tid)
     assert "interrupted: stopped by human: wrong approach: use v2" in notes
-    record = agent_status.day_records(config.load_agents())["impl-1"]
+    record = agent_records.day_records(config.load_agents())["impl-1"]
     assert record["last_outcome"] == "interrupted" and record["systemic"] == streak
 
 

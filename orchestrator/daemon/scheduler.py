@@ -46,11 +46,10 @@ from ..base.processes import (
 from ..model import defaults
 from ..model.exceptions import ConfigError, IllegalTransition, OctopoidError, SchedulerError
 from ..model.tasks import Task, TaskState, task_label, utcnow
-from ..queue import budgets, recovery
+from ..queue import agent_records, budgets, recovery
 from ..queue import machine as queue_utils
 from ..queue.leases import claim_token
 from ..review import finishing
-from ..roles import agent_status
 from ..roles.base import RUNNER, deadline_seconds, runner_env
 from . import stalls, wakeup
 from .forkserver import ForkedRunner, ForkServer
@@ -216,7 +215,7 @@ class Scheduler:
             report.reaped.append(task.label)
         self._collect_finished(report)
         agents_cfg = config.load_agents()
-        records = agent_status.day_records(agents_cfg)  # once a pass: pauses, days, breakers
+        records = agent_records.day_records(agents_cfg)  # once a pass: pauses, days, breakers
         if self._alerts is not None:
             self._alerts.tripped(records)
         if self._stopping:
@@ -583,7 +582,7 @@ class Scheduler:
         paths = [
             *([] if self._inotify else [runtime / "queue" / "incoming"]),
             runtime / "records",
-            runtime / "records" / agent_status.SYSTEM,
+            runtime / "records" / agent_records.SYSTEM,
             config.get_octopoid_dir() / "agents.yaml",
         ]
         out = []
