@@ -76,9 +76,9 @@ def test_a_project_s_daily_budget_is_spent_once_across_machines(team: Machines) 
     for root in team.roots.values():
         set_config(root, git={"remote": "origin"}, budgets={"project_daily": {"usd": 1.0}})
     team.on("a")
-    agent_status.record_attempt("impl-1", "TASK-8", "success", 3, 0.6)  # a runner on a
+    agent_records.record_attempt("impl-1", "TASK-8", "success", 3, 0.6)  # a runner on a
     assert one_pass(team, "b").skipped == ""  # $0.60 of $1.00: b may claim
-    agent_status.record_attempt("impl-1", "TASK-9", "success", 3, 0.6)  # a runner on b
+    agent_records.record_attempt("impl-1", "TASK-9", "success", 3, 0.6)  # a runner on b
     for name in ("a", "b"):
         skipped = one_pass(team, name).skipped
         assert (
@@ -98,8 +98,9 @@ def test_a_usage_limit_or_breaker_found_on_one_machine_stops_the_agent_on_the_ot
     agent_records.set_paused(False, agent="impl-1")  # `octopoid resume --agent` on b
     assert codes(team, "a") == []
     for n in range(3):  # three attempts in a row on a, each for a cause no task can fix
-        tripped = agent_status.record_attempt(
-            "impl-1", f"TASK-{n}", "error", 0, None, cause="unreachable", summary="refused"
+        failure = agent_status.failure("unreachable", "refused")
+        tripped = agent_records.record_attempt(
+            "impl-1", f"TASK-{n}", "error", 0, None, failure=failure
         )
     assert tripped is not None and tripped.kind == agent_records.BREAKER
     assert codes(team, "b") == ["breaker"]
@@ -115,7 +116,7 @@ def test_a_pass_reads_every_agent_s_state_in_one_read(
     doc["agents"] += [{**doc["agents"][0], "name": f"impl-{n}"} for n in (2, 3)]
     path.write_text(yaml.safe_dump(doc))
     for n in (1, 2, 3):
-        agent_status.record_attempt(f"impl-{n}", "TASK-1", "success", 1, 0.1)
+        agent_records.record_attempt(f"impl-{n}", "TASK-1", "success", 1, 0.1)
     records, calls = q.get_store().records, []
 
     def counting(method: str):
@@ -148,7 +149,7 @@ def test_agents_state_files_from_before_move_into_the_store(git_project: Path) -
     until = format_time(utcnow() + timedelta(hours=1))
     (runtime / "agents/impl-1.limited").write_text(json.dumps({**hold, "until": until}))
     (runtime / "agents/impl-1.json.lock").write_text("")
-    agent_status.record_attempt("impl-1", "TASK-3", "success", 1, 0.25)
+    agent_records.record_attempt("impl-1", "TASK-3", "success", 1, 0.25)
     assert not (runtime / "agents").exists() and not (runtime / "paused").exists()
     assert agent_records.pause_state() == {
         "system": "octopoid pause",

@@ -152,7 +152,9 @@ def test_stop_ends_a_running_attempt_without_counting_it(git_project: Path) -> N
     write_agents(git_project, env={"OCTO_TEST_SLEEP": "600"}, timeout_seconds=900)
     tid = q.create_task("slow to finish").id
     streak = {"cause": "box", "tasks": ["TASK-x"]}  # a failure no task can fix, just before
-    agent_status.record_attempt("impl-1", "TASK-x", "error", 0, None, cause="box")
+    agent_records.record_attempt(
+        "impl-1", "TASK-x", "error", 0, None, failure=agent_status.failure("box", "")
+    )
     claimed = q.claim_task(None, "impl-1")
     token = claimed.headers["CLAIM_TOKEN"]
     with running(git_project, claimed) as runner:

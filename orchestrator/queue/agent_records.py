@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from .. import config
@@ -61,6 +61,14 @@ class Hold:
                 "alerted": self.alerted}  # fmt: skip
 
 
+class Failure(NamedTuple):
+    """Why an attempt failed when no task could have helped: its ``cause`` (one of
+    ``backends.base.CAUSES``) and ``why``, in the role's words (``roles.agent_status``)."""
+
+    cause: str
+    why: str
+
+
 class AgentRecords(dict[str, dict[str, Any]]):
     """Every configured agent's record by name (``{}`` if none), and the system's record
     (``system``): one read of the store, made once a pass."""
@@ -96,15 +104,13 @@ def record_attempt(
     *,
     tokens: int = 0,
     seconds: float = 0.0,
-    cause: str | None = None,
-    why: str = "",
+    failure: Failure | None = None,
     refused: int = 0,
 ) -> Hold | None:
     """Add one finished attempt to the agent's record (today's totals reset each UTC day;
-    the daily budgets read them; ``refused``: destinations its network refused). ``cause``:
-    why it failed when no task could have helped (``backends.base.CAUSES``), said as
-    ``why`` (the role's words, ``roles.agent_status.record_attempt``); a run of them trips
-    the breaker, whose pause is returned."""
+    the daily budgets read them; ``refused``: destinations its network refused). A
+    ``failure`` no task could have helped: a run of them for one cause trips the breaker,
+    whose pause is returned."""
     now = now or utcnow()
     tripped: list[Hold | None] = [None]
 
@@ -121,7 +127,7 @@ def record_attempt(
         data["refused_today"] = data.get("refused_today", 0) + refused
         data.update(last_task=task_label, last_outcome=outcome, last_finished=format_time(now))
         if outcome != "interrupted":  # a stop or a shutdown says nothing of the agent
-            tripped[0] = _count_systemic(data, task_label, cause, why, now)
+            tripped[0] = _count_systemic(data, task_label, failure, now)
         return data
 
     _records().update(_key(agent), count)
@@ -129,19 +135,20 @@ def record_attempt(
 
 
 def _count_systemic(
-    data: dict, task_label: str, cause: str | None, because: str, now: datetime
+    data: dict, task_label: str, failure: Failure | None, now: datetime
 ) -> Hold | None:
     """The circuit breaker: ``defaults.BREAKER_THRESHOLD`` attempts in a row failing for
     one cause pause the agent (an attempt that ran, or failed otherwise, starts over)."""
     streak = data.pop("systemic", None) or {}
-    if cause is None:
+    if failure is None:
         return None
+    cause = failure.cause
     tasks = streak.get("tasks", []) if streak.get("cause") == cause else []
     tasks = [*tasks, task_label][-defaults.BREAKER_THRESHOLD :]
     if len(tasks) < defaults.BREAKER_THRESHOLD:
         data["systemic"] = {"cause": cause, "tasks": tasks}
         return None
-    why = f"{len(tasks)} attempts in a row ({', '.join(tasks)}) failed because {because}"
+    why = f"{len(tasks)} attempts in a row ({', '.join(tasks)}) failed because {failure.why}"
     retry = timedelta(seconds=defaults.BREAKER_RETRY_SECONDS)
     hold = Hold(BREAKER, why, now + retry if cause in PASSING_CAUSES else None, format_time(now))
     data["hold"] = hold.as_record()

@@ -1,5 +1,5 @@
-"""What only a role knows of an agent: whether it can run at all, and an attempt's end
-said in the backends' words before its record counts it.
+"""What only a role knows of an agent: whether it can run at all, and why an attempt
+failed said in the backends' words before its record counts it.
 
 The record itself (pauses, today's use, the circuit breaker) is ``queue.agent_records``,
 below the roles, so the store never calls up into one.
@@ -7,14 +7,12 @@ below the roles, so the store never calls up into one.
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .. import config
 from ..base.lazy import lazy_import
 from ..queue import agent_records
-from ..queue.agent_records import Hold
 
 # Needed only to say whether an agent can run: `status` does not pay for them.
 backends_base = lazy_import("orchestrator.backends.base")  # CAUSES, when an attempt failed
@@ -25,26 +23,13 @@ process = lazy_import("orchestrator.backends.process")
 COSTLESS_BACKENDS = ("command",)
 
 
-def record_attempt(
-    agent: str,
-    task_label: str,
-    outcome: str,
-    turns: int,
-    cost_usd: float | None,
-    now: datetime | None = None,
-    *,
-    cause: str | None = None,
-    summary: str = "",
-    **used: float,
-) -> Hold | None:
-    """Count one finished attempt in the agent's record (``agent_records.record_attempt``;
-    ``used``: its tokens, seconds, refused destinations). A ``cause``, why no task could
-    have helped, is said in the backends' words (``CAUSES``) and the agent's ``summary``:
-    the breaker's reason if a run of them trips it."""
-    why = f"{backends_base.CAUSES[cause]}: {summary[:300]}" if cause else ""
-    return agent_records.record_attempt(
-        agent, task_label, outcome, turns, cost_usd, now, cause=cause, why=why, **used
-    )
+def failure(cause: str | None, summary: str) -> agent_records.Failure | None:
+    """An attempt's ``cause`` (why no task could have helped, or None) for its record, said
+    in the backends' words (``CAUSES``) and the agent's ``summary``: the circuit breaker's
+    reason if a run of them trips it."""
+    if cause is None:
+        return None
+    return agent_records.Failure(cause, f"{backends_base.CAUSES[cause]}: {summary[:300]}")
 
 
 def readiness_problem(agent: dict[str, Any]) -> str | None:

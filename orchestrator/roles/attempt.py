@@ -123,10 +123,10 @@ def run(task: Task, agent_name: str, token: str, role: Role) -> outcome.AttemptR
         if not role.keeps_branch:  # nothing of its workspace is kept, nor its branch
             with contextlib.suppress(OctopoidError):
                 branches.remove_worktree(core.open_repo(), task.id)
-    agent_status.record_attempt(
+    agent_records.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd,
         tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
-        cause=result.cause, summary=result.summary, refused=refused,
+        failure=agent_status.failure(result.cause, result.summary), refused=refused,
     )  # fmt: skip
     return report
 
