@@ -13,6 +13,7 @@ import yaml
 
 from orchestrator.daemon import scheduler, stalls
 from orchestrator.model.tasks import format_time, utcnow
+from orchestrator.queue import agent_records
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
@@ -45,16 +46,16 @@ def test_a_pause_on_one_machine_stops_the_other_and_a_resume_there_restarts_it(
 ) -> None:
     machines.on("a")
     task = q.create_task("feature")
-    agent_status.set_paused(True)  # `octopoid pause` on a
+    agent_records.set_paused(True)  # `octopoid pause` on a
     report = one_pass(machines, "b")
     assert report.skipped == "paused (`octopoid resume`)" and report.started == []
-    agent_status.set_paused(False)  # `octopoid resume` on b
-    agent_status.set_paused(True, agent="impl-1")  # `octopoid pause --agent impl-1` on b
+    agent_records.set_paused(False)  # `octopoid resume` on b
+    agent_records.set_paused(True, agent="impl-1")  # `octopoid pause --agent impl-1` on b
     assert one_pass(machines, "a").started == []
-    assert agent_status.pause_state() == {"system": None, "agents": {"impl-1": "octopoid pause"}}
-    agent_status.set_paused(False, agent="impl-1")  # on a
+    assert agent_records.pause_state() == {"system": None, "agents": {"impl-1": "octopoid pause"}}
+    agent_records.set_paused(False, agent="impl-1")  # on a
     machines.on("b")
-    assert agent_status.pause_state() == {"system": None, "agents": {}}
+    assert agent_records.pause_state() == {"system": None, "agents": {}}
     machines.on("a")
     sched = scheduler.Scheduler()
     sched.initialize()
@@ -69,9 +70,9 @@ def test_a_project_s_daily_budget_is_spent_once_across_machines(machines: Machin
     for root in machines.roots.values():
         set_config(root, git={"remote": "origin"}, budgets={"project_daily": {"usd": 1.0}})
     machines.on("a")
-    agent_status.record_attempt("impl-1", "TASK-8", "success", 3, 0.6)  # a runner on a
+    agent_records.record_attempt("impl-1", "TASK-8", "success", 3, 0.6)  # a runner on a
     assert one_pass(machines, "b").skipped == ""  # $0.60 of $1.00: b may claim
-    agent_status.record_attempt("impl-1", "TASK-9", "success", 3, 0.6)  # a runner on b
+    agent_records.record_attempt("impl-1", "TASK-9", "success", 3, 0.6)  # a runner on b
     for name in ("a", "b"):
         skipped = one_pass(machines, name).skipped
         assert (
@@ -85,16 +86,17 @@ def test_a_usage_limit_or_breaker_found_on_one_machine_stops_the_agent_on_the_ot
     machines.on("a")
     q.create_task("waits")
     until = utcnow() + timedelta(hours=1)
-    agent_status.pause_until("impl-1", until, f"usage limit reached; it resets at {until}")
+    agent_records.pause_until("impl-1", until, f"usage limit reached; it resets at {until}")
     assert codes(machines, "b") == ["usage-limit"]
     assert one_pass(machines, "b").started == []
-    agent_status.set_paused(False, agent="impl-1")  # `octopoid resume --agent` on b
+    agent_records.set_paused(False, agent="impl-1")  # `octopoid resume --agent` on b
     assert codes(machines, "a") == []
     for n in range(3):  # three attempts in a row on a, each for a cause no task can fix
-        tripped = agent_status.record_attempt(
-            "impl-1", f"TASK-{n}", "error", 0, None, cause="unreachable", summary="refused"
+        failure = agent_status.failure("unreachable", "refused")
+        tripped = agent_records.record_attempt(
+            "impl-1", f"TASK-{n}", "error", 0, None, failure=failure
         )
-    assert tripped is not None and tripped.kind == agent_status.BREAKER
+    assert tripped is not None and tripped.kind == agent_records.BREAKER
     assert codes(machines, "b") == ["breaker"]
     assert one_pass(machines, "b").started == []
 
@@ -108,7 +110,7 @@ def test_a_pass_reads_every_agent_s_state_in_one_read(
     doc["agents"] += [{**doc["agents"][0], "name": f"impl-{n}"} for n in (2, 3)]
     path.write_text(yaml.safe_dump(doc))
     for n in (1, 2, 3):
-        agent_status.record_attempt(f"impl-{n}", "TASK-1", "success", 1, 0.1)
+        agent_records.record_attempt(f"impl-{n}", "TASK-1", "success", 1, 0.1)
     records, calls = q.get_store().records, []
 
     def counting(method: str):
@@ -141,12 +143,12 @@ def test_agents_state_files_from_before_move_into_the_store(git_project: Path) -
     until = format_time(utcnow() + timedelta(hours=1))
     (runtime / "agents/impl-1.limited").write_text(json.dumps({**hold, "until": until}))
     (runtime / "agents/impl-1.json.lock").write_text("")
-    agent_status.record_attempt("impl-1", "TASK-3", "success", 1, 0.25)
+    agent_records.record_attempt("impl-1", "TASK-3", "success", 1, 0.25)
     assert not (runtime / "agents").exists() and not (runtime / "paused").exists()
-    assert agent_status.pause_state() == {
+    assert agent_records.pause_state() == {
         "system": "octopoid pause",
         "agents": {"impl-1": "octopoid pause"},
     }
-    record = agent_status.day_records(agent_status.config.load_agents())["impl-1"]
+    record = agent_records.day_records(agent_records.config.load_agents())["impl-1"]
     assert (record["attempts_today"], record["cost_today_usd"]) == (3, 0.75)
-    assert agent_status.limited_until("impl-1") is not None
+    assert agent_records.limited_until("impl-1") is not None

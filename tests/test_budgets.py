@@ -119,22 +119,22 @@ def test_an_agent_out_of_its_day_s_budget_claims_nothing_and_says_why(
 def test_a_day_s_tokens_and_seconds_start_again_with_the_day(project: Path) -> None:
     from datetime import timedelta
 
-    from orchestrator.roles import agent_status
+    from orchestrator.queue import agent_records
 
-    agent_status.record_attempt("a", "TASK-1", "success", 3, 0.5, NOW, tokens=1000, seconds=60)
+    agent_records.record_attempt("a", "TASK-1", "success", 3, 0.5, NOW, tokens=1000, seconds=60)
     later = NOW + timedelta(days=1)
-    agent_status.record_attempt("a", "TASK-2", "success", 1, 0.1, later, tokens=10, seconds=2)
-    (record,) = agent_status.day_records({"agents": [{"name": "a"}]}).values()
+    agent_records.record_attempt("a", "TASK-2", "success", 1, 0.1, later, tokens=10, seconds=2)
+    (record,) = agent_records.day_records({"agents": [{"name": "a"}]}).values()
     assert budgets.day_spend(record, later) == budgets.Spend(0.1, 10, 1, 2.0)
 
 
 def test_the_scheduler_alerts_a_budget_at_80_percent_once(git_project: Path) -> None:
     from orchestrator.daemon import scheduler
-    from orchestrator.roles import agent_status
+    from orchestrator.queue import agent_records
 
     write_agents(git_project)
     set_config(git_project, budgets={"project_daily": {"usd": 1.0}})
-    agent_status.record_attempt("impl-1", "TASK-9", "success", 3, 0.9)
+    agent_records.record_attempt("impl-1", "TASK-9", "success", 3, 0.9)
     sched = scheduler.Scheduler()
     sched.initialize()
     try:

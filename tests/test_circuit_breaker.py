@@ -17,6 +17,7 @@ from orchestrator.backends.base import CAUSES
 from orchestrator.daemon import scheduler, stalls
 from orchestrator.faces.web import board
 from orchestrator.model.tasks import TaskState
+from orchestrator.queue import agent_records
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
@@ -40,7 +41,7 @@ def attempts_in_process(agent: str) -> None:
     while True:
         agents_cfg = config.load_agents()
         (own,) = [a for a in agents_cfg["agents"] if a["name"] == agent]
-        if stalls.for_agent(own, agents_cfg, agent_status.day_records(agents_cfg)):
+        if stalls.for_agent(own, agents_cfg, agent_records.day_records(agents_cfg)):
             return
         task = q.claim_task(own["role"], agent)
         if task is None:
@@ -158,8 +159,8 @@ def test_three_tasks_failing_for_one_cause_pause_the_agent_once_and_cost_nothing
         if cause != "cannot-start":
             attempts_in_process(agent)
         passes_until_quiet(daemon)  # cannot-start: its runners, as on any night
-        hold = agent_status.held(agent)
-        assert hold is not None and hold.kind == agent_status.BREAKER
+        hold = agent_records.held(agent)
+        assert hold is not None and hold.kind == agent_records.BREAKER
         assert CAUSES[cause] in hold.why and "TASK-1, TASK-2, TASK-3" in hold.why
         for tid in ids:  # each tried once, and given back
             task = q.get_task(tid)
@@ -182,7 +183,7 @@ def test_three_tasks_failing_for_one_cause_pause_the_agent_once_and_cost_nothing
     assert log.count(f"circuit breaker tripped for agent {agent}") == 1
     _said_everywhere(agent, cause)
     assert "circuit breaker is reset" in invoke("resume", "--agent", agent, code=0).output
-    assert agent_status.held(agent) is None and stalls.report()["claiming"]
+    assert agent_records.held(agent) is None and stalls.report()["claiming"]
 
 
 def test_a_task_s_own_failure_does_not_trip_the_breaker(
@@ -198,7 +199,7 @@ def test_a_task_s_own_failure_does_not_trip_the_breaker(
         api_agent(git_project, api.base_url, max_attempts=1)
         ids = [q.create_task(f"task {n}").id for n in range(3)]
         attempts_in_process("api-1")
-    assert agent_status.held("api-1") is None and stalls.report()["claiming"]
+    assert agent_records.held("api-1") is None and stalls.report()["claiming"]
     given_back, own = [q.get_task(tid) for tid in ids[:2]], q.get_task(ids[2])
     assert all(
         t.headers["INTERRUPTED"] == "1" and t.state is TaskState.INCOMING for t in given_back

@@ -14,9 +14,9 @@ from orchestrator.base.processes import TOKEN_ENV, marked_processes
 from orchestrator.daemon import scheduler
 from orchestrator.model import defaults
 from orchestrator.model.tasks import TaskState
+from orchestrator.queue import agent_records
 from orchestrator.queue import machine as q
 from orchestrator.queue.leases import attempts_left
-from orchestrator.roles import agent_status
 
 from .support import run_claimed, set_config, settle, wait_for, write_agents
 from .support.daemon import alive
@@ -83,7 +83,7 @@ def test_a_hung_runner_is_killed_at_its_deadline(sched, monkeypatch, tmp_path):
     monkeypatch.setattr(defaults, "RUNNER_DEADLINE_GRACE_SECONDS", -58)  # deadline: 2 s
     tid = q.create_task("slow").id
     sched.loop_once()
-    agent_status.set_paused(True)  # one attempt is all this test watches
+    agent_records.set_paused(True)  # one attempt is all this test watches
     (runner,) = sched.runners.values()
     token = runner.token
     wait_for("the runner and its agent up", lambda: marked_processes(**{TOKEN_ENV: token}))

@@ -135,12 +135,12 @@ def test_a_fork_server_too_slow_to_answer_never_leaves_two_runners(git_project: 
     task = q.create_task("plain work")
     claimed = q.claim_task(None, "impl-1")
     sched = scheduler.Scheduler()
-    sched._forkserver = ForkServer()
-    server = psutil.Process(sched._forkserver.proc.pid)
-    sched._forkserver._sock.settimeout(1e-6)
+    sched.pool.forkserver = ForkServer()
+    server = psutil.Process(sched.pool.forkserver.proc.pid)
+    sched.pool.forkserver._sock.settimeout(1e-6)
     agent = config.load_agents()["agents"][0]
-    assert sched._start_runner(claimed, agent) is False
-    assert sched._forkserver is None and not server.is_running()
+    assert sched.pool.start(claimed, agent, "a test") is False
+    assert sched.pool.forkserver is None and not server.is_running()
     assert state_of(task.id) == "incoming"
     log = config.get_logs_dir() / f"TASK-{task.id}" / "runner.log"
     wait_for("any late runner to be done", lambda: not _left_behind(git_project))

@@ -34,13 +34,15 @@ PLANTS = [
     ("box/bwrap.py", "from orchestrator.queue import machine", "the box never moves tasks"),
     ("faces/listing.py", "from orchestrator.git import branches", "faces never call git"),
     ("memory/terms.py", "from orchestrator.queue import store", "memory never imports the queue"),
+    ("queue/adopt.py", "from orchestrator.queue import machine", "a pause is a record, not a move"),
 ]
 
 
 def test_planted_imports_break_their_contracts(tmp_path: Path) -> None:
     """One copy of the tree with an upward import, a box that moves tasks, a face that
-    calls git and a memory that imports the queue: each contract fails and names the
-    import (one run: lint-imports takes seconds)."""
+    calls git, a memory that imports the queue and an agent's record that reaches the
+    moves: each contract fails and names the import (one run: lint-imports takes
+    seconds)."""
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(ROOT / "orchestrator", tmp_path / "orchestrator", ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", tmp_path)

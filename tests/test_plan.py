@@ -306,9 +306,9 @@ def test_a_planner_drafts_through_its_mcp_tools_each_checked_as_it_comes(
         ("T2", "API", ["T1"]),
     ]
     from orchestrator import config
-    from orchestrator.roles import agent_status
+    from orchestrator.queue import agent_records
 
-    record = agent_status.day_records(config.load_agents())["planner"]
+    record = agent_records.day_records(config.load_agents())["planner"]
     assert record["attempts_today"] == 1 and record["turns_today"] == 5  # counted in its day
     offered = {tool["name"] for tool in api.requests[0]["tools"]}
     assert {"draft_task", "draft_dependency", "ask_human"} <= offered
@@ -380,7 +380,7 @@ def test_a_planner_runs_as_every_attempt_does_with_its_memory_and_its_budget(pla
     """The one attempt runner runs the planner: its prompt carries the project's memory, and
     an agent whose day's budget is spent starts no attempt (the carrying task says why)."""
     from orchestrator.memory.open import open_memory
-    from orchestrator.roles import agent_status
+    from orchestrator.queue import agent_records
 
     memory = open_memory()
     memory.write_note("MEMORY-CLUE: exports are written by src/export.py", pinned=True)
@@ -389,7 +389,7 @@ def test_a_planner_runs_as_every_attempt_does_with_its_memory_and_its_budget(pla
     [carrier] = q.list_tasks(S.DONE)
     prompt = (config.get_logs_dir() / carrier.label / "attempt-1.prompt.md").read_text()
     assert "## Relevant Memory" in prompt and "MEMORY-CLUE" in prompt
-    assert agent_status.day_records(config.load_agents())["planner"]["attempts_today"] == 1
+    assert agent_records.day_records(config.load_agents())["planner"]["attempts_today"] == 1
 
     set_config(planned, budgets={"agent_daily": {"seconds": 0}})
     with pytest.raises(InvalidTask, match="no attempt started") as refused:

@@ -13,8 +13,8 @@ from orchestrator import config
 from orchestrator.daemon import scheduler, scheduler_control
 from orchestrator.model.exceptions import OctopoidError, SchedulerError
 from orchestrator.model.tasks import TaskState
+from orchestrator.queue import agent_records
 from orchestrator.queue import machine as q
-from orchestrator.roles import agent_status
 
 from .support import child_env, octopoid, settle, wait_for, write_agents
 
@@ -38,20 +38,20 @@ def test_a_pass_claims_up_to_the_agents_slots(daemon) -> None:
 
 
 def test_pause_and_resume(daemon) -> None:
-    agent_status.set_paused(True)
+    agent_records.set_paused(True)
     q.create_task("t")
     assert daemon.loop_once().skipped == "paused (`octopoid resume`)"
-    agent_status.set_paused(False)
-    agent_status.set_paused(True, agent="impl-1")
+    agent_records.set_paused(False)
+    agent_records.set_paused(True, agent="impl-1")
     assert daemon.loop_once().started == []
-    agent_status.set_paused(False, agent="impl-1")
+    agent_records.set_paused(False, agent="impl-1")
     assert len(daemon.loop_once().started) == 1
     settle(daemon)
 
 
 def test_pausing_an_unknown_agent_is_an_error(daemon) -> None:
     with pytest.raises(OctopoidError, match="no agent named 'ghost'"):
-        agent_status.set_paused(True, agent="ghost")
+        agent_records.set_paused(True, agent="ghost")
 
 
 def test_backpressure_stops_claiming_while_reviews_pile_up(git_project: Path) -> None:
@@ -253,7 +253,7 @@ def test_housekeeping_leaves_the_clone_of_a_runner_not_yet_collected(
         os.kill(runner.proc.pid, signal.SIGSTOP)  # held between its move and its clean-up
         try:
             q.submit_completion(tid, 1, 1)  # the move it makes before removing the clone
-            agent_status.set_paused(True)  # this pass sweeps and claims nothing
+            agent_records.set_paused(True)  # this pass sweeps and claims nothing
             sched._next_sweep = 0
             sched.loop_once()
             assert (config.get_worktrees_dir() / f"TASK-{tid}").is_dir()

@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.daemon import scheduler, stalls
 from orchestrator.model.tasks import TaskState
+from orchestrator.queue import agent_records
 from orchestrator.queue import machine as q
-from orchestrator.roles import agent_status
 
 from .support import octopoid, provisional_with_commit, write_agents
 
@@ -64,7 +64,7 @@ def test_backpressure_is_said_everywhere_and_is_what_the_scheduler_obeys(git_pro
 def test_a_pause_is_said_with_how_to_lift_it(git_project: Path, how: str):
     write_agents(git_project, **({"paused": True} if how == "in-config" else {}))
     if how == "pause":
-        agent_status.set_paused(True)
+        agent_records.set_paused(True)
     lift = "`octopoid resume`" if how == "pause" else "paused: true in agents.yaml"
     said_everywhere(git_project, "paused", f"paused ({lift})")
 

@@ -42,6 +42,7 @@ HEAVY = {
     "the redaction": "orchestrator.base.redaction",
     "secrets": "secrets",  # hmac and OpenSSL: a temp file's or a claim's random name
     "the state machine": "orchestrator.queue.machine",  # the moves: readers need none
+    "the roles": "orchestrator.roles",  # what an attempt does: a pause is a record
     "git machinery": "orchestrator.git",  # merge checks: none with nothing in review
     "the network policy": "orchestrator.base.netpolicy",  # config: for allow entries only
     "shutil": "shutil",  # and bz2, lzma: removing a tree, never writing a file
@@ -58,7 +59,8 @@ NOT_NEEDED = {
     ("memory", "show", "TASK-1"): set(HEAVY),
     ("memory", "show", "TASK-2"): set(HEAVY) - {"the store"},  # no notes: is it a task?
     ("memory", "search", "fact"): set(HEAVY),  # its query checked below the queue
-    ("pause",): set(HEAVY) - {"secrets", "the store", "the state machine"},  # a record
+    ("pause",): set(HEAVY) - {"secrets", "the store"},  # a record written, no move
+    ("resume",): set(HEAVY) - {"secrets", "the store"},
     ("notes", "TASK-1"): set(HEAVY),
     ("notes", "TASK-2"): set(HEAVY) - {"the store"},  # no notes: asks the store, no move
     ("list",): WRITERS_ONLY

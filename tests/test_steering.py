@@ -16,8 +16,8 @@ import pytest
 from orchestrator import config
 from orchestrator.base.processes import TOKEN_ENV, marked_processes
 from orchestrator.model.tasks import render_task
+from orchestrator.queue import agent_records, steering
 from orchestrator.queue import machine as q
-from orchestrator.queue import steering
 from orchestrator.queue.leases import attempts_left
 from orchestrator.roles import agent_status
 
@@ -152,7 +152,9 @@ def test_stop_ends_a_running_attempt_without_counting_it(git_project: Path) -> N
     write_agents(git_project, env={"OCTO_TEST_SLEEP": "600"}, timeout_seconds=900)
     tid = q.create_task("slow to finish").id
     streak = {"cause": "box", "tasks": ["TASK-x"]}  # a failure no task can fix, just before
-    agent_status.record_attempt("impl-1", "TASK-x", "error", 0, None, cause="box")
+    agent_records.record_attempt(
+        "impl-1", "TASK-x", "error", 0, None, failure=agent_status.failure("box", "")
+    )
     claimed = q.claim_task(None, "impl-1")
     token = claimed.headers["CLAIM_TOKEN"]
     with running(git_project, claimed) as runner:
@@ -169,7 +171,7 @@ def test_stop_ends_a_running_attempt_without_counting_it(git_project: Path) -> N
     assert "stopped by human: wrong approach: use v2" in render_task(task)  # History
     notes = q.get_task_notes(tid)
     assert "interrupted: stopped by human: wrong approach: use v2" in notes
-    record = agent_status.day_records(config.load_agents())["impl-1"]
+    record = agent_records.day_records(config.load_agents())["impl-1"]
     assert record["last_outcome"] == "interrupted" and record["systemic"] == streak
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # only a type here: `status` imports backends to ask if agent
 OUTCOMES = ("success", "max_turns", "timeout", "error", "budget", "rate_limited", "interrupted")
 #: Why an attempt failed when no task could have made it work: the agent's own setup or its
 #: API, the same for every task. Such an attempt is given back, and a run of them pauses
-#: the agent (the circuit breaker, ``agent_status.record_attempt``). What each means:
+#: the agent (the circuit breaker, ``queue.agent_records.record_attempt``). What each means:
 CAUSES = {
     "cannot-start": "the agent's program cannot start",
     "box": "the sandbox cannot start",

@@ -24,8 +24,8 @@ from .. import config
 from ..base.redaction import redact
 from ..model.exceptions import ConfigError, OctopoidError
 from ..model.tasks import FILE_RE, TaskId, TaskState, task_label
+from ..queue import agent_records
 from ..queue import machine as queue_utils
-from ..roles import agent_status
 
 log = logging.getLogger("octopoid.notify")
 
@@ -111,17 +111,17 @@ class Alerts:
             self._tell("budget", "octopoid: a budget is running out", message)
         return [message for _, message in new]
 
-    def tripped(self, records: agent_status.AgentRecords) -> list[str]:
+    def tripped(self, records: agent_records.AgentRecords) -> list[str]:
         """Alert (and log) each circuit breaker that paused an agent of ``records`` (a
         pass's read), once: the pause remembers it was said, so a restarted (or
         ``--once``) scheduler, or another machine's, does not say it again. Return the
         agents said now."""
         said = []
         for name in records:
-            hold = agent_status.held(name, records=records)
-            if hold is None or hold.kind != agent_status.BREAKER or hold.alerted:
+            hold = agent_records.held(name, records=records)
+            if hold is None or hold.kind != agent_records.BREAKER or hold.alerted:
                 continue
-            if not agent_status.mark_alerted(name, hold.since):
+            if not agent_records.mark_alerted(name, hold.since):
                 continue
             said.append(name)
             log.warning("circuit breaker tripped for agent %s: %s", name, hold.why)

@@ -1,89 +1,46 @@
 """The scheduler daemon: reap expired claims, claim work for idle agents, start runners.
 
 ``initialize()``, one pass ``loop_once(now)``, ``shutdown()``: tests drive single passes;
-``run()`` repeats passes until asked to stop. Each attempt runs in its own runner process
-(``roles/implementer.py``), started in its own session, so a scheduler restart (or crash)
-does not stop work in progress, and the reaper can tell a live runner from a dead one.
-The daemon wakes the moment a task lands in ``incoming/`` (``wakeup``: inotify) or the
-store notifies it (PostgreSQL), and forks runners from a server that imported the runner
-once (``forkserver``), spawning them as before if it cannot.
-The scheduler knows its runners by their claim tokens (a task claimed again before its
-old runner exited has two, each with its own entry), gives a claim back at once when a
-runner cannot start, and kills a runner (and everything its attempt started) that outlives
-its hard deadline.
-
-Its size: one Scheduler class doing dispatch, runner spawning, the fork server, the forge
-thread and orphan reaping; issue 38 asks for it to be split by those.
+``run()`` repeats passes until asked to stop. The scheduler is the composition of its
+parts: ``dispatch`` claims for idle agents, ``runners`` starts each attempt's runner
+(forked by ``forkserver``, or spawned), collects it, kills it past its deadline and what
+a dead one left; the forge's thread (``forge/poller.py``) polls when config.yaml names
+one. The daemon wakes the moment a task lands in ``incoming/`` (``wakeup``: inotify) or
+the store notifies it (PostgreSQL); between wake-ups it watches a few mtimes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import logging.handlers
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from .. import box as sandbox
 from .. import config
 from ..base.fsutil import atomic_write
-from ..base.processes import (
-    adopted_children,
-    become_subreaper,
-    kill_claim_processes,
-    reap,
-    signal_group,
-)
+from ..base.processes import become_subreaper
 from ..model import defaults
-from ..model.exceptions import ConfigError, IllegalTransition, OctopoidError, SchedulerError
+from ..model.exceptions import ConfigError, OctopoidError, SchedulerError
 from ..model.tasks import Task, TaskState, task_label, utcnow
-from ..queue import budgets, recovery
+from ..queue import agent_records, budgets, recovery
 from ..queue import machine as queue_utils
-from ..queue.leases import claim_token
 from ..review import finishing
-from ..roles import agent_status
-from ..roles.base import RUNNER, deadline_seconds, runner_env
 from . import stalls, wakeup
-from .forkserver import ForkedRunner, ForkServer
+from .dispatch import Dispatch
 from .notify import Alerts
-from .scheduler_control import (
-    RUNNER_STOP_SECONDS,
-    lock_file,
-    pid_file,
-    read_pid,
-    setup_logging,
-    try_lock,
-)
+from .runners import Runner, Runners
+from .scheduler_control import lock_file, pid_file, read_pid, setup_logging, try_lock
 
 log = logging.getLogger("octopoid.scheduler")
 
 WATCH_SECONDS = 0.25  # how often the idle loop looks for new work (a stat or two)
 HOUSEKEEPING_SECONDS = 5.0  # a full pass at least this often (lease reaping)
-RUNNER_PIDS_KEPT = 10_000  # runners remembered, so their helpers are not taken for orphans
-
-
-@dataclass
-class Runner:
-    task_id: str
-    agent: str
-    proc: subprocess.Popen | ForkedRunner
-    token: str
-    deadline: float  # monotonic; past it the runner is hung and killed
-    started: float = field(default_factory=time.monotonic)
-
-    def kill(self) -> None:
-        """The runner, its session, and every process its attempt started."""
-        signal_group(self.proc.pid, signal.SIGKILL)
-        kill_claim_processes(self.token)
 
 
 @dataclass
@@ -101,23 +58,24 @@ class Scheduler:
         a scheduler run by other code (tests, the demo) leaves that process's children be."""
         self.own_process = own_process
         self.root = config.find_project_root()
-        self.runners: dict[str, Runner] = {}  # by claim token, never by task id
+        self.pool = Runners(self.root)
+        self.dispatch = Dispatch()
         self._lock_fd: int | None = None  # an flock of its own fd: one scheduler per root
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by stop() and by the store's watch (NOTIFY)
         self._stopping = False
-        self._warned: dict[str, str] = {}  # the stall last logged, by whom it stalls
-        self._config_problem: str | None = None
         self._lock_inode = 0
         self._alerts: Alerts | None = None  # from initialize(): tasks present then are old news
-        self._subreaper = False  # run(): orphans of dead runners come to us, and die
-        self._runner_pids: dict[int, None] = {}  # every runner started (their helpers live)
         self._next_sweep = 0.0
-        self._forkserver: ForkServer | None = None  # run(): runners forked, not spawned
         self._woken_by = ""  # what set _wake last
         self.wakeups: Counter[str] = Counter()  # by what: logged when the daemon stops
         self._inotify = False  # incoming/ is watched by the kernel, not by its mtime
         self._pass_reason = "a pass"  # why the current pass runs: said when it claims
+
+    @property
+    def runners(self) -> dict[str, Runner]:
+        """The runners started and not yet collected, by claim token (never by task id)."""
+        return self.pool.running
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -145,31 +103,7 @@ class Scheduler:
             except ConfigError as exc:
                 log.error("%s; using the default shutdown grace", exc)
                 grace = defaults.SHUTDOWN_GRACE_SECONDS
-        deadline = time.monotonic() + grace
-        while self.runners and time.monotonic() < deadline:
-            self._collect_finished(PassReport())
-            time.sleep(WATCH_SECONDS)
-        for runner in self.runners.values():
-            log.info(
-                "stopping %s (runner %d): it saves notes and requeues",
-                runner.task_id,
-                runner.proc.pid,
-            )
-            runner.proc.send_signal(signal.SIGTERM)
-        for runner in list(self.runners.values()):
-            try:
-                runner.proc.wait(RUNNER_STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                log.error(
-                    "runner %d for %s ignored SIGTERM; killing it (the lease reaper "
-                    "will requeue the task)",
-                    runner.proc.pid,
-                    runner.task_id,
-                )
-                runner.kill()
-                runner.proc.wait()
-            kill_claim_processes(runner.token)  # nothing of an attempt outlives it
-        self.runners.clear()
+        self.pool.stop(grace, WATCH_SECONDS)
         self._release("it was asked to stop (attempts still running were requeued)")
 
     def _release(self, why: str | None = None) -> None:
@@ -206,37 +140,29 @@ class Scheduler:
         """
         report = PassReport()
         problem = config.problem()
-        self._note_config(problem)
+        self.dispatch.note_config(problem)
         if problem:
-            self._collect_finished(report, recover=False)
+            report.finished += self.pool.collect(recover=False)
             report.skipped = problem
             return report
         for task, state in recovery.reap_expired_claims(now):
             log.warning("reaped %s: lease expired, owner gone -> %s", task.label, state.value)
             report.reaped.append(task.label)
-        self._collect_finished(report)
+        report.finished += self.pool.collect()
         agents_cfg = config.load_agents()
-        records = agent_status.day_records(agents_cfg)  # once a pass: pauses, days, breakers
+        records = agent_records.day_records(agents_cfg)  # once a pass: pauses, days, breakers
         if self._alerts is not None:
             self._alerts.tripped(records)
         if self._stopping:
             report.skipped = "stopping"
             return report
-        report.skipped = self._blocked_reason(agents_cfg, records)
+        report.skipped = self.dispatch.blocked_reason(agents_cfg, records)
         if not report.skipped:
-            self._dispatch(agents_cfg, records, report, now)
+            report.started += self.dispatch.claim(agents_cfg, records, self._start, now)
         if self._alerts is not None:  # after the claims: it reads the questions' records
             self._alerts.look()
         self._sweep(records, now)
         return report
-
-    def _note_config(self, problem: str | None) -> None:
-        if problem != self._config_problem:
-            if problem:
-                log.error("%s; claiming nothing until it is fixed", problem)
-            else:
-                log.info("configuration is valid again; claiming resumes")
-        self._config_problem = problem
 
     def _sweep(self, records: stalls.Records, now: datetime | None = None) -> None:
         """What dead runners' attempts left (containment settled, clones removed), what
@@ -245,7 +171,7 @@ class Scheduler:
         if time.monotonic() < self._next_sweep:
             return
         self._next_sweep = time.monotonic() + HOUSEKEEPING_SECONDS
-        self._kill_orphans()  # and what the orphans killed last time left in their turn
+        self.pool.kill_orphans()  # and what the orphans killed last time left in their turn
         store = queue_utils.get_store()
         # A runner not collected yet may have moved its task and still be removing its own
         # clone: only one that is gone (collected, or never ours) left what is swept.
@@ -263,198 +189,9 @@ class Scheduler:
             claimed = store.list(TaskState.CLAIMED)
             self._alerts.budgets(budgets.watched(claimed, records, cfg, now or utcnow()))
 
-    def _blocked_reason(self, agents_cfg: dict, records: stalls.Records) -> str:
-        """Why nothing is claimed this pass (``stalls.system``), logged when it changes."""
-        store = queue_utils.get_store()
-        found = "; ".join(stall.text for stall in stalls.system(agents_cfg, records, store))
-        self._say_once("not claiming", found)
-        return found
-
-    def _say_once(self, who: str, problem: str) -> None:
-        """Log a stall when it starts or changes, and once when it ends: never every pass."""
-        if problem != self._warned.get(who, ""):
-            if problem:
-                log.warning("%s: %s", who, problem)
-            else:
-                log.info("%s: no longer; claiming resumes", who)
-        self._warned[who] = problem
-
-    def _dispatch(
-        self, agents_cfg: dict, records: stalls.Records, report: PassReport, now: datetime | None
-    ) -> None:
-        claimed = queue_utils.get_store().list(TaskState.CLAIMED)
-        room = agents_cfg["max_claimed"] - len(claimed)
-        for agent in agents_cfg["agents"]:
-            if self._cannot_claim(agent, agents_cfg, records):
-                continue
-            busy = sum(1 for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"])
-            while room > 0 and busy < agent["max_concurrent"]:
-                task = self._claim_for(agent, agents_cfg["lease_seconds"], now)
-                if task is None:
-                    break
-                if self._start_runner(task, agent):
-                    report.started.append((task.label, agent["name"]))
-                room, busy = room - 1, busy + 1
-
-    @staticmethod
-    def _claim_for(agent: dict, lease_seconds: int, now: datetime | None) -> Task | None:
-        """Breakdown agents take burned-out tasks from breakdown/; others, their role's."""
-        breakdown = agent["role"] == stalls.BREAKDOWN_ROLE
-        return queue_utils.claim_task(
-            None if breakdown else agent["role"],
-            agent["name"],
-            source=TaskState.BREAKDOWN if breakdown else TaskState.INCOMING,
-            lease_seconds=lease_seconds,
-            now=now,
-        )
-
-    def _cannot_claim(self, agent: dict, agents_cfg: dict, records: stalls.Records) -> bool:
-        """An agent paused or unable to run (no claude binary, no API key) is skipped; its
-        reasons are logged when they change (``stalls.for_agent``)."""
-        found = "; ".join(stall.text for stall in stalls.for_agent(agent, agents_cfg, records))
-        self._say_once(f"agent {agent['name']}", found)
-        return bool(found)
-
-    def _start_runner(self, task: Task, agent: dict) -> bool:
-        """Start the attempt's runner; if it cannot start, give the claim back at once."""
-        log_dir = config.get_logs_dir() / task.label
-        token = claim_token(task)
-        env = runner_env(self.root, task, token)
-        try:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            proc, how = self._spawn([task.id, agent["name"]], env, log_dir / "runner.log")
-        except OSError as exc:
-            log.error("cannot start a runner for %s: %s; giving the claim back", task.label, exc)
-            kill_claim_processes(token)  # a fork server that answered late may have forked one
-            with contextlib.suppress(IllegalTransition):
-                queue_utils.release_claim(
-                    task, f"the runner could not start: {exc}", "octopoid", counted=False
-                )
-            return False
-        try:
-            limit = deadline_seconds(agent, task, config.load_config())
-        except OctopoidError:  # a bad CHECKS header: the runner will say so; no checks run
-            limit = agent["timeout_seconds"] + defaults.RUNNER_DEADLINE_GRACE_SECONDS
-        self.runners[token] = Runner(
-            task.label, agent["name"], proc, token, time.monotonic() + limit
-        )
-        self._runner_pids[proc.pid] = None
-        while len(self._runner_pids) > RUNNER_PIDS_KEPT:
-            del self._runner_pids[next(iter(self._runner_pids))]
-        log.info(
-            "claimed %s for %s (attempt %d); runner %d %s (woken by %s)",
-            task.label,
-            agent["name"],
-            task.attempts,
-            proc.pid,
-            how,
-            self._pass_reason,
-        )
-        return True
-
-    def _spawn(
-        self, args: list[str], env: dict[str, str], log_path: Path
-    ) -> tuple[subprocess.Popen | ForkedRunner, str]:
-        """A runner in a session of its own, and how it was started: forked by the fork
-        server, or (without one, or once it failed) spawned."""
-        if self._forkserver is not None:
-            try:
-                return self._forkserver.spawn(args, env, str(self.root), str(log_path)), "forked"
-            except TimeoutError as exc:  # it may fork that runner yet: never start a second
-                log.error("the fork server did not answer in time; runners are spawned from now on")
-                self._close_forkserver()
-                raise OSError(
-                    "the fork server did not answer in time (a runner it starts late finds "
-                    "its claim given back)"
-                ) from exc
-            except (OSError, ValueError) as exc:
-                log.error("the fork server failed (%s); runners are spawned from now on", exc)
-                self._close_forkserver()
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, *RUNNER, *args],
-                cwd=self.root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return proc, "spawned"
-
-    def _start_forkserver(self) -> None:
-        """Only a subreaper can fork runners this way: they are re-parented to it."""
-        if not self._subreaper:
-            return
-        try:
-            self._forkserver = ForkServer()
-        except OSError as exc:
-            log.error("cannot start the fork server (%s); runners are spawned", exc)
-
-    def _close_forkserver(self) -> None:
-        if self._forkserver is not None:
-            self._forkserver.close()
-            self._forkserver = None
-
-    def _collect_finished(self, report: PassReport, recover: bool = True) -> None:
-        """Forget runners that exited; recover the claims of those that died (``recover``:
-        without a valid configuration, the lease reaper does it once there is one again).
-        Only then can something have been re-parented here, so only then is it looked for."""
-        finished = False
-        for token, runner in list(self.runners.items()):
-            code = runner.proc.poll()
-            if code is None and time.monotonic() > runner.deadline:
-                log.error(
-                    "runner %d for %s is past its deadline; killing it",
-                    runner.proc.pid,
-                    runner.task_id,
-                )
-                runner.kill()
-                code = runner.proc.wait()
-            if code is None:
-                continue
-            del self.runners[token]
-            finished = True
-            seconds = time.monotonic() - runner.started
-            level = logging.INFO if code == 0 else logging.ERROR
-            log.log(level, "runner for %s exited %d after %.1fs", runner.task_id, code, seconds)
-            report.finished.append((runner.task_id, code))
-            kill_claim_processes(runner.token)  # nothing of an attempt outlives its runner
-            if code != 0 and recover:
-                self._recover(runner, code)
-        if finished:
-            self._kill_orphans()
-
-    def _kill_orphans(self) -> None:
-        """Processes a dead runner's attempt left (``setsid env -i`` included: no mark, no
-        group) were re-parented to this scheduler, a subreaper: they die here."""
-        if not self._subreaper:
-            return
-        ours = set(self._runner_pids)
-        if self._forkserver is not None:
-            ours.add(self._forkserver.proc.pid)
-        orphans, exited = adopted_children(ours)
-        for pid in orphans:
-            log.warning("killing process %d: left by an attempt whose runner died", pid)
-            signal_group(pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        reap([*orphans, *exited])
-
-    def _recover(self, runner: Runner, code: int) -> None:
-        """A runner that died left its task claimed: recover it now, not at lease expiry.
-
-        Only if the claim is still the one this runner held (its token): a claim requeued
-        by hand, or claimed again since, is somebody else's.
-        """
-        try:
-            task = queue_utils.get_task(runner.task_id)
-        except OctopoidError:
-            return
-        if task.state is TaskState.CLAIMED and claim_token(task) == runner.token:
-            moved = recovery.recover_dead_claim(task, f"runner exited with status {code}")
-            if moved is not None:
-                log.warning("recovered %s from a dead runner -> %s", task.label, moved.state.value)
+    def _start(self, task: Task, agent: dict) -> bool:
+        """Start a claimed task's runner, saying what woke the pass that claimed it."""
+        return self.pool.start(task, agent, self._pass_reason)
 
     # --- the daemon loop ----------------------------------------------------------------
 
@@ -472,8 +209,8 @@ class Scheduler:
                 self._release()
             return
         lost = None
-        self._subreaper = self.own_process and become_subreaper()
-        self._start_forkserver()
+        self.pool.subreaper = self.own_process and become_subreaper()
+        self.pool.open_forkserver()
         stop_watching = self._watch_store()
         self._start_forge()
         try:
@@ -484,7 +221,7 @@ class Scheduler:
                 reason = self._woken_by if self._wake.is_set() else ""
                 if state != watched:
                     reason = reason or "a poll (a folder or file changed)"
-                elif self._any_finished():
+                elif self.pool.any_finished():
                     reason = reason or "a runner's exit"
                 elif time.monotonic() >= next_pass:
                     reason = reason or "housekeeping"
@@ -496,7 +233,7 @@ class Scheduler:
                 self._wake.wait(WATCH_SECONDS)
         finally:
             stop_watching()
-            self._close_forkserver()
+            self.pool.close_forkserver()
             woken = ", ".join(f"{why} {n}" for why, n in sorted(self.wakeups.items()))
             log.info("woken without a poll: %s", woken or "never")
             if lost:
@@ -557,10 +294,7 @@ class Scheduler:
 
     def _abandon(self, lost: str) -> None:
         """Stop at once with nothing left behind: kill every runner (its claim is gone too)."""
-        for runner in self.runners.values():
-            runner.kill()
-            runner.proc.wait()
-        self.runners.clear()
+        self.pool.kill_all()
         if self._alerts is not None:
             self._alerts.stopped(f"{lost}; its runners were killed")
         self._unlock()
@@ -583,7 +317,7 @@ class Scheduler:
         paths = [
             *([] if self._inotify else [runtime / "queue" / "incoming"]),
             runtime / "records",
-            runtime / "records" / agent_status.SYSTEM,
+            runtime / "records" / agent_records.SYSTEM,
             config.get_octopoid_dir() / "agents.yaml",
         ]
         out = []
@@ -593,6 +327,3 @@ class Scheduler:
             except FileNotFoundError:
                 out.append(0)
         return tuple(out)
-
-    def _any_finished(self) -> bool:
-        return any(r.proc.poll() is not None for r in self.runners.values())

@@ -15,7 +15,7 @@ from typing import Any
 from .. import box as sandbox
 from .. import config
 from ..model.tasks import TaskState, format_time, plural, utcnow
-from ..queue import budgets
+from ..queue import agent_records, budgets
 from ..queue.machine import get_store
 from ..queue.store import QueueStore
 from ..roles import agent_status
@@ -35,14 +35,14 @@ class Stall:
         return asdict(self)
 
 
-Records = agent_status.AgentRecords  # every agent's record, the system's (day_records)
+Records = agent_records.AgentRecords  # every agent's record, the system's (day_records)
 
 
 def system(agents_cfg: dict[str, Any], records: Records, store: QueueStore) -> list[Stall]:
     """Why no agent claims anything now (the configuration is valid: ``config.problem``)."""
     found = []
-    if by := agent_status.paused_by(agents_cfg, records):
-        found.append(Stall("paused", f"paused ({agent_status.how_to_resume(by)})"))
+    if by := agent_records.paused_by(agents_cfg, records):
+        found.append(Stall("paused", f"paused ({agent_records.how_to_resume(by)})"))
     walls = sandbox.problem()
     if walls:
         found.append(Stall("sandbox", walls))
@@ -67,12 +67,12 @@ def system(agents_cfg: dict[str, Any], records: Records, store: QueueStore) -> l
 def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any], records: Records) -> list[Stall]:
     """Why this one agent claims nothing, whatever the rest of the system does."""
     found = []
-    if by := agent_status.paused_by(agents_cfg, records, agent):
-        found.append(Stall("paused", f"paused ({agent_status.how_to_resume(by, agent['name'])})"))
+    if by := agent_records.paused_by(agents_cfg, records, agent):
+        found.append(Stall("paused", f"paused ({agent_records.how_to_resume(by, agent['name'])})"))
     problem = agent_status.readiness_problem(agent)
     if problem:
         found.append(Stall("cannot-run", f"cannot run: {problem}"))
-    hold = agent_status.held(agent["name"], records=records)
+    hold = agent_records.held(agent["name"], records=records)
     if hold is not None:
         found.append(_held(agent["name"], hold))
     spent = budgets.of_agent(agent["name"], records, config.load_config(), utcnow())
@@ -81,10 +81,10 @@ def for_agent(agent: dict[str, Any], agents_cfg: dict[str, Any], records: Record
     return found
 
 
-def _held(name: str, hold: agent_status.Hold) -> Stall:
+def _held(name: str, hold: agent_records.Hold) -> Stall:
     """octopoid's own pause of an agent, with when it ends and how to end it now."""
     resume = f"`octopoid resume --agent {name}`"
-    if hold.kind == agent_status.BREAKER:
+    if hold.kind == agent_records.BREAKER:
         if hold.until is None:
             then = f"fix that, then {resume}"
         else:
@@ -136,7 +136,7 @@ def report(waiting: Mapping[str, int] | None = None) -> dict[str, Any]:
         why = Stall("config-invalid", f"{problem}; nothing is claimed until it is fixed")
         return {"claiming": False, "system": [why.as_dict()], "agents": {}, "unserved": []}
     agents_cfg, store = config.load_agents(), get_store()
-    records = agent_status.day_records(agents_cfg)
+    records = agent_records.day_records(agents_cfg)
     reasons = system(agents_cfg, records, store)
     agents = {
         a["name"]: [s.as_dict() for s in stalls]

@@ -19,6 +19,7 @@ from ..queue.machine import get_store, known_task_id, list_tasks
 from ..queue.store.claim_index import Waiting, WaitingDigest
 
 # `status` uses these; `list` and `show`, which use this module too, need none of them.
+agent_records = lazy_import("orchestrator.queue.agent_records")
 agent_status = lazy_import("orchestrator.roles.agent_status")
 mergeable = lazy_import("orchestrator.review.mergeable")
 questions = lazy_import("orchestrator.queue.questions")
@@ -154,8 +155,8 @@ def status_summary(
         "config_problem": problem,
         "stalls": stalls.report(digest.roles),
         "sandbox": None if problem else sandbox.describe(),
-        "paused": None if problem else agent_status.pause_state(),
-        "refused_today": 0 if problem else agent_status.refused_today(now),
+        "paused": None if problem else agent_records.pause_state(),
+        "refused_today": 0 if problem else agent_records.refused_today(now),
         "blocked": blocked,
         "usage": {
             "turns": turns,
@@ -191,18 +192,18 @@ def agents_overview(
     claimed = list_tasks(TaskState.CLAIMED)
     found = found or stalls.report()
     system = [s["text"] for s in found["system"]]
-    records = agent_status.day_records(agents_cfg)
+    records = agent_records.day_records(agents_cfg)
     rows = []
     for agent in agents_cfg["agents"]:
         running = [t.label for t in claimed if t.headers.get("CLAIMED_BY") == agent["name"]]
         record = records[agent["name"]]
         fresh = record.get("day") == today
-        hold = agent_status.held(agent["name"], records=records)
-        breaker = hold if hold is not None and hold.kind == agent_status.BREAKER else None
+        hold = agent_records.held(agent["name"], records=records)
+        breaker = hold if hold is not None and hold.kind == agent_records.BREAKER else None
         if running:
             state = "running " + ", ".join(running)
         else:
-            paused = agent_status.is_paused(agents_cfg, records, agent) or agent_status.is_paused(
+            paused = agent_records.is_paused(agents_cfg, records, agent) or agent_records.is_paused(
                 agents_cfg, records
             )
             paused = paused or breaker
@@ -230,7 +231,7 @@ def agents_overview(
     return rows
 
 
-def _shown(hold: agent_status.Hold) -> dict[str, str | None]:
+def _shown(hold: agent_records.Hold) -> dict[str, str | None]:
     until = None if hold.until is None else format_time(hold.until)
     return {"why": hold.why, "since": hold.since, "until": until}
 

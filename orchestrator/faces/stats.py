@@ -25,9 +25,9 @@ from ..model.exceptions import (
     TaskParseError,
 )
 from ..model.tasks import Task, TaskState, parse_time
+from ..queue import agent_records
 from ..queue.machine import get_store
 from ..queue.store import QueueStore
-from ..roles import agent_status
 from .stats_history import AFTER, NO_AGENT, Cells, merge, task_cells, week_of
 
 CACHE_KEY = "stats/done"
@@ -257,7 +257,7 @@ def breaker_pauses(
 ) -> list[dict[str, str]]:
     """The circuit breaker's pauses, as the agents' records keep them (``agent_status``)."""
     found = []
-    for one in agent_status.pause_history():
+    for one in agent_records.pause_history():
         when = week_of(parse_time(one["since"]))
         if agent is not None and one["agent"] != agent:
             continue

@@ -4,7 +4,7 @@ overrides the task budget). At ``alert_at`` (80 %) an alert; at 100 % no attempt
 and a running one is given only what is left, so it stops cleanly with its notes saved.
 
 Spending comes from what octopoid records anyway: a task's ``*_TOTAL`` headers, and each
-agent's day in its record in the store (``agent_status``: shared by every machine on
+agent's day in its record in the store (``agent_records``: shared by every machine on
 PostgreSQL, so a project's day is spent once). Days are UTC days.
 """
 
@@ -75,7 +75,7 @@ def task_spend(task: Task) -> Spend:
 
 
 def day_spend(record: dict[str, Any], now: datetime) -> Spend:
-    """An agent's record (agent_status) as today's spend; nothing if it is of another day."""
+    """An agent's record (agent_records) as today's spend; nothing if it is of another day."""
     if record.get("day") != now.date().isoformat():
         return Spend()
     return Spend(

@@ -53,7 +53,7 @@ from ..memory.retrieval import relevant_notes
 from ..memory.store import project_scope
 from ..model.exceptions import InvalidInput, LostClaim, OctopoidError, SandboxError, SetupFailed
 from ..model.tasks import Task, task_label, utcnow
-from ..queue import budgets, recovery, steering
+from ..queue import agent_records, budgets, recovery, steering
 from ..queue import machine as queue_utils
 from ..queue.task_notes import stdout_log_path
 from . import agent_status, outcome
@@ -99,7 +99,7 @@ def run(task: Task, agent_name: str, token: str, role: Role) -> outcome.AttemptR
     hide_also(agent.get("env") or {})  # History, ERROR and runner.log hide them too
     claim = Claim(task.id, token, agents_cfg["lease_seconds"])
     task = claim.take_over(deadline_seconds(agent, task, cfg))
-    records = agent_status.day_records(agents_cfg)
+    records = agent_records.day_records(agents_cfg)
     try:
         grant = budgets.allowance(budgets.verdicts(task, agent_name, records, cfg, utcnow()))
     except InvalidInput as exc:  # a BUDGET header edited into nonsense: this task waits
@@ -123,10 +123,10 @@ def run(task: Task, agent_name: str, token: str, role: Role) -> outcome.AttemptR
         if not role.keeps_branch:  # nothing of its workspace is kept, nor its branch
             with contextlib.suppress(OctopoidError):
                 branches.remove_worktree(core.open_repo(), task.id)
-    agent_status.record_attempt(
+    agent_records.record_attempt(
         agent_name, task.label, result.outcome, result.turns, result.cost_usd,
         tokens=result.tokens_in + result.tokens_out, seconds=time.monotonic() - started,
-        cause=result.cause, summary=result.summary, refused=refused,
+        failure=agent_status.failure(result.cause, result.summary), refused=refused,
     )  # fmt: skip
     return report
 

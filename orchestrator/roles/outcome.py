@@ -23,11 +23,11 @@ from ..box.workspace import BroughtBack, Workspace
 from ..git import branches, core, history
 from ..model.exceptions import LostClaim, OctopoidError, SetupFailed, StorageError
 from ..model.tasks import TIP_HEADER, Task, TaskState, format_time, utcnow
-from ..queue import budgets, questions
+from ..queue import agent_records, budgets, questions
 from ..queue import machine as queue_utils
 from ..queue.leases import attempts_left
 from ..queue.task_notes import add_notes_section
-from . import agent_status, breakdown, checks
+from . import breakdown, checks
 from .base import Claim, Ended, Role, Stopped
 
 BURN_OUT_SHARE = 0.8  # of max_turns, with no commits: the attempt is burning out
@@ -264,7 +264,7 @@ def _give_back(
         soonest = utcnow() + timedelta(seconds=agents_cfg["rate_limit_backoff_seconds"])
         until = max(datetime.fromisoformat(result.details["reset_at"]), soonest)  # not past
         why = f"usage limit reached; it resets at {format_time(until)}"
-        agent_status.pause_until(agent["name"], until, why)
+        agent_records.pause_until(agent["name"], until, why)
         reason = f"{agent['name']}'s {why}; the attempt is given back"
         queue_utils.requeue_task(task, reason, "octopoid", counted=False, set_headers=mark)
         return reason

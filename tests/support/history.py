@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from orchestrator.queue import agent_records
 from orchestrator.queue import machine as q
 from orchestrator.roles import agent_status
 
@@ -67,6 +68,7 @@ def scripted_history() -> None:
     claimed = q.claim_task(None, "impl-1", lease_seconds=600, now=at(1))
     q.requeue_task(claimed, given_back, "octopoid", at(1.25), counted=False)
     for n in range(3):  # the breaker trips on the third in a row
-        agent_status.record_attempt(
-            "impl-2", f"TASK-{n}", "error", 0, None, at(9), cause="overloaded"
+        failure = agent_status.failure("overloaded", "")
+        agent_records.record_attempt(
+            "impl-2", f"TASK-{n}", "error", 0, None, at(9), failure=failure
         )
