@@ -1011,14 +1011,12 @@ def hold_for_question(
     question: str,
     reason: str,
     answered: Callable[[], bool],
-    *,
-    token: str | None = None,
 ) -> Task:
     """claimed -> incoming, the attempt given back (not counted), held (``QUESTION``, a
     ``NOT_BEFORE`` no claim reaches) until a person answers; unless ``answered()`` says
     the answer came meanwhile. It is asked under the task's lock, and the answer is
     written before ``release_question`` takes that lock, so a task is never held with its
-    answer given."""
+    answer given. The claimed ``task`` brings its token, which fences the move."""
 
     def hold(t: Task) -> None:
         t.set_header("INTERRUPTED", int(t.headers.get("INTERRUPTED") or 0) + 1)
@@ -1028,8 +1026,7 @@ def hold_for_question(
 
     why = f"needs input: {one_line(question, 120)}; {reason}"
     return _transition(
-        task, [S.CLAIMED], S.INCOMING, "octopoid", why, None, None, LEASE_HEADERS, hold,
-        token=token,
+        task, [S.CLAIMED], S.INCOMING, "octopoid", why, None, None, LEASE_HEADERS, hold
     )  # fmt: skip
 
 
