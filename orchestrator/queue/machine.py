@@ -12,8 +12,8 @@ again. Any move out of provisional holds the task (``QueueStore.hold``), so it c
 interleave with an accept in progress. Recovery of dead claims lives in ``recovery.py``.
 
 Its size: one short function per legal move, kept together because every move goes through
-``_transition``'s rules and the seed API names them in one place. Next out: octopoid's call
-forms and the split-proposal workflow.
+``_transition``'s rules and the seed API names them in one place (octopoid's call forms are
+``call_forms.py``). Next out: the split-proposal workflow.
 """
 
 from __future__ import annotations
