@@ -298,6 +298,10 @@ class Task:
         who = one_line(actor, 100) or "unknown"
         why = one_line(redaction.redact(reason), defaults.MAX_HISTORY_REASON_CHARS)
         line = f"- {format_time(moment)}  {what}  ({who}{': ' + why if why else ''})\n"
+        self.append_history(line)
+
+    def append_history(self, line: str) -> None:
+        """``line`` as it is at the end of ``## History`` (made if missing)."""
         for i, (heading, content) in enumerate(self.sections):
             if heading == "History":
                 if content and not content.endswith("\n"):
