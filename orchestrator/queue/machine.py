@@ -175,11 +175,6 @@ def _located_in(task_id: str, allowed: tuple[TaskState, ...], dst: TaskState) ->
     return src
 
 
-def _update_claim(task: Task | str, change: Callable[[Task], None], token: str | None) -> Task:
-    """Rewrite a claimed task in place, fenced by ``token`` like a move."""
-    return _update_in(task, S.CLAIMED, change, token)
-
-
 def _update_in(
     task: Task | str, state: TaskState, change: Callable[[Task], None], token: str | None = None
 ) -> Task:
@@ -391,7 +386,7 @@ def renew_lease(
         if deadline_seconds is not None:
             t.set_header("DEADLINE", format_time(now + timedelta(seconds=deadline_seconds)))
 
-    return _update_claim(task, change, token)
+    return _update_in(task, S.CLAIMED, change, token)
 
 
 def record_usage(
@@ -417,12 +412,12 @@ def record_usage(
             total = float(t.headers.get("COST_USD_TOTAL") or 0) + cost_usd
             t.set_header("COST_USD_TOTAL", f"{total:.4f}")
 
-    return _update_claim(task, add, token)
+    return _update_in(task, S.CLAIMED, add, token)
 
 
 def report_progress(task: Task | str, text: str, *, token: str | None = None) -> Task:
     """What the running agent says it is doing (one line, from its channel): ``PROGRESS``."""
-    return _update_claim(task, lambda t: t.set_header("PROGRESS", text), token)
+    return _update_in(task, S.CLAIMED, lambda t: t.set_header("PROGRESS", text), token)
 
 
 @octopoid_form(commits_count="commits", turns_used="turns")
