@@ -12,7 +12,6 @@ from orchestrator.model.exceptions import InvalidTask, InvalidTaskId, TaskParseE
 from orchestrator.model.tasks import (
     ID_RE,
     Task,
-    allocate_id,
     escape_text,
     new_task,
     normalize_task_id,
@@ -21,6 +20,7 @@ from orchestrator.model.tasks import (
     unescape_text,
     utcnow,
 )
+from orchestrator.queue.store.files import FolderStore
 
 ID_CHARS = string.ascii_letters + string.digits + "-_"
 
@@ -278,15 +278,15 @@ def test_naive_times_are_refused_when_written() -> None:
 def test_ids_are_sequential_and_skip_ids_present_in_any_queue(tmp_path) -> None:
     for state in ("incoming", "done"):
         (tmp_path / state).mkdir()
-    assert [allocate_id(tmp_path) for _ in range(3)] == ["1", "2", "3"]
+    assert [FolderStore(tmp_path).allocate_id() for _ in range(3)] == ["1", "2", "3"]
     (tmp_path / "done" / "TASK-4.md").write_text("x")
-    assert allocate_id(tmp_path) == "5"
+    assert FolderStore(tmp_path).allocate_id() == "5"
 
 
 def test_lost_id_counter_is_rebuilt_from_the_folders(tmp_path) -> None:
     (tmp_path / "failed").mkdir()
     (tmp_path / "failed" / "TASK-41.md").write_text("x")
     (tmp_path / "failed" / "TASK-abc.md").write_text("x")
-    assert allocate_id(tmp_path) == "42"
+    assert FolderStore(tmp_path).allocate_id() == "42"
     (tmp_path / ".last_id").write_text("garbage")
-    assert allocate_id(tmp_path) == "42"  # 42 is not on disk yet; nothing is reused
+    assert FolderStore(tmp_path).allocate_id() == "42"  # 42 is not on disk yet; nothing is reused

@@ -162,9 +162,9 @@ def _children_of(pid: int) -> list[int]:
     return out
 
 
-def kill_descendants(pid: int | None = None) -> int:
-    """SIGKILL every descendant of ``pid`` (default: this process); how many were found."""
-    root = os.getpid() if pid is None else pid
+def kill_descendants() -> int:
+    """SIGKILL every descendant of this process; how many were found."""
+    root = os.getpid()
     killed = 0
     for _ in range(50):  # a fork storm can add children while we look: look again
         found, todo = [], _children_of(root)

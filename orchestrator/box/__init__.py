@@ -118,13 +118,17 @@ def prepare(
 
 
 def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:
-    """A box to run ``task``'s checks on its branch now (`octopoid checks`)."""
+    """A box to run ``task``'s checks on its branch now (`octopoid checks`): walled, a fresh
+    clone (``walled.review_box``) with the checks' own network (``checks.network``: none
+    unless it says) and ports of its own, the host's environment without the agent's ``env``
+    (its keys are not the checks'), no channel."""
     import secrets  # ~4 ms: `status` and `agents` describe the sandbox and need none
 
     token = secrets.token_hex(16)  # no claim: a mark of its own for the check's processes
     if mode() == "none":
         return trusted.checks_box(task, token)
-    return walled.checks_box(task, config.load_config(), token)
+    cfg = config.load_config()
+    return walled.review_box(task, cfg, token, netpolicy.checks_network(cfg), walled.CHECKS_PREFIX)
 
 
 def preview_box(task: Task, folder: Path, token: str) -> contextlib.AbstractContextManager[Box]:

@@ -130,8 +130,8 @@ def with_code(env: dict[str, str], clone: Path, inside: Path) -> dict[str, str]:
 
 def with_client(env: dict[str, str], channel: Path) -> dict[str, str]:
     """``octopoid`` on PATH is the channel's client; ``OCTOPOID_CHANNEL`` its socket."""
-    path = env.get("PATH", os.defpath)
-    return {**env, "PATH": f"{channel / 'bin'}{os.pathsep}{path}"}
+    path = f"{channel / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
+    return {**env, "PATH": path, CHANNEL_ENV: str(channel / SOCKET_NAME)}
 
 
 def write_client(channel_host: Path) -> None:
@@ -234,7 +234,6 @@ def bwrap_box(
         read_only = (*read_only, (folder, CHANNEL_INSIDE))
     if channel_host is not None:
         env = with_client(env, CHANNEL_INSIDE)
-        env[CHANNEL_ENV] = str(CHANNEL_INSIDE / SOCKET_NAME)
     mounts = Mounts(workspace, inside, hide, read_only, network == "open", binds=binds)
     argv = command_line(bwrap, mounts, userns)
     if proxy is not None:
@@ -246,5 +245,4 @@ def bwrap_box(
 def bare_box(workspace: Path, env: dict[str, str], channel_host: Path) -> Box:
     """``sandbox: none``: the folder itself; the channel at its host path."""
     env = with_client(env, channel_host)
-    env[CHANNEL_ENV] = str(channel_host / SOCKET_NAME)
     return Box(workspace, workspace, env, [], channel_host, channel_host)

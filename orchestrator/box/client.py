@@ -54,11 +54,11 @@ def request(socket_path: str, method: str, params: dict[str, Any] | None = None)
     return answer.get("result")
 
 
-def serve_mcp(socket_path: str, stdin: Any = None, stdout: Any = None) -> int:
+def serve_mcp(socket_path: str) -> int:
     """``octopoid mcp``: an MCP server on stdio for the agent (Claude Code's
     ``--mcp-config``), relaying each request line to the channel, which answers it. A
     notification (no id) wants no answer and is not sent: the channel keeps no session."""
-    stdin, stdout = stdin or sys.stdin.buffer, stdout or sys.stdout.buffer
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     for line in iter(lambda: stdin.readline(REPLY_BYTES), b""):
         try:
             message = json.loads(line)

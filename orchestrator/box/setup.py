@@ -24,7 +24,6 @@ import os
 import platform
 import secrets
 import shutil
-import stat
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.process import run_process
-from ..base import ports, workspace_rules
+from ..base import ports, usercache, workspace_rules
 from ..base.fsutil import TailBuffer, remove_tree
 from ..base.processes import leftovers, owner_tag
 from ..model import defaults
@@ -48,17 +47,14 @@ CACHES_ENV = "OCTOPOID_CACHES"
 
 def project_cache(root: Path) -> Path:
     """``$XDG_CACHE_HOME/octopoid/projects/<key>`` (``~/.cache`` without it) for the project
-    at ``root``: a folder of the user's own, never a link."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    at ``root``: a folder of the user's own, never a link (``usercache.private_dir``)."""
     key = hashlib.sha256(str(root).encode()).hexdigest()[:16]
-    path = Path(base) / "octopoid" / "projects" / key
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        found = os.lstat(path)
-    except OSError as exc:
-        raise SetupFailed(f"the project's cache folder {path} cannot be made: {exc}") from None
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
-        raise SetupFailed(f"{path} is not a folder of your own: remove it")
+    path = usercache.private_dir(f"projects/{key}")
+    if path is None:
+        raise SetupFailed(
+            f"the project's cache folder projects/{key} in $XDG_CACHE_HOME/octopoid (or "
+            "~/.cache/octopoid) cannot be made, or is not a folder of your own: remove it"
+        )
     return path
 
 

@@ -212,16 +212,6 @@ def _move_branch(repo: git.Repo, branch: str, sha: str) -> list[str]:
     return remarks
 
 
-def checks_box(
-    task: Task, cfg: dict, token: str, held: ports.PortRange | None = None
-) -> contextlib.AbstractContextManager[Box]:
-    """A fresh clone of the task's branch in a box for its checks: their own network
-    (``checks.network``: none unless it says), the project's ``sandbox.expose``, the
-    host's environment without the agent's ``env`` (its keys are not the checks'), no
-    channel; the workspace's set-up first, the attempt's ports (``held``) or its own."""
-    return review_box(task, cfg, token, netpolicy.checks_network(cfg), CHECKS_PREFIX, held)
-
-
 @contextlib.contextmanager
 def review_box(
     task: Task, cfg: dict, token: str, network: tuple[str, list[str]], prefix: str,

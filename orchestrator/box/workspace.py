@@ -201,7 +201,7 @@ class Workspace(ABC):
         repo = core.open_repo()
         try:
             self.caught_up = catch_up.onto_remote(
-                repo, self.remote, self.task.id, self.started.carried, review=True
+                repo, self.remote, self.task.id, self.started.carried
             )
         except GitError as exc:
             return f"the branch was not pushed to {self.remote}: {exc}"

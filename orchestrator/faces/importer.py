@@ -263,7 +263,7 @@ def convert(
     body = body.strip("\n") + "\n\n" if body.strip() else ""
     task = parse_task(f"# [{label}] {title}\n\n{block}\n{body}", task_id)
     for line in _history_lines(headers, events, history):
-        _add_history_line(task, line)
+        task.append_history(line)
     who = merged.get("CLAIMED_BY") or (found.row or {}).get("claimed_by") or "an agent"
     why = f"the claim by {who} ended" if found.state == "claimed" else ""
     task.add_history(now, f"octopoid {found.state}", target.value, ACTOR, why)
@@ -439,14 +439,6 @@ def _history_lines(
 def _line(moment: str | None, event: str, who: object, details: object) -> str:
     why = f": {one_line(redact(str(details)), 200)}" if details else ""
     return f"- {moment or 'unknown time'}  octopoid: {event}  ({who or 'octopoid'}{why})\n"
-
-
-def _add_history_line(task: Task, line: str) -> None:
-    for i, (heading, content) in enumerate(task.sections):
-        if heading == "History":
-            task.sections[i] = (heading, content.rstrip("\n") + "\n" + line)
-            return
-    task.sections.append(("History", line))
 
 
 def _review(event: dict[str, str]) -> NotesSection:

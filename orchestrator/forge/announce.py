@@ -55,7 +55,7 @@ def attempt(forge: Forge, task: Task, number: int, web_url: str | None) -> str |
             said = text.ended_comment(task, task.headers.get("ERROR", ""))
         _say_once(forge, task, number, said, f"attempt-{task.attempts}")
         if reached and seen.asked:
-            _ask_again(forge, task, number, seen.asked)
+            _refused_is_said(task, forge.request_review, number, seen.asked)
     seen.told, seen.asked = task.attempts, []
     queue_utils.record_from_forge(task, state, seen.write)
     return f"told #{number} of attempt {task.attempts}" if told else None
@@ -92,10 +92,6 @@ def _say_once(forge: Forge, task: Task, number: int, body: str, event: str) -> N
     mark = text.marker(task, event)
     if not any(mark in said for said in forge.pull_comments(number)):
         _refused_is_said(task, forge.comment_on_pull, number, body)
-
-
-def _ask_again(forge: Forge, task: Task, number: int, logins: list[str]) -> None:
-    _refused_is_said(task, forge.request_review, number, logins)
 
 
 def _refused_is_said(task: Task, ask: Callable[[int, Any], None], number: int, what: Any) -> None:

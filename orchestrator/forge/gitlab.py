@@ -80,11 +80,9 @@ class GitLabForge:
         made = self._call("opening a merge request", self.project.mergerequests.create, data)
         return _merge_request(made.attributes)
 
-    def _mr(self, iid: int) -> Any:
-        return self._call(f"reading !{iid}", self.project.mergerequests.get, iid)
-
     def pull_request(self, number: int) -> PullRequest:
-        return _merge_request(self._mr(number).attributes)
+        found = self._call(f"reading !{number}", self.project.mergerequests.get, number)
+        return _merge_request(found.attributes)
 
     def reviews(self, number: int, since: int) -> list[Review]:
         """Approvals, and each note written after ``since`` (the newest review acted on)

@@ -53,7 +53,7 @@ def follow(task: Task, pull: PullRequest) -> str | None:
         _record(task, pull.head_sha, "")
         log.info("%s: its branch moved on the forge to %s", task.label, pull.head_sha[:12])
         return None
-    caught = catch_up.onto_remote(repo, remote, task.id, known, review=True)
+    caught = catch_up.onto_remote(repo, remote, task.id, known)
     said = caught.said(branch)
     if caught.tip is None:
         return said

@@ -87,11 +87,10 @@ def task_id_for(kind: str, number: int) -> TaskId:
     return TaskId(f"{PREFIX[kind]}-{number}")
 
 
-def intake_issues(forge: Forge, label: str, *, new: bool = True) -> list[str]:
-    """Import the open issues labelled ``label`` not imported yet (with ``new``), and apply
-    edits and closes of imported ones; one line per thing done. Blockers ("blocked by #N")
-    are imported before what they block; a blocker that is not imported is left out, and
-    said in the task's context.
+def intake_issues(forge: Forge, label: str) -> list[str]:
+    """Import the open issues labelled ``label`` not imported yet, and apply edits and closes
+    of imported ones; one line per thing done. Blockers ("blocked by #N") are imported before
+    what they block; a blocker that is not imported is left out, and said in the task's context.
 
     Each listing asks for the issues updated since the newest one the last listing had
     (less ``SINCE_OVERLAP``), in the forge's own time (no clock of this machine is compared
@@ -107,7 +106,7 @@ def intake_issues(forge: Forge, label: str, *, new: bool = True) -> list[str]:
         done: list[str] = []
         making: set[int] = set()
         for number in sorted(listed):
-            done += _take(forge, listed[number], listed, records, new, making)
+            done += _take(forge, listed[number], listed, records, making)
         stamps = [parse_time(i.updated_at) for i in listed.values() if i.updated_at]
         if stamps:
             newest = format_time(max(stamps) - timedelta(seconds=SINCE_OVERLAP))
@@ -125,7 +124,6 @@ def _take(
     issue: Issue,
     listed: dict[int, Issue],
     records: Records,
-    new: bool,
     making: set[int],
     depth: int = 0,
 ) -> list[str]:
@@ -134,7 +132,7 @@ def _take(
     state = store.locate(task_id)
     if state is not None:
         return _follow(forge, issue, task_id, state, records)
-    if not new or issue.state != "open" or issue.number in making:
+    if issue.state != "open" or issue.number in making:
         return []
     making.add(issue.number)
     made = text.from_issue(issue.number, issue.url, issue.title, issue.body, issue.labels)
@@ -142,7 +140,7 @@ def _take(
     for number in made.blockers:
         deep = depth >= MAX_CHAIN  # a hostile chain of issues: no deeper recursion
         if number in listed and listed[number].state == "open" and not deep:
-            done += _take(forge, listed[number], listed, records, new, making, depth + 1)
+            done += _take(forge, listed[number], listed, records, making, depth + 1)
         blocker = task_id_for(forge.kind, number)  # a cycle's last edge finds none: left out
         if store.locate(blocker) not in (None, TaskState.QUARANTINE):
             blockers.append(blocker)

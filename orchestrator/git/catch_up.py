@@ -61,16 +61,15 @@ class CaughtUp:
         )
 
 
-def onto_remote(
-    repo: git.Repo, remote: str, task_id: str, since: str | None, review: bool
-) -> CaughtUp:
+def onto_remote(repo: git.Repo, remote: str, task_id: str, since: str | None) -> CaughtUp:
     """Put the task branch's commits beyond ``since`` (what the remote held when they were
-    made; None: it held nothing) on top of the remote's branch and push them there with a
-    lease on its tip. A conflict returns with ``tip`` None and changes nothing."""
+    made; None: it held nothing) on top of the remote's branch (the one put up for review:
+    only there can a person push meanwhile) and push them there with a lease on its tip.
+    A conflict returns with ``tip`` None and changes nothing."""
     branch = branches.branch_for(task_id)
     for _ in range(TRIES):
         with core.repo_admin_lock():
-            theirs = git_remote.fetch_branches(repo, remote, [branch], review).get(branch)
+            theirs = git_remote.fetch_branches(repo, remote, [branch], review=True).get(branch)
             if theirs is None:
                 raise GitError(f"{remote} has no {branch} to put this work on any more")
             caught = _combine(repo, branch, theirs, since)
@@ -80,7 +79,7 @@ def onto_remote(
         if caught.tip == theirs:
             return caught  # the remote holds the work already
         try:
-            git_remote.push_task_branch(repo, remote, task_id, theirs, review)
+            git_remote.push_task_branch(repo, remote, task_id, theirs, review=True)
             return caught
         except RemoteMoved:
             since = theirs  # pushed to again: the work is now what lies beyond theirs

@@ -12,19 +12,7 @@ from typing import BinaryIO
 
 from ..model import defaults
 from ..model.exceptions import ConfigError, GitError
-from ..model.tasks import task_label
-from .branches import branch_exists, branch_for
-from .core import HOOKS_OFF, git, git_errors
-
-
-def diff(repo: git.Repo, base: str, task_id: str) -> str:
-    """The task branch's changes since it left ``base`` (``git diff base...branch``)."""
-    branch = branch_for(task_id)
-    if not branch_exists(repo, branch):
-        raise GitError(f"{task_label(task_id)} has no branch {branch} (nothing was attempted yet?)")
-    with git_errors(f"git diff {base}...{branch}"):
-        return repo.git.execute(["git", *DIFF_ARGS, f"{base}...{branch}", "--"])
-
+from .core import HOOKS_OFF
 
 #: How every diff octopoid reads is asked for: no program an agent could configure, no
 #: colour, file names as they are (``café.py``, not git's quoted ``"caf\\303\\251.py"``),

@@ -1,7 +1,8 @@
 """Every error octopoid raises on purpose.
 
-Each subclass carries the exit code the CLI uses, so the CLI catches ``OctopoidError`` once,
-prints one line and exits with that code. Anything else is a bug and keeps its traceback.
+Each subclass carries the exit code the CLI uses (the base's 1 unless it names another), so the
+CLI catches ``OctopoidError`` once, prints one line and exits with that code. Anything else is
+a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -46,19 +47,13 @@ class TaskNotFound(OctopoidError):
 class IllegalTransition(OctopoidError):
     """The task is not in a state that allows the requested move."""
 
-    exit_code = 1
-
 
 class BranchMoved(IllegalTransition):
     """A review named the branch head it judged, and the branch is elsewhere now."""
 
-    exit_code = 1
-
 
 class LostRace(OctopoidError):
     """Another process moved the task first; the caller should move on."""
-
-    exit_code = 1
 
 
 class LostClaim(IllegalTransition):
@@ -67,50 +62,34 @@ class LostClaim(IllegalTransition):
     The runner that gets it stops its agent, saves its notes and touches nothing else.
     """
 
-    exit_code = 1
-
 
 class TaskBusy(IllegalTransition):
     """Another process holds the task for a workflow (an accept in progress)."""
-
-    exit_code = 1
 
 
 class StorageError(OctopoidError):
     """The queue's files cannot be written (permissions, a full disk); nothing was moved."""
 
-    exit_code = 1
-
 
 class RecordChanged(OctopoidError):
     """A record's compare-and-swap write lost: someone else wrote it first. Read it again."""
-
-    exit_code = 1
 
 
 class JournalBusy(OctopoidError):
     """Another process holds the journal (runs its steps), or this one does not hold it."""
 
-    exit_code = 1
-
 
 class GitError(OctopoidError):
     """A git operation failed; the message carries git's own words."""
-
-    exit_code = 1
 
 
 class MergeRefused(GitError):
     """Accept could not merge (conflict, dirty checkout, not fast-forward); nothing changed."""
 
-    exit_code = 1
-
 
 class PushRefused(GitError):
     """The remote refused a push (it holds work the push would overwrite); trying again
     cannot help."""
-
-    exit_code = 1
 
 
 class RemoteMoved(PushRefused):
@@ -121,8 +100,6 @@ class RemoteMoved(PushRefused):
 class SchedulerError(OctopoidError):
     """The scheduler cannot start, stop or be reached."""
 
-    exit_code = 1
-
 
 class InvalidNotesId(OctopoidError):
     """A notes id that could reach outside the memory folder, or is otherwise unusable."""
@@ -132,8 +109,6 @@ class InvalidNotesId(OctopoidError):
 
 class MemoryStoreError(OctopoidError):
     """Working notes or long-term memory refused an operation (unknown section, bad id...)."""
-
-    exit_code = 1
 
 
 class InvalidMemoryInput(MemoryStoreError):
@@ -152,22 +127,16 @@ class InvalidInput(OctopoidError):
 class NothingToShow(OctopoidError):
     """A task has nothing to show for the request (never attempted, or done and cleaned up)."""
 
-    exit_code = 1
-
 
 class SandboxError(OctopoidError):
     """An attempt's sandbox cannot be made here (bubblewrap missing or refused); no agent
     runs unsandboxed unless config.yaml says `sandbox: none`."""
-
-    exit_code = 1
 
 
 class SetupFailed(OctopoidError):
     """An attempt's set-up (config.yaml ``workspace:``: its commands, a file to copy, a
     service) failed before the agent started: no task's fault, so the attempt is given
     back and the circuit breaker counts it (``backends.base.CAUSES["setup"]``)."""
-
-    exit_code = 1
 
     def __init__(self, message: str, output: str = "") -> None:
         super().__init__(message)
@@ -178,14 +147,10 @@ class PreviewFailed(OctopoidError):
     """A task's preview stopped before its server answered: its set-up or its server failed
     (the end of its log says why)."""
 
-    exit_code = 1
-
 
 class ForgeError(OctopoidError):
     """GitHub or GitLab refused a request octopoid cannot retry its way past (a bad token,
     a repository that is not there, a pull request that cannot be merged)."""
-
-    exit_code = 1
 
 
 class ForgeUnavailable(ForgeError):

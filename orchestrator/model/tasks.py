@@ -5,8 +5,8 @@ A task file is a title line, a block of ``KEY: value`` header lines, then ``## `
 header holds is checked at parse time, so a task that parses can be scheduled. A user's
 context can never start a section: its ``## `` lines are stored escaped (``\\## ``).
 
-Its size: the Task model with its parse and render, and id allocation under a lock. The id
-rules are ``ids.py`` (re-exported here); next out: the text helpers.
+Its size: the Task model with its parse and render. The id rules are ``ids.py`` (re-exported
+here); next out: the text helpers.
 """
 
 from __future__ import annotations
@@ -37,9 +37,7 @@ from .ids import (  # noqa: F401  (re-exported: the model's words in one place)
     task_label,
 )
 
-# Every command imports this module for its states and ids; only writers need these.
-fsutil = lazy_import("orchestrator.base.fsutil")
-locks = lazy_import("orchestrator.base.locks")
+# Every command imports this module for its states and ids; only writers redact.
 redaction = lazy_import("orchestrator.base.redaction")
 
 
@@ -300,6 +298,10 @@ class Task:
         who = one_line(actor, 100) or "unknown"
         why = one_line(redaction.redact(reason), defaults.MAX_HISTORY_REASON_CHARS)
         line = f"- {format_time(moment)}  {what}  ({who}{': ' + why if why else ''})\n"
+        self.append_history(line)
+
+    def append_history(self, line: str) -> None:
+        """``line`` as it is at the end of ``## History`` (made if missing)."""
         for i, (heading, content) in enumerate(self.sections):
             if heading == "History":
                 if content and not content.endswith("\n"):
@@ -589,36 +591,6 @@ def read_regular(path: Path) -> bytes:
             return f.read(defaults.MAX_TASK_FILE_BYTES + 1)
     finally:
         os.close(fd)
-
-
-def allocate_id(queue_dir: Path, sync: bool = True) -> TaskId:
-    """The next sequential id, under a lock, never one that a queue folder already holds."""
-    queue_dir.mkdir(parents=True, exist_ok=True)
-    counter = queue_dir / ".last_id"
-    with locks.FileMutex(queue_dir / ".id.lock"):
-        try:
-            last = int(counter.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            last = _highest_numeric_id(queue_dir)
-        candidate = last + 1
-        while any(
-            (queue_dir / s.value / task_filename(str(candidate))).exists() for s in TaskState
-        ):
-            candidate += 1
-        fsutil.atomic_write(counter, f"{candidate}\n", sync=sync)
-    return TaskId(str(candidate))
-
-
-def _highest_numeric_id(queue_dir: Path) -> int:
-    highest = 0
-    for state in TaskState:
-        folder = queue_dir / state.value
-        if folder.is_dir():
-            for name in os.listdir(folder):
-                match = FILE_RE.fullmatch(name)
-                if match and match.group(1).isdigit():
-                    highest = max(highest, int(match.group(1)))
-    return highest
 
 
 def refuse_planning(task: Task, what: str) -> None:

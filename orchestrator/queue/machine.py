@@ -12,8 +12,8 @@ again. Any move out of provisional holds the task (``QueueStore.hold``), so it c
 interleave with an accept in progress. Recovery of dead claims lives in ``recovery.py``.
 
 Its size: one short function per legal move, kept together because every move goes through
-``_transition``'s rules and the seed API names them in one place. Next out: octopoid's call
-forms and the split-proposal workflow.
+``_transition``'s rules and the seed API names them in one place (octopoid's call forms are
+``call_forms.py``). Next out: the split-proposal workflow.
 """
 
 from __future__ import annotations
@@ -173,11 +173,6 @@ def _located_in(task_id: str, allowed: tuple[TaskState, ...], dst: TaskState) ->
             f"{task_label(task_id)} is in {src.value}, not {wanted}; cannot move it to {dst.value}"
         )
     return src
-
-
-def _update_claim(task: Task | str, change: Callable[[Task], None], token: str | None) -> Task:
-    """Rewrite a claimed task in place, fenced by ``token`` like a move."""
-    return _update_in(task, S.CLAIMED, change, token)
 
 
 def _update_in(
@@ -391,7 +386,7 @@ def renew_lease(
         if deadline_seconds is not None:
             t.set_header("DEADLINE", format_time(now + timedelta(seconds=deadline_seconds)))
 
-    return _update_claim(task, change, token)
+    return _update_in(task, S.CLAIMED, change, token)
 
 
 def record_usage(
@@ -417,12 +412,12 @@ def record_usage(
             total = float(t.headers.get("COST_USD_TOTAL") or 0) + cost_usd
             t.set_header("COST_USD_TOTAL", f"{total:.4f}")
 
-    return _update_claim(task, add, token)
+    return _update_in(task, S.CLAIMED, add, token)
 
 
 def report_progress(task: Task | str, text: str, *, token: str | None = None) -> Task:
     """What the running agent says it is doing (one line, from its channel): ``PROGRESS``."""
-    return _update_claim(task, lambda t: t.set_header("PROGRESS", text), token)
+    return _update_in(task, S.CLAIMED, lambda t: t.set_header("PROGRESS", text), token)
 
 
 @octopoid_form(commits_count="commits", turns_used="turns")
@@ -1011,14 +1006,12 @@ def hold_for_question(
     question: str,
     reason: str,
     answered: Callable[[], bool],
-    *,
-    token: str | None = None,
 ) -> Task:
     """claimed -> incoming, the attempt given back (not counted), held (``QUESTION``, a
     ``NOT_BEFORE`` no claim reaches) until a person answers; unless ``answered()`` says
     the answer came meanwhile. It is asked under the task's lock, and the answer is
     written before ``release_question`` takes that lock, so a task is never held with its
-    answer given."""
+    answer given. The claimed ``task`` brings its token, which fences the move."""
 
     def hold(t: Task) -> None:
         t.set_header("INTERRUPTED", int(t.headers.get("INTERRUPTED") or 0) + 1)
@@ -1028,8 +1021,7 @@ def hold_for_question(
 
     why = f"needs input: {one_line(question, 120)}; {reason}"
     return _transition(
-        task, [S.CLAIMED], S.INCOMING, "octopoid", why, None, None, LEASE_HEADERS, hold,
-        token=token,
+        task, [S.CLAIMED], S.INCOMING, "octopoid", why, None, None, LEASE_HEADERS, hold
     )  # fmt: skip
 
 

@@ -143,9 +143,7 @@ def accept(
     task_id = TaskId(task_id)
     with held(task_id, "accepted"), finishing.taken(task_id) as journal:
         task = queue_utils.get_task(task_id)
-        if journal is not None and (
-            journal.kind == finishing.CLOSE or task.state is TaskState.DONE
-        ):
+        if _decided(journal, task):
             return _finished(journal, journal.data.get("strategy", "finished"))
         if task.state is not TaskState.PROVISIONAL:
             raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")
@@ -302,9 +300,7 @@ def accept_merged(
     store = queue_utils.get_store()
     with store.hold(task_id, "accepted"), finishing.taken(task_id) as journal:
         task = queue_utils.get_task(task_id)
-        if journal is not None and (
-            journal.kind == finishing.CLOSE or task.state is TaskState.DONE
-        ):
+        if _decided(journal, task):
             return _finished(journal, "finished")
         if task.state is not TaskState.PROVISIONAL:
             raise IllegalTransition(f"{task.label} is in {task.state.value}, not provisional")

@@ -43,7 +43,6 @@ from ...model.tasks import (
     Task,
     TaskId,
     TaskState,
-    allocate_id,
     claim_order,
     read_task_file,
     render_task,
@@ -105,8 +104,21 @@ class FolderStore(QueueStore):
             self.index.rebuild_ledger([])  # a new queue: the ledger starts complete
 
     def allocate_id(self) -> TaskId:
-        with writing(self.root):
-            return allocate_id(self.root, self.durable)
+        """The next sequential id (``.last_id``, under its lock), never one a folder holds;
+        with the counter lost or unreadable, the folders' highest number is the last."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        counter = self.root / ".last_id"
+        with writing(self.root), FileMutex(self.root / ".id.lock"):
+            try:
+                last = int(counter.read_text().strip())
+            except (FileNotFoundError, ValueError):
+                held = [i for s in TaskState if self.dir(s).is_dir() for i in self.ids(s)]
+                last = max((int(i) for i in held if i.isdigit()), default=0)
+            candidate = TaskId(str(last + 1))
+            while any(self.path(candidate, s).exists() for s in TaskState):
+                candidate = TaskId(str(int(candidate) + 1))
+            atomic_write(counter, f"{candidate}\n", sync=self.durable)
+        return candidate
 
     def add(self, task: Task, state: TaskState) -> Task:
         target = self.path(task.id, state)
