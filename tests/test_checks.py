@@ -4,6 +4,7 @@ failed in the notes, so the next attempt starts from it; passing work reaches re
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +15,15 @@ from orchestrator import config
 from orchestrator.model.tasks import TaskState, utcnow
 from orchestrator.queue import machine as q
 
-from .support import HELPERS, Served, octopoid, run_claimed, set_config, write_agents
+from .support import (
+    HELPERS,
+    Served,
+    child_env,
+    octopoid,
+    run_claimed,
+    set_config,
+    write_agents,
+)
 
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider test_sum.py"
 
@@ -186,3 +195,30 @@ def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_proj
     commit_on_branch(git_project, "5", {"own.txt": b"mine\n"}, "own work")
     assert git_history.commits_on_branch(repo, "5", start, "main") == 2  # the merge + its own
     assert git_history.commits_on_branch(repo, "5", start) == 5
+
+
+def test_octopoid_checks_with_no_check_makes_no_box_and_asks_git_four_things(
+    git_project: Path, tmp_path: Path
+):
+    """With no check to run, `octopoid checks` makes neither a clone nor a box (an
+    attempt's checks make none either: nothing runs the branch's code) and runs git four
+    times, as plain processes: the merge's conflicts, the paths the branch writes, the
+    checkouts, and what the checkout holds untracked."""
+    from .support import commit_on_branch, logged_tool
+
+    tid = q.create_task("checked with no check").id
+    git.Repo(git_project).git.branch(f"agent/TASK-{tid}", "main")  # an attempt's branch
+    commit_on_branch(git_project, tid, {"work.txt": b"work\n"}, "work")
+    log, tools = tmp_path / "calls", tmp_path / "bin"
+    tools.mkdir()
+    logged_tool(tools, "git", log)
+    bwrap = logged_tool(tools, "bwrap", log)
+    env = {**child_env(git_project), "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    run = octopoid(git_project, "checks", tid, env={**env, "OCTOPOID_BWRAP": str(bwrap)})
+    assert run.returncode == 0 and "merges cleanly into its base" in run.stdout, run.stderr
+    calls = [line.split() for line in log.read_text().splitlines()]
+    assert [call[0] for call in calls] == ["git"] * 4  # no bwrap: neither probe nor box
+    asked = sorted(
+        next(w for w in call[1:] if not w.startswith(("-", "/", "core."))) for call in calls
+    )
+    assert asked == ["diff", "ls-files", "merge-tree", "worktree"]

@@ -71,6 +71,8 @@ NOT_NEEDED = {
     ("status",): WRITERS_ONLY | {"GitPython", "git machinery"},  # nothing waits for review
     ("agents",): WRITERS_ONLY | {"GitPython"},
     ("doctor",): WRITERS_ONLY - {"PyYAML"} | {"GitPython"},  # forge.ci_triggers' own import
+    # No check configured: the merge pre-check alone, git as plain processes, and no box.
+    ("checks", "TASK-1"): set(HEAVY) - {"the store", "git machinery"},
     ("enqueue", "a task"): {
         "importlib.metadata",
         "the backends",

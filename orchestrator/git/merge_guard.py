@@ -19,16 +19,17 @@ when it writes at, into or above octopoid's runtime folder, which no branch may 
 from __future__ import annotations
 
 import bisect
-import hashlib
 import os
 import stat
 import subprocess
 from pathlib import Path
 
 from .. import config
+from ..base.lazy import lazy_import
 from ..model.exceptions import ConfigError, GitError, MergeRefused
 
 SHOWN = 5  # paths named in a one-line reason
+hashlib = lazy_import("hashlib")  # OpenSSL's, for ``fingerprint`` only: not `octopoid checks`
 
 
 def _git(root: Path, *args: str) -> list[str]:
