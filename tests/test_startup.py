@@ -70,7 +70,7 @@ NOT_NEEDED = {
     # These ask the claude-code backend whether `claude` is on PATH (a stall if not).
     ("status",): WRITERS_ONLY | {"GitPython", "git machinery"},  # nothing waits for review
     ("agents",): WRITERS_ONLY | {"GitPython"},
-    ("doctor",): WRITERS_ONLY - {"PyYAML"} | {"GitPython"},  # forge.ci_triggers' own import
+    ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery"},  # CI files: with a forge only
     # No check configured: the merge pre-check alone, git as plain processes, and no box.
     ("checks", "TASK-1"): set(HEAVY) - {"the store", "git machinery"},
     ("enqueue", "a task"): {

@@ -58,6 +58,13 @@ def problem() -> str | None:
     )
 
 
+def probe_ahead() -> None:
+    """With walls configured, bwrap's probe started now in a thread (``bwrap.probe_ahead``)
+    for a face that asks ``problem`` or ``describe`` after other work (`octopoid doctor`)."""
+    if config.problem() is None and mode() != "none":
+        bwrap.probe_ahead()
+
+
 def describe() -> dict[str, Any]:
     """What every face says about the walls: mode, whether agents can start, whose
     network is open, one line."""
@@ -185,6 +192,7 @@ __all__ = [
     "open_networks",
     "prepare",
     "preview_box",
+    "probe_ahead",
     "problem",
     "sweep",
 ]
