@@ -197,13 +197,13 @@ def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_proj
     assert git_history.commits_on_branch(repo, "5", start) == 5
 
 
-def test_octopoid_checks_with_no_check_makes_no_box_and_asks_git_four_things(
+def test_octopoid_checks_with_no_check_makes_no_box_and_asks_git_three_things(
     git_project: Path, tmp_path: Path
 ):
     """With no check to run, `octopoid checks` makes neither a clone nor a box (an
-    attempt's checks make none either: nothing runs the branch's code) and runs git four
-    times, as plain processes: the merge's conflicts, the paths the branch writes, the
-    checkouts, and what the checkout holds untracked."""
+    attempt's checks make none either: nothing runs the branch's code) and runs git three
+    times, as plain processes: the merge's conflicts, the paths the branch writes, and
+    what the checkout holds untracked (it has no linked worktree to list)."""
     from .support import commit_on_branch, logged_tool
 
     tid = q.create_task("checked with no check").id
@@ -217,8 +217,8 @@ def test_octopoid_checks_with_no_check_makes_no_box_and_asks_git_four_things(
     run = octopoid(git_project, "checks", tid, env={**env, "OCTOPOID_BWRAP": str(bwrap)})
     assert run.returncode == 0 and "merges cleanly into its base" in run.stdout, run.stderr
     calls = [line.split() for line in log.read_text().splitlines()]
-    assert [call[0] for call in calls] == ["git"] * 4  # no bwrap: neither probe nor box
+    assert [call[0] for call in calls] == ["git"] * 3  # no bwrap: neither probe nor box
     asked = sorted(
         next(w for w in call[1:] if not w.startswith(("-", "/", "core."))) for call in calls
     )
-    assert asked == ["diff", "ls-files", "merge-tree", "worktree"]
+    assert asked == ["diff", "ls-files", "merge-tree"]

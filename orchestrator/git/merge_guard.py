@@ -170,7 +170,11 @@ def replaced_in(checkout: Path, old: str, new: str) -> list[str]:
 
 
 def _checked_out(root: Path) -> dict[str, Path]:
-    """{branch: the worktree that has it checked out}, octopoid's own worktrees left out."""
+    """{branch: the worktree that has it checked out}, octopoid's own worktrees left out.
+    A checkout with no linked worktree (git keeps one folder each in ``.git/worktrees``)
+    has none to list: no git process then, only the checkout itself is written."""
+    if (root / ".git").is_dir() and not any((root / ".git" / "worktrees").glob("*")):
+        return {}
     mine = config.get_worktrees_dir()
     found, current = {}, None
     for field in _git(root, "worktree", "list", "--porcelain", "-z"):
