@@ -222,3 +222,26 @@ def test_octopoid_checks_with_no_check_makes_no_box_and_asks_git_three_things(
         next(w for w in call[1:] if not w.startswith(("-", "/", "core."))) for call in calls
     )
     assert asked == ["diff", "ls-files", "merge-tree"]
+
+
+def test_octopoid_checks_probes_bwrap_while_it_clones_the_branch(
+    git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bwrap_ok: None
+):
+    """bwrap's probe starts before the branch is cloned for the checks and runs meanwhile:
+    a bwrap held until the clone exists still answers (the old order, probe then clone,
+    waited for it forever), and the check runs in the box it allows."""
+    from orchestrator.model.ids import TaskId
+    from orchestrator.roles import checks
+
+    from .support import commit_on_branch, logged_tool
+
+    set_config(git_project, checks={"commands": ["test -f work.txt"], "timeout_seconds": 60})
+    tid = q.create_task("checked in a box").id
+    git.Repo(git_project).git.branch(f"agent/TASK-{tid}", "main")
+    commit_on_branch(git_project, tid, {"work.txt": b"work\n"}, "work")
+    clones = config.get_worktrees_dir() / ".checks-*"
+    log = tmp_path / "calls"
+    monkeypatch.setenv("OCTOPOID_BWRAP", str(logged_tool(tmp_path, "bwrap", log, hold=clones)))
+    verdict = checks.recheck(TaskId(tid))
+    assert verdict.passed, [r.line() for r in verdict.results]
+    assert "octopoid-probe" in log.read_text().splitlines()[0]  # the probe's box came first

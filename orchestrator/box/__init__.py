@@ -131,6 +131,7 @@ def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:
     token = secrets.token_hex(16)  # no claim: a mark of its own for the check's processes
     if mode() == "none":
         return trusted.checks_box(task, token)
+    bwrap.probe_ahead()  # its box starts while the branch is cloned
     return walled.checks_box(task, config.load_config(), token)
 
 
