@@ -18,6 +18,8 @@ import pytest
 
 from orchestrator.base import bytecode
 
+from .support import write_agents
+
 #: Run a command in-process, then print its exit code and the modules it really loaded.
 PROBE = """
 import json, sys
@@ -134,6 +136,16 @@ def test_a_command_does_not_import_what_it_does_not_use(
     }
     assert "orchestrator.faces.cli.main" in loaded  # the probe ran the command
     assert found == set()
+
+
+def test_an_agent_s_program_is_looked_for_without_the_process_runner(git_project: Path):
+    """`doctor`, `status` and `agents` ask whether each agent's program is there as its box
+    sees it (``box.program_problem``); that needs neither the backends nor the code that
+    runs their processes (selectors, queue), once the program is found."""
+    write_agents(git_project)  # a command agent: this interpreter, found
+    loaded = _loaded(git_project, ("doctor",))
+    assert "orchestrator.roles.agent_status" in loaded  # the agent's readiness was asked
+    assert not {n for n in loaded if n.startswith("orchestrator.backends")}
 
 
 #: The CLI's own modules every command loads: the group, its registry, the output.
