@@ -245,3 +245,18 @@ def test_octopoid_checks_probes_bwrap_while_it_clones_the_branch(
     verdict = checks.recheck(TaskId(tid))
     assert verdict.passed, [r.line() for r in verdict.results]
     assert "octopoid-probe" in log.read_text().splitlines()[0]  # the probe's box came first
+
+
+def test_octopoid_checks_of_a_task_never_attempted_says_it_has_no_branch(git_project: Path):
+    """No branch is neither a conflict nor git's own complaint: the command says what is
+    missing (git's merge-tree exits 1 for a missing branch, as for a conflict)."""
+    from orchestrator.git import merges
+    from orchestrator.model.exceptions import GitError
+
+    from .support import cli_output
+
+    tid = q.create_task("never attempted").id
+    said = cli_output("checks", tid, code=1)
+    assert f"TASK-{tid} has no branch agent/TASK-{tid} (no attempt yet?)" in said
+    with pytest.raises(GitError, match="not something we can merge"):
+        merges.merge_conflicts(git_project, tid, "main")

@@ -47,8 +47,9 @@ def merge_conflicts(
     )  # fmt: skip
     if done.returncode == 0:
         return None
-    if done.returncode != 1:
-        raise GitError(f"git merge-tree failed: {' '.join(done.stderr.split()) or done.returncode}")
+    if done.returncode != 1 or not done.stdout.strip():  # a conflict prints its tree first;
+        why = " ".join(done.stderr.split()) or done.returncode  # a missing branch exits 1 too
+        raise GitError(f"git merge-tree failed: {why}")
     return [line for line in done.stdout.splitlines()[1:] if line.strip()]
 
 

@@ -25,7 +25,7 @@ from .. import config
 from ..base.fsutil import TailBuffer
 from ..base.lazy import lazy_import
 from ..git import branches, core, merge_guard, merges, task_tips
-from ..model.exceptions import InvalidTask
+from ..model.exceptions import GitError, InvalidTask, NothingToShow
 from ..model.tasks import Task, TaskId
 from ..queue.store import get_store
 
@@ -177,7 +177,7 @@ def recheck(task_id: TaskId) -> Verdict:
     task = get_store().get(task_id)
     cfg = config.load_config()
     if not commands_for(task, cfg):  # nothing runs the branch's code: no clone, no box
-        return Verdict([], *merge_precheck(task))
+        return _precheck_alone(task)
     with sandbox.checks_box(task) as box:
         return verify(task, box, cfg, lambda: None)
 
@@ -204,3 +204,15 @@ def notes_text(verdict: Verdict) -> str:
             "--cached, then commit): they are not the task's to change.\n"
         )
     return "\n".join(parts)
+
+
+def _precheck_alone(task: Task) -> Verdict:
+    """The merge pre-check with no check to run; a task without a branch is said so (git's
+    merge-tree would only say it cannot merge it). git is asked why only when it failed."""
+    try:
+        return Verdict([], *merge_precheck(task))
+    except GitError:
+        branch = branches.branch_for(task.id)
+        if branches.branch_head(config.find_project_root(), branch) is not None:
+            raise
+    raise NothingToShow(f"{task.label} has no branch {branch} (no attempt yet?)")
