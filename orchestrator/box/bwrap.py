@@ -99,7 +99,8 @@ def probe_ahead() -> None:
     """Start ``probe`` in a thread and return: its box starts while the caller does other
     work (`octopoid doctor` reads the queue meanwhile), and the caller's own ``probe``
     then waits for that answer instead of running a second box. Never a stale answer: it
-    is this process's own probe, made now."""
+    is this process's own probe, made now. For a command's process: one that forks (the
+    fork server) would copy the lock held."""
     threading.Thread(target=probe, name="bwrap-probe", daemon=True).start()
 
 
