@@ -4,6 +4,7 @@ failed in the notes, so the next attempt starts from it; passing work reaches re
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +15,15 @@ from orchestrator import config
 from orchestrator.model.tasks import TaskState, utcnow
 from orchestrator.queue import machine as q
 
-from .support import HELPERS, Served, octopoid, run_claimed, set_config, write_agents
+from .support import (
+    HELPERS,
+    Served,
+    child_env,
+    octopoid,
+    run_claimed,
+    set_config,
+    write_agents,
+)
 
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider test_sum.py"
 
@@ -186,3 +195,68 @@ def test_commits_count_the_attempt_s_own_work_not_the_base_it_merged_in(git_proj
     commit_on_branch(git_project, "5", {"own.txt": b"mine\n"}, "own work")
     assert git_history.commits_on_branch(repo, "5", start, "main") == 2  # the merge + its own
     assert git_history.commits_on_branch(repo, "5", start) == 5
+
+
+def test_octopoid_checks_with_no_check_makes_no_box_and_asks_git_three_things(
+    git_project: Path, tmp_path: Path
+):
+    """With no check to run, `octopoid checks` makes neither a clone nor a box (an
+    attempt's checks make none either: nothing runs the branch's code) and runs git three
+    times, as plain processes: the merge's conflicts, the paths the branch writes, and
+    what the checkout holds untracked (it has no linked worktree to list)."""
+    from .support import commit_on_branch, logged_tool
+
+    tid = q.create_task("checked with no check").id
+    git.Repo(git_project).git.branch(f"agent/TASK-{tid}", "main")  # an attempt's branch
+    commit_on_branch(git_project, tid, {"work.txt": b"work\n"}, "work")
+    log, tools = tmp_path / "calls", tmp_path / "bin"
+    tools.mkdir()
+    logged_tool(tools, "git", log)
+    bwrap = logged_tool(tools, "bwrap", log)
+    env = {**child_env(git_project), "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    run = octopoid(git_project, "checks", tid, env={**env, "OCTOPOID_BWRAP": str(bwrap)})
+    assert run.returncode == 0 and "merges cleanly into its base" in run.stdout, run.stderr
+    calls = [line.split() for line in log.read_text().splitlines()]
+    assert [call[0] for call in calls] == ["git"] * 3  # no bwrap: neither probe nor box
+    asked = sorted(
+        next(w for w in call[1:] if not w.startswith(("-", "/", "core."))) for call in calls
+    )
+    assert asked == ["diff", "ls-files", "merge-tree"]
+
+
+def test_octopoid_checks_probes_bwrap_while_it_clones_the_branch(
+    git_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bwrap_ok: None
+):
+    """bwrap's probe starts before the branch is cloned for the checks and runs meanwhile:
+    a bwrap held until the clone exists still answers (the old order, probe then clone,
+    waited for it forever), and the check runs in the box it allows."""
+    from orchestrator.model.ids import TaskId
+    from orchestrator.roles import checks
+
+    from .support import commit_on_branch, logged_tool
+
+    set_config(git_project, checks={"commands": ["test -f work.txt"], "timeout_seconds": 60})
+    tid = q.create_task("checked in a box").id
+    git.Repo(git_project).git.branch(f"agent/TASK-{tid}", "main")
+    commit_on_branch(git_project, tid, {"work.txt": b"work\n"}, "work")
+    clones = config.get_worktrees_dir() / ".checks-*"
+    log = tmp_path / "calls"
+    monkeypatch.setenv("OCTOPOID_BWRAP", str(logged_tool(tmp_path, "bwrap", log, hold=clones)))
+    verdict = checks.recheck(TaskId(tid))
+    assert verdict.passed, [r.line() for r in verdict.results]
+    assert "octopoid-probe" in log.read_text().splitlines()[0]  # the probe's box came first
+
+
+def test_octopoid_checks_of_a_task_never_attempted_says_it_has_no_branch(git_project: Path):
+    """No branch is neither a conflict nor git's own complaint: the command says what is
+    missing (git's merge-tree exits 1 for a missing branch, as for a conflict)."""
+    from orchestrator.git import merges
+    from orchestrator.model.exceptions import GitError
+
+    from .support import cli_output
+
+    tid = q.create_task("never attempted").id
+    said = cli_output("checks", tid, code=1)
+    assert f"TASK-{tid} has no branch agent/TASK-{tid} (no attempt yet?)" in said
+    with pytest.raises(GitError, match="not something we can merge"):
+        merges.merge_conflicts(git_project, tid, "main")

@@ -25,7 +25,14 @@ from orchestrator.faces import doctor
 from orchestrator.model.exceptions import GitError
 from orchestrator.queue import machine as q
 
-from .support import child_env, run_claimed, set_config, write_agents
+from .support import (
+    child_env,
+    logged_tool,
+    run_claimed,
+    set_config,
+    wait_for,
+    write_agents,
+)
 from .support.walls import in_box
 
 
@@ -235,6 +242,21 @@ def test_agents_do_not_start_where_bwrap_cannot_run(
     assert sandbox.problem() is None
     assert "agents are NOT sandboxed" in sandbox.describe()["summary"]
     assert any("NOT sandboxed" in line for line in doctor.examine())
+
+
+def test_a_probe_started_ahead_is_under_way_meanwhile_and_is_the_one_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bwrap_ok: None
+) -> None:
+    """`octopoid doctor` starts bwrap's probe before reading the queue: the call returns
+    while the probe's box is still starting, and the answer asked for later is that
+    probe's, made now (one box, not two)."""
+    log, go = tmp_path / "calls", tmp_path / "go"
+    monkeypatch.setenv(walls.BWRAP_ENV, str(logged_tool(tmp_path, "bwrap", log, hold=go)))
+    walls.probe_ahead()
+    wait_for("the probe's box to start", log.exists)  # held there: this thread went on
+    go.touch()
+    assert walls.probe()[0] is None
+    assert len(log.read_text().splitlines()) == 1
 
 
 LEAVER = r"""

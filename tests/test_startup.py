@@ -18,6 +18,8 @@ import pytest
 
 from orchestrator.base import bytecode
 
+from .support import write_agents
+
 #: Run a command in-process, then print its exit code and the modules it really loaded.
 PROBE = """
 import json, sys
@@ -72,7 +74,9 @@ NOT_NEEDED = {
     # These ask the claude-code backend whether `claude` is on PATH (a stall if not).
     ("status",): WRITERS_ONLY | {"GitPython", "git machinery"},  # nothing waits for review
     ("agents",): WRITERS_ONLY | {"GitPython"},
-    ("doctor",): WRITERS_ONLY - {"PyYAML"} | {"GitPython"},  # forge.ci_triggers' own import
+    ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery"},  # CI files: with a forge only
+    # No check configured: the merge pre-check alone, git as plain processes, and no box.
+    ("checks", "TASK-1"): set(HEAVY) - {"the store", "git machinery"},
     ("enqueue", "a task"): {
         "importlib.metadata",
         "the backends",
@@ -134,6 +138,16 @@ def test_a_command_does_not_import_what_it_does_not_use(
     }
     assert "orchestrator.faces.cli.main" in loaded  # the probe ran the command
     assert found == set()
+
+
+def test_an_agent_s_program_is_looked_for_without_the_process_runner(git_project: Path):
+    """`doctor`, `status` and `agents` ask whether each agent's program is there as its box
+    sees it (``box.program_problem``); that needs neither the backends nor the code that
+    runs their processes (selectors, queue), once the program is found."""
+    write_agents(git_project)  # a command agent: this interpreter, found
+    loaded = _loaded(git_project, ("doctor",))
+    assert "orchestrator.roles.agent_status" in loaded  # the agent's readiness was asked
+    assert not {n for n in loaded if n.startswith("orchestrator.backends")}
 
 
 #: The CLI's own modules every command loads: the group, its registry, the output.

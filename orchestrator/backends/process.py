@@ -12,7 +12,6 @@ import contextlib
 import os
 import queue
 import select
-import shutil
 import signal
 import subprocess
 import threading
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from ..base.fsutil import TailBuffer
 from ..base.processes import in_new_session_dying_with_parent, signal_group
-from ..box.box import interpreter_of
+from ..box.box import program_problem
 from ..box.netbridge import CANNOT_RUN_SAYS, CANNOT_RUN_STATUS
 from .base import AgentRequest
 
@@ -96,30 +95,6 @@ def _box_refused(done: ProcessOutcome, program: str) -> ProcessOutcome:
         why = f"cannot run {program!r} in its box: {said}"
         return ProcessOutcome(1, False, why, "cannot-start")
     return ProcessOutcome(1, False, f"the box could not start: {said}", "box")
-
-
-def program_problem(
-    program: str, cwd: Path, path: str | None, unseen: tuple[Path, ...] = ()
-) -> str | None:
-    """Why ``program`` cannot start from ``cwd`` with ``path`` (to follow "it": "is not on
-    PATH", "does not exist", ...), or None: found, an executable file, its ``#!``
-    interpreter found too, and not inside one of ``unseen`` (where its box sees nothing)."""
-    if "/" in program:
-        found: str | None = str(cwd / program)  # an absolute program stays itself
-        if not os.path.exists(found):
-            return "does not exist"
-    elif (found := shutil.which(program, path=path)) is None:
-        return "is not on PATH"
-    if not os.path.isfile(found) or not os.access(found, os.X_OK):
-        return "is not an executable file"
-    real = Path(os.path.realpath(found))
-    hidden = next((p for p in unseen if p == real or p in real.parents), None)
-    if hidden is not None:
-        return f"is inside {hidden}, which no box is shown"
-    interpreter = interpreter_of(real)
-    if interpreter and not shutil.which(interpreter, path=path):
-        return f"needs {interpreter!r} (its #! line), which is not found"
-    return None
 
 
 def run_process(

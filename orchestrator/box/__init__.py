@@ -58,6 +58,13 @@ def problem() -> str | None:
     )
 
 
+def probe_ahead() -> None:
+    """With walls configured, bwrap's probe started now in a thread (``bwrap.probe_ahead``)
+    for a face that asks ``problem`` or ``describe`` after other work (`octopoid doctor`)."""
+    if config.problem() is None and mode() != "none":
+        bwrap.probe_ahead()
+
+
 def describe() -> dict[str, Any]:
     """What every face says about the walls: mode, whether agents can start, whose
     network is open, one line."""
@@ -127,6 +134,7 @@ def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:
     token = secrets.token_hex(16)  # no claim: a mark of its own for the check's processes
     if mode() == "none":
         return trusted.checks_box(task, token)
+    bwrap.probe_ahead()  # its box starts while the branch is cloned
     cfg = config.load_config()
     return walled.review_box(task, cfg, token, netpolicy.checks_network(cfg), walled.CHECKS_PREFIX)
 
@@ -189,6 +197,7 @@ __all__ = [
     "open_networks",
     "prepare",
     "preview_box",
+    "probe_ahead",
     "problem",
     "sweep",
 ]

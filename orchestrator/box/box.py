@@ -209,6 +209,30 @@ def interpreter_of(program: Path) -> str | None:
     return words[1] if words[0] == "/usr/bin/env" and len(words) > 1 else words[0]
 
 
+def program_problem(
+    program: str, cwd: Path, path: str | None, unseen: tuple[Path, ...] = ()
+) -> str | None:
+    """Why ``program`` cannot start from ``cwd`` with ``path`` (to follow "it": "is not on
+    PATH", "does not exist", ...), or None: found, an executable file, its ``#!``
+    interpreter found too, and not inside one of ``unseen`` (where its box sees nothing)."""
+    if "/" in program:
+        found: str | None = str(cwd / program)  # an absolute program stays itself
+        if not os.path.exists(found):
+            return "does not exist"
+    elif (found := shutil.which(program, path=path)) is None:
+        return "is not on PATH"
+    if not os.path.isfile(found) or not os.access(found, os.X_OK):
+        return "is not an executable file"
+    real = Path(os.path.realpath(found))
+    hidden = next((p for p in unseen if p == real or p in real.parents), None)
+    if hidden is not None:
+        return f"is inside {hidden}, which no box is shown"
+    interpreter = interpreter_of(real)
+    if interpreter and not shutil.which(interpreter, path=path):
+        return f"needs {interpreter!r} (its #! line), which is not found"
+    return None
+
+
 def bwrap_box(
     bwrap: str,
     userns: bool,

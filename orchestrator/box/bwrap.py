@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,16 @@ def is_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
 
 #: (the name asked for, where it was found) -> (when, why not, userns)
 _probes: dict[tuple[str, str | None], tuple[float, str | None, bool]] = {}
+_probing = threading.Lock()  # one probe at a time: a caller waits for one under way
+
+
+def probe_ahead() -> None:
+    """Start ``probe`` in a thread and return: its box starts while the caller does other
+    work (`octopoid doctor` reads the queue meanwhile), and the caller's own ``probe``
+    then waits for that answer instead of running a second box. Never a stale answer: it
+    is this process's own probe, made now. For a command's process: one that forks (the
+    fork server) would copy the lock held."""
+    threading.Thread(target=probe, name="bwrap-probe", daemon=True).start()
 
 
 def probe(now: float | None = None, margin: float = 0.0) -> tuple[str | None, bool]:
@@ -99,15 +110,16 @@ def probe(now: float | None = None, margin: float = 0.0) -> tuple[str | None, bo
     without one, bwrap still drops every capability (``--cap-drop ALL``). ``margin``:
     probe again already when the answer has less than that left (the fork server keeps
     one fresh for the runners it forks)."""
-    now = time.monotonic() if now is None else now
-    bwrap = find_bwrap()
-    key = (_asked_for(), bwrap)
-    seen = _probes.get(key)
-    if seen is not None and now - seen[0] < PROBE_TTL_SECONDS - margin:
-        return seen[1], seen[2]
-    problem, userns = _run_probe(bwrap)
-    _probes[key] = (now, problem, userns)
-    return problem, userns
+    with _probing:
+        now = time.monotonic() if now is None else now
+        bwrap = find_bwrap()
+        key = (_asked_for(), bwrap)
+        seen = _probes.get(key)
+        if seen is not None and now - seen[0] < PROBE_TTL_SECONDS - margin:
+            return seen[1], seen[2]
+        problem, userns = _run_probe(bwrap)
+        _probes[key] = (now, problem, userns)
+        return problem, userns
 
 
 def _run_probe(bwrap: str | None) -> tuple[str | None, bool]:

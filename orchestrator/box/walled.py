@@ -224,7 +224,6 @@ def review_box(
     Removed afterwards, with the network's proxy if it had one. A failed set-up raises
     ``SetupFailed`` with the set-up's output; ``tick`` is called while it runs (a claim's
     renewal)."""
-    bwrap, userns = _walls()
     repo = core.open_repo()
     branch = branches.branch_for(task.id)
     if not branches.branch_exists(repo, branch):
@@ -235,6 +234,7 @@ def review_box(
     proxy, world = None, None
     try:
         clone.make(repo, task.id, task.branch, branches.branch_tip(repo, task.branch), path)
+        bwrap, userns = _walls()  # after the clone: a probe started ahead ran meanwhile
         root, author = config.find_project_root(), _author(repo)
         world = World(
             cfg, setup_commands(None, cfg), root, path, sandboxed=True, trusted=False,

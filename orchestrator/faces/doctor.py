@@ -12,8 +12,8 @@ from datetime import datetime
 from .. import box as sandbox
 from .. import config
 from ..base import netpolicy
+from ..base.lazy import lazy_import
 from ..daemon import stalls
-from ..forge import ci_triggers
 from ..model.defaults import BOUNCE_REPEATS
 from ..model.tasks import TaskState, utcnow
 from ..queue import adopt, bounces
@@ -25,6 +25,8 @@ from ..queue.store import QueueStore
 from ..review import finishing
 
 S = TaskState
+# PyYAML, for a project's CI files: read only where octopoid pushes task branches to a forge.
+ci_triggers = lazy_import("orchestrator.forge.ci_triggers")
 
 
 def _sandbox() -> list[str]:
@@ -112,6 +114,7 @@ def examine(rebuild: bool = False, now: datetime | None = None, repair: bool = F
     """One line per repair made or problem found; empty when all is well. ``repair`` also
     finishes what dead processes' journals left (the scheduler's sweep does it too)."""
     now = now or utcnow()
+    sandbox.probe_ahead()  # its box starts while the store is read and repaired
     store = get_store()
     repaired, rebuilt = queue_utils.repair_store(rebuild)
     lines = [f"repaired {done}" for done in repaired]

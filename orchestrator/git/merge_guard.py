@@ -19,16 +19,17 @@ when it writes at, into or above octopoid's runtime folder, which no branch may 
 from __future__ import annotations
 
 import bisect
-import hashlib
 import os
 import stat
 import subprocess
 from pathlib import Path
 
 from .. import config
+from ..base.lazy import lazy_import
 from ..model.exceptions import ConfigError, GitError, MergeRefused
 
 SHOWN = 5  # paths named in a one-line reason
+hashlib = lazy_import("hashlib")  # OpenSSL's, for ``fingerprint`` only: not `octopoid checks`
 
 
 def _git(root: Path, *args: str) -> list[str]:
@@ -169,7 +170,11 @@ def replaced_in(checkout: Path, old: str, new: str) -> list[str]:
 
 
 def _checked_out(root: Path) -> dict[str, Path]:
-    """{branch: the worktree that has it checked out}, octopoid's own worktrees left out."""
+    """{branch: the worktree that has it checked out}, octopoid's own worktrees left out.
+    A checkout with no linked worktree (git keeps one folder each in ``.git/worktrees``)
+    has none to list: no git process then, only the checkout itself is written."""
+    if (root / ".git").is_dir() and not any((root / ".git" / "worktrees").glob("*")):
+        return {}
     mine = config.get_worktrees_dir()
     found, current = {}, None
     for field in _git(root, "worktree", "list", "--porcelain", "-z"):

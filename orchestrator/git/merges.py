@@ -8,18 +8,26 @@ the person works first asks ``merge_guard`` what it would replace.
 from __future__ import annotations
 
 import random
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from .. import config
+from ..base.fsutil import remove_tree
 from ..model.exceptions import GitError, MergeRefused
 from ..model.tasks import task_label
 from . import merge_guard
 from .branches import branch_exists, branch_for, checkout_of
-from .core import full_ref, git, git_errors, git_message, open_repo, repo_admin_lock
+from .core import (
+    full_ref,
+    git,
+    git_command,
+    git_errors,
+    git_message,
+    open_repo,
+    repo_admin_lock,
+)
 from .remote import adopt, fetch_branches, remote_ref
 
 MERGE_STRATEGIES = ("merge", "squash", "ff-only", "none")
@@ -27,22 +35,22 @@ PUSH_TRIES = 10  # a push refused because the remote's base moved: fetch, merge 
 
 
 def merge_conflicts(
-    repo: git.Repo, task_id: str, base: str, tip: str | None = None
+    root: Path, task_id: str, base: str, tip: str | None = None
 ) -> list[str] | None:
     """Files that would conflict merging the task's branch (or its commit ``tip``) into
-    ``base`` (None: it merges cleanly). ``git merge-tree --write-tree`` touches no
-    worktree, index or ref."""
-    status, out, err = repo.git.execute(
-        ["git", "merge-tree", "--write-tree", "--name-only", "--no-messages",
-         full_ref(base), tip or f"refs/heads/{branch_for(task_id)}"],
-        with_extended_output=True,
-        with_exceptions=False,
+    ``base`` in the repository at ``root`` (None: it merges cleanly). ``git merge-tree
+    --write-tree`` touches no worktree, index or ref; one git process, no GitPython (`octopoid
+    checks` and `status` ask it)."""
+    done = git_command(
+        root, "merge-tree", "--write-tree", "--name-only", "--no-messages",
+        full_ref(base), tip or f"refs/heads/{branch_for(task_id)}",
     )  # fmt: skip
-    if status == 0:
+    if done.returncode == 0:
         return None
-    if status != 1:
-        raise GitError(f"git merge-tree failed: {' '.join(err.split()) or status}")
-    return [line for line in out.splitlines()[1:] if line.strip()]
+    if done.returncode != 1 or not done.stdout.strip():  # a conflict prints its tree first;
+        why = " ".join(done.stderr.split()) or done.returncode  # a missing branch exits 1 too
+        raise GitError(f"git merge-tree failed: {why}")
+    return [line for line in done.stdout.splitlines()[1:] if line.strip()]
 
 
 def merge_task_branch(
@@ -137,8 +145,7 @@ def scratch_worktree(
     touch anyone's checkout; removed after (one a killed process left is removed first).
     Callers hold ``repo_admin_lock``."""
     scratch = config.get_worktrees_dir() / f".{name.replace('/', '-')}"
-    if scratch.exists():
-        shutil.rmtree(scratch)
+    remove_tree(scratch)  # one a killed process left
     with git_errors("git worktree prune"):
         repo.git.worktree("prune")
     with git_errors("git worktree add --detach"):

@@ -124,12 +124,14 @@ def take_for_accept(repo: git.Repo, remote: str, task: Task) -> None:
             )
 
 
-def accept_base(repo: git.Repo, base: str) -> str:
+def accept_base(repo: git.Repo | None, base: str) -> str:
     """The base accept merges onto: with ``git.remote`` the remote's, fetched now (or as
-    last fetched, when the remote cannot be reached); else the local one."""
+    last fetched, when the remote cannot be reached); else the local one, and no git runs
+    (``repo`` None: the project's, opened only to fetch)."""
     remote = git_remote.remote_name()
     if remote is None:
         return base
+    repo = repo or core.open_repo()
     tracking = git_remote.remote_ref(remote, base)
     try:
         found = git_remote.fetch_branches(repo, remote, [base])

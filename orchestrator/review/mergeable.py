@@ -59,7 +59,6 @@ def unmergeable(tasks: list[Task]) -> dict[str, MergeCheck]:
     stored = records.read(MERGE_CHECKS)
     known = {label: dict(pairs) for label, pairs in (stored.value if stored else {}).items()}
     fresh: dict[str, dict[str, Any]] = {}
-    repo = None  # GitPython only for a pair not judged yet
     checkouts = merge_guard.Checkouts(root)
     found = {}
     for task in tasks:
@@ -70,8 +69,7 @@ def unmergeable(tasks: list[Task]) -> dict[str, MergeCheck]:
         guard = f"refused:{key}:{checkouts.fingerprint(base)}"
         try:
             if key not in mine:
-                repo = repo or core.open_repo()
-                fresh.setdefault(task.label, {})[key] = merges.merge_conflicts(repo, task.id, base)
+                fresh.setdefault(task.label, {})[key] = merges.merge_conflicts(root, task.id, base)
             if guard not in mine:
                 refused = checkouts.refused(f"refs/heads/{base}", f"refs/heads/{branch}")
                 fresh.setdefault(task.label, {})[guard] = refused
@@ -134,7 +132,7 @@ def branch_facts(task: Task) -> BranchFacts:
             return BranchFacts(False)
         ahead = history.commits_ahead(repo, task.id, task.branch)
         log, behind = history.branch_history(repo, task.id, task.branch, COMMITS_SHOWN)
-        conflicts = merges.merge_conflicts(repo, task.id, task.branch)
+        conflicts = merges.merge_conflicts(config.find_project_root(), task.id, task.branch)
         commits = redaction.scrub("\n".join(log)).splitlines()  # an agent's words: secrets, escapes
         head = branches.branch_tip(repo, branch)
         base_tip = branches.branch_tip(repo, task.branch)

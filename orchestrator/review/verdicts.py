@@ -15,7 +15,6 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from .. import box as sandbox
 from .. import config
 from ..base.lazy import lazy_import
 from ..git import branches as git_branches
@@ -46,9 +45,8 @@ from . import finishing
 if TYPE_CHECKING:
     from git import Repo
 
-# Only `approve` and `checks` run them: `worktrees` and the others do not pay for them.
+# Only `approve` and accept run them: `worktrees` and the others do not pay for them.
 breakdown = lazy_import("orchestrator.roles.breakdown")
-checks = lazy_import("orchestrator.roles.checks")
 lifecycle = lazy_import("orchestrator.memory.lifecycle")
 log = logging.getLogger("octopoid.review")
 MAX_CODE_CHARS = 500  # of the commented lines quoted in the notes (a minified file is one line)
@@ -543,14 +541,6 @@ def approve(task_id: str, approved_by: str = "human") -> list[Task]:
             raise IllegalTransition(f"{task.label} holds no proposed breakdown to approve")
 
         return breakdown.split(task, breakdown.proposed(task), approved_by=approved_by)
-
-
-def recheck(task_id: str) -> checks.Verdict:
-    """`octopoid checks`: the task's checks and merge pre-check on its branch, now, by hand,
-    in a box as an attempt's checks run (``sandbox.checks_box``)."""
-    task = queue_utils.get_task(task_id)
-    with sandbox.checks_box(task) as box:
-        return checks.verify(task, box, config.load_config(), lambda: None)
 
 
 def prune_worktrees() -> list[str]:

@@ -17,7 +17,8 @@ from ..queue import agent_records
 # Needed only to say whether an agent can run: `status` does not pay for them.
 backends_base = lazy_import("orchestrator.backends.base")  # CAUSES, when an attempt failed
 claude_code = lazy_import("orchestrator.backends.claude_code")
-process = lazy_import("orchestrator.backends.process")
+# Is the agent's program there, as its box sees it: not the process runner (selectors, queue).
+box = lazy_import("orchestrator.box.box")
 
 #: Backends that cannot report what an attempt cost (their cost is unknown, not zero).
 COSTLESS_BACKENDS = ("command",)
@@ -48,7 +49,7 @@ def readiness_problem(agent: dict[str, Any]) -> str | None:
         program, path = agent["argv"][0].replace("{worktree}", str(root)), env.get("PATH")
         if "{" in program:
             return None  # {task_id}, {prompt_file}: known only at the attempt
-    why = process.program_problem(program, root, path, _unseen(root))
+    why = box.program_problem(program, root, path, _unseen(root))
     if why is None:
         return None
     hint = f"; {claude_code.INSTALL_HINT}" if agent["backend"] == "claude-code" else ""

@@ -18,19 +18,24 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config
-from ..backends.process import run_process
 from ..base.fsutil import TailBuffer
-from ..base.redaction import Redactor, every_agent_env
-from ..box.box import Box
+from ..base.lazy import lazy_import
 from ..git import branches, core, merge_guard, merges, task_tips
-from ..model.exceptions import InvalidTask
-from ..model.tasks import Task
+from ..model.exceptions import GitError, InvalidTask, NothingToShow
+from ..model.tasks import Task, TaskId
+from ..queue.store import get_store
 
 if TYPE_CHECKING:
-    from git import Repo
+    from ..box.box import Box
+
+# What runs a command in a box: `octopoid checks` on a project with no check runs only git.
+process = lazy_import("orchestrator.backends.process")
+redaction = lazy_import("orchestrator.base.redaction")
+sandbox = lazy_import("orchestrator.box")
 
 
 @dataclass
@@ -70,6 +75,11 @@ class Verdict:
     def passed(self) -> bool:
         return not self.failed and self.conflicts is None and not self.refused
 
+    @property
+    def refusal(self) -> str:
+        """Why accept refuses the branch, in one line ("" when it does not)."""
+        return merge_guard.reason(self.refused) if self.refused else ""
+
     def summary(self) -> str:
         """One line for the task's History."""
         parts = [f"checks: {len(self.results) - len(self.failed)} passed"]
@@ -79,7 +89,7 @@ class Verdict:
         if self.conflicts is not None:
             parts.append(f"conflicts with its base in {', '.join(self.conflicts) or '?'}")
         if self.refused:
-            parts.append(f"refused: {merge_guard.reason(self.refused)}")
+            parts.append(f"refused: {self.refusal}")
         return ", ".join(parts)
 
 
@@ -122,45 +132,54 @@ def task_checks(task: Task) -> list[str]:
 def _run_one(
     command: str, box: Box, limit: int, timeout: float, on_tick: Callable[[], None]
 ) -> CheckResult:
-    output = TailBuffer(limit, redact=Redactor(box.env, every_agent_env()))
+    output = TailBuffer(limit, redact=redaction.Redactor(box.env, redaction.every_agent_env()))
     started = time.monotonic()
     argv = box.wrap(["sh", "-c", command])
-    done = run_process(argv, box.cwd, box.env, output, timeout, on_tick=on_tick)
+    done = process.run_process(argv, box.cwd, box.env, output, timeout, on_tick=on_tick)
     output.close()
     seconds = time.monotonic() - started
     problem = done.start_error or (f"timed out after {timeout:g}s" if done.timed_out else "")
     return CheckResult(command, done.exit_code, seconds, output.text(), problem)
 
 
-def judged_tip(repo: Repo, task: Task, tip: str | None = None) -> str | None:
+def judged_tip(root: Path, task: Task, tip: str | None = None) -> str | None:
     """The tip a pre-check judges: ``tip`` (the attempt's), else the tip its attempt
-    recorded when this machine has it; None: its local branch."""
+    recorded when the repository at ``root`` has it; None: its local branch."""
     mine = task_tips.recorded(task)
-    if tip is None and mine is not None and branches.has_commit(repo, mine):
-        return mine
+    if tip is None and mine is not None:
+        held = core.git_command(root, "cat-file", "-e", f"{mine}^{{commit}}").returncode == 0
+        return mine if held else None
     return tip
 
 
-def merge_conflicts(task: Task, tip: str | None = None) -> list[str] | None:
-    """Files that would conflict if accept merged the task now (None: clean): its
-    ``judged_tip`` onto the base accept merges onto (with ``git.remote`` the remote's,
-    fetched).
-
-    ``git merge-tree --write-tree`` computes the merge without touching any worktree or ref.
-    """
-    repo = core.open_repo()
-    base = task_tips.accept_base(repo, task.branch)
-    return merges.merge_conflicts(repo, task.id, base, judged_tip(repo, task, tip))
-
-
 def merge_precheck(task: Task, tip: str | None = None) -> tuple[list[str] | None, list[str]]:
-    """Would the branch merge into its base now: the files that would conflict (None:
-    clean), and the paths accept would refuse to write (``merge_guard``: what the person's
-    checkout holds untracked or ignored, octopoid's runtime), both of its ``judged_tip``."""
-    tip = judged_tip(core.open_repo(), task, tip)
-    checkouts = merge_guard.Checkouts(config.find_project_root())
+    """Would the branch merge now: the files that would conflict (None: clean) merging its
+    ``judged_tip`` onto the base accept merges onto (with ``git.remote`` the remote's,
+    fetched), and the paths accept would refuse to write (``merge_guard``: what the
+    person's checkout holds untracked or ignored, octopoid's runtime).
+
+    ``git merge-tree --write-tree`` computes the merge without touching any worktree or
+    ref. git runs as plain processes: without a remote, GitPython is never imported.
+    """
+    root = config.find_project_root()
+    tip = judged_tip(root, task, tip)
+    base = task_tips.accept_base(None, task.branch)
+    checkouts = merge_guard.Checkouts(root)
     branch = tip or f"refs/heads/{branches.branch_for(task.id)}"
-    return merge_conflicts(task, tip), checkouts.refused(core.full_ref(task.branch), branch)
+    conflicts = merges.merge_conflicts(root, task.id, base, tip)
+    return conflicts, checkouts.refused(core.full_ref(task.branch), branch)
+
+
+def recheck(task_id: TaskId) -> Verdict:
+    """`octopoid checks`: the task's checks and merge pre-check on its branch now, by
+    hand, as an attempt's run (``outcome``): the checks in a box of their own
+    (``sandbox.checks_box``: a clone, bwrap), and with no check to run no box at all."""
+    task = get_store().get(task_id)
+    cfg = config.load_config()
+    if not commands_for(task, cfg):  # nothing runs the branch's code: no clone, no box
+        return _precheck_alone(task)
+    with sandbox.checks_box(task) as box:
+        return verify(task, box, cfg, lambda: None)
 
 
 def notes_text(verdict: Verdict) -> str:
@@ -185,3 +204,15 @@ def notes_text(verdict: Verdict) -> str:
             "--cached, then commit): they are not the task's to change.\n"
         )
     return "\n".join(parts)
+
+
+def _precheck_alone(task: Task) -> Verdict:
+    """The merge pre-check with no check to run; a task without a branch is said so (git's
+    merge-tree would only say it cannot merge it). git is asked why only when it failed."""
+    try:
+        return Verdict([], *merge_precheck(task))
+    except GitError:
+        branch = branches.branch_for(task.id)
+        if branches.branch_head(config.find_project_root(), branch) is not None:
+            raise
+    raise NothingToShow(f"{task.label} has no branch {branch} (no attempt yet?)")

@@ -72,6 +72,19 @@ def helper_cmd(name: str, *args: str) -> list[str]:
     return [sys.executable, str(HELPERS / f"{name}.py"), *args]
 
 
+def logged_tool(folder: Path, name: str, log: Path, hold: Path | str | None = None) -> Path:
+    """``folder/name``: the real ``name`` (as PATH finds it now), each call first written to
+    ``log`` as a line ``name ARGS`` (and, with ``hold``, held until a file it names exists:
+    a path or a shell pattern, without spaces). Put ``folder`` first on PATH to count the
+    processes a command starts."""
+    real = shutil.which(name)
+    wait = f"until ls -d {hold} >/dev/null 2>&1; do sleep 0.01; done\n" if hold else ""
+    wrapper = folder / name
+    wrapper.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n{wait}exec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def child_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["OCTOPOID_ROOT"] = str(root)

@@ -76,7 +76,7 @@ COMMANDS: dict[str, Entry] = {
                      "notes are kept)."),
     "answer": Entry("review", "answer", "Answer the question an attempt of TASK_ID asked "
                     "(its agent's ask_human)."),
-    "checks": Entry("branches", "checks_cmd", "Run a task's checks and merge pre-check on its "
+    "checks": Entry("checks", "checks_cmd", "Run a task's checks and merge pre-check on its "
                     "branch now (moves nothing)."),
     "worktrees": Entry("branches", "worktrees", "List task worktrees (or prune those of done "
                        "or gone tasks)."),
