@@ -76,7 +76,8 @@ NOT_NEEDED = {
     ("agents",): WRITERS_ONLY | {"GitPython"},
     ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery"},  # CI files: with a forge only
     # No check configured: the merge pre-check alone, git as plain processes, and no box.
-    ("checks", "TASK-1"): set(HEAVY) - {"the store", "git machinery"},
+    ("checks", "TASK-1"): set(HEAVY)
+    - {"the store", "git machinery", "the roles"},  # roles.checks: recheck
     ("enqueue", "a task"): {
         "importlib.metadata",
         "the backends",
