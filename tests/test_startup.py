@@ -88,9 +88,17 @@ NOT_NEEDED = {
 }
 
 
+def _env(root: Path) -> dict[str, str]:
+    """The environment a command runs in: a user cache of the project's own, beside it, so
+    no other test's project can take its parse cache's slot (``base/usercache.py``) and make
+    a command parse ``config.yaml`` with PyYAML again."""
+    env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
+    return {**env, "XDG_CACHE_HOME": str(root.parent / f"{root.name}-cache")}
+
+
 def _loaded(root: Path, args: tuple[str, ...]) -> set[str]:
     """What the command imported, once it has succeeded (a failure may stop short of them)."""
-    env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
+    env = _env(root)
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args], cwd=root, env=env, capture_output=True, text=True
     )
@@ -106,7 +114,7 @@ def startup_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([*git, "init", "-q"], cwd=root, check=True)
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "start"], cwd=root, check=True)
     octopoid = [sys.executable, "-m", "orchestrator.faces.cli.main"]
-    env = {k: v for k, v in os.environ.items() if k != "OCTOPOID_ROOT"}
+    env = _env(root)  # init and enqueue leave config.yaml's parse in it
     for args in (["init"], ["enqueue", "a task to show"], ["enqueue", "a task without notes"]):
         subprocess.run([*octopoid, *args], cwd=root, env=env, check=True, capture_output=True)
     # TASK-1 has retry notes and working notes: `notes` and `memory show` that find them
