@@ -143,9 +143,8 @@ def test_a_note_on_the_task_file_about_other_functions_needs_more_than_the_bar(b
 
 def test_a_long_note_needs_more_than_the_bar_for_each_term_it_runs_over(big) -> None:
     """A note far longer than the store's average costs more of the block and gathers
-    matches by chance: it needs ``PER_TERM`` more for each term over ``LONG`` times the
-    average, though it scores as high as a short one beside it (``RELATIVE``). The short
-    one is in."""
+    matches by chance: though it scores as high as a short one beside it (``RELATIVE``),
+    it needs ``PER_TERM`` more for each term over ``LONG`` times the average."""
     text = "billing/webhooks.py: sturdier delivery retry"
     short = big.write_note(text, scope=SCOPE)
     aside = " ".join(f"aside{i}" for i in range(12))
