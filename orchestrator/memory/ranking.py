@@ -213,7 +213,7 @@ def search(
         paths, names = _code_of(row) if names_files and _in_question(row) else (False, set())
         row["elsewhere"] = paths and not row["path_score"]
         row["other_names"] = bool(names) and not names & words
-        if (row["length"] or 0) <= SHORT:  # what the short-note route asks (``SHARED``)
+        if (row["length"] or 0) <= SHORT and FLOOR <= row["score"] < _bar(row):  # ``SHARED``
             row["shared"] = len(asked & {t.text for t in scan(_indexed(row)) if t.kind != PATH})
     return sorted(rows, key=lambda r: (-r["score"], r["id"]))
 
