@@ -13,7 +13,8 @@ with a relevant learning), recall@10 (the share of a task's relevant learnings i
 averaged), the notes a prompt carries and the relevant among them, the share of the memory
 block's characters that are relevant (summed over every task), the tasks without relevant
 memory that get an empty block, the tasks whose prompt carries a planted note (octopoid:
-also with its instruction gate off, the ranking alone), and retrieval latency p50/p90.
+also with its instruction gate off, the ranking alone), and retrieval latency p50/p90; for
+octopoid also what a choice among its candidates could reach (``Bound``).
 The baselines: SQLite FTS5's ``bm25()`` (porter stemming, every word of the task ORed) and
 plain BM25 (no stemming, every word, every note scored), each filling the same budget best
 first, as octopoid did before issue 41.
