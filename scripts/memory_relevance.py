@@ -13,7 +13,8 @@ with a relevant learning), recall@10 (the share of a task's relevant learnings i
 averaged), the notes a prompt carries and the relevant among them, the share of the memory
 block's characters that are relevant (summed over every task), the tasks without relevant
 memory that get an empty block, the tasks whose prompt carries a planted note (octopoid:
-also with its instruction gate off, the ranking alone), and retrieval latency p50/p90.
+also with its instruction gate off, the ranking alone), and retrieval latency p50/p90; for
+octopoid also what a choice among its candidates could reach (``Bound``).
 The baselines: SQLite FTS5's ``bm25()`` (porter stemming, every word of the task ORed) and
 plain BM25 (no stemming, every word, every note scored), each filling the same budget best
 first, as octopoid did before issue 41.
@@ -156,6 +157,12 @@ class Octopoid:
         hits = self.store.search_notes(task_query(task), scope=SCOPE, limit=RANKED)
         return [h["id"] for h in hits]
 
+    def candidates(self, task: Any) -> list[dict]:
+        """The matches retrieval chooses a prompt's notes from."""
+        from orchestrator.memory.retrieval import CANDIDATES, task_query
+
+        return self.store.search_notes(task_query(task), scope=SCOPE, limit=CANDIDATES)
+
     def injected(self, task: Any) -> list[int]:
         from orchestrator.memory import retrieval
 
@@ -237,12 +244,51 @@ class PlainBm25(Baseline):
 # --- the measures -------------------------------------------------------------------------
 
 
+class Bound:
+    """What a choice among octopoid's candidates could reach: how many tasks have a relevant
+    note among them, how many relevant notes a perfect choice would put in the budget, and
+    how often a candidate on the task's own files is relevant (the rule is by function, and
+    a task names its files, not its functions)."""
+
+    def __init__(self) -> None:
+        self.tasks = self.found = 0
+        self.best: list[int] = []
+        self.on_file = [0, 0]  # characters relevant, characters
+
+    def add(self, rows: list[dict], want: set[int]) -> None:
+        relevant = [r for r in rows if r["id"] in want]
+        self.tasks += bool(want)
+        self.found += bool(relevant)
+        left, n = BUDGET, 0
+        for row in relevant:
+            if len(row["content"]) + 20 <= left:
+                left, n = left - len(row["content"]) - 20, n + 1
+        self.best.append(n)
+        for row in rows:
+            if row["path_score"]:
+                self.on_file[0] += len(row["content"]) * (row["id"] in want)
+                self.on_file[1] += len(row["content"])
+
+    def rows(self) -> dict[str, str]:
+        return {
+            "bound: tasks with a relevant note among the candidates":
+                f"{self.found} of {self.tasks}",
+            "bound: relevant notes a perfect choice among them carries (mean per task)":
+                f"{statistics.mean(self.best):.2f}",
+            "bound: characters relevant among the candidates on the task's files":
+                f"{100 * self.on_file[0] / max(1, self.on_file[1]):.0f} %",
+        }  # fmt: skip
+
+
 def measure(method: Any, tasks: list[Any], by_id: dict[int, Note], rounds: int) -> dict:
     """The benchmark's measures of one method over every task."""
     rr, recall, notes, rel_notes, chars, rel_chars, poisoned, ms = [], [], [], [], 0, 0, 0, []
     empty = quiet = 0
+    bound = Bound() if hasattr(method, "candidates") else None
     for i, task in enumerate(tasks):
         want = {nid for nid, n in by_id.items() if i in n.relevant}
+        if bound:
+            bound.add(method.candidates(task), want)
         ranked = method.ranked(task)
         if want:
             rr.append(next((1 / r for r, nid in enumerate(ranked, 1) if nid in want), 0.0))
@@ -270,6 +316,7 @@ def measure(method: Any, tasks: list[Any], by_id: dict[int, Note], rounds: int) 
         "tasks without relevant memory given an empty block": f"{empty} of {quiet}",
         POISON: f"{100 * poisoned / len(tasks):.1f} % of tasks",
         "retrieval p50 / p90, ms": f"{statistics.median(ms):.1f} / {q[-1]:.1f}",
+        **(bound.rows() if bound else {}),
     }  # fmt: skip
 
 

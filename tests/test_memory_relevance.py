@@ -141,6 +141,33 @@ def test_a_note_on_the_task_file_about_other_functions_needs_more_than_the_bar(b
     assert chosen == {named, plain}
 
 
+def test_a_long_note_needs_more_than_the_bar_for_each_term_it_runs_over(big) -> None:
+    """A note far longer than the store's average costs more of the block and gathers
+    matches by chance: though it scores as high as a short one beside it (``RELATIVE``),
+    it needs ``PER_TERM`` more for each term over ``LONG`` times the average."""
+    text = "billing/webhooks.py: sturdier delivery retry"
+    short = big.write_note(text, scope=SCOPE)
+    aside = " ".join(f"aside{i}" for i in range(12))
+    long = big.write_note(f"{text}; the delivery retry backs off, {aside}", scope=SCOPE)
+    about = task("Make the delivery retry sturdier", "Files: billing/webhooks.py")
+    found = {n["id"]: n["score"] for n in big.search_notes(task_query(about), scope=SCOPE)}
+    assert found[long] >= max(ranking.BAR, ranking.RELATIVE * found[short])
+    assert [n["id"] for n in relevant_notes(about, big, scope=SCOPE)] == [short]
+
+
+def test_a_short_note_sharing_one_word_with_the_task_stays_out(big) -> None:
+    """A short note is let in on most of its words, but not on one alone: a note of one
+    word is covered by that word by chance (``SHARED``). One sharing two is in."""
+    one = big.write_note("ops/deploy.py: Version 0.14.0", scope=SCOPE)
+    two = big.write_note("ops/release.py: changelog bump", scope=SCOPE)
+    version = task("Version 0.28.0", "Files: ops/deploy.py")
+    found = {n["id"]: n["score"] for n in big.search_notes(task_query(version), scope=SCOPE)}
+    assert ranking.FLOOR <= found[one] < ranking.BAR  # only the short route could let it in
+    assert relevant_notes(version, big, scope=SCOPE) == []
+    chosen = relevant_notes(task("Changelog bump for 0.28.0"), big, scope=SCOPE)
+    assert [n["id"] for n in chosen] == [two]
+
+
 def test_a_path_at_the_end_of_a_long_task_is_never_dropped(big) -> None:
     """A task names its file last, after more words than a query keeps: the note about that
     file still reaches the prompt (a query cut at its first words would lose it)."""
