@@ -22,8 +22,7 @@ from ..base.fsutil import read_json_object
 from ..base.locks import holding
 from ..model.exceptions import InvalidTaskId
 from ..model.tasks import TaskId, TaskState, format_time, from_label, task_label
-from . import machine as queue_utils
-from .store import QueueStore
+from .store import QueueStore, get_store
 from .store.records import Records, check_key, key_part
 
 log = logging.getLogger("octopoid")
@@ -39,7 +38,7 @@ ACCEPT = "accept"  # finishing.ACCEPT: the journal an accept's leftover steps co
 def store() -> QueueStore:
     """The project's store, with what an older octopoid left in files of its own moved
     into it first (once per runtime folder and process)."""
-    found = queue_utils.get_store()
+    found = get_store()
     runtime = config.get_orchestrator_dir()
     if runtime not in _looked:
         old_files(found, runtime)

@@ -1,5 +1,4 @@
-"""`octopoid checks` and `octopoid worktrees`: a task's branch checked, and the task
-worktrees listed or pruned. Neither moves a task."""
+"""`octopoid checks`: a task's branch checked (moves no task)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import click
 from ...model.ids import TaskId
 from ...review import verdicts
 from ...review.mergeable import refusal
-from . import render
 from .params import TASK_ID
 
 
@@ -32,20 +30,3 @@ def checks_cmd(task_id: TaskId) -> None:
     if verdict.conflicts is None and not verdict.refused:
         click.echo("merge pre-check: merges cleanly into its base")
     sys.exit(0 if verdict.passed else 1)
-
-
-@click.command()
-@click.option("--prune", is_flag=True, help="Remove worktrees of tasks that are done or gone.")
-def worktrees(prune: bool) -> None:
-    """List task worktrees (or prune those of done or gone tasks).
-
-    Pruning deletes a task's branch only when its base has all of it; a branch left for a
-    pull request is kept, and the output says so.
-    """
-    if prune:
-        click.echo("\n".join(verdicts.prune_worktrees()) or "nothing to prune")
-        return
-    rows = verdicts.list_worktrees()
-    click.echo(
-        render.table([["WORKTREE", "TASK STATE"], *map(list, rows)]) if rows else "no worktrees"
-    )
