@@ -153,7 +153,7 @@ def test_an_unanswered_question_holds_the_task_until_the_answer_releases_it(
     assert questions.unanswered(task) == "Staging or prod?"
     questions.hold_for_answer(task, "Staging or prod?", "success: asked")
     held = q.get_task(mine.id)
-    assert held.state is TaskState.INCOMING and held.headers["NOT_BEFORE"] == questions.NEVER
+    assert held.state is TaskState.INCOMING and held.headers["NOT_BEFORE"] == q.NEVER
     assert held.headers["INTERRUPTED"] == "1"  # not counted as an attempt
     assert q.claim_task("implement", "agent") is None  # nothing else is claimable here
     assert "Staging or prod?" in (q.get_task_notes(mine.id) or "")

@@ -32,7 +32,7 @@ def test_a_task_held_for_its_question_on_b_is_released_by_an_answer_on_a_s_page(
     mine = q.claim_task(None, "impl-1")
     questions.ask(mine.id, mine.attempts, "Which branch?")  # nobody answers in time:
     questions.hold_for_answer(q.get_task(mine.id), "Which branch?", "success: asked")
-    assert q.get_task(mine.id).headers["NOT_BEFORE"] == questions.NEVER
+    assert q.get_task(mine.id).headers["NOT_BEFORE"] == q.NEVER
     page_a = start_web(machines.roots["a"])
     try:
         web = signed_in(page_a, "erin")

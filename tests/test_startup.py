@@ -48,32 +48,39 @@ HEAVY = {
     "git machinery": "orchestrator.git",  # merge checks: none with nothing in review
     "the network policy": "orchestrator.base.netpolicy",  # config: for allow entries only
     "shutil": "shutil",  # and bz2, lzma: removing a tree, never writing a file
+    "the verdicts": "orchestrator.review.verdicts",  # accept, reject, prune: no reader's
+    "retry notes": "orchestrator.queue.task_notes",  # `memory show` reads working notes
+    "working notes": "orchestrator.memory",  # `notes` reads retry notes
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
 WRITERS_ONLY = {"importlib.metadata", "the scheduler", "the redaction", "secrets", "PyYAML"}
+#: What no command that reads the queue without moving a task has a use for.
+READ_ONLY = {"GitPython", "the backends", "the state machine", "the network policy"}
 #: What each command may not import: it has no use for it.
 NOT_NEEDED = {
     ("--help",): set(HEAVY) - {"shutil"},  # click's help measures the terminal with it
     ("--version",): set(HEAVY),  # the version is the package's, not importlib.metadata's
     ("web", "--help"): set(HEAVY) - {"shutil"},
     ("scheduler", "status"): set(HEAVY),
-    ("memory", "show", "TASK-1"): set(HEAVY),
-    ("memory", "show", "TASK-2"): set(HEAVY) - {"the store"},  # no notes: is it a task?
-    ("memory", "search", "fact"): set(HEAVY),  # its query checked below the queue
-    ("pause",): set(HEAVY) - {"secrets", "the store"},  # a record written, no move
-    ("resume",): set(HEAVY) - {"secrets", "the store"},
-    ("notes", "TASK-1"): set(HEAVY),
-    ("notes", "TASK-2"): set(HEAVY) - {"the store"},  # no notes: asks the store, no move
-    ("list",): WRITERS_ONLY
-    | {"GitPython", "the backends", "the state machine", "git machinery", "the network policy"}
-    | {"shutil"},
-    ("show", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},
-    ("diff", "TASK-1"): WRITERS_ONLY | {"GitPython", "the backends"},  # one git diff
-    ("worktrees",): WRITERS_ONLY | {"GitPython", "the backends"},
-    # These ask the claude-code backend whether `claude` is on PATH (a stall if not).
-    ("status",): WRITERS_ONLY | {"GitPython", "git machinery"},  # nothing waits for review
-    ("agents",): WRITERS_ONLY | {"GitPython"},
+    ("memory", "show", "TASK-1"): set(HEAVY) - {"working notes"},
+    ("memory", "show", "TASK-2"): set(HEAVY) - {"the store", "working notes"},  # a task?
+    ("memory", "search", "fact"): set(HEAVY) - {"working notes"},  # no queue: a query
+    ("pause",): set(HEAVY) - {"the store"},  # a record written, no move
+    ("resume",): set(HEAVY) - {"the store"},
+    ("notes", "TASK-1"): set(HEAVY) - {"retry notes"},
+    ("notes", "TASK-2"): set(HEAVY) - {"the store", "retry notes"},  # a task at all?
+    ("list",): WRITERS_ONLY | READ_ONLY | {"git machinery", "shutil"},
+    # its branch's head through one git call: no merge machinery, no move
+    ("show", "TASK-1"): WRITERS_ONLY | READ_ONLY | {"the verdicts", "shutil"},
+    ("diff", "TASK-1"): WRITERS_ONLY | READ_ONLY | {"the verdicts", "shutil"},  # one git diff
+    ("worktrees",): WRITERS_ONLY | READ_ONLY | {"the verdicts", "git machinery", "shutil"},
+    # These ask the claude-code backend whether `claude` is on PATH (a stall if not), and
+    # say whose network is open (its mode's name, not the policy).
+    ("status",): WRITERS_ONLY | (READ_ONLY - {"the backends"}) | {"git machinery"},
+    ("agents",): WRITERS_ONLY | (READ_ONLY - {"the backends"}),
+    # the checkout's branch through git, and the sandbox's summary: no task is created
+    ("init",): (WRITERS_ONLY - {"PyYAML"}) | READ_ONLY | {"the verdicts"},
     ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery"},  # CI files: with a forge only
     # No check configured: the merge pre-check alone, git as plain processes, and no box.
     ("checks", "TASK-1"): set(HEAVY)
@@ -84,6 +91,8 @@ NOT_NEEDED = {
         "the scheduler",
         "GitPython",
         "the network policy",
+        "secrets",  # a temp file's name is os.urandom's, as secrets' is
+        "the verdicts",
     },
 }
 
@@ -169,6 +178,8 @@ CLI_CORE = {"main", "registry", "render"}
         (("--help",), set()),
         (("scheduler", "status"), {"scheduler"}),
         (("list",), {"tasks"}),
+        (("worktrees",), {"worktrees"}),  # not `checks`' module (the verdicts)
+        (("memory", "show", "TASK-1"), {"working", "params"}),  # not `notes`' (retry notes)
     ],
     ids=" ".join,
 )

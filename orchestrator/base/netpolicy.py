@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .netmodes import MODES, OLD_NAMES, canonical_mode  # noqa: F401  (the policy's words)
+from .netmodes import MODES, OLD_NAMES, agent_mode, canonical_mode, checks_mode  # noqa: F401
 
 #: Where the claude CLI's API is unless its env names another (``ANTHROPIC_BASE_URL``).
 ANTHROPIC_API = "api.anthropic.com:443"
@@ -194,12 +194,6 @@ def _valid(text: str) -> bool:
     return True
 
 
-def agent_mode(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
-    """``agent``'s network mode: its own, else the project's."""
-    own = (agent.get("sandbox") or {}).get("network") or {}
-    return canonical_mode(own.get("mode") or cfg["sandbox"]["network"]["mode"])
-
-
 def agent_network(
     agent: dict[str, Any], cfg: dict[str, Any], env: dict[str, str]
 ) -> tuple[str, list[str]]:
@@ -220,11 +214,10 @@ def checks_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
     the project's. Checks run the agent's code, so they have no network unless they say;
     but a project that still writes ``sandbox.network: host`` (which covered the checks
     before they had a setting of their own) keeps it for them too."""
-    own, project = cfg["checks"]["network"], cfg["sandbox"]["network"]
-    mode = canonical_mode(own["mode"] or ("host" if project["mode"] == "host" else "none"))
+    mode = checks_mode(cfg)
     if mode != "allow":
         return mode, []
-    wanted = [*project["allow"], *own["allow"]]
+    wanted = [*cfg["sandbox"]["network"]["allow"], *cfg["checks"]["network"]["allow"]]
     return mode, [str(entry) for entry in Policy.of(wanted).entries]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..base import netpolicy
+from ..base import netmodes
 from ..base.fsutil import remove_tree
 from ..base.lazy import lazy_import
 from ..base.processes import leftovers
@@ -100,8 +100,8 @@ def open_networks() -> list[str]:
         agents = config.load_agents()["agents"]
     except ConfigError:
         agents = []
-    names = [agent["name"] for agent in agents if netpolicy.agent_mode(agent, cfg) == "open"]
-    return names + (["the checks"] if netpolicy.checks_network(cfg)[0] == "open" else [])
+    names = [agent["name"] for agent in agents if netmodes.agent_mode(agent, cfg) == "open"]
+    return names + (["the checks"] if netmodes.checks_mode(cfg) == "open" else [])
 
 
 def prepare(
@@ -131,6 +131,8 @@ def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:
     (its keys are not the checks'), no channel."""
     import secrets  # ~4 ms: `status` and `agents` describe the sandbox and need none
 
+    from ..base import netpolicy  # its entries: `status` asks only whose network is open
+
     token = secrets.token_hex(16)  # no claim: a mark of its own for the check's processes
     if mode() == "none":
         return trusted.checks_box(task, token)
@@ -144,6 +146,8 @@ def preview_box(task: Task, folder: Path, token: str) -> contextlib.AbstractCont
     ``folder`` (its relay's) at /run/octopoid: a fresh clone, its set-up, the preview's
     own network (``preview.network``: none unless it says) and ports. With ``sandbox:
     none``, the task's worktree as it is."""
+    from ..base import netpolicy  # its entries: `status` asks only whose network is open
+
     if mode() == "none":
         return trusted.checks_box(task, token)
     cfg = config.load_config()

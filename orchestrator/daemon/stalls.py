@@ -16,8 +16,7 @@ from .. import box as sandbox
 from .. import config
 from ..model.tasks import TaskState, format_time, plural, utcnow
 from ..queue import agent_records, budgets
-from ..queue.machine import get_store
-from ..queue.store import QueueStore
+from ..queue.store import QueueStore, get_store
 from ..roles import agent_status
 
 BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks

@@ -8,14 +8,14 @@ from datetime import datetime
 from typing import Any
 
 from .. import config
-from ..base import netpolicy
+from ..base import netmodes
 from ..base.lazy import lazy_import
 from ..model.exceptions import ConfigError, OctopoidError
 from ..model.tasks import Task, TaskId, TaskState, format_time, parse_time, task_label, utcnow
 from ..queue import bounces
 from ..queue.dependencies import Blockage, blockage_of, blocked_summary
 from ..queue.leases import attempt_text
-from ..queue.machine import get_store, known_task_id, list_tasks
+from ..queue.store import get_store, known_task_id, list_tasks
 from ..queue.store.claim_index import Waiting, WaitingDigest
 
 # `status` uses these; `list` and `show`, which use this module too, need none of them.
@@ -26,7 +26,7 @@ questions = lazy_import("orchestrator.queue.questions")
 sandbox = lazy_import("orchestrator.box")
 stalls = lazy_import("orchestrator.daemon.stalls")
 # Only `task_details` (show) and `notes_details` use these.
-review = lazy_import("orchestrator.review.verdicts")
+diffs = lazy_import("orchestrator.review.diffs")
 task_notes = lazy_import("orchestrator.queue.task_notes")
 
 S = TaskState
@@ -82,7 +82,7 @@ def task_details(task: Task) -> dict[str, Any]:
     for every face that shows a task, so they cannot drift apart."""
     head = None
     with contextlib.suppress(OctopoidError):  # no repository: no branch to name
-        head = review.head_of(task)
+        head = diffs.head_of(task)
     summary = task_notes.notes_summary(task.id)
     turns, cost = task_usage(task)
     row = task_row(task, blockage_of(task))
@@ -237,11 +237,11 @@ def _shown(hold: agent_records.Hold) -> dict[str, str | None]:
 
 
 def network_of(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
-    """What network the agent's box has (netpolicy.py): allow, none, open, or open because
+    """What network the agent's box has (netmodes.py): allow, none, open, or open because
     nothing walls it in."""
     if cfg["sandbox"]["mode"] == "none":
         return "open (no sandbox)"
-    return netpolicy.agent_mode(agent, cfg)
+    return netmodes.agent_mode(agent, cfg)
 
 
 def _cost_today(agent: dict[str, Any], record: dict[str, Any]) -> float | None:

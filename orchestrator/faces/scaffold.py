@@ -12,7 +12,7 @@ from ..base.fsutil import atomic_write
 from ..config import OCTOPOID_DIR
 from ..model.exceptions import ConfigError, InvalidInput
 from ..model.tasks import TaskState
-from ..queue.intake import check_work_tree
+from ..queue.checkout import check_work_tree
 from ..queue.store import FolderStore
 
 TEMPLATE_FILES = ("config.yaml", "agents.yaml", "prompts/implement.md", "prompts/breakdown.md")

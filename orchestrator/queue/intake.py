@@ -20,9 +20,8 @@ from typing import Any
 
 from .. import config
 from ..base.text import clean_text
-from ..git import core
 from ..model import defaults
-from ..model.exceptions import ConfigError, InvalidInput, InvalidTask
+from ..model.exceptions import InvalidInput, InvalidTask
 from ..model.tasks import (
     DEFAULT_PRIORITY,
     DEFAULT_ROLE,
@@ -35,6 +34,7 @@ from ..model.tasks import (
 )
 from . import budgets
 from . import machine as queue_utils
+from .checkout import branch_exists, check_work_tree, current_branch
 
 
 def read_context_file(path: Path | str) -> str:
@@ -175,32 +175,3 @@ def base_branch(branch: str | None, root: Path) -> str:
             f"(`git branch` lists them), or commit to {shown(name)} first"
         )
     return name
-
-
-def check_work_tree(root: Path) -> None:
-    """Refuse a project that is not the top of a git work tree: every attempt would fail."""
-    found = core.git_command(root, "rev-parse", "--show-toplevel")
-    if found.returncode != 0:
-        said = " ".join(found.stderr.split()) or f"exit status {found.returncode}"
-        raise ConfigError(
-            f"{root} is not a git work tree (git says: {said}); octopoid runs each task on "
-            "a git branch: run `git init` there first"
-        )
-    top = Path(found.stdout.strip()).resolve()
-    if top != root.resolve():
-        raise ConfigError(
-            f"{root} is inside the git work tree {top}: run octopoid at the top of it"
-        )
-
-
-def current_branch(root: Path) -> str | None:
-    """The branch checked out in ``root`` (even before its first commit); None if detached."""
-    found = core.git_command(root, "symbolic-ref", "--quiet", "--short", "HEAD")
-    name = found.stdout.strip()
-    return name if found.returncode == 0 and name else None
-
-
-def branch_exists(root: Path, name: str) -> bool:
-    """Is there a local branch ``name`` (exactly that ref, not any revision that resolves)?"""
-    found = core.git_command(root, "show-ref", "--verify", "--quiet", f"refs/heads/{name}")
-    return found.returncode == 0

@@ -56,8 +56,9 @@ from ..model.tasks import (
 from . import budgets, task_notes
 from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
 from .leases import LEASE_HEADERS, attempts_left, claim_token, fence_holds, lease_headers, new_token
-from .store import get_store, known_task_id, readable_tasks
+from .store import get_store, get_task, known_task_id, list_tasks, readable_tasks
 from .store import locate as _locate
+from .store.base import NEVER
 from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
 
 S = TaskState
@@ -287,20 +288,6 @@ def _criteria_lines(criteria: Iterable[str] | str) -> list[str]:
     """octopoid's acceptance criteria without the ``- [ ]`` boxes it let callers include."""
     lines = criteria.splitlines() if isinstance(criteria, str) else list(criteria)
     return [re.sub(r"^\s*- \[[ xX]\]\s*", "", line) for line in lines if line.strip()]
-
-
-def list_tasks(queue: TaskState | str) -> list[Task]:
-    """Every readable task in ``queue``, in claim order."""
-    try:
-        state = TaskState(queue)
-    except ValueError:
-        names = ", ".join(s.value for s in TaskState)
-        raise IllegalTransition(f"unknown queue {queue!r}; queues are: {names}") from None
-    return get_store().list(state)
-
-
-def get_task(task_id: str) -> Task:
-    return get_store().get(TaskId(task_id))
 
 
 def claim_task(
@@ -996,8 +983,6 @@ def rewire_blocker(task: Task | str, old_id: str, new_id: str, actor: str) -> Ta
     return _update_in(task, S.INCOMING, rewire)
 
 
-#: ``NOT_BEFORE`` of a task waiting for an answer: no claim reaches it; the answer lifts it
-NEVER = "9999-12-31T00:00:00Z"
 QUESTION_HOLD = ("QUESTION", "NOT_BEFORE")
 
 

@@ -28,16 +28,15 @@ from ..base.text import clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import Task, format_time, one_line, task_label, utcnow
 from . import adopt
-from . import machine as queue_utils
 
-# at first use: status and the board read questions, only writers check and note them
+# at first use: status and the board read questions, only writers check, note and move them
 intake = lazy_import("orchestrator.queue.intake")
+queue_utils = lazy_import("orchestrator.queue.machine")
 task_notes = lazy_import("orchestrator.queue.task_notes")
 log = logging.getLogger("octopoid.questions")
 MAX_QUESTION_CHARS = 2000
 MAX_ANSWER_CHARS = 4000
 FAMILY = "questions"
-NEVER = queue_utils.NEVER  # a held task's NOT_BEFORE
 
 
 def read(task_id: str) -> dict[str, Any]:

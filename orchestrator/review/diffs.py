@@ -16,7 +16,7 @@ from ..git import diffs as git_diffs
 from ..model import defaults
 from ..model.exceptions import GitError, NothingToShow
 from ..model.tasks import Task, TaskId, TaskState, task_label
-from ..queue import machine as queue_utils
+from ..queue.store import get_task
 
 
 @dataclass(frozen=True)
@@ -134,11 +134,17 @@ def _parse_numstat(out: str) -> list[FileStat]:
     return stats
 
 
+def head_of(task: Task) -> str | None:
+    """The commit the task's branch points at (what a reviewer judges), or None. Through
+    the git command: `show` prints it and must not pay for importing GitPython (nor the
+    review's verdicts and their git machinery)."""
+    return branches.branch_head(config.find_project_root(), branches.branch_for(task.id))
+
+
 def with_branch(task_id: str) -> Task:
     """The task, if its branch exists; otherwise ``NothingToShow`` saying why it does not."""
-    task = queue_utils.get_task(task_id)
-    branch = branches.branch_for(task.id)
-    if branches.branch_head(config.find_project_root(), branch) is not None:
+    task = get_task(task_id)
+    if head_of(task) is not None:
         return task
     if task.state is TaskState.DONE:
         raise NothingToShow(f"{task.label} is done; its branch was merged and removed")
@@ -147,4 +153,6 @@ def with_branch(task_id: str) -> Task:
             f"{task.label} has no branch yet (it is in {task.state.value}); "
             "its first attempt makes one"
         )
-    raise NothingToShow(f"{task.label} has no branch {branch} (deleted by hand?)")
+    raise NothingToShow(
+        f"{task.label} has no branch {branches.branch_for(task.id)} (deleted by hand?)"
+    )

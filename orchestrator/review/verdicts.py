@@ -41,6 +41,8 @@ from ..queue import machine as queue_utils
 from ..queue.store.records import Journal, Step
 from ..queue.task_notes import LineComment
 from . import finishing
+from .diffs import head_of
+from .worktrees import list_worktrees
 
 if TYPE_CHECKING:
     from git import Repo
@@ -80,12 +82,6 @@ def accepted_row(done: Accepted) -> dict[str, Any]:
         "learnings": done.learnings,
         "promoted": done.promoted,
     }
-
-
-def head_of(task: Task) -> str | None:
-    """The commit the task's branch points at (what a reviewer judges), or None. Through
-    the git command: `show` prints it and must not pay for importing GitPython."""
-    return git_branches.branch_head(config.find_project_root(), git_branches.branch_for(task.id))
 
 
 def check_expected(task: Task, expect: str | None, seen_attempt: int | None = None) -> None:
@@ -594,14 +590,3 @@ def _pruned(task_id: str, task: Task | None, merged: bool) -> str:
     if task is None:
         return f"removed {name}; kept {branch}: the task is gone, its base unknown"
     return f"removed {name}; kept {branch}: not merged into {task.branch} (for review or a PR)"
-
-
-def list_worktrees() -> list[tuple[str, str]]:
-    """(TASK-id, state or 'gone') for every task worktree."""
-    folder = config.get_worktrees_dir()
-    store = queue_utils.get_store()
-    out = []
-    for path in sorted(folder.glob("TASK-*")) if folder.is_dir() else []:
-        state = store.locate(path.name.removeprefix("TASK-"))
-        out.append((path.name, state.value if state else "gone"))
-    return out

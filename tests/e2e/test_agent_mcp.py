@@ -13,7 +13,6 @@ import pytest
 from orchestrator.memory import lifecycle
 from orchestrator.memory.notes import NotesManager
 from orchestrator.queue import machine as q
-from orchestrator.queue import questions
 
 from ..helpers.fake_messages_api import FakeMessagesAPI, text, tool_use
 from ..support import branch_file, child_env, set_config
@@ -61,7 +60,7 @@ def test_claude_code_remembers_searches_and_asks_through_mcp_and_gets_its_answer
         )
         held = q.get_task(tid)
         assert held.state.value == "incoming", (git_project.parent / "daemon.out").read_text()
-        assert held.headers["NOT_BEFORE"] == questions.NEVER
+        assert held.headers["NOT_BEFORE"] == q.NEVER
         tools = {tool["name"] for tool in api.requests[0].get("tools", [])}
         assert {"mcp__octopoid__remember", "mcp__octopoid__ask_human"} <= tools
         said = str(api.requests[2]["messages"])  # search_memory's answer came back

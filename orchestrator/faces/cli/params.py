@@ -1,4 +1,5 @@
-"""Task ids parsed where they enter the CLI: a click type that makes a ``TaskId``."""
+"""Task ids parsed where they enter the CLI: a click type that makes a ``TaskId``, and
+whether a queue holds the task (for commands that need not read it)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,11 @@ class TaskIdType(click.ParamType):
 TASK_ID = TaskIdType()
 #: One or more ids in one value (``TASK-1,TASK-2``), as a tuple.
 TASK_IDS_IN_ONE = TaskIdType(several=True)
+
+
+def known_task(task_id: TaskId) -> None:
+    """``TaskNotFound`` (exit 3) unless some queue holds the task. The store is imported
+    here, when no notes were found: notes that exist need none."""
+    from ...queue import store
+
+    store.known_task_id(task_id)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ... import box
-from ...queue import intake
+from ...queue import checkout
 from ...queue import store as queue_store
 from .. import scaffold
 
@@ -34,7 +34,7 @@ def init(store_url: str | None) -> None:
     if store_url:
         for line in scaffold.use_postgres(root, store_url):
             click.echo(line)
-    branch = intake.current_branch(root) or "none: HEAD is detached"
+    branch = checkout.current_branch(root) or "none: HEAD is detached"
     click.echo(f"new tasks start from the branch checked out here ({branch}) unless given --branch")
     click.echo(box.describe()["summary"])
 

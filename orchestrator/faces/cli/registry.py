@@ -78,7 +78,7 @@ COMMANDS: dict[str, Entry] = {
                     "(its agent's ask_human)."),
     "checks": Entry("checks", "checks_cmd", "Run a task's checks and merge pre-check on its "
                     "branch now (moves nothing)."),
-    "worktrees": Entry("branches", "worktrees", "List task worktrees (or prune those of done "
+    "worktrees": Entry("worktrees", "worktrees", "List task worktrees (or prune those of done "
                        "or gone tasks)."),
     "pause": Entry("pause", "pause", "Stop claiming new tasks (running attempts finish)."),
     "resume": Entry("pause", "resume", "Claim tasks again after `octopoid pause` (with "
@@ -97,7 +97,7 @@ COMMANDS: dict[str, Entry] = {
     "memory add": Entry("memory", "memory_add", "Record TEXT under SECTION (Key Topics, "
                         "Important Facts, People & Entities, Ongoing Threads, File "
                         "Knowledge)."),
-    "memory show": Entry("notes", "memory_show", "Print working notes: the main notes.md, or "
+    "memory show": Entry("working", "memory_show", "Print working notes: the main notes.md, or "
                          "the task TASK_ID's own notes."),
     "memory search": Entry("memory", "memory_search", "Search long-term memory (BM25 ranked; "
                            "punctuation in QUERY is fine)."),

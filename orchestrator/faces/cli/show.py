@@ -10,8 +10,9 @@ from ...memory import lifecycle
 from ...model.exceptions import OctopoidError
 from ...model.ids import TaskId
 from ...model.tasks import plural, render_task
-from ...queue import dependencies, machine, task_notes
-from ...review import verdicts
+from ...queue import dependencies, task_notes
+from ...queue.store import get_task
+from ...review import diffs
 from .. import reports
 from . import render
 from .params import TASK_ID
@@ -22,7 +23,7 @@ from .params import TASK_ID
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show(task_id: TaskId, as_json: bool) -> None:
     """Print a task: where it is, its branch head, its notes, usage, and its file."""
-    task = machine.get_task(task_id)
+    task = get_task(task_id)
     learnings = lifecycle.learning_rows(lifecycle.pending_learnings(task))
     if as_json:
         render.emit_json(reports.task_details(task) | {"learnings": learnings})
@@ -31,7 +32,7 @@ def show(task_id: TaskId, as_json: bool) -> None:
     blockage = dependencies.blockage_of(task)
     head = None
     with contextlib.suppress(OctopoidError):  # no repository: no branch to name
-        head = verdicts.head_of(task)
+        head = diffs.head_of(task)
     turns, cost = reports.task_usage(task)
     where = task.path or "a row in PostgreSQL"
     click.echo(f"{task.label} is in {task.state.value} ({where})")

@@ -11,7 +11,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from ... import config
-from ...model.exceptions import ConfigError, InvalidInput, OctopoidError, TaskNotFound
+from ...model.exceptions import (
+    ConfigError,
+    IllegalTransition,
+    InvalidInput,
+    OctopoidError,
+    TaskNotFound,
+)
 from ...model.tasks import Task, TaskId, TaskState, task_label
 from .base import QueueStore
 from .files import FolderStore
@@ -20,7 +26,9 @@ __all__ = [
     "FolderStore",
     "QueueStore",
     "get_store",
+    "get_task",
     "known_task_id",
+    "list_tasks",
     "locate",
     "readable_tasks",
     "upgrade_store",
@@ -50,6 +58,20 @@ def get_store() -> QueueStore:
     except ConfigError:
         durable = True  # a broken config.yaml must not stop reading the queue
     return _store_for(str(config.get_queue_dir()), durable)
+
+
+def get_task(task_id: str) -> Task:
+    return get_store().get(TaskId(task_id))
+
+
+def list_tasks(queue: TaskState | str) -> list[Task]:
+    """Every readable task in ``queue``, in claim order."""
+    try:
+        state = TaskState(queue)
+    except ValueError:
+        names = ", ".join(s.value for s in TaskState)
+        raise IllegalTransition(f"unknown queue {queue!r}; queues are: {names}") from None
+    return get_store().list(state)
 
 
 def locate(task_id: str) -> TaskState:

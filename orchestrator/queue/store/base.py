@@ -23,6 +23,8 @@ from .records import Journals, Records
 #: How long a refused hold waits for the holder's words: it writes them just after taking
 #: the hold, so a refusal in between would otherwise have to guess what it is doing.
 HOLDER_WORDS_SECONDS = 5.0
+#: ``NOT_BEFORE`` of a task waiting for an answer: no claim reaches it; the answer lifts it
+NEVER = "9999-12-31T00:00:00Z"
 
 Change = Callable[[Task], None]
 Guard = Callable[[Task], bool]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ...review import verdicts
+from ...review import worktrees as task_worktrees
 from . import render
 
 
@@ -16,10 +16,12 @@ def worktrees(prune: bool) -> None:
     Pruning deletes a task's branch only when its base has all of it; a branch left for a
     pull request is kept, and the output says so.
     """
-    if prune:
+    if prune:  # the git machinery: only a prune needs it
+        from ...review import verdicts
+
         click.echo("\n".join(verdicts.prune_worktrees()) or "nothing to prune")
         return
-    rows = verdicts.list_worktrees()
+    rows = task_worktrees.list_worktrees()
     click.echo(
         render.table([["WORKTREE", "TASK STATE"], *map(list, rows)]) if rows else "no worktrees"
     )
