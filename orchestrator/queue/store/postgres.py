@@ -105,6 +105,8 @@ def _title(first_line: str) -> str:
 
 
 class PostgresStore(QueueStore):
+    drops_notes_when_done = True  # done and its notes gone are one commit, one round trip
+
     def __init__(self, db: Database) -> None:
         self.db = db  # ``pg.schema.shared``: this process's pool, shared with the memory
 
@@ -253,6 +255,8 @@ class PostgresStore(QueueStore):
                 self._save(cur, task, dst)
                 if dst is not src:
                     _announce(cur, dst, src, task_id)
+                if dst is TaskState.DONE:
+                    PostgresNotes.delete(cur, task_id)
         if isinstance(task, TaskParseError):  # its quarantine has committed
             raise task
         return task
@@ -507,10 +511,15 @@ class PostgresNotes:
                 )
         return not rows or "".join(section for _, section in rows) == text
 
+    @classmethod
+    def delete(cls, cur: Any, task_id: TaskId) -> None:
+        """Delete the task's notes in ``cur``'s transaction (a move to done's)."""
+        cls._lock(cur, task_id)
+        cur.execute("DELETE FROM octopoid.notes WHERE task_id = %s RETURNING 1", (task_id,))
+
     def remove(self, task_id: TaskId) -> bool:
         with self.db.tx(batch=True) as cur:  # one round trip, with its COMMIT
-            self._lock(cur, task_id)
-            cur.execute("DELETE FROM octopoid.notes WHERE task_id = %s RETURNING 1", (task_id,))
+            self.delete(cur, task_id)
             return bool(cur.finish()[-1])
 
     def task_ids(self) -> list[str]:
