@@ -767,11 +767,12 @@ def test_a_task_made_claimed_and_done_is_six_round_trips_each_statement_planned_
         sent.clear()  # the notes' own round trips are not the lifecycle's
         q.complete_task(q.claim_task(None, "agent"))
         assert len(sent) == 4, sent
+        planned = ["PREPARE" in text for text in sent]
+        assert all("EXECUTE" in text for text in sent) and any(planned) == (n == 0), sent
         assert q.get_task_notes(task.id) is None
-    assert not any("PREPARE" in text for text in sent)  # the second time: executed only
     sent.clear()
     q.create_task("one more")
-    assert len(sent) == 2 and "PREPARE" not in sent[1], sent
+    assert len(sent) == 2 and "EXECUTE" in sent[1] and "PREPARE" not in sent[1], sent
 
 
 def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path) -> None:
