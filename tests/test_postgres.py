@@ -775,6 +775,24 @@ def test_a_task_made_claimed_and_done_is_six_round_trips_each_statement_planned_
     assert len(sent) == 2 and "EXECUTE" in sent[1] and "PREPARE" not in sent[1], sent
 
 
+def test_a_message_that_failed_with_its_prepare_leaves_no_connection_that_refuses_it(
+    pg_dsn: str,
+) -> None:
+    """A PREPARE outlives the failed transaction it was sent in (a rollback does not undo
+    it): the connection is closed, not handed out again to fail with "already exists"."""
+    db = Database(pg_dsn)
+    for divisor, fails in ((0, True), (1, False), (2, False)):
+        try:
+            with db.tx(batch=True) as cur:
+                cur.prepared("SELECT 2 / $1::int", (divisor,))
+                assert cur.fetchone() == (2 // divisor,)
+        except StorageError as exc:
+            assert fails and "division by zero" in str(exc)
+        else:
+            assert not fails
+    db.close()
+
+
 def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path) -> None:
     """An enqueue and a task done wake schedulers (with the state); a claim, a submit and a
     failure wake nobody: with many machines, each wake is a pass on each of them."""
