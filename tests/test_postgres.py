@@ -743,6 +743,56 @@ def test_a_batched_move_keeps_odd_text_exactly_and_rolls_back_when_its_change_ra
     assert claimed.title == odd and odd in render_task(claimed)
 
 
+def test_a_task_made_claimed_and_done_is_six_round_trips_each_statement_planned_once(
+    pg_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One claimer is bound by round trips, not CPU: a new task is its id, then its row
+    with the notice and COMMIT; a claim and the move to done are the locking read, then the
+    write with its COMMIT, the notes' deletion in it. The statements of an add, a claim and
+    a move are prepared once per connection (planning a claim took 3x its execution)."""
+    import psycopg
+
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(cur, query, *args, **kwargs):
+        sent.append(str(query))
+        return execute(cur, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    for n in range(2):
+        sent.clear()
+        task = q.create_task(f"task {n}")
+        q.save_task_notes(task.id, "agent", "what it did", 1, 1)
+        sent.clear()  # the notes' own round trips are not the lifecycle's
+        q.complete_task(q.claim_task(None, "agent"))
+        assert len(sent) == 4, sent
+        planned = ["PREPARE" in text for text in sent]
+        assert all("EXECUTE" in text for text in sent) and any(planned) == (n == 0), sent
+        assert q.get_task_notes(task.id) is None
+    sent.clear()
+    q.create_task("one more")
+    assert len(sent) == 2 and "EXECUTE" in sent[1] and "PREPARE" not in sent[1], sent
+
+
+def test_a_message_that_failed_with_its_prepare_leaves_no_connection_that_refuses_it(
+    pg_dsn: str,
+) -> None:
+    """A PREPARE outlives the failed transaction it was sent in (a rollback does not undo
+    it): the connection is closed, not handed out again to fail with "already exists"."""
+    db = Database(pg_dsn)
+    for divisor, fails in ((0, True), (1, False), (2, False)):
+        try:
+            with db.tx(batch=True) as cur:
+                cur.prepared("SELECT 2 / $1::int", (divisor,))
+                assert cur.fetchone() == (2 // divisor,)
+        except StorageError as exc:
+            assert fails and "division by zero" in str(exc)
+        else:
+            assert not fails
+    db.close()
+
+
 def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path) -> None:
     """An enqueue and a task done wake schedulers (with the state); a claim, a submit and a
     failure wake nobody: with many machines, each wake is a pass on each of them."""

@@ -509,8 +509,17 @@ def _finish(
     headers = {**(headers or {}), "COMPLETED_AT": format_time(now)}
     srcs = src if isinstance(src, tuple) else (src,)
     done = _transition(task, srcs, S.DONE, actor, reason, now, headers, LEASE_HEADERS, token=token)
-    cleanup_task_notes(done.id)
+    _drop_notes(done.id)
     return done
+
+
+def _drop_notes(task_id: TaskId) -> None:
+    """A done task's retry notes and output log go; the notes went with the move already
+    where the store keeps them (no round trip more on PostgreSQL)."""
+    if get_store().drops_notes_when_done:
+        task_notes.stdout_log_path(task_id).unlink(missing_ok=True)
+    else:
+        cleanup_task_notes(task_id)
 
 
 def rejection_reason(reason: str) -> str:
@@ -850,7 +859,7 @@ def close_task(
         (*LEASE_HEADERS, "PHASE", "PROPOSED_SPLIT"),
         _refuse_if_accepting,
     )
-    cleanup_task_notes(done.id)
+    _drop_notes(done.id)
     return done
 
 

@@ -31,6 +31,10 @@ Guard = Callable[[Task], bool]
 
 
 class QueueStore(ABC):
+    #: Whether a move to done also deletes the task's retry notes, in the move itself (a
+    #: store that keeps the notes beside the tasks: PostgreSQL, in the move's transaction).
+    drops_notes_when_done = False
+
     @property
     @abstractmethod
     def records(self) -> Records:

@@ -52,6 +52,26 @@ _COLUMNS = "state, body, role, rank, created, seq, blocked_by, not_before, turns
 _VALUES = ", ".join(["%s"] * len(_COLUMNS.split(",")))
 _CLAIM_ORDER = "rank, created, seq, id"
 
+# The statements of an add, a claim and a move, prepared on each connection
+# (``Batch.prepared``): $1 is the task's id, $2.. its columns (``_row``).
+_PARAMS = ", ".join(f"${n}" for n in range(2, len(_COLUMNS.split(",")) + 2))
+_ADD = (
+    f"INSERT INTO octopoid.tasks (id, {_COLUMNS}) VALUES ($1, {_PARAMS}) "
+    "ON CONFLICT (id) DO NOTHING RETURNING 1"
+)
+_SAVE = (
+    f"UPDATE octopoid.tasks SET ({_COLUMNS}, moved) = ({_PARAMS}, clock_timestamp()) WHERE id = $1"
+)
+_LOCKED = "SELECT state, body FROM octopoid.tasks WHERE id = $1 FOR UPDATE"
+_NEXT = (  # the next claimable task: waiting, due ($1), every blocker done; of role $2
+    "SELECT id, body FROM octopoid.tasks t WHERE state = 'incoming' AND not_before <= $1 "
+    "{role}AND NOT EXISTS ("
+    "  SELECT 1 FROM unnest(t.blocked_by) AS b(id) WHERE NOT EXISTS ("
+    "    SELECT 1 FROM octopoid.tasks d WHERE d.id = b.id AND d.state = 'done'))"
+    f" ORDER BY {_CLAIM_ORDER} LIMIT 1 FOR UPDATE SKIP LOCKED"
+)
+_NEXT_ANY, _NEXT_OF_ROLE = _NEXT.format(role=""), _NEXT.format(role="AND role = $2 ")
+
 
 CHANNEL = "octopoid_queue"  # NOTIFY'd with the new state whenever a task is added or moved
 
@@ -85,6 +105,8 @@ def _title(first_line: str) -> str:
 
 
 class PostgresStore(QueueStore):
+    drops_notes_when_done = True  # done and its notes gone are one commit, one round trip
+
     def __init__(self, db: Database) -> None:
         self.db = db  # ``pg.schema.shared``: this process's pool, shared with the memory
 
@@ -132,14 +154,15 @@ class PostgresStore(QueueStore):
         )
 
     def _save(self, cur: Any, task: Task, state: TaskState, moved: bool = True) -> None:
-        """Write the task's row; ``moved`` False keeps its time of last move (a rebuild)."""
-        columns, values = _COLUMNS, _VALUES
+        """Write the task's row: a move's (``cur`` a ``Batch``), or with ``moved`` False
+        keeping its time of last move (a rebuild's, on a plain cursor)."""
         if moved:
-            columns, values = f"{columns}, moved", f"{values}, clock_timestamp()"
-        cur.execute(
-            f"UPDATE octopoid.tasks SET ({columns}) = ({values}) WHERE id = %s",
-            (*self._row(task, state), task.id),
-        )
+            cur.prepared(_SAVE, (task.id, *self._row(task, state)))
+        else:
+            cur.execute(
+                f"UPDATE octopoid.tasks SET ({_COLUMNS}) = ({_VALUES}) WHERE id = %s",
+                (*self._row(task, state), task.id),
+            )
         task.state, task.path = state, None
 
     # --- the QueueStore interface -------------------------------------------------------
@@ -161,18 +184,14 @@ class PostgresStore(QueueStore):
             )
 
     def add(self, task: Task, state: TaskState) -> Task:
-        with self.db.tx(batch=True) as cur:
-            cur.execute(
-                f"INSERT INTO octopoid.tasks (id, {_COLUMNS}) VALUES (%s, {_VALUES}) "
-                "ON CONFLICT (id) DO NOTHING RETURNING 1",
-                (task.id, *self._row(task, state)),
-            )
-            if cur.fetchone() is None:
-                cur.execute("SELECT state FROM octopoid.tasks WHERE id = %s", (task.id,))
-                found = cur.fetchone()
-                where = found[0] if found else "another transaction"
-                raise IllegalTransition(f"{task.label} already exists (in {where})")
+        with self.db.tx(batch=True) as cur:  # one round trip; a refused one wakes for nothing
+            cur.prepared(_ADD, (task.id, *self._row(task, state)))
             _announce(cur, state, task_id=task.id)
+            added = cur.finish()[0]
+        if not added:
+            found = self.locate(task.id)
+            where = found.value if found else "another transaction"
+            raise IllegalTransition(f"{task.label} already exists (in {where})")
         task.state, task.path = state, None
         return task
 
@@ -236,6 +255,8 @@ class PostgresStore(QueueStore):
                 self._save(cur, task, dst)
                 if dst is not src:
                     _announce(cur, dst, src, task_id)
+                if dst is TaskState.DONE:
+                    PostgresNotes.delete(cur, task_id)
         if isinstance(task, TaskParseError):  # its quarantine has committed
             raise task
         return task
@@ -245,7 +266,7 @@ class PostgresStore(QueueStore):
 
     def _locked(self, cur: Any, task_id: TaskId, state: TaskState) -> Task | TaskParseError:
         """The task's row locked for this transaction; ``LostRace`` if not in ``state``."""
-        cur.execute("SELECT state, body FROM octopoid.tasks WHERE id = %s FOR UPDATE", (task_id,))
+        cur.prepared(_LOCKED, (task_id,))
         row = cur.fetchone()
         if row is None or row[0] != state.value:
             raise LostRace(f"{task_label(task_id)} is not in {state.value}")
@@ -309,20 +330,11 @@ class PostgresStore(QueueStore):
         return []  # a transaction that a crash interrupted never happened: nothing to finish
 
     def claim(self, role: str | None, change: Change, now: datetime) -> Task | None:
-        where = "state = 'incoming' AND not_before <= %s"
-        args: list[object] = [now.timestamp()]
-        if role is not None:
-            where += " AND role = %s"
-            args.append(role)
+        due = now.timestamp()
+        sql, args = (_NEXT_ANY, (due,)) if role is None else (_NEXT_OF_ROLE, (due, role))
         with self.db.tx(batch=True) as cur:
             while True:
-                cur.execute(
-                    f"SELECT id, body FROM octopoid.tasks t WHERE {where} AND NOT EXISTS ("
-                    "  SELECT 1 FROM unnest(t.blocked_by) AS b(id) WHERE NOT EXISTS ("
-                    "    SELECT 1 FROM octopoid.tasks d WHERE d.id = b.id AND d.state = 'done'))"
-                    f" ORDER BY {_CLAIM_ORDER} LIMIT 1 FOR UPDATE SKIP LOCKED",
-                    args,
-                )
+                cur.prepared(sql, args)
                 row = cur.fetchone()
                 if row is None:
                     return None
@@ -499,11 +511,16 @@ class PostgresNotes:
                 )
         return not rows or "".join(section for _, section in rows) == text
 
+    @classmethod
+    def delete(cls, cur: Any, task_id: TaskId) -> None:
+        """Delete the task's notes in ``cur``'s transaction (a move to done's)."""
+        cls._lock(cur, task_id)
+        cur.execute("DELETE FROM octopoid.notes WHERE task_id = %s RETURNING 1", (task_id,))
+
     def remove(self, task_id: TaskId) -> bool:
-        with self.db.tx(batch=True) as cur:
-            self._lock(cur, task_id)
-            cur.execute("DELETE FROM octopoid.notes WHERE task_id = %s RETURNING 1", (task_id,))
-            return cur.fetchone() is not None
+        with self.db.tx(batch=True) as cur:  # one round trip, with its COMMIT
+            self.delete(cur, task_id)
+            return bool(cur.finish()[-1])
 
     def task_ids(self) -> list[str]:
         with self.db.tx() as cur:
