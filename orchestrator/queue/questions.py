@@ -30,7 +30,6 @@ from ..model.tasks import Task, format_time, one_line, task_label, utcnow
 from . import adopt
 
 # at first use: status and the board read questions, only writers check, note and move them
-intake = lazy_import("orchestrator.queue.intake")
 queue_utils = lazy_import("orchestrator.queue.machine")
 task_notes = lazy_import("orchestrator.queue.task_notes")
 log = logging.getLogger("octopoid.questions")
