@@ -51,12 +51,13 @@ HEAVY = {
     "the verdicts": "orchestrator.review.verdicts",  # accept, reject, prune: no reader's
     "retry notes": "orchestrator.queue.task_notes",  # `memory show` reads working notes
     "working notes": "orchestrator.memory",  # `notes` reads retry notes
+    "ctypes": "ctypes",  # prctl, for a process a command starts: readers start none
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
 WRITERS_ONLY = {"importlib.metadata", "the scheduler", "the redaction", "secrets", "PyYAML"}
 #: What no command that reads the queue without moving a task has a use for.
-READ_ONLY = {"GitPython", "the backends", "the state machine", "the network policy"}
+READ_ONLY = {"GitPython", "the backends", "the state machine", "the network policy", "ctypes"}
 #: What each command may not import: it has no use for it.
 NOT_NEEDED = {
     ("--help",): set(HEAVY) - {"shutil"},  # click's help measures the terminal with it
@@ -81,7 +82,7 @@ NOT_NEEDED = {
     ("agents",): WRITERS_ONLY | (READ_ONLY - {"the backends"}),
     # the checkout's branch through git, and the sandbox's summary: no task is created
     ("init",): (WRITERS_ONLY - {"PyYAML"}) | READ_ONLY | {"the verdicts"},
-    ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery"},  # CI files: with a forge only
+    ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery", "ctypes"},  # CI files: forge only
     # No check configured: the merge pre-check alone, git as plain processes, and no box.
     ("checks", "TASK-1"): set(HEAVY)
     - {"the store", "git machinery", "the roles"},  # roles.checks: recheck

@@ -73,7 +73,7 @@ class ToolServer:
             env=self.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            preexec_fn=in_new_session_dying_with_parent,
+            preexec_fn=in_new_session_dying_with_parent(),
         )
 
     def call(self, name: str, arguments: Any) -> tuple[str, bool]:

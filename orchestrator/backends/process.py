@@ -118,7 +118,7 @@ def run_process(
             stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=in_new_session_dying_with_parent,
+            preexec_fn=in_new_session_dying_with_parent(),
         )
     except OSError as exc:
         return ProcessOutcome(None, False, f"cannot run {argv[0]!r}: {exc.strerror or exc}")

@@ -12,12 +12,12 @@ process group. Linux only; elsewhere a PID check is all there is.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -126,18 +126,28 @@ def leftovers(folder: Path, prefix: str) -> list[Path]:
     return found
 
 
-def in_new_session_dying_with_parent() -> None:
-    """For ``preexec_fn``: a session (and process group) of its own, killed if we die."""
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def in_new_session_dying_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn``: a session (and process group) of its own, killed if we die.
+    ``ctypes`` is loaded here, in the parent, so a command that starts no process never
+    pays for it, and the child after the fork only calls what is loaded."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+    def preexec() -> None:
+        os.setsid()
+        if libc is not None:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return preexec
 
 
 def become_subreaper() -> bool:
     """Adopt orphaned descendants (Linux), so none escapes by double-forking."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
     return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 

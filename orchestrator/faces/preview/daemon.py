@@ -80,7 +80,7 @@ class Preview:
             cwd=self.box.cwd,
             env=self.box.env,
             stdin=subprocess.DEVNULL,
-            preexec_fn=in_new_session_dying_with_parent,
+            preexec_fn=in_new_session_dying_with_parent(),
         )
 
     def _relay(self, listener: socket.socket) -> socket.socket:
