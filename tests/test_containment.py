@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +38,33 @@ def test_a_grandchild_in_its_own_session_dies_with_the_attempt(git_project, tmp_
     assert report.next_state == "provisional"
     (escaped,) = pids_in(pids)
     wait_for("the escaped process to die", lambda: not alive(escaped), 5)
+
+
+PARENT = """
+import subprocess, sys
+from orchestrator.base.processes import in_new_session_dying_with_parent
+child = subprocess.Popen(["sleep", "300"], preexec_fn=in_new_session_dying_with_parent())
+print(child.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_process_started_to_die_with_its_parent_dies_when_the_parent_is_killed_9():
+    """What a backend starts is in a session of its own (so a group kill takes all of it)
+    and gets SIGKILL when the process that started it dies, even by SIGKILL."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    child = int(parent.stdout.readline())
+    try:
+        assert os.getsid(child) == child  # a session of its own
+        assert alive(child)
+        parent.kill()
+        parent.wait()
+        wait_for("the child to die with its parent", lambda: not alive(child), 10)
+    finally:
+        if alive(child):
+            os.kill(child, 9)
 
 
 def test_a_timed_out_shell_command_loses_its_whole_group(tmp_path):
