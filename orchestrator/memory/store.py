@@ -75,10 +75,10 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(normalize_item(content).encode()).hexdigest()
 
 
-def project_scope(agent: str = "octopoid", global_: bool = False) -> str:
+def project_scope(agent: str = "octopoid") -> str:
     """``notes:<agent>:<project>``: the project is the root folder's name, or with the queue
     in PostgreSQL (clones on several machines, named as each likes) the database's name."""
-    return f"notes:{agent}:{'global' if global_ else project_name()}"
+    return f"notes:{agent}:{project_name()}"
 
 
 def project_name() -> str:
