@@ -29,12 +29,12 @@ OCTOPOID_DIR = ".octopoid"
 ROOT_ENV = "OCTOPOID_ROOT"
 
 
-def find_project_root(start: Path | None = None) -> Path:
-    """The nearest directory at or above ``start`` (default: cwd) holding ``.octopoid/``."""
+def find_project_root() -> Path:
+    """The nearest directory at or above the cwd holding ``.octopoid/``."""
     env = os.environ.get(ROOT_ENV)
     if env:
         return _resolved(env)
-    return _root_above(os.getcwd() if start is None else str(start))
+    return _root_above(os.getcwd())
 
 
 @lru_cache(maxsize=64)

@@ -142,15 +142,13 @@ def note_fields(
     }
 
 
-def promote_task_notes(
-    task: Task, promoted_by: str = "octopoid", store: Memory | None = None
-) -> int:
+def promote_task_notes(task: Task, promoted_by: str = "octopoid") -> int:
     """Copy the learnings an accept of ``task`` keeps into long-term memory, each with its
     provenance; return how many were new."""
     learnings = kept_learnings(task)
     if not learnings:
         return 0
-    memory = store or open_memory()
+    memory = open_memory()
     before = memory.count()
     when = task.headers.get("COMPLETED_AT") or format_time(utcnow())
     source = NotesManager(notes_id=task.label).notes_file.name
@@ -160,8 +158,7 @@ def promote_task_notes(
             memory.write_note(**fields, scope=project_scope())
         return memory.count() - before
     finally:
-        if store is None:  # opened here
-            memory.close()
+        memory.close()
 
 
 def index_main_notes(store: Memory) -> int:

@@ -89,15 +89,17 @@ class NotesManager:
     def is_ephemeral(self) -> bool:
         return self._notes_id is not None
 
+    def _path(self, suffix: str) -> Path:
+        stem = f"notes.{self._notes_id}" if self._notes_id else "notes"
+        return self.memory_dir / f"{stem}.{suffix}"
+
     @property
     def notes_file(self) -> Path:
-        name = f"notes.{self._notes_id}.md" if self._notes_id else "notes.md"
-        return self.memory_dir / name
+        return self._path("md")
 
     @property
     def lock_file(self) -> Path:
-        name = f"notes.{self._notes_id}.lock" if self._notes_id else "notes.lock"
-        return self.memory_dir / name
+        return self._path("lock")
 
     @classmethod
     def create_ephemeral(

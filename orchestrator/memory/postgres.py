@@ -180,14 +180,10 @@ class PostgresMemoryStore:
         *,
         content: str | None = None,
         tags: Any = None,
-        topic: str | None = None,
-        importance: float | None = None,
-        pinned: bool | None = None,
-        metadata: dict[str, Any] | None = None,
     ) -> bool:
         import psycopg
 
-        changes = note_changes(content, tags, topic, importance, pinned, metadata)
+        changes = note_changes(content, tags)
         if not changes:
             return self.get_note(note_id) is not None
         sets = ", ".join(f"{key} = %s" for key in changes)

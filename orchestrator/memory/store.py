@@ -1,7 +1,7 @@
 """Long-term memory: notes in one SQLite database, searchable with FTS5 and ranked by BM25.
 
-Each note has content, section/topic, tags, agent, a scope (``notes:<agent>:<project>``
-or ``notes:<agent>:global``), task and session ids, metadata, importance, a pinned flag and
+Each note has content, section/topic, tags, agent, a scope (``notes:<agent>:<project>``),
+task and session ids, metadata, importance, a pinned flag and
 an access count. The same content written again in the same scope reinforces the existing
 note instead of adding a copy. The FTS index is an external-content table kept in step by
 triggers, so updates and deletes never leave it stale.
@@ -75,10 +75,10 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(normalize_item(content).encode()).hexdigest()
 
 
-def project_scope(agent: str = "octopoid", global_: bool = False) -> str:
+def project_scope(agent: str = "octopoid") -> str:
     """``notes:<agent>:<project>``: the project is the root folder's name, or with the queue
     in PostgreSQL (clones on several machines, named as each likes) the database's name."""
-    return f"notes:{agent}:{'global' if global_ else project_name()}"
+    return f"notes:{agent}:{project_name()}"
 
 
 def project_name() -> str:
@@ -272,12 +272,8 @@ class MemoryStore:
         *,
         content: str | None = None,
         tags: Any = None,
-        topic: str | None = None,
-        importance: float | None = None,
-        pinned: bool | None = None,
-        metadata: dict[str, Any] | None = None,
     ) -> bool:
-        changes = note_changes(content, tags, topic, importance, pinned, metadata)
+        changes = note_changes(content, tags)
         if not changes:
             return self.get_note(note_id) is not None
         sets = ", ".join(f"{key} = ?" for key in changes)
@@ -310,28 +306,13 @@ class MemoryStore:
             raise MemoryStoreError(f"memory's index disagrees: {'; '.join(problems[:5])}")
 
 
-def note_changes(
-    content: str | None,
-    tags: Any,
-    topic: str | None,
-    importance: float | None,
-    pinned: bool | None,
-    metadata: dict[str, Any] | None,
-) -> dict[str, Any]:
+def note_changes(content: str | None, tags: Any) -> dict[str, Any]:
     """The columns ``update_note`` sets for the fields given (none: an empty dict)."""
     changes: dict[str, Any] = {}
     if content is not None:
         changes.update(content=content.strip(), content_hash=content_hash(content))
     if tags is not None:
         changes["tags"] = _tags(tags)
-    if topic is not None:
-        changes["topic"] = topic
-    if importance is not None:
-        changes["importance"] = importance
-    if pinned is not None:
-        changes["pinned"] = int(pinned)
-    if metadata is not None:
-        changes["metadata"] = json.dumps(metadata)
     if changes:
         changes["updated"] = time.time()
     return changes

@@ -170,7 +170,6 @@ def pause_until(
     agent: str,
     until: datetime | None,
     why: str,
-    kind: str = USAGE_LIMIT,
     now: datetime | None = None,
 ) -> Hold:
     """Pause ``agent`` until ``until`` (a usage limit's reset; None: until a person says):
@@ -182,10 +181,10 @@ def pause_until(
     def pause(data: dict[str, Any] | None) -> dict[str, Any]:
         data = data or {}
         current = _hold_in(data, now)
-        if kind == USAGE_LIMIT and current is not None and current.kind == BREAKER:
+        if current is not None and current.kind == BREAKER:
             made[:] = [current]
         else:
-            made[:] = [Hold(kind, why, until, format_time(now))]
+            made[:] = [Hold(USAGE_LIMIT, why, until, format_time(now))]
             data["hold"] = made[0].as_record()
         return data
 
