@@ -793,6 +793,31 @@ def test_a_message_that_failed_with_its_prepare_leaves_no_connection_that_refuse
     db.close()
 
 
+def test_a_connection_whose_prepared_statement_is_gone_is_not_handed_out_again(
+    pg_dsn: str,
+) -> None:
+    """A statement the server no longer has (``DEALLOCATE``, a pooler that moved the
+    session) fails the one transaction that used it; the connection is closed, so the next
+    one prepares it again instead of failing the same way for the process's life."""
+    db = Database(pg_dsn)
+    try:
+        for _ in range(2):  # the second run only executes what the first prepared
+            with db.tx(batch=True) as cur:
+                cur.prepared("SELECT 2 * $1::int", (3,))
+                assert cur.fetchone() == (6,)
+        with db.tx() as cur:  # the same connection: the one idle
+            cur.execute("DEALLOCATE ALL")
+        with pytest.raises(StorageError, match="does not exist"), db.tx(batch=True) as cur:
+            cur.prepared("SELECT 2 * $1::int", (3,))
+            cur.fetchone()
+        for _ in range(2):
+            with db.tx(batch=True) as cur:
+                cur.prepared("SELECT 2 * $1::int", (4,))
+                assert cur.fetchone() == (8,)
+    finally:
+        db.close()
+
+
 def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path) -> None:
     """An enqueue and a task done wake schedulers (with the state); a claim, a submit and a
     failure wake nobody: with many machines, each wake is a pass on each of them."""

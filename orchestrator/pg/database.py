@@ -193,6 +193,8 @@ class Batch:
         """Run ``sql`` (parameters ``$1``, ``$2`` ... given by ``args``) as a statement
         this connection prepared: the PREPARE leaves with the first use, in its message."""
         name = f"octopoid_{zlib.crc32(sql.encode()):08x}"
+        if _STATEMENTS.setdefault(name, sql) != sql:  # the code's own texts: fails in tests
+            raise RuntimeError(f"two statements are named {name}: rename one")
         if name not in self._known and name not in self._preparing:
             self._pending.append(f"PREPARE {name} AS {sql}")
             self._preparing.add(name)
@@ -209,13 +211,16 @@ class Batch:
 
     def _run(self, text: str) -> None:
         """Send one message. A connection whose message failed is closed if it carried a
-        PREPARE: which of them the server kept is not known, so none is used again."""
+        PREPARE (which of them the server kept is not known), or if the server no longer
+        has a statement this connection prepared (``DEALLOCATE``, a pooler that moved the
+        session) or its plan no longer fits (a migration changed a column's type): the
+        names it knows are wrong, and every later use would fail the same way."""
         import psycopg
 
         try:
             self._cur.execute(text)
-        except psycopg.Error:
-            if self._preparing:
+        except psycopg.Error as exc:
+            if self._preparing or exc.sqlstate in _STALE_STATEMENT:
                 self._cur.connection.close()
             raise
         self._known |= self._preparing
@@ -244,6 +249,11 @@ class Batch:
 
 #: The statements each connection has prepared (``Batch.prepared``).
 _PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+#: Each prepared statement's name and text, so two texts never share a name.
+_STATEMENTS: dict[str, str] = {}
+#: invalid_sql_statement_name (the statement is gone), feature_not_supported ("cached plan
+#: must not change result type").
+_STALE_STATEMENT = {"26000", "0A000"}
 
 
 def _batched(conn: Any) -> Iterator[Batch]:
