@@ -1,9 +1,11 @@
 """The task state machine over the queue store (octopoid's seed API names live here).
 
-Each public function is one legal transition: it checks the task is where the move may
-start, rewrites the header, appends a History line and moves the file with one durable
-rename. Illegal moves raise ``IllegalTransition``. This module knows nothing of git,
-agents or memory; it only keeps retry notes in step, as the notes plan says.
+The legal moves are one table of ``Move``s (where each may start, where it ends, what it
+drops and refuses); each public function makes one of them through ``_transition``, which
+checks the task is where the move may start, rewrites the header, appends a History line
+and moves the file with one durable rename. Illegal moves raise ``IllegalTransition``.
+This module knows nothing of git, agents or memory; it only keeps retry notes in step,
+as the notes plan says.
 
 Claims are fenced: a claim carries a ``CLAIM_TOKEN``, and every write made with a token (or
 with a claimed ``Task`` read earlier, which carries its token) checks it under the task's
@@ -22,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import config
 from ..base.processes import ProcessId, claim_mark
@@ -115,19 +117,29 @@ def check_token(task: Task, token: str | None) -> None:
 _PURPOSE = {S.DONE: "accepted", S.INCOMING: "rejected", S.FAILED: "failed"}
 
 
+class Move(NamedTuple):
+    """A legal move: the states it may start from, where it ends, the headers it drops
+    and what it refuses (a check of the task as read under its lock)."""
+
+    srcs: tuple[TaskState, ...]
+    dst: TaskState
+    drop: tuple[str, ...] = LEASE_HEADERS
+    refuse: Callable[[Task], None] | None = None
+
+
 def _transition(
     task: Task | str,
-    allowed: Iterable[TaskState],
-    dst: TaskState,
+    move: Move,
     actor: str | None,
     reason: str = "",
     now: datetime | None = None,
     set_headers: dict[str, Any] | None = None,
-    drop_headers: Iterable[str] = (),
     edit: Callable[[Task], None] | None = None,
+    *,
+    drop: Iterable[str] = (),
     token: str | None = None,
 ) -> Task:
-    """Move a task from one of ``allowed`` states to ``dst``; the one path every move takes.
+    """Make ``move`` (dropping ``drop`` too); the one path every move takes.
 
     ``actor`` None means the agent holding the claim. ``edit`` sees the task as read under
     the lock, for changes that depend on its current headers. ``token`` fences the move
@@ -135,16 +147,17 @@ def _transition(
     """
     task_id, now, token = _id(task), now or utcnow(), _token(task, token)
     store = get_store()
-    allowed = tuple(allowed)
+    allowed, dst = move.srcs, move.dst
     # one source: the move itself finds out (no lookup first: a round trip on PostgreSQL)
     src = allowed[0] if len(allowed) == 1 else _located_in(task_id, allowed, dst)
 
     def change(t: Task) -> None:
         check_token(t, token)
         who = actor or t.headers.get("CLAIMED_BY") or "agent"
-        if edit is not None:
-            edit(t)
-        t.drop_header(*drop_headers)
+        for check in (move.refuse, edit):
+            if check is not None:
+                check(t)
+        t.drop_header(*move.drop, *drop)
         for key, value in (set_headers or {}).items():
             t.set_header(key, value)
         t.add_history(now, src.value, dst.value, who, reason)
@@ -162,6 +175,64 @@ def _transition(
         raise IllegalTransition(f"{task_label(task_id)} was moved by another process") from None
     assert moved is not None  # no guard given
     return moved
+
+
+def _refuse_if_merged(task: Task) -> None:
+    if task.headers.get("MERGED"):
+        raise IllegalTransition(
+            f"{task.label} was already merged by an accept that did not finish "
+            f"(commit {task.headers['MERGED'][:12]}); "
+            f"run `octopoid accept {task.label}` to finish it"
+        )
+
+
+def _refuse_unsubmitted(task: Task) -> None:
+    """Only a task whose attempt reached review before it failed has work to review."""
+    if S.PROVISIONAL.value not in (dst for _, dst in task.moves()):
+        raise IllegalTransition(f"{task.label} never reached review: there is nothing to review")
+
+
+def _refuse_if_accepting(task: Task) -> None:
+    """An accept stopped half-way (``MERGING``, ``MERGED``): it is finished or rejected,
+    never closed over (git may hold its merge)."""
+    if "MERGING" in task.headers or "MERGED" in task.headers:
+        raise IllegalTransition(
+            f"{task.label}: an accept stopped half-way; `octopoid accept {task.label}` "
+            f"finishes it, or `octopoid reject {task.label} --reason ...`"
+        )
+
+
+CLOSE_KINDS = ("done", "wont-do")
+#: Where a person may close a task from: every state but claimed (an attempt is running:
+#: `octopoid requeue` first), done, and quarantine (not a readable task).
+CLOSABLE = (S.INCOMING, S.PROVISIONAL, S.FAILED, S.REJECTED, S.BREAKDOWN)
+
+
+#: The legal moves, each made by ``_transition`` (what a move's function adds: its
+#: headers, History's reason, its own edit under the lock).
+FAIL = Move((S.INCOMING, S.CLAIMED, S.PROVISIONAL), S.FAILED, refuse=_refuse_if_merged)
+REVIEW_AGAIN = Move((S.FAILED,), S.PROVISIONAL, ("ERROR",), _refuse_unsubmitted)
+REJECT = Move((S.CLAIMED,), S.REJECTED)
+RETRY = Move(
+    (S.FAILED, S.REJECTED, S.BREAKDOWN),
+    S.INCOMING,
+    ("ERROR", "REJECT_REASON", "REJECT_DETAILS", "INTERRUPTED", "PHASE"),
+)
+CLOSE = Move(CLOSABLE, S.DONE, (*LEASE_HEADERS, "PHASE", "PROPOSED_SPLIT"), _refuse_if_accepting)
+REQUEUE = Move((S.CLAIMED,), S.INCOMING)
+RECYCLE = Move((S.CLAIMED,), S.BREAKDOWN, (*LEASE_HEADERS, "PHASE"))
+PROPOSE = Move((S.CLAIMED,), S.PROVISIONAL, (*LEASE_HEADERS, "PHASE"))
+SUBMIT = Move((S.CLAIMED,), S.PROVISIONAL)
+COMPLETE = Move((S.CLAIMED,), S.DONE)
+ACCEPT = Move((S.PROVISIONAL,), S.DONE)
+SPLIT_DONE = Move((S.CLAIMED, S.PROVISIONAL, S.BREAKDOWN), S.DONE)
+REJECT_REVIEW = Move(
+    (S.PROVISIONAL,),
+    S.INCOMING,
+    ("SUBMITTED_AT", "SUBMITTED_CLAIM", "NO_CHANGE"),
+    _refuse_if_merged,
+)
+REJECT_PROPOSAL = Move((S.PROVISIONAL,), S.BREAKDOWN, ("PROPOSED_SPLIT", "SUBMITTED_AT"))
 
 
 def _located_in(task_id: str, allowed: tuple[TaskState, ...], dst: TaskState) -> TaskState:
@@ -452,20 +523,12 @@ def submit_completion(
         for line in checks:
             t.add_event(now, S.CLAIMED.value, "checks", line)
 
-    return _transition(
-        task,
-        [S.CLAIMED],
-        S.PROVISIONAL,
-        None,
+    why = (
         f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}{passed}"
         + (f"; no change needed: {headers['NO_CHANGE']}" if no_change else "")
-        + (f"; {one_line(redact(remark), defaults.MAX_ERROR_CHARS)}" if remark else ""),
-        now,
-        headers,
-        (*LEASE_HEADERS, *stale),
-        note_checks,
-        token=token,
+        + (f"; {one_line(redact(remark), defaults.MAX_ERROR_CHARS)}" if remark else "")
     )
+    return _transition(task, SUBMIT, None, why, now, headers, note_checks, drop=stale, token=token)
 
 
 def unfenced_submit(task: Task) -> str | None:
@@ -492,12 +555,12 @@ def accept_completion(
     """provisional -> done; the retry notes are deleted. ``accepted_by`` None is "human";
     ``reason`` is History's (a forge's merge says who merged it)."""
     accepted_by = accepted_by or "human"
-    return _finish(task, S.PROVISIONAL, accepted_by, reason, now, {"ACCEPTED_BY": accepted_by})
+    return _finish(task, ACCEPT, accepted_by, reason, now, {"ACCEPTED_BY": accepted_by})
 
 
 def _finish(
     task: Task | str,
-    src: TaskState | tuple[TaskState, ...],
+    move: Move,
     actor: str | None,
     reason: str,
     now: datetime | None,
@@ -507,8 +570,7 @@ def _finish(
     """Move to done and delete the retry notes: every path to done goes through here."""
     now = now or utcnow()
     headers = {**(headers or {}), "COMPLETED_AT": format_time(now)}
-    srcs = src if isinstance(src, tuple) else (src,)
-    done = _transition(task, srcs, S.DONE, actor, reason, now, headers, LEASE_HEADERS, token=token)
+    done = _transition(task, move, actor, reason, now, headers, token=token)
     _drop_notes(done.id)
     return done
 
@@ -551,27 +613,17 @@ def reject_completion(
     verdict was, so it is never acted on twice).
     """
     rejection_reason(reason)
-    return _reject_to(
-        task,
-        S.INCOMING,
-        reason,
-        rejected_by or "human",
-        now,
-        comments,
-        edit=_refuse_if_merged,
-        summary=summary,
-        mark=mark,
-    )
+    who = rejected_by or "human"
+    return _reject_to(task, REJECT_REVIEW, reason, who, now, comments, summary=summary, mark=mark)
 
 
 def _reject_to(
     task: TaskRef,
-    dst: TaskState,
+    move: Move,
     reason: str,
     rejected_by: str,
     now: datetime | None,
     comments: Sequence[LineComment] = (),
-    drop_headers: tuple[str, ...] = ("SUBMITTED_AT", "SUBMITTED_CLAIM", "NO_CHANGE"),
     edit: Callable[[Task], None] | None = None,
     summary: str = "",
     mark: dict[str, str] | None = None,
@@ -592,31 +644,11 @@ def _reject_to(
         read_in_provisional = True
 
     try:
-        return _transition(
-            task,
-            [S.PROVISIONAL],
-            dst,
-            rejected_by,
-            summary or reason,
-            now,
-            mark,
-            drop_headers=drop_headers,
-            edit=edit_and_mark,
-        )
+        return _transition(task, move, rejected_by, summary or reason, now, mark, edit_and_mark)
     except BaseException:
-        if not read_in_provisional or get_store().locate(task_id) is not dst:
+        if not read_in_provisional or get_store().locate(task_id) is not move.dst:
             take_back_notes(task_id, added)
         raise
-
-
-def _refuse_if_accepting(task: Task) -> None:
-    """An accept stopped half-way (``MERGING``, ``MERGED``): it is finished or rejected,
-    never closed over (git may hold its merge)."""
-    if "MERGING" in task.headers or "MERGED" in task.headers:
-        raise IllegalTransition(
-            f"{task.label}: an accept stopped half-way; `octopoid accept {task.label}` "
-            f"finishes it, or `octopoid reject {task.label} --reason ...`"
-        )
 
 
 def record_merge(task: Task | str, sha: str, actor: str, onto: str) -> Task:
@@ -661,15 +693,6 @@ def sweep_store(now: datetime) -> int:
     return get_store().sweep(now)
 
 
-def _refuse_if_merged(task: Task) -> None:
-    if task.headers.get("MERGED"):
-        raise IllegalTransition(
-            f"{task.label} was already merged by an accept that did not finish "
-            f"(commit {task.headers['MERGED'][:12]}); "
-            f"run `octopoid accept {task.label}` to finish it"
-        )
-
-
 @octopoid_form()
 def complete_task(
     task: TaskRef,
@@ -680,7 +703,7 @@ def complete_task(
     headers: dict[str, Any] | None = None,
 ) -> Task:
     """claimed -> done directly (no review); the retry notes are deleted."""
-    return _finish(task, S.CLAIMED, None, result or "completed", now, headers, token=token)
+    return _finish(task, COMPLETE, None, result or "completed", now, headers, token=token)
 
 
 @octopoid_form()
@@ -700,18 +723,8 @@ def fail_task(
     from ..base.redaction import redact  # at first use: readers never redact
 
     error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
-    return _transition(
-        task,
-        [S.INCOMING, S.CLAIMED, S.PROVISIONAL],
-        S.FAILED,
-        actor,
-        error,
-        now,
-        {**(headers or {}), "ERROR": error},
-        (*LEASE_HEADERS, *drop),
-        edit=_refuse_if_merged,
-        token=token,
-    )
+    headers = {**(headers or {}), "ERROR": error}
+    return _transition(task, FAIL, actor, error, now, headers, drop=drop, token=token)
 
 
 def return_to_review(
@@ -725,23 +738,7 @@ def return_to_review(
 ) -> Task:
     """failed -> provisional: a failure undone from outside, the work it had submitted in
     review again (a forge's pull request, closed unmerged, was reopened or merged)."""
-    return _transition(
-        task,
-        [S.FAILED],
-        S.PROVISIONAL,
-        actor,
-        reason,
-        now,
-        headers,
-        ("ERROR", *drop),
-        edit=_refuse_unsubmitted,
-    )
-
-
-def _refuse_unsubmitted(task: Task) -> None:
-    """Only a task whose attempt reached review before it failed has work to review."""
-    if S.PROVISIONAL.value not in (dst for _, dst in task.moves()):
-        raise IllegalTransition(f"{task.label} never reached review: there is nothing to review")
+    return _transition(task, REVIEW_AGAIN, actor, reason, now, headers, drop=drop)
 
 
 @octopoid_form()
@@ -768,17 +765,8 @@ def reject_task(
     if code != reason and code == "other":
         details = f"{reason}: {details}" if details else reason
     why = f"{code}: {details}" if details else code
-    return _transition(
-        task,
-        [S.CLAIMED],
-        S.REJECTED,
-        rejected_by,
-        why,
-        now,
-        {"REJECT_REASON": code, "REJECT_DETAILS": one_line(details, 500)},
-        LEASE_HEADERS,
-        token=token,
-    )
+    headers = {"REJECT_REASON": code, "REJECT_DETAILS": one_line(details, 500)}
+    return _transition(task, REJECT, rejected_by, why, now, headers, token=token)
 
 
 @octopoid_form()
@@ -803,23 +791,8 @@ def retry_task(
             prepare(t)
         t.set_header("ATTEMPTS_AT_RETRY", t.attempts)
 
-    return _transition(
-        task,
-        [S.FAILED, S.REJECTED, S.BREAKDOWN],
-        S.INCOMING,
-        actor,
-        reason,
-        now,
-        {"BUDGET": budgets.render(budget)} if budget else None,
-        drop_headers=("ERROR", "REJECT_REASON", "REJECT_DETAILS", "INTERRUPTED", "PHASE"),
-        edit=restart,
-    )
-
-
-CLOSE_KINDS = ("done", "wont-do")
-#: Where a person may close a task from: every state but claimed (an attempt is running:
-#: `octopoid requeue` first), done, and quarantine (not a readable task).
-CLOSABLE = (S.INCOMING, S.PROVISIONAL, S.FAILED, S.REJECTED, S.BREAKDOWN)
+    headers = {"BUDGET": budgets.render(budget)} if budget else None
+    return _transition(task, RETRY, actor, reason, now, headers, restart)
 
 
 def close_task(
@@ -848,17 +821,8 @@ def close_task(
             f"{task_label(_id(task))} is claimed: an attempt is running; "
             f"`octopoid requeue {task_label(_id(task))}` takes it back first"
         )
-    done = _transition(
-        task,
-        CLOSABLE,
-        S.DONE,
-        actor,
-        f"closed as {kind}: {headers['CLOSE_REASON']}",
-        now,
-        headers,
-        (*LEASE_HEADERS, "PHASE", "PROPOSED_SPLIT"),
-        _refuse_if_accepting,
-    )
+    why = f"closed as {kind}: {headers['CLOSE_REASON']}"
+    done = _transition(task, CLOSE, actor, why, now, headers)
     _drop_notes(done.id)
     return done
 
@@ -886,18 +850,7 @@ def requeue_task(
         if not counted:
             t.set_header("INTERRUPTED", int(t.headers.get("INTERRUPTED") or 0) + 1)
 
-    return _transition(
-        task,
-        [S.CLAIMED],
-        S.INCOMING,
-        actor,
-        reason,
-        now,
-        set_headers,
-        LEASE_HEADERS,
-        give_back,
-        token=token,
-    )
+    return _transition(task, REQUEUE, actor, reason, now, set_headers, give_back, token=token)
 
 
 @octopoid_form(recycled_answer)
@@ -910,16 +863,7 @@ def recycle_to_breakdown(
 ) -> Task:
     """claimed -> breakdown: burned out (or a breakdown attempt failed), to be split by a
     breakdown role; notes are kept."""
-    return _transition(
-        task,
-        [S.CLAIMED],
-        S.BREAKDOWN,
-        None,
-        reason,
-        now,
-        drop_headers=(*LEASE_HEADERS, "PHASE"),
-        token=token,
-    )
+    return _transition(task, RECYCLE, None, reason, now, token=token)
 
 
 def release_claim(
@@ -947,17 +891,9 @@ def propose_split(task: Task | str, proposal: str, now: datetime | None = None) 
         t.sections = [(h, c) for h, c in t.sections if h != "Proposed Subtasks"]
         t.sections.append(("Proposed Subtasks", f"{fenced(proposal, 'subtasks')}\n"))
 
-    return _transition(
-        task,
-        [S.CLAIMED],
-        S.PROVISIONAL,
-        None,
-        f"proposes {count} subtasks; `octopoid approve` creates them",
-        now,
-        {"PROPOSED_SPLIT": count, "SUBMITTED_AT": format_time(now or utcnow())},
-        (*LEASE_HEADERS, "PHASE"),
-        hold,
-    )
+    why = f"proposes {count} subtasks; `octopoid approve` creates them"
+    headers = {"PROPOSED_SPLIT": count, "SUBMITTED_AT": format_time(now or utcnow())}
+    return _transition(task, PROPOSE, None, why, now, headers, hold)
 
 
 def finish_split(
@@ -973,8 +909,8 @@ def finish_split(
     ``approved`` the proposal) or breakdown (the attempt died half-way and its claim was
     taken back: whoever finishes the journal moves it). ``actor`` None: the claim's holder."""
     headers = {"SPLIT_INTO": split_into, **({"ACCEPTED_BY": actor} if approved else {})}
-    srcs = (S.CLAIMED, S.PROVISIONAL, S.BREAKDOWN)
-    return _finish(task, srcs, actor, f"split into {split_into}", None, headers, token=token)
+    why = f"split into {split_into}"
+    return _finish(task, SPLIT_DONE, actor, why, None, headers, token=token)
 
 
 def rewire_blocker(task: Task | str, old_id: str, new_id: str, actor: str) -> Task:
@@ -1014,9 +950,7 @@ def hold_for_question(
             t.set_header("NOT_BEFORE", NEVER)
 
     why = f"needs input: {one_line(question, 120)}; {reason}"
-    return _transition(
-        task, [S.CLAIMED], S.INCOMING, "octopoid", why, None, None, LEASE_HEADERS, hold
-    )  # fmt: skip
+    return _transition(task, REQUEUE, "octopoid", why, None, None, hold)
 
 
 def release_question(task: Task | str, answered_by: str) -> Task | None:
@@ -1041,15 +975,7 @@ def reject_proposal(task: Task | str, reason: str, rejected_by: str = "human") -
     def drop(t: Task) -> None:
         t.sections = [(h, c) for h, c in t.sections if h != "Proposed Subtasks"]
 
-    return _reject_to(
-        task,
-        S.BREAKDOWN,
-        reason,
-        rejected_by,
-        None,
-        drop_headers=("PROPOSED_SPLIT", "SUBMITTED_AT"),
-        edit=drop,
-    )
+    return _reject_to(task, REJECT_PROPOSAL, reason, rejected_by, None, edit=drop)
 
 
 def quarantine_file(path: Path, reason: str) -> Path:
