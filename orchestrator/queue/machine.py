@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .. import config
+from ..base.lazy import lazy_import
 from ..base.processes import ProcessId, claim_mark
 from ..model import defaults
 from ..model.exceptions import (
@@ -61,8 +62,17 @@ from .leases import LEASE_HEADERS, attempts_left, claim_token, fence_holds, leas
 from .store import get_store, get_task, known_task_id, list_tasks, readable_tasks
 from .store import locate as _locate
 from .store.base import NEVER
-from .task_notes import LineComment, add_review_notes, append_attempt, fenced, take_back_notes
+from .task_notes import (
+    LineComment,
+    add_review_notes,
+    append_attempt,
+    cleanup_task_notes,
+    fenced,
+    get_task_notes,
+    take_back_notes,
+)
 
+redaction = lazy_import("orchestrator.base.redaction")  # at first use: readers never redact
 S = TaskState
 REJECT_REASONS = ("invalid", "duplicate", "already_implemented", "out_of_scope", "other")
 
@@ -503,8 +513,6 @@ def submit_completion(
     token (the runner's) is marked ``SUBMITTED_CLAIM``: accept takes nothing else.
     ``remark``: what octopoid did to the work on its way (History says it).
     """
-    from ..base.redaction import redact  # at first use: readers never redact
-
     now, turns = now or utcnow(), turns or 0
     token = _token(task, token)
     headers: dict[str, Any] = {"COMMITS": commits, "TURNS": turns, "SUBMITTED_AT": format_time(now)}
@@ -514,7 +522,7 @@ def submit_completion(
         headers[TIP_HEADER] = tip
     cost = f", ${cost_usd:.2f}" if cost_usd is not None else ""
     if no_change:
-        headers["NO_CHANGE"] = one_line(redact(no_change), 500)
+        headers["NO_CHANGE"] = one_line(redaction.redact(no_change), 500)
     stale = () if no_change else ("NO_CHANGE",)  # a mark of an earlier attempt's
     checks = list(checks)
     passed = f"; checks: {len(checks)} passed" if checks else ""
@@ -526,7 +534,7 @@ def submit_completion(
     why = (
         f"{commits} commit{'s' * (commits != 1)}, {turns} turns{cost}{passed}"
         + (f"; no change needed: {headers['NO_CHANGE']}" if no_change else "")
-        + (f"; {one_line(redact(remark), defaults.MAX_ERROR_CHARS)}" if remark else "")
+        + (f"; {one_line(redaction.redact(remark), defaults.MAX_ERROR_CHARS)}" if remark else "")
     )
     return _transition(task, SUBMIT, None, why, now, headers, note_checks, drop=stale, token=token)
 
@@ -720,9 +728,7 @@ def fail_task(
     """-> failed, with the error kept (one line, capped) in the ERROR header. ``actor``
     None is the agent holding the claim; ``drop`` are headers the move removes, ``headers``
     others it sets."""
-    from ..base.redaction import redact  # at first use: readers never redact
-
-    error = one_line(redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
+    error = one_line(redaction.redact(error), defaults.MAX_ERROR_CHARS) or "unknown error"
     headers = {**(headers or {}), "ERROR": error}
     return _transition(task, FAIL, actor, error, now, headers, drop=drop, token=token)
 
@@ -756,12 +762,10 @@ def reject_task(
     ``rejected_by`` None means the agent holding the claim. octopoid's codes are read as
     ours (``OCTOPOID_REJECT_REASONS``); one read as ``other`` keeps its name in the details.
     """
-    from ..base.redaction import redact  # at first use: readers never redact
-
     code = OCTOPOID_REJECT_REASONS.get(reason, reason)
     if code not in REJECT_REASONS:
         raise IllegalTransition(f"reject reason must be one of {', '.join(REJECT_REASONS)}")
-    details = redact(details or "")
+    details = redaction.redact(details or "")
     if code != reason and code == "other":
         details = f"{reason}: {details}" if details else reason
     why = f"{code}: {details}" if details else code
@@ -803,8 +807,6 @@ def close_task(
     which and why; the retry notes are deleted like any task's in done. A task an
     interrupted accept already merged is refused: that accept is finished instead.
     """
-    from ..base.redaction import redact  # at first use: readers never redact
-
     if kind not in CLOSE_KINDS:
         raise InvalidInput(f"a task is closed as one of {', '.join(CLOSE_KINDS)}, not {kind!r}")
     if not reason.strip():
@@ -812,7 +814,7 @@ def close_task(
     now = now or utcnow()
     headers = {
         "CLOSED": kind,
-        "CLOSE_REASON": one_line(redact(reason), 500),
+        "CLOSE_REASON": one_line(redaction.redact(reason), 500),
         "COMPLETED_AT": format_time(now),
     }
     state = get_store().locate(_id(task))
@@ -981,16 +983,6 @@ def reject_proposal(task: Task | str, reason: str, rejected_by: str = "human") -
 def quarantine_file(path: Path, reason: str) -> Path:
     """Move an unreadable file to quarantine/ with ``<name>.error`` beside it."""
     return get_store().quarantine(path, reason)
-
-
-def get_task_notes(task_id: TaskRef) -> str | None:
-    """The task's retry notes, or None when it has none (seed API)."""
-    return task_notes.get_task_notes(task_id_of(task_id))
-
-
-def cleanup_task_notes(task_id: TaskRef) -> bool:
-    """Delete the task's retry notes and output log; True if the notes existed (seed API)."""
-    return task_notes.cleanup_task_notes(task_id_of(task_id))
 
 
 def save_task_notes(

@@ -23,11 +23,14 @@ from typing import Any
 
 from .. import config
 from ..base.fsutil import atomic_write
+from ..base.lazy import lazy_import
 from ..base.locks import FileMutex
 from ..model import defaults
 from ..model.exceptions import ConfigError
 from ..model.tasks import TaskId, format_time, one_line, task_label, utcnow
+from .call_forms import TaskRef, task_id_of
 
+redaction = lazy_import("orchestrator.base.redaction")  # at first use: readers never redact
 BACKTICK_RUN_RE = re.compile(r"`+")
 ATTEMPT_RE = re.compile(r"Attempt (\d+) — ")
 REVIEW_COMMENTS = "Review Comments"  # heading of a rejection's line comments (kind "review")
@@ -191,9 +194,9 @@ def notes_location(task_id: str) -> str:
     return f"PostgreSQL: octopoid.notes rows with task_id '{task_id}'"
 
 
-def get_task_notes(task_id: str) -> str | None:
-    """The task's notes, or None when it has none."""
-    return notes_book().read(TaskId(task_id))
+def get_task_notes(task_id: TaskRef) -> str | None:
+    """The task's retry notes, or None when it has none (seed API)."""
+    return notes_book().read(task_id_of(task_id))
 
 
 def put_notes(task_id: str, text: str) -> bool:
@@ -232,14 +235,12 @@ def append_attempt(
     ``dropped_chars`` counts output a streaming tail buffer already let go, so the
     truncation marker tells the whole story.
     """
-    from ..base.redaction import redact  # at first use: readers never redact
-
     task_id = TaskId(task_id)
     limit = stdout_limit()
     meta = f"Turns: {turns} | Commits: {'unknown' if commits is None else commits}"
     if cost_usd is not None:
         meta += f" | Cost: ${cost_usd:.2f}"
-    output = tail_with_marker(redact(stdout), limit, dropped_chars) or "(no output)"
+    output = tail_with_marker(redaction.redact(stdout), limit, dropped_chars) or "(no output)"
     who = one_line(agent_name, 80) or "agent"
     stamp = format_time(now or utcnow())
 
@@ -318,17 +319,18 @@ def add_review_notes(
     Returns the text appended, so a rejection whose move fails can take exactly it back
     (``take_back_notes``) without touching anything written since.
     """
-    from ..base.redaction import redact  # at first use: readers never redact
-
     who = one_line(rejected_by, 80) or "reviewer"
     stamp = format_time(now or utcnow())
     sections = [
-        NotesSection(f"Review — rejected by {who} ({stamp})", f"\n{fenced(redact(reason))}\n")
+        NotesSection(
+            f"Review — rejected by {who} ({stamp})", f"\n{fenced(redaction.redact(reason))}\n"
+        )
     ]
     if comments:
         body = "".join(
-            f"\n### {redact(c.path)}, {c.where}\n{fenced(redact(c.code), 'text')}"
-            f"{fenced(redact(c.text), 'comment')}"
+            f"\n### {redaction.redact(c.path)}, {c.where}\n"
+            f"{fenced(redaction.redact(c.code), 'text')}"
+            f"{fenced(redaction.redact(c.text), 'comment')}"
             for c in comments
         )
         sections.append(NotesSection(f"{REVIEW_COMMENTS} — {who} ({stamp})", body + "\n"))
@@ -347,9 +349,7 @@ def take_back_notes(task_id: str, added: str) -> None:
 def add_notes_section(task_id: str, heading: str, body: str) -> None:
     """Append a section octopoid wrote about an attempt (what the checks said, why a
     breakdown answer was refused), fenced like agent output."""
-    from ..base.redaction import redact  # at first use: readers never redact
-
-    text = f"\n{fenced(redact(body))}\n"
+    text = f"\n{fenced(redaction.redact(body))}\n"
     _append(TaskId(task_id), lambda _: NotesSection(heading, text).render())
 
 
@@ -384,9 +384,9 @@ def notes_summary(task_id: str) -> dict[str, int]:
     }
 
 
-def cleanup_task_notes(task_id: str) -> bool:
-    """Delete a task's notes and its output log; True if the notes existed."""
-    task_id = TaskId(task_id)
+def cleanup_task_notes(task_id: TaskRef) -> bool:
+    """Delete the task's retry notes and output log; True if the notes existed (seed API)."""
+    task_id = task_id_of(task_id)
     existed = notes_book().remove(task_id)
     stdout_log_path(task_id).unlink(missing_ok=True)
     return existed

@@ -356,8 +356,7 @@ def _learnings(form: FormData) -> tuple[list[int], dict[int, str]]:
 
 
 def _reject(task_id: str, form: FormData, reviewer: str) -> None:
-    reason = clean_text(str(form.get("reason") or ""), "the reason")
-    reason = queue_utils.rejection_reason(reason)
+    reason = queue_utils.rejection_reason(clean_text(_field(form, "reason"), "the reason"))
     comments = [
         line_comment(c["path"], c["line"], c["text"], c["end"] or None, c["side"] or "new")
         for c in _comments(form)
@@ -367,46 +366,33 @@ def _reject(task_id: str, form: FormData, reviewer: str) -> None:
     drafts.clear(task_id, reviewer)
 
 
-def _approve(task_id: str, form: FormData, reviewer: str) -> None:
-    review.approve(task_id, reviewer)
-
-
-def _retry(task_id: str, form: FormData, reviewer: str) -> None:
-    review.retry(task_id, fresh=bool(form.get("fresh")), actor=reviewer)
-
-
-def _requeue(task_id: str, form: FormData, reviewer: str) -> None:
-    reason = clean_text(str(form.get("reason") or "requeued from the web page"), "reason")
-    recovery.requeue_running(task_id, reason)
-
-
 def _close(task_id: str, form: FormData, reviewer: str) -> None:
-    reason = clean_text(str(form.get("reason") or ""), "the reason").strip()
+    reason = clean_text(_field(form, "reason"), "the reason").strip()
     review.close(task_id, "wont-do" if form.get("wont_do") else "done", reason, reviewer)
 
 
-def _answer(task_id: str, form: FormData, reviewer: str) -> None:
-    questions.answer(task_id, str(form.get("answer") or ""), reviewer)
+def _requeue(task_id: str, form: FormData, reviewer: str) -> None:
+    reason = clean_text(_field(form, "reason", "requeued from the web page"), "reason")
+    recovery.requeue_running(task_id, reason)
 
 
-def _say(task_id: str, form: FormData, reviewer: str) -> None:
-    steering.say(task_id, str(form.get("message") or ""), reviewer)
+def _field(form: FormData, name: str, default: str = "") -> str:
+    return str(form.get(name) or default)
 
 
-def _stop(task_id: str, form: FormData, reviewer: str) -> None:
-    steering.ask_stop(task_id, str(form.get("reason") or ""), reviewer)
-
-
-ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
+ACTIONS = {  # name in the URL: (what it does with (task id, form, reviewer), its DONE message)
     "accept": (_accept, "accepted"),
     "reject": (_reject, "rejected"),
-    "approve": (_approve, "approved"),
-    "retry": (_retry, "retried"),
+    "approve": (lambda task_id, _, who: review.approve(task_id, who), "approved"),
+    "retry": (
+        lambda t, form, who: review.retry(t, fresh=bool(form.get("fresh")), actor=who),
+        "retried",
+    ),
     "requeue": (_requeue, "requeued"),
     "close": (_close, "closed"),
-    "answer": (_answer, "answered"),
-    "say": (_say, "said"),
-    "stop": (_stop, "stop-asked"),
+    "answer": (lambda t, form, who: questions.answer(t, _field(form, "answer"), who), "answered"),
+    "say": (lambda t, form, who: steering.say(t, _field(form, "message"), who), "said"),
+    "stop": (lambda t, form, who: steering.ask_stop(t, _field(form, "reason"), who), "stop-asked"),
 }
 PLAN_ACTIONS = {  # name in the URL: (what it does, the DONE message it ends with)
     "approve": (lambda plan_id, reviewer: plans.approve(plan_id, reviewer), "plan-approved"),
