@@ -122,15 +122,16 @@ def select(
     cells: Cells, agent: str | None = None, since: str | None = None, week: str | None = None
 ) -> Cells:
     """The cells of ``agent``, of weeks from ``since`` (a week), of one ``week``."""
-    chosen = {}
-    for key, cell in cells.items():
-        cell_week, cell_agent, _ = key.split("|", 2)
-        if agent is not None and cell_agent != agent:
-            continue
-        if (since is not None and cell_week < since) or (week is not None and cell_week != week):
-            continue
-        chosen[key] = cell
-    return chosen
+    return {
+        key: cell
+        for key, cell in cells.items()
+        if _chosen(*key.split("|", 2)[:2], agent, since, week)
+    }
+
+
+def _chosen(at: str, by: str, agent: str | None, since: str | None, week: str | None) -> bool:
+    """Whether what week ``at`` and agent ``by`` counted is what the options select."""
+    return agent in (None, by) and (since is None or at >= since) and week in (None, at)
 
 
 def figures(cells: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -256,12 +257,7 @@ def breaker_pauses(
     agent: str | None = None, since: str | None = None, week: str | None = None
 ) -> list[dict[str, str]]:
     """The circuit breaker's pauses, as the agents' records keep them (``agent_status``)."""
-    found = []
-    for one in agent_records.pause_history():
-        when = week_of(parse_time(one["since"]))
-        if agent is not None and one["agent"] != agent:
-            continue
-        if (since is not None and when < since) or (week is not None and when != week):
-            continue
-        found.append({**one, "week": when})
-    return found
+    found = [
+        {**one, "week": week_of(parse_time(one["since"]))} for one in agent_records.pause_history()
+    ]
+    return [one for one in found if _chosen(one["week"], one["agent"], agent, since, week)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,10 +46,6 @@ def task_id_of(task: TaskRef) -> TaskId:
     return TaskId.matched(match)
 
 
-def _new_path(task: Task) -> Path | None:
-    return task.path
-
-
 def recycled_answer(task: Task) -> dict[str, Any]:
     """octopoid's answer to recycle_to_breakdown; here the task itself waits in breakdown/."""
     return {
@@ -60,7 +57,7 @@ def recycled_answer(task: Task) -> dict[str, Any]:
 
 
 def octopoid_form(
-    result: Callable[[Task], Any] = _new_path, **aliases: str
+    result: Callable[[Task], Any] = attrgetter("path"), **aliases: str
 ) -> Callable[[Callable[..., Task]], Callable[..., Any]]:
     """Let a transition take octopoid's call form as well as its own.
 

@@ -116,9 +116,6 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
         found = board.board(request.query_params)
         return render(request, "board.html", status, board=found, **extra)
 
-    def index(request: Request) -> Response:
-        return board_page(request)
-
     def stats_view(request: Request) -> Response:
         try:
             found = stats_page.page(request.query_params)
@@ -245,7 +242,7 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
         return Response(pygments_css(), media_type="text/css")
 
     routes = [
-        Route("/", index),
+        Route("/", board_page),
         Route("/board", board_fragment),
         Route("/stats", stats_view),
         Route("/enqueue", enqueue, methods=["POST"]),
