@@ -149,7 +149,8 @@ def _transition(
     drop: Iterable[str] = (),
     token: str | None = None,
 ) -> Task:
-    """Make ``move`` (dropping ``drop`` too); the one path every move takes.
+    """Make ``move`` (dropping ``drop`` too); the one path every move takes. A move to
+    done stamps ``COMPLETED_AT`` and deletes the task's retry notes.
 
     ``actor`` None means the agent holding the claim. ``edit`` sees the task as read under
     the lock, for changes that depend on its current headers. ``token`` fences the move
@@ -170,6 +171,8 @@ def _transition(
         t.drop_header(*move.drop, *drop)
         for key, value in (set_headers or {}).items():
             t.set_header(key, value)
+        if dst is S.DONE:
+            t.set_header("COMPLETED_AT", format_time(now))
         t.add_history(now, src.value, dst.value, who, reason)
 
     try:
@@ -184,6 +187,8 @@ def _transition(
             raise LostClaim(f"{task_label(task_id)} left claimed: the claim is not yours") from None
         raise IllegalTransition(f"{task_label(task_id)} was moved by another process") from None
     assert moved is not None  # no guard given
+    if dst is S.DONE:  # every path to done: its retry notes go
+        _drop_notes(moved.id)
     return moved
 
 
@@ -563,24 +568,7 @@ def accept_completion(
     """provisional -> done; the retry notes are deleted. ``accepted_by`` None is "human";
     ``reason`` is History's (a forge's merge says who merged it)."""
     accepted_by = accepted_by or "human"
-    return _finish(task, ACCEPT, accepted_by, reason, now, {"ACCEPTED_BY": accepted_by})
-
-
-def _finish(
-    task: Task | str,
-    move: Move,
-    actor: str | None,
-    reason: str,
-    now: datetime | None,
-    headers: dict[str, Any] | None = None,
-    token: str | None = None,
-) -> Task:
-    """Move to done and delete the retry notes: every path to done goes through here."""
-    now = now or utcnow()
-    headers = {**(headers or {}), "COMPLETED_AT": format_time(now)}
-    done = _transition(task, move, actor, reason, now, headers, token=token)
-    _drop_notes(done.id)
-    return done
+    return _transition(task, ACCEPT, accepted_by, reason, now, {"ACCEPTED_BY": accepted_by})
 
 
 def _drop_notes(task_id: TaskId) -> None:
@@ -711,7 +699,7 @@ def complete_task(
     headers: dict[str, Any] | None = None,
 ) -> Task:
     """claimed -> done directly (no review); the retry notes are deleted."""
-    return _finish(task, COMPLETE, None, result or "completed", now, headers, token=token)
+    return _transition(task, COMPLETE, None, result or "completed", now, headers, token=token)
 
 
 @octopoid_form()
@@ -811,12 +799,7 @@ def close_task(
         raise InvalidInput(f"a task is closed as one of {', '.join(CLOSE_KINDS)}, not {kind!r}")
     if not reason.strip():
         raise InvalidInput("closing a task needs a reason (--reason): it stays in its History")
-    now = now or utcnow()
-    headers = {
-        "CLOSED": kind,
-        "CLOSE_REASON": one_line(redaction.redact(reason), 500),
-        "COMPLETED_AT": format_time(now),
-    }
+    headers = {"CLOSED": kind, "CLOSE_REASON": one_line(redaction.redact(reason), 500)}
     state = get_store().locate(_id(task))
     if state is S.CLAIMED:
         raise IllegalTransition(
@@ -824,9 +807,7 @@ def close_task(
             f"`octopoid requeue {task_label(_id(task))}` takes it back first"
         )
     why = f"closed as {kind}: {headers['CLOSE_REASON']}"
-    done = _transition(task, CLOSE, actor, why, now, headers)
-    _drop_notes(done.id)
-    return done
+    return _transition(task, CLOSE, actor, why, now, headers)
 
 
 @octopoid_form()
@@ -912,7 +893,7 @@ def finish_split(
     taken back: whoever finishes the journal moves it). ``actor`` None: the claim's holder."""
     headers = {"SPLIT_INTO": split_into, **({"ACCEPTED_BY": actor} if approved else {})}
     why = f"split into {split_into}"
-    return _finish(task, SPLIT_DONE, actor, why, None, headers, token=token)
+    return _transition(task, SPLIT_DONE, actor, why, None, headers, token=token)
 
 
 def rewire_blocker(task: Task | str, old_id: str, new_id: str, actor: str) -> Task:
