@@ -130,6 +130,25 @@ def test_a_diff_cut_at_any_byte_draws_a_prefix_and_never_fails(tmp_path) -> None
             assert rows <= want_rows and (path == want_path or rows == 0)
 
 
+def test_the_split_view_pairs_each_removed_run_with_the_added_run_after_it() -> None:
+    text = (
+        "diff --git a/f.py b/f.py\n--- a/f.py\n+++ b/f.py\n@@ -1,5 +1,4 @@\n"
+        " keep\n-old 1\n-old 2\n+new 1\n ctx\n-gone\n+added 1\n+added 2\n"
+    )
+    (entry,) = render_diff(text).files
+    numbered = [(r.kind, r.old, r.new) for r in entry.rows]
+    assert numbered[1:] == [
+        ("ctx", 1, 1), ("del", 2, None), ("del", 3, None), ("add", None, 2), ("ctx", 4, 3),
+        ("del", 5, None), ("add", None, 4), ("add", None, 5),
+    ]  # fmt: skip
+    assert (entry.added, entry.removed) == (3, 3)
+    pairs = [(a and (a.kind, a.old), b and (b.kind, b.new)) for a, b in entry.pairs]
+    assert pairs[1:] == [
+        (("ctx", 1), ("ctx", 1)), (("del", 2), ("add", 2)), (("del", 3), None),
+        (("ctx", 4), ("ctx", 3)), (("del", 5), ("add", 4)), (None, ("add", 5)),
+    ]  # fmt: skip
+
+
 def test_html_in_a_diff_is_escaped(tmp_path) -> None:
     evil = b"<script>alert(1)</script>\n<img src=x onerror=alert(2)>\n"
     root, base, head = repo_with(tmp_path, {"<b>x</b>.html": evil})

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import zip_longest
 from pathlib import Path
 from typing import TypeVar
 
@@ -65,10 +66,7 @@ class FileDiff:
         added: list[Row] = []
 
         def flush() -> None:
-            for i in range(max(len(removed), len(added))):
-                out.append(
-                    (removed[i] if i < len(removed) else None, added[i] if i < len(added) else None)
-                )
+            out.extend(zip_longest(removed, added))
             removed.clear()
             added.clear()
 
@@ -212,14 +210,9 @@ def render_diff(text: str, max_rows: int = MAX_ROWS, cut: bool = False) -> DiffV
             old, new = old_no if kind != "add" else None, new_no if kind != "del" else None
             entry.rows.append(Row(kind, old, new, Markup()))
             sources.setdefault(id(entry), []).append(line[1:].removesuffix("\r"))
-            if kind != "add":
-                old_no += 1
-            if kind != "del":
-                new_no += 1
-            if kind == "add":
-                entry.added += 1
-            elif kind == "del":
-                entry.removed += 1
+            old_no, new_no = old_no + (kind != "add"), new_no + (kind != "del")
+            entry.added += kind == "add"
+            entry.removed += kind == "del"
             shown += kind != "ctx"
         elif line.startswith("@@ ") and (start := _hunk_start(line)):
             old_no, new_no = start
