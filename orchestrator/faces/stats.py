@@ -136,16 +136,10 @@ def _chosen(at: str, by: str, agent: str | None, since: str | None, week: str | 
 
 def figures(cells: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """The numbers of a set of cells (docs/stats.md defines each)."""
-    n: dict[str, float] = {}
-    s: dict[str, float] = {}
-    v: dict[str, list[int]] = {}
+    total: Cells = {}
     for cell in cells:
-        for name, value in cell["n"].items():
-            n[name] = n.get(name, 0) + value
-        for name, value in cell["s"].items():
-            s[name] = s.get(name, 0) + value
-        for name, values in cell["v"].items():
-            v.setdefault(name, []).extend(values)
+        merge(total, {"": cell})
+    n, s, v = (total.get("", {}).get(kind, {}) for kind in ("n", "s", "v"))
     count = {name: int(n.get(name, 0)) for name in _COUNTS}
     reviewed = count["accepted"] + count["rejected"]
     return {

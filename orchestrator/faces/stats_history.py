@@ -84,13 +84,12 @@ def add(cells: Cells, key: str, kind: str, name: str, value: float = 1) -> None:
 def merge(into: Cells, more: Cells) -> None:
     """Add ``more``'s cells to ``into``'s (counts and sums add, lists join)."""
     for key, cell in more.items():
-        for kind in ("n", "s", "v"):
+        mine = into.setdefault(key, {"n": {}, "s": {}, "v": {}})
+        for kind in ("n", "s"):
             for name, value in cell[kind].items():
-                if kind == "v":
-                    for each in value:
-                        add(into, key, "v", name, each)
-                else:
-                    add(into, key, kind, name, value)
+                mine[kind][name] = mine[kind].get(name, 0) + value
+        for name, values in cell["v"].items():
+            mine["v"].setdefault(name, []).extend(values)
 
 
 @dataclass
