@@ -212,7 +212,7 @@ def _import_one(
         else:
             report.problems.append(f"{label}: a task with this id is already here; left alone")
         return
-    notes = _read(orch / "shared" / "notes" / f"{label}.md")
+    notes = task_notes.read_notes_file(orch / "shared" / "notes" / f"{label}.md")
     try:
         task, reviews = convert(found, task_id, text, notes, history, target, now, report.problems)
     except TaskParseError as exc:
@@ -447,13 +447,6 @@ def _review(event: dict[str, str]) -> NotesSection:
     when = _utc_text(event.get("REJECTED_AT", ""), True) or "unknown time"
     body = f"\n{fenced(redact(event['REJECTION_REASON']))}\n"
     return NotesSection(f"Review — rejected by {who} ({when})", body)
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError):
-        return None
 
 
 def _highest_attempt(notes: str | None) -> int:

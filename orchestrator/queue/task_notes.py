@@ -130,18 +130,18 @@ class NotesFiles:
     """Retry notes as files in ``shared/notes`` (the folder store's book)."""
 
     def read(self, task_id: str) -> str | None:
-        return _read(notes_path(task_id))
+        return read_notes_file(notes_path(task_id))
 
     def append(self, task_id: str, title: str, make_sections: Callable[[str], str]) -> None:
         path = notes_path(task_id)
         with _lock(path):
-            current = _read(path) or title
+            current = read_notes_file(path) or title
             atomic_write(path, current + make_sections(current))
 
     def take_back(self, task_id: str, added: str, title: str) -> None:
         path = notes_path(task_id)
         with _lock(path):
-            current = _read(path)
+            current = read_notes_file(path)
             at = -1 if current is None else current.rfind(added)
             if at < 0:
                 return
@@ -154,7 +154,7 @@ class NotesFiles:
     def put(self, task_id: str, text: str) -> bool:
         path = notes_path(task_id)
         with _lock(path):
-            current = _read(path)
+            current = read_notes_file(path)
             if current is None:
                 atomic_write(path, text)
         return current in (None, text)
@@ -358,10 +358,11 @@ def _append(task_id: str, make_sections: Callable[[str], str]) -> None:
     notes_book().append(task_id, _new_notes(task_id), make_sections)
 
 
-def _read(path: Path) -> str | None:
+def read_notes_file(path: Path) -> str | None:
+    """A notes file's text (octopoid's too, for the importer); None if there is none."""
     try:
         return path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         return None
 
 
