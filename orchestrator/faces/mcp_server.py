@@ -175,14 +175,11 @@ def reject(
     notes (as `octopoid reject`); a comment on no such file or line rejects nothing."""
     reason = queue_utils.rejection_reason(clean_text(reason, "--reason"))
     parsed = [
-        line_comment(c.path, str(c.line), c.text, _end(c.end), c.side) for c in comments or ()
+        line_comment(c.path, str(c.line), c.text, None if c.end is None else str(c.end), c.side)
+        for c in comments or ()
     ]
     task = review.reject(task_id, reason, ACTOR, parsed, expect)
     return {"id": task.label, "state": task.state.value, "comments": len(parsed)}
-
-
-def _end(end: int | None) -> str | None:
-    return None if end is None else str(end)
 
 
 def requeue(task_id: TaskIdArg, reason: str = "requeued by hand") -> dict[str, Any]:

@@ -238,7 +238,7 @@ class TokenGate:
 
     async def _login(self, scope: Scope, receive: Callable, send: Callable) -> None:
         if scope["method"] != "POST":
-            query = _query(scope)
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
             code = query.get("code")
             if code is None:
                 await _page(send, 200, sign_in_page("", safe_path(query.get("next"))))
@@ -311,10 +311,6 @@ class TokenGate:
         else:
             session.name = clean_name(form.get("name", ""), session.name)
             await _redirect(send, "/whoami")
-
-
-def _query(scope: Scope) -> dict[str, str]:
-    return dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
 
 
 def _cookies(scope: Scope) -> dict[str, str]:
