@@ -75,23 +75,12 @@ def _read_regular_file(path: Path, what: str) -> bytes:
                 f"{what} is not a regular file (a device, FIFO or directory): "
                 "save the context to a file first"
             )
-        return _read_at_most(fd, defaults.MAX_TASK_FILE_BYTES + 1)
+        with os.fdopen(os.dup(fd), "rb") as f:  # read(n) reads on to n bytes or the end
+            return f.read(defaults.MAX_TASK_FILE_BYTES + 1)
     except OSError as exc:
         raise InvalidInput(f"cannot read {what}: {exc.strerror}") from None
     finally:
         os.close(fd)
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    left = limit
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 16))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
 
 
 def check_blockers(new_id: str | None, blocked_by: Iterable[str]) -> list[str]:
