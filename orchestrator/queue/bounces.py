@@ -10,6 +10,7 @@ run): `status` and `doctor` say so, with the way out. Read-only.
 from __future__ import annotations
 
 import re
+from itertools import takewhile
 from typing import Any
 
 from ..model.defaults import BOUNCE_REPEATS
@@ -41,11 +42,7 @@ def bouncing(task: Task) -> dict[str, Any] | None:
     if len(said) < BOUNCE_REPEATS:
         return None
     last = said[-1][1]
-    times = 0
-    for _, key in reversed(said):
-        if key != last:
-            break
-        times += 1
+    times = sum(1 for _ in takewhile(lambda one: one[1] == last, reversed(said)))
     if times < BOUNCE_REPEATS:
         return None
     refusal = said[-1][0].split("  ", 2)[2].strip().removeprefix("(").removesuffix(")")
