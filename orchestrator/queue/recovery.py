@@ -84,10 +84,8 @@ def recover_dead_claim(
                 token=token,
             )
         max_attempts = max_attempts or config.load_agents()["max_attempts"]
-        if task.headers.get("PHASE") == "breakdown":
-            moved = queue_utils.recycle_to_breakdown(task, why, now, token=token)
-        elif attempts_left(task, max_attempts) > 0:
-            moved = queue_utils.requeue_task(task, why, "reaper", now, token=token)
+        if task.headers.get("PHASE") == "breakdown" or attempts_left(task, max_attempts) > 0:
+            moved = queue_utils.release_claim(task, why, "reaper", now, token=token)
         else:
             moved = queue_utils.fail_task(task, f"attempts exhausted; {why}", now, token=token)
     except (IllegalTransition, TaskNotFound):
