@@ -162,7 +162,7 @@ def push_task_branch(
             ) from None
         raise GitError(f"git push {remote} {branch} failed: {git_message(exc)}") from None
     # what this machine knows the remote holds, whatever its fetch refspecs say: a poll
-    # tells a push that was lost from one a person overwrote by it (forge/heads.py)
+    # tells a push that was lost from one a person overwrote by it (forge/pulls.py)
     with git_errors(f"git update-ref {remote_ref(remote, branch, review)}"):
         repo.git.update_ref(remote_ref(remote, branch, review), tip)
 
