@@ -141,7 +141,8 @@ def task_of(plan: Plan, key: str) -> Planned:
     for task in plan.tasks:
         if task.key == key:
             return task
-    raise InvalidInput(f"{plan.id} has no task {key!r}; its tasks are {_keys(plan)}")
+    keys = ", ".join(t.key for t in plan.tasks) or "none"
+    raise InvalidInput(f"{plan.id} has no task {key!r}; its tasks are {keys}")
 
 
 def validate(plan: Plan) -> None:
@@ -201,10 +202,6 @@ def _cycle(left: list[Planned]) -> str:
         node = next(b for b in by_key[node].blocked_by if b in by_key)
     loop = path[path.index(node) :]
     return " → ".join([*loop, node])
-
-
-def _keys(plan: Plan) -> str:
-    return ", ".join(t.key for t in plan.tasks) or "none"
 
 
 # --- storage --------------------------------------------------------------------------
