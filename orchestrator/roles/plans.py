@@ -36,7 +36,7 @@ from ..model.tasks import (
 )
 from ..queue import adopt
 from ..queue import machine as queue_utils
-from ..queue.store.records import Journal, JournalKind, Records
+from ..queue.store.records import Journal, JournalKind
 from . import breakdown
 
 MAX_PLAN_TASKS = 30  # a goal needing more is several goals: plan them one at a time
@@ -207,10 +207,6 @@ def _cycle(left: list[Planned]) -> str:
 # --- storage --------------------------------------------------------------------------
 
 
-def _records() -> Records:
-    return adopt.store().records
-
-
 def _key(plan_id: str) -> str:
     return f"{FAMILY}/{plan_id}"
 
@@ -224,7 +220,7 @@ def add(plan: Plan) -> Plan:
     """Store a valid new plan under the next free id: a record that must not exist yet, so
     two planners at once (on any machines) never share an id."""
     validate(plan)
-    records = _records()
+    records = adopt.store().records
     while True:
         used = [int(m.group(1)) for key in records.list(FAMILY) if (m := _id_match(key))]
         plan.id = f"PLAN-{max(used, default=0) + 1}"
@@ -241,7 +237,7 @@ def _id_match(key: str) -> re.Match[str] | None:
 
 def load(plan_id: str) -> Plan:
     plan_id = normalize_plan_id(plan_id)
-    found = _records().read(_key(plan_id))
+    found = adopt.store().records.read(_key(plan_id))
     if found is None:
         raise InvalidInput(f"no plan {plan_id}; `octopoid plan list` shows them")
     return _plan(plan_id, found.value)
@@ -258,7 +254,7 @@ def _plan(plan_id: str, data: dict[str, Any]) -> Plan:
 def all_plans() -> list[Plan]:
     """Every readable plan, oldest first (one read of the store)."""
     found = []
-    for key, record in _records().list(FAMILY).items():
+    for key, record in adopt.store().records.list(FAMILY).items():
         if _id_match(key):
             with contextlib.suppress(InvalidInput):
                 found.append(_plan(key.removeprefix(f"{FAMILY}/"), record.value))
@@ -284,7 +280,7 @@ def _changed(plan_id: str, change: Callable[[Plan], object]) -> Plan:
         change(plan)
         return asdict(plan)
 
-    record = _records().update(_key(plan_id), apply)
+    record = adopt.store().records.update(_key(plan_id), apply)
     assert record is not None  # ``apply`` never deletes
     return _plan(plan_id, record.value)
 
