@@ -82,10 +82,6 @@ def common_dir(repo: git.Repo) -> Path:
     return Path(repo.common_dir).resolve()
 
 
-def own_ref(task_id: str) -> str:
-    return f"refs/heads/{branches.branch_for(task_id)}"
-
-
 def take(repo: git.Repo, task_id: str, attempt: int, start: str, committer: str) -> Snapshot:
     """Snapshot the repository for an attempt and write it to disk (fsynced) before the
     agent starts, so a runner killed at any moment still leaves it to be checked."""
@@ -314,9 +310,8 @@ def _commits(
 
 def _attempt_commits(repo: git.Repo, snap: Snapshot) -> set[str]:
     """Commits the attempt made on its own branch (whatever else it did with them)."""
-    return set(
-        (core.git_answer(repo, "rev-list", f"{snap.start}..{own_ref(snap.task_id)}") or "").split()
-    )
+    branch = f"refs/heads/{branches.branch_for(snap.task_id)}"
+    return set((core.git_answer(repo, "rev-list", f"{snap.start}..{branch}") or "").split())
 
 
 def _worktrees(repo: git.Repo) -> list[str]:

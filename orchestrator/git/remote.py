@@ -61,25 +61,18 @@ def _ls_remote(repo: git.Repo, remote: str, refs: list[str]) -> dict[str, str]:
     return {ref: sha for sha, ref in pairs if ref in refs}
 
 
-def remote_heads(
-    repo: git.Repo, remote: str, branches: list[str], review: bool = False
-) -> dict[str, str]:
-    """{branch: commit} for those of ``branches`` the remote has (``git ls-remote``); a
-    task's branch as ``on_remote`` names it (``review``: its forge branch)."""
-    wanted = {on_remote(b, review): b for b in branches}
-    return {wanted[ref]: sha for ref, sha in _ls_remote(repo, remote, list(wanted)).items()}
-
-
 def fetch_branches(
     repo: git.Repo, remote: str, branches: list[str], review: bool = False
 ) -> dict[str, str]:
-    """Fetch those of ``branches`` the remote has into ``refs/remotes/<remote>/``; return
-    {branch: commit} for them (a branch not pushed yet is simply absent).
+    """Fetch those of ``branches`` the remote has (``git ls-remote``; a task's branch as
+    ``on_remote`` names it, ``review``: its forge branch) into ``refs/remotes/<remote>/``;
+    return {branch: commit} for them (a branch not pushed yet is simply absent).
 
     Under ``repo_admin_lock``: a fetch reads every worktree's HEAD, and one that
     ``git worktree add`` is making at that moment holds a placeholder (a "bad object").
     """
-    found = remote_heads(repo, remote, branches, review)
+    wanted = {on_remote(b, review): b for b in branches}
+    found = {wanted[ref]: sha for ref, sha in _ls_remote(repo, remote, list(wanted)).items()}
     if found:
         specs = [f"+{on_remote(b, review)}:{remote_ref(remote, b, review)}" for b in found]
         with repo_admin_lock(), git_errors(f"git fetch {remote}"):
