@@ -45,7 +45,7 @@ def channel_specs(channel: Any) -> list[dict[str, Any]]:
     """The channel's tools (remember, search_memory, ask_human, ...) as the API takes them."""
     return [
         {"name": t["name"], "description": t["description"], "input_schema": t["inputSchema"]}
-        for t in channel.tool_specs()
+        for t in channel.toolbox.specs()
     ]
 
 
@@ -208,7 +208,7 @@ class AnthropicBackend:
             request.on_tick()
             if said := request.inbox():  # a person's message: a user turn before the call
                 joined(messages, said)
-                _say(output, f"[a person says] {said}")
+                output.say(f"[a person says] {said}")
             try:
                 response = client.messages.create(
                     model=agent["model"],
@@ -227,7 +227,7 @@ class AnthropicBackend:
             if finished is not None:
                 committed, is_error = tools.call(COMMIT, {"summary": redact(finished)})
                 if committed:
-                    _say(output, f"[{'commit failed' if is_error else 'committed'}: {committed}]")
+                    output.say(f"[{'commit failed' if is_error else 'committed'}: {committed}]")
                 return tally.result("success", finished)
 
     @staticmethod
@@ -260,12 +260,11 @@ class AnthropicBackend:
         for block in read_blocks(getattr(response, "content", None), output):
             if block["type"] == "text":
                 blocks.append(block)
-                _say(output, block["text"])
+                output.say(block["text"])
                 continue
             blocks.append(block)
             name, tool_input = block["name"], block["input"]
-            _say(
-                output,
+            output.say(
                 f"→ {name}: {clipped(json.dumps(tool_input, ensure_ascii=False), 300, output)}",
             )
             if name == "finish":
@@ -277,7 +276,7 @@ class AnthropicBackend:
                 text, is_error = channel.call_tool(name, tool_input)
             else:
                 text, is_error = f"unknown tool {name!r}", True
-            _say(output, f"{'✗' if is_error else '←'} {clipped(text, 300, output)}")
+            output.say(f"{'✗' if is_error else '←'} {clipped(text, 300, output)}")
             results.append(
                 {
                     "type": "tool_result",
@@ -326,7 +325,3 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected text, got {type(value).__name__}")
     return value
-
-
-def _say(output: TailBuffer, text: str) -> None:
-    output.feed((text.rstrip("\n") + "\n").encode("utf-8", errors="replace"))

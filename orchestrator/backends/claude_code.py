@@ -186,12 +186,11 @@ class StreamJsonParser:
     def _text(self, raw: bytes) -> None:
         self.output.feed(raw.rstrip(b"\n") + b"\n")
 
-    def _say(self, text: str) -> None:
-        self.output.feed((text.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
-
     def _on_system(self, event: dict[str, Any]) -> None:
         if event.get("subtype") == "init":
-            self._say(f"[claude session {event.get('session_id')} model {event.get('model')}]")
+            self.output.say(
+                f"[claude session {event.get('session_id')} model {event.get('model')}]"
+            )
 
     def _on_assistant(self, event: dict[str, Any]) -> None:
         if isinstance(event.get("error"), str):
@@ -207,10 +206,10 @@ class StreamJsonParser:
                 continue
             if block.get("type") == "text" and isinstance(block.get("text"), str):
                 self.last_text = block["text"]
-                self._say(block["text"])
+                self.output.say(block["text"])
             elif block.get("type") == "tool_use":
                 shown = clipped(_shown(block.get("input")), 300, self.output)
-                self._say(f"→ {block.get('name')}: {shown}")
+                self.output.say(f"→ {block.get('name')}: {shown}")
 
     def _on_user(self, event: dict[str, Any]) -> None:
         for block in (event.get("message") or {}).get("content") or []:
@@ -221,20 +220,20 @@ class StreamJsonParser:
                         str(c.get("text", "")) for c in content if isinstance(c, dict)
                     )
                 mark = "✗" if block.get("is_error") else "←"
-                self._say(f"{mark} {clipped(str(content), 500, self.output)}")
+                self.output.say(f"{mark} {clipped(str(content), 500, self.output)}")
 
     def _on_result(self, event: dict[str, Any]) -> None:
         if self.result is not None:  # a message came as the session ended: a turn of its own
             self.earlier_turns = self.turns
         self.result = event
         cost = _number(event.get("total_cost_usd"))
-        self._say(
+        self.output.say(
             f"[result: {event.get('subtype')}, {event.get('num_turns')} turns, "
             f"${cost if cost is not None else '?'}] {event.get('result') or ''}"
         )
         denials = event.get("permission_denials")
         for denial in denials if isinstance(denials, list) else []:
-            self._say(f"[permission denied: {clipped(json.dumps(denial), 300, self.output)}]")
+            self.output.say(f"[permission denied: {clipped(json.dumps(denial), 300, self.output)}]")
 
     def to_result(self, exit_code: int | None, timed_out: bool) -> AgentResult:
         if self.result is None:

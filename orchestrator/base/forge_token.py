@@ -1,7 +1,7 @@
 """Which variables hold the forge's token, so no runner, fork server or box inherits it.
 
 Here, below every part, because the box, the runners and the daemon all drop it, and none of
-them needs the forge itself (``orchestrator.forge`` re-exports both names).
+them needs the forge itself.
 """
 
 from __future__ import annotations

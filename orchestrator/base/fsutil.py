@@ -218,6 +218,10 @@ class TailBuffer:
             data = self._clean.push(data)
         self._emit(self._stream.push(data) if self._stream else data)
 
+    def say(self, line: str) -> None:
+        """Add one line of text (a backend's readable rendering of its agent's events)."""
+        self.feed((line.rstrip("\n") + "\n").encode("utf-8", errors="replace"))
+
     def close(self) -> None:
         """Flush what redaction held back and a trailing partial character; close the log."""
         if self._closed:

@@ -88,7 +88,7 @@ class ChannelServer:
             **{name: self.tools[name] for name in toolbox.DIRECT},
             "initialize": self.initialize,
             "ping": dict,
-            "tools/list": lambda **_: {"tools": self.tool_specs()},
+            "tools/list": lambda **_: {"tools": toolbox.specs()},
             "tools/call": self.tools_call,
         }
 
@@ -158,10 +158,10 @@ class ChannelServer:
         params = request.get("params", {})
         if not isinstance(params, dict):
             return _error(rid, INVALID_PARAMS, "params must be an object")
+        # tools/call takes its own lock: a question's wait holds none
+        held = contextlib.nullcontext() if method == self.tools_call else self._lock
         try:
-            if method == self.tools_call:  # its own lock: a question's wait holds none
-                return {"jsonrpc": "2.0", "id": rid, "result": method(**params)}
-            with self._lock:
+            with held:
                 return {"jsonrpc": "2.0", "id": rid, "result": method(**params)}
         except TypeError as exc:
             return _error(rid, INVALID_PARAMS, f"bad params for {request['method']}: {exc}")
@@ -174,9 +174,6 @@ class ChannelServer:
             return _error(rid, INTERNAL_ERROR, "the channel failed; the runner's log says why")
 
     # --- MCP ----------------------------------------------------------------------------
-
-    def tool_specs(self) -> list[dict[str, Any]]:
-        return self.toolbox.specs()
 
     def initialize(self, **_: Any) -> dict[str, Any]:
         return {
@@ -201,12 +198,11 @@ class ChannelServer:
             arguments = {}
         if not isinstance(arguments, dict):
             return "arguments must be an object", True
+        # a tool that waits runs without the lock: other tools go on meanwhile
+        held = contextlib.nullcontext() if name in self.toolbox.WAITS else self._lock
         try:
-            if name in self.toolbox.WAITS:  # without the lock: other tools go on meanwhile
+            with held:
                 result = tool(**arguments)
-            else:
-                with self._lock:
-                    result = tool(**arguments)
         except TypeError as exc:
             return f"bad arguments for {name}: {exc}", True
         except (ChannelError, OctopoidError) as exc:

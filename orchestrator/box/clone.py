@@ -35,10 +35,6 @@ git = lazy_import("git")
 HEAD_BYTES = 256  # a HEAD file holds one ref name or object id
 
 
-def staging_ref(task_id: str) -> str:
-    return f"refs/octopoid/fetched/{task_label(task_id)}"
-
-
 def objects_dirs(repo: git.Repo) -> list[Path]:
     """The user's object folder and every alternate it borrows from (absolute, resolved)."""
     found: list[Path] = []
@@ -104,7 +100,7 @@ def read_back(repo: git.Repo, task_id: str, clone: Path, box: list[str], bounds:
         "LANG": "C",
         **core.HOOKS_OFF,
     }
-    staging = staging_ref(task_id)
+    staging = f"refs/octopoid/fetched/{task_label(task_id)}"
     with core.repo_admin_lock(), core.git_errors(f"reading {branch} back from its clone"):
         try:
             repo.git.execute(

@@ -82,10 +82,6 @@ def common_dir(repo: git.Repo) -> Path:
     return Path(repo.common_dir).resolve()
 
 
-def own_ref(task_id: str) -> str:
-    return f"refs/heads/{branches.branch_for(task_id)}"
-
-
 def take(repo: git.Repo, task_id: str, attempt: int, start: str, committer: str) -> Snapshot:
     """Snapshot the repository for an attempt and write it to disk (fsynced) before the
     agent starts, so a runner killed at any moment still leaves it to be checked."""
@@ -306,22 +302,16 @@ def _commits(
     if tip is None:
         return []
     most = [f"--max-count={limit}"] if limit else []
-    status, out, _ = repo.git.execute(
-        ["git", "log", *most, "--format=%H %ce", tip, *(f"^{s}" for s in since), "--"],
-        with_extended_output=True,
-        with_exceptions=False,
+    out = core.git_answer(
+        repo, "log", *most, "--format=%H %ce", tip, *(f"^{s}" for s in since), "--"
     )
-    return [tuple(line.split(" ", 1)) for line in out.splitlines()] if status == 0 else []
+    return [tuple(line.split(" ", 1)) for line in (out or "").splitlines()]
 
 
 def _attempt_commits(repo: git.Repo, snap: Snapshot) -> set[str]:
     """Commits the attempt made on its own branch (whatever else it did with them)."""
-    status, out, _ = repo.git.execute(
-        ["git", "rev-list", f"{snap.start}..{own_ref(snap.task_id)}"],
-        with_extended_output=True,
-        with_exceptions=False,
-    )
-    return set(out.split()) if status == 0 else set()
+    branch = f"refs/heads/{branches.branch_for(snap.task_id)}"
+    return set((core.git_answer(repo, "rev-list", f"{snap.start}..{branch}") or "").split())
 
 
 def _worktrees(repo: git.Repo) -> list[str]:

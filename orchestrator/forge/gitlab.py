@@ -147,20 +147,19 @@ class GitLabForge:
         return text.log_tail(bytes(raw or b""), limit)
 
     def merge(self, number: int, sha: str) -> None:
-        path = f"/projects/{self.project.encoded_id}/merge_requests/{number}/merge"
-        self._call(f"merging !{number}", self.api.http_put, path, post_data={"sha": sha})
+        self._put(f"merging !{number}", f"{number}/merge", {"sha": sha})
 
     def close_pull_request(self, number: int, comment: str) -> None:
         self.comment_on_pull(number, comment)
-        closing = {"state_event": "close"}
-        self._call(f"closing !{number}", self.api.http_put, self._path(number), post_data=closing)
-
-    def _path(self, iid: int) -> str:
-        return f"/projects/{self.project.encoded_id}/merge_requests/{iid}"
+        self._put(f"closing !{number}", str(number), {"state_event": "close"})
 
     def describe(self, number: int, body: str) -> None:
-        data = {"description": body}
-        self._call(f"describing !{number}", self.api.http_put, self._path(number), post_data=data)
+        self._put(f"describing !{number}", str(number), {"description": body})
+
+    def _put(self, what: str, where: str, data: dict[str, str]) -> None:
+        """A change of merge request ``where`` (its iid, and an action after it)."""
+        path = f"/projects/{self.project.encoded_id}/merge_requests/{where}"
+        self._call(what, self.api.http_put, path, post_data=data)
 
     def pull_comments(self, number: int) -> list[str]:
         return self._said(f"!{number}", self.project.mergerequests.get(number, lazy=True))

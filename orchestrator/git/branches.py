@@ -15,7 +15,7 @@ from .. import config
 from ..base.fsutil import remove_tree
 from ..model.exceptions import GitError
 from ..model.tasks import ID_RE, task_label
-from .core import full_ref, git, git_command, git_errors, open_repo, repo_admin_lock
+from .core import full_ref, git, git_answer, git_command, git_errors, open_repo, repo_admin_lock
 
 TASK_BRANCHES = "agent/"  # a task's branch is agent/TASK-<id>
 #: Where a task branch's tip octopoid moved away from is kept (``adopt``, a fresh retry).
@@ -41,12 +41,8 @@ def ensure_branch(repo: git.Repo, task_id: str, base: str) -> str:
     tip = ref_tip(repo, branch)  # one git call where the branch is there (a retry)
     if tip is not None:
         return tip
-    status, start, _ = repo.git.execute(
-        ["git", "rev-parse", "-q", "--verify", f"{base}^{{commit}}"],
-        with_extended_output=True,
-        with_exceptions=False,
-    )
-    if status != 0:
+    start = git_answer(repo, "rev-parse", "-q", "--verify", f"{base}^{{commit}}")
+    if start is None:
         raise GitError(f"base branch '{base}' does not exist in {repo.working_dir}")
     with git_errors(f"git branch {branch} {base}"):
         # --no-track: a branch started from the remote's base must not write an
@@ -79,22 +75,13 @@ def branch_tip(repo: git.Repo, name: str) -> str:
 
 def ref_tip(repo: git.Repo, name: str) -> str | None:
     """The commit ``name`` (a branch or full ref) points at, or None where there is none."""
-    status, out, _ = repo.git.execute(
-        ["git", "rev-parse", "-q", "--verify", f"{full_ref(name)}^{{commit}}"],
-        with_extended_output=True,
-        with_exceptions=False,
-    )
-    return out.strip() if status == 0 else None
+    out = git_answer(repo, "rev-parse", "-q", "--verify", f"{full_ref(name)}^{{commit}}")
+    return out.strip() if out is not None else None
 
 
 def has_commit(repo: git.Repo, sha: str) -> bool:
     """Whether this repository holds commit ``sha``."""
-    status, _, _ = repo.git.execute(
-        ["git", "cat-file", "-e", f"{sha}^{{commit}}"],
-        with_extended_output=True,
-        with_exceptions=False,
-    )
-    return status == 0
+    return git_answer(repo, "cat-file", "-e", f"{sha}^{{commit}}") is not None
 
 
 def contains(repo: git.Repo, tip: str | None, sha: str | None) -> bool:
@@ -164,12 +151,8 @@ def drop_replaced(repo: git.Repo, task_id: str, base: str) -> None:
         for ref in repo.git.for_each_ref("--format=%(refname)", REPLACED).splitlines():
             if not mine.fullmatch(ref):
                 continue
-            status, tree, _ = repo.git.execute(
-                ["git", "merge-tree", "--write-tree", full_ref(base), ref],
-                with_extended_output=True,
-                with_exceptions=False,
-            )
-            if status == 0 and tree.strip() == held:
+            tree = git_answer(repo, "merge-tree", "--write-tree", full_ref(base), ref)
+            if tree is not None and tree.strip() == held:
                 repo.git.update_ref("-d", ref)
 
 

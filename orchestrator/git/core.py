@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .. import config
 from ..base.lazy import lazy_import
@@ -91,16 +92,21 @@ def init_repo(
         repo.index.commit(message)
 
 
+def git_answer(repo: git.Repo, *args: str, **options: bool) -> Any:
+    """``git ARGS``'s output in ``repo`` (``options``: GitPython's ``execute``'s), or None
+    when git fails: a question whose "no" is an exit status, not an error."""
+    status, out, _ = repo.git.execute(
+        ["git", *args], with_extended_output=True, with_exceptions=False, **options
+    )
+    return out if status == 0 else None
+
+
 def user_identity(repo: git.Repo) -> tuple[str, str] | None:
     """The user's ``user.name`` and ``user.email`` as git resolves them here, if both set."""
-    status, out, _ = repo.git.execute(
-        ["git", "config", "--get-regexp", r"^user\.(name|email)$"],
-        with_extended_output=True,
-        with_exceptions=False,
-    )
+    out = git_answer(repo, "config", "--get-regexp", r"^user\.(name|email)$") or ""
     found = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
     name, email = found.get("user.name"), found.get("user.email")
-    return (name, email) if status == 0 and name and email else None
+    return (name, email) if name and email else None
 
 
 def git_command(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..model.tasks import task_label
 from .branches import branch_exists, branch_for
-from .core import full_ref, git, git_errors
+from .core import full_ref, git, git_answer, git_errors
 
 
 def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) -> bool:
@@ -57,11 +57,12 @@ def merge_base(repo: git.Repo, base: str, branch: str) -> str:
 
 def file_text(repo: git.Repo, ref: str, path: str) -> str | None:
     """``path``'s text at ``ref`` (None: no such file there, or not a file)."""
-    status, out, _ = repo.git.execute(
-        ["git", "cat-file", "blob", f"{ref}:{path}"],
-        with_extended_output=True,
-        with_exceptions=False,
+    out = git_answer(
+        repo,
+        "cat-file",
+        "blob",
+        f"{ref}:{path}",
         stdout_as_string=False,
         strip_newline_in_stdout=False,  # the file as it is: its last line may be empty
     )
-    return out.decode("utf-8", errors="replace") if status == 0 else None
+    return out.decode("utf-8", errors="replace") if out is not None else None

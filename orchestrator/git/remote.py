@@ -61,25 +61,18 @@ def _ls_remote(repo: git.Repo, remote: str, refs: list[str]) -> dict[str, str]:
     return {ref: sha for sha, ref in pairs if ref in refs}
 
 
-def remote_heads(
-    repo: git.Repo, remote: str, branches: list[str], review: bool = False
-) -> dict[str, str]:
-    """{branch: commit} for those of ``branches`` the remote has (``git ls-remote``); a
-    task's branch as ``on_remote`` names it (``review``: its forge branch)."""
-    wanted = {on_remote(b, review): b for b in branches}
-    return {wanted[ref]: sha for ref, sha in _ls_remote(repo, remote, list(wanted)).items()}
-
-
 def fetch_branches(
     repo: git.Repo, remote: str, branches: list[str], review: bool = False
 ) -> dict[str, str]:
-    """Fetch those of ``branches`` the remote has into ``refs/remotes/<remote>/``; return
-    {branch: commit} for them (a branch not pushed yet is simply absent).
+    """Fetch those of ``branches`` the remote has (``git ls-remote``; a task's branch as
+    ``on_remote`` names it, ``review``: its forge branch) into ``refs/remotes/<remote>/``;
+    return {branch: commit} for them (a branch not pushed yet is simply absent).
 
     Under ``repo_admin_lock``: a fetch reads every worktree's HEAD, and one that
     ``git worktree add`` is making at that moment holds a placeholder (a "bad object").
     """
-    found = remote_heads(repo, remote, branches, review)
+    wanted = {on_remote(b, review): b for b in branches}
+    found = {wanted[ref]: sha for ref, sha in _ls_remote(repo, remote, list(wanted)).items()}
     if found:
         specs = [f"+{on_remote(b, review)}:{remote_ref(remote, b, review)}" for b in found]
         with repo_admin_lock(), git_errors(f"git fetch {remote}"):
@@ -162,7 +155,7 @@ def push_task_branch(
             ) from None
         raise GitError(f"git push {remote} {branch} failed: {git_message(exc)}") from None
     # what this machine knows the remote holds, whatever its fetch refspecs say: a poll
-    # tells a push that was lost from one a person overwrote by it (forge/heads.py)
+    # tells a push that was lost from one a person overwrote by it (forge/pulls.py)
     with git_errors(f"git update-ref {remote_ref(remote, branch, review)}"):
         repo.git.update_ref(remote_ref(remote, branch, review), tip)
 

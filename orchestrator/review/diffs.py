@@ -15,7 +15,7 @@ from ..git import branches, core
 from ..git import diffs as git_diffs
 from ..model import defaults
 from ..model.exceptions import GitError, NothingToShow
-from ..model.tasks import Task, TaskId, TaskState, task_label
+from ..model.tasks import Task, TaskId, TaskState
 from ..queue.store import get_task
 
 
@@ -47,24 +47,18 @@ def write_diff(task_id: str, out: BinaryIO) -> None:
     git_diffs.copy_diff(root, task.branch, branch, out)
 
 
-def task_diff_stat(task_id: str) -> list[FileStat]:
-    """Each file the task's branch changes against its base, with its line counts, in
-    git's order; ``NothingToShow`` if it has no branch."""
-    task = with_branch(task_id)
-    return file_stats(config.find_project_root(), task.branch, branches.branch_for(task.id))
-
-
 def stat_summary(task_id: str) -> dict[str, Any]:
-    """`diff --stat --json`'s answer (and the MCP tool's): each file with its counts, and
-    the totals."""
-    task_id = TaskId(task_id)
-    files = task_diff_stat(task_id)
+    """`diff --stat --json`'s answer (and the MCP tool's): each file the task's branch
+    changes against its base with its counts, in git's order, and the totals;
+    ``NothingToShow`` if it has no branch."""
+    task = with_branch(TaskId(task_id))
+    files = file_stats(config.find_project_root(), task.branch, branches.branch_for(task.id))
     totals = {
         "files": len(files),
         "added": sum(f.added for f in files),
         "removed": sum(f.removed for f in files),
     }
-    return {"id": task_label(task_id), "files": [asdict(f) for f in files], "totals": totals}
+    return {"id": task.label, "files": [asdict(f) for f in files], "totals": totals}
 
 
 def file_stats(root: Path, base: str, head: str, timeout: float | None = None) -> list[FileStat]:

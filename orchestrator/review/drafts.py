@@ -21,7 +21,7 @@ from ..base.text import clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import task_label
 from ..queue import adopt
-from ..queue.store.records import Records, key_part
+from ..queue.store.records import key_part
 from ..queue.task_notes import LineComment
 from .comments import line_comment
 
@@ -60,13 +60,9 @@ def _task_key(task_id: str) -> str:
     return f"{FAMILY}/{task_label(task_id)}"
 
 
-def _records() -> Records:
-    return adopt.store().records
-
-
 def load(task_id: str, reviewer: str) -> Draft:
     """The reviewer's draft (an empty one if there is none or it cannot be read)."""
-    found = _records().read(draft_key(task_id, reviewer))
+    found = adopt.store().records.read(draft_key(task_id, reviewer))
     try:
         return Draft() if found is None else parse(found.value)
     except InvalidInput:
@@ -77,18 +73,18 @@ def save(task_id: str, reviewer: str, data: Mapping[str, Any]) -> Draft:
     """Check ``data`` (the page's whole draft) and keep it; ``InvalidInput`` says what is
     wrong and keeps nothing. Two tabs saving at once: the last one wins, whole."""
     draft = parse(data)
-    _records().update(draft_key(task_id, reviewer), lambda _: draft.as_json())
+    adopt.store().records.update(draft_key(task_id, reviewer), lambda _: draft.as_json())
     return draft
 
 
 def clear(task_id: str, reviewer: str) -> None:
     """The reviewer sent their review: the draft is done with."""
-    _records().delete(draft_key(task_id, reviewer))
+    adopt.store().records.delete(draft_key(task_id, reviewer))
 
 
 def clear_task(task_id: str) -> None:
     """Every reviewer's draft of a task that left review for good (done)."""
-    records = _records()
+    records = adopt.store().records
     for key in records.list(_task_key(task_id)):
         records.delete(key)
 

@@ -36,7 +36,7 @@ from ..model.ids import TaskId, from_label
 from ..model.tasks import Task, TaskState, task_label
 from ..queue import adopt
 from ..queue import machine as queue_utils
-from ..queue.store.records import LATER, Journal, JournalKind, Journals, Step
+from ..queue.store.records import LATER, Journal, JournalKind, Step
 
 # the other journals' owners, and what only a step needs: `doctor` rarely finds any
 breakdown = lazy_import("orchestrator.roles.breakdown")
@@ -62,15 +62,11 @@ class Finished:
     errors: list[str] = field(default_factory=list)
 
 
-def _journals() -> Journals:
-    return adopt.store().journals
-
-
 @contextmanager
 def taken(task_id: str) -> Iterator[Journal | None]:
     """Hold the task's accept and close journals (under the task's hold); yield the open
     one, or None. ``JournalBusy`` while another process runs one."""
-    journals, key = _journals(), task_label(task_id)
+    journals, key = adopt.store().journals, task_label(task_id)
     with journals.take(ACCEPT, key) as accepting, journals.take(CLOSE, key) as closing:
         yield accepting or closing
 
@@ -78,17 +74,17 @@ def taken(task_id: str) -> Iterator[Journal | None]:
 def begin(kind: str, task_id: str, steps: list[str], data: dict[str, Any]) -> Journal:
     """Write the journal of an accept or close before its first step (held by ``taken``)."""
     ordered = [step for step in STEPS if step in steps]
-    return _journals().begin(kind, task_label(task_id), ordered, data)
+    return adopt.store().journals.begin(kind, task_label(task_id), ordered, data)
 
 
 def abandon(journal: Journal) -> None:
     """Nothing the journal began needs finishing (a merge git refused, a move refused)."""
-    _journals().finish(journal)
+    adopt.store().journals.finish(journal)
 
 
 def open_journal(task_id: str) -> Journal | None:
     """The task's open accept or close journal, if any (read without holding it)."""
-    journals, key = _journals(), task_label(task_id)
+    journals, key = adopt.store().journals, task_label(task_id)
     return journals.get(ACCEPT, key) or journals.get(CLOSE, key)
 
 
@@ -111,7 +107,7 @@ def run(journal: Journal, merge: Step | None = None) -> Finished:
     when they fail; a later step that fails (git, the memory store, a model) is reported
     and stays for the next finisher while the others go on."""
     kind = KINDS[journal.kind]
-    ran = _journals().run(journal, kind if merge is None else kind.but({MERGE: merge}))
+    ran = adopt.store().journals.run(journal, kind if merge is None else kind.but({MERGE: merge}))
     promoted, distilled = ran.results.get(PROMOTE) or (0, {})
     return Finished(queue_utils.get_task(_task(journal)), promoted, distilled, ran.errors)
 
@@ -260,7 +256,7 @@ def finish_interrupted() -> list[str]:
     on this machine or another; one line per journal finished or dropped. A journal held
     by a live process is its own; an accept whose merge is not recorded waits for the
     next accept (`octopoid doctor` names it)."""
-    journals = _journals()
+    journals = adopt.store().journals
     if not journals.pending():  # the usual answer: the other kinds' owners stay unloaded
         return []
     return journals.sweep([ACCEPT_KIND, CLOSE_KIND, breakdown.SPLIT_KIND, plans.APPROVAL_KIND])

@@ -16,11 +16,8 @@ and kills every process the attempt started before it exits.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
-import resource
-import sys
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -32,18 +29,14 @@ from .. import box as sandbox
 from .. import config
 from ..backends import AgentRequest, AgentResult, get_backend
 from ..backends.base import CAUSES, no_change_reason
-from ..base import bytecode
 from ..base.fsutil import TailBuffer, atomic_write
 from ..base.processes import (
     TASK_ENV,
-    TOKEN_ENV,
-    become_subreaper,
     kill_claim_processes,
-    kill_descendants,
     kill_marked,
     marked_processes,
 )
-from ..base.redaction import Redactor, every_agent_env, hide_also, redact, scrub
+from ..base.redaction import Redactor, every_agent_env, hide_also, scrub
 from ..box.bounds import ReadBackRefused
 from ..box.workspace import Workspace
 from ..git import branches, core, history
@@ -66,7 +59,6 @@ from .base import (
     ahead,
     deadline_seconds,
     find_agent,
-    raise_on_stop_signals,
 )
 from .prompts import (
     build_prompt,
@@ -371,31 +363,3 @@ def _memory_block(task: Task, cfg: dict) -> str:
     finally:
         store.close()
     return render_memory(chosen)
-
-
-def main(argv: list[str] | None, run_one: Callable[[str, str, str], outcome.AttemptReport]) -> int:
-    """The runner process: one attempt (``run_one(task id, agent, token)``: the entry's,
-    which picks the role), a JSON report on stdout."""
-    bytecode.user_env(os.environ)  # the agent and the checks get the user's own settings
-    args = argv if argv is not None else sys.argv[1:]
-    token = os.environ.get(TOKEN_ENV, "")
-    if len(args) != 2 or not token:
-        print(
-            f"usage: {TOKEN_ENV}=<claim token> python -m orchestrator.roles.implementer "
-            "TASK-ID AGENT-NAME",
-            file=sys.stderr,
-        )
-        return 2
-    raise_on_stop_signals()
-    become_subreaper()
-    try:
-        report = run_one(args[0], args[1], token)
-    except OctopoidError as exc:
-        print(redact(f"octopoid runner: {exc}"), file=sys.stderr)
-        return exc.exit_code
-    finally:
-        kill_descendants()  # orphans the attempt left, adopted by us as subreaper
-    report.peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    report.peak_children_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(redact(json.dumps(report.__dict__)), flush=True)
-    return 0

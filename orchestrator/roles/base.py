@@ -52,10 +52,6 @@ class Ended:
     cfg: dict
 
 
-def _nothing_to_prepare(task: Task, space: Workspace) -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class Role:
     """What one role's attempt does differently, handed to the one runner: the prompt's
@@ -68,7 +64,7 @@ class Role:
     howto: str
     instructions: str | None = None
     settle: Callable[[Ended], tuple[str, str]] | None = None
-    prepare: Callable[[Task, Workspace], None] = _nothing_to_prepare
+    prepare: Callable[[Task, Workspace], None] = lambda task, space: None
     keeps_branch: bool = True
 
 

@@ -142,13 +142,11 @@ def answer_text(log: Path) -> str:
         return ""
 
 
-def split(
-    task: Task, subtasks: list[Subtask], approved_by: str | None = None, token: str | None = None
-) -> list[Task]:
+def split(task: Task, subtasks: list[Subtask], approved_by: str | None = None) -> list[Task]:
     """Create the subtasks, re-point the original's dependants, and move the original to
-    done: a breakdown attempt's split (``token``: its claim's), or a person's approval of a
-    proposal (``approved_by``). Every subtask is validated (as a task) before the first is
-    created.
+    done: a breakdown attempt's split (fenced by the claim ``task`` carries), or a person's
+    approval of a proposal (``approved_by``). Every subtask is validated (as a task) before
+    the first is created.
 
     A journal (``split``), written first with every step and the id each subtask will
     have: a split killed half-way is finished by whoever comes next (a split of the same
@@ -157,7 +155,7 @@ def split(
     for the last subtask.
     """
     check(task, subtasks)  # refuse the whole answer before creating anything
-    token = token or claim_token(task) or None  # a claimed Task read earlier carries its own
+    token = claim_token(task) or None  # a claimed Task read earlier carries its own
     journals = adopt.store().journals
     with journals.take(SPLIT, task.label) as journal:
         if journal is None:

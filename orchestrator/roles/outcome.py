@@ -203,7 +203,8 @@ def settle(
         reason = f"no change needed: {why}"
         return moved(TaskState.PROVISIONAL)
     diverged = result.details.get("diverged")
-    if result.outcome == "success" and commits > 0 and not diverged and _passed(verdict):
+    passed = verdict is None or verdict.passed
+    if result.outcome == "success" and commits > 0 and not diverged and passed:
         queue_utils.submit_completion(
             task,
             commits,
@@ -247,10 +248,6 @@ def _retry_or_fail(
         return TaskState.INCOMING
     queue_utils.fail_task(task, f"attempts exhausted; {reason}", headers=mark)
     return TaskState.FAILED
-
-
-def _passed(verdict: checks.Verdict | None) -> bool:
-    return verdict is None or verdict.passed
 
 
 def _give_back(

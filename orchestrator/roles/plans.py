@@ -36,7 +36,7 @@ from ..model.tasks import (
 )
 from ..queue import adopt
 from ..queue import machine as queue_utils
-from ..queue.store.records import Journal, JournalKind, Records
+from ..queue.store.records import Journal, JournalKind
 from . import breakdown
 
 MAX_PLAN_TASKS = 30  # a goal needing more is several goals: plan them one at a time
@@ -141,7 +141,8 @@ def task_of(plan: Plan, key: str) -> Planned:
     for task in plan.tasks:
         if task.key == key:
             return task
-    raise InvalidInput(f"{plan.id} has no task {key!r}; its tasks are {_keys(plan)}")
+    keys = ", ".join(t.key for t in plan.tasks) or "none"
+    raise InvalidInput(f"{plan.id} has no task {key!r}; its tasks are {keys}")
 
 
 def validate(plan: Plan) -> None:
@@ -203,15 +204,7 @@ def _cycle(left: list[Planned]) -> str:
     return " → ".join([*loop, node])
 
 
-def _keys(plan: Plan) -> str:
-    return ", ".join(t.key for t in plan.tasks) or "none"
-
-
 # --- storage --------------------------------------------------------------------------
-
-
-def _records() -> Records:
-    return adopt.store().records
 
 
 def _key(plan_id: str) -> str:
@@ -227,7 +220,7 @@ def add(plan: Plan) -> Plan:
     """Store a valid new plan under the next free id: a record that must not exist yet, so
     two planners at once (on any machines) never share an id."""
     validate(plan)
-    records = _records()
+    records = adopt.store().records
     while True:
         used = [int(m.group(1)) for key in records.list(FAMILY) if (m := _id_match(key))]
         plan.id = f"PLAN-{max(used, default=0) + 1}"
@@ -244,7 +237,7 @@ def _id_match(key: str) -> re.Match[str] | None:
 
 def load(plan_id: str) -> Plan:
     plan_id = normalize_plan_id(plan_id)
-    found = _records().read(_key(plan_id))
+    found = adopt.store().records.read(_key(plan_id))
     if found is None:
         raise InvalidInput(f"no plan {plan_id}; `octopoid plan list` shows them")
     return _plan(plan_id, found.value)
@@ -261,7 +254,7 @@ def _plan(plan_id: str, data: dict[str, Any]) -> Plan:
 def all_plans() -> list[Plan]:
     """Every readable plan, oldest first (one read of the store)."""
     found = []
-    for key, record in _records().list(FAMILY).items():
+    for key, record in adopt.store().records.list(FAMILY).items():
         if _id_match(key):
             with contextlib.suppress(InvalidInput):
                 found.append(_plan(key.removeprefix(f"{FAMILY}/"), record.value))
@@ -287,7 +280,7 @@ def _changed(plan_id: str, change: Callable[[Plan], object]) -> Plan:
         change(plan)
         return asdict(plan)
 
-    record = _records().update(_key(plan_id), apply)
+    record = adopt.store().records.update(_key(plan_id), apply)
     assert record is not None  # ``apply`` never deletes
     return _plan(plan_id, record.value)
 

@@ -47,109 +47,88 @@ MAX_REMEMBERED = 200  # items one attempt may add: notes reach every later promp
 MAX_RESULTS = 50
 HIDDEN_HEADERS = ("CLAIM_TOKEN",)
 
-TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "remember",
-        "description": "Record a learning in this task's working notes (project memory once "
-        "the task is accepted). section: Key Topics, Important Facts, People & Entities, "
-        "Ongoing Threads or File Knowledge.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {"section": {"type": "string"}, "text": {"type": "string"}},
-            "required": ["section", "text"],
-        },
-    },
-    {
-        "name": "search_memory",
-        "description": "Search the project's long-term memory (BM25 ranked).",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS},
-                "tags": {"type": "array", "items": {"type": "string"}},
-            },
-            "required": ["query"],
-        },
-    },
-    {
-        "name": "read_task",
-        "description": "This attempt's task: its file, context and acceptance criteria.",
-        "inputSchema": {"type": "object", "properties": {}},
-    },
-    {
-        "name": "read_notes",
-        "description": "This task's retry notes: what earlier attempts and reviewers said.",
-        "inputSchema": {"type": "object", "properties": {}},
-    },
-    {
-        "name": "report_progress",
-        "description": "Say in one line what you are doing now (shown live to people).",
-        "inputSchema": {
-            "type": "object",
-            "properties": {"text": {"type": "string"}},
-            "required": ["text"],
-        },
-    },
-    {
-        "name": "propose_split",
-        "description": "The task is too big for one attempt: propose subtasks instead of "
-        "doing it. The attempt ends and a person approves or rejects the split. Each "
-        "subtask: title, context, criteria (list), depends_on (earlier subtask numbers).",
-        "inputSchema": {
-            "type": "object",
-            "properties": {"subtasks": {"type": "array", "items": {"type": "object"}}},
-            "required": ["subtasks"],
-        },
-    },
-    {
-        "name": "inbox",
-        "description": "Messages a person sent to steer this attempt that you have not read "
-        "yet (empty when none). Check it now and then, and follow what they say.",
-        "inputSchema": {"type": "object", "properties": {}},
-    },
-    {
-        "name": "ask_human",
-        "description": "Ask a person a question you cannot answer from the task, the code or "
-        "memory. Waits a while for the answer; if none comes, stop and finish: the task "
-        "waits for the answer and the next attempt reads it.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {"question": {"type": "string"}},
-            "required": ["question"],
-        },
-    },
-]
+STRING: dict[str, Any] = {"type": "string"}
+STRINGS: dict[str, Any] = {"type": "array", "items": STRING}
 
+
+def _tool(name: str, description: str, required: tuple[str, ...] = (), **props: Any) -> dict:
+    """One tool's MCP spec: its arguments' JSON schemas, ``required`` among them."""
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = list(required)
+    return {"name": name, "description": description, "inputSchema": schema}
+
+
+TOOLS: list[dict[str, Any]] = [
+    _tool(
+        "remember",
+        "Record a learning in this task's working notes (project memory once the task is "
+        "accepted). section: Key Topics, Important Facts, People & Entities, Ongoing Threads "
+        "or File Knowledge.",
+        ("section", "text"),
+        section=STRING,
+        text=STRING,
+    ),
+    _tool(
+        "search_memory",
+        "Search the project's long-term memory (BM25 ranked).",
+        ("query",),
+        query=STRING,
+        limit={"type": "integer", "minimum": 1, "maximum": MAX_RESULTS},
+        tags=STRINGS,
+    ),
+    _tool("read_task", "This attempt's task: its file, context and acceptance criteria."),
+    _tool("read_notes", "This task's retry notes: what earlier attempts and reviewers said."),
+    _tool(
+        "report_progress",
+        "Say in one line what you are doing now (shown live to people).",
+        ("text",),
+        text=STRING,
+    ),
+    _tool(
+        "propose_split",
+        "The task is too big for one attempt: propose subtasks instead of doing it. The "
+        "attempt ends and a person approves or rejects the split. Each subtask: title, "
+        "context, criteria (list), depends_on (earlier subtask numbers).",
+        ("subtasks",),
+        subtasks={"type": "array", "items": {"type": "object"}},
+    ),
+    _tool(
+        "inbox",
+        "Messages a person sent to steer this attempt that you have not read yet (empty "
+        "when none). Check it now and then, and follow what they say.",
+    ),
+    _tool(
+        "ask_human",
+        "Ask a person a question you cannot answer from the task, the code or memory. Waits "
+        "a while for the answer; if none comes, stop and finish: the task waits for the "
+        "answer and the next attempt reads it.",
+        ("question",),
+        question=STRING,
+    ),
+]
 
 #: A planner's drafting tools (``octopoid plan``): offered only when the channel carries a plan
 PLAN_TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "draft_task",
-        "description": "Draft one task of the plan; returns its key (T1, T2, ...). Do not "
-        "implement anything: a person reviews the plan before any task is created.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "title": {"type": "string"},
-                "context": {"type": "string"},
-                "criteria": {"type": "array", "items": {"type": "string"}},
-                "priority": {"type": "string", "enum": ["P0", "P1", "P2", "P3"]},
-                "role": {"type": "string"},
-            },
-            "required": ["title"],
-        },
-    },
-    {
-        "name": "draft_dependency",
-        "description": "Say that drafted task `task` must wait until `blocked_by` is done "
-        "(both keys that draft_task returned).",
-        "inputSchema": {
-            "type": "object",
-            "properties": {"task": {"type": "string"}, "blocked_by": {"type": "string"}},
-            "required": ["task", "blocked_by"],
-        },
-    },
+    _tool(
+        "draft_task",
+        "Draft one task of the plan; returns its key (T1, T2, ...). Do not implement "
+        "anything: a person reviews the plan before any task is created.",
+        ("title",),
+        title=STRING,
+        context=STRING,
+        criteria=STRINGS,
+        priority={"type": "string", "enum": ["P0", "P1", "P2", "P3"]},
+        role=STRING,
+    ),
+    _tool(
+        "draft_dependency",
+        "Say that drafted task `task` must wait until `blocked_by` is done (both keys that "
+        "draft_task returned).",
+        ("task", "blocked_by"),
+        task=STRING,
+        blocked_by=STRING,
+    ),
 ]
 
 
@@ -173,18 +152,7 @@ class AttemptTools(Tools):
         self.remembered = 0
         self.proposed: list[Any] | None = None  # propose_split's subtasks, for the runner
         self.plan: Any = None  # a planner's draft (plans.Plan), when it carries one
-        self.calls = {
-            "remember": self.remember,
-            "search_memory": self.search_memory,
-            "read_task": self.read_task,
-            "read_notes": self.read_notes,
-            "report_progress": self.report_progress,
-            "inbox": self.inbox,
-            "propose_split": self.propose_split,
-            "ask_human": self.ask_human,
-            "draft_task": self.draft_task,
-            "draft_dependency": self.draft_dependency,
-        }
+        self.calls = {spec["name"]: getattr(self, spec["name"]) for spec in TOOLS + PLAN_TOOLS}
 
     def specs(self) -> list[dict[str, Any]]:
         """The tools this attempt has: the drafting ones only for a planner."""
