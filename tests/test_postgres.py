@@ -818,6 +818,30 @@ def test_a_connection_whose_prepared_statement_is_gone_is_not_handed_out_again(
         db.close()
 
 
+def test_a_rolled_back_transaction_leaves_the_connections_prepared_statements_working(
+    pg_dsn: str,
+) -> None:
+    """A refused move rolls back; the statements its connection prepared stay usable. (The
+    driver, left to prepare a statement it ran five times, answered any rollback with
+    ``DEALLOCATE ALL``, octopoid's statements too: the next move on it failed.)"""
+    db = Database(pg_dsn)
+    try:
+        with db.tx(batch=True) as cur:
+            cur.prepared("SELECT 2 * $1::int", (3,))
+            assert cur.fetchone() == (6,)
+        for n in range(6):  # a plain read run often, on the same (the one idle) connection
+            assert db.one("SELECT %s::int + 1", (n,)) == (n + 1,)
+        with pytest.raises(TaskBusy), db.tx(batch=True) as cur:
+            cur.prepared("SELECT 2 * $1::int", (3,))
+            cur.fetchone()
+            raise TaskBusy("a move refused under its lock")
+        with db.tx(batch=True) as cur:
+            cur.prepared("SELECT 2 * $1::int", (4,))
+            assert cur.fetchone() == (8,)
+    finally:
+        db.close()
+
+
 def test_only_moves_that_may_make_work_claimable_wake_a_watcher(pg_project: Path) -> None:
     """An enqueue and a task done wake schedulers (with the state); a claim, a submit and a
     failure wake nobody: with many machines, each wake is a pass on each of them."""

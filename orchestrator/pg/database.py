@@ -59,7 +59,10 @@ class Database:
         while True:
             try:
                 with self.errors():
-                    conn = psycopg.connect(self.dsn, connect_timeout=10)
+                    # prepare_threshold None: the hot statements are prepared by octopoid
+                    # (``Batch.prepared``); the driver's own, at any rollback, sent
+                    # DEALLOCATE ALL, and a move's next use of its statements failed
+                    conn = psycopg.connect(self.dsn, connect_timeout=10, prepare_threshold=None)
                 self.patience.reconnected()
                 return conn
             except StorageError:
