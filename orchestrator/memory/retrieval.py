@@ -3,7 +3,8 @@
 Only what clears the bar (``ranking.over_bar``) goes in: a task that earlier work says
 nothing about gets no memory at all, which is a good answer (a block of weak matches costs
 tokens on every attempt, can mislead, and is the road a poisoned note travels). A note
-shaped like an instruction goes in only when a person kept it (``instructions.injectable``).
+shaped like an instruction goes in only when a person kept it (``instructions.injectable``),
+and one about code the task's files no longer have not at all (``staleness``).
 """
 
 from __future__ import annotations
