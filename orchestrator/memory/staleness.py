@@ -29,6 +29,9 @@ from .terms import CHUNK_RE, SYMBOL, is_file, scan
 #: A file's text at the task's base, or None when the base has no such file.
 Source = Callable[[str], "str | None"]
 IDENT_RE = re.compile(r"[A-Za-z_]\w*")
+#: Characters of a task's file searched for names: a source file is far shorter, and a
+#: task naming a data file of gigabytes should not cost its prompt seconds.
+FILE_CHARS = 2_000_000
 
 
 def fresh(notes: list[dict[str, Any]], query: str, source: Source) -> list[dict[str, Any]]:
@@ -45,7 +48,7 @@ def fresh(notes: list[dict[str, Any]], query: str, source: Source) -> list[dict[
     files = [t for t in map(text, files_named(query)) if t is not None]
     if not files:  # the task names no file its base has: nothing to judge by
         return notes
-    idents = {w.lower() for t in files for w in IDENT_RE.findall(t)}
+    idents = {w.lower() for t in files for w in IDENT_RE.findall(t, 0, FILE_CHARS)}
     return [n for n in notes if not _stale(n, idents, text)]
 
 
