@@ -19,16 +19,15 @@ half alone: the names 76.1 % and 70.2 %, the files 75.0 % and 76.8 %.)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
+from functools import cache, partial
 from typing import Any
 
-from .ranking import FLOOR, URL_RE
+from .ranking import BAR, FLOOR, PER_TERM, SHORT, URL_RE
 from .terms import CHUNK_RE, SYMBOL, is_file, scan
 
 #: A file's text at the task's base, or None when the base has no such file.
 Source = Callable[[str], "str | None"]
-IDENT_RE = re.compile(r"[A-Za-z_]\w*")
 #: Characters of a task's file searched for names: a source file is far shorter, and a
 #: task naming a data file of gigabytes should not cost its prompt seconds.
 FILE_CHARS = 2_000_000
@@ -36,31 +35,48 @@ FILE_CHARS = 2_000_000
 
 def fresh(notes: list[dict[str, Any]], query: str, source: Source) -> list[dict[str, Any]]:
     """``notes`` without those about code the task's files no longer have. Only a note on
-    the task's files that could reach a prompt (``FLOOR``) is read against the checkout,
-    and each file once."""
-    read: dict[str, str | None] = {}
-
-    def text(path: str) -> str | None:
-        if path not in read:
-            read[path] = source(path)
-        return read[path]
-
+    the task's files that could clear the bar is read against the checkout, and each file
+    once."""
+    text = cache(source)
     files = [t for t in map(text, files_named(query)) if t is not None]
     if not files:  # the task names no file its base has: nothing to judge by
         return notes
-    idents = {w.lower() for t in files for w in IDENT_RE.findall(t, 0, FILE_CHARS)}
-    return [n for n in notes if not _stale(n, idents, text)]
+    there = cache(partial(_mentions, "\n".join(t[:FILE_CHARS] for t in files).lower()))
+    return [n for n in notes if not _stale(n, there, text)]
 
 
-def _stale(note: dict[str, Any], idents: set[str], text: Source) -> bool:
-    if not note["path_score"] or note["score"] < FLOOR:
+def _stale(note: dict[str, Any], there: Callable[[str], bool], text: Source) -> bool:
+    if not note["path_score"] or not _reachable(note):
         return False
     content = URL_RE.sub(" ", note["content"])
     paths = files_named(content)
     if paths and all(text(p) is None for p in paths):
         return True
     names = {t.text.rsplit(".", 1)[-1] for t in scan(content) if t.kind == SYMBOL}
-    return bool(names) and not names & idents
+    return bool(names) and not any(map(there, names))
+
+
+def _reachable(note: dict[str, Any]) -> bool:
+    """Whether a note could clear the bar at all (``ranking.over_bar``): what cannot is
+    not worth reading files for."""
+    bar = BAR + PER_TERM * note.get("excess", 0.0)
+    return note["score"] >= bar or (note["score"] >= FLOOR and (note["length"] or 0) <= SHORT)
+
+
+def _mentions(code: str, name: str) -> bool:
+    """Whether ``code`` has ``name`` as a word of its own (a search for each of a few
+    names costs less than cutting a file of 100,000 characters into words)."""
+    at = code.find(name)
+    while at >= 0:
+        end = at + len(name)
+        if not _in_word(code, at - 1) and not _in_word(code, end):
+            return True
+        at = code.find(name, at + 1)
+    return False
+
+
+def _in_word(code: str, at: int) -> bool:
+    return 0 <= at < len(code) and (code[at].isalnum() or code[at] == "_")
 
 
 def files_named(text: str) -> list[str]:
