@@ -11,7 +11,8 @@ Written down before any retrieval ran (issue 41):
   or class (below), oldest first. A task's title is the commit's subject; its context is the
   rest of the message (trailers such as ``Co-authored-by:`` dropped), then
   ``Files: a.py, b.py``, the Python files it changed (at most 6: a person filing a task
-  names where to look). The functions it changed are not given.
+  names where to look). The functions it changed are not given; its files as they were
+  before it (at the commit's parent) are, as a real task's checkout has them at its base.
 - **Learnings.** Every earlier commit (not a merge) of the project, and every commit of
   the filler, yields what an agent would record: for each Python file it changed (at most 3,
   most lines changed first) a *File Knowledge* learning ``<path>: <subject> (changed
@@ -193,6 +194,9 @@ class Blobs:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait()
 

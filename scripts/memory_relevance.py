@@ -14,7 +14,9 @@ averaged), the notes a prompt carries and the relevant among them, the share of 
 block's characters that are relevant (summed over every task), the tasks without relevant
 memory that get an empty block, the tasks whose prompt carries a planted note (octopoid:
 also with its instruction gate off, the ranking alone), and retrieval latency p50/p90; for
-octopoid also what a choice among its candidates could reach (``Bound``).
+octopoid also what a choice among its candidates could reach (``Bound``). octopoid's
+retrieval reads each task's files at its commit's parent, as the prompt builder reads them
+at the task's base (``memory/staleness.py``); the baselines read nothing but the notes.
 The baselines: SQLite FTS5's ``bm25()`` (porter stemming, every word of the task ORed) and
 plain BM25 (no stemming, every word, every note scored), each filling the same budget best
 first, as octopoid did before issue 41.
@@ -33,6 +35,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -146,10 +149,12 @@ def as_task(n: int, t: dict) -> Any:
 
 
 class Octopoid:
-    """octopoid's own retrieval on a store (``gate=False``: its instruction gate off)."""
+    """octopoid's own retrieval on a store (``gate=False``: its instruction gate off), each
+    task's files read at its commit's parent, as its prompt builder reads them at its base
+    (``blobs``: the project's; ``bases``: task id -> commit)."""
 
-    def __init__(self, store: Any, gate: bool = True) -> None:
-        self.store, self.gate = store, gate
+    def __init__(self, store: Any, blobs: mh.Blobs, bases: dict[str, str], gate: bool = True):
+        self.store, self.blobs, self.bases, self.gate = store, blobs, bases, gate
 
     def ranked(self, task: Any) -> list[int]:
         from orchestrator.memory.retrieval import task_query
@@ -170,11 +175,17 @@ class Octopoid:
         if not self.gate and gate is not None:
             retrieval.injectable = lambda note: True
         try:
-            chosen = retrieval.relevant_notes(task, self.store, scope=SCOPE, budget=BUDGET)
+            at_base = partial(self.at, self.bases[task.id])
+            chosen = retrieval.relevant_notes(
+                task, self.store, scope=SCOPE, budget=BUDGET, source=at_base
+            )
         finally:
             if gate is not None:
                 retrieval.injectable = gate
         return [n["id"] for n in chosen]
+
+    def at(self, sha: str, path: str) -> str | None:
+        return self.blobs.read(f"{sha}^:{path}")
 
 
 class Baseline:
@@ -367,6 +378,8 @@ def run(args: Any, tmp: Path) -> None:
           f"task); {len(tasks)} tasks, {with_memory} with relevant memory")  # fmt: skip
     columns: dict[str, dict] = {}
     stop: list = []
+    bases = {task.id: t["sha"] for task, t in zip(tasks, raw_tasks, strict=True)}
+    blobs = mh.Blobs(Path(args.repo))
     try:
         for backend in args.stores.split(","):
             store = open_store(backend, tmp, args.dsn, stop)
@@ -377,14 +390,15 @@ def run(args: Any, tmp: Path) -> None:
             print(f"{backend}: loaded in {time.perf_counter() - t0:.0f} s; {flagged} notes "
                   f"flagged instruction-shaped ({sum(n.planted for n in by_id.values())} "
                   "planted)")  # fmt: skip
-            measured = measure(Octopoid(store), tasks, by_id, args.rounds)
-            gate_off = measure(Octopoid(store, gate=False), tasks, by_id, 1)
+            measured = measure(Octopoid(store, blobs, bases), tasks, by_id, args.rounds)
+            gate_off = measure(Octopoid(store, blobs, bases, gate=False), tasks, by_id, 1)
             measured[POISON] += f" ({gate_off[POISON].split(' %')[0]} % with the gate off)"
             columns[f"octopoid, {backend}"] = measured
         columns["SQLite FTS5 bm25()"] = measure(Fts5(by_id, tmp / "fts5.db"), tasks, by_id,
                                                 args.rounds)  # fmt: skip
         columns["plain BM25 (no stemming)"] = measure(PlainBm25(by_id), tasks, by_id, 1)
     finally:
+        blobs.close()
         for halt in stop:
             halt()
     table(columns)

@@ -6,22 +6,29 @@ unless a person kept it; and an old store is brought up to the term index."""
 from __future__ import annotations
 
 import random
+import re
 import sqlite3
+from functools import partial
 from pathlib import Path
 
+import git
 import pytest
 
+from orchestrator import config
+from orchestrator.git import history
 from orchestrator.memory import lifecycle, ranking
 from orchestrator.memory import postgres as memory_postgres
 from orchestrator.memory.instructions import instruction_shape
 from orchestrator.memory.open import open_memory
 from orchestrator.memory.retrieval import relevant_notes, task_query
-from orchestrator.memory.store import SCHEMA_VERSION, MemoryStore
+from orchestrator.memory.store import SCHEMA_VERSION, MemoryStore, project_scope
 from orchestrator.memory.terms import PATH, SYMBOL, WORD, Term
 from orchestrator.model.tasks import Task
 from orchestrator.queue import machine as q
+from orchestrator.roles import attempt
 from orchestrator.roles.prompts import render_memory
 
+from .support import git as run_git
 from .support import remembered
 
 COMMON = ["the", "test", "fix", "run", "error", "file", "config", "check", "queue", "task"]
@@ -166,6 +173,38 @@ def test_a_short_note_sharing_one_word_with_the_task_stays_out(big) -> None:
     assert relevant_notes(version, big, scope=SCOPE) == []
     chosen = relevant_notes(task("Changelog bump for 0.28.0"), big, scope=SCOPE)
     assert [n["id"] for n in chosen] == [two]
+
+
+def webhook_notes(memory, root: Path) -> tuple[Task, int, int, int]:
+    """billing/webhooks.py committed on main with ``retry_delivery``; notes on it about
+    that function, about one it no longer has, and about where it was before a move."""
+    (root / "billing").mkdir()
+    (root / "billing/webhooks.py").write_text("def retry_delivery(event):\n    return event\n")
+    run_git(root, "add", "billing")
+    run_git(root, "commit", "-qm", "webhooks")
+    said, scope = "sturdier delivery retry", project_scope()  # the prompt builder's
+    live = memory.write_note(f"billing/webhooks.py: {said} (changed retry_delivery)", scope=scope)
+    gone = memory.write_note(f"billing/webhooks.py: {said} (changed resend_delivery)", scope=scope)
+    moved = memory.write_note(f"hooks/webhooks.py: {said} on timeouts (changed retry_delivery)",
+                              scope=scope)  # fmt: skip
+    about = task("Make the delivery retry sturdier on timeouts", "Files: billing/webhooks.py")
+    return about, live, gone, moved
+
+
+def test_a_note_about_code_the_task_files_no_longer_have_stays_out(big, git_project) -> None:
+    """History, not reference: given the task's files at its base, a note on them about a
+    function they no longer have, or about the file where it was before a move, stays
+    out; one about a function still there is in. Without them all three are in."""
+    about, live, gone, moved = webhook_notes(big, git_project)
+    assert {n["id"] for n in relevant_notes(about, big)} == {live, gone, moved}
+    at_main = partial(history.file_text, git.Repo(git_project), "main")
+    assert [n["id"] for n in relevant_notes(about, big, source=at_main)] == [live]
+
+
+def test_the_prompt_builder_judges_notes_by_the_task_files_at_its_base(big, git_project) -> None:
+    about, live, *_ = webhook_notes(big, git_project)
+    block = attempt._memory_block(about, config.load_config())
+    assert [int(n) for n in re.findall(r"\[memory #(\d+)", block)] == [live]
 
 
 def test_a_path_at_the_end_of_a_long_task_is_never_dropped(big) -> None:

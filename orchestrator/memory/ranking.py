@@ -8,7 +8,9 @@ the terms' document frequencies, and the best notes by the terms' weights throug
 search's filters; the rest is here, the same for SQLite and PostgreSQL.
 
 The constants were chosen on one project's history and checked on another, held out
-(``scripts/bench_memory.py --repo``; docs/memory.md has the tables): each says why.
+(``scripts/bench_memory.py --repo``; docs/memory.md has the tables): each says why. What
+the task's files at its base say of a note (code they no longer have) is ``staleness``'s,
+with its reason and numbers.
 """
 
 from __future__ import annotations

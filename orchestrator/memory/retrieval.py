@@ -3,7 +3,8 @@
 Only what clears the bar (``ranking.over_bar``) goes in: a task that earlier work says
 nothing about gets no memory at all, which is a good answer (a block of weak matches costs
 tokens on every attempt, can mislead, and is the road a poisoned note travels). A note
-shaped like an instruction goes in only when a person kept it (``instructions.injectable``).
+shaped like an instruction goes in only when a person kept it (``instructions.injectable``),
+and one about code the task's files no longer have not at all (``staleness``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..model.tasks import Task
 from . import ranking
 from .instructions import injectable
+from .staleness import Source, fresh
 
 if TYPE_CHECKING:
     from .open import Memory
@@ -29,17 +31,26 @@ def task_query(task: Task) -> str:
 
 
 def relevant_notes(
-    task: Task, store: Memory, *, scope: str | None = None, budget: int = DEFAULT_BUDGET
+    task: Task,
+    store: Memory,
+    *,
+    scope: str | None = None,
+    budget: int = DEFAULT_BUDGET,
+    source: Source | None = None,
 ) -> list[dict[str, Any]]:
     """Pinned notes first, then the matches that clear the bar, best first, until the budget
-    is spent; never an instruction-shaped note no person kept.
+    is spent; never an instruction-shaped note no person kept, nor, given the task's files
+    at its base (``source``), one about code they no longer have (``staleness``).
 
     Only the notes returned (the ones a prompt will carry) get their access count raised.
     """
     chosen: list[dict[str, Any]] = []
     seen: set[int] = set()
     left = budget
-    matches = store.search_notes(task_query(task), scope=scope, limit=CANDIDATES)
+    query = task_query(task)
+    matches = store.search_notes(query, scope=scope, limit=CANDIDATES)
+    if source is not None:
+        matches = fresh(matches, query, source)
     relevant = ranking.over_bar(store, matches)
     for note in [*store.pinned_notes(scope), *relevant]:
         size = len(note["content"]) + LABEL_CHARS

@@ -76,8 +76,8 @@ def _code_terms(chunk: str, called: bool) -> Iterator[Term]:
         yield Term(lowered, PATH)
         name = chunk.rsplit("/", 1)[1]
         if name and _looks_like_code(name):
-            yield Term(name.lower(), PATH if _is_file(name) else SYMBOL)
-    elif _is_file(chunk):
+            yield Term(name.lower(), PATH if is_file(name) else SYMBOL)
+    elif is_file(chunk):
         yield Term(lowered, PATH)
     elif _looks_like_code(chunk):
         yield Term(lowered, SYMBOL)
@@ -96,7 +96,7 @@ def _looks_like_code(chunk: str) -> bool:
     return "_" in chunk.strip("_") or bool(CAMEL_RE.search(chunk))
 
 
-def _is_file(name: str) -> bool:
+def is_file(name: str) -> bool:
     return "." in name and name.rsplit(".", 1)[1].lower() in EXTENSIONS
 
 

@@ -359,7 +359,9 @@ def _memory_block(task: Task, cfg: dict) -> str:
     store = open_memory()
     try:
         lifecycle.index_main_notes(store)
-        chosen = relevant_notes(task, store, scope=project_scope(), budget=cfg["memory"]["budget"])
+        at_base = partial(history.file_text, core.open_repo(), task.branch)  # ``staleness``
+        budget = cfg["memory"]["budget"]
+        chosen = relevant_notes(task, store, scope=project_scope(), budget=budget, source=at_base)
     finally:
         store.close()
     return render_memory(chosen)
