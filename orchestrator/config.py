@@ -239,6 +239,9 @@ SERVICE_SCHEMA = {
 }
 #: The sections whose ``network`` may be written as a mode alone (``network: none``).
 NETWORKED = ("sandbox", "checks", "workspace", "preview")
+#: How to get ``claude`` (backend claude-code) when it is not found: what a failed attempt
+#: says, and `status`, `agents` and `doctor` without importing the backend that runs it.
+CLAUDE_INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
 
 AGENT_SCHEMA: dict[str, Any] = {
     "name": Field(str),

@@ -76,13 +76,14 @@ NOT_NEEDED = {
     ("show", "TASK-1"): WRITERS_ONLY | READ_ONLY | {"the verdicts", "shutil"},
     ("diff", "TASK-1"): WRITERS_ONLY | READ_ONLY | {"the verdicts", "shutil"},  # one git diff
     ("worktrees",): WRITERS_ONLY | READ_ONLY | {"the verdicts", "git machinery", "shutil"},
-    # These ask the claude-code backend whether `claude` is on PATH (a stall if not), and
-    # say whose network is open (its mode's name, not the policy).
-    ("status",): WRITERS_ONLY | (READ_ONLY - {"the backends"}) | {"git machinery"},
-    ("agents",): WRITERS_ONLY | (READ_ONLY - {"the backends"}),
+    # These ask whether `claude` is on PATH (not here: a stall, with config's install hint,
+    # not the backend's), and say whose network is open (its mode's name, not the policy).
+    ("status",): WRITERS_ONLY | READ_ONLY | {"git machinery"},
+    ("agents",): WRITERS_ONLY | READ_ONLY,
     # the checkout's branch through git, and the sandbox's summary: no task is created
     ("init",): (WRITERS_ONLY - {"PyYAML"}) | READ_ONLY | {"the verdicts"},
-    ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery", "ctypes"},  # CI files: forge only
+    # CI files (GitPython, PyYAML) for a forge's project only
+    ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery", "ctypes", "the backends"},
     # No check configured: the merge pre-check alone, git as plain processes, and no box.
     ("checks", "TASK-1"): set(HEAVY)
     - {"the store", "git machinery", "the roles"},  # roles.checks: recheck
