@@ -52,10 +52,18 @@ HEAVY = {
     "retry notes": "orchestrator.queue.task_notes",  # `memory show` reads working notes
     "working notes": "orchestrator.memory",  # `notes` reads retry notes
     "ctypes": "ctypes",  # prctl, for a process a command starts: readers start none
+    "logging": "logging",  # the daemon's log, a journal step's failure: no command's answer
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
-WRITERS_ONLY = {"importlib.metadata", "the scheduler", "the redaction", "secrets", "PyYAML"}
+WRITERS_ONLY = {
+    "importlib.metadata",
+    "the scheduler",
+    "the redaction",
+    "secrets",
+    "PyYAML",
+    "logging",
+}
 #: What no command that reads the queue without moving a task has a use for.
 READ_ONLY = {"GitPython", "the backends", "the state machine", "the network policy", "ctypes"}
 #: What each command may not import: it has no use for it.
@@ -95,6 +103,7 @@ NOT_NEEDED = {
         "the network policy",
         "secrets",  # a temp file's name is os.urandom's, as secrets' is
         "the verdicts",
+        "logging",
     },
 }
 
