@@ -30,7 +30,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -138,17 +138,18 @@ class Records(ABC):
         )
 
 
-@dataclass(frozen=True)
-class Journal:
+class Journal(NamedTuple):
     """A workflow of ``steps`` for ``key`` (a task, a plan), of a ``kind`` (accept, split),
-    with what its steps need (``data``) and which are ``done``, in the order they were."""
+    with what its steps need (``data``) and which are ``done``, in the order they were.
+    A NamedTuple, as ``JournalKind``: a frozen dataclass costs every command ~4 M
+    instructions to build at import, and neither is compared with a plain tuple."""
 
     kind: str
     key: str
     steps: tuple[str, ...]
-    done: tuple[str, ...] = ()
-    data: Value = field(default_factory=dict)
-    begun: str = ""  # UTC time it was written
+    done: tuple[str, ...]
+    data: Value
+    begun: str  # UTC time it was written
 
     @property
     def left(self) -> tuple[str, ...]:
@@ -170,8 +171,7 @@ def _held_by_nobody(key: str) -> AbstractContextManager[object]:
     return nullcontext()
 
 
-@dataclass(frozen=True)
-class JournalKind:
+class JournalKind(NamedTuple):
     """A kind of journal as its owner describes it to the runner (``Journals.run``).
 
     ``steps`` maps a step's name to a function of the journal (as it is now) and the
@@ -197,7 +197,7 @@ class JournalKind:
 
     def but(self, steps: Mapping[str, Step]) -> JournalKind:
         """This kind with some steps done another way (an accept's own merge)."""
-        return replace(self, steps={**self.steps, **steps})
+        return self._replace(steps={**self.steps, **steps})
 
 
 @dataclass
