@@ -30,7 +30,6 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -200,13 +199,14 @@ class JournalKind(NamedTuple):
         return self._replace(steps={**self.steps, **steps})
 
 
-@dataclass
 class Ran:
-    """What a run did: the journal after, each step's result, the steps that failed."""
+    """What a run did: the journal after, each step's result, the steps that failed. A
+    plain class: a dataclass costs every command ~2 M instructions to build at import."""
 
-    journal: Journal
-    results: dict[str, object] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.results: dict[str, object] = {}
+        self.errors: list[str] = []
 
 
 def check_kind(kind: str) -> str:
