@@ -53,6 +53,7 @@ HEAVY = {
     "working notes": "orchestrator.memory",  # `notes` reads retry notes
     "ctypes": "ctypes",  # prctl, for a process a command starts: readers start none
     "logging": "logging",  # the daemon's log, a journal step's failure: no command's answer
+    "random": "random",  # a record's update that lost a race waits a random while
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
@@ -63,6 +64,7 @@ WRITERS_ONLY = {
     "secrets",
     "PyYAML",
     "logging",
+    "random",
 }
 #: What no command that reads the queue without moving a task has a use for.
 READ_ONLY = {"GitPython", "the backends", "the state machine", "the network policy", "ctypes"}
@@ -89,12 +91,12 @@ NOT_NEEDED = {
     ("status",): WRITERS_ONLY | READ_ONLY | {"git machinery"},
     ("agents",): WRITERS_ONLY | READ_ONLY,
     # the checkout's branch through git, and the sandbox's summary: no task is created
-    ("init",): (WRITERS_ONLY - {"PyYAML"}) | READ_ONLY | {"the verdicts"},
+    ("init",): (WRITERS_ONLY - {"PyYAML", "random"}) | READ_ONLY | {"the verdicts"},
     # CI files (GitPython, PyYAML) for a forge's project only
     ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery", "ctypes", "the backends"},
     # No check configured: the merge pre-check alone, git as plain processes, and no box.
     ("checks", "TASK-1"): set(HEAVY)
-    - {"the store", "git machinery", "the roles"},  # roles.checks: recheck
+    - {"the store", "git machinery", "the roles", "random"},  # roles.checks: recheck
     ("enqueue", "a task"): {
         "importlib.metadata",
         "the backends",
@@ -104,6 +106,7 @@ NOT_NEEDED = {
         "secrets",  # a temp file's name is os.urandom's, as secrets' is
         "the verdicts",
         "logging",
+        "random",
     },
 }
 
