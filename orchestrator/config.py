@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .base import netmodes, usercache, workspace_rules
 from .base.lazy import lazy_import
@@ -96,9 +95,10 @@ _REQUIRED = object()
 MAX_SECONDS = 30 * 24 * 3600  # a month: longer leases and timeouts are typos (and overflow)
 
 
-@dataclass(frozen=True)
-class Field:
-    """One key of a YAML schema: its type, default, allowed values and lower bound."""
+class Field(NamedTuple):
+    """One key of a YAML schema: its type, default, allowed values and bounds. A NamedTuple,
+    not a frozen dataclass (~4 M instructions to build at import, for every command); only
+    its attributes are read."""
 
     type: type
     default: Any = _REQUIRED
@@ -239,6 +239,9 @@ SERVICE_SCHEMA = {
 }
 #: The sections whose ``network`` may be written as a mode alone (``network: none``).
 NETWORKED = ("sandbox", "checks", "workspace", "preview")
+#: How to get ``claude`` (backend claude-code) when it is not found: what a failed attempt
+#: says, and `status`, `agents` and `doctor` without importing the backend that runs it.
+CLAUDE_INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
 
 AGENT_SCHEMA: dict[str, Any] = {
     "name": Field(str),

@@ -52,10 +52,20 @@ HEAVY = {
     "retry notes": "orchestrator.queue.task_notes",  # `memory show` reads working notes
     "working notes": "orchestrator.memory",  # `notes` reads retry notes
     "ctypes": "ctypes",  # prctl, for a process a command starts: readers start none
+    "logging": "logging",  # the daemon's log, a journal step's failure: no command's answer
+    "random": "random",  # a record's update that lost a race waits a random while
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
-WRITERS_ONLY = {"importlib.metadata", "the scheduler", "the redaction", "secrets", "PyYAML"}
+WRITERS_ONLY = {
+    "importlib.metadata",
+    "the scheduler",
+    "the redaction",
+    "secrets",
+    "PyYAML",
+    "logging",
+    "random",
+}
 #: What no command that reads the queue without moving a task has a use for.
 READ_ONLY = {"GitPython", "the backends", "the state machine", "the network policy", "ctypes"}
 #: What each command may not import: it has no use for it.
@@ -76,16 +86,17 @@ NOT_NEEDED = {
     ("show", "TASK-1"): WRITERS_ONLY | READ_ONLY | {"the verdicts", "shutil"},
     ("diff", "TASK-1"): WRITERS_ONLY | READ_ONLY | {"the verdicts", "shutil"},  # one git diff
     ("worktrees",): WRITERS_ONLY | READ_ONLY | {"the verdicts", "git machinery", "shutil"},
-    # These ask the claude-code backend whether `claude` is on PATH (a stall if not), and
-    # say whose network is open (its mode's name, not the policy).
-    ("status",): WRITERS_ONLY | (READ_ONLY - {"the backends"}) | {"git machinery"},
-    ("agents",): WRITERS_ONLY | (READ_ONLY - {"the backends"}),
+    # These ask whether `claude` is on PATH (not here: a stall, with config's install hint,
+    # not the backend's), and say whose network is open (its mode's name, not the policy).
+    ("status",): WRITERS_ONLY | READ_ONLY | {"git machinery"},
+    ("agents",): WRITERS_ONLY | READ_ONLY,
     # the checkout's branch through git, and the sandbox's summary: no task is created
-    ("init",): (WRITERS_ONLY - {"PyYAML"}) | READ_ONLY | {"the verdicts"},
-    ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery", "ctypes"},  # CI files: forge only
+    ("init",): (WRITERS_ONLY - {"PyYAML", "random"}) | READ_ONLY | {"the verdicts"},
+    # CI files (GitPython, PyYAML) for a forge's project only
+    ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery", "ctypes", "the backends"},
     # No check configured: the merge pre-check alone, git as plain processes, and no box.
     ("checks", "TASK-1"): set(HEAVY)
-    - {"the store", "git machinery", "the roles"},  # roles.checks: recheck
+    - {"the store", "git machinery", "the roles", "random"},  # roles.checks: recheck
     ("enqueue", "a task"): {
         "importlib.metadata",
         "the backends",
@@ -94,6 +105,8 @@ NOT_NEEDED = {
         "the network policy",
         "secrets",  # a temp file's name is os.urandom's, as secrets' is
         "the verdicts",
+        "logging",
+        "random",
     },
 }
 

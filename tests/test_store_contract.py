@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -384,7 +383,7 @@ def test_the_one_runner_runs_what_is_left_and_keeps_what_failed_or_waits(
     journals = store.journals
     journals.begin("test", "1", ["create-1", "create-2", "clean", "wait", "move"])
     with journals.take("test", "1") as held:
-        done = journals.run(held, replace(kind, tolerant=frozenset({"clean"})))
+        done = journals.run(held, kind._replace(tolerant=frozenset({"clean"})))
     assert ran == ["create-1", "create-2", "clean", "wait", "move"]
     assert done.results == {"create-1": "CREATE-1", "create-2": "CREATE-2", "move": "MOVE"}
     assert done.errors == ["clean: disk gone"]

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import config
 from ..base.fsutil import TailBuffer
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import run_agent_process
@@ -27,7 +28,6 @@ from .process import run_agent_process
 if TYPE_CHECKING:
     from zoneinfo import ZoneInfo
 
-INSTALL_HINT = "install it with `npm install -g @anthropic-ai/claude-code`"
 CREDENTIALS = ".claude/.credentials.json"  # where `claude login` keeps its token, under $HOME
 DEFAULT_TOOLS = ("Bash", "Edit", "Write", "Read", "Glob", "Grep")
 #: The attempt's channel as an MCP server (``octopoid mcp`` in the box: sandbox/client.py);
@@ -331,7 +331,7 @@ class ClaudeCodeBackend:
         executable = find_claude(request.options)
         if executable is None:
             name = request.options.get("claude_path") or "claude"
-            why = f"'{name}' is not on PATH; {INSTALL_HINT}"
+            why = f"'{name}' is not on PATH; {config.CLAUDE_INSTALL_HINT}"
             return AgentResult(None, "error", summary=why, cause="cannot-start")
         parser = StreamJsonParser(output)
         session = LiveSession(request, parser)

@@ -18,9 +18,9 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 TOKEN_ENV = "OCTOPOID_CLAIM_TOKEN"
 MARK_ENV = "OCTOPOID_CLAIM_MARK"
@@ -77,8 +77,7 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class ProcessId:
+class ProcessId(NamedTuple):
     """A process named so that a reused PID or a reboot cannot pass for it."""
 
     host: str

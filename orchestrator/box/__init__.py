@@ -12,7 +12,6 @@ Roles ask for a workspace (``prepare``) and never build a box themselves.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
 import stat
 from collections.abc import Callable
@@ -85,6 +84,8 @@ def describe() -> dict[str, Any]:
                 "internet, and can send there whatever they read"
             )
     else:
+        import getpass  # ~1 ms, for `sandbox: none` only
+
         line = (
             f"sandbox: none; agents are NOT sandboxed: they run as {getpass.getuser()} and "
             "are trusted with that whole account (the queue, your checkout, your files)"

@@ -18,8 +18,8 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 #: Where to find bwrap when it is not on PATH as ``bwrap`` (or to point at another one).
 BWRAP_ENV = "OCTOPOID_BWRAP"
@@ -37,8 +37,7 @@ PROBE_TTL_SECONDS = 60.0  # a bwrap installed (or a sysctl changed) is noticed t
 PROBE_TIMEOUT_SECONDS = 10.0
 
 
-@dataclass(frozen=True)
-class Mounts:
+class Mounts(NamedTuple):
     """What one box is made of (host paths, absolute and resolved)."""
 
     workspace: Path  # the task's files: the only writable host folder

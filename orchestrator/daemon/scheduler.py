@@ -12,7 +12,6 @@ the store notifies it (PostgreSQL); between wake-ups it watches a few mtimes.
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 import threading
 import time
@@ -33,9 +32,10 @@ from ..queue import machine as queue_utils
 from ..review import finishing
 from . import stalls, wakeup
 from .dispatch import Dispatch
+from .logs import setup_logging
 from .notify import Alerts
 from .runners import Runner, Runners
-from .scheduler_control import lock_file, pid_file, read_pid, setup_logging, try_lock
+from .scheduler_control import lock_file, pid_file, read_pid, try_lock
 
 log = logging.getLogger("octopoid.scheduler")
 

@@ -1,4 +1,5 @@
-"""Running the scheduler in the background: its lock, pid file and log, start/stop/status.
+"""Running the scheduler in the background: its lock and pid file, start/stop/status (its
+log: ``logs.py``).
 
 One scheduler per project: it holds ``runtime/scheduler.lock`` (an ``flock`` on a
 descriptor of its own, which the kernel drops when it dies); ``scheduler.pid`` beside it is
@@ -7,7 +8,6 @@ informational, and a pid file without the lock held is stale.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import subprocess
@@ -28,37 +28,6 @@ def pid_file() -> Path:
 
 def lock_file() -> Path:
     return config.get_orchestrator_dir() / "scheduler.lock"
-
-
-class RedactingFormatter(logging.Formatter):
-    """Log lines (tracebacks included) with secrets redacted, like every file octopoid writes."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        from ..base.redaction import redact  # at first use: `status` logs nothing
-
-        return redact(super().format(record))
-
-
-def setup_logging(console: bool = False) -> None:
-    """Scheduler log: rotated file under logs/, and stderr when run in the foreground."""
-    import logging.handlers  # ~3 ms: only the daemon logs; `status` reads its pid file
-
-    logger = logging.getLogger("octopoid")
-    logger.setLevel(logging.INFO)
-    logs = config.get_logs_dir()
-    logs.mkdir(parents=True, exist_ok=True)
-    target = str(logs / "scheduler.log")
-    if not any(getattr(h, "baseFilename", None) == target for h in logger.handlers):
-        handler = logging.handlers.RotatingFileHandler(target, maxBytes=5 << 20, backupCount=3)
-        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-    if console and not any(
-        isinstance(h, logging.StreamHandler) and not hasattr(h, "baseFilename")
-        for h in logger.handlers
-    ):
-        stream = logging.StreamHandler()
-        stream.setFormatter(RedactingFormatter("%(asctime)s %(message)s", "%H:%M:%S"))
-        logger.addHandler(stream)
 
 
 def read_pid() -> int | None:

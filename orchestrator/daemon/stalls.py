@@ -9,8 +9,7 @@ silent. ``unserved`` names tasks that wait where no configured agent will ever t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import box as sandbox
 from .. import config
@@ -22,8 +21,7 @@ from ..roles import agent_status
 BREAKDOWN_ROLE = "breakdown"  # agents with this role split burned-out tasks
 
 
-@dataclass(frozen=True)
-class Stall:
+class Stall(NamedTuple):
     """One reason for not claiming: ``code`` for scripts, ``text`` (with the way out) for people."""
 
     code: str  # config-invalid, paused, sandbox, backpressure, budget, no-agent, cannot-run,
@@ -31,7 +29,7 @@ class Stall:
     text: str
 
     def as_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return self._asdict()
 
 
 Records = agent_records.AgentRecords  # every agent's record, the system's (day_records)

@@ -11,7 +11,6 @@ again. What the store has already wins over a file.
 
 from __future__ import annotations
 
-import logging
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,8 +23,6 @@ from ..model.exceptions import InvalidTaskId
 from ..model.tasks import TaskId, TaskState, format_time, from_label, task_label
 from .store import QueueStore, get_store
 from .store.records import Records, check_key, key_part
-
-log = logging.getLogger("octopoid")
 
 _looked: set[Path] = set()  # runtime folders this process has adopted from already
 _COUNTS = ("attempts_today", "turns_today", "tokens_today", "seconds_today", "cost_today_usd")
@@ -72,8 +69,13 @@ def old_files(store: QueueStore, runtime: Path) -> list[str]:
             cache.unlink()
             moved.append(str(cache))
     _looked.add(runtime)  # not before: a store that failed meanwhile is tried again
-    for path in moved:
-        log.info("moved %s into the store (octopoid keeps its state there now)", path)
+    if moved:  # once per project: every reader of the store asks, few have anything
+        import logging  # ~9 ms with traceback and string
+
+        for path in moved:
+            logging.getLogger("octopoid").info(
+                "moved %s into the store (octopoid keeps its state there now)", path
+            )
     return moved
 
 

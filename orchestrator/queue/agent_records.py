@@ -13,7 +13,6 @@ beside the store, so the store never calls up into a role.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 from urllib.parse import unquote
@@ -44,8 +43,7 @@ _DAY = {
 }
 
 
-@dataclass(frozen=True)
-class Hold:
+class Hold(NamedTuple):
     """octopoid's own pause of an agent: why, since when and until when (None: until
     `octopoid resume --agent`), and whether the scheduler has alerted it."""
 

@@ -11,9 +11,8 @@ PostgreSQL, so a project's day is spent once). Days are UTC days.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..model.exceptions import InvalidInput
 from ..model.tasks import Task
@@ -22,8 +21,11 @@ DIMENSIONS = ("usd", "tokens", "turns", "seconds")
 UNLIMITED = math.inf
 
 
-@dataclass(frozen=True)
-class Spend:
+class Spend(NamedTuple):
+    """What was spent, per dimension. The three value types here are NamedTuples, not
+    frozen dataclasses (~4 M instructions each to build at import, for `status`, `agents`,
+    `doctor` and `enqueue`); each is compared only with its own kind, and ``+`` adds."""
+
     usd: float = 0.0
     tokens: float = 0
     turns: float = 0
@@ -94,8 +96,7 @@ def limits_of(cfg: dict[str, Any], scope: str, task: Task | None = None) -> dict
     return found
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """One scope's budget against its spend."""
 
     scope: str  # task, agent_daily, project_daily
@@ -163,8 +164,7 @@ def verdicts(
     return [v for v in found if v is not None]
 
 
-@dataclass(frozen=True)
-class Allowance:
+class Allowance(NamedTuple):
     """What one attempt may spend: the least left of every budget, and whose it is."""
 
     usd: float

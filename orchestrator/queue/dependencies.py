@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..model.tasks import Task, TaskState, task_label
 from .store import get_store
@@ -38,8 +37,7 @@ class HasBlockers(Protocol):
     blocked_by: list[str]
 
 
-@dataclass(frozen=True)
-class Blockage:
+class Blockage(NamedTuple):
     """Why an incoming task cannot be claimed yet."""
 
     waiting_on: tuple[tuple[str, str], ...]  # (blocker label, its state or "missing")

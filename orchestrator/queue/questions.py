@@ -18,7 +18,6 @@ takes it, so a task is never held with its answer given.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +31,6 @@ from . import adopt
 # at first use: status and the board read questions, only writers check, note and move them
 queue_utils = lazy_import("orchestrator.queue.machine")
 task_notes = lazy_import("orchestrator.queue.task_notes")
-log = logging.getLogger("octopoid.questions")
 MAX_QUESTION_CHARS = 2000
 MAX_ANSWER_CHARS = 4000
 FAMILY = "questions"
@@ -63,7 +61,11 @@ def ask(task_id: str, attempt: int, question: str) -> dict[str, Any]:
         return asked
 
     adopt.store().records.update(adopt.task_key(FAMILY, task_id), replace)
-    log.info("%s asks: %s", task_label(task_id), one_line(question, 200))
+    import logging  # ~9 ms: status and the board read questions, asking one logs
+
+    logging.getLogger("octopoid.questions").info(
+        "%s asks: %s", task_label(task_id), one_line(question, 200)
+    )
     return asked
 
 

@@ -16,7 +16,6 @@ from ..queue import agent_records
 
 # Needed only to say whether an agent can run: `status` does not pay for them.
 backends_base = lazy_import("orchestrator.backends.base")  # CAUSES, when an attempt failed
-claude_code = lazy_import("orchestrator.backends.claude_code")
 # Is the agent's program there, as its box sees it: not the process runner (selectors, queue).
 box = lazy_import("orchestrator.box.box")
 
@@ -52,7 +51,7 @@ def readiness_problem(agent: dict[str, Any]) -> str | None:
     why = box.program_problem(program, root, path, _unseen(root))
     if why is None:
         return None
-    hint = f"; {claude_code.INSTALL_HINT}" if agent["backend"] == "claude-code" else ""
+    hint = f"; {config.CLAUDE_INSTALL_HINT}" if agent["backend"] == "claude-code" else ""
     return f"{program!r} {why}{hint}"
 
 

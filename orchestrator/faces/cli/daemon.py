@@ -6,7 +6,7 @@ import signal
 
 import click
 
-from ...daemon import scheduler, scheduler_control
+from ...daemon import logs, scheduler
 
 
 @click.command("run")
@@ -14,7 +14,7 @@ from ...daemon import scheduler, scheduler_control
 def scheduler_run(once: bool) -> None:
     """Run in the foreground until Ctrl-C or SIGTERM (graceful: attempts get to finish)."""
     daemon = scheduler.Scheduler(own_process=True)
-    scheduler_control.setup_logging(console=True)
+    logs.setup_logging(console=True)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: daemon.stop())
     daemon.run(once=once)

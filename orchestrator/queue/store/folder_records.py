@@ -15,7 +15,6 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +208,7 @@ class FolderJournals(Journals):
             if current is None:
                 raise LostRace(f"the {journal.name} journal is finished already")
             if step not in current.done:
-                current = replace(current, done=(*current.done, step))
+                current = current._replace(done=(*current.done, step))
                 self._save(path, current)
         return current
 

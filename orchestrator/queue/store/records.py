@@ -24,14 +24,11 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
-import random
 import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -47,7 +44,6 @@ MAX_KEY = 500
 
 Value = dict[str, Any]
 Change = Callable[[Value | None], Value | None]
-log = logging.getLogger("octopoid.journals")
 
 
 def check_key(key: str) -> str:
@@ -134,23 +130,26 @@ class Records(ABC):
                     return None
                 return Record(after, self.write(key, after, version))
             except RecordChanged:
+                import random  # ~2 M instructions of every reader's start, for a lost race
+
                 time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempt)))
         raise RecordChanged(
             f"record {key} kept changing under {defaults.RECORD_UPDATE_TRIES} tries to update it"
         )
 
 
-@dataclass(frozen=True)
-class Journal:
+class Journal(NamedTuple):
     """A workflow of ``steps`` for ``key`` (a task, a plan), of a ``kind`` (accept, split),
-    with what its steps need (``data``) and which are ``done``, in the order they were."""
+    with what its steps need (``data``) and which are ``done``, in the order they were.
+    A NamedTuple, as ``JournalKind``: a frozen dataclass costs every command ~4 M
+    instructions to build at import, and neither is compared with a plain tuple."""
 
     kind: str
     key: str
     steps: tuple[str, ...]
-    done: tuple[str, ...] = ()
-    data: Value = field(default_factory=dict)
-    begun: str = ""  # UTC time it was written
+    done: tuple[str, ...]
+    data: Value
+    begun: str  # UTC time it was written
 
     @property
     def left(self) -> tuple[str, ...]:
@@ -172,8 +171,7 @@ def _held_by_nobody(key: str) -> AbstractContextManager[object]:
     return nullcontext()
 
 
-@dataclass(frozen=True)
-class JournalKind:
+class JournalKind(NamedTuple):
     """A kind of journal as its owner describes it to the runner (``Journals.run``).
 
     ``steps`` maps a step's name to a function of the journal (as it is now) and the
@@ -199,16 +197,17 @@ class JournalKind:
 
     def but(self, steps: Mapping[str, Step]) -> JournalKind:
         """This kind with some steps done another way (an accept's own merge)."""
-        return replace(self, steps={**self.steps, **steps})
+        return self._replace(steps={**self.steps, **steps})
 
 
-@dataclass
 class Ran:
-    """What a run did: the journal after, each step's result, the steps that failed."""
+    """What a run did: the journal after, each step's result, the steps that failed. A
+    plain class: a dataclass costs every command ~2 M instructions to build at import."""
 
-    journal: Journal
-    results: dict[str, object] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self.results: dict[str, object] = {}
+        self.errors: list[str] = []
 
 
 def check_kind(kind: str) -> str:
@@ -308,7 +307,11 @@ class Journals(ABC):
                 if name not in kind.tolerant:
                     raise
                 ran.errors.append(f"{name}: {exc}")
-                log.error("%s: could not finish %s: %s", journal.key, name, exc)
+                import logging  # ~9 ms with traceback and string: every reader imports this module
+
+                logging.getLogger("octopoid.journals").error(
+                    "%s: could not finish %s: %s", journal.key, name, exc
+                )
                 continue
             if result == LATER:
                 continue
