@@ -179,7 +179,7 @@ def agent_project(git_project: Path) -> Path:
 @pytest.fixture
 def web(agent_project: Path):
     """`octopoid web`'s server for ``git_project`` (with the scripted command agent), on a
-    thread of this process (tests/e2e/conftest.py serves it as a process of its own)."""
+    thread of this process (``start_web`` runs the command as a process of its own)."""
     from .web_server import serve_here  # it imports this module
 
     server = serve_here(agent_project)
