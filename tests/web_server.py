@@ -4,6 +4,7 @@ cookie."""
 
 from __future__ import annotations
 
+import functools
 import http.cookiejar
 import itertools
 import os
@@ -60,7 +61,7 @@ def start_web(
         match = URL_RE.search(seen[: seen.rfind(b"\n") + 1].decode())
         if match:
             token, printed = _token_of(root, args, env), seen.decode()
-            stop = lambda: _end(proc)  # noqa: E731
+            stop = functools.partial(_end, proc)
             return WebServer(match.group(0), match.group(1), token, printed, stop, proc)
         if selector.select(timeout=0.2):
             chunk = os.read(proc.stdout.fileno(), 65536)
