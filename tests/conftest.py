@@ -178,10 +178,11 @@ def agent_project(git_project: Path) -> Path:
 
 @pytest.fixture
 def web(agent_project: Path):
-    """`octopoid web` serving ``git_project`` (with the scripted command agent)."""
-    from .web_server import start_web  # it imports this module
+    """`octopoid web`'s server for ``git_project`` (with the scripted command agent), on a
+    thread of this process (``start_web`` runs the command as a process of its own)."""
+    from .web_server import serve_here  # it imports this module
 
-    server = start_web(agent_project)
+    server = serve_here(agent_project)
     yield server
     server.stop()
 

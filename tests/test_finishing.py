@@ -20,7 +20,14 @@ from orchestrator.queue import machine as q
 from orchestrator.review import finishing
 from orchestrator.review import verdicts as review
 
-from .support import child_env, octopoid, provisional_with_commit, remembered, write_agents
+from .support import (
+    child_env,
+    cli_output,
+    octopoid_output,
+    provisional_with_commit,
+    remembered,
+    write_agents,
+)
 from .support.journals import KILLED_ACCEPT, merges_of
 
 LEARNED = "the release script needs GNU tar"
@@ -33,8 +40,10 @@ def killed_accept(root: Path, task_id: str, point: str) -> None:
     assert done.returncode == -signal.SIGKILL
 
 
-def finish_by(root: Path, who: str, task_id: str) -> str:
-    """The next accept, a scheduler's housekeeping, or `octopoid doctor --repair`."""
+def finish_by(who: str, task_id: str) -> str:
+    """The next accept, a scheduler's housekeeping, or `octopoid doctor --repair` (through
+    click in this process: what is left of the journal, not a process's start, is proved;
+    the killed accept is a process of its own)."""
     if who == "scheduler":
         sched = scheduler.Scheduler()
         sched.initialize()
@@ -44,9 +53,7 @@ def finish_by(root: Path, who: str, task_id: str) -> str:
             sched.shutdown(grace=0)
         return ""
     args = ["accept", task_id] if who == "accept" else ["doctor", "--repair"]
-    done = octopoid(root, *args)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return cli_output(*args)
 
 
 UNMERGED = ["merge", "merged"]  # killed before its merge was recorded: only an accept merges
@@ -68,13 +75,13 @@ def test_an_accept_killed_at_any_point_is_finished_once_and_loses_no_learning(
     left = finishing.pending(tid)
     assert left[0] == (finishing.MERGE if point in UNMERGED else point)
     if point in UNMERGED:
-        said = finish_by(git_project, "doctor", tid)  # --repair: the sweep does not merge
+        said = finish_by("doctor", tid)  # --repair: the sweep does not merge
         assert f"`octopoid accept TASK-{tid}` finishes it" in said
         assert finishing.pending(tid) == left
-    said = finish_by(git_project, who, tid)
+    said = finish_by(who, tid)
     if point in UNMERGED and who != "accept":
         assert q.get_task(tid).state is TaskState.PROVISIONAL and finishing.pending(tid) == left
-        finish_by(git_project, "accept", tid)
+        finish_by("accept", tid)
     elif who != "scheduler":
         assert f"TASK-{tid}" in said
     assert q.get_task(tid).state is TaskState.DONE and not finishing.pending(tid)
@@ -113,7 +120,7 @@ def test_finishing_files_from_before_become_journals_of_the_store(git_project: P
     other = q.create_task("waiting").id
     (folder / f"TASK-{other}.json").write_text('{"steps": ["branch"]}')
     (folder / "notes.txt").write_text("not a journal")
-    said = finish_by(git_project, "doctor", tid)
+    said = octopoid_output(git_project, "doctor", "--repair")  # a process: it reads them at start
     assert f"repaired TASK-{tid}: finished what its accept left (branch)" in said
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
     assert q.get_task(other).state is TaskState.INCOMING and not finishing.pending(other)

@@ -20,17 +20,26 @@ from orchestrator.review import verdicts as review
 from orchestrator.review.comments import line_comment, parse_line_comment
 from orchestrator.roles.prompts import budget_notes
 
-from .support import OCTOPOID, child_env, commit_on_branch, run_claimed, write_agents
+from .support import (
+    OCTOPOID,
+    child_env,
+    commit_on_branch,
+    invoke,
+    provisional_with_commit,
+    run_claimed,
+    write_agents,
+)
+
+#: The app.py the scripted agent's ``app-file`` writes (tests/helpers/agent.py).
+APP = "def greet(name):\n    return 'hello ' + name\n\n\ndef main():\n    print(greet(None))\n"
 
 
 @pytest.fixture
 def reviewed(git_project: Path) -> str:
-    """A task whose first attempt (the scripted agent) committed app.py and awaits review."""
+    """A task whose first attempt committed app.py and awaits review, made in this process
+    as a runner would (the tests' later attempts are real runs of the scripted agent)."""
     write_agents(git_project)
-    task = q.create_task("app-file greet people")
-    run_claimed(q.claim_task(None, "impl-1"), "impl-1")
-    assert q.get_store().locate(task.id) is TaskState.PROVISIONAL
-    return task.id
+    return provisional_with_commit(git_project, "app.py", APP)
 
 
 def reject_cli(root: Path, task_id: str, *comments: str) -> subprocess.CompletedProcess:
@@ -82,10 +91,12 @@ def test_comments_reach_the_next_attempt_s_prompt(git_project: Path, reviewed: s
     ],
 )
 def test_a_bad_comment_rejects_nothing(git_project, reviewed, comment: str, says: str) -> None:
+    """In-process: the message and exit code are what is proved (the command as a process
+    takes comments in the tests above and below)."""
     before = q.get_task_notes(reviewed)
-    done = reject_cli(git_project, reviewed, "app.py:1:fine", comment)
-    assert done.returncode == 2, done
-    assert says in done.stderr and "Traceback" not in done.stderr
+    args = ("--reason", "see my comments", "--comment", "app.py:1:fine", "--comment", comment)
+    done = invoke("reject", reviewed, *args, code=2)
+    assert says in done.stderr
     assert q.get_store().locate(reviewed) is TaskState.PROVISIONAL
     assert q.get_task_notes(reviewed) == before
 

@@ -1,19 +1,25 @@
-"""`octopoid web` as a real subprocess, and a plain HTTP client that keeps its cookie."""
+"""`octopoid web` as a real subprocess, or its own ``serve`` on a thread of the test's process
+(what the pages do, without a process's start-up), and a plain HTTP client that keeps its
+cookie."""
 
 from __future__ import annotations
 
+import functools
 import http.cookiejar
 import itertools
 import os
 import re
 import selectors
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from .support import OCTOPOID, child_env
 
@@ -22,25 +28,18 @@ URL_RE = re.compile(r"(http://\S+)/login\?code=(\S+)")
 
 @dataclass
 class WebServer:
-    proc: subprocess.Popen
     sign_in_url: str  # the printed link, with its one-time code
     base: str
     token: str  # the access token, for the sign-in form
     printed: str  # what it printed before its link
+    stop: Callable[[], None]  # ends the process, or the thread and its server
+    proc: subprocess.Popen | None = None  # the process (None: served by this one)
 
     def client(self) -> Client:
         """A new client signed in through the form (the printed link works only once)."""
         client = Client(self.base)
         client.login(self.token)
         return client
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def start_web(
@@ -62,7 +61,8 @@ def start_web(
         match = URL_RE.search(seen[: seen.rfind(b"\n") + 1].decode())
         if match:
             token, printed = _token_of(root, args, env), seen.decode()
-            return WebServer(proc, match.group(0), match.group(1), token, printed)
+            stop = functools.partial(_end, proc)
+            return WebServer(match.group(0), match.group(1), token, printed, stop, proc)
         if selector.select(timeout=0.2):
             chunk = os.read(proc.stdout.fileno(), 65536)
             if not chunk:
@@ -73,6 +73,67 @@ def start_web(
     proc.kill()
     proc.wait()
     raise AssertionError(f"octopoid web did not print its URL:\n{seen.decode()}")
+
+
+def _end(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def serve_here(root: Path, timeout: float = 30) -> WebServer:
+    """`octopoid web --port 0`'s own ``serve`` (token written, link announced, uvicorn) on a
+    thread of this process, for ``root`` (the test's OCTOPOID_ROOT and cwd): the pages as
+    the command serves them, without its process's start-up (1.2-1.4 s under the suite,
+    a hundred times over). What only a process shows (its argv, memory, signals, options)
+    is proved through ``start_web``."""
+    import uvicorn
+
+    from orchestrator.faces.web import server as web
+
+    made: list[uvicorn.Server] = []
+    lines: list[str] = []
+    failed: list[BaseException] = []
+    ready = threading.Event()
+
+    class Held(uvicorn.Server):
+        """uvicorn's server, kept where the test can tell it to stop."""
+
+        def __init__(self, config: uvicorn.Config) -> None:
+            super().__init__(config)
+            made.append(self)
+            ready.set()
+
+    def run() -> None:
+        try:
+            web.serve("127.0.0.1", 0, None, lambda line: lines.append(f"octopoid web: {line}\n"))
+        except BaseException as exc:  # shown by the test, not lost on a thread
+            failed.append(exc)
+        finally:
+            ready.set()
+
+    real, web.uvicorn = web.uvicorn, SimpleNamespace(Server=Held, Config=uvicorn.Config)
+    thread = threading.Thread(target=run, name="octopoid web", daemon=True)
+    try:
+        thread.start()
+        ready.wait(timeout)
+    finally:
+        web.uvicorn = real
+    assert made and not failed, f"octopoid web did not start: {failed or lines}"
+    match = URL_RE.search("".join(lines))
+
+    def stop() -> None:
+        made[0].should_exit = True
+        thread.join(10)
+        made[0].force_exit = True  # a request still streaming, as terminate() would end it
+        thread.join(30)
+        assert not thread.is_alive(), "octopoid web's thread did not stop"
+
+    token = _token_of(root, (), None)
+    return WebServer(match.group(0), match.group(1), token, "".join(lines), stop)
 
 
 def _token_of(root: Path, args: tuple[str, ...], env: dict[str, str] | None) -> str:
