@@ -54,6 +54,7 @@ HEAVY = {
     "ctypes": "ctypes",  # prctl, for a process a command starts: readers start none
     "logging": "logging",  # the daemon's log, a journal step's failure: no command's answer
     "random": "random",  # a record's update that lost a race waits a random while
+    "the memory index": "orchestrator.memory.store",  # hashlib, SQLite: search, promotion
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
@@ -76,14 +77,15 @@ NOT_NEEDED = {
     ("scheduler", "status"): set(HEAVY),
     ("memory", "show", "TASK-1"): set(HEAVY) - {"working notes"},
     ("memory", "show", "TASK-2"): set(HEAVY) - {"the store", "working notes"},  # a task?
-    ("memory", "search", "fact"): set(HEAVY) - {"working notes"},  # no queue: a query
+    ("memory", "search", "fact"): set(HEAVY) - {"working notes", "the memory index"},
     ("pause",): set(HEAVY) - {"the store"},  # a record written, no move
     ("resume",): set(HEAVY) - {"the store"},
     ("notes", "TASK-1"): set(HEAVY) - {"retry notes"},
     ("notes", "TASK-2"): set(HEAVY) - {"the store", "retry notes"},  # a task at all?
     ("list",): WRITERS_ONLY | READ_ONLY | {"git machinery", "shutil"},
     # its branch's head through one git call: no merge machinery, no move
-    ("show", "TASK-1"): WRITERS_ONLY | READ_ONLY | {"the verdicts", "shutil"},
+    # its pending learnings from the task's notes file: no memory index
+    ("show", "TASK-1"): WRITERS_ONLY | READ_ONLY | {"the verdicts", "shutil", "the memory index"},
     ("diff", "TASK-1"): WRITERS_ONLY | READ_ONLY | {"the verdicts", "shutil"},  # one git diff
     ("worktrees",): WRITERS_ONLY | READ_ONLY | {"the verdicts", "git machinery", "shutil"},
     # These ask whether `claude` is on PATH (not here: a stall, with config's install hint,

@@ -22,14 +22,15 @@ from ..model.exceptions import InvalidInput
 from ..model.tasks import Task, format_time, plural, utcnow
 from .instructions import instruction_shape
 from .notes import Item, NotesManager, get_notes_manager
-from .open import open_memory
 from .provenance import TASK_LABEL, Origin, clean_name, note_metadata
-from .store import project_scope
 
 if TYPE_CHECKING:
     from .open import Memory
 
 redaction = lazy_import("orchestrator.base.redaction")  # `show` lists learnings, redacts nothing
+# and reads no store: the index, SQLite and hashlib load when a learning is promoted
+memory_open = lazy_import("orchestrator.memory.open")
+memory_store = lazy_import("orchestrator.memory.store")
 MAX_LEARNING_CHARS = 4000  # as one item an agent may remember
 EPHEMERAL_RE = re.compile(r"notes\.TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.(md|lock)")
 
@@ -148,14 +149,14 @@ def promote_task_notes(task: Task, promoted_by: str = "octopoid") -> int:
     learnings = kept_learnings(task)
     if not learnings:
         return 0
-    memory = open_memory()
+    memory = memory_open.open_memory()
     before = memory.count()
     when = task.headers.get("COMPLETED_AT") or format_time(utcnow())
     source = NotesManager(notes_id=task.label).notes_file.name
     try:
         for item in learnings:
             fields = note_fields(item, task.label, promoted_by, when, source)
-            memory.write_note(**fields, scope=project_scope())
+            memory.write_note(**fields, scope=memory_store.project_scope())
         return memory.count() - before
     finally:
         memory.close()
@@ -167,7 +168,7 @@ def index_main_notes(store: Memory) -> int:
     if not manager.notes_file.exists():
         return 0
     before = store.count()
-    scope = project_scope()
+    scope = memory_store.project_scope()
     for entry in manager.get_all_items():
         if store.find_note(entry["item"], scope) is None:
             store.write_note(
@@ -187,13 +188,13 @@ def add_learning(section: str, text: str, tags: list[str], topic: str | None) ->
     added = manager.add_item(section, text, _persons_origin(manager.notes_id))
     note_id = None
     if not manager.is_ephemeral:
-        store = open_memory()
+        store = memory_open.open_memory()
         note_id = store.write_note(
             text,
             section=section,
             topic=topic,
             tags=tags,
-            scope=project_scope(),
+            scope=memory_store.project_scope(),
             metadata={"source": "notes.md"},
         )
         store.close()
@@ -210,7 +211,7 @@ def _persons_origin(notes_id: str | None) -> Origin | None:
 
 def search(query: str, tags: list[str], limit: int) -> list[dict[str, Any]]:
     """`octopoid memory search`: long-term memory, with notes.md's items indexed first."""
-    store = open_memory()
+    store = memory_open.open_memory()
     try:
         index_main_notes(store)
         return store.search_notes(query, tags=tags or None, limit=limit)
@@ -220,7 +221,7 @@ def search(query: str, tags: list[str], limit: int) -> list[dict[str, Any]]:
 
 def forget(target: str) -> int:
     """`octopoid memory remove`: a note id, or an item's text (from notes.md and the store)."""
-    store = open_memory()
+    store = memory_open.open_memory()
     try:
         if target.isdigit():
             note = store.get_note(int(target))
@@ -230,7 +231,7 @@ def forget(target: str) -> int:
                 NotesManager().remove_exact_item(note["content"])
             return int(store.delete_note(int(target)))
         removed = int(NotesManager().remove_exact_item(target))
-        note_id = store.find_note(target, project_scope())
+        note_id = store.find_note(target, memory_store.project_scope())
         return removed + (int(store.delete_note(note_id)) if note_id is not None else 0)
     finally:
         store.close()
