@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import re
 import sqlite3
+import tracemalloc
 from functools import partial
 from pathlib import Path
 
@@ -199,6 +200,27 @@ def test_a_note_about_code_the_task_files_no_longer_have_stays_out(big, git_proj
     assert {n["id"] for n in relevant_notes(about, big)} == {live, gone, moved}
     at_main = partial(history.file_text, git.Repo(git_project), "main")
     assert [n["id"] for n in relevant_notes(about, big, source=at_main)] == [live]
+
+
+def test_a_huge_file_at_the_base_is_read_only_as_far_as_staleness_looks(git_project) -> None:
+    """A task naming a data file of gigabytes: the prompt builder's read of it stops at the
+    bytes it searches, in memory too; a missing file is still None and a short one whole."""
+    repo = git.Repo(git_project)
+    (git_project / "data.csv").write_bytes(b"id,name\n" * 2_500_000)  # 20 MB
+    (git_project / "small.py").write_text("def f():\n    return 1\n")
+    repo.index.add(["data.csv", "small.py"])
+    repo.index.commit("data")
+    tracemalloc.start()
+    text = history.file_text(repo, "main", "data.csv", limit=1_000_000)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert text == "id,name\n" * 125_000
+    assert peak < 4_000_000  # the bytes asked for, decoded: not the 20 MB blob
+    assert (
+        history.file_text(repo, "main", "small.py", limit=1_000_000) == "def f():\n    return 1\n"
+    )
+    assert history.file_text(repo, "main", "gone.py", limit=1_000_000) is None
+    assert history.file_text(repo, "main", "data.csv").count("\n") == 2_500_000
 
 
 def test_the_prompt_builder_judges_notes_by_the_task_files_at_its_base(big, git_project) -> None:

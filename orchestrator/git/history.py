@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..model.tasks import task_label
 from .branches import branch_exists, branch_for
-from .core import full_ref, git, git_answer, git_errors
+from .core import full_ref, git, git_errors
 
 
 def already_merged(repo: git.Repo, task_id: str, base: str, base_before: str) -> bool:
@@ -55,14 +55,15 @@ def merge_base(repo: git.Repo, base: str, branch: str) -> str:
         return repo.git.merge_base(full_ref(base), full_ref(branch))
 
 
-def file_text(repo: git.Repo, ref: str, path: str) -> str | None:
-    """``path``'s text at ``ref`` (None: no such file there, or not a file)."""
-    out = git_answer(
-        repo,
-        "cat-file",
-        "blob",
-        f"{ref}:{path}",
-        stdout_as_string=False,
-        strip_newline_in_stdout=False,  # the file as it is: its last line may be empty
-    )
-    return out.decode("utf-8", errors="replace") if out is not None else None
+def file_text(repo: git.Repo, ref: str, path: str, limit: int = -1) -> str | None:
+    """``path``'s text at ``ref``, only its first ``limit`` bytes when given: a file of
+    gigabytes in a branch or a base costs no more memory than that. None: no such file
+    there, or not a file."""
+    cat = repo.git.execute(["git", "cat-file", "blob", f"{ref}:{path}"], as_process=True)
+    with cat.proc as blob:
+        data = blob.stdout.read(limit)
+        if 0 < limit == len(data):
+            blob.kill()  # the rest is not wanted: the blob is there
+        elif blob.wait() != 0:
+            return None
+    return data.decode("utf-8", errors="replace")

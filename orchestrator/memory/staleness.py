@@ -29,7 +29,8 @@ from .terms import CHUNK_RE, SYMBOL, is_file, scan
 #: A file's text at the task's base, or None when the base has no such file.
 Source = Callable[[str], "str | None"]
 #: Characters of a task's file searched for names: a source file is far shorter, and a
-#: task naming a data file of gigabytes should not cost its prompt seconds.
+#: task naming a data file of gigabytes should not cost its prompt seconds or its memory
+#: (the prompt builder reads no more bytes than this from git).
 FILE_CHARS = 2_000_000
 
 

@@ -43,6 +43,7 @@ from ..git import branches, core, history
 from ..memory import lifecycle
 from ..memory.open import open_memory
 from ..memory.retrieval import relevant_notes
+from ..memory.staleness import FILE_CHARS
 from ..memory.store import project_scope
 from ..model.exceptions import InvalidInput, LostClaim, OctopoidError, SandboxError, SetupFailed
 from ..model.tasks import Task, task_label, utcnow
@@ -359,7 +360,7 @@ def _memory_block(task: Task, cfg: dict) -> str:
     store = open_memory()
     try:
         lifecycle.index_main_notes(store)
-        at_base = partial(history.file_text, core.open_repo(), task.branch)  # ``staleness``
+        at_base = partial(history.file_text, core.open_repo(), task.branch, limit=FILE_CHARS)
         budget = cfg["memory"]["budget"]
         chosen = relevant_notes(task, store, scope=project_scope(), budget=budget, source=at_base)
     finally:
