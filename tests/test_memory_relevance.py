@@ -30,7 +30,7 @@ from orchestrator.roles import attempt
 from orchestrator.roles.prompts import render_memory
 
 from .support import git as run_git
-from .support import remembered
+from .support import remembered, set_config
 
 COMMON = ["the", "test", "fix", "run", "error", "file", "config", "check", "queue", "task"]
 SCOPE = "notes:octopoid:proj"
@@ -200,6 +200,23 @@ def test_a_note_about_code_the_task_files_no_longer_have_stays_out(big, git_proj
     assert {n["id"] for n in relevant_notes(about, big)} == {live, gone, moved}
     at_main = partial(history.file_text, git.Repo(git_project), "main")
     assert [n["id"] for n in relevant_notes(about, big, source=at_main)] == [live]
+
+
+def test_with_a_remote_notes_are_judged_by_the_remote_s_base(big, git_project) -> None:
+    """With ``git.remote`` an attempt starts from the remote's base, not this machine's
+    branch of that name (which nothing here moves on): a note is judged by what the task's
+    files will be, so one about a function only the local branch has is the stale one."""
+    about, live, gone, _ = webhook_notes(big, git_project)  # main: retry_delivery
+    origin = git_project.parent / "origin.git"
+    git.Repo.clone_from(git_project, origin, bare=True)
+    run_git(git_project, "remote", "add", "origin", str(origin))
+    run_git(git_project, "fetch", "-q", "origin")
+    (git_project / "billing/webhooks.py").write_text("def resend_delivery(event):\n    pass\n")
+    run_git(git_project, "commit", "-qam", "this machine's main drifts from the remote's")
+    block = partial(attempt._memory_block, about)
+    assert re.findall(r"\[memory #(\d+)", block(config.load_config())) == [str(gone)]
+    set_config(git_project, git={"remote": "origin"})
+    assert re.findall(r"\[memory #(\d+)", block(config.load_config())) == [str(live)]
 
 
 def test_a_huge_file_at_the_base_is_read_only_as_far_as_staleness_looks(git_project) -> None:

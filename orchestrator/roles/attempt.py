@@ -40,6 +40,7 @@ from ..base.redaction import Redactor, every_agent_env, hide_also, scrub
 from ..box.bounds import ReadBackRefused
 from ..box.workspace import Workspace
 from ..git import branches, core, history
+from ..git import remote as git_remote
 from ..memory import lifecycle
 from ..memory.open import open_memory
 from ..memory.retrieval import relevant_notes
@@ -360,7 +361,9 @@ def _memory_block(task: Task, cfg: dict) -> str:
     store = open_memory()
     try:
         lifecycle.index_main_notes(store)
-        at_base = partial(history.file_text, core.open_repo(), task.branch, limit=FILE_CHARS)
+        remote = git_remote.remote_name()  # the attempt starts from the remote's base
+        base = git_remote.remote_ref(remote, task.branch) if remote else task.branch
+        at_base = partial(history.file_text, core.open_repo(), base, limit=FILE_CHARS)
         budget = cfg["memory"]["budget"]
         chosen = relevant_notes(task, store, scope=project_scope(), budget=budget, source=at_base)
     finally:
