@@ -179,24 +179,21 @@ def test_an_answer_given_as_the_attempt_gives_up_leaves_the_task_free(
 
 
 def test_octopoid_answer_answers_once_and_says_why_not_in_one_line(project: Path) -> None:
-    import subprocess
-
-    from .support import child_env
+    from .support import invoke
 
     task = q.create_task("asks")
     questions.ask(task.id, 1, "Which port?")
 
-    def answer(*args: str) -> subprocess.CompletedProcess:
-        argv = [OCTOPOID, "answer", *args]
-        return subprocess.run(argv, env=child_env(project), capture_output=True, text=True)
+    def answer(*args: str):
+        return invoke("answer", *args)
 
     done = answer(task.label, "5433", "--by", "dana")
-    assert done.returncode == 0 and done.stdout == f"{task.label}: answered (Which port?)\n"
+    assert done.exit_code == 0 and done.stdout == f"{task.label}: answered (Which port?)\n"
     assert "A: 5433" in (q.get_task_notes(task.id) or "")
     again = answer(task.label, "5434")
-    assert again.returncode == 2
+    assert again.exit_code == 2
     assert again.stderr == f"octopoid: {task.label} has no open question\n"
-    assert answer("TASK-999", "x").returncode == 3  # no such task, as every command says
+    assert answer("TASK-999", "x").exit_code == 3  # no such task, as every command says
     assert answer("../x", "x").stderr.startswith("octopoid: invalid task id")
 
 

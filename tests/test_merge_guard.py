@@ -22,7 +22,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 from orchestrator.roles import checks
 
-from .support import commit_on_branch, octopoid_output, provisional_with_commit
+from .support import cli_output, commit_on_branch, provisional_with_commit
 
 IGNORED = ".env\n*.db\nvenv/\nnode_modules/\ndata/\n"
 #: What the person's checkout holds that git does not track, path -> bytes.
@@ -143,28 +143,25 @@ def test_the_guard_reads_what_git_lists_not_a_list_of_names(tmp_path: Path) -> N
 
 
 def test_list_status_and_the_pre_check_show_the_refusal_before_accept(checkout: Path) -> None:
-    def cli(*args: str, code: int = 0) -> str:
-        return octopoid_output(checkout, *args, code=code)
-
     clean = provisional_with_commit(checkout, "fine.txt")
     tid = provisional_with_commit(checkout, "feature.txt")
-    assert "refused" not in cli("list") + cli("status")
+    assert "refused" not in cli_output("list") + cli_output("status")
     commit_on_branch(checkout, tid, {".env": b"mine now\n"}, "an env", links={"venv": "/"})
-    listed = cli("list")
+    listed = cli_output("list")
     assert f"TASK-{tid}  provisional (refused)" in listed
     line = f"TASK-{tid} is refused: merging it would replace or write what git does not track"
     assert f"{line} in the checkout: .env, venv/" in listed
-    assert line in cli("status")
-    rows = {r["id"]: r for r in json.loads(cli("list", "--json"))}
+    assert line in cli_output("status")
+    rows = {r["id"]: r for r in json.loads(cli_output("list", "--json"))}
     assert rows[f"TASK-{tid}"]["refused"] == [".env", "venv/"]
     assert rows[f"TASK-{clean}"]["refused"] == []
-    status = json.loads(cli("status", "--json"))
+    status = json.loads(cli_output("status", "--json"))
     assert status["unmergeable"] == [
         {"id": f"TASK-{tid}", "conflicts": None, "refused": [".env", "venv/"]}
     ]
     (checkout / ".env").unlink()  # the person's file gone: judged again, not from the cache
-    assert ".env" not in cli("status") and "venv/" in cli("status")
-    shown = cli("checks", f"TASK-{tid}", code=1)
+    assert ".env" not in cli_output("status") and "venv/" in cli_output("status")
+    shown = cli_output("checks", f"TASK-{tid}", code=1)
     assert "merge pre-check: refused: merging it would replace" in shown
 
 

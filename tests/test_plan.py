@@ -63,8 +63,8 @@ def drive(sched: scheduler.Scheduler, until: Callable[[], bool], order: list[str
 def test_a_planned_goal_runs_in_dependency_order_and_a_failed_blocker_holds_until_retried(
     planned: Path,
 ) -> None:
-    drafted = octopoid(planned, "plan", GOAL)
-    assert drafted.returncode == 0, drafted.stderr
+    drafted = invoke("plan", GOAL)
+    assert drafted.exit_code == 0, drafted.stderr
     assert (
         "PLAN-1 (draft): GOAL-CLUE" in drafted.stdout
         and "T6 [P1] cut the release" in drafted.stdout
@@ -73,8 +73,8 @@ def test_a_planned_goal_runs_in_dependency_order_and_a_failed_blocker_holds_unti
     assert (carrier.state, carrier.role, carrier.headers["PLAN"]) == (S.DONE, "planning", "PLAN-1")
     assert q.get_store().count(S.INCOMING) == 0  # nothing is enqueued before approval
 
-    approved = octopoid(planned, "plan", "approve", "PLAN-1")
-    assert approved.returncode == 0, approved.stderr
+    approved = invoke("plan", "approve", "PLAN-1")
+    assert approved.exit_code == 0, approved.stderr
     ids = plans.load("PLAN-1").created_ids
     assert approved.stdout.strip().endswith(", ".join(f"TASK-{ids[f'T{n}']}" for n in range(1, 7)))
     plan = plans.load("PLAN-1")
@@ -91,17 +91,17 @@ def test_a_planned_goal_runs_in_dependency_order_and_a_failed_blocker_holds_unti
         drive(sched, lambda: q.get_task(api).state is S.FAILED and len(order) == 2, order)
         assert order == [ids["T1"], ids["T3"]]
         assert all(q.get_task(t).state is S.INCOMING for t in held)
-        listing = octopoid(planned, "list").stdout
+        listing = invoke("list").stdout
         why = f"which failed: `octopoid retry TASK-{api}` releases it once TASK-{api} succeeds"
         assert f"TASK-{ids['T4']} is stuck: held by TASK-{api}, {why}" in listing
         assert f"TASK-{ids['T6']} is stuck: held by TASK-{api} (through TASK-" in listing
-        status = json.loads(octopoid(planned, "status", "--json").stdout)
+        status = json.loads(invoke("status", "--json").stdout)
         stuck = {s["id"]: s["why"] for s in status["blocked"]["stuck"]}
         assert set(stuck) == {f"TASK-{t}" for t in held}
         sched.loop_once()
         assert all(q.get_task(t).state is S.INCOMING for t in held)  # still held
 
-        assert octopoid(planned, "retry", f"TASK-{api}").returncode == 0
+        assert invoke("retry", f"TASK-{api}").exit_code == 0
         drive(sched, lambda: all(q.get_task(i).state is S.DONE for i in ids.values()), order)
     finally:
         sched.shutdown(grace=30)

@@ -15,7 +15,7 @@ from orchestrator.queue import machine as q
 from orchestrator.review import diffs
 from orchestrator.review import verdicts as review
 
-from .support import provisional_with_commit
+from .support import cli_output, provisional_with_commit
 
 
 def set_strategy(root: Path, strategy: str) -> None:
@@ -172,29 +172,24 @@ def test_not_a_git_repo_is_a_clear_error(project: Path) -> None:
 def test_list_and_status_mark_a_review_whose_branch_no_longer_merges(git_project: Path) -> None:
     import json
 
-    from .support import octopoid
-
-    def cli(*args: str) -> str:
-        return octopoid(git_project, *args, check=True).stdout
-
     clean = provisional_with_commit(git_project, "fine.txt")
     tid = provisional_with_commit(git_project, "README.md", "agent's readme\n")
-    assert "conflicts" not in cli("list") and "no longer merges" not in cli("status")
+    assert "conflicts" not in cli_output("list") and "no longer merges" not in cli_output("status")
     repo = git.Repo(git_project)
     (git_project / "README.md").write_text("human's readme\n")
     repo.index.add(["README.md"])
     repo.index.commit("human edit")
-    listed = cli("list")
+    listed = cli_output("list")
     assert f"TASK-{tid}  provisional (conflicts)" in listed
     assert f"TASK-{tid} no longer merges into its base (conflicts in README.md)" in listed
-    rows = {r["id"]: r for r in json.loads(cli("list", "--json"))}
+    rows = {r["id"]: r for r in json.loads(cli_output("list", "--json"))}
     assert rows[f"TASK-{tid}"]["conflicts"] == ["README.md"]
     assert rows[f"TASK-{clean}"]["conflicts"] is None
-    status = json.loads(cli("status", "--json"))
+    status = json.loads(cli_output("status", "--json"))
     assert status["unmergeable"] == [
         {"id": f"TASK-{tid}", "conflicts": ["README.md"], "refused": []}
     ]
-    assert f"TASK-{tid} no longer merges" in cli("status")
+    assert f"TASK-{tid} no longer merges" in cli_output("status")
     # the store's record: two judgements per waiting review and pair of tips (before and
     # after the base moved), shared with every machine of the store
     cache = q.get_store().records.read("merge-checks").value

@@ -13,24 +13,25 @@ from orchestrator.model.tasks import TaskState
 from orchestrator.queue import agent_records
 from orchestrator.queue import machine as q
 
-from .support import octopoid, provisional_with_commit, write_agents
+from .support import invoke, provisional_with_commit, write_agents
 
 
-def faces(root: Path) -> dict[str, str]:
-    """What each face says, as text (the JSON ones parsed back by the callers)."""
+def faces() -> dict[str, str]:
+    """What each face prints, as text (the JSON ones parsed back by the callers); run in
+    this process: what is proven is the words, not the installed command."""
     return {
-        "status": octopoid(root, "status").stdout,
-        "status_json": octopoid(root, "status", "--json").stdout,
-        "agents": octopoid(root, "agents").stdout,
-        "agents_json": octopoid(root, "agents", "--json").stdout,
-        "doctor": octopoid(root, "doctor").stdout,
+        "status": invoke("status").stdout,
+        "status_json": invoke("status", "--json").stdout,
+        "agents": invoke("agents").stdout,
+        "agents_json": invoke("agents", "--json").stdout,
+        "doctor": invoke("doctor").stdout,
     }
 
 
-def said_everywhere(root: Path, code: str, words: str, agent: str = "") -> None:
+def said_everywhere(code: str, words: str, agent: str = "") -> None:
     """``words`` in every face's text (after ``agent NAME:`` for one agent's reason), and
     ``code`` in `status --json`; a reason that stops claiming also in `agents --json`."""
-    said = faces(root)
+    said = faces()
     for face in ("status", "agents", "doctor"):
         assert (f"agent {agent}: {words}" if agent else words) in said[face], (face, said)
     summary = json.loads(said["status_json"])["stalls"]
@@ -46,7 +47,7 @@ def test_backpressure_is_said_everywhere_and_is_what_the_scheduler_obeys(git_pro
     write_agents(git_project, max_provisional=1)
     provisional_with_commit(git_project)
     waiting = q.create_task("waits").id
-    said_everywhere(git_project, "backpressure", "backpressure: 1 task wait for review")
+    said_everywhere("backpressure", "backpressure: 1 task wait for review")
     assert not stalls.report()["claiming"]
     sched = scheduler.Scheduler()
     sched.initialize()
@@ -66,7 +67,7 @@ def test_a_pause_is_said_with_how_to_lift_it(git_project: Path, how: str):
     if how == "pause":
         agent_records.set_paused(True)
     lift = "`octopoid resume`" if how == "pause" else "paused: true in agents.yaml"
-    said_everywhere(git_project, "paused", f"paused ({lift})")
+    said_everywhere("paused", f"paused ({lift})")
 
 
 def test_an_agent_that_cannot_run_is_said_for_that_agent(git_project: Path):
@@ -74,7 +75,7 @@ def test_an_agent_that_cannot_run_is_said_for_that_agent(git_project: Path):
         "agents:\n  - {name: c, role: implement, backend: claude-code,"
         " claude_path: no-such-claude}\n"
     )
-    said_everywhere(git_project, "cannot-run", "cannot run: 'no-such-claude'", agent="c")
+    said_everywhere("cannot-run", "cannot run: 'no-such-claude'", agent="c")
     assert not stalls.report()["claiming"]
 
 
@@ -84,10 +85,8 @@ def test_tasks_no_agent_serves_are_reported_with_the_way_out(git_project: Path):
     tid = q.create_task("burned").id
     q.recycle_to_breakdown(q.claim_task("implement", "impl-1"), "burned out twice")
     assert q.get_task(tid).state is TaskState.BREAKDOWN
-    said_everywhere(
-        git_project, "unserved", "1 task in breakdown/ and no agent has role: breakdown"
-    )
-    said_everywhere(git_project, "unserved", "wait for role 'review', which no agent")
+    said_everywhere("unserved", "1 task in breakdown/ and no agent has role: breakdown")
+    said_everywhere("unserved", "wait for role 'review', which no agent")
     assert stalls.report()["claiming"]  # the implementer can still claim
 
 

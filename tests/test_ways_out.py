@@ -1,6 +1,8 @@
 """Every state a task can reach has a way out through the CLI (and the review page): retry
 from failed, rejected and breakdown; close without a merge as done or won't do; several ids
-at once for retry, requeue, reject and close, each failing alone."""
+at once for retry, requeue, reject and close, each failing alone. The commands run in this
+process (click's runner: the same code, exit code, stdout and stderr) but for the race of two
+installed ones."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from orchestrator.review import finishing
 from .support import (
     OCTOPOID,
     child_env,
-    octopoid,
+    invoke,
     provisional_with_commit,
     remembered,
     write_agents,
@@ -61,14 +63,14 @@ def test_every_state_but_done_has_a_cli_way_out_and_close_ends_any_unclaimed_one
     for state in (S.INCOMING, S.PROVISIONAL, S.FAILED, S.REJECTED, S.BREAKDOWN):
         tid = task_in(state, state.value)
         assert q.get_task(tid).state is state
-        done = octopoid(git_project, "close", tid, "--reason", "done by hand in the release branch")
-        assert done.returncode == 0, done.stderr
+        done = invoke("close", tid, "--reason", "done by hand in the release branch")
+        assert done.exit_code == 0, done.stderr
         task = q.get_task(tid)
         assert task.state is S.DONE and task.headers["CLOSED"] == "done"
         assert task.moves()[-1] == (state.value, "done")
     for state, command in WAYS_OUT.items():
         tid = task_in(state, f"again-{state.value}")
-        assert octopoid(git_project, command[0], tid, *command[1:]).returncode == 0, state
+        assert invoke(command[0], tid, *command[1:]).exit_code == 0, state
         assert q.get_task(tid).state is not state
         if q.get_task(tid).state is S.INCOMING:  # out of the next task_in's claim
             q.close_task(tid, "wont-do", "test over")
@@ -77,8 +79,8 @@ def test_every_state_but_done_has_a_cli_way_out_and_close_ends_any_unclaimed_one
 def test_a_breakdown_task_is_retried_whole_with_fresh_attempts_and_its_notes(git_project):
     tid = task_in(S.BREAKDOWN)
     q.save_task_notes(tid, "agent", "ran out of turns in the parser", 1, 1)
-    done = octopoid(git_project, "retry", f"task-{tid}")
-    assert done.returncode == 0 and done.stdout == f"TASK-{tid} back in incoming\n"
+    done = invoke("retry", f"task-{tid}")
+    assert done.exit_code == 0 and done.stdout == f"TASK-{tid} back in incoming\n"
     task = q.get_task(tid)
     assert task.state is S.INCOMING and "PHASE" not in task.headers
     assert q.claim_task(None, "agent").id == tid  # claimable by an implementer again
@@ -87,8 +89,8 @@ def test_a_breakdown_task_is_retried_whole_with_fresh_attempts_and_its_notes(git
 
 def test_several_ids_each_succeed_or_fail_alone_with_the_worst_exit_code(git_project):
     failed = [task_in(S.FAILED, f"f{i}") for i in range(3)]
-    done = octopoid(git_project, "retry", failed[0], "TASK-999", failed[1], "../x", failed[2])
-    assert done.returncode == 3  # not found (3) is worse than a bad id (2)
+    done = invoke("retry", failed[0], "TASK-999", failed[1], "../x", failed[2])
+    assert done.exit_code == 3  # not found (3) is worse than a bad id (2)
     assert all(q.get_task(t).state is S.INCOMING for t in failed)
     assert done.stdout.count("back in incoming") == 3
     assert "no task TASK-999" in done.stderr and "Traceback" not in done.stderr
@@ -98,21 +100,21 @@ def test_several_ids_each_succeed_or_fail_alone_with_the_worst_exit_code(git_pro
 def test_reject_and_requeue_take_several_ids(git_project):
     write_agents(git_project)
     tids = [provisional_with_commit(git_project, f"r{i}.txt") for i in range(2)]
-    done = octopoid(git_project, "reject", *tids, "--reason", "needs tests")
-    assert done.returncode == 0, done.stderr
+    done = invoke("reject", *tids, "--reason", "needs tests")
+    assert done.exit_code == 0, done.stderr
     assert all(q.get_task(t).state is S.INCOMING for t in tids)
     for tid in tids:
         assert "needs tests" in (q.get_task_notes(tid) or "")
     claimed = [q.claim_task(None, "agent").id for _ in tids]
-    done = octopoid(git_project, "requeue", *claimed, "--reason", "machine reboot")
-    assert done.returncode == 0, done.stderr
+    done = invoke("requeue", *claimed, "--reason", "machine reboot")
+    assert done.exit_code == 0, done.stderr
     assert all(q.get_task(t).state is S.INCOMING for t in claimed)
 
 
 def test_line_comments_with_several_ids_reject_nothing(git_project):
     tids = [provisional_with_commit(git_project, f"c{i}.txt") for i in range(2)]
-    done = octopoid(git_project, "reject", *tids, "--reason", "x", "--comment", "c0.txt:1:why")
-    assert done.returncode == 2 and "one task" in done.stderr
+    done = invoke("reject", *tids, "--reason", "x", "--comment", "c0.txt:1:why")
+    assert done.exit_code == 2 and "one task" in done.stderr
     assert all(q.get_task(t).state is S.PROVISIONAL for t in tids)
 
 
@@ -120,12 +122,9 @@ def test_closing_as_done_keeps_the_learnings_and_won_t_do_drops_them(git_project
     tids = {kind: provisional_with_commit(git_project, f"{kind}.txt") for kind in ("done", "no")}
     for kind, tid in tids.items():
         remembered(tid, f"fact from the {kind} task")
-    assert (
-        octopoid(git_project, "close", tids["done"], "--reason", "nothing to change").returncode
-        == 0
-    )
-    wont = octopoid(git_project, "close", tids["no"], "--wont-do", "--reason", "out of scope")
-    assert wont.returncode == 0 and "closed as wont-do" in wont.stdout
+    assert invoke("close", tids["done"], "--reason", "nothing to change").exit_code == 0
+    wont = invoke("close", tids["no"], "--wont-do", "--reason", "out of scope")
+    assert wont.exit_code == 0 and "closed as wont-do" in wont.stdout
     assert [n["content"] for n in MemoryStore().search_notes("fact")] == ["fact from the done task"]
     heads = [h.name for h in git.Repo(git_project).heads]
     for kind, tid in tids.items():
@@ -148,9 +147,9 @@ def test_close_refuses_what_it_must_not_end(git_project, why):
         steps = [finishing.MERGE, finishing.MOVE]  # an accept killed during its merge
         finishing.begin(finishing.ACCEPT, tid, steps, {"by": "alice", "before": "abc"})
     if why == "closed already":
-        assert octopoid(git_project, "close", tid, "--reason", "first").returncode == 0
-    done = octopoid(git_project, "close", tid, "--reason", reason)
-    assert done.returncode in (1, 2) and "Traceback" not in done.stderr
+        assert invoke("close", tid, "--reason", "first").exit_code == 0
+    done = invoke("close", tid, "--reason", reason)
+    assert done.exit_code in (1, 2) and "Traceback" not in done.stderr
     assert len(done.stderr.splitlines()) == 1
     needle = {"claimed": "octopoid requeue", "no reason": "needs a reason"}
     assert needle.get(why, "in done" if why == "closed already" else "accept") in done.stderr

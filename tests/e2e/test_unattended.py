@@ -3,7 +3,9 @@
 a real check. It stalls on backpressure, lands a no-change attempt in review, sends a
 burned-out task to breakdown (which no agent serves), stops a task at its budget and pauses
 an agent at its usage limit. At each stall `status --json` says why; then a person gets
-every task out through the CLI alone."""
+every task out through the CLI alone (run in this process: the scheduler, its runners and
+agents are the processes under test, and each command as a process of its own costs ~0.5 s
+of start-up, ~60 times over)."""
 
 from __future__ import annotations
 
@@ -19,13 +21,13 @@ import pytest
 import yaml
 
 from .. import support
-from ..support import HELPERS, OCTOPOID, child_env, octopoid_output, set_config
+from ..support import HELPERS, OCTOPOID, child_env, cli_output, set_config
 
 SESSIONS = HELPERS.parent / "fixtures" / "claude"
 
 
-def status(root: Path) -> dict[str, Any]:
-    return json.loads(octopoid_output(root, "status", "--json"))
+def status() -> dict[str, Any]:
+    return json.loads(cli_output("status", "--json"))
 
 
 def codes(found: dict[str, Any]) -> set[str]:
@@ -34,13 +36,13 @@ def codes(found: dict[str, Any]) -> set[str]:
     return {s["code"] for s in stalls["system"] + stalls["unserved"] + agents}
 
 
-def wait_for(root: Path, what: str, ok, timeout: float = 180) -> dict[str, Any]:
+def wait_for(what: str, ok, timeout: float = 180) -> dict[str, Any]:
     """Poll `status --json` until ``ok(status)``; the deadline only bounds a hang."""
-    return support.wait_for(what, lambda: ok(found := status(root)) and found, timeout)
+    return support.wait_for(what, lambda: ok(found := status()) and found, timeout)
 
 
-def state_of(root: Path, task: str) -> str:
-    rows = json.loads(octopoid_output(root, "list", "--json"))
+def state_of(task: str) -> str:
+    rows = json.loads(cli_output("list", "--json"))
     return next((r["state"] for r in rows if r["id"] == task), "done")
 
 
@@ -78,7 +80,7 @@ def test_a_queue_left_alone_explains_every_stall_and_a_person_gets_every_task_ou
     set_config(git_project, checks={"commands": ["test -s README.md"]})
 
     def enqueue(*args: str) -> str:
-        return octopoid_output(git_project, "enqueue", *args).strip()
+        return cli_output("enqueue", *args).strip()
 
     noop = enqueue("nothing-to-do: add timeouts")
     budget = enqueue("slow", "--budget", "seconds=2")
@@ -90,7 +92,6 @@ def test_a_queue_left_alone_explains_every_stall_and_a_person_gets_every_task_ou
     )  # fmt: skip
     try:
         found = wait_for(
-            git_project,
             "a no-change review, a budget stop, a breakdown nobody serves, a usage limit",
             lambda s: (
                 {"unserved", "usage-limit"} <= codes(s)
@@ -101,41 +102,39 @@ def test_a_queue_left_alone_explains_every_stall_and_a_person_gets_every_task_ou
         texts = json.dumps(found["stalls"])
         assert "no agent has role: breakdown" in texts
         assert "waits for its usage limit to reset at 2100-01-01T00:00:00Z" in texts
-        assert state_of(git_project, burned) == "breakdown"
-        assert state_of(git_project, limited) == "incoming"
-        assert state_of(git_project, budget) == "failed"
-        shown = octopoid_output(git_project, "show", budget)
+        assert state_of(burned) == "breakdown"
+        assert state_of(limited) == "incoming"
+        assert state_of(budget) == "failed"
+        shown = cli_output("show", budget)
         assert "budget (seconds=2)" in shown and "--budget" in shown
-        shown = octopoid_output(git_project, "show", noop)
+        shown = cli_output("show", noop)
         assert "is in provisional" in shown and "NO_CHANGE: every call site" in shown
 
         plain = [enqueue(f"plain {n}") for n in range(3)]
-        found = wait_for(git_project, "backpressure", lambda s: "backpressure" in codes(s))
+        found = wait_for("backpressure", lambda s: "backpressure" in codes(s))
         assert re.search(r"\d tasks wait for review and max_provisional is 2", json.dumps(found))
         assert not found["stalls"]["claiming"]
-        assert "incoming" in [state_of(git_project, t) for t in plain]  # held back
+        assert "incoming" in [state_of(t) for t in plain]  # held back
 
         # A person, through the CLI alone: reviews free the queue, then the rest is closed.
         def review_all() -> None:
-            rows = json.loads(octopoid_output(git_project, "list", "provisional", "--json"))
+            rows = json.loads(cli_output("list", "provisional", "--json"))
             if rows:
-                octopoid_output(git_project, "accept", *[r["id"] for r in rows])
+                cli_output("accept", *[r["id"] for r in rows])
 
         def all_done() -> bool:
             review_all()
-            return all(state_of(git_project, t) == "done" for t in plain)
+            return all(state_of(t) == "done" for t in plain)
 
         support.wait_for("every plain task done", all_done, 180)
-        assert state_of(git_project, noop) == "done"
-        octopoid_output(git_project, "close", burned, "--reason", "split by hand into a new task")
-        octopoid_output(
-            git_project, "close", budget, "--wont-do", "--reason", "not worth more time"
-        )
-        octopoid_output(git_project, "close", limited, "--reason", "done on another machine")
-        octopoid_output(git_project, "resume", "--agent", "claude-limited")
+        assert state_of(noop) == "done"
+        cli_output("close", burned, "--reason", "split by hand into a new task")
+        cli_output("close", budget, "--wont-do", "--reason", "not worth more time")
+        cli_output("close", limited, "--reason", "done on another machine")
+        cli_output("resume", "--agent", "claude-limited")
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
     everything = [noop, budget, burned, limited, *plain]
-    assert [state_of(git_project, t) for t in everything] == ["done"] * len(everything)
-    assert "all is well" in octopoid_output(git_project, "doctor")
+    assert [state_of(t) for t in everything] == ["done"] * len(everything)
+    assert "all is well" in cli_output("doctor")

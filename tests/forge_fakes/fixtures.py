@@ -28,15 +28,38 @@ def make_bare_repo(path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def one_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA file of one certificate (certifi's first). A forge test's clients are pointed
+    at it (SSL_CERT_FILE, read by httpx and OpenSSL, and inherited by the daemons a test
+    starts): githubkit makes an HTTP client, and with it a TLS context that reads the
+    whole bundle of ~140 (~33 ms), for every request, ~150 times a test file. The fakes
+    speak plain HTTP, so no certificate is ever checked."""
+    import certifi
+
+    bundle = Path(certifi.where()).read_text()
+    end = "-----END CERTIFICATE-----\n"
+    first = bundle[bundle.index("-----BEGIN CERTIFICATE-----") : bundle.index(end) + len(end)]
+    path = tmp_path_factory.mktemp("ca") / "one.pem"
+    path.write_text(first)
+    return path
+
+
 @pytest.fixture
-def github_forge(tmp_path: Path) -> Iterator[GitHubFake]:
+def github_forge(
+    tmp_path: Path, one_ca: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[GitHubFake]:
+    monkeypatch.setenv("SSL_CERT_FILE", str(one_ca))
     with GitHubFake(make_bare_repo(tmp_path / "github-remote.git"), TOKENS, REPO) as forge:
         yield forge
     assert not forge.errors, "\n".join(forge.errors)
 
 
 @pytest.fixture
-def gitlab_forge(tmp_path: Path) -> Iterator[GitLabFake]:
+def gitlab_forge(
+    tmp_path: Path, one_ca: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[GitLabFake]:
+    monkeypatch.setenv("SSL_CERT_FILE", str(one_ca))
     with GitLabFake(make_bare_repo(tmp_path / "gitlab-remote.git"), TOKENS, REPO) as forge:
         yield forge
     assert not forge.errors, "\n".join(forge.errors)

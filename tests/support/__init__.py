@@ -118,13 +118,16 @@ def serve_in_thread(server: socketserver.BaseServer) -> threading.Thread:
 
 def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> object:
     """Wait until ``check()`` is true (a condition, never a fixed window) and return it;
-    past ``timeout`` s fail, saying ``what`` was waited for."""
-    deadline = time.monotonic() + timeout
+    past ``timeout`` s fail, saying ``what`` was waited for. It looks again after 5 ms,
+    then less often, up to every 50 ms: a condition met soon is seen soon, without
+    checking a long wait 200 times a second."""
+    deadline, pause = time.monotonic() + timeout, 0.005
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
