@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import certifi
 import git
 import pytest
 
 from orchestrator.forge import connect, poller
+from orchestrator.forge.github import GitHubForge
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
 from orchestrator.review import verdicts as review
 
 from .forge_driver import Driver, attempt, in_review
-from .forge_fakes.fixtures import ALICE, BOB
+from .forge_fakes.fixtures import ALICE, BOB, REPO
 
 
 def head(forge: Driver, task_id: str) -> str:
@@ -195,3 +197,19 @@ def test_a_reviewer_the_forge_will_not_ask_again_holds_up_no_verdict(
         f"{label}: told #{pr} of attempt 2; CI failed (build)"
     ]
     assert "the forge refused request_review" in caplog.text
+
+
+def test_github_makes_its_tls_context_once_not_for_every_request(
+    github_forge, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """githubkit makes an HTTP client for every request, and httpx a TLS context for each
+    (the whole CA bundle read, ~55 ms of CPU) unless given one: the forge makes it once.
+    A CA file gone after the forge is made fails no request."""
+    cafile = tmp_path / "ca.pem"
+    cafile.write_text(Path(certifi.where()).read_text())
+    monkeypatch.setenv("SSL_CERT_FILE", str(cafile))
+    forge = GitHubForge(github_forge.api, REPO, "tok-bot")
+    cafile.unlink()  # a context made for a request now would fail to read it
+    number = github_forge.create_issue(ALICE, "Add the widget", "- [ ] done\n", ["octopoid"])
+    for _ in range(3):
+        assert forge.issue(number).title == "Add the widget"

@@ -4,7 +4,10 @@ githubkit keeps an HTTP cache (hishel) in the client: a poll of a pull request t
 not changed is a conditional request answered ``304``, which GitHub does not count against
 the rate limit, so one client lives as long as the poller. Its own retries are off: a
 rate limit or a 5xx becomes ``ForgeUnavailable`` and the poller's backoff decides when to
-ask again. Answers are read as JSON, not through githubkit's models, so a field GitHub adds
+ask again. githubkit makes an HTTP client for every request, and httpx a TLS context for
+each unless given one (~55 ms of CPU: it loads the whole CA bundle): the forge gives it one
+made once, as httpx would make it (``SSL_CERT_FILE``, ``SSL_CERT_DIR``, else certifi's).
+Answers are read as JSON, not through githubkit's models, so a field GitHub adds
 or leaves out never stops a poll.
 """
 
@@ -15,6 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 from githubkit import GitHub
 from githubkit.cache import MemCacheStrategy
 from githubkit.exception import GitHubException, RateLimitExceeded, RequestFailed
@@ -45,7 +49,12 @@ class GitHubForge:
     def __init__(self, url: str, repository: str, token: str) -> None:
         self.owner, self.repo = repository.split("/", 1)
         self.api = GitHub(  # a cache of its own: githubkit's default is the process's
-            token, base_url=url, auto_retry=False, timeout=30.0, cache_strategy=MemCacheStrategy()
+            token,
+            base_url=url,
+            auto_retry=False,
+            timeout=30.0,
+            cache_strategy=MemCacheStrategy(),
+            ssl_verify=httpx.create_ssl_context(),
         )
         self.rest = self.api.rest
 

@@ -32,9 +32,9 @@ def make_bare_repo(path: Path) -> Path:
 def one_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CA file of one certificate (certifi's first). A forge test's clients are pointed
     at it (SSL_CERT_FILE, read by httpx and OpenSSL, and inherited by the daemons a test
-    starts): githubkit makes an HTTP client, and with it a TLS context that reads the
-    whole bundle of ~140 (~33 ms), for every request, ~150 times a test file. The fakes
-    speak plain HTTP, so no certificate is ever checked."""
+    starts): every forge a process makes (a command, a daemon, a runner) makes a TLS
+    context that reads the whole bundle of ~140 (~33 ms), tens of times a test file.
+    The fakes speak plain HTTP, so no certificate is ever checked."""
     import certifi
 
     bundle = Path(certifi.where()).read_text()
