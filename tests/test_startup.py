@@ -55,6 +55,7 @@ HEAVY = {
     "logging": "logging",  # the daemon's log, a journal step's failure: no command's answer
     "random": "random",  # a record's update that lost a race waits a random while
     "the memory index": "orchestrator.memory.store",  # hashlib, SQLite: search, promotion
+    "importlib.resources": "importlib.resources",  # zipfile, tempfile: init's templates
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
@@ -93,7 +94,7 @@ NOT_NEEDED = {
     ("status",): WRITERS_ONLY | READ_ONLY | {"git machinery"},
     ("agents",): WRITERS_ONLY | READ_ONLY,
     # the checkout's branch through git, and the sandbox's summary: no task is created
-    ("init",): (WRITERS_ONLY - {"PyYAML", "random"}) | READ_ONLY | {"the verdicts"},
+    ("init",): (WRITERS_ONLY - {"PyYAML"}) | READ_ONLY | {"the verdicts", "importlib.resources"},
     # CI files (GitPython, PyYAML) for a forge's project only
     ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery", "ctypes", "the backends"},
     # No check configured: the merge pre-check alone, git as plain processes, and no box.
