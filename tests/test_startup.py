@@ -54,7 +54,8 @@ HEAVY = {
     "ctypes": "ctypes",  # prctl, for a process a command starts: readers start none
     "logging": "logging",  # the daemon's log, a journal step's failure: no command's answer
     "random": "random",  # a record's update that lost a race waits a random while
-    "the memory index": "orchestrator.memory.store",  # hashlib, SQLite: search, promotion
+    "the memory index": "orchestrator.memory.store",  # SQLite: search, promotion
+    "hashlib": "hashlib",  # OpenSSL: a note's content hash, when one is written or looked up
     "importlib.resources": "importlib.resources",  # zipfile, tempfile: init's templates
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
