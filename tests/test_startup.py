@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.base import bytecode
+from orchestrator.base.patterns import LazyPattern
 
 from .support import write_agents
 
@@ -213,6 +215,57 @@ def test_a_command_imports_only_its_own_command_module(
         n.removeprefix(prefix) for n in _loaded(startup_project, args) if n.startswith(prefix)
     }
     assert loaded - CLI_CORE == own
+
+
+#: Run a command in-process, then print which module-level patterns of octopoid it compiled.
+COMPILED_PROBE = """
+import json, re, sys
+from orchestrator.faces.cli.main import main
+from orchestrator.base.lazy import is_loaded
+from orchestrator.base.patterns import LazyPattern
+sys.argv = ["octopoid", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+def compiled(value):
+    if isinstance(value, tuple):
+        return any(compiled(v) for v in value)
+    return isinstance(value, re.Pattern) or (
+        isinstance(value, LazyPattern) and "compiled" in vars(value)
+    )
+found = [
+    f"{name}.{attr}"
+    for name, module in list(sys.modules.items())
+    if name.startswith("orchestrator") and is_loaded(module)
+    for attr, value in list(vars(module).items())
+    if compiled(value)
+]
+print(json.dumps(found), file=sys.stderr)
+"""
+
+
+def test_list_compiles_no_pattern_it_does_not_use(startup_project: Path):
+    """`list` reads the claim index and parses no task file, id or config key: the
+    patterns of the modules it loads (task headers, ids, config names, record keys) stay
+    uncompiled (``base/patterns.py``), where they were ~10 M instructions of its start."""
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILED_PROBE, "list"],
+        cwd=startup_project,
+        env=_env(startup_project),
+        capture_output=True,
+        text=True,
+    )
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+
+
+def test_a_lazy_pattern_is_the_compiled_pattern_once_used():
+    pattern = LazyPattern(rb"k(e+)y", re.I)
+    assert pattern.pattern == rb"k(e+)y" and "compiled" not in vars(pattern)
+    assert pattern.sub(b"-", b"a KEEy b") == b"a - b"
+    assert pattern.compiled is re.compile(rb"k(e+)y", re.I)  # re's own cache: one compile
+    assert pattern.groups == 1
+    assert pattern.fullmatch(b"key").re is pattern.compiled
 
 
 def test_version_still_prints_the_installed_version(startup_project: Path):

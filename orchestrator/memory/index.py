@@ -12,14 +12,14 @@ vocabulary rows in the same order and never deadlock.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.patterns import LazyPattern
 from .terms import note_terms
 
-TASK_TAG_RE = re.compile(r"TASK-[A-Za-z0-9_-]{1,64}")
+TASK_TAG_RE = LazyPattern(r"TASK-[A-Za-z0-9_-]{1,64}")
 PENDING_BATCH = 5000  # notes indexed per transaction by ``index_pending``: a batch's
 # vocabulary is written once, and a common word is in every batch (20,000 synthetic notes,
 # with lengths written in one executemany and PostgreSQL's postings by COPY: 55 s -> 17 s

@@ -11,19 +11,20 @@ prompts (``instructions.py``). An accept keeps only the items of the attempt it 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
+
+from ..base.patterns import LazyPattern
 
 MAX_NAME = 100
 NAME = r"[^\[\];]{1,100}"
 TASK_LABEL = r"TASK-[A-Za-z0-9_-]{1,64}"
-STAMPED_RE = re.compile(
+STAMPED_RE = LazyPattern(
     rf"\[(?P<task>{TASK_LABEL}) (?:attempt (?P<attempt>\d{{1,9}}) )?"
     rf"by (?P<agent>{NAME})(?:; edited by (?P<edited>{NAME}))?"
     rf"(?:; kept by (?P<kept>{NAME}))?(?:; struck by (?P<struck>{NAME}))?\] (?P<text>.*)"
 )
-UNNAMEABLE_RE = re.compile(r"[\[\];\x00-\x1f\x7f-\x9f]")
+UNNAMEABLE_RE = LazyPattern(r"[\[\];\x00-\x1f\x7f-\x9f]")
 
 
 def clean_name(who: object) -> str:

@@ -14,7 +14,6 @@ are saved whatever else is wrong. When the queue lives in PostgreSQL the notes d
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,14 +24,15 @@ from .. import config
 from ..base.fsutil import atomic_write
 from ..base.lazy import lazy_import
 from ..base.locks import FileMutex
+from ..base.patterns import LazyPattern
 from ..model import defaults
 from ..model.exceptions import ConfigError
 from ..model.tasks import TaskId, format_time, one_line, task_label, utcnow
 from .call_forms import TaskRef, task_id_of
 
 redaction = lazy_import("orchestrator.base.redaction")  # at first use: readers never redact
-BACKTICK_RUN_RE = re.compile(r"`+")
-ATTEMPT_RE = re.compile(r"Attempt (\d+) — ")
+BACKTICK_RUN_RE = LazyPattern(r"`+")
+ATTEMPT_RE = LazyPattern(r"Attempt (\d+) — ")
 REVIEW_COMMENTS = "Review Comments"  # heading of a rejection's line comments (kind "review")
 
 
