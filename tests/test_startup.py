@@ -22,11 +22,14 @@ from orchestrator.base.patterns import LazyPattern
 
 from .support import write_agents
 
-#: Run a command in-process, then print its exit code and the modules it really loaded.
+#: Run a command in-process, then print its exit code, the modules it really loaded, and of
+#: octopoid's loaded modules the patterns compiled and the frozen dataclasses built (by
+#: ``type()``: ``isinstance`` would read ``__class__`` and run a lazy module's body).
 PROBE = """
-import json, sys
+import json, re, sys
 from orchestrator.faces.cli.main import main
 from orchestrator.base.lazy import is_loaded
+from orchestrator.base.patterns import LazyPattern
 sys.argv = ["octopoid", *sys.argv[1:]]
 code = 0
 try:
@@ -34,7 +37,23 @@ try:
 except SystemExit as exc:
     code = exc.code or 0
 loaded = [n for n, m in list(sys.modules.items()) if is_loaded(m)]
-print(json.dumps({"code": code, "loaded": loaded}), file=sys.stderr)
+ours = [m for n, m in list(sys.modules.items()) if n.startswith("orchestrator") and is_loaded(m)]
+def compiled(value):
+    if type(value) is tuple:
+        return any(compiled(v) for v in value)
+    return type(value) is re.Pattern or (type(value) is LazyPattern and "compiled" in vars(value))
+def frozen(value, module):
+    params = vars(value).get("__dataclass_params__") if type(value) is type else None
+    return params is not None and params.frozen and value.__module__ == module.__name__
+def named(test):
+    return [f"{m.__name__}.{a}" for m in ours for a, v in list(vars(m).items()) if test(v, m)]
+found = {
+    "code": code,
+    "loaded": loaded,
+    "compiled": named(lambda value, _: compiled(value)),
+    "frozen": named(frozen),
+}
+print(json.dumps(found), file=sys.stderr)
 """
 HEAVY = {
     "PyYAML": "yaml",
@@ -125,15 +144,20 @@ def _env(root: Path) -> dict[str, str]:
     return {**env, "XDG_CACHE_HOME": str(root.parent / f"{root.name}-cache")}
 
 
-def _loaded(root: Path, args: tuple[str, ...]) -> set[str]:
-    """What the command imported, once it has succeeded (a failure may stop short of them)."""
+def _probe(root: Path, args: tuple[str, ...]) -> dict[str, list[str]]:
+    """What the command imported, compiled and built, once it has succeeded (a failure may
+    stop short of them)."""
     env = _env(root)
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args], cwd=root, env=env, capture_output=True, text=True
     )
     found = json.loads(done.stderr.strip().splitlines()[-1])
     assert found["code"] == 0, done.stderr
-    return set(found["loaded"])
+    return found
+
+
+def _loaded(root: Path, args: tuple[str, ...]) -> set[str]:
+    return set(_probe(root, args)["loaded"])
 
 
 @pytest.fixture(scope="module")
@@ -217,46 +241,34 @@ def test_a_command_imports_only_its_own_command_module(
     assert loaded - CLI_CORE == own
 
 
-#: Run a command in-process, then print which module-level patterns of octopoid it compiled.
-COMPILED_PROBE = """
-import json, re, sys
-from orchestrator.faces.cli.main import main
-from orchestrator.base.lazy import is_loaded
-from orchestrator.base.patterns import LazyPattern
-sys.argv = ["octopoid", *sys.argv[1:]]
-try:
-    main()
-except SystemExit:
-    pass
-def compiled(value):
-    if isinstance(value, tuple):
-        return any(compiled(v) for v in value)
-    return isinstance(value, re.Pattern) or (
-        isinstance(value, LazyPattern) and "compiled" in vars(value)
-    )
-found = [
-    f"{name}.{attr}"
-    for name, module in list(sys.modules.items())
-    if name.startswith("orchestrator") and is_loaded(module)
-    for attr, value in list(vars(module).items())
-    if compiled(value)
-]
-print(json.dumps(found), file=sys.stderr)
-"""
-
-
 def test_list_compiles_no_pattern_it_does_not_use(startup_project: Path):
     """`list` reads the claim index and parses no task file, id or config key: the
     patterns of the modules it loads (task headers, ids, config names, record keys) stay
     uncompiled (``base/patterns.py``), where they were ~10 M instructions of its start."""
-    done = subprocess.run(
-        [sys.executable, "-c", COMPILED_PROBE, "list"],
-        cwd=startup_project,
-        env=_env(startup_project),
-        capture_output=True,
-        text=True,
-    )
-    assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+    assert _probe(startup_project, ("list",))["compiled"] == []
+
+
+#: Frozen dataclasses a command may still build at import (~4.6 M instructions each, a
+#: NamedTuple ~0.8 M): a review draft's ``asdict`` needs ``LineComment`` a dataclass;
+#: ``review.diffs``' are the review part's.
+FROZEN_KEPT = {
+    "orchestrator.queue.task_notes.LineComment",
+    "orchestrator.review.diffs.DiffRead",
+    "orchestrator.review.diffs.FileStat",
+}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("show", "TASK-1"), ("memory", "search", "fact"), ("memory", "show", "TASK-1")],
+    ids=" ".join,
+)
+def test_a_command_builds_no_frozen_dataclass_it_can_do_without(
+    startup_project: Path, args: tuple[str, ...]
+):
+    """A working note's ``Item`` and its ``Origin`` are NamedTuples: `show` lists a task's
+    learnings and `memory` reads notes with them, compared only with their own kind."""
+    assert set(_probe(startup_project, args)["frozen"]) - FROZEN_KEPT == set()
 
 
 def test_a_lazy_pattern_is_the_compiled_pattern_once_used():

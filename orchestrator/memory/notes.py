@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import config
 from ..base.fsutil import atomic_write
@@ -42,9 +42,9 @@ QUOTE = "> "  # before every line of an ephemeral file's Task Context
 ItemMatch = Callable[[str, str], bool]  # (section, item) -> remove it?
 
 
-@dataclass(frozen=True)
-class Item:
-    """One ``- ...`` line of a section: its text, and who recorded it (None: unstamped)."""
+class Item(NamedTuple):
+    """One ``- ...`` line of a section: its text, and who recorded it (None: unstamped). A
+    NamedTuple, as ``Origin`` is."""
 
     section: str
     text: str

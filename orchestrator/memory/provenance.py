@@ -11,8 +11,7 @@ prompts (``instructions.py``). An accept keeps only the items of the attempt it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..base.patterns import LazyPattern
 
@@ -33,10 +32,11 @@ def clean_name(who: object) -> str:
     return name or "someone"
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(NamedTuple):
     """Who recorded an item: the task, the attempt (None: a person, outside any attempt),
-    the agent (or person), and a reviewer who edited, kept or struck it."""
+    the agent (or person), and a reviewer who edited, kept or struck it. A NamedTuple, not
+    a frozen dataclass (~4.6 M instructions to build at import, for `show`'s list of a
+    task's learnings); it is compared only with its own kind."""
 
     task: str
     attempt: int | None
@@ -67,13 +67,13 @@ class Origin:
         return (("edited", self.edited_by), ("kept", self.kept_by), ("struck", self.struck_by))
 
     def edited(self, who: str) -> Origin:
-        return replace(self, edited_by=clean_name(who))
+        return self._replace(edited_by=clean_name(who))
 
     def struck(self, who: str) -> Origin:
-        return replace(self, struck_by=clean_name(who))
+        return self._replace(struck_by=clean_name(who))
 
     def kept(self, who: str) -> Origin:
-        return replace(self, kept_by=clean_name(who))
+        return self._replace(kept_by=clean_name(who))
 
 
 def parse_item(line_text: str) -> tuple[Origin | None, str]:
