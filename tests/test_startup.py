@@ -260,14 +260,22 @@ FROZEN_KEPT = {
 
 @pytest.mark.parametrize(
     "args",
-    [("show", "TASK-1"), ("memory", "search", "fact"), ("memory", "show", "TASK-1")],
+    [
+        ("show", "TASK-1"),
+        ("memory", "search", "fact"),
+        ("memory", "show", "TASK-1"),
+        ("enqueue", "a task"),
+        ("doctor",),
+    ],
     ids=" ".join,
 )
 def test_a_command_builds_no_frozen_dataclass_it_can_do_without(
     startup_project: Path, args: tuple[str, ...]
 ):
-    """A working note's ``Item`` and its ``Origin`` are NamedTuples: `show` lists a task's
-    learnings and `memory` reads notes with them, compared only with their own kind."""
+    """NamedTuples, each compared only with its own kind: a working note's ``Item`` and its
+    ``Origin`` (`show` lists a task's learnings, `memory` reads notes), the memory index's
+    ``Dialect``, the redaction's ``Detector`` (every writer) and the network policy's
+    ``Entry`` and ``Policy`` (`doctor`'s network lines)."""
     assert set(_probe(startup_project, args)["frozen"]) - FROZEN_KEPT == set()
 
 

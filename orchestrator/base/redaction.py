@@ -23,7 +23,6 @@ import importlib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property, lru_cache, partial
 from itertools import repeat
 from pathlib import Path
@@ -257,9 +256,9 @@ class Span(NamedTuple):
     match: int  # before ``start`` when context (``://user:``, ``Bearer``) is matched too
 
 
-@dataclass(frozen=True)
-class Detector:
-    """One regex for one kind of secret, run only where one of its anchors occurs."""
+class Detector(NamedTuple):
+    """One regex for one kind of secret, run only where one of its anchors occurs (a
+    NamedTuple, not a frozen dataclass: ~4.6 M instructions at import, for every writer)."""
 
     kind: str
     regex: re.Pattern[bytes]
