@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import config
 from ..base.lazy import lazy_import
@@ -63,7 +63,6 @@ from .store import get_store, get_task, known_task_id, list_tasks, readable_task
 from .store import locate as _locate
 from .store.base import NEVER
 from .task_notes import (
-    LineComment,
     add_review_notes,
     append_attempt,
     cleanup_task_notes,
@@ -71,6 +70,9 @@ from .task_notes import (
     get_task_notes,
     take_back_notes,
 )
+
+if TYPE_CHECKING:
+    from .line_comments import LineComment
 
 redaction = lazy_import("orchestrator.base.redaction")  # at first use: readers never redact
 S = TaskState
