@@ -78,6 +78,7 @@ HEAVY = {
     "the memory index": "orchestrator.memory.store",  # SQLite: search, promotion
     "hashlib": "hashlib",  # OpenSSL: a note's content hash, when one is written or looked up
     "importlib.resources": "importlib.resources",  # zipfile, tempfile: init's templates
+    "the budgets": "orchestrator.queue.budgets",  # a task's own limits; the stalls' spend
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
@@ -132,6 +133,7 @@ NOT_NEEDED = {
         "the verdicts",
         "logging",
         "random",
+        "the budgets",  # the task has none of its own
     },
 }
 

@@ -56,7 +56,7 @@ from ..model.tasks import (
     task_label,
     utcnow,
 )
-from . import budgets, task_notes
+from . import task_notes
 from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
 from .leases import LEASE_HEADERS, attempts_left, claim_token, fence_holds, lease_headers, new_token
 from .store import get_store, get_task, known_task_id, list_tasks, readable_tasks
@@ -74,6 +74,8 @@ from .task_notes import (
 if TYPE_CHECKING:
     from .line_comments import LineComment
 
+# a task with a budget of its own: every other move reads no limits (~4 M instructions)
+budgets = lazy_import("orchestrator.queue.budgets")
 redaction = lazy_import("orchestrator.base.redaction")  # at first use: readers never redact
 S = TaskState
 REJECT_REASONS = ("invalid", "duplicate", "already_implemented", "out_of_scope", "other")
