@@ -11,7 +11,6 @@ from ..base.fsutil import atomic_write
 from ..config import OCTOPOID_DIR
 from ..model.exceptions import ConfigError, InvalidInput
 from ..model.tasks import TaskState
-from ..queue.checkout import check_work_tree
 from ..queue.store import FolderStore
 
 TEMPLATE_FILES = ("config.yaml", "agents.yaml", "prompts/implement.md", "prompts/breakdown.md")
@@ -22,15 +21,14 @@ RUNTIME_DIRS = ("shared/notes", "memory", "worktrees", "logs")
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
-def init_project(root: Path, *, require_git: bool = False) -> list[Path]:
+def init_project(root: Path) -> list[Path]:
     """Create what is missing under ``root/.octopoid``; return what was created.
 
-    Existing files are never overwritten, so running it twice changes nothing.
-    ``require_git`` (the CLI) first refuses a ``root`` that is not the top of a git work
-    tree, where every attempt would fail; Python callers (tests) may use a plain folder.
+    Existing files are never overwritten, so running it twice changes nothing. The CLI
+    first refuses a ``root`` that is not the top of a git work tree, where every attempt
+    would fail (``checkout.work_tree_branch``); Python callers (tests) may use a plain
+    folder.
     """
-    if require_git:
-        check_work_tree(root)
     base = root / OCTOPOID_DIR
     created: list[Path] = []
     for name in TEMPLATE_FILES:

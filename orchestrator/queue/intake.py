@@ -34,7 +34,7 @@ from ..model.tasks import (
     task_label,
 )
 from . import machine as queue_utils
-from .checkout import branch_exists, check_work_tree, current_branch
+from .checkout import branch_exists, check_work_tree, current_branch, head_branch
 
 budgets = lazy_import("orchestrator.queue.budgets")  # `--budget` only (~4 M instructions)
 
@@ -155,6 +155,8 @@ def base_branch(branch: str | None, root: Path) -> str:
 
     It must exist: a task based on a missing branch would fail every attempt.
     """
+    if branch is None and (checked_out := head_branch(root)) is not None:
+        return checked_out  # the usual case, in one git process
     name = current_branch(root) if branch is None else clean_text(branch, "--branch")
     if name is None:
         check_work_tree(root)
