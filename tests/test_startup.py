@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -285,6 +286,7 @@ def test_a_lazy_pattern_is_the_compiled_pattern_once_used():
     assert pattern.compiled is re.compile(rb"k(e+)y", re.I)  # re's own cache: one compile
     assert pattern.groups == 1
     assert pattern.fullmatch(b"key").re is pattern.compiled
+    assert pickle.loads(pickle.dumps(LazyPattern("k"))).fullmatch("k")  # before first use
 
 
 @pytest.mark.parametrize("args", [("init",), ("enqueue", "a task")], ids=" ".join)

@@ -44,7 +44,11 @@ class LazyPattern(Generic[AnyStr]):
         self._flags = flags
 
     def __getattr__(self, name: str) -> Any:
-        """Only for what the instance does not hold yet: the first use compiles."""
+        """Only for what the instance does not hold yet: the first use compiles. A special
+        name is none of its methods (``copy`` and ``pickle`` look some up before
+        ``__init__`` has run): looked for here, it is not there."""
+        if name.startswith("__"):
+            raise AttributeError(name)
         compiled = re.compile(self.pattern, self._flags)
         vars(self).update({attr: getattr(compiled, attr) for attr in _ATTRIBUTES})
         vars(self)["compiled"] = compiled
