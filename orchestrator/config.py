@@ -12,13 +12,13 @@ what the configuration may hold.
 from __future__ import annotations
 
 import os
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from .base import netmodes, usercache, workspace_rules
 from .base.lazy import lazy_import
+from .base.patterns import LazyPattern
 from .model import defaults
 from .model.exceptions import ConfigError
 
@@ -121,7 +121,7 @@ DATABASE_URL_ENV = "OCTOPOID_DATABASE_URL"
 #: Seconds a process waits for an unreachable PostgreSQL before failing (runners get it)
 DATABASE_WAIT_ENV = "OCTOPOID_DATABASE_WAIT_SECONDS"
 # a git remote's name (never an option: it is passed to git as an argument)
-REMOTE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+REMOTE_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def network_schema(mode: str | None) -> dict[str, Field]:
@@ -450,8 +450,8 @@ FORGE_DEFAULTS = {  # kind: (API URL, token variable)
     "github": ("https://api.github.com", "GITHUB_TOKEN"),
     "gitlab": ("https://gitlab.com", "GITLAB_TOKEN"),
 }
-REPOSITORY_RE = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+")
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+REPOSITORY_RE = LazyPattern(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+")
+ENV_NAME_RE = LazyPattern(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _check_forge(cfg: dict[str, Any], path: Path) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,14 +19,18 @@ from pathlib import Path
 import pytest
 
 from orchestrator.base import bytecode
+from orchestrator.base.patterns import LazyPattern
 
-from .support import write_agents
+from .support import logged_tool, write_agents
 
-#: Run a command in-process, then print its exit code and the modules it really loaded.
+#: Run a command in-process, then print its exit code, the modules it really loaded, and of
+#: octopoid's loaded modules the patterns compiled and the frozen dataclasses built (by
+#: ``type()``: ``isinstance`` would read ``__class__`` and run a lazy module's body).
 PROBE = """
-import json, sys
+import json, re, sys
 from orchestrator.faces.cli.main import main
 from orchestrator.base.lazy import is_loaded
+from orchestrator.base.patterns import LazyPattern
 sys.argv = ["octopoid", *sys.argv[1:]]
 code = 0
 try:
@@ -32,7 +38,23 @@ try:
 except SystemExit as exc:
     code = exc.code or 0
 loaded = [n for n, m in list(sys.modules.items()) if is_loaded(m)]
-print(json.dumps({"code": code, "loaded": loaded}), file=sys.stderr)
+ours = [m for n, m in list(sys.modules.items()) if n.startswith("orchestrator") and is_loaded(m)]
+def compiled(value):
+    if type(value) is tuple:
+        return any(compiled(v) for v in value)
+    return type(value) is re.Pattern or (type(value) is LazyPattern and "compiled" in vars(value))
+def frozen(value, module):
+    params = vars(value).get("__dataclass_params__") if type(value) is type else None
+    return params is not None and params.frozen and value.__module__ == module.__name__
+def named(test):
+    return [f"{m.__name__}.{a}" for m in ours for a, v in list(vars(m).items()) if test(v, m)]
+found = {
+    "code": code,
+    "loaded": loaded,
+    "compiled": named(lambda value, _: compiled(value)),
+    "frozen": named(frozen),
+}
+print(json.dumps(found), file=sys.stderr)
 """
 HEAVY = {
     "PyYAML": "yaml",
@@ -54,7 +76,10 @@ HEAVY = {
     "ctypes": "ctypes",  # prctl, for a process a command starts: readers start none
     "logging": "logging",  # the daemon's log, a journal step's failure: no command's answer
     "random": "random",  # a record's update that lost a race waits a random while
-    "the memory index": "orchestrator.memory.store",  # hashlib, SQLite: search, promotion
+    "the memory index": "orchestrator.memory.store",  # SQLite: search, promotion
+    "hashlib": "hashlib",  # OpenSSL: a note's content hash, when one is written or looked up
+    "importlib.resources": "importlib.resources",  # zipfile, tempfile: init's templates
+    "the budgets": "orchestrator.queue.budgets",  # a task's own limits; the stalls' spend
 }
 #: What no command that only reads the queue has a use for. PyYAML: config.yaml's parse
 #: is the user cache's (base/usercache.py) once any command has read it unchanged.
@@ -93,7 +118,7 @@ NOT_NEEDED = {
     ("status",): WRITERS_ONLY | READ_ONLY | {"git machinery"},
     ("agents",): WRITERS_ONLY | READ_ONLY,
     # the checkout's branch through git, and the sandbox's summary: no task is created
-    ("init",): (WRITERS_ONLY - {"PyYAML", "random"}) | READ_ONLY | {"the verdicts"},
+    ("init",): (WRITERS_ONLY - {"PyYAML"}) | READ_ONLY | {"the verdicts", "importlib.resources"},
     # CI files (GitPython, PyYAML) for a forge's project only
     ("doctor",): WRITERS_ONLY | {"GitPython", "git machinery", "ctypes", "the backends"},
     # No check configured: the merge pre-check alone, git as plain processes, and no box.
@@ -109,6 +134,7 @@ NOT_NEEDED = {
         "the verdicts",
         "logging",
         "random",
+        "the budgets",  # the task has none of its own
     },
 }
 
@@ -121,15 +147,20 @@ def _env(root: Path) -> dict[str, str]:
     return {**env, "XDG_CACHE_HOME": str(root.parent / f"{root.name}-cache")}
 
 
-def _loaded(root: Path, args: tuple[str, ...]) -> set[str]:
-    """What the command imported, once it has succeeded (a failure may stop short of them)."""
+def _probe(root: Path, args: tuple[str, ...]) -> dict[str, list[str]]:
+    """What the command imported, compiled and built, once it has succeeded (a failure may
+    stop short of them)."""
     env = _env(root)
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args], cwd=root, env=env, capture_output=True, text=True
     )
     found = json.loads(done.stderr.strip().splitlines()[-1])
     assert found["code"] == 0, done.stderr
-    return set(found["loaded"])
+    return found
+
+
+def _loaded(root: Path, args: tuple[str, ...]) -> set[str]:
+    return set(_probe(root, args)["loaded"])
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +242,73 @@ def test_a_command_imports_only_its_own_command_module(
         n.removeprefix(prefix) for n in _loaded(startup_project, args) if n.startswith(prefix)
     }
     assert loaded - CLI_CORE == own
+
+
+def test_list_compiles_no_pattern_it_does_not_use(startup_project: Path):
+    """`list` reads the claim index and parses no task file, id or config key: the
+    patterns of the modules it loads (task headers, ids, config names, record keys) stay
+    uncompiled (``base/patterns.py``), where they were ~10 M instructions of its start."""
+    assert _probe(startup_project, ("list",))["compiled"] == []
+
+
+#: Frozen dataclasses a command may still build at import (~4.6 M instructions each, a
+#: NamedTuple ~0.8 M): ``review.diffs``' are the review part's.
+FROZEN_KEPT = {"orchestrator.review.diffs.DiffRead", "orchestrator.review.diffs.FileStat"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("show", "TASK-1"),
+        ("memory", "search", "fact"),
+        ("memory", "show", "TASK-1"),
+        ("enqueue", "a task"),
+        ("doctor",),
+        ("notes", "TASK-1"),
+    ],
+    ids=" ".join,
+)
+def test_a_command_builds_no_frozen_dataclass_it_can_do_without(
+    startup_project: Path, args: tuple[str, ...]
+):
+    """NamedTuples, each compared only with its own kind: a working note's ``Item`` and its
+    ``Origin`` (`show` lists a task's learnings, `memory` reads notes), the memory index's
+    ``Dialect``, the redaction's ``Detector`` (every writer) and the network policy's
+    ``Entry`` and ``Policy`` (`doctor`'s network lines); and a review's ``LineComment``
+    in a module of its own, which readers of retry notes do not load."""
+    assert set(_probe(startup_project, args)["frozen"]) - FROZEN_KEPT == set()
+
+
+def test_a_lazy_pattern_is_the_compiled_pattern_once_used():
+    pattern = LazyPattern(rb"k(e+)y", re.I)
+    assert pattern.pattern == rb"k(e+)y" and "compiled" not in vars(pattern)
+    assert pattern.sub(b"-", b"a KEEy b") == b"a - b"
+    assert pattern.compiled is re.compile(rb"k(e+)y", re.I)  # re's own cache: one compile
+    assert pattern.groups == 1
+    assert pattern.fullmatch(b"key").re is pattern.compiled
+    assert pickle.loads(pickle.dumps(LazyPattern("k"))).fullmatch("k")  # before first use
+
+
+@pytest.mark.parametrize("args", [("init",), ("enqueue", "a task")], ids=" ".join)
+def test_init_and_enqueue_ask_git_one_question(
+    startup_project: Path, tmp_path: Path, args: tuple[str, ...]
+):
+    """Where the branch checked out has a commit, `init` learns that it is at the top of a
+    work tree and which branch it is, and `enqueue` the branch a task starts from, from
+    one git process (~3 ms of their start each), not two."""
+    log, tools = tmp_path / "calls", tmp_path / "bin"
+    tools.mkdir()
+    logged_tool(tools, "git", log)
+    env = {**_env(startup_project), "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.faces.cli.main", *args],
+        cwd=startup_project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(log.read_text().splitlines()) == 1, log.read_text()
 
 
 def test_version_still_prints_the_installed_version(startup_project: Path):

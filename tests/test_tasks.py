@@ -101,7 +101,7 @@ body_lines = st.lists(line_text.filter(lambda s: not s.startswith(("#", "`", "~"
 
 @st.composite
 def tasks(draw: st.DrawFn) -> Task:
-    task = Task(id=draw(st.from_regex(ID_RE, fullmatch=True)), title=draw(line_text))
+    task = Task(id=draw(st.from_regex(ID_RE.pattern, fullmatch=True)), title=draw(line_text))
     keys = draw(
         st.lists(st.from_regex(r"[A-Z][A-Z0-9_]{0,10}", fullmatch=True), unique=True, max_size=5)
     )

@@ -14,19 +14,18 @@ describe with it). docs/security.md says what each mode allows.
 from __future__ import annotations
 
 import ipaddress
-import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from .netmodes import MODES, OLD_NAMES, agent_mode, canonical_mode, checks_mode  # noqa: F401
+from .patterns import LazyPattern
 
 #: Where the claude CLI's API is unless its env names another (``ANTHROPIC_BASE_URL``).
 ANTHROPIC_API = "api.anthropic.com:443"
 #: Where the claude CLI refreshes a login's token (its ``TOKEN_URL``, Claude Code 2.1):
 #: needed when the box carries the login's credentials instead of an API key.
 CLAUDE_LOGIN = "platform.claude.com:443"
-_NAME_RE = re.compile(r"(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*"
+_NAME_RE = LazyPattern(r"(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*"
                       r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")  # fmt: skip
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -70,10 +69,11 @@ def host_name(text: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One named destination: a host name (``*.`` for its subdomains) or an address,
-    on one port or any."""
+    on one port or any. It and ``Policy`` are NamedTuples, not frozen dataclasses (~4.6 M
+    instructions each to build at import, for `doctor`'s network lines); each is compared
+    only with its own kind."""
 
     host: str  # a name, the suffix of a wildcard, or an address's text
     port: int | None = None
@@ -138,8 +138,7 @@ def parse_entry(text: str) -> Entry:
         raise ValueError(f"{text!r}: {exc}") from None
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(NamedTuple):
     """The destinations one box may reach through the proxy."""
 
     entries: tuple[Entry, ...] = ()

@@ -23,7 +23,6 @@ import importlib
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property, lru_cache, partial
 from itertools import repeat
 from pathlib import Path
@@ -33,6 +32,7 @@ from urllib.parse import unquote
 import ahocorasick_rs
 
 from . import shape_gate
+from .patterns import LazyPattern
 
 SECRET_SUFFIXES = ("_API_KEY", "_TOKEN")
 SECRET_PARTS = ("SECRET", "PASSWORD")
@@ -175,12 +175,12 @@ OWN_SHAPES: tuple[tuple[str, bytes, Rule], ...] = (
      Rule((b'ecret"', b'assword"', b'ey"', b'oken"'), 1, False)),
 )  # fmt: skip
 
-TOKEN_TAIL = re.compile(rb"[A-Za-z0-9_\-+/=.]*")  # "." joins the parts of a JWT
+TOKEN_TAIL = LazyPattern(rb"[A-Za-z0-9_\-+/=.]*")  # "." joins the parts of a JWT
 TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.")
 #: What follows a key block cut off at a stream's hold limit, swallowed with it: the rest
 #: of its line, then its base64 and header lines through END.
-PEM_REST = re.compile(rb"(?:" + PEM_END + rb"|[^\r\n\\]*" + PEM_BODY + rb")")
-PEM_CLOSED = re.compile(rb"-----END" + PEM_TAG + rb"$")
+PEM_REST = LazyPattern(rb"(?:" + PEM_END + rb"|[^\r\n\\]*" + PEM_BODY + rb")")
+PEM_CLOSED = LazyPattern(rb"-----END" + PEM_TAG + rb"$")
 
 
 def looks_secret(name: str) -> bool:
@@ -191,7 +191,7 @@ def looks_secret(name: str) -> bool:
 
 #: The password of a URL with credentials (``scheme://user:password@host``), e.g. the
 #: ``OCTOPOID_DATABASE_URL`` every agent inherits: its password alone must not leak either.
-URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*:([^@/\s]+)@")
+URL_PASSWORD = LazyPattern(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]*:([^@/\s]+)@")
 
 
 def secret_env(
@@ -256,9 +256,9 @@ class Span(NamedTuple):
     match: int  # before ``start`` when context (``://user:``, ``Bearer``) is matched too
 
 
-@dataclass(frozen=True)
-class Detector:
-    """One regex for one kind of secret, run only where one of its anchors occurs."""
+class Detector(NamedTuple):
+    """One regex for one kind of secret, run only where one of its anchors occurs (a
+    NamedTuple, not a frozen dataclass: ~4.6 M instructions at import, for every writer)."""
 
     kind: str
     regex: re.Pattern[bytes]
@@ -537,7 +537,7 @@ class RedactingStream:
         self._spans = spans
         self._hold = hold
         self._held = b""
-        self._swallow: re.Pattern[bytes] | None = None
+        self._swallow: LazyPattern[bytes] | None = None
 
     @property
     def held(self) -> int:
@@ -597,7 +597,7 @@ class RedactingStream:
         return rest
 
 
-def rest_of(span: Span, window: bytes) -> re.Pattern[bytes] | None:
+def rest_of(span: Span, window: bytes) -> LazyPattern[bytes] | None:
     """What may still follow a secret that was cut off where ``window`` ends."""
     if span.kind == "private-key":
         closed = PEM_CLOSED.search(window, max(span.match, span.end - 100), span.end)
@@ -605,7 +605,7 @@ def rest_of(span: Span, window: bytes) -> re.Pattern[bytes] | None:
     return TOKEN_TAIL if span.end == len(window) else None
 
 
-def still_inside(swallow: re.Pattern[bytes], match: re.Match[bytes], rest: bytes) -> bool:
+def still_inside(swallow: LazyPattern[bytes], match: re.Match[bytes], rest: bytes) -> bool:
     """Whether what follows a swallowed piece may still be the secret: nothing follows yet,
     or a key block's END line may be arriving in pieces."""
     if not rest:
@@ -640,12 +640,12 @@ def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
 #: What no field from an attempt, a check or a forge keeps: C0 controls but tab and newline
 #: (NUL, BEL, ESC...), DEL, C1 (CSI...), lone surrogates, and bidi overrides and isolates
 #: (text that reads differently than it is).
-UNSHOWN_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
+UNSHOWN_RE = LazyPattern("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
 
 
 #: A terminal escape sequence as a whole (CSI, OSC, a charset or other ESC sequence), so a
 #: colour code leaves no ``[31m`` behind.
-ESCAPE_RE = re.compile(
+ESCAPE_RE = LazyPattern(
     "\x1b(?:\\[[0-?]*[ -/]*[@-~]|\\][^\x07\x1b\n]{0,256}(?:\x07|\x1b\\\\)?|[ -/]*[0-~])"
 )
 
@@ -668,15 +668,15 @@ class CleaningStream:
     character's first bytes, a CR) is held, at most ``ESCAPE_HOLD`` bytes, for the next."""
 
     ESCAPE_HOLD = 256
-    ESCAPES = re.compile(ESCAPE_RE.pattern.encode("latin-1"))
+    ESCAPES = LazyPattern(ESCAPE_RE.pattern.encode("latin-1"))
     C0 = bytes([*range(0x09), *range(0x0B, 0x20), 0x7F])  # deleted by translate: ~900 MB/s
     #: C1 and bidi characters in UTF-8, each pattern with one literal first byte: a scan for
     #: it runs at ~1.4 GB/s, where an alternation of starts runs at 20 MB/s
     MULTIBYTE = (
-        (b"\xc2", re.compile(rb"\xc2[\x80-\x9f]")),
-        (b"\xe2", re.compile(rb"\xe2(?:\x80[\xaa-\xae]|\x81[\xa6-\xa9])")),
+        (b"\xc2", LazyPattern(rb"\xc2[\x80-\x9f]")),
+        (b"\xe2", LazyPattern(rb"\xe2(?:\x80[\xaa-\xae]|\x81[\xa6-\xa9])")),
     )
-    UNFINISHED = re.compile(
+    UNFINISHED = LazyPattern(
         rb"(?:\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b\n]*|[ -/]*)|\xc2|\xe2\x80?|\xe2\x81|\r)\Z"
     )
 

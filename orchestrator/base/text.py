@@ -6,13 +6,12 @@ review comment) without importing the queue's store and state machine for one fu
 
 from __future__ import annotations
 
-import re
-
 from ..model.exceptions import InvalidInput
+from .patterns import LazyPattern
 
-SURROGATE_RE = re.compile("[\ud800-\udfff]")
+SURROGATE_RE = LazyPattern("[\ud800-\udfff]")
 #: Control characters other than tab and line ends: terminal escapes, binary data.
-CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+CONTROL_RE = LazyPattern("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def clean_text(value: str, what: str) -> str:

@@ -15,16 +15,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..base.patterns import LazyPattern
+
 _START = r"(?:^|[.!?;:]\s+|\n)\s*(?:[-*]\s+)?"  # where a sentence (or a bullet) starts
 _SHELL = r"(?:sudo\s+)?(?:ba|z|da|k|c|tc|fi)?sh|(?:sudo\s+)?(?:python3?|perl|ruby|node)"
 SHAPES = (
     (
         "a URL piped to a shell",
-        re.compile(rf"(?:\bcurl\b|\bwget\b|https?://)[^\n|]*\|\s*(?:{_SHELL})\b", re.I),
+        LazyPattern(rf"(?:\bcurl\b|\bwget\b|https?://)[^\n|]*\|\s*(?:{_SHELL})\b", re.I),
     ),
     (
         'an "always"/"never" rule',
-        re.compile(
+        LazyPattern(
             rf"{_START}(?:you\s+(?:must|should)\s+)?(?:always|never)\b"
             r"|\b(?:must|should)\s+(?:always|never)\b|\bunder no circumstances\b",
             re.I,
@@ -32,7 +34,7 @@ SHAPES = (
     ),
     (
         "an imperative to run a command",
-        re.compile(
+        LazyPattern(
             rf"{_START}(?:(?:please|first|you\s+must|you\s+should|make\s+sure\s+to|be\s+sure\s+to"
             r"|remember\s+to)\s+)?(?:run|execute|exec|install|download|curl|wget|sudo|bash|sh"
             r"|source|eval|pip3?|pipx|npm|npx|yarn|apt(?:-get)?|brew|chmod|export|disable|skip"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from ..base.lazy import lazy_import
 from ..base.locks import FileMutex
+from ..base.patterns import LazyPattern
 from ..model.exceptions import InvalidInput
 from ..model.tasks import Task, format_time, plural, utcnow
 from .instructions import instruction_shape
@@ -32,7 +33,7 @@ redaction = lazy_import("orchestrator.base.redaction")  # `show` lists learnings
 memory_open = lazy_import("orchestrator.memory.open")
 memory_store = lazy_import("orchestrator.memory.store")
 MAX_LEARNING_CHARS = 4000  # as one item an agent may remember
-EPHEMERAL_RE = re.compile(r"notes\.TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.(md|lock)")
+EPHEMERAL_RE = LazyPattern(r"notes\.TASK-([A-Za-z0-9][A-Za-z0-9_-]{0,63})\.(md|lock)")
 
 
 def seed_task_notes(task: Task) -> NotesManager:

@@ -15,14 +15,14 @@ stamped with its origin (``provenance.py``) before its text.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import config
 from ..base.fsutil import atomic_write
 from ..base.locks import FileMutex
+from ..base.patterns import LazyPattern
 from ..model.exceptions import InvalidMemoryInput, InvalidNotesId
 from ..model.tasks import format_time, utcnow
 from .provenance import Origin, parse_item, render_item
@@ -36,15 +36,15 @@ SECTIONS = (
     "File Knowledge",
 )
 TASK_CONTEXT = "Task Context"
-NOTES_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+NOTES_ID_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 UPDATED_PREFIX = "Last updated: "
 QUOTE = "> "  # before every line of an ephemeral file's Task Context
 ItemMatch = Callable[[str, str], bool]  # (section, item) -> remove it?
 
 
-@dataclass(frozen=True)
-class Item:
-    """One ``- ...`` line of a section: its text, and who recorded it (None: unstamped)."""
+class Item(NamedTuple):
+    """One ``- ...`` line of a section: its text, and who recorded it (None: unstamped). A
+    NamedTuple, as ``Origin`` is."""
 
     section: str
     text: str

@@ -11,19 +11,19 @@ prompts (``instructions.py``). An accept keeps only the items of the attempt it 
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
+
+from ..base.patterns import LazyPattern
 
 MAX_NAME = 100
 NAME = r"[^\[\];]{1,100}"
 TASK_LABEL = r"TASK-[A-Za-z0-9_-]{1,64}"
-STAMPED_RE = re.compile(
+STAMPED_RE = LazyPattern(
     rf"\[(?P<task>{TASK_LABEL}) (?:attempt (?P<attempt>\d{{1,9}}) )?"
     rf"by (?P<agent>{NAME})(?:; edited by (?P<edited>{NAME}))?"
     rf"(?:; kept by (?P<kept>{NAME}))?(?:; struck by (?P<struck>{NAME}))?\] (?P<text>.*)"
 )
-UNNAMEABLE_RE = re.compile(r"[\[\];\x00-\x1f\x7f-\x9f]")
+UNNAMEABLE_RE = LazyPattern(r"[\[\];\x00-\x1f\x7f-\x9f]")
 
 
 def clean_name(who: object) -> str:
@@ -32,10 +32,11 @@ def clean_name(who: object) -> str:
     return name or "someone"
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(NamedTuple):
     """Who recorded an item: the task, the attempt (None: a person, outside any attempt),
-    the agent (or person), and a reviewer who edited, kept or struck it."""
+    the agent (or person), and a reviewer who edited, kept or struck it. A NamedTuple, not
+    a frozen dataclass (~4.6 M instructions to build at import, for `show`'s list of a
+    task's learnings); it is compared only with its own kind."""
 
     task: str
     attempt: int | None
@@ -66,13 +67,13 @@ class Origin:
         return (("edited", self.edited_by), ("kept", self.kept_by), ("struck", self.struck_by))
 
     def edited(self, who: str) -> Origin:
-        return replace(self, edited_by=clean_name(who))
+        return self._replace(edited_by=clean_name(who))
 
     def struck(self, who: str) -> Origin:
-        return replace(self, struck_by=clean_name(who))
+        return self._replace(struck_by=clean_name(who))
 
     def kept(self, who: str) -> Origin:
-        return replace(self, kept_by=clean_name(who))
+        return self._replace(kept_by=clean_name(who))
 
 
 def parse_item(line_text: str) -> tuple[Origin | None, str]:

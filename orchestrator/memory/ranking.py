@@ -16,10 +16,10 @@ with its reason and numbers.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from typing import Any, Protocol
 
+from ..base.patterns import LazyPattern
 from .index import indexed_text
 from .terms import PART_RE, PATH, SYMBOL, WORD, Term, query_terms, scan
 
@@ -122,7 +122,7 @@ MAX_SPECIFIC = 48
 #: relevant of 1.94 -> 1.84. Counting the task's CamelCase names too, simulated on the same
 #: candidates: httpx 66 %, pytest 61 %: the notes they kept named another method.)
 #: (A URL in a note is no file of the project: it is left out of both.)
-URL_RE = re.compile(r"\w+://\S*")
+URL_RE = LazyPattern(r"\w+://\S*")
 #: The best notes whose rows are read (filters may reject some: then four times more).
 RERANK = 50
 

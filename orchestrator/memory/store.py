@@ -9,7 +9,6 @@ triggers, so updates and deletes never leave it stale.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import time
@@ -72,6 +71,8 @@ INDEXED = "SELECT content, topic, tags, length FROM notes WHERE id = ?"
 
 
 def content_hash(content: str) -> str:
+    import hashlib  # OpenSSL's load, ~7 ms: a search hashes only notes.md's items, if any
+
     return hashlib.sha256(normalize_item(content).encode()).hexdigest()
 
 

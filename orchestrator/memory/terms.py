@@ -12,17 +12,18 @@ puts them first and ranking never drops them.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from ..base.patterns import LazyPattern
+
 WORD, SYMBOL, PATH = 0, 1, 2  # a term's kind: how specific it is
-CHUNK_RE = re.compile(r"\w[\w./-]*")
-PART_RE = re.compile(r"[^\W_]+")
-PLAIN_RE = re.compile(r"[a-z0-9]*")
-CAMEL_RE = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2}[a-z]")
-CAMEL_SPLIT_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
+CHUNK_RE = LazyPattern(r"\w[\w./-]*")
+PART_RE = LazyPattern(r"[^\W_]+")
+PLAIN_RE = LazyPattern(r"[a-z0-9]*")
+CAMEL_RE = LazyPattern(r"[a-z0-9][A-Z]|[A-Z]{2}[a-z]")
+CAMEL_SPLIT_RE = LazyPattern(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
 
 
 def _words(text: str) -> frozenset[str]:

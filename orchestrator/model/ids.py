@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 
+from ..base.patterns import LazyPattern
 from .exceptions import InvalidTaskId
 
 _ID = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
-ID_RE = re.compile(_ID)
-FILE_RE = re.compile(rf"TASK-({_ID})\.md")  # a task file's name
-LABEL_RE = re.compile(rf"TASK-({_ID})")  # a record's or journal's key
+ID_RE = LazyPattern(_ID)
+FILE_RE = LazyPattern(rf"TASK-({_ID})\.md")  # a task file's name
+LABEL_RE = LazyPattern(rf"TASK-({_ID})")  # a record's or journal's key
 
 
 class TaskId(str):
@@ -35,7 +36,10 @@ class TaskId(str):
         """The id a full match of ``FILE_RE`` or ``LABEL_RE`` found (a file's or a record's
         name): their group is ``ID_RE``, so the match was the check. Any other match (a
         search, another pattern) could carry a cut or unchecked id: a bug, refused."""
-        if match.re not in (FILE_RE, LABEL_RE) or match.span() != (0, len(match.string)):
+        if match.re not in (FILE_RE.compiled, LABEL_RE.compiled) or match.span() != (
+            0,
+            len(match.string),
+        ):
             raise ValueError(f"not a full match of FILE_RE or LABEL_RE: {match!r}")
         return str.__new__(cls, match.group(1))
 

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..base.lazy import lazy_import
+from ..base.patterns import LazyPattern
 from . import defaults
 from .exceptions import IllegalTransition, InvalidTask, InvalidTaskId, TaskParseError
 from .ids import (  # noqa: F401  (re-exported: the model's words in one place)
@@ -63,11 +64,11 @@ PLANNING_ROLE = "planning"
 DEFAULT_BRANCH = "main"
 TIP_HEADER = "BRANCH_TIP"  # the tip an attempt left on its branch (task_tips.py)
 
-TITLE_RE = re.compile(r"# \[TASK-([^\]\n]*)\] ?(.*)")
-HEADER_RE = re.compile(r"([A-Z][A-Z0-9_]*): ?(.*)")
-FENCE_RE = re.compile(r"(`{3,}|~{3,})")
-HEADING_RE = re.compile(r"\\*## ")  # a section heading, or one escaped any number of times
-LINE_RE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+TITLE_RE = LazyPattern(r"# \[TASK-([^\]\n]*)\] ?(.*)")
+HEADER_RE = LazyPattern(r"([A-Z][A-Z0-9_]*): ?(.*)")
+FENCE_RE = LazyPattern(r"(`{3,}|~{3,})")
+HEADING_RE = LazyPattern(r"\\*## ")  # a section heading, or one escaped any number of times
+LINE_RE = LazyPattern(r"[^\n]*\n|[^\n]+\Z")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 MAX_HEADER_CHARS = 1000  # a header is one line; longer values belong in a section
@@ -101,9 +102,9 @@ TIME_HEADERS = (
     "DEADLINE",
 )
 TIME_YEARS = range(1970, 10_000)  # not before octopoid's clocks; within what datetime holds
-DECIMAL_RE = re.compile(r"[0-9]{1,15}(\.[0-9]{1,12})?")
+DECIMAL_RE = LazyPattern(r"[0-9]{1,15}(\.[0-9]{1,12})?")
 #: git's branch name rules (git check-ref-format), less the rare ones git enforces itself.
-BRANCH_RE = re.compile(
+BRANCH_RE = LazyPattern(
     r"(?!-)(?!\.)(?!.*\.\.)(?!.*@\{)(?!.*//)(?!.*/\.)[^\x00-\x20\x7f~^:?*\[\\]+(?<![/.])(?<!\.lock)"
 )
 

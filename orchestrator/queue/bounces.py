@@ -9,16 +9,16 @@ run): `status` and `doctor` say so, with the way out. Read-only.
 
 from __future__ import annotations
 
-import re
 from itertools import takewhile
 from typing import Any
 
+from ..base.patterns import LazyPattern
 from ..model.defaults import BOUNCE_REPEATS
 from ..model.tasks import Task, TaskState
 
 S = TaskState
-NUMBERS_RE = re.compile(r"\d+(\.\d+)?")  # durations and counts differ between attempts
-KEPT_RE = re.compile(r"; # commits? kept on the branch$")  # the checks' own count
+NUMBERS_RE = LazyPattern(r"\d+(\.\d+)?")  # durations and counts differ between attempts
+KEPT_RE = LazyPattern(r"; # commits? kept on the branch$")  # the checks' own count
 
 
 def _refusal(line: str) -> str | None:

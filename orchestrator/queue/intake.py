@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..base.lazy import lazy_import
 from ..base.text import clean_text
 from ..model import defaults
 from ..model.exceptions import InvalidInput, InvalidTask
@@ -32,9 +33,10 @@ from ..model.tasks import (
     split_ids,
     task_label,
 )
-from . import budgets
 from . import machine as queue_utils
-from .checkout import branch_exists, check_work_tree, current_branch
+from .checkout import branch_exists, check_work_tree, current_branch, head_branch
+
+budgets = lazy_import("orchestrator.queue.budgets")  # `--budget` only (~4 M instructions)
 
 
 def read_context_file(path: Path | str) -> str:
@@ -153,6 +155,8 @@ def base_branch(branch: str | None, root: Path) -> str:
 
     It must exist: a task based on a missing branch would fail every attempt.
     """
+    if branch is None and (checked_out := head_branch(root)) is not None:
+        return checked_out  # the usual case, in one git process
     name = current_branch(root) if branch is None else clean_text(branch, "--branch")
     if name is None:
         check_work_tree(root)

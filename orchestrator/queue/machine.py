@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import config
 from ..base.lazy import lazy_import
@@ -56,14 +56,13 @@ from ..model.tasks import (
     task_label,
     utcnow,
 )
-from . import budgets, task_notes
+from . import task_notes
 from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
 from .leases import LEASE_HEADERS, attempts_left, claim_token, fence_holds, lease_headers, new_token
 from .store import get_store, get_task, known_task_id, list_tasks, readable_tasks
 from .store import locate as _locate
 from .store.base import NEVER
 from .task_notes import (
-    LineComment,
     add_review_notes,
     append_attempt,
     cleanup_task_notes,
@@ -72,6 +71,11 @@ from .task_notes import (
     take_back_notes,
 )
 
+if TYPE_CHECKING:
+    from .line_comments import LineComment
+
+# a task with a budget of its own: every other move reads no limits (~4 M instructions)
+budgets = lazy_import("orchestrator.queue.budgets")
 redaction = lazy_import("orchestrator.base.redaction")  # at first use: readers never redact
 S = TaskState
 REJECT_REASONS = ("invalid", "duplicate", "already_implemented", "out_of_scope", "other")

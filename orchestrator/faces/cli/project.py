@@ -26,7 +26,8 @@ def init(store_url: str | None) -> None:
     Run it at the top of a git work tree: every task is worked on a branch of it.
     """
     root = Path.cwd()
-    created = scaffold.init_project(root, require_git=True)
+    branch = checkout.work_tree_branch(root)  # refused unless the top of a git work tree
+    created = scaffold.init_project(root)
     for path in created:
         click.echo(f"created {path.relative_to(root)}")
     if not created and not store_url:
@@ -34,8 +35,8 @@ def init(store_url: str | None) -> None:
     if store_url:
         for line in scaffold.use_postgres(root, store_url):
             click.echo(line)
-    branch = checkout.current_branch(root) or "none: HEAD is detached"
-    click.echo(f"new tasks start from the branch checked out here ({branch}) unless given --branch")
+    shown = branch or "none: HEAD is detached"
+    click.echo(f"new tasks start from the branch checked out here ({shown}) unless given --branch")
     click.echo(box.describe()["summary"])
 
 

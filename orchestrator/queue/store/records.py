@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
@@ -32,14 +31,15 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
+from ...base.patterns import LazyPattern
 from ...model import defaults
 from ...model.exceptions import JournalBusy, OctopoidError, RecordChanged, TaskBusy
 
 #: One part of a key: no leading dot (the folder store's own files start with one), no
 #: slash; `key_part` makes any text into one.
 _PART = r"[A-Za-z0-9_%~-][A-Za-z0-9._%~-]{0,199}"
-KEY_RE = re.compile(rf"{_PART}(?:/{_PART})*")
-KIND_RE = re.compile(r"[a-z][a-z0-9-]{0,63}")
+KEY_RE = LazyPattern(rf"{_PART}(?:/{_PART})*")
+KIND_RE = LazyPattern(r"[a-z][a-z0-9-]{0,63}")
 MAX_KEY = 500
 
 Value = dict[str, Any]
