@@ -219,6 +219,21 @@ def test_with_a_remote_notes_are_judged_by_the_remote_s_base(big, git_project) -
     assert re.findall(r"\[memory #(\d+)", block(config.load_config())) == [str(live)]
 
 
+def test_with_a_remote_that_lacks_the_base_notes_are_judged_by_this_machine_s(
+    big, git_project
+) -> None:
+    """A base the remote does not have: the attempt starts from this machine's branch
+    (``task_tips.start``), so its notes are judged by that branch, not left unjudged for
+    want of a remote-tracking ref (the stale note and the moved one stay out)."""
+    about, live, _, _ = webhook_notes(big, git_project)
+    origin = git_project.parent / "origin.git"
+    git.Repo.init(origin, bare=True)  # a remote with no branch at all
+    run_git(git_project, "remote", "add", "origin", str(origin))
+    set_config(git_project, git={"remote": "origin"})
+    block = attempt._memory_block(about, config.load_config())
+    assert re.findall(r"\[memory #(\d+)", block) == [str(live)]
+
+
 def test_a_huge_file_at_the_base_is_read_only_as_far_as_staleness_looks(git_project) -> None:
     """A task naming a data file of gigabytes: the prompt builder's read of it stops at the
     bytes it searches, in memory too; a missing file is still None and a short one whole."""

@@ -361,9 +361,12 @@ def _memory_block(task: Task, cfg: dict) -> str:
     store = open_memory()
     try:
         lifecycle.index_main_notes(store)
-        remote = git_remote.remote_name()  # the attempt starts from the remote's base
-        base = git_remote.remote_ref(remote, task.branch) if remote else task.branch
-        at_base = partial(history.file_text, core.open_repo(), base, limit=FILE_CHARS)
+        repo, remote = core.open_repo(), git_remote.remote_name()
+        # the attempt starts from the remote's base, or this machine's where the remote
+        # lacks it (``task_tips.start``): without its ref every file would read as missing
+        tracking = git_remote.remote_ref(remote, task.branch) if remote else None
+        base = tracking if tracking and branches.ref_tip(repo, tracking) else task.branch
+        at_base = partial(history.file_text, repo, base, limit=FILE_CHARS)
         budget = cfg["memory"]["budget"]
         chosen = relevant_notes(task, store, scope=project_scope(), budget=budget, source=at_base)
     finally:
