@@ -14,8 +14,9 @@ from orchestrator import config
 from orchestrator.model.exceptions import IllegalTransition, InvalidInput, LostRace, StorageError
 from orchestrator.model.tasks import TaskState
 from orchestrator.queue import machine as q
+from orchestrator.queue.line_comments import LineComment
 from orchestrator.queue.store.files import FolderStore
-from orchestrator.queue.task_notes import LineComment, append_attempt, notes_summary, split_notes
+from orchestrator.queue.task_notes import append_attempt, notes_summary, split_notes
 from orchestrator.review import verdicts as review
 from orchestrator.review.comments import line_comment, parse_line_comment
 from orchestrator.roles.prompts import budget_notes

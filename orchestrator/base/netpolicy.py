@@ -71,9 +71,7 @@ def host_name(text: str) -> str:
 
 class Entry(NamedTuple):
     """One named destination: a host name (``*.`` for its subdomains) or an address,
-    on one port or any. It and ``Policy`` are NamedTuples, not frozen dataclasses (~4.6 M
-    instructions each to build at import, for `doctor`'s network lines); each is compared
-    only with its own kind."""
+    on one port or any."""
 
     host: str  # a name, the suffix of a wildcard, or an address's text
     port: int | None = None

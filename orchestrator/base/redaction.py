@@ -257,8 +257,7 @@ class Span(NamedTuple):
 
 
 class Detector(NamedTuple):
-    """One regex for one kind of secret, run only where one of its anchors occurs (a
-    NamedTuple, not a frozen dataclass: ~4.6 M instructions at import, for every writer)."""
+    """One regex for one kind of secret, run only where one of its anchors occurs."""
 
     kind: str
     regex: re.Pattern[bytes]

@@ -15,7 +15,7 @@ import logging
 from ..model.exceptions import InvalidInput
 from ..model.tasks import Task
 from ..queue import machine as queue_utils
-from ..queue.task_notes import LineComment
+from ..queue.line_comments import LineComment
 from ..review import verdicts as review
 from ..review.comments import MAX_COMMENT_CHARS, line_comment
 from . import Job, PullRequest, Review, text

@@ -26,8 +26,7 @@ PENDING_BATCH = 5000  # notes indexed per transaction by ``index_pending``: a ba
 
 
 class Dialect(NamedTuple):
-    """How a store names its tables and marks a parameter (a NamedTuple: `memory search`
-    built it as a frozen dataclass at import, ~4.6 M instructions)."""
+    """How a store names its tables and marks a parameter."""
 
     mark: str  # "?" or "%s"
     schema: str  # "" or "octopoid."

@@ -43,8 +43,7 @@ ItemMatch = Callable[[str, str], bool]  # (section, item) -> remove it?
 
 
 class Item(NamedTuple):
-    """One ``- ...`` line of a section: its text, and who recorded it (None: unstamped). A
-    NamedTuple, as ``Origin`` is."""
+    """One ``- ...`` line of a section: its text, and who recorded it (None: unstamped)."""
 
     section: str
     text: str

@@ -34,9 +34,7 @@ def clean_name(who: object) -> str:
 
 class Origin(NamedTuple):
     """Who recorded an item: the task, the attempt (None: a person, outside any attempt),
-    the agent (or person), and a reviewer who edited, kept or struck it. A NamedTuple, not
-    a frozen dataclass (~4.6 M instructions to build at import, for `show`'s list of a
-    task's learnings); it is compared only with its own kind."""
+    the agent (or person), and a reviewer who edited, kept or struck it."""
 
     task: str
     attempt: int | None

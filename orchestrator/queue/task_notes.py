@@ -377,14 +377,3 @@ def cleanup_task_notes(task_id: TaskRef) -> bool:
     existed = notes_book().remove(task_id)
     stdout_log_path(task_id).unlink(missing_ok=True)
     return existed
-
-
-def __getattr__(name: str) -> Any:
-    """``LineComment``, a review's type, is named here for its importers (review, forge):
-    it lives in ``line_comments.py``, so a reader of notes (`show`, `enqueue`) does not
-    build its frozen dataclass (~4.6 M instructions) at import."""
-    if name == "LineComment":
-        from .line_comments import LineComment
-
-        return LineComment
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ import re
 from ..base.text import clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import MAX_COUNT, shown
-from ..queue.task_notes import LineComment
+from ..queue.line_comments import LineComment
 
 MAX_PATH_CHARS = 4096  # a comment's file path; git allows longer, nobody needs it
 MAX_COMMENT_CHARS = 4000  # one line comment; the notes' prompt budget is ~12k in all

@@ -21,8 +21,8 @@ from ..base.text import clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import task_label
 from ..queue import adopt
+from ..queue.line_comments import LineComment
 from ..queue.store.records import key_part
-from ..queue.task_notes import LineComment
 from .comments import line_comment
 
 MAX_COMMENTS = 200

@@ -38,8 +38,8 @@ from ..model.tasks import (
     task_label,
 )
 from ..queue import machine as queue_utils
+from ..queue.line_comments import LineComment
 from ..queue.store.records import Journal, Step
-from ..queue.task_notes import LineComment
 from . import finishing
 from .diffs import head_of
 from .worktrees import list_worktrees
