@@ -73,11 +73,15 @@ class Runners:
             proc, how = self._spawn([task.id, agent["name"]], env, log_dir / "runner.log")
         except OSError as exc:
             log.error("cannot start a runner for %s: %s; giving the claim back", task.label, exc)
-            kill_claim_processes(token)  # a fork server that answered late may have forked one
             with contextlib.suppress(IllegalTransition):
                 queue_utils.release_claim(
                     task, f"the runner could not start: {exc}", "octopoid", counted=False
                 )
+            # Then a runner a late fork server forked is killed: one that noted its marks
+            # before this scan dies; one that notes them after takes over a claim already
+            # given back (LostClaim). Killed first, a runner marked just after the scan
+            # could take the claim over before the release and run its agent.
+            kill_claim_processes(token)
             return False
         try:
             limit = deadline_seconds(agent, task, config.load_config())
