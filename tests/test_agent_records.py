@@ -151,4 +151,4 @@ def test_agents_state_files_from_before_move_into_the_store(git_project: Path) -
     }
     record = agent_records.day_records(agent_records.config.load_agents())["impl-1"]
     assert (record["attempts_today"], record["cost_today_usd"]) == (3, 0.75)
-    assert agent_records.limited_until("impl-1") is not None
+    assert agent_records.held("impl-1").kind == agent_records.USAGE_LIMIT

@@ -271,13 +271,13 @@ def test_a_usage_limit_pauses_the_agent_until_its_reset_and_gives_the_attempt_ba
     task = q.get_task(tid)
     assert task.headers["INTERRUPTED"] == "1" and q.attempts_left(task, 3) == 3
     assert "usage limit reached; it resets at 2100-01-01T00:00:00Z" in task.history[-1]
-    until, _ = agent_records.limited_until("claude-1")
-    assert until == datetime(2100, 1, 1, tzinfo=UTC)
+    hold = agent_records.held("claude-1")
+    assert hold.kind == agent_records.USAGE_LIMIT and hold.until == datetime(2100, 1, 1, tzinfo=UTC)
     (why,) = stalls.report()["agents"]["claude-1"]
     assert why["code"] == "usage-limit" and "2100-01-01T00:00:00Z" in why["text"]
     assert not stalls.report()["claiming"]
     agent_records.set_paused(False, "claude-1")  # `octopoid resume --agent` tries again now
-    assert agent_records.limited_until("claude-1") is None and stalls.report()["claiming"]
+    assert agent_records.held("claude-1") is None and stalls.report()["claiming"]
 
 
 def test_the_reset_time_is_read_in_either_form() -> None:

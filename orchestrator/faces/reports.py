@@ -203,7 +203,7 @@ def agents_overview(
         if running:
             state = "running " + ", ".join(running)
         else:
-            paused = agent_records.is_paused(agents_cfg, records, agent) or agent_records.is_paused(
+            paused = agent_records.paused_by(agents_cfg, records, agent) or agent_records.paused_by(
                 agents_cfg, records
             )
             paused = paused or breaker

@@ -217,14 +217,6 @@ def held(
     return _hold_in(record, now or utcnow())
 
 
-def limited_until(agent: str, now: datetime | None = None) -> tuple[datetime, str] | None:
-    """(until when, why) while ``agent`` waits for a usage limit to reset; else None."""
-    hold = held(agent, now)
-    if hold is None or hold.kind != USAGE_LIMIT or hold.until is None:
-        return None
-    return hold.until, hold.why
-
-
 def mark_alerted(agent: str, since: str) -> bool:
     """Remember that the pause made at ``since`` was alerted; False if it is gone or
     another replaced it (a person resumed the agent meanwhile)."""
@@ -288,10 +280,6 @@ def paused_by(agents_cfg: dict, records: AgentRecords, agent: dict | None = None
     if in_config:
         return PAUSED_IN_CONFIG
     return PAUSED_BY_FLAG if record.get("paused") else None
-
-
-def is_paused(agents_cfg: dict, records: AgentRecords, agent: dict | None = None) -> bool:
-    return paused_by(agents_cfg, records, agent) is not None
 
 
 def how_to_resume(by: str, agent: str = "") -> str:
