@@ -11,6 +11,7 @@ PostgreSQL, so a project's day is spent once). Days are UTC days.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -66,13 +67,13 @@ def render(limits: dict[str, float]) -> str:
     return " ".join(f"{d}={limits[d]:g}" for d in DIMENSIONS if d in limits)
 
 
-def task_spend(task: Task) -> Spend:
-    h = task.headers
+def _spend(found: Mapping[str, Any], usd: str, tokens: str, turns: str, seconds: str) -> Spend:
+    """A ``Spend`` from the four fields that hold it (a task's headers, an agent's day)."""
     return Spend(
-        float(h.get("COST_USD_TOTAL") or 0),
-        int(h.get("TOKENS_TOTAL") or 0),
-        int(h.get("TURNS_TOTAL") or 0),
-        float(h.get("SECONDS_TOTAL") or 0),
+        float(found.get(usd) or 0),
+        int(found.get(tokens) or 0),
+        int(found.get(turns) or 0),
+        float(found.get(seconds) or 0),
     )
 
 
@@ -80,12 +81,7 @@ def day_spend(record: dict[str, Any], now: datetime) -> Spend:
     """An agent's record (agent_records) as today's spend; nothing if it is of another day."""
     if record.get("day") != now.date().isoformat():
         return Spend()
-    return Spend(
-        float(record.get("cost_today_usd") or 0),
-        int(record.get("tokens_today") or 0),
-        int(record.get("turns_today") or 0),
-        float(record.get("seconds_today") or 0),
-    )
+    return _spend(record, "cost_today_usd", "tokens_today", "turns_today", "seconds_today")
 
 
 def limits_of(cfg: dict[str, Any], scope: str, task: Task | None = None) -> dict[str, float]:
@@ -133,7 +129,8 @@ class Verdict(NamedTuple):
 def of_task(task: Task, cfg: dict[str, Any]) -> Verdict | None:
     """The task's own budget (its BUDGET header, else budgets.task), or None if unlimited;
     ``InvalidInput`` for a BUDGET header that is not one."""
-    return _verdict("task", task.label, task_spend(task), limits_of(cfg, "task", task))
+    spend = _spend(task.headers, "COST_USD_TOTAL", "TOKENS_TOTAL", "TURNS_TOTAL", "SECONDS_TOTAL")
+    return _verdict("task", task.label, spend, limits_of(cfg, "task", task))
 
 
 def of_agent(

@@ -80,11 +80,6 @@ def ever_started(task: Task) -> bool:
     return "STARTED_AT" in task.headers
 
 
-def deadline(task: Task) -> datetime | None:
-    value = task.headers.get("DEADLINE")
-    return parse_time(value) if value else None
-
-
 def dead_since(task: Task, now: datetime, lease_seconds: int) -> datetime | None:
     """When a claim's lease ran out, if it has and its exact owner process is gone; else None.
 
@@ -92,15 +87,16 @@ def dead_since(task: Task, now: datetime, lease_seconds: int) -> datetime | None
     one lease after its file was written.
     """
     expires = task.lease_expires or file_time(task) + timedelta(seconds=lease_seconds)
-    if expires > now or owner_alive(task):
+    # a claim from another host (or another boot of this one) is alive only by its lease
+    if expires > now or ((who := owner(task)) is not None and who.alive()):
         return None
     return expires
 
 
 def overdue(task: Task, now: datetime) -> bool:
     """Past its hard deadline: the owner is hung (or its agent ignores its timeout)."""
-    limit = deadline(task)
-    return limit is not None and now > limit
+    limit = task.headers.get("DEADLINE")
+    return bool(limit) and now > parse_time(limit)
 
 
 def file_time(task: Task) -> datetime:
@@ -110,15 +106,6 @@ def file_time(task: Task) -> datetime:
         created = task.headers.get("CREATED")
         return parse_time(created) if created else datetime.now(UTC)
     return datetime.fromtimestamp(task.path.stat().st_mtime, tz=UTC)
-
-
-def owner_alive(task: Task) -> bool:
-    """True while the exact claiming process still runs on this host.
-
-    A claim from another host (or another boot of this one) is alive only by its lease.
-    """
-    who = owner(task)
-    return who is not None and who.alive()
 
 
 def attempts_left(task: Task, max_attempts: int) -> int:
