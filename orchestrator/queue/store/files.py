@@ -186,7 +186,9 @@ class FolderStore(QueueStore):
         raise TaskNotFound(f"no task {task_label(task_id)} in any queue")
 
     def list(self, state: TaskState) -> list[Task]:
-        tasks = [t for t in map(self._read_or_quarantine, self._files(state)) if t is not None]
+        folder = self.dir(state)
+        paths = (folder / name for name in os.listdir(folder) if not name.startswith("."))
+        tasks = [t for t in map(self._read_or_quarantine, paths) if t is not None]
         return sorted(tasks, key=claim_order)
 
     def count(self, state: TaskState) -> int:
@@ -209,10 +211,9 @@ class FolderStore(QueueStore):
         folder = self.dir(TaskState.QUARANTINE)
         out = []
         for name in self._quarantined(folder):
-            path = folder / name
-            error = path.with_name(path.name + ".error")
+            error = folder / f"{name}.error"
             reason = error.read_text(errors="replace").strip() if error.exists() else "unknown"
-            out.append((path.name, reason))
+            out.append((name, reason))
         return out
 
     @staticmethod
@@ -221,10 +222,6 @@ class FolderStore(QueueStore):
         hidden temporary files)."""
         names = os.listdir(folder)
         return sorted(n for n in names if not n.endswith(".error") and not n.startswith("."))
-
-    def _files(self, state: TaskState) -> list[Path]:
-        folder = self.dir(state)
-        return [folder / name for name in os.listdir(folder) if not name.startswith(".")]
 
     def _read_or_quarantine(self, path: Path) -> Task | None:
         state = TaskState(path.parent.name)

@@ -211,7 +211,6 @@ class PostgresStore(QueueStore):
         return task
 
     def list(self, state: TaskState) -> list[Task]:
-        tasks = []
         with self.db.tx() as cur:
             cur.execute(
                 f"SELECT id, body FROM octopoid.tasks WHERE state = %s ORDER BY {_CLAIM_ORDER}",
@@ -223,20 +222,17 @@ class PostgresStore(QueueStore):
 
     def count(self, state: TaskState) -> int:
         if state is TaskState.QUARANTINE:  # its own table: what list_quarantine names
-            return self.db.one("SELECT count(*) FROM octopoid.quarantine", ())[0]
-        return self.db.one("SELECT count(*) FROM octopoid.tasks WHERE state = %s", (state.value,))[
-            0
-        ]
+            return self.db.one("SELECT count(*) FROM octopoid.quarantine")[0]
+        sql = "SELECT count(*) FROM octopoid.tasks WHERE state = %s"
+        return self.db.one(sql, (state.value,))[0]
 
     def ids(self, state: TaskState) -> list[TaskId]:
-        with self.db.tx() as cur:
-            cur.execute("SELECT id FROM octopoid.tasks WHERE state = %s", (state.value,))
-            return sorted((TaskId(task_id) for (task_id,) in cur.fetchall()), key=id_order)
+        rows = self.db.fetch("SELECT id FROM octopoid.tasks WHERE state = %s", (state.value,))
+        return sorted((TaskId(task_id) for (task_id,) in rows), key=id_order)
 
     def list_quarantine(self) -> list[tuple[str, str]]:
-        with self.db.tx() as cur:
-            cur.execute("SELECT name, reason FROM octopoid.quarantine ORDER BY name, n")
-            return [(name, reason.strip()) for name, reason in cur.fetchall()]
+        rows = self.db.fetch("SELECT name, reason FROM octopoid.quarantine ORDER BY name, n")
+        return [(name, reason.strip()) for name, reason in rows]
 
     def move(
         self,
@@ -400,13 +396,11 @@ class PostgresStore(QueueStore):
             return int(turns), float(cost), [tuple(row) for row in cur.fetchall()]
 
     def recent(self, state: TaskState, limit: int = 10) -> list[str]:
-        with self.db.tx() as cur:
-            cur.execute(
-                "SELECT id FROM octopoid.tasks WHERE state = %s ORDER BY moved DESC, id DESC "
-                "LIMIT %s",
-                (state.value, limit),
-            )
-            return [task_id for (task_id,) in cur.fetchall()]
+        rows = self.db.fetch(
+            "SELECT id FROM octopoid.tasks WHERE state = %s ORDER BY moved DESC, id DESC LIMIT %s",
+            (state.value, limit),
+        )
+        return [task_id for (task_id,) in rows]
 
     def rebuild(self) -> int:
         """Recompute every row's claim and ledger columns from its text."""
@@ -523,6 +517,5 @@ class PostgresNotes:
             return bool(cur.finish()[-1])
 
     def task_ids(self) -> list[str]:
-        with self.db.tx() as cur:
-            cur.execute("SELECT DISTINCT task_id FROM octopoid.notes ORDER BY task_id")
-            return [task_id for (task_id,) in cur.fetchall()]
+        rows = self.db.fetch("SELECT DISTINCT task_id FROM octopoid.notes ORDER BY task_id")
+        return [task_id for (task_id,) in rows]
