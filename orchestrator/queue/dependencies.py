@@ -21,8 +21,6 @@ from ..model.tasks import Task, TaskState, task_label
 from .store import get_store
 
 S = TaskState
-#: States a blocker does not leave by itself, with what a person can do about it.
-DEAD_ENDS = {S.QUARANTINE: "fix its file and move it back to incoming"}
 #: States of a blocker that hold its dependants until a retry of it succeeds.
 HOLDING = {S.FAILED: "failed", S.REJECTED: "was rejected"}
 
@@ -125,8 +123,8 @@ def _dead_end(pending: Pending) -> str | None:
             return f"{label} does not exist (edit BLOCKED_BY)"
         if state in HOLDING:
             return _held(blocker, state)
-        if state in DEAD_ENDS:
-            return f"{label} is in {state.value} ({DEAD_ENDS[state].format(label=label)})"
+        if state is S.QUARANTINE:  # a blocker does not leave it by itself
+            return f"{label} is in quarantine (fix its file and move it back to incoming)"
         if state is S.DONE:  # and not released: no move of octopoid's put it there
             return f"{label} was put into done/ by hand, so it releases nothing ({HAND_DONE})"
     return None
