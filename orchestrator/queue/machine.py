@@ -58,18 +58,22 @@ from ..model.tasks import (
 )
 from . import task_notes
 from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
-from .leases import LEASE_HEADERS, attempts_left, claim_token, fence_holds, lease_headers, new_token
-from .store import get_store, get_task, known_task_id, list_tasks, readable_tasks
+from .leases import LEASE_HEADERS, claim_token, fence_holds, lease_headers, new_token
+from .leases import attempts_left as attempts_left  # re-exported: callers ask the machine
+from .store import get_store, get_task
+from .store import known_task_id as known_task_id
+from .store import list_tasks as list_tasks
 from .store import locate as _locate
+from .store import readable_tasks as readable_tasks
 from .store.base import NEVER
 from .task_notes import (
     add_review_notes,
     append_attempt,
     cleanup_task_notes,
     fenced,
-    get_task_notes,
     take_back_notes,
 )
+from .task_notes import get_task_notes as get_task_notes
 
 if TYPE_CHECKING:
     from .line_comments import LineComment
@@ -79,32 +83,6 @@ budgets = lazy_import("orchestrator.queue.budgets")
 redaction = lazy_import("orchestrator.base.redaction")  # at first use: readers never redact
 S = TaskState
 REJECT_REASONS = ("invalid", "duplicate", "already_implemented", "out_of_scope", "other")
-
-__all__ = [
-    "NOTES_STDOUT_LIMIT",
-    "accept_completion",
-    "attempts_left",
-    "claim_task",
-    "cleanup_task_notes",
-    "complete_task",
-    "create_task",
-    "fail_task",
-    "get_task",
-    "get_task_notes",
-    "known_task_id",
-    "list_tasks",
-    "quarantine_file",
-    "readable_tasks",
-    "recycle_to_breakdown",
-    "reject_completion",
-    "reject_task",
-    "renew_lease",
-    "requeue_task",
-    "retry_task",
-    "save_task_notes",
-    "submit_completion",
-    "task_id_of",
-]
 
 
 def _id(task: Task | str) -> TaskId:
