@@ -23,9 +23,7 @@ UNLIMITED = math.inf
 
 
 class Spend(NamedTuple):
-    """What was spent, per dimension. The three value types here are NamedTuples, not
-    frozen dataclasses (~4 M instructions each to build at import, for `status`, `agents`,
-    `doctor` and `enqueue`); each is compared only with its own kind, and ``+`` adds."""
+    """What was spent, per dimension; ``+`` adds."""
 
     usd: float = 0.0
     tokens: float = 0

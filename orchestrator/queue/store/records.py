@@ -140,9 +140,7 @@ class Records(ABC):
 
 class Journal(NamedTuple):
     """A workflow of ``steps`` for ``key`` (a task, a plan), of a ``kind`` (accept, split),
-    with what its steps need (``data``) and which are ``done``, in the order they were.
-    A NamedTuple, as ``JournalKind``: a frozen dataclass costs every command ~4 M
-    instructions to build at import, and neither is compared with a plain tuple."""
+    with what its steps need (``data``) and which are ``done``, in the order they were."""
 
     kind: str
     key: str
@@ -201,8 +199,7 @@ class JournalKind(NamedTuple):
 
 
 class Ran:
-    """What a run did: the journal after, each step's result, the steps that failed. A
-    plain class: a dataclass costs every command ~2 M instructions to build at import."""
+    """What a run did: the journal after, each step's result, the steps that failed."""
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
