@@ -251,7 +251,7 @@ def append_attempt(
     stamp = format_time(now or utcnow())
 
     def section(current: str) -> str:
-        number = attempt or _next_attempt_number(current)
+        number = attempt or max((s.attempt or 0 for s in split_notes(current)[1]), default=0) + 1
         heading = f"Attempt {number} — {who} ({stamp})"
         return NotesSection(heading, f"{meta}\n\n{fenced(output)}\n").render()
 
@@ -354,11 +354,6 @@ def read_notes_file(path: Path) -> str | None:
 
 def _new_notes(task_id: str) -> str:
     return f"# Agent Notes: {task_label(task_id)}\n\n"
-
-
-def _next_attempt_number(current: str) -> int:
-    _, sections = split_notes(current)
-    return max((s.attempt or 0 for s in sections), default=0) + 1
 
 
 def notes_summary(task_id: str) -> dict[str, int]:

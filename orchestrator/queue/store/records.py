@@ -165,10 +165,6 @@ LATER = "later"
 Step = Callable[[Journal, str], object]
 
 
-def _held_by_nobody(key: str) -> AbstractContextManager[object]:
-    return nullcontext()
-
-
 class JournalKind(NamedTuple):
     """A kind of journal as its owner describes it to the runner (``Journals.run``).
 
@@ -185,7 +181,7 @@ class JournalKind(NamedTuple):
     name: str
     steps: Mapping[str, Step]
     tolerant: frozenset[str] = frozenset()
-    hold: Callable[[str], AbstractContextManager[object]] = _held_by_nobody
+    hold: Callable[[str], AbstractContextManager[object]] = lambda key: nullcontext()
     gone: Callable[[Journal], str | None] = lambda journal: None
     waits: Callable[[Journal], bool] = lambda journal: False
     dropped_on: tuple[type[Exception], ...] = ()
