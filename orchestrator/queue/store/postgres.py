@@ -141,17 +141,14 @@ class PostgresStore(QueueStore):
         try:
             task = parse_task(body, task_id)
         except TaskParseError as exc:
-            self._quarantine_row(cur, task_id, state, body, str(exc))
+            cur.execute("DELETE FROM octopoid.tasks WHERE id = %s", (task_id,))
+            cur.execute(
+                "INSERT INTO octopoid.quarantine (name, reason, body) VALUES (%s, %s, %s)",
+                (f"TASK-{task_id}.md", f"{exc}\n(from {state.value})", body.encode()),
+            )
             return TaskParseError(f"{task_label(task_id)} was quarantined: {exc}")
         task.state, task.path = state, None
         return task
-
-    def _quarantine_row(self, cur: Any, task_id: str, state: TaskState, body: str, why: str):
-        cur.execute("DELETE FROM octopoid.tasks WHERE id = %s", (task_id,))
-        cur.execute(
-            "INSERT INTO octopoid.quarantine (name, reason, body) VALUES (%s, %s, %s)",
-            (f"TASK-{task_id}.md", f"{why}\n(from {state.value})", body.encode()),
-        )
 
     def _save(self, cur: Any, task: Task, state: TaskState, moved: bool = True) -> None:
         """Write the task's row: a move's (``cur`` a ``Batch``), or with ``moved`` False
