@@ -1,18 +1,10 @@
 """A rebuildable SQLite index of ``incoming/`` so a claim does not parse every waiting task.
 
-The folder stays the truth. Rows are written *before* a task is renamed into incoming and
-deleted after it leaves, so the index may briefly list a task that is gone (the claim's
-rename fails and the row is dropped) but never misses one that octopoid put there. Each
-row keeps its file's inode. Files dropped in by hand are found by a listing diff whenever
-the folder's mtime is none that octopoid recorded after its own writes (a write holds the
-``WriterGate`` shared until it has recorded its mtime, so a write in flight is waited for,
-not mistaken for a hand-made change), and in the
-scheduler's housekeeping every ``INDEX_RECONCILE_SECONDS``: the folder's names and inodes
-(``scandir``, no ``stat``) against the rows, and only new names,
-or names whose inode changed (an editor's save), are read. An edit in place that keeps the
-inode is seen when the claim re-checks the file, or by ``octopoid doctor --rebuild``.
-
-Its size: the claim index and the usage ledger share one SQLite file and its writer gate.
+The folder stays the truth; docs/architecture.md ("Claiming without reading every waiting
+task") gives the protocol that keeps the index in step with it. An edit in place that
+keeps the inode is seen when the claim re-checks the file, or by ``octopoid doctor
+--rebuild``. Its size: the claim index and the usage ledger share one SQLite file and its
+writer gate.
 """
 
 from __future__ import annotations

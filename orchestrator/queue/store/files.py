@@ -4,13 +4,9 @@ Postfix's discipline: each folder has one meaning and a move between folders is 
 state change. Every writer holds the task's lock (striped, reentrant ``FileMutex``es), and
 every write first takes the current file away by rename, so the rename decides every race,
 even against a person moving files by hand, and a lost race can never resurrect a file.
-
-A write is: the new text to a fsynced hidden ``.TASK-x.md.new`` beside the target;
-``rename(current, .TASK-x.md.old)`` beside the target (ENOENT: lost race, nothing changed);
-``rename(.new, TASK-x.md)``; unlink the ``.old``; fsync both folders. The names are fixed
-because only the lock holder writes them, so finding a crash's leftovers costs a few
-``stat`` calls: a ``.old`` means the write had decided, and ``recover`` rolls it forward.
-A task is never lost, never in two folders, and never shows old headers in a new folder.
+The steps of a write and its crash story are docs/architecture.md's "How a move is made
+durable"; the staged names are fixed because only the lock holder writes them, so
+finding a crash's leftovers costs a few ``stat`` calls.
 
 Its size: the folder half of the store contract (moves, claims, holds, crash roll-forward).
 """
@@ -265,7 +261,7 @@ class FolderStore(QueueStore):
 
         The current file is first renamed aside: if it is gone, another process (or a
         person) moved it and this write is refused with ``LostRace`` before it changes
-        anything. Runs under the task's lock; see the module docstring for the crash story.
+        anything. Runs under the task's lock; docs/architecture.md has the crash story.
         """
         old, target = task.path, self.path(task.id, state)
         staged, aside = self._debris(target)

@@ -1,20 +1,9 @@
 """The PostgreSQL store: one queue shared by several machines (``store.backend: postgres``).
 
-One row per task holds its state and its octopoid Markdown text (so ``show``, ``export``
-and the prompt read exactly what the folder store would), plus the columns a claim orders
-and filters by and the usage ledger's totals. A move is one transaction that locks the
-row (``FOR UPDATE``), checks it is still in the source state, applies the change and
-writes the new state: the row lock decides every race, as the rename does in the folder
-store. A claim is ``FOR UPDATE SKIP LOCKED`` over a partial index of waiting tasks in
-claim order, so concurrent claimers never wait on each other nor get the same task.
-
-A ``hold`` is a session advisory lock on a connection of its own, so it dies with the
-holder's process. The tables live in their own PostgreSQL schema, ``octopoid``
-(``pg/schema.py``), on this process's connections to the database (``pg/database.py``),
-which the long-term memory shares.
-
-Its size: the whole PostgreSQL store (moves, claims, holds, LISTEN/NOTIFY, retry notes),
-which the store contract suite tests as one.
+A task is a row; a move is one transaction whose row lock decides every race, as the
+rename does in the folder store (docs/scale-out.md, "What runs where", says how a move,
+a claim and a hold are made). Its size: the whole PostgreSQL store (moves, claims, holds,
+LISTEN/NOTIFY, retry notes), which the store contract suite tests as one.
 """
 
 from __future__ import annotations
