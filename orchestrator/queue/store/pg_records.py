@@ -1,13 +1,6 @@
 """Records and journals of the PostgreSQL store: rows of ``octopoid.records`` and
-``octopoid.journals`` (migration 5), shared by every machine of the team.
-
-A record's write is one statement, its own transaction: the version check is its
-``WHERE`` (or the primary key, for a new record) and the new version comes from a
-sequence, so it never repeats. Record writes NOTIFY the queue's channel: a resume on
-one machine wakes the schedulers of all. Running a journal's steps holds a session
-advisory lock on the holder's own connection (``Database.session_lock``), and its
-``mark_done`` and ``finish`` run on that connection: if the session (and so the lock)
-is gone, so is the write.
+``octopoid.journals`` (migration 5), shared by every machine of the team; how they are
+written is docs/scale-out.md's ("A record", "A journal").
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Records and journals: what the store keeps besides tasks, and what both stores share.
 
-Everything octopoid remembers belongs to the store (DESIGN.md, "One owner for every piece
-of state"), so that a team of machines on PostgreSQL shares it and a crash never leaves it
-half-written:
-
-- a **record** is a small JSON document under a key (``agents/impl-1``), with a version
-  that changes at every write. ``write`` is a compare-and-swap on that version, so two
-  writers never lose each other's change; ``update`` is the read-change-write loop most
-  callers want.
-- a **journal** is a workflow of named steps (an accept: merge, move, clean up), written
-  before it runs and finished by whoever comes next, on any machine. Whoever runs its
-  steps holds it (``take``), so two sweeps never run the same step at once. Each kind's
-  owner (review: accept, close; roles: split, plan approval) describes its steps as a
-  ``JournalKind``, a table of functions passed down; ``Journals.run`` is the one runner of
-  every kind, and ``Journals.sweep`` finishes what dead processes left.
-
-The folder store keeps them as files (``folder_records``), PostgreSQL as rows
-(``pg_records``). This module is what both share: the interfaces, the key rules, the
-versions and the update loop.
+Everything octopoid remembers belongs to the store, so that a team of machines on
+PostgreSQL shares it and a crash never leaves it half-written (docs/architecture.md,
+"Records and journals"). The folder store keeps them as files (``folder_records``),
+PostgreSQL as rows (``pg_records``). This module is what both share: the interfaces, the
+key rules, the versions, the update loop and the one runner of journals.
 """
 
 from __future__ import annotations
