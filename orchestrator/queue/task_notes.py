@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config
 from ..base.fsutil import atomic_write
 from ..base.lazy import lazy_import
-from ..base.locks import FileMutex
+from ..base.locks import FileMutex, holding
 from ..base.patterns import LazyPattern
 from ..model import defaults
 from ..model.exceptions import ConfigError
@@ -30,6 +30,8 @@ from ..model.tasks import TaskId, format_time, one_line, task_label, utcnow
 from .call_forms import TaskRef, task_id_of
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from .line_comments import LineComment
 
 redaction = lazy_import("orchestrator.base.redaction")  # at first use: readers never redact
@@ -128,8 +130,9 @@ def stdout_limit() -> int:
         return defaults.NOTES_STDOUT_LIMIT
 
 
-def _lock(path: Path) -> FileMutex:
-    return FileMutex(path.with_name(path.name + ".lock"))
+def _lock(path: Path, remove: bool = False) -> AbstractContextManager[FileMutex]:
+    """The notes file's lock (``TASK-<id>.md.lock``) for the block."""
+    return holding(path.with_name(path.name + ".lock"), remove)
 
 
 class NotesFiles:
@@ -167,13 +170,10 @@ class NotesFiles:
 
     def remove(self, task_id: str) -> bool:
         path = notes_path(task_id)
-        lock = _lock(path)
-        lock.acquire()
-        try:
+        # removing the lock is safe: a waiter re-checks it holds the file it locked
+        with _lock(path, remove=True):
             existed = path.exists()
             path.unlink(missing_ok=True)
-        finally:
-            lock.release(remove=True)  # safe: a waiter re-checks it holds the file it locked
         return existed
 
     def task_ids(self) -> list[str]:
