@@ -155,11 +155,8 @@ class FolderJournals(Journals):
             raise StorageError(f"cannot read {path}: not a journal; fix or remove it") from None
 
     def _save(self, path: Path, journal: Journal) -> None:
-        document = {
-            "kind": journal.kind, "key": journal.key, "steps": list(journal.steps),
-            "done": list(journal.done), "data": journal.data, "begun": journal.begun,
-        }  # fmt: skip
-        atomic_write(path, encode(document) + "\n", keep_mode=False, sync=self.durable)
+        document = encode(journal._asdict())  # its tuples as JSON lists
+        atomic_write(path, document + "\n", keep_mode=False, sync=self.durable)
 
     def begin(
         self, kind: str, key: str, steps: Iterable[str], data: Value | None = None
