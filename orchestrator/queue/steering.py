@@ -8,12 +8,7 @@ the next one gets, and a stop asked of one attempt::
     {"next": 3, "waiting": [{"n": 2, "by": "human", "at": "...", "text": "..."}],
      "stop": {"attempt": 4, "by": "human", "at": "...", "reason": "..."}}
 
-A message is redacted where it enters (``say``) and goes into the retry notes at once, so
-a retry and the reviewer see the steering whatever happens to the attempt. It is delivered
-once: to the running attempt when its backend takes it (``take``: Claude Code's stdin, the
-Anthropic loop's next user turn, a ``command`` agent's ``octopoid inbox``), else to the
-next attempt's prompt. A stop is read by the runner's lease loop (``roles/base.Claim``),
-which ends the attempt and gives the task back to incoming, not counted.
+How a message is delivered, and what a stop does, is docs/steering.md.
 """
 
 from __future__ import annotations
