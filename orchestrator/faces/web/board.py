@@ -180,9 +180,7 @@ class _SearchIndex:
                     self.known[task_id] = None
 
 
-@lru_cache(maxsize=8)
-def _search_index(store: QueueStore) -> _SearchIndex:
-    return _SearchIndex(store)
+_search_index = lru_cache(maxsize=8)(_SearchIndex)  # one per store, for the process's life
 
 
 @dataclass

@@ -104,7 +104,7 @@ class Doors:
             if key == b"upgrade":
                 upgrade = True
             if key == b"cookie":
-                value = _without_ours(value, b";", self.cookie)
+                value = b";".join(p for p in value.split(b";") if not _is_ours(p, self.cookie))
                 if not value.strip():
                     continue
                 line = b"Cookie:" + value
@@ -145,11 +145,6 @@ def _is_ours(cookie: bytes, name: str) -> bool:
     """A cookie named like the review page's (any ``octopoid_`` one: every server's)."""
     own = cookie.strip().split(b"=", 1)[0].strip().decode("latin-1")
     return own.startswith("octopoid_") or own == name
-
-
-def _without_ours(value: bytes, separator: bytes, name: str) -> bytes:
-    parts = [part for part in value.split(separator) if not _is_ours(part, name)]
-    return separator.join(parts)
 
 
 def _sign_in(review: str, task_id: str) -> str:
