@@ -244,15 +244,12 @@ def convert(
     label = task_label(task_id)
     title, headers, body = _split_file(text, label, problems)
     body, events = _take_events(body)
-    merged = dict(headers)
-    for event in events:
-        merged.update(event)
-    claims = sum("CLAIMED_AT" in e for e in events)
+    merged = {key: value for one in (headers, *events) for key, value in one.items()}
     fixed = _fixed_headers(merged, found.row, label, problems)
     attempts = max(
         int(fixed.get("ATTEMPTS", 0)),
         int((found.row or {}).get("attempt_count") or 0),
-        claims,
+        sum("CLAIMED_AT" in e for e in events),  # its claims
         _highest_attempt(notes),
     )
     fixed.update(_state_headers(target, merged, body, attempts))
@@ -327,11 +324,8 @@ def _fixed_headers(
     """octopoid's headers, renamed and checked; state.db fills gaps and owns BLOCKED_BY."""
     if row is not None:
         merged["BLOCKED_BY"] = str(row.get("blocked_by") or "")
-        for key, column in (("PRIORITY", "priority"), ("ROLE", "role"), ("BRANCH", "branch")):
-            merged.setdefault(key, str(row.get(column) or ""))
-        for key, column in (("COMMITS_COUNT", "commits_count"), ("TURNS_USED", "turns_used")):
-            if row.get(column):
-                merged.setdefault(key, str(row[column]))
+        for key in ("PRIORITY", "ROLE", "BRANCH", "COMMITS_COUNT", "TURNS_USED"):
+            merged.setdefault(key, str(row.get(key.lower()) or ""))  # "": left out below
         merged.setdefault("PROJECT", str(row.get("project_id") or ""))
         if row.get("created_at") and "CREATED" not in merged:
             merged["CREATED"] = _utc_text(str(row["created_at"]), local=False) or ""
