@@ -6,9 +6,6 @@ are plain functions, so Starlette runs them in its thread pool (the queue and gi
 A route or form's task id is made a ``TaskId`` where it comes in, like the CLI's; every
 value is escaped by Jinja2's autoescape; every POST is checked against the CSRF token
 (``security``).
-
-Its size: one line of routing per page and form, each a few lines; they read as the
-page's whole surface in one place.
 """
 
 from __future__ import annotations
