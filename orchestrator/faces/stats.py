@@ -40,9 +40,9 @@ STALLS = ("reaped", "given_back", "usage_limit")
 FORGE = ("pr_merged", "ci_sent_back", "reviews_sent_back", "pr_closed")
 
 
-def all_cells(store: QueueStore | None = None) -> Cells:
+def all_cells() -> Cells:
     """Every task's cells: done tasks' from the cache (extended, or rebuilt), the rest read now."""
-    store = store or get_store()
+    store = get_store()
     cells = _done_cells(store)
     for state in LIVE:
         for task in _tried(store) if state is TaskState.INCOMING else store.list(state):
@@ -208,16 +208,13 @@ def _spread(values: list[int]) -> dict[str, int | None]:
 
 
 def report(
-    agent: str | None = None,
-    since: str | None = None,
-    week: str | None = None,
-    store: QueueStore | None = None,
+    agent: str | None = None, since: str | None = None, week: str | None = None
 ) -> dict[str, Any]:
     """The whole answer of `octopoid stats`: the project's figures, then by agent, role and
     week, for the cells the options select; and the breaker's pauses."""
     since_week = parse_since(since) if since else None
     one_week = parse_week(week) if week else None
-    every = all_cells(store)
+    every = all_cells()
     if agent is not None:
         _check_agent(agent, every)
     cells = select(every, agent, since_week, one_week)

@@ -237,9 +237,6 @@ def create_app(token: str, host: str = "127.0.0.1") -> TokenGate:
             return await run_in_threadpool(lambda: board_page(request, status, error=error))
         return RedirectResponse(f"/?done={done}", status_code=303)
 
-    def stylesheet(request: Request) -> Response:
-        return Response(pygments_css(), media_type="text/css")
-
     routes = [
         Route("/", board_page),
         Route("/board", board_fragment),
@@ -251,7 +248,7 @@ def create_app(token: str, host: str = "127.0.0.1") -> TokenGate:
         Route("/tasks/{task_id}/preview", preview_act, methods=["POST"]),
         Route("/tasks/{task_id}/{action}", act, methods=["POST"]),
         Route("/plans/{plan_id}/{action}", plan_act, methods=["POST"]),
-        Route("/pygments.css", stylesheet),
+        Route("/pygments.css", lambda request: Response(pygments_css(), media_type="text/css")),
         Route("/favicon.ico", lambda request: Response(status_code=204)),  # none: no 404s
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
