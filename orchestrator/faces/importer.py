@@ -1,16 +1,11 @@
 """`octopoid import-octopoid PATH`: bring an octopoid checkout's queue into this project.
 
-The original octopoid keeps tasks in ``.orchestrator/shared/queue/<state>/TASK-<id>.md``,
-retry notes in ``.orchestrator/shared/notes/`` and, in its database mode, a
-``.orchestrator/state.db`` whose ``tasks.queue`` is the truth (a claim there did not move
-the file). Each task keeps its id, title, sections and headers (renamed where this project
-spells them differently), gets History lines for what octopoid recorded, and lands in the
-state ``STATE_MAP`` gives; its notes are converted to this project's fenced format. The
-source is only read. A task already here is left alone, so a second run changes nothing.
-docs/architecture.md ("Drop-in for octopoid") has the whole mapping.
+docs/architecture.md ("Importing an octopoid queue") has the whole mapping: where each
+state lands (``STATE_MAP``), what state.db decides, how headers, History and notes are
+converted. The source is only read; a task already here is left alone, so a second run
+changes nothing.
 
-Its size: one mapping of octopoid's queue, notes and state.db, read in one pass (its tables:
-docs/architecture.md).
+Its size: one mapping of octopoid's queue, notes and state.db, read in one pass.
 """
 
 from __future__ import annotations

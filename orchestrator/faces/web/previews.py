@@ -1,15 +1,10 @@
 """The review page's doors to previews (``preview/``): a port of its own per preview, on
 the address the review page listens on, answered only for a signed-in reviewer.
 
-A preview serves the agent's code, so it gets an origin of its own (its own port): its
-scripts cannot read the review page or post to it with the reviewer's CSRF token. Cookies
-ignore ports, so the browser sends the review page's session cookie to the door too: the
-door checks it against the review page's sessions (it runs in the same process), refuses
-every request without one (403, with a link to sign in), and takes the review page's
-cookies out before the request goes to the preview, so the agent's server never sees a
-session. Each request gets a connection of its own (``Connection: close``, a WebSocket's
-upgrade excepted), so every request is checked; a preview's ``Set-Cookie`` for the review
-page's cookie names is dropped.
+Why each wall (its own origin, the session checked on every request and its cookie taken
+out, one request per connection, our ``Set-Cookie`` names dropped): docs/security.md and
+docs/workspace.md ("preview"). The door checks the review page's sessions directly: it
+runs in the same process.
 """
 
 from __future__ import annotations
