@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -130,11 +130,9 @@ def read_state_db(path: Path, report: ImportReport) -> tuple[dict, dict]:
         with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
             db.row_factory = sqlite3.Row
             rows = {str(r["id"]): dict(r) for r in db.execute("SELECT * FROM tasks")}
-            try:
+            with suppress(sqlite3.OperationalError):  # early state.db: no history, files' lines
                 for r in db.execute("SELECT * FROM task_history ORDER BY timestamp, id"):
                     history.setdefault(str(r["task_id"]), []).append(dict(r))
-            except sqlite3.OperationalError:
-                pass  # an early state.db without history: the files' own lines are used
     except sqlite3.Error as exc:
         report.problems.append(f"state.db could not be read ({exc}); imported from files alone")
         return {}, {}
@@ -200,8 +198,7 @@ def _import_one(
     except (InvalidTaskId, UnicodeDecodeError, TaskParseError, OSError) as exc:
         report.problems.append(f"{label}: could not be read ({exc}); not imported")
         return
-    store = queue_utils.get_store()
-    if store.locate(task_id) is not None:
+    if queue_utils.get_store().locate(task_id) is not None:
         if _imported_before(task_id):
             report.already.append(label)
         else:
