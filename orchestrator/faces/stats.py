@@ -118,17 +118,6 @@ def parse_since(text: str) -> str:
     return week_of(datetime(day.year, day.month, day.day))
 
 
-def select(
-    cells: Cells, agent: str | None = None, since: str | None = None, week: str | None = None
-) -> Cells:
-    """The cells of ``agent``, of weeks from ``since`` (a week), of one ``week``."""
-    return {
-        key: cell
-        for key, cell in cells.items()
-        if _chosen(*key.split("|", 2)[:2], agent, since, week)
-    }
-
-
 def _chosen(at: str, by: str, agent: str | None, since: str | None, week: str | None) -> bool:
     """Whether what week ``at`` and agent ``by`` counted is what the options select."""
     return agent in (None, by) and (since is None or at >= since) and week in (None, at)
@@ -217,7 +206,11 @@ def report(
     every = all_cells()
     if agent is not None:
         _check_agent(agent, every)
-    cells = select(every, agent, since_week, one_week)
+    cells = {
+        key: cell
+        for key, cell in every.items()
+        if _chosen(*key.split("|", 2)[:2], agent, since_week, one_week)
+    }
     groups: dict[str, dict[str, list]] = {"agent": {}, "role": {}, "week": {}}
     for key, cell in cells.items():
         cell_week, cell_agent, role = key.split("|", 2)
