@@ -72,14 +72,11 @@ def _unfinished() -> list[str]:
     each with what finishes it."""
     lines = []
     for journal in adopt.store().journals.pending():
+        how = f"`octopoid accept {journal.key}` finishes it (never merging twice)"
+        if not finishing.awaits_accept(journal):
+            how = "`octopoid doctor --repair` finishes it, as any scheduler does"
         left = ", ".join(journal.left)
-        what = f"{journal.key}: its {journal.kind} stopped half-way ({left} left)"
-        if finishing.awaits_accept(journal):
-            lines.append(
-                f"{what}; `octopoid accept {journal.key}` finishes it (never merging twice)"
-            )
-        else:
-            lines.append(f"{what}; `octopoid doctor --repair` finishes it, as any scheduler does")
+        lines.append(f"{journal.key}: its {journal.kind} stopped half-way ({left} left); {how}")
     return lines
 
 
@@ -89,12 +86,11 @@ def network() -> list[str]:
     if config.problem() is not None or sandbox.mode() == "none":
         return []
     cfg, agents = config.load_config(), config.load_agents()["agents"]
-    lines = []
-    for agent in agents:
-        described = netpolicy.describe(
-            *netpolicy.agent_network(agent, cfg, config.agent_env(agent))
-        )
-        lines.append(f"network of {agent['name']} ({agent['backend']}): {described}")
+    lines = [
+        f"network of {agent['name']} ({agent['backend']}): "
+        + netpolicy.describe(*netpolicy.agent_network(agent, cfg, config.agent_env(agent)))
+        for agent in agents
+    ]
     lines.append(f"network of the checks: {netpolicy.describe(*netpolicy.checks_network(cfg))}")
     if cfg["workspace"]["setup"] or any((a.get("workspace") or {}).get("setup") for a in agents):
         said = netpolicy.describe(*netpolicy.setup_network(cfg))
@@ -151,8 +147,7 @@ def examine(rebuild: bool = False, now: datetime | None = None, repair: bool = F
                 f"`octopoid requeue {task.label}`"
             )
     lines += [bounces.line(found) for found in _bouncing(store)]
-    for stuck in blocked_summary()["stuck"]:
-        lines.append(f"{stuck['id']} is stuck: {stuck['why']}")
+    lines += [f"{stuck['id']} is stuck: {stuck['why']}" for stuck in blocked_summary()["stuck"]]
     quarantined = store.list_quarantine()
     if quarantined:
         names = ", ".join(name for name, _ in quarantined[:5])

@@ -1,23 +1,18 @@
 """`octopoid import-octopoid PATH`: bring an octopoid checkout's queue into this project.
 
-The original octopoid keeps tasks in ``.orchestrator/shared/queue/<state>/TASK-<id>.md``,
-retry notes in ``.orchestrator/shared/notes/`` and, in its database mode, a
-``.orchestrator/state.db`` whose ``tasks.queue`` is the truth (a claim there did not move
-the file). Each task keeps its id, title, sections and headers (renamed where this project
-spells them differently), gets History lines for what octopoid recorded, and lands in the
-state ``STATE_MAP`` gives; its notes are converted to this project's fenced format. The
-source is only read. A task already here is left alone, so a second run changes nothing.
-docs/architecture.md ("Drop-in for octopoid") has the whole mapping.
+docs/architecture.md ("Importing an octopoid queue") has the whole mapping: where each
+state lands (``STATE_MAP``), what state.db decides, how headers, History and notes are
+converted. The source is only read; a task already here is left alone, so a second run
+changes nothing.
 
-Its size: one mapping of octopoid's queue, notes and state.db, read in one pass (its tables:
-docs/architecture.md).
+Its size: one mapping of octopoid's queue, notes and state.db, read in one pass.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -135,11 +130,9 @@ def read_state_db(path: Path, report: ImportReport) -> tuple[dict, dict]:
         with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
             db.row_factory = sqlite3.Row
             rows = {str(r["id"]): dict(r) for r in db.execute("SELECT * FROM tasks")}
-            try:
+            with suppress(sqlite3.OperationalError):  # early state.db: no history, files' lines
                 for r in db.execute("SELECT * FROM task_history ORDER BY timestamp, id"):
                     history.setdefault(str(r["task_id"]), []).append(dict(r))
-            except sqlite3.OperationalError:
-                pass  # an early state.db without history: the files' own lines are used
     except sqlite3.Error as exc:
         report.problems.append(f"state.db could not be read ({exc}); imported from files alone")
         return {}, {}
@@ -205,8 +198,7 @@ def _import_one(
     except (InvalidTaskId, UnicodeDecodeError, TaskParseError, OSError) as exc:
         report.problems.append(f"{label}: could not be read ({exc}); not imported")
         return
-    store = queue_utils.get_store()
-    if store.locate(task_id) is not None:
+    if queue_utils.get_store().locate(task_id) is not None:
         if _imported_before(task_id):
             report.already.append(label)
         else:
@@ -244,15 +236,12 @@ def convert(
     label = task_label(task_id)
     title, headers, body = _split_file(text, label, problems)
     body, events = _take_events(body)
-    merged = dict(headers)
-    for event in events:
-        merged.update(event)
-    claims = sum("CLAIMED_AT" in e for e in events)
+    merged = {key: value for one in (headers, *events) for key, value in one.items()}
     fixed = _fixed_headers(merged, found.row, label, problems)
     attempts = max(
         int(fixed.get("ATTEMPTS", 0)),
         int((found.row or {}).get("attempt_count") or 0),
-        claims,
+        sum("CLAIMED_AT" in e for e in events),  # its claims
         _highest_attempt(notes),
     )
     fixed.update(_state_headers(target, merged, body, attempts))
@@ -327,11 +316,8 @@ def _fixed_headers(
     """octopoid's headers, renamed and checked; state.db fills gaps and owns BLOCKED_BY."""
     if row is not None:
         merged["BLOCKED_BY"] = str(row.get("blocked_by") or "")
-        for key, column in (("PRIORITY", "priority"), ("ROLE", "role"), ("BRANCH", "branch")):
-            merged.setdefault(key, str(row.get(column) or ""))
-        for key, column in (("COMMITS_COUNT", "commits_count"), ("TURNS_USED", "turns_used")):
-            if row.get(column):
-                merged.setdefault(key, str(row[column]))
+        for key in ("PRIORITY", "ROLE", "BRANCH", "COMMITS_COUNT", "TURNS_USED"):
+            merged.setdefault(key, str(row.get(key.lower()) or ""))  # "": left out below
         merged.setdefault("PROJECT", str(row.get("project_id") or ""))
         if row.get("created_at") and "CREATED" not in merged:
             merged["CREATED"] = _utc_text(str(row["created_at"]), local=False) or ""

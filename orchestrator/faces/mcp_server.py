@@ -1,14 +1,9 @@
 """`octopoid mcp`: octopoid's queue as Model Context Protocol tools, for a person's session.
 
-A person's Claude Code (``claude mcp add octopoid -- octopoid mcp``) starts this on stdio in
-the project. Each tool calls the function its CLI command calls, with the same checks, and
-answers with the rows the command's ``--json`` prints. An ``OctopoidError`` becomes a tool
-error carrying the CLI's one line (never a traceback); arguments of the wrong type are the
-SDK's validation errors. Every string it answers with is redacted, as everything octopoid
-shows from agent text is. Tools run one at a time: they are the CLI's functions, written
-for one call per process, and a session asks for one thing after another anyway.
-
-Only `octopoid mcp` imports this module, so no other command pays for the SDK.
+Each tool calls what its CLI command calls and answers with its ``--json`` rows; refusals,
+redaction and hints are as docs/mcp.md says. Tools run one at a time: they are the CLI's
+functions, written for one call per process. Only `octopoid mcp` imports this module, so
+no other command pays for the SDK.
 """
 
 from __future__ import annotations

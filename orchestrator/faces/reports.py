@@ -13,7 +13,7 @@ from ..base.lazy import lazy_import
 from ..model.exceptions import ConfigError, OctopoidError
 from ..model.tasks import Task, TaskId, TaskState, format_time, parse_time, task_label, utcnow
 from ..queue import bounces
-from ..queue.dependencies import Blockage, blockage_of, blocked_summary
+from ..queue.dependencies import blockage_of, blocked_summary
 from ..queue.leases import attempt_text
 from ..queue.store import get_store, known_task_id, list_tasks
 from ..queue.store.claim_index import Waiting, WaitingDigest
@@ -47,24 +47,6 @@ def attempt_of(task: Task) -> str:
     return attempt_text(task, max_attempts)
 
 
-def task_row(task: Task, blockage: Blockage | None) -> dict[str, Any]:
-    """A task as `show --json` (and the MCP server's ``show``) begins it."""
-    return {
-        "id": task.label,
-        "title": task.title,
-        "state": task.state.value if task.state else None,
-        "role": task.role,
-        "priority": task.priority,
-        "attempts": task.attempts,
-        "created": task.headers.get("CREATED"),
-        "claimed_by": task.headers.get("CLAIMED_BY"),
-        "blocked_by": [label for label, _ in blockage.waiting_on] if blockage else [],
-        "stuck": blockage.stuck if blockage else None,
-        "pull_request": task.headers.get("PR_URL"),
-        "issue": task.headers.get("ISSUE_URL"),
-    }
-
-
 def notes_details(task_id: str) -> dict[str, Any]:
     """`notes --json` (and the MCP server's ``notes``): the task's retry notes (None when it
     has none yet) and where they are kept; ``TaskNotFound`` when it has none and no queue
@@ -85,21 +67,26 @@ def task_details(task: Task) -> dict[str, Any]:
         head = diffs.head_of(task)
     summary = task_notes.notes_summary(task.id)
     turns, cost = task_usage(task)
-    row = task_row(task, blockage_of(task))
-    row.update(
-        head=head,
-        headers=dict(task.headers),
-        notes={"attempts": summary["attempts"], "reviews": summary["reviews"]},
-        usage={"turns": turns, "cost_usd": round(cost, 4)},
-        history=task.history,
-    )
-    return row
-
-
-def pull_request_of(task: Task) -> dict[str, Any]:
-    """A task's pull request (docs/forge.md) as status, show and list give it."""
-    headers = task.headers
-    return {"id": task.label, "number": headers["PR_NUMBER"], "url": headers.get("PR_URL")}
+    blockage = blockage_of(task)
+    return {
+        "id": task.label,
+        "title": task.title,
+        "state": task.state.value if task.state else None,
+        "role": task.role,
+        "priority": task.priority,
+        "attempts": task.attempts,
+        "created": task.headers.get("CREATED"),
+        "claimed_by": task.headers.get("CLAIMED_BY"),
+        "blocked_by": [label for label, _ in blockage.waiting_on] if blockage else [],
+        "stuck": blockage.stuck if blockage else None,
+        "pull_request": task.headers.get("PR_URL"),
+        "issue": task.headers.get("ISSUE_URL"),
+        "head": head,
+        "headers": dict(task.headers),
+        "notes": {"attempts": summary["attempts"], "reviews": summary["reviews"]},
+        "usage": {"turns": turns, "cost_usd": round(cost, 4)},
+        "history": task.history,
+    }
 
 
 def pull_request_link(task: Task) -> tuple[str, str] | None:
@@ -150,7 +137,11 @@ def status_summary(
     return {
         "bouncing": [found for found in looping if found is not None],
         "unmergeable": [why.as_json(id) for id, why in unmergeable.items()],
-        "pull_requests": [pull_request_of(t) for t in in_review if "PR_NUMBER" in t.headers],
+        "pull_requests": [
+            {"id": t.label, "number": t.headers["PR_NUMBER"], "url": t.headers.get("PR_URL")}
+            for t in in_review
+            if "PR_NUMBER" in t.headers
+        ],
         "questions": questions.open_questions(),
         "config_problem": problem,
         "stalls": stalls.report(digest.roles),
@@ -200,21 +191,18 @@ def agents_overview(
         fresh = record.get("day") == today
         hold = agent_records.held(agent["name"], records=records)
         breaker = hold if hold is not None and hold.kind == agent_records.BREAKER else None
-        if running:
-            state = "running " + ", ".join(running)
-        else:
-            paused = agent_records.paused_by(agents_cfg, records, agent) or agent_records.paused_by(
-                agents_cfg, records
-            )
-            paused = paused or breaker
-            state = "paused" if paused else "idle"
+        pauses = (agent_records.paused_by(agents_cfg, records, one) for one in (agent, None))
+        paused = breaker is not None or any(p is not None for p in pauses)
+        state = "running " + ", ".join(running) if running else "paused" if paused else "idle"
         rows.append(
             {
                 "name": agent["name"],
                 "role": agent["role"],
                 "backend": agent["backend"],
                 "sandbox": cfg["sandbox"]["mode"],
-                "network": network_of(agent, cfg),
+                "network": "open (no sandbox)"
+                if cfg["sandbox"]["mode"] == "none"
+                else netmodes.agent_mode(agent, cfg),
                 "refused_today": record.get("refused_today", 0) if fresh else 0,
                 "state": state,
                 "problem": agent_status.readiness_problem(agent),
@@ -234,14 +222,6 @@ def agents_overview(
 def _shown(hold: agent_records.Hold) -> dict[str, str | None]:
     until = None if hold.until is None else format_time(hold.until)
     return {"why": hold.why, "since": hold.since, "until": until}
-
-
-def network_of(agent: dict[str, Any], cfg: dict[str, Any]) -> str:
-    """What network the agent's box has (netmodes.py): allow, none, open, or open because
-    nothing walls it in."""
-    if cfg["sandbox"]["mode"] == "none":
-        return "open (no sandbox)"
-    return netmodes.agent_mode(agent, cfg)
 
 
 def _cost_today(agent: dict[str, Any], record: dict[str, Any]) -> float | None:

@@ -40,9 +40,9 @@ STALLS = ("reaped", "given_back", "usage_limit")
 FORGE = ("pr_merged", "ci_sent_back", "reviews_sent_back", "pr_closed")
 
 
-def all_cells(store: QueueStore | None = None) -> Cells:
+def all_cells() -> Cells:
     """Every task's cells: done tasks' from the cache (extended, or rebuilt), the rest read now."""
-    store = store or get_store()
+    store = get_store()
     cells = _done_cells(store)
     for state in LIVE:
         for task in _tried(store) if state is TaskState.INCOMING else store.list(state):
@@ -116,17 +116,6 @@ def parse_since(text: str) -> str:
     except ValueError:
         raise InvalidInput(f"--since takes a date such as 2026-11-01, not {text!r}") from None
     return week_of(datetime(day.year, day.month, day.day))
-
-
-def select(
-    cells: Cells, agent: str | None = None, since: str | None = None, week: str | None = None
-) -> Cells:
-    """The cells of ``agent``, of weeks from ``since`` (a week), of one ``week``."""
-    return {
-        key: cell
-        for key, cell in cells.items()
-        if _chosen(*key.split("|", 2)[:2], agent, since, week)
-    }
 
 
 def _chosen(at: str, by: str, agent: str | None, since: str | None, week: str | None) -> bool:
@@ -208,19 +197,20 @@ def _spread(values: list[int]) -> dict[str, int | None]:
 
 
 def report(
-    agent: str | None = None,
-    since: str | None = None,
-    week: str | None = None,
-    store: QueueStore | None = None,
+    agent: str | None = None, since: str | None = None, week: str | None = None
 ) -> dict[str, Any]:
     """The whole answer of `octopoid stats`: the project's figures, then by agent, role and
     week, for the cells the options select; and the breaker's pauses."""
     since_week = parse_since(since) if since else None
     one_week = parse_week(week) if week else None
-    every = all_cells(store)
+    every = all_cells()
     if agent is not None:
         _check_agent(agent, every)
-    cells = select(every, agent, since_week, one_week)
+    cells = {
+        key: cell
+        for key, cell in every.items()
+        if _chosen(*key.split("|", 2)[:2], agent, since_week, one_week)
+    }
     groups: dict[str, dict[str, list]] = {"agent": {}, "role": {}, "week": {}}
     for key, cell in cells.items():
         cell_week, cell_agent, role = key.split("|", 2)

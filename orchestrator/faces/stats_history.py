@@ -68,19 +68,6 @@ def week_of(moment: datetime) -> str:
     return f"{year}-W{week:02d}"
 
 
-def cell_key(moment: datetime, agent: str, role: str) -> str:
-    return f"{week_of(moment)}|{agent or NO_AGENT}|{role}"
-
-
-def add(cells: Cells, key: str, kind: str, name: str, value: float = 1) -> None:
-    """Count (``n``), sum (``s``) or list (``v``) ``value`` under ``name`` in a cell."""
-    cell = cells.setdefault(key, {"n": {}, "s": {}, "v": {}})
-    if kind == "v":
-        cell["v"].setdefault(name, []).append(value)
-    else:
-        cell[kind][name] = cell[kind].get(name, 0) + value
-
-
 def merge(into: Cells, more: Cells) -> None:
     """Add ``more``'s cells to ``into``'s (counts and sums add, lists join)."""
     for key, cell in more.items():
@@ -116,8 +103,15 @@ class _Walk:
     accepted_at: datetime | None = None
 
     def put(self, moment: datetime, kind: str, name: str, value: float = 1) -> None:
-        agent = self.attempt.agent if self.attempt else NO_AGENT
-        add(self.cells, cell_key(moment, agent, self.task.role), kind, name, value)
+        """Count (``n``), sum (``s``) or list (``v``) ``value`` under ``name`` in the cell of
+        ``moment``'s week, the attempt's agent and the task's role."""
+        agent = (self.attempt.agent if self.attempt else "") or NO_AGENT
+        key = f"{week_of(moment)}|{agent}|{self.task.role}"
+        cell = self.cells.setdefault(key, {"n": {}, "s": {}, "v": {}})
+        if kind == "v":
+            cell["v"].setdefault(name, []).append(value)
+        else:
+            cell[kind][name] = cell[kind].get(name, 0) + value
 
 
 def task_cells(task: Task) -> Cells:

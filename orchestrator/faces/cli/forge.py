@@ -44,10 +44,7 @@ def intake_command(kind: str, label: str) -> None:
     if not label:
         raise click.UsageError("--label must name a label")
     done = issues.intake_issues(_connect(kind), label)
-    for line in done:
-        click.echo(line)
-    if not done:
-        click.echo(f"nothing new labelled {label!r}")
+    click.echo("\n".join(done) or f"nothing new labelled {label!r}")
 
 
 @click.group("forge")
@@ -59,8 +56,4 @@ def forge_group() -> None:
 def forge_poll() -> None:
     """Poll the forge once, as the scheduler does: open pull requests, act on CI and
     reviews, import labelled issues, comment on issues. Prints what was done."""
-    done = poller.poll_once(_connect())
-    for line in done:
-        click.echo(line)
-    if not done:
-        click.echo("nothing to do")
+    click.echo("\n".join(poller.poll_once(_connect())) or "nothing to do")

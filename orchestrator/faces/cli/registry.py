@@ -206,5 +206,4 @@ def load(entry: Entry, name: str, prefix: str = "") -> click.Command:
     if not gc.isenabled():  # main() turned it off for the imports (a library's caller not)
         gc.freeze()  # the command's imports live as long as the process: never walked again
         gc.enable()  # the command's own work is collected as ever
-    command: click.Command = getattr(module, entry.attr)
-    return command
+    return getattr(module, entry.attr)

@@ -58,15 +58,11 @@ def emit_json(data: Any, sort_keys: bool = True) -> None:
 
 def emit_json_array(rows: Iterable[dict[str, Any]]) -> None:
     """One JSON array written as it is read, an object a line: a page and --all alike."""
-    click.echo("[")
-    previous = None
+    separator = "["
     for row in rows:
-        if previous is not None:
-            click.echo(f"{previous},")
-        previous = json.dumps(row, sort_keys=True)
-    if previous is not None:
-        click.echo(previous)
-    click.echo("]")
+        click.echo(f"{separator}\n{json.dumps(row, sort_keys=True)}", nl=False)
+        separator = ","
+    click.echo("[\n]" if separator == "[" else "\n]")
 
 
 def table(rows: list[list[str]], right: bool = False) -> str:

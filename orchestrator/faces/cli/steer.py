@@ -67,8 +67,5 @@ def attach_command(task_id: TaskId, actor: str) -> None:
     """Follow TASK_ID's running attempt live (its tool calls, output and checks, as
     readable lines); each line you type is sent to it as `octopoid say`. Ctrl-D or Ctrl-C
     detaches and leaves the attempt running."""
-
-    def show(text: str) -> None:
-        click.echo(text, nl=False)
-
-    click.echo(attaching.attach(task_id, sys.stdin, show, actor))
+    ended = attaching.attach(task_id, sys.stdin, lambda text: click.echo(text, nl=False), actor)
+    click.echo(ended)

@@ -79,9 +79,9 @@ def log_path(task_id: str) -> Path:
     return folder / LOG_NAME
 
 
-def start(task_id: str, wait: float | None = None) -> Running:
-    """Start the task's preview unless it runs; wait up to ``wait`` seconds
-    (``preview.start_seconds`` by default) for its server to answer. ``InvalidInput`` when
+def start(task_id: str) -> Running:
+    """Start the task's preview unless it runs; wait up to ``preview.start_seconds`` for its
+    server to answer. ``InvalidInput`` when
     there is nothing to preview, ``PreviewFailed`` (with the end of its log) when it
     stops before it answers; still starting after the wait: returned not ``ready``."""
     from ...queue import machine as queue_utils
@@ -99,7 +99,7 @@ def start(task_id: str, wait: float | None = None) -> Running:
         found = running(task.id)
         if found is None:
             found = _spawn(task.id)
-    return _wait_ready(task.id, found, cfg["preview"]["start_seconds"] if wait is None else wait)
+    return _wait_ready(task.id, found, cfg["preview"]["start_seconds"])
 
 
 def stop(task_id: str) -> bool:

@@ -6,9 +6,6 @@ are plain functions, so Starlette runs them in its thread pool (the queue and gi
 A route or form's task id is made a ``TaskId`` where it comes in, like the CLI's; every
 value is escaped by Jinja2's autoescape; every POST is checked against the CSRF token
 (``security``).
-
-Its size: one line of routing per page and form, each a few lines; they read as the
-page's whole surface in one place.
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -57,6 +55,7 @@ from .security import TokenGate, csrf_for, same
 HERE = Path(__file__).parent
 ACTOR = "web"
 MAX_DRAFT_BYTES = 4 * 1024 * 1024  # 200 comments at their longest fit well within
+CSRF_REFUSED = "forbidden: bad or missing CSRF token; reload the page"
 #: What a redirect after an action may say; the query names a key, never free text.
 DONE = {
     "accepted": "Accepted: merged into its base and done.",
@@ -86,7 +85,7 @@ def _status_of(exc: OctopoidError) -> int:
     return 409
 
 
-def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
+def create_app(token: str, host: str = "127.0.0.1") -> TokenGate:
     doors = Doors(host)  # previews' ports, on the address this page listens on
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -106,7 +105,7 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
         form = await request.form()
         given = form.get("csrf") or request.headers.get("x-csrf-token")
         if not same(given if isinstance(given, str) else None, csrf):
-            raise _Forbidden()
+            raise HTTPException(403, CSRF_REFUSED)
         return form
 
     def board_page(request: Request, status: int = 200, **extra: Any) -> HTMLResponse:
@@ -164,7 +163,7 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
         """The page's draft review (JSON), kept for this reviewer; the answer is the draft
         as kept, or 400 with what is wrong."""
         if not same(request.headers.get("x-csrf-token"), csrf):
-            raise _Forbidden()
+            raise HTTPException(403, CSRF_REFUSED)
         body = b""
         async for chunk in request.stream():  # read no further than a draft can be
             body += chunk
@@ -238,9 +237,6 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
             return await run_in_threadpool(lambda: board_page(request, status, error=error))
         return RedirectResponse(f"/?done={done}", status_code=303)
 
-    def stylesheet(request: Request) -> Response:
-        return Response(pygments_css(), media_type="text/css")
-
     routes = [
         Route("/", board_page),
         Route("/board", board_fragment),
@@ -252,14 +248,13 @@ def create_app(token: str, host: str = "127.0.0.1") -> Starlette:
         Route("/tasks/{task_id}/preview", preview_act, methods=["POST"]),
         Route("/tasks/{task_id}/{action}", act, methods=["POST"]),
         Route("/plans/{plan_id}/{action}", plan_act, methods=["POST"]),
-        Route("/pygments.css", stylesheet),
+        Route("/pygments.css", lambda request: Response(pygments_css(), media_type="text/css")),
         Route("/favicon.ico", lambda request: Response(status_code=204)),  # none: no 404s
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={_Forbidden: _forbidden})
-    gate = TokenGate(app, token)
+    gate = TokenGate(Starlette(routes=routes), token)
     doors.sessions, doors.cookie = gate.sessions, gate.cookie  # a door signs in as the page
-    return gate  # type: ignore[return-value]
+    return gate
 
 
 def _preview(request: Request, task: Any, doors: Doors) -> dict[str, Any] | None:
@@ -275,19 +270,7 @@ def _preview(request: Request, task: Any, doors: Doors) -> dict[str, Any] | None
     return {"url": url, "running": found is not None}
 
 
-class _Forbidden(Exception):
-    pass
-
-
-def _forbidden(request: Request, exc: Exception) -> Response:
-    return PlainTextResponse("forbidden: bad or missing CSRF token; reload the page", 403)
-
-
 # --- actions: the CLI's own functions ------------------------------------------------------
-
-
-def _lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _judged(form: FormData) -> tuple[str | None, int | None]:
@@ -407,5 +390,5 @@ def _enqueue(fields: dict[str, str]):
         branch=fields["branch"].strip() or None,
         blocked_by=[fields["blocked_by"]],  # "TASK-1, TASK-2": read as BLOCKED_BY is
         context=fields["context"],
-        criteria=_lines(fields["criteria"]),
+        criteria=[line.strip() for line in fields["criteria"].splitlines() if line.strip()],
     )

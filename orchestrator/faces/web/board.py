@@ -6,9 +6,6 @@ The counts are ``reports.status_summary``'s own; its lists read only the small f
 the ledger for done ones (newest first), so a page reads at most 50 tasks of a big group.
 A search or filter also needs the title, priority and role of every waiting and done task:
 those are read once per process (``_SearchIndex``), since octopoid never changes them.
-
-Its size: the groups, their paging and the search index are one view of the queue; the
-index is here because only the board reads it.
 """
 
 from __future__ import annotations
@@ -180,9 +177,7 @@ class _SearchIndex:
                     self.known[task_id] = None
 
 
-@lru_cache(maxsize=8)
-def _search_index(store: QueueStore) -> _SearchIndex:
-    return _SearchIndex(store)
+_search_index = lru_cache(maxsize=8)(_SearchIndex)  # one per store, for the process's life
 
 
 @dataclass
@@ -339,8 +334,7 @@ def _indexed_sources(index: _SearchIndex, summary: dict[str, Any]) -> dict[str, 
 
 def _group(key: str, source: _Source, filters: Filters, index: _SearchIndex) -> Group:
     """One group's page: the matching tasks (all of them when nothing narrows), 50 a page."""
-    first = source.first
-    total = source.total
+    first, total = source.first, source.total
     if filters.narrowing:
         match, known = filters.matcher(), index.known
         ids = [task_id for task_id in source.ids if match(task_id, known.get(task_id))]
@@ -364,16 +358,6 @@ def _roles(chosen: str) -> list[str]:
     except OctopoidError:
         roles = set()
     return sorted(roles | {DEFAULT_ROLE, stalls.BREAKDOWN_ROLE, chosen} - {""})
-
-
-def plan_cards() -> list[dict[str, Any]]:
-    """The plans waiting for a person (drafts, and approves that did not finish), with
-    their tasks and edges, for the board's Plans group."""
-    return [
-        {"id": p.id, "goal": p.goal, "state": p.state, "tasks": [asdict(t) for t in p.tasks]}
-        for p in plans.all_plans()
-        if p.state in PLANS_SHOWN
-    ]
 
 
 def board(query: Mapping[str, str] | None = None, now: datetime | None = None) -> dict[str, Any]:
@@ -404,6 +388,10 @@ def board(query: Mapping[str, str] | None = None, now: datetime | None = None) -
         "problem": summary["config_problem"],
         "stalls": [] if summary["config_problem"] else stalls.lines(summary["stalls"]),
         "sandbox": summary["sandbox"],
-        "plans": plan_cards(),
+        "plans": [
+            {"id": p.id, "goal": p.goal, "state": p.state, "tasks": [asdict(t) for t in p.tasks]}
+            for p in plans.all_plans()
+            if p.state in PLANS_SHOWN
+        ],
         "questions": summary["questions"],
     }

@@ -181,16 +181,16 @@ def _hunk_start(line: str) -> tuple[int, int] | None:
         return None
 
 
-def render_diff(text: str, max_rows: int = MAX_ROWS, cut: bool = False) -> DiffView:
+def render_diff(text: str, cut: bool = False) -> DiffView:
     """The diff ``git diff base...branch`` printed (``cut``: only its start), as files of
-    highlighted rows; at most ``max_rows`` rows."""
+    highlighted rows; at most ``MAX_ROWS`` rows."""
     lines = text.split("\n")
     if cut or lines[-1] == "":
         lines.pop()  # a line cut by the byte budget is not drawn half
     files: list[FileDiff] = []
     entry: FileDiff | None = None
     old_no = new_no = 0
-    in_hunk, budget, shown = False, max_rows, 0
+    in_hunk, budget, shown = False, MAX_ROWS, 0
     sources: dict[int, list[str]] = {}  # each file's code lines, highlighted at the end
     for line in lines:
         if line.startswith("diff --git "):

@@ -36,16 +36,16 @@ class Attempt:
     live: bool = False
 
 
-def _tail(path: Path, limit: int = TEXT_LIMIT) -> str | None:
-    """The last ``limit`` characters of a text file (None when it does not exist)."""
+def _tail(path: Path) -> str | None:
+    """The last ``TEXT_LIMIT`` characters of a text file (None when it does not exist)."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - limit * 4))
+            f.seek(max(0, size - TEXT_LIMIT * 4))
             text = f.read().decode("utf-8", errors="replace")
     except (FileNotFoundError, IsADirectoryError):
         return None
-    return text[-limit:] if len(text) > limit else text
+    return text[-TEXT_LIMIT:]
 
 
 def attempts(task: Task) -> list[Attempt]:
@@ -54,21 +54,14 @@ def attempts(task: Task) -> list[Attempt]:
     found = []
     for number in range(1, task.attempts + 1):
         prompt = _tail(folder / f"attempt-{number}.prompt.md")
-        log = _tail(folder / f"attempt-{number}.log")
         live = task.state is S.CLAIMED and number == task.attempts
-        if live:
-            log = live_log(task.id)
+        log = live_since(task.id, None)[0] if live else _tail(folder / f"attempt-{number}.log")
         if prompt is not None or log is not None or live:
             found.append(Attempt(number, prompt, log, live))
     return found
 
 
 LIVE_CHUNK = 64 * 1024  # bytes of a running attempt's log sent at once
-
-
-def live_log(task_id: str) -> str:
-    """What the running attempt has printed so far (redacted as it was written)."""
-    return live_since(task_id, None)[0]
 
 
 def live_since(task_id: str, after: int | None) -> tuple[str, int]:
@@ -160,12 +153,6 @@ def _placed(
     return placed, unplaced
 
 
-def _open_question(task: Task) -> dict[str, Any] | None:
-    """The question an attempt of the task asked and nobody answered yet (``questions``)."""
-    asked = questions.read(task.id)
-    return asked if asked.get("question") and "answer" not in asked else None
-
-
 def task_page(
     task_id: str,
     reviewer: str = "web",
@@ -198,6 +185,7 @@ def task_page(
     git = mergeable.branch_facts(task)
     diff, diff_note = _diff(task, git)
     placed, unplaced = _placed(diff, draft["comments"])
+    asked = questions.read(task.id)  # shown while nobody has answered it
     return {
         "task": task,
         "context": task.context,
@@ -218,6 +206,6 @@ def task_page(
         "proposal": _proposal(task),
         "live": live_since(task.id, None) if task.state is S.CLAIMED else ("", 0),
         "pull_request": reports.pull_request_link(task),
-        "question": _open_question(task),
+        "question": asked if asked.get("question") and "answer" not in asked else None,
         "learnings": lifecycle.learning_rows(lifecycle.pending_learnings(task)),
     }

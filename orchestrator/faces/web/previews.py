@@ -1,15 +1,10 @@
 """The review page's doors to previews (``preview/``): a port of its own per preview, on
 the address the review page listens on, answered only for a signed-in reviewer.
 
-A preview serves the agent's code, so it gets an origin of its own (its own port): its
-scripts cannot read the review page or post to it with the reviewer's CSRF token. Cookies
-ignore ports, so the browser sends the review page's session cookie to the door too: the
-door checks it against the review page's sessions (it runs in the same process), refuses
-every request without one (403, with a link to sign in), and takes the review page's
-cookies out before the request goes to the preview, so the agent's server never sees a
-session. Each request gets a connection of its own (``Connection: close``, a WebSocket's
-upgrade excepted), so every request is checked; a preview's ``Set-Cookie`` for the review
-page's cookie names is dropped.
+Why each wall (its own origin, the session checked on every request and its cookie taken
+out, one request per connection, our ``Set-Cookie`` names dropped): docs/security.md and
+docs/workspace.md ("preview"). The door checks the review page's sessions directly: it
+runs in the same process.
 """
 
 from __future__ import annotations
@@ -104,7 +99,7 @@ class Doors:
             if key == b"upgrade":
                 upgrade = True
             if key == b"cookie":
-                value = _without_ours(value, b";", self.cookie)
+                value = b";".join(p for p in value.split(b";") if not _is_ours(p, self.cookie))
                 if not value.strip():
                     continue
                 line = b"Cookie:" + value
@@ -145,11 +140,6 @@ def _is_ours(cookie: bytes, name: str) -> bool:
     """A cookie named like the review page's (any ``octopoid_`` one: every server's)."""
     own = cookie.strip().split(b"=", 1)[0].strip().decode("latin-1")
     return own.startswith("octopoid_") or own == name
-
-
-def _without_ours(value: bytes, separator: bytes, name: str) -> bytes:
-    parts = [part for part in value.split(separator) if not _is_ours(part, name)]
-    return separator.join(parts)
 
 
 def _sign_in(review: str, task_id: str) -> str:

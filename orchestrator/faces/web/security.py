@@ -63,10 +63,6 @@ HEADERS = [
 SAFE_PATH_RE = re.compile(r"/(?![/\\])[!-~]*")  # this site's path: no //host, no \, no space
 
 
-def new_token() -> str:
-    return secrets.token_urlsafe(24)
-
-
 def csrf_for(token: str) -> str:
     return hmac.new(token.encode(), b"octopoid-csrf", hashlib.sha256).hexdigest()
 

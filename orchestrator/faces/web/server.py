@@ -4,6 +4,7 @@ sign-in link, run uvicorn."""
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from ... import config
 from ...base.fsutil import durable_rename, write_temp
 from ...model.exceptions import InvalidInput
 from .app import create_app
-from .security import CODE_SECONDS, TokenGate, check_listen, new_token
+from .security import CODE_SECONDS, check_listen
 
 TOKEN_ENV = "OCTOPOID_WEB_TOKEN"
 TOKEN_FILE = "web-token"  # in .octopoid/runtime/: the token made when none was given
@@ -49,7 +50,7 @@ def read_token_file(path: Path) -> str:
 
 def write_new_token(path: Path) -> str:
     """A new random token, in ``path`` (mode 600, replaced atomically) for the sign-in form."""
-    token = new_token()
+    token = secrets.token_urlsafe(24)
     path.parent.mkdir(parents=True, exist_ok=True)
     durable_rename(write_temp(path, f"{token}\n".encode(), mode=0o600), path)
     return token
@@ -74,7 +75,6 @@ def serve(host: str, port: int, chosen: str | None, announce: Callable[[str], No
         path = config.get_orchestrator_dir() / TOKEN_FILE
         chosen, where = write_new_token(path), f"the access token in {path}"
     gate = create_app(chosen, host)
-    assert isinstance(gate, TokenGate)  # create_app wraps its app in the gate
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     base = f"http://{shown}:{sock.getsockname()[1]}"
     announce(

@@ -11,21 +11,11 @@ from .. import stats
 from .charts import Series, bars, lines
 
 WEEKS_SHOWN = 26  # half a year of bars stays readable at the chart's width
-GREEN, RED, GREY, BLUE, ORANGE, PURPLE = (
-    "#2d7d46",
-    "#c0392b",
-    "#8a93a6",
-    "#1f5fbf",
-    "#d9822b",
-    "#7d3c98",
-)
+GREEN, RED, GREY = "#2d7d46", "#c0392b", "#8a93a6"
+BLUE, ORANGE, PURPLE = "#1f5fbf", "#d9822b", "#7d3c98"
 #: Where each chart's tasks are on the board (its groups).
-DONE, WAITING, REVIEW, ATTENTION = (
-    "/?group=done",
-    "/?group=waiting",
-    "/?group=review",
-    ("/?group=attention"),
-)
+DONE, WAITING = "/?group=done", "/?group=waiting"
+REVIEW, ATTENTION = "/?group=review", "/?group=attention"
 
 
 def page(query: Mapping[str, str]) -> dict[str, Any]:
