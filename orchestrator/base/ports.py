@@ -15,13 +15,13 @@ import contextlib
 import os
 import random
 import socket
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..model import defaults
 from ..model.exceptions import OctopoidError
 from .locks import try_flock
+from .processes import is_private
 
 PORT_ENV, PORTS_ENV = "OCTOPOID_PORT", "OCTOPOID_PORTS"
 
@@ -81,11 +81,9 @@ def _free(port: int) -> bool:
 
 
 def _private(folder: Path) -> Path:
-    """``folder``, made if need be: a real folder of this user's that no one else may
-    enter (another user's folder could hold our ranges hostage)."""
+    """``folder``, made if need be, and ``is_private``."""
     with contextlib.suppress(FileExistsError):
         folder.mkdir(mode=0o700)
-    found = os.lstat(folder)
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+    if not is_private(folder):
         raise OctopoidError(f"{folder} is not a private folder of this user's: remove it")
     return folder

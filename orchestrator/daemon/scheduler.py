@@ -81,7 +81,6 @@ class Scheduler:
 
     def initialize(self) -> None:
         """Take the one-scheduler-per-root lock, write the pid file, start logging."""
-        lock_file().parent.mkdir(parents=True, exist_ok=True)
         self._lock_fd = try_lock()
         if self._lock_fd is None:
             raise SchedulerError(
