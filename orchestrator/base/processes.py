@@ -95,12 +95,10 @@ class ProcessId(NamedTuple):
         pid = os.getpid() if pid is None else pid
         return cls(hostname(), boot_id(), pid, start_ticks(pid) or 0)
 
-    def is_local(self) -> bool:
-        return self.host == hostname() and self.boot == boot_id()
-
     def alive(self) -> bool:
         """True while this very process runs (on this host; elsewhere: unknowable, False)."""
-        return self.is_local() and start_ticks(self.pid) == self.start
+        local = self.host == hostname() and self.boot == boot_id()
+        return local and start_ticks(self.pid) == self.start
 
     def headers(self) -> dict[str, object]:
         return {"HOST": self.host, "BOOT_ID": self.boot, "PID": self.pid, "PID_START": self.start}
