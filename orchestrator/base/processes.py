@@ -254,13 +254,11 @@ def _forked_marks() -> dict[str, list[bytes]]:
         if not name.isdigit():
             continue
         note = forked_dir() / name
-        try:
+        with contextlib.suppress(OSError, ValueError):
             started, *marks = note.read_bytes().split(b"\0")
             if str(start_ticks(int(name))) == started.decode():
                 found[name] = marks
                 continue
-        except (OSError, ValueError, IndexError):
-            pass
         with contextlib.suppress(OSError):
             note.unlink()
     return found

@@ -11,6 +11,7 @@ the store notifies it (PostgreSQL); between wake-ups it watches a few mtimes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -284,11 +285,9 @@ class Scheduler:
         After ``rm -rf .octopoid/runtime`` (or a lock file replaced), another scheduler can
         start: running on unseen would mean two.
         """
-        try:
+        with contextlib.suppress(FileNotFoundError):
             if os.stat(lock_file()).st_ino == self._lock_inode:
                 return None
-        except FileNotFoundError:
-            pass
         return f"the runtime directory {config.get_orchestrator_dir()} vanished or was replaced"
 
     def _abandon(self, lost: str) -> None:
