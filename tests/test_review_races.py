@@ -96,10 +96,10 @@ def test_an_accept_interrupted_after_merging_is_finished_without_merging_again(g
 def test_an_accept_interrupted_before_merging_can_still_be_rejected(git_project):
     tid = provisional_with_commit(git_project)
     interrupt_accept(tid, before_merge=True)
-    assert finishing.open_journal(tid).left[0] == finishing.MERGE  # the accept's journal, begun
+    assert finishing.pending(tid)[0] == finishing.MERGE  # the accept's journal, begun
     review.reject(tid, "not yet")
     task = q.get_task(tid)
-    assert task.state is TaskState.INCOMING and finishing.open_journal(tid) is None
+    assert task.state is TaskState.INCOMING and not finishing.pending(tid)
     assert merges_of(git_project, tid) == 0
 
 

@@ -74,6 +74,12 @@ def open_journal(task_id: str) -> Journal | None:
     return journals.get(ACCEPT, key) or journals.get(CLOSE, key)
 
 
+def pending(task_id: str) -> list[str]:
+    """The steps still to do for ``task_id`` (empty: none, or no journal)."""
+    journal = open_journal(task_id)
+    return [] if journal is None else list(journal.left)
+
+
 def is_over(task_id: str) -> bool:
     """The task is gone, or done with nothing left to finish: its working notes may go."""
     where = queue_utils.get_store().locate(task_id)
