@@ -265,12 +265,6 @@ class TailBuffer:
         self._chunks = [joined[cut:]]
         self._held = self.limit
 
-    def __enter__(self) -> TailBuffer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 class _CappedLog:
     """An append-only log held near ``cap`` bytes by rewriting it as its newest half."""

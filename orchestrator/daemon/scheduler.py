@@ -64,7 +64,6 @@ class Scheduler:
         self._lock_fd: int | None = None  # an flock of its own fd: one scheduler per root
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by stop() and by the store's watch (NOTIFY)
-        self._stopping = False
         self._lock_inode = 0
         self._alerts: Alerts | None = None  # from initialize(): tasks present then are old news
         self._next_sweep = 0.0
@@ -95,8 +94,8 @@ class Scheduler:
         log.info("scheduler %d started for %s", os.getpid(), self.root)
 
     def shutdown(self, grace: float | None = None) -> None:
-        """Stop claiming; give running attempts ``grace`` seconds, then stop and requeue them."""
-        self._stopping = True
+        """After the last pass: running attempts get ``grace`` seconds, then are stopped and
+        requeued."""
         if grace is None:
             try:
                 grace = config.load_agents()["shutdown_grace_seconds"]
@@ -153,9 +152,6 @@ class Scheduler:
         records = agent_records.day_records(agents_cfg)  # once a pass: pauses, days, breakers
         if self._alerts is not None:
             self._alerts.tripped(records)
-        if self._stopping:
-            report.skipped = "stopping"
-            return report
         report.skipped = self.dispatch.blocked_reason(agents_cfg, records)
         if not report.skipped:
             report.started += self.dispatch.claim(agents_cfg, records, self._start, now)
