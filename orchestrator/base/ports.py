@@ -26,12 +26,6 @@ from .processes import is_private
 PORT_ENV, PORTS_ENV = "OCTOPOID_PORT", "OCTOPOID_PORTS"
 
 
-def locks_dir() -> Path:
-    """Where ranges are held: one folder per user on this machine, whatever TMPDIR says,
-    so every runner of the user's (any project) sees every range held."""
-    return Path(f"/tmp/octopoid-ports-{os.getuid()}")
-
-
 @dataclass
 class PortRange:
     first: int
@@ -56,7 +50,9 @@ def reserve(
 ) -> PortRange:
     """A range of ``count`` ports held for this process until ``release`` (or its exit);
     ``OctopoidError`` when every range is held or busy."""
-    folder = _private(locks_dir())
+    # one folder per user on this machine, whatever TMPDIR says: every runner of the
+    # user's (any project) sees every range held
+    folder = _private(Path(f"/tmp/octopoid-ports-{os.getuid()}"))
     slots = list(range(low, high - count + 2, count))
     start = random.randrange(len(slots))  # runners starting together try different slots
     for first in slots[start:] + slots[:start]:

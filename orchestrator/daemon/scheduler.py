@@ -27,7 +27,7 @@ from ..base.fsutil import atomic_write
 from ..base.processes import become_subreaper
 from ..model import defaults
 from ..model.exceptions import ConfigError, OctopoidError, SchedulerError
-from ..model.tasks import Task, TaskState, task_label, utcnow
+from ..model.tasks import TaskState, task_label, utcnow
 from ..queue import agent_records, budgets, recovery
 from ..queue import machine as queue_utils
 from ..review import finishing
@@ -154,7 +154,9 @@ class Scheduler:
             self._alerts.tripped(records)
         report.skipped = self.dispatch.blocked_reason(agents_cfg, records)
         if not report.skipped:
-            report.started += self.dispatch.claim(agents_cfg, records, self._start, now)
+            report.started += self.dispatch.claim(
+                agents_cfg, records, lambda t, a: self.pool.start(t, a, self._pass_reason), now
+            )
         if self._alerts is not None:  # after the claims: it reads the questions' records
             self._alerts.look()
         self._sweep(records, now)
@@ -184,10 +186,6 @@ class Scheduler:
             cfg = config.load_config()
             claimed = store.list(TaskState.CLAIMED)
             self._alerts.budgets(budgets.watched(claimed, records, cfg, now or utcnow()))
-
-    def _start(self, task: Task, agent: dict) -> bool:
-        """Start a claimed task's runner, saying what woke the pass that claimed it."""
-        return self.pool.start(task, agent, self._pass_reason)
 
     # --- the daemon loop ----------------------------------------------------------------
 
