@@ -3,12 +3,8 @@ judgement of one destination by its name and by the address it resolves to.
 
 Pure and standard-library only, below ``config`` (which checks the entries of config.yaml
 and agents.yaml with it), the runner's proxy (which judges with it) and the faces (which
-describe with it). docs/security.md says what each mode allows.
-
-- ``allow``: the box has a network of its own (its own loopback only); octopoid's proxy in
-  the runner lets through the destinations its list names, and nothing else.
-- ``none``: no network at all.
-- ``open``: the host's network, as a program the user runs would have.
+describe with it). docs/security.md says what each mode (``allow``, ``none``, ``open``)
+allows.
 """
 
 from __future__ import annotations
