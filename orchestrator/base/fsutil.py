@@ -76,10 +76,8 @@ def atomic_write(
         data = data.encode("utf-8")
     mode = None
     if keep_mode:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             mode = target.stat().st_mode & 0o7777
-        except FileNotFoundError:
-            mode = None
     tmp = write_temp(target, data, mode, sync)
     try:
         os.replace(tmp, target)
@@ -266,12 +264,6 @@ class TailBuffer:
         self.dropped_chars += cut
         self._chunks = [joined[cut:]]
         self._held = self.limit
-
-    def __enter__(self) -> TailBuffer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class _CappedLog:

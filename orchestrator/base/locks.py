@@ -46,12 +46,9 @@ def _lock_fd(path: str, blocking: bool, reuse: int | None = None) -> int | None:
     ``blocking`` is False and someone else holds it. Opening costs more than locking
     (creating an inode ~0.5 ms on some disks), so a lock kept for reuse is opened once."""
     while True:
-        fd = (
-            reuse
-            if reuse is not None
-            else os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        )
-        reuse = None
+        if reuse is None:
+            reuse = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd, reuse = reuse, None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -60,11 +57,9 @@ def _lock_fd(path: str, blocking: bool, reuse: int | None = None) -> int | None:
         except BaseException:
             os.close(fd)
             raise
-        try:
+        with suppress(FileNotFoundError):
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 return fd
-        except FileNotFoundError:
-            pass
         os.close(fd)  # the holder before us removed the file: lock the new one
 
 

@@ -3,12 +3,8 @@ judgement of one destination by its name and by the address it resolves to.
 
 Pure and standard-library only, below ``config`` (which checks the entries of config.yaml
 and agents.yaml with it), the runner's proxy (which judges with it) and the faces (which
-describe with it). docs/security.md says what each mode allows.
-
-- ``allow``: the box has a network of its own (its own loopback only); octopoid's proxy in
-  the runner lets through the destinations its list names, and nothing else.
-- ``none``: no network at all.
-- ``open``: the host's network, as a program the user runs would have.
+describe with it). docs/security.md says what each mode (``allow``, ``none``, ``open``)
+allows.
 """
 
 from __future__ import annotations
@@ -197,13 +193,9 @@ def agent_network(
     """(mode, named destinations) of ``agent``'s box: its own mode or the project's; its
     backend's API, the project's ``sandbox.network.allow`` and its own. ``env`` is the
     environment its box gets (where the API's address may be named)."""
-    mode = agent_mode(agent, cfg)
-    if mode != "allow":
-        return mode, []
     own = (agent.get("sandbox") or {}).get("network") or {}
-    wanted = [*api_entries(agent.get("backend", ""), env), *cfg["sandbox"]["network"]["allow"]]
-    wanted += own.get("allow", [])
-    return mode, [str(entry) for entry in Policy.of(wanted).entries]
+    api = api_entries(agent.get("backend", ""), env)
+    return _named(agent_mode(agent, cfg), cfg, own.get("allow", []), api)
 
 
 def checks_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
@@ -211,31 +203,31 @@ def checks_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
     the project's. Checks run the agent's code, so they have no network unless they say;
     but a project that still writes ``sandbox.network: host`` (which covered the checks
     before they had a setting of their own) keeps it for them too."""
-    mode = checks_mode(cfg)
-    if mode != "allow":
-        return mode, []
-    wanted = [*cfg["sandbox"]["network"]["allow"], *cfg["checks"]["network"]["allow"]]
-    return mode, [str(entry) for entry in Policy.of(wanted).entries]
+    return _named(checks_mode(cfg), cfg, cfg["checks"]["network"]["allow"])
 
 
 def setup_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
     """(mode, named destinations) of the set-up's box (``workspace.network``): ``allow`` by
     default, whatever the agent's box has (a set-up installs what the agent then uses
     offline), its list added to the project's."""
-    return _own_network(cfg, cfg["workspace"]["network"], "allow")
+    own = cfg["workspace"]["network"]
+    return _named(canonical_mode(own["mode"] or "allow"), cfg, own["allow"])
 
 
 def preview_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
     """(mode, named destinations) of a preview's box (``preview.network``): it serves the
     agent's code, so none unless it says."""
-    return _own_network(cfg, cfg["preview"]["network"], "none")
+    own = cfg["preview"]["network"]
+    return _named(canonical_mode(own["mode"] or "none"), cfg, own["allow"])
 
 
-def _own_network(cfg: dict[str, Any], own: dict[str, Any], default: str) -> tuple[str, list[str]]:
-    mode = canonical_mode(own["mode"] or default)
+def _named(
+    mode: str, cfg: dict[str, Any], own: list[str], first: list[str] | None = None
+) -> tuple[str, list[str]]:
+    """``mode``; with ``allow``, ``first``, the project's list and ``own``, each once."""
     if mode != "allow":
         return mode, []
-    wanted = [*cfg["sandbox"]["network"]["allow"], *own["allow"]]
+    wanted = [*(first or []), *cfg["sandbox"]["network"]["allow"], *own]
     return mode, [str(entry) for entry in Policy.of(wanted).entries]
 
 

@@ -15,21 +15,15 @@ import contextlib
 import os
 import random
 import socket
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..model import defaults
 from ..model.exceptions import OctopoidError
 from .locks import try_flock
+from .processes import is_private
 
 PORT_ENV, PORTS_ENV = "OCTOPOID_PORT", "OCTOPOID_PORTS"
-
-
-def locks_dir() -> Path:
-    """Where ranges are held: one folder per user on this machine, whatever TMPDIR says,
-    so every runner of the user's (any project) sees every range held."""
-    return Path(f"/tmp/octopoid-ports-{os.getuid()}")
 
 
 @dataclass
@@ -56,7 +50,9 @@ def reserve(
 ) -> PortRange:
     """A range of ``count`` ports held for this process until ``release`` (or its exit);
     ``OctopoidError`` when every range is held or busy."""
-    folder = _private(locks_dir())
+    # one folder per user on this machine, whatever TMPDIR says: every runner of the
+    # user's (any project) sees every range held
+    folder = _private(Path(f"/tmp/octopoid-ports-{os.getuid()}"))
     slots = list(range(low, high - count + 2, count))
     start = random.randrange(len(slots))  # runners starting together try different slots
     for first in slots[start:] + slots[:start]:
@@ -81,11 +77,9 @@ def _free(port: int) -> bool:
 
 
 def _private(folder: Path) -> Path:
-    """``folder``, made if need be: a real folder of this user's that no one else may
-    enter (another user's folder could hold our ranges hostage)."""
+    """``folder``, made if need be, and ``is_private``."""
     with contextlib.suppress(FileExistsError):
         folder.mkdir(mode=0o700)
-    found = os.lstat(folder)
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+    if not is_private(folder):
         raise OctopoidError(f"{folder} is not a private folder of this user's: remove it")
     return folder

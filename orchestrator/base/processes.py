@@ -55,16 +55,21 @@ def hostname() -> str:
 def start_ticks(pid: int) -> int | None:
     """When ``pid`` started, in clock ticks since boot; None if there is no such process."""
     try:
-        with open(f"{PROC}/{pid}/stat", "rb") as f:
-            stat = f.read()
+        fields = _stat_fields(pid)
     except (FileNotFoundError, ProcessLookupError):
         return None
     except OSError:
         return 0 if _pid_exists(pid) else None  # no /proc here: a PID check is all we have
-    fields = stat[stat.rfind(b")") + 2 :].split()
     if fields[0] in (b"Z", b"X"):
         return None  # exited, only waiting to be reaped
     return int(fields[19])  # field 22 of stat; fields[0] is field 3 (state)
+
+
+def _stat_fields(pid: int | str) -> list[bytes]:
+    """``/proc/<pid>/stat`` from field 3 (the state) on: after the name's last ``)``, since
+    a name may hold one."""
+    with open(f"{PROC}/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()
 
 
 def _pid_exists(pid: int) -> bool:
@@ -90,12 +95,10 @@ class ProcessId(NamedTuple):
         pid = os.getpid() if pid is None else pid
         return cls(hostname(), boot_id(), pid, start_ticks(pid) or 0)
 
-    def is_local(self) -> bool:
-        return self.host == hostname() and self.boot == boot_id()
-
     def alive(self) -> bool:
         """True while this very process runs (on this host; elsewhere: unknowable, False)."""
-        return self.is_local() and start_ticks(self.pid) == self.start
+        local = self.host == hostname() and self.boot == boot_id()
+        return local and start_ticks(self.pid) == self.start
 
     def headers(self) -> dict[str, object]:
         return {"HOST": self.host, "BOOT_ID": self.boot, "PID": self.pid, "PID_START": self.start}
@@ -161,13 +164,9 @@ def _children_of(pid: int) -> list[int]:
     for name in os.listdir(PROC) if os.path.isdir(PROC) else ():
         if not name.isdigit():
             continue
-        try:
-            with open(f"{PROC}/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat[stat.rfind(b")") + 2 :].split()[1]) == pid:
-            out.append(int(name))
+        with contextlib.suppress(OSError):
+            if int(_stat_fields(name)[1]) == pid:
+                out.append(int(name))
     return out
 
 
@@ -225,18 +224,18 @@ def note_forked(env: dict[str, str]) -> Path:
     note's path, for the runner to remove as it exits."""
     folder = forked_dir()
     folder.mkdir(mode=0o700, exist_ok=True)
-    if not _ours(folder):
+    if not is_private(folder):
         raise OSError(f"{folder} is not this user's own private folder")
     marks = [f"{k}={v}" for k, v in env.items() if k.startswith("OCTOPOID_")]
     staged, note = folder / f".{os.getpid()}.new", folder / str(os.getpid())
-    staged.write_bytes("\0".join([_started(os.getpid()), *marks]).encode())
+    staged.write_bytes("\0".join([str(start_ticks(os.getpid())), *marks]).encode())
     staged.replace(note)
     return note
 
 
-def _ours(folder: Path) -> bool:
-    """A real folder (not a link) of this user that nobody else may enter: notes in a
-    folder another user made could name our processes."""
+def is_private(folder: Path) -> bool:
+    """A real folder (not a link) of this user that nobody else may enter: notes (or port
+    locks) in a folder another user made could name our processes (hold our ports)."""
     try:
         found = os.lstat(folder)
     except OSError:
@@ -245,29 +244,21 @@ def _ours(folder: Path) -> bool:
     return stat.S_ISDIR(found.st_mode) and private
 
 
-def _started(pid: int | str) -> str:
-    """The process's start time in clock ticks (field 22 of /proc/PID/stat)."""
-    with open(f"{PROC}/{pid}/stat", "rb") as f:
-        return f.read().rsplit(b")", 1)[1].split()[19].decode()
-
-
 def _forked_marks() -> dict[str, list[bytes]]:
     """The marks of live forked runners, by pid (stale notes, of runners gone, removed)."""
     found: dict[str, list[bytes]] = {}
-    if not _ours(forked_dir()):
+    if not is_private(forked_dir()):
         return found
     names = os.listdir(forked_dir())
     for name in names:
         if not name.isdigit():
             continue
         note = forked_dir() / name
-        try:
+        with contextlib.suppress(OSError, ValueError):
             started, *marks = note.read_bytes().split(b"\0")
-            if _started(name) == started.decode():
+            if str(start_ticks(int(name))) == started.decode():
                 found[name] = marks
                 continue
-        except (OSError, ValueError, IndexError):
-            pass
         with contextlib.suppress(OSError):
             note.unlink()
     return found
@@ -331,8 +322,7 @@ def adopted_children(runners: set[int]) -> tuple[list[int], list[int]]:
         if pid in runners:
             continue
         try:
-            with open(f"{PROC}/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
+            fields = _stat_fields(pid)
         except OSError:
             continue
         if fields[0] in (b"Z", b"X"):

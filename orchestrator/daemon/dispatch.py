@@ -40,9 +40,7 @@ class Dispatch:
     def blocked_reason(self, agents_cfg: dict, records: stalls.Records) -> str:
         """Why nothing is claimed this pass (``stalls.system``), logged when it changes."""
         store = queue_utils.get_store()
-        found = "; ".join(stall.text for stall in stalls.system(agents_cfg, records, store))
-        self._say_once("not claiming", found)
-        return found
+        return self._say_once("not claiming", stalls.system(agents_cfg, records, store))
 
     def claim(
         self, agents_cfg: dict, records: stalls.Records, start: Start, now: datetime | None
@@ -67,18 +65,20 @@ class Dispatch:
     def _cannot_claim(self, agent: dict, agents_cfg: dict, records: stalls.Records) -> bool:
         """An agent paused or unable to run (no claude binary, no API key) is skipped; its
         reasons are logged when they change (``stalls.for_agent``)."""
-        found = "; ".join(stall.text for stall in stalls.for_agent(agent, agents_cfg, records))
-        self._say_once(f"agent {agent['name']}", found)
-        return bool(found)
+        found = stalls.for_agent(agent, agents_cfg, records)
+        return bool(self._say_once(f"agent {agent['name']}", found))
 
-    def _say_once(self, who: str, problem: str) -> None:
-        """Log a stall when it starts or changes, and once when it ends: never every pass."""
+    def _say_once(self, who: str, found: list[stalls.Stall]) -> str:
+        """The stalls in one line, logged when they start or change, and once when they end:
+        never every pass."""
+        problem = "; ".join(stall.text for stall in found)
         if problem != self._warned.get(who, ""):
             if problem:
                 log.warning("%s: %s", who, problem)
             else:
                 log.info("%s: no longer; claiming resumes", who)
         self._warned[who] = problem
+        return problem
 
 
 def _claim_for(agent: dict, lease_seconds: int, now: datetime | None) -> Task | None:

@@ -136,13 +136,6 @@ class ForkServer:
 # --- the server ---------------------------------------------------------------------------
 
 
-def preloads() -> tuple[str, ...]:
-    """The modules to import before forking: the runner's, and the PostgreSQL driver if the
-    queue is there (a folder store's daemon does not pay for it)."""
-    backend, _dsn = config.store_choice()
-    return PRELOAD + (POSTGRES_PRELOAD if backend == "postgres" else ())
-
-
 def warm() -> None:
     """Build what every attempt's first output builds: the redaction stream's gate on
     secret shapes (detect-secrets' detectors and a Hyperscan or RE2 compile), 0.2 s of
@@ -166,7 +159,8 @@ def keep_probe_fresh() -> None:
 
 def serve(sock: socket.socket) -> None:
     """Answer each request with a forked runner's pid, until the daemon goes."""
-    for module in preloads():  # the point of it all: the runner's imports, once
+    postgres = config.store_choice()[0] == "postgres"  # a folder store's daemon does not pay
+    for module in PRELOAD + (POSTGRES_PRELOAD if postgres else ()):  # the point of it all
         importlib.import_module(module)
     warm()
     keep_probe_fresh()

@@ -1,14 +1,9 @@
-"""Alerts: tell people when a task needs them, through apprise (Slack, Discord, ntfy, mail,
-a JSON webhook, ...), as config.yaml's ``notify:`` says.
+"""Alerts: tell people when a task needs them, through apprise, as config.yaml's ``notify:``
+says (docs/operations.md, "Alerts": the events, what is news, what is said once).
 
-Runners move tasks in their own processes, so the scheduler notices arrivals itself: each
-pass lists the names in provisional/, failed/ and breakdown/ (no file is parsed unless it
-is new), and the open questions attempts asked (``questions``), and compares them with the
-last pass. Names present when the scheduler starts are not news. An agent paused by its
-circuit breaker is alerted once (its pause remembers it). Sending happens on one
-background thread, so a slow or dead notifier never holds up a pass or a move; a failing
-URL is logged once (by scheme and host only: apprise URLs carry tokens) until it works
-again.
+Runners move tasks in their own processes, so the scheduler notices arrivals itself by
+comparing each pass's listing with the last; sending happens on one background thread, so
+a slow or dead notifier never holds up a pass or a move.
 """
 
 from __future__ import annotations

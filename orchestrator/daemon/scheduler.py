@@ -11,6 +11,7 @@ the store notifies it (PostgreSQL); between wake-ups it watches a few mtimes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -26,7 +27,7 @@ from ..base.fsutil import atomic_write
 from ..base.processes import become_subreaper
 from ..model import defaults
 from ..model.exceptions import ConfigError, OctopoidError, SchedulerError
-from ..model.tasks import Task, TaskState, task_label, utcnow
+from ..model.tasks import TaskState, task_label, utcnow
 from ..queue import agent_records, budgets, recovery
 from ..queue import machine as queue_utils
 from ..review import finishing
@@ -63,7 +64,6 @@ class Scheduler:
         self._lock_fd: int | None = None  # an flock of its own fd: one scheduler per root
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by stop() and by the store's watch (NOTIFY)
-        self._stopping = False
         self._lock_inode = 0
         self._alerts: Alerts | None = None  # from initialize(): tasks present then are old news
         self._next_sweep = 0.0
@@ -81,7 +81,6 @@ class Scheduler:
 
     def initialize(self) -> None:
         """Take the one-scheduler-per-root lock, write the pid file, start logging."""
-        lock_file().parent.mkdir(parents=True, exist_ok=True)
         self._lock_fd = try_lock()
         if self._lock_fd is None:
             raise SchedulerError(
@@ -95,8 +94,8 @@ class Scheduler:
         log.info("scheduler %d started for %s", os.getpid(), self.root)
 
     def shutdown(self, grace: float | None = None) -> None:
-        """Stop claiming; give running attempts ``grace`` seconds, then stop and requeue them."""
-        self._stopping = True
+        """After the last pass: running attempts get ``grace`` seconds, then are stopped and
+        requeued."""
         if grace is None:
             try:
                 grace = config.load_agents()["shutdown_grace_seconds"]
@@ -153,12 +152,11 @@ class Scheduler:
         records = agent_records.day_records(agents_cfg)  # once a pass: pauses, days, breakers
         if self._alerts is not None:
             self._alerts.tripped(records)
-        if self._stopping:
-            report.skipped = "stopping"
-            return report
         report.skipped = self.dispatch.blocked_reason(agents_cfg, records)
         if not report.skipped:
-            report.started += self.dispatch.claim(agents_cfg, records, self._start, now)
+            report.started += self.dispatch.claim(
+                agents_cfg, records, lambda t, a: self.pool.start(t, a, self._pass_reason), now
+            )
         if self._alerts is not None:  # after the claims: it reads the questions' records
             self._alerts.look()
         self._sweep(records, now)
@@ -188,10 +186,6 @@ class Scheduler:
             cfg = config.load_config()
             claimed = store.list(TaskState.CLAIMED)
             self._alerts.budgets(budgets.watched(claimed, records, cfg, now or utcnow()))
-
-    def _start(self, task: Task, agent: dict) -> bool:
-        """Start a claimed task's runner, saying what woke the pass that claimed it."""
-        return self.pool.start(task, agent, self._pass_reason)
 
     # --- the daemon loop ----------------------------------------------------------------
 
@@ -285,11 +279,9 @@ class Scheduler:
         After ``rm -rf .octopoid/runtime`` (or a lock file replaced), another scheduler can
         start: running on unseen would mean two.
         """
-        try:
+        with contextlib.suppress(FileNotFoundError):
             if os.stat(lock_file()).st_ino == self._lock_inode:
                 return None
-        except FileNotFoundError:
-            pass
         return f"the runtime directory {config.get_orchestrator_dir()} vanished or was replaced"
 
     def _abandon(self, lost: str) -> None:

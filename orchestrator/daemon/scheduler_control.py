@@ -38,9 +38,12 @@ def read_pid() -> int | None:
 
 
 def scheduler_status() -> dict:
-    """Whether a scheduler holds this root's lock; a pid file without one is stale."""
-    if _lock_held():
+    """Whether a scheduler holds this root's lock (a probe: taken and let go at once); a pid
+    file without one is stale."""
+    fd = try_lock()
+    if fd is None:
         return {"running": True, "pid": read_pid(), "stale_pid_file": False}
+    os.close(fd)
     stale = pid_file().exists()
     return {"running": False, "pid": read_pid() if stale else None, "stale_pid_file": stale}
 
@@ -50,14 +53,6 @@ def try_lock() -> int | None:
     when a process (this one included) holds it already."""
     lock_file().parent.mkdir(parents=True, exist_ok=True)
     return try_flock(lock_file())
-
-
-def _lock_held() -> bool:
-    """Does a scheduler hold this root's lock? (A probe: locks and lets go at once.)"""
-    fd = try_lock()
-    if fd is not None:
-        os.close(fd)
-    return fd is None
 
 
 def start_background(wait_seconds: float = 10.0) -> int:

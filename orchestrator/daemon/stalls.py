@@ -28,9 +28,6 @@ class Stall(NamedTuple):
     # usage-limit, breaker, unserved
     text: str
 
-    def as_dict(self) -> dict[str, str]:
-        return self._asdict()
-
 
 Records = agent_records.AgentRecords  # every agent's record, the system's (day_records)
 
@@ -131,20 +128,20 @@ def report(waiting: Mapping[str, int] | None = None) -> dict[str, Any]:
     problem = config.problem()
     if problem:
         why = Stall("config-invalid", f"{problem}; nothing is claimed until it is fixed")
-        return {"claiming": False, "system": [why.as_dict()], "agents": {}, "unserved": []}
+        return {"claiming": False, "system": [why._asdict()], "agents": {}, "unserved": []}
     agents_cfg, store = config.load_agents(), get_store()
     records = agent_records.day_records(agents_cfg)
     reasons = system(agents_cfg, records, store)
     agents = {
-        a["name"]: [s.as_dict() for s in stalls]
+        a["name"]: [s._asdict() for s in stalls]
         for a in agents_cfg["agents"]
         if (stalls := for_agent(a, agents_cfg, records))
     }
     return {
         "claiming": not reasons and len(agents) < len(agents_cfg["agents"]),
-        "system": [s.as_dict() for s in reasons],
+        "system": [s._asdict() for s in reasons],
         "agents": agents,
-        "unserved": [s.as_dict() for s in unserved(agents_cfg, store, waiting)],
+        "unserved": [s._asdict() for s in unserved(agents_cfg, store, waiting)],
     }
 
 

@@ -1,14 +1,8 @@
 """Work that did not reach the remote, put on top of what someone pushed there meanwhile,
-as a person would (``git pull --rebase``).
-
-A task's pull request branch is pushed with a lease on the tip the attempt started from
-(``task_tips``). A reviewer who pushes a commit to that branch while an attempt runs makes
-the remote refuse the attempt's push rather than lose their commit. Then the attempt's own
-commits (those beyond what the remote held when it started) are rebased onto the
-reviewer's tip in a scratch worktree, or merged with it where a rebase would replay what
-is not the attempt's (a merge among them, or a branch the attempt rewrote), and pushed
-with a lease on that tip. A conflict changes nothing: the remote keeps their push, the
-local branch the attempt's work, and the caller says so everywhere a person looks.
+as a person would (``git pull --rebase``): the attempt's own commits rebased onto the
+reviewer's tip in a scratch worktree (merged where a rebase would replay what is not the
+attempt's), then pushed with a lease on that tip. A conflict changes nothing: the remote
+keeps their push, the local branch the attempt's work (docs/forge.md says what follows).
 """
 
 from __future__ import annotations

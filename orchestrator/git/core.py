@@ -15,7 +15,6 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from .. import config
 from ..base.lazy import lazy_import
@@ -92,11 +91,11 @@ def init_repo(
         repo.index.commit(message)
 
 
-def git_answer(repo: git.Repo, *args: str, **options: bool) -> Any:
-    """``git ARGS``'s output in ``repo`` (``options``: GitPython's ``execute``'s), or None
-    when git fails: a question whose "no" is an exit status, not an error."""
+def git_answer(repo: git.Repo, *args: str) -> str | None:
+    """``git ARGS``'s output in ``repo``, or None when git fails: a question whose "no" is an
+    exit status, not an error."""
     status, out, _ = repo.git.execute(
-        ["git", *args], with_extended_output=True, with_exceptions=False, **options
+        ["git", *args], with_extended_output=True, with_exceptions=False
     )
     return out if status == 0 else None
 

@@ -1,19 +1,10 @@
 """What a merge would destroy in the person's checkout: files git does not track there.
 
-git treats an ignored file as expendable and a directory as something it may replace: a
-branch that adds ``.env``, ``local.db`` or the path ``.octopoid/runtime`` (a symlink)
-silently deletes the person's ignored file (or octopoid's whole state) when it is merged,
-checked out or fast-forwarded into a checkout. ``git merge --no-overwrite-ignore`` does
-not stop it (the ort strategy, git 2.39). So every merge octopoid runs where the person
-works, and the pre-check before review, ask this module first.
-
-It is judged from git's data, not from a list of names: the paths the branch writes
-(``git diff --name-only --diff-filter=d base...branch``) against what the checkout holds
-that git does not track (``git ls-files --others --directory``, ignored files included).
-A branch is refused when one of its paths is such an entry, lies under one that is a file
-or a symlink (a parent turned into a directory), or is a file where such entries lie
-beneath (a parent turned into a file or a symlink, an ignored directory made a file); and
-when it writes at, into or above octopoid's runtime folder, which no branch may plant.
+git treats an ignored file as expendable and a directory as something it may replace, and
+``git merge --no-overwrite-ignore`` does not stop it, so every merge octopoid runs where the
+person works, and the pre-check before review, ask this module first. docs/security.md ("A
+branch is data") says what is refused and why; it is judged from git's data (the paths the
+branch writes against what the checkout holds untracked), not from a list of names.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ from .core import (
 )
 from .remote import adopt, fetch_branches, remote_ref
 
-MERGE_STRATEGIES = ("merge", "squash", "ff-only", "none")
 PUSH_TRIES = 10  # a push refused because the remote's base moved: fetch, merge again
 
 
@@ -63,8 +62,6 @@ def merge_task_branch(
     aborted: nothing is half-merged. The user's hooks run only with ``run_hooks``.
     """
     branch = branch_for(task_id)
-    if strategy not in MERGE_STRATEGIES or strategy == "none":
-        raise ValueError(f"not a merge strategy: {strategy}")
     if not branch_exists(repo, branch):
         raise GitError(f"{task_label(task_id)} has no branch {branch} to merge")
     if not branch_exists(repo, base):

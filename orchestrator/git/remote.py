@@ -1,11 +1,7 @@
-"""Branches through ``git.remote``, between machines.
-
-An attempt starts from its task's recorded tip (``task_tips``) or the remote's base, pushes
-its branch after with a lease on the remote's tip it started from, and an accept merges
-onto the remote's base and lands by a plain push (``merges.merge_onto_remote``), which the
-remote refuses if the base moved meanwhile (a compare-and-swap). A task's branch travels
-as ``refs/octopoid/tasks/TASK-<id>``, which no forge runs CI on; it becomes a branch there
-only when put up for review on a forge (``on_remote``).
+"""Branches through ``git.remote``, between machines: fetched, adopted, pushed with a lease,
+deleted. A task's branch travels as ``refs/octopoid/tasks/TASK-<id>``, which no forge runs
+CI on, and becomes a branch there only when put up for review on a forge (``on_remote``);
+docs/scale-out.md says the whole walk.
 """
 
 from __future__ import annotations

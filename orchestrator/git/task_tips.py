@@ -1,17 +1,8 @@
-"""One truth per task branch: the tip its last attempt left, recorded on the task.
-
-The runner records that tip (``BRANCH_TIP``) in the fenced move that ends the attempt (the
-submit to review, or the way back to incoming), so both stores share it. With
-``git.remote`` the attempt pushes its branch with a lease on the remote's tip it started
-from: its own rewrite (a rebase onto the base) reaches the remote, while anyone else's
-push meanwhile refuses the attempt's instead of being overwritten. Accept and the next
-attempt, on any machine, take the recorded tip (fetched by its id from the remote when
-this machine lacks it), and the merge pre-check judges it onto the base accept merges
-onto. So a conflict settled by an attempt is settled everywhere.
-
-On the remote a task's branch is ``refs/octopoid/tasks/TASK-<id>``, where no forge runs
-CI on it, until its pull request is open (``on_forge``): from then on it is the branch
-``agent/TASK-<id>`` that the pull request shows, and the attempts continue there.
+"""One truth per task branch: the tip its last attempt left, recorded on the task
+(``BRANCH_TIP``) in the fenced move that ends the attempt, so both stores share it. Before
+an attempt and before an accept, on any machine, the branch is set to that tip (fetched by
+its id from ``git.remote`` when this machine lacks it). docs/scale-out.md says how it
+travels, is pushed with a lease, and follows a person's push to a pull request's branch.
 """
 
 from __future__ import annotations

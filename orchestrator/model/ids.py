@@ -36,10 +36,8 @@ class TaskId(str):
         """The id a full match of ``FILE_RE`` or ``LABEL_RE`` found (a file's or a record's
         name): their group is ``ID_RE``, so the match was the check. Any other match (a
         search, another pattern) could carry a cut or unchecked id: a bug, refused."""
-        if match.re not in (FILE_RE.compiled, LABEL_RE.compiled) or match.span() != (
-            0,
-            len(match.string),
-        ):
+        whole = match.span() == (0, len(match.string))
+        if match.re not in (FILE_RE.compiled, LABEL_RE.compiled) or not whole:
             raise ValueError(f"not a full match of FILE_RE or LABEL_RE: {match!r}")
         return str.__new__(cls, match.group(1))
 

@@ -1,25 +1,11 @@
 """Accept and close as journals of the store, and the sweep that finishes every journal a
-dead process left.
+dead process left (docs/architecture.md, "Records and journals": the steps, who finishes
+them, and how each knows a step already done).
 
-An accept is several steps: the merge, the move to done, then the task's learnings
-promoted into long-term memory, its working notes removed, its worktree and branch
-removed with the tips octopoid set aside for it that the base holds, the branch deleted
-on the remote (a close: the move, then the same without the merge; it keeps the branch,
-closes an open pull request before its branch goes, and deletes the remote's refs only
-where its branch here holds them). Before the first step the
-steps are written as the task's ``accept`` (or ``close``) journal, with what they need
-(who, the base's tip before the merge); each is marked done as it ends, and the journal
-is finished after the last. On PostgreSQL every machine sees it: whoever comes next, on
-any machine, finishes it (the next accept, any scheduler's sweep, `octopoid doctor
---repair`). Every step is safe to repeat: a merge is asked of git first (``MERGED`` on the
-task says it landed), a task in done is not moved again, memory deduplicates, and the
-removals treat what is already gone as done. Only the merge waits for a person's accept:
-the sweep does not merge.
-
-Both kinds are tables of steps (``ACCEPT_KIND``, ``CLOSE_KIND``: the functions below)
-run by the store's one journal runner (``Journals.run``). ``finish_interrupted`` is the
-sweep over every kind: these two, a breakdown's split (``roles.breakdown.SPLIT_KIND``) and
-a plan's approval (``roles.plans.APPROVAL_KIND``), each passed down to ``Journals.sweep``.
+Both kinds are tables of steps (``ACCEPT_KIND``, ``CLOSE_KIND``: the functions below) run by
+the store's one journal runner; every step is safe to repeat, and only the merge waits for a
+person's accept: the sweep does not merge. ``finish_interrupted`` is the sweep over every
+kind: these two, a breakdown's split and a plan's approval.
 """
 
 from __future__ import annotations

@@ -376,7 +376,8 @@ def retry(
     commits earlier attempts left (the old tip is kept under ``refs/octopoid/replaced/``,
     and with ``git.remote`` the remote's copy of the branch is deleted too). ``budget``
     replaces the task's own budget (one a budget stopped needs more to go on)."""
-    refuse_planning(queue_utils.get_task(task_id), "retried")
+    task = queue_utils.get_task(task_id)
+    refuse_planning(task, "retried")
     if not fresh:
         return queue_utils.retry_task(task_id, actor, budget=budget)
     repo, remote = core.open_repo(), git_remote.remote_name()
@@ -387,7 +388,6 @@ def retry(
         if remote is not None:
             git_remote.delete_remote_branch(repo, remote, task.id)
 
-    task = queue_utils.get_task(task_id)
     reason = f"retry from {task.branch}; earlier commits kept under refs/octopoid/replaced/"
     return queue_utils.retry_task(task.id, actor, reason=reason, budget=budget, prepare=start_over)
 
