@@ -219,6 +219,20 @@ def test_a_path_finds_the_task_wherever_it_moved(project: Path) -> None:
     assert relative.parent.name == "done"
 
 
+def test_octopoid_calls_answer_a_path_on_either_store(project: Path, store_kind: str) -> None:
+    """PostgreSQL keeps no task file: octopoid's callers still get a path whose folder is the
+    state and whose name finds the task again (it was an AssertionError and None before)."""
+    created = octopoid_task()
+    assert (created.parent.name, created.exists()) == ("incoming", store_kind == "folder")
+    q.claim_task(None, "impl-agent-1")
+    provisional = q.submit_completion(created, 1, 3)
+    done = q.accept_completion(provisional, "gatekeeper")
+    assert [p.parent.name for p in (provisional, done)] == ["provisional", "done"]
+    assert done.name == created.name and q.get_task(done.stem).state is S.DONE
+    if store_kind == "postgres":
+        assert str(done) == f"postgres:queue/done/{done.name}"
+
+
 def test_a_path_that_names_no_task_is_refused(project: Path) -> None:
     for bad in (Path("notes.md"), "queue/claimed/README.md", Path("TASK-../x.md")):
         with pytest.raises(InvalidTaskId):

@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from operator import attrgetter
 from pathlib import Path
 from typing import Any, cast
 
 from ..model.exceptions import InvalidTaskId
+from ..model.ids import task_filename
 from ..model.tasks import FILE_RE, Task, TaskId, shown
 
 #: A task as the API takes it: an id (``TASK-12``, ``12``), a ``Task``, or its file's path.
@@ -46,10 +46,19 @@ def task_id_of(task: TaskRef) -> TaskId:
     return TaskId.matched(match)
 
 
+def file_path(task: Task) -> Path:
+    """The task's file, octopoid's answer. The PostgreSQL store keeps no file: the answer
+    is then a path of the same shape, ``postgres:queue/<state>/TASK-<id>.md`` (as its
+    quarantine names a row), so ``path.parent.name`` is the state, ``path.name`` finds it."""
+    if task.path is not None:
+        return task.path
+    return Path("postgres:queue", task.state.value, task_filename(task.id))
+
+
 def recycled_answer(task: Task) -> dict[str, Any]:
     """octopoid's answer to recycle_to_breakdown; here the task itself waits in breakdown/."""
     return {
-        "breakdown_task": str(task.path),
+        "breakdown_task": str(file_path(task)),
         "breakdown_task_id": task.id,
         "original_task_id": task.id,
         "action": "recycled",
@@ -57,7 +66,7 @@ def recycled_answer(task: Task) -> dict[str, Any]:
 
 
 def octopoid_form(
-    result: Callable[[Task], Any] = attrgetter("path"), **aliases: str
+    result: Callable[[Task], Any] = file_path, **aliases: str
 ) -> Callable[[Callable[..., Task]], Callable[..., Any]]:
     """Let a transition take octopoid's call form as well as its own.
 

@@ -57,7 +57,7 @@ from ..model.tasks import (
     utcnow,
 )
 from . import task_notes
-from .call_forms import TaskRef, octopoid_form, recycled_answer, task_id_of
+from .call_forms import TaskRef, file_path, octopoid_form, recycled_answer, task_id_of
 from .leases import LEASE_HEADERS, claim_token, fence_holds, lease_headers, new_token
 from .leases import attempts_left as attempts_left  # re-exported: callers ask the machine
 from .store import get_store, get_task
@@ -330,10 +330,7 @@ def create_task(
     store = get_store()
     task.id = TaskId(given_id) if given_id else store.allocate_id()
     added = store.add(task, state)
-    if acceptance_criteria is None:
-        return added
-    assert added.path is not None  # the store sets it
-    return added.path
+    return added if acceptance_criteria is None else file_path(added)
 
 
 def _new_task_state(queue: TaskState | str) -> TaskState:
