@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import config
-from orchestrator.forge import text
+from orchestrator.forge import pulls, text
 from orchestrator.forge.poller import MAX_BACKOFF_SECONDS, next_wait
 from orchestrator.forge.seen import Seen
 from orchestrator.model.exceptions import ConfigError
@@ -80,6 +80,10 @@ def test_what_a_task_s_moves_took_from_the_forge_reads_back() -> None:
     assert Seen.of(task) == Seen("abc123", 42)
     task.set_header("FORGE_SEEN", "ci:x review:not-a-number junk")
     assert Seen.of(task) == Seen("x", 0)
+    task.set_header("FORGE_SEEN", "ci:x review:\u00b2 told:\u0661\u0662")  # digits, not ASCII
+    assert Seen.of(task) == Seen("x", 0)
+    task.set_header("PR_NUMBER", "\u00b2")  # hand-edited: no pull request, not a traceback
+    assert pulls.pr_number(task) is None
     told = Seen("abc", 7, told=3, asked=["bob", "a.b-c", "bob", "no spaces;"], stale="def")
     task.set_header("FORGE_SEEN", told.header())
     assert Seen.of(task) == Seen("abc", 7, 3, ["bob", "a.b-c"], "def")  # a login, once each

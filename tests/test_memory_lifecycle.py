@@ -85,6 +85,7 @@ def test_memory_cli(project: Path) -> None:
     assert json.loads(cli_output("memory", "search", "flaky", "--json")) == []
     out = cli_output("memory", "remove", "never written", code=1)
     assert "no note matches" in out
+    assert "no note matches" in cli_output("memory", "remove", "\u00b2", code=1)  # not an id
     assert "unknown section" in cli_output("memory", "add", "Gossip", "x", code=2)  # bad input
     assert "invalid notes id" in cli_output("memory", "show", "--notes-id", "../x", code=2)
 

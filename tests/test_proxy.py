@@ -89,6 +89,7 @@ def test_what_is_not_a_proxy_request_is_refused_with_its_reason(
             b"GET https://example.com/ HTTP/1.1\r\n\r\n": b"405",  # TLS goes by CONNECT
             b"\x16\x03\x01 hello\r\n\r\n": b"400",  # not HTTP at all
             b"CONNECT example.com HTTP/1.1\r\n\r\n": b"400",  # no port
+            b"CONNECT example.com:\xb2 HTTP/1.1\r\n\r\n": b"400",  # a digit int() refuses
             b"GET http://x/ HTTP/1.1\r\nX: " + b"a" * 4096 + b"\r\n\r\n": b"431",  # head too big
         }
         for request, status in answers.items():

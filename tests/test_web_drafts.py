@@ -56,6 +56,7 @@ def test_a_draft_is_checked_like_the_review_it_becomes(git_project, web) -> None
         ({"comments": [a_comment(task_id, "x", line=0)]}, "number from 1"),
         ({"reason": "x" * 5000}, "over 4000"),
         ({"ticked": ["a"]}, "numbers from 0"),
+        ({"edited": {"\u00b2": "x"}}, "rewritten learnings"),  # a digit, but no number
         ({"reason": "bell \x07"}, "control character"),
     ]:
         status, answer = save(alice, task_id, bad, csrf)
@@ -138,6 +139,21 @@ def test_a_reviewer_name_cannot_reach_outside_its_task_s_drafts(git_project) -> 
         task, _, mine = key.rpartition("/")
         assert task == "reviews/TASK-3" and check_key(key) and len(mine) < 80
     assert drafts.draft_key("3", "a/b") != drafts.draft_key("3", "a_b")
+
+
+def test_learning_numbers_the_page_never_sends_choose_nothing(git_project, web) -> None:
+    """``isdigit`` passes ``²`` (int refuses it: a 500) and ``١`` (int reads it as 1)."""
+    task_id = provisional_task("learn from the page")
+    remembered(task_id, "the build cache lives in .cache/build")
+    alice = signed_in(web, "alice")
+    junk = {"keep": "\u00b2", "forget": "\u0661", "edit_\u00b2": "x"}
+    form = {"csrf": alice.csrf(), **judged(alice, task_id), **junk}
+    status, _, _ = alice.request(f"/tasks/TASK-{task_id}/accept", form)
+    assert status == 303 and q.get_task(task_id).state is TaskState.DONE
+    store = open_memory()
+    found = store.search_notes("build cache", limit=10)
+    store.close()
+    assert [n["content"] for n in found] == ["the build cache lives in .cache/build"]
 
 
 def test_a_reviewer_strikes_and_rewrites_learnings_on_the_page(git_project, web) -> None:

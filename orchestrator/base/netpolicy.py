@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from .netmodes import MODES, OLD_NAMES, agent_mode, canonical_mode, checks_mode  # noqa: F401
 from .patterns import LazyPattern
+from .text import ascii_int
 
 #: Where the claude CLI's API is unless its env names another (``ANTHROPIC_BASE_URL``).
 ANTHROPIC_API = "api.anthropic.com:443"
@@ -107,9 +108,9 @@ def parse_entry(text: str) -> Entry:
     host, port = raw, None
     if (raw.startswith("[") and "]:" in raw) or raw.count(":") == 1:
         host, _, digits = raw.rpartition(":")
-        if not digits.isdigit() or not 0 < int(digits) < 65536:
+        port = ascii_int(digits)
+        if port is None or not 0 < port < 65536:
             raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
-        port = int(digits)
     address = address_of(host)
     if address is not None:
         if address.is_loopback and port is None:

@@ -38,3 +38,10 @@ def clean_text(value: str, what: str) -> str:
             f"{bad.start() + 1}: remove it"
         )
     return value
+
+
+def ascii_int(value: str) -> int | None:
+    """``value``'s number when it is 1 to 18 ASCII digits, else None. ``isdigit`` alone
+    passes ``²``, which ``int`` refuses, and ``١٢``, which it reads; ``int`` refuses over
+    4,300 digits too: each would be a traceback on hostile input. No count here is longer."""
+    return int(value) if len(value) < 19 and value.isascii() and value.isdigit() else None

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ..base.text import ascii_int
+
 METHOD_RE = re.compile(r"[A-Z]{1,20}")
 VERSIONS = ("HTTP/1.0", "HTTP/1.1")
 #: Hop-by-hop headers of a forwarded request (and the proxy's credentials, if any).
@@ -93,10 +95,11 @@ def _read_head(conn: socket.socket, seconds: float, max_bytes: int) -> tuple[byt
 
 def _authority(target: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port``) of a CONNECT."""
-    host, _, port = target.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    host, _, digits = target.rpartition(":")
+    port = ascii_int(digits)
+    if not host or port is None or not 0 < port < 65536:
         raise Refused(400, "a CONNECT names host:port")
-    return host.removeprefix("[").removesuffix("]"), int(port)
+    return host.removeprefix("[").removesuffix("]"), port
 
 
 def answer(conn: socket.socket, status: int, why: str) -> None:

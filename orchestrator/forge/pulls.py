@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..base.text import ascii_int
 from ..git import branches, catch_up, core, task_tips
 from ..git import remote as git_remote
 from ..model.exceptions import (
@@ -66,7 +67,7 @@ JUDGING = review.FORGE_HOLD
 def pr_number(task: Task, header: str = "PR_NUMBER") -> int | None:
     """The task's pull request number, or None (a hand-edited value that is not one too)."""
     raw = task.headers.get(header, "")
-    return int(raw) if raw.isdigit() and 0 < len(raw) < 10 else None
+    return ascii_int(raw) if len(raw) < 10 else None
 
 
 def open_for(task: Task, actor: str, forge: Forge | None = None) -> Task:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..base.text import ascii_int
 from ..model.tasks import Task
 
 HEADER = "FORGE_SEEN"
@@ -33,10 +34,10 @@ class Seen:
             key, _, value = part.partition(":")
             if key == "ci":
                 seen.ci = value
-            elif key == "review" and value.isdigit():
-                seen.review = int(value)
-            elif key == "told" and value.isdigit():
-                seen.told = int(value)
+            elif key == "review" and (number := ascii_int(value)) is not None:
+                seen.review = number
+            elif key == "told" and (number := ascii_int(value)) is not None:
+                seen.told = number
             elif key == "asked":
                 seen.asked = [login for login in value.split(",") if LOGIN_RE.fullmatch(login)]
             elif key == "stale":

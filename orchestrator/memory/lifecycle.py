@@ -19,6 +19,7 @@ from .. import config
 from ..base.lazy import lazy_import
 from ..base.locks import FileMutex
 from ..base.patterns import LazyPattern
+from ..base.text import ascii_int
 from ..model.exceptions import InvalidInput
 from ..model.tasks import Task, format_time, plural, utcnow
 from .instructions import instruction_shape
@@ -224,8 +225,8 @@ def forget(target: str) -> int:
     """`octopoid memory remove`: a note id, or an item's text (from notes.md and the store)."""
     store = memory_open.open_memory()
     try:
-        if target.isdigit():
-            note = store.get_note(int(target))
+        if (note_id := ascii_int(target)) is not None:
+            note = store.get_note(note_id)
             if note is None:
                 return 0
             if note["metadata"].get("source") == "notes.md":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ..base.text import clean_text
+from ..base.text import ascii_int, clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import MAX_COUNT, shown
 from ..queue.line_comments import LineComment
@@ -66,7 +66,7 @@ def line_comment(
 
 
 def _line_number(value: str, where: str) -> int:
-    value = value.strip()
-    if not (value.isascii() and value.isdigit() and 0 < int(value) <= MAX_COUNT):
+    number = ascii_int(value.strip())
+    if number is None or not 0 < number <= MAX_COUNT:
         raise InvalidInput(f"comment on {where}: the line must be a number from 1")
-    return int(value)
+    return number

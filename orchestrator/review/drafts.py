@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..base.text import clean_text
+from ..base.text import ascii_int, clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import task_label
 from ..queue import adopt
@@ -125,7 +125,10 @@ def _learnings(data: Mapping[str, Any]) -> tuple[list[int], dict[str, str]]:
         raise InvalidInput("struck learnings are numbers from 1")
     edited = _typed(data, "edited", dict, {})
     if len(edited) > MAX_LEARNINGS or not all(
-        isinstance(k, str) and k.isdigit() and isinstance(v, str) and len(v) <= MAX_LEARNING_CHARS
+        isinstance(k, str)
+        and ascii_int(k) is not None
+        and isinstance(v, str)
+        and len(v) <= MAX_LEARNING_CHARS
         for k, v in edited.items()
     ):
         raise InvalidInput(f"rewritten learnings are number: text of {MAX_LEARNING_CHARS} at most")

@@ -31,7 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ... import config
-from ...base.text import clean_text
+from ...base.text import ascii_int, clean_text
 from ...model.exceptions import (
     InvalidInput,
     InvalidTask,
@@ -311,28 +311,31 @@ def _typed(form: FormData) -> dict[str, Any]:
     except InvalidInput:
         raw = []
     for c in raw:
-        line = int(c["line"]) if c["line"].isdigit() else 0
-        end = int(c["end"]) if c["end"].isdigit() else 0
+        line, end = (ascii_int(c[key]) or 0 for key in ("line", "end"))
         comments.append({**c, "line": line, "end": end, "code": ""})
     return {"reason": str(form.get("reason") or ""), "comments": comments}
 
 
 def _accept(task_id: str, form: FormData, reviewer: str) -> None:
     forget, edits = _learnings(form)
-    keep = [int(n) for n in form.getlist("keep") if str(n).isdigit()]
+    keep = _numbers(form.getlist("keep"))
     review.accept(task_id, reviewer, *_judged(form), forget=forget, edits=edits, keep=keep)
     drafts.clear(task_id, reviewer)
 
 
 def _learnings(form: FormData) -> tuple[list[int], dict[int, str]]:
     """The learnings the Accept form strikes (``forget``) and rewrites (``edit_<n>``)."""
-    forget = [int(n) for n in form.getlist("forget") if str(n).isdigit()]
     edits = {
-        int(key.removeprefix("edit_")): clean_text(str(value), "a learning")
+        number: clean_text(str(value), "a learning")
         for key, value in form.multi_items()
-        if key.startswith("edit_") and key.removeprefix("edit_").isdigit()
+        if key.startswith("edit_") and (number := ascii_int(key.removeprefix("edit_"))) is not None
     }
-    return forget, edits
+    return _numbers(form.getlist("forget")), edits
+
+
+def _numbers(values: list[Any]) -> list[int]:
+    """The form's numbered choices (learnings kept or struck); anything else is no choice."""
+    return [n for n in (ascii_int(str(v)) for v in values) if n is not None]
 
 
 def _reject(task_id: str, form: FormData, reviewer: str) -> None:
