@@ -131,10 +131,8 @@ def run_process(
         (on_chunk or output.feed)(chunk)
 
     try:
-        if more is not None and stdin_data is not None:
+        if stdin_data is not None:
             on_tick, close_stdin = live_stdin(proc, stdin_data, more, on_tick)
-        elif stdin_data is not None:
-            _feed_stdin(proc, stdin_data)
         deadline = time.monotonic() + timeout_seconds
         if _pump(proc, sink, deadline, on_tick):
             return ProcessOutcome(None, True, head=bytes(head))
@@ -149,27 +147,16 @@ def run_process(
             close_stdin()
 
 
-def _feed_stdin(proc: subprocess.Popen, data: bytes) -> None:
-    """Write the prompt from a thread: a large prompt must not block reading the output."""
-
-    def write() -> None:
-        with contextlib.suppress(BrokenPipeError, OSError):  # the agent may ignore its stdin
-            proc.stdin.write(data)
-            proc.stdin.close()
-
-    threading.Thread(target=write, name="agent-stdin", daemon=True).start()
-
-
 def live_stdin(
     proc: subprocess.Popen,
     first: bytes,
-    more: Callable[[], bytes | None],
+    more: Callable[[], bytes | None] | None,
     on_tick: Callable[[], None],
 ) -> tuple[Callable[[], None], Callable[[], None]]:
-    """Write ``first`` to the agent's stdin and keep it open: the tick returned runs
-    ``on_tick``, then writes what ``more()`` gives, until it gives None: then stdin is
-    closed (as by the close returned, once the agent is gone). One writer thread, in
-    order, so a full pipe never stalls reading the output."""
+    """Write ``first`` to the agent's stdin, then close it; with ``more``, keep it open:
+    the tick returned runs ``on_tick``, then writes what ``more()`` gives, until it gives
+    None: then stdin is closed (as by the close returned, once the agent is gone). One
+    writer thread, in order, so a full pipe never stalls reading the output."""
     pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
 
     def write() -> None:
@@ -182,6 +169,9 @@ def live_stdin(
 
     threading.Thread(target=write, name="agent-stdin", daemon=True).start()
     pending.put(first)
+    if more is None:
+        pending.put(None)
+        return on_tick, lambda: None
     is_open = [True]
 
     def tick() -> None:
