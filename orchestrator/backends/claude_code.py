@@ -298,26 +298,6 @@ def user_turn(text: str) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
-class LiveSession:
-    """Claude Code's stdin in stream-json: the prompt first, then a person's messages as
-    they come (the CLI sends each with its next request); closed once the session has its
-    result, or the CLI would wait for more input instead of exiting."""
-
-    def __init__(self, request: AgentRequest, parser: StreamJsonParser) -> None:
-        self.request = request
-        self.parser = parser
-
-    def more(self) -> bytes | None:
-        """What to write now (b"": nothing), or None: close stdin."""
-        if self.parser.result is not None:
-            return None
-        said = self.request.inbox()
-        if not said:
-            return b""
-        self.parser.output.feed(f"[a person says] {said}\n".encode())
-        return user_turn(said)
-
-
 class ClaudeCodeBackend:
     def needs(self, options: dict) -> list[str]:
         """``claude`` itself and, when the environment has no API key, the credentials of
@@ -334,14 +314,26 @@ class ClaudeCodeBackend:
             why = f"'{name}' is not on PATH; {config.CLAUDE_INSTALL_HINT}"
             return AgentResult(None, "error", summary=why, cause="cannot-start")
         parser = StreamJsonParser(output)
-        session = LiveSession(request, parser)
+
+        def more() -> bytes | None:
+            """A person's message as they come (the CLI sends each with its next request),
+            b"" for none, or None: close stdin once the session has its result, or the CLI
+            would wait for more input instead of exiting."""
+            if parser.result is not None:
+                return None
+            said = request.inbox()
+            if not said:
+                return b""
+            output.feed(f"[a person says] {said}\n".encode())
+            return user_turn(said)
+
         done = run_agent_process(
             claude_argv(executable, request),
             request,
             output,
             parser.feed,
             stdin=user_turn(request.prompt),
-            more=session.more,
+            more=more,
         )
         parser.finish()
         if done.start_error:
