@@ -24,7 +24,7 @@ import shlex
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,13 +55,8 @@ class Bounds:
 
     @classmethod
     def of(cls, cfg: dict) -> Bounds:
-        box = cfg["sandbox"]
-        return cls(
-            box["max_pack_bytes"],
-            box["max_objects"],
-            box["max_branch_bytes"],
-            box["max_clone_bytes"],
-        )
+        """Each bound from its ``sandbox.max_<name>``."""
+        return cls(**{f.name: cfg["sandbox"][f"max_{f.name}"] for f in fields(cls)})
 
 
 def upload_pack(box: list[str], bounds: Bounds) -> str:
@@ -123,12 +118,10 @@ def disk_use(path: Path, stop_above: int) -> int:
     return total
 
 
-def clone_growth(now: int, at_start: int, bounds: Bounds) -> str | None:
-    """Why a clone that took ``at_start`` bytes and takes ``now`` grew too much, or None."""
-    grown = now - at_start
-    if grown > bounds.clone_bytes:
-        return (
-            f"the attempt's clone grew by over {bounds.clone_bytes} bytes on disk "
-            "(sandbox.max_clone_bytes)"
-        )
-    return None
+def clone_growth(clone: Path, at_start: int, bounds: Bounds) -> str | None:
+    """Why ``clone``, which took ``at_start`` bytes on disk, grew too much, or None."""
+    limit = at_start + bounds.clone_bytes
+    if disk_use(clone, limit) <= limit:
+        return None
+    grown = f"grew by over {bounds.clone_bytes} bytes on disk (sandbox.max_clone_bytes)"
+    return f"the attempt's clone {grown}"

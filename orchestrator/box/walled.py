@@ -90,12 +90,11 @@ class WalledWorkspace(Workspace):
         repo = core.open_repo()
         self.remote, self.started = base_for(self.task)
         self.base = self.started.base
-        base = self.base
         if (self.clone_path / ".git").is_file():  # sandbox: none's worktree, from before
             branches.remove_worktree(repo, self.task.id, delete_branch=False)
         with core.repo_admin_lock():
-            self.start = branches.ensure_branch(repo, self.task.id, base)
-        base_sha = branches.branch_tip(repo, base)
+            self.start = branches.ensure_branch(repo, self.task.id, self.base)
+        base_sha = branches.branch_tip(repo, self.base)
         clone.make(repo, self.task.id, self.task.branch, base_sha, self.clone_path)
         self.bounds = Bounds.of(cfg)
         self.clone_size = disk_use(self.clone_path, sys.maxsize)
@@ -141,18 +140,14 @@ class WalledWorkspace(Workspace):
         if time.monotonic() - self.measured < defaults.CLONE_CHECK_SECONDS:
             return None
         self.measured = time.monotonic()
-        return self._grown()
-
-    def _grown(self) -> str | None:
-        limit = self.clone_size + self.bounds.clone_bytes
-        return clone_growth(disk_use(self.clone_path, limit), self.clone_size, self.bounds)
+        return clone_growth(self.clone_path, self.clone_size, self.bounds)
 
     def bring_back(self) -> BroughtBack:
         """Read the clone's branch back as data and move the task's branch to it. Never
         raises: what went wrong is a remark, what is beyond a bound is refused (the notes
         are saved after this)."""
         branch = branches.branch_for(self.task.id)
-        if (grown := self._grown()) is not None:
+        if (grown := clone_growth(self.clone_path, self.clone_size, self.bounds)) is not None:
             return BroughtBack(0, refused=[f"nothing was read back: {grown}"])
         remarks = []
         head = clone.head_of(self.clone_path)
