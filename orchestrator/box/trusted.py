@@ -35,8 +35,7 @@ class TrustedWorkspace(Workspace):
         repo = core.open_repo()
         self.remote, self.started = base_for(self.task)
         self.base = self.started.base
-        base = self.base
-        self.worktree = branches.ensure_worktree(repo, self.task.id, base)
+        self.worktree = branches.ensure_worktree(repo, self.task.id, self.base)
         containment.settle_orphans()  # an earlier attempt's runner may have died unchecked
         self.world = _world(cfg, setup_commands(agent, cfg), self.worktree)
         self.values = {"OCTOPOID_WORKTREE": str(self.worktree), **self.world.env()}
