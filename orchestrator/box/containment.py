@@ -224,22 +224,17 @@ def _restore_refs(repo: git.Repo, snap: Snapshot) -> list[str]:
         lost = _commits(repo, old, [new]) if old and new else _commits(repo, old, [], 1)
         if not gained and all(unreviewed.whose(*c) for c in lost):
             continue
-        breaches.append(_put_ref_back(repo, snap, ref, old, new, unreviewed, gained))
+        who = unreviewed.whose(*gained[0]) if gained else "the agent"
+        breaches.append(_put_ref_back(unreviewed, ref, old, new, who))
     return breaches
 
 
 def _put_ref_back(
-    repo: git.Repo,
-    snap: Snapshot,
-    ref: str,
-    old: str | None,
-    new: str | None,
-    unreviewed: _Unreviewed,
-    gained: list[tuple[str, str]],
+    unreviewed: _Unreviewed, ref: str, old: str | None, new: str | None, who: str
 ) -> str:
     """Move ``ref`` back (keeping its new value under refs/octopoid/displaced/); one line
-    saying whose work it held and what was done."""
-    who = unreviewed.whose(*gained[0]) if gained else "the agent"
+    saying ``who`` held work there and what was done."""
+    repo, snap = unreviewed.repo, unreviewed.snap
     keep = f"refs/octopoid/displaced/{task_label(snap.task_id)}/{snap.attempt}/{ref}"
     kept = ""
     if new is not None:
@@ -280,8 +275,7 @@ class _Unreviewed:
             # an accept's journal (finishing.ACCEPT) is written before its merge
             accepting = task is not None and store.journals.get("accept", task.label) is not None
             marked = task is not None and not {"MERGED", "MERGING"}.isdisjoint(task.headers)
-            merging = accepting or marked
-            self._tasks[task_id] = where is TaskState.DONE or merging
+            self._tasks[task_id] = where is TaskState.DONE or accepting or marked
         return self._tasks[task_id]
 
     def clean_tip(self, sha: str) -> str | None:
