@@ -92,24 +92,11 @@ def find_claude(agent: dict[str, Any]) -> str | None:
 
 def claude_argv(executable: str, request: AgentRequest) -> list[str]:
     agent = request.options
-    argv = [
-        executable,
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--max-turns",
-        str(request.max_turns),
-        "--permission-mode",
-        agent.get("permission_mode") or "acceptEdits",
-        "--allowedTools",
-        ",".join([*(agent.get("allowed_tools") or DEFAULT_TOOLS), MCP_TOOLS]),
-        "--mcp-config",
-        MCP_CONFIG,
-        "--strict-mcp-config",
-    ]
+    argv = [executable, "-p", "--input-format", "stream-json", "--output-format", "stream-json"]
+    argv += ["--verbose", "--max-turns", str(request.max_turns)]
+    argv += ["--permission-mode", agent.get("permission_mode") or "acceptEdits"]
+    tools = [*(agent.get("allowed_tools") or DEFAULT_TOOLS), MCP_TOOLS]
+    argv += ["--allowedTools", ",".join(tools), "--mcp-config", MCP_CONFIG, "--strict-mcp-config"]
     if agent.get("disallowed_tools"):
         argv += ["--disallowedTools", ",".join(agent["disallowed_tools"])]
     if request.max_budget_usd is not None:

@@ -65,18 +65,9 @@ def make(repo: git.Repo, task_id: str, base: str, base_sha: str, dest: Path) -> 
     branch = branches.branch_for(task_id)
     remove_tree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    flags = ["--quiet", "--shared", "--no-tags", "--single-branch", "--template="]
     with core.git_errors(f"git clone --shared {branch}"):
-        repo.git.clone(
-            "--quiet",
-            "--shared",
-            "--no-tags",
-            "--single-branch",
-            "--template=",
-            "--branch",
-            branch,
-            repo.working_dir,
-            str(dest),
-        )
+        repo.git.clone(*flags, "--branch", branch, repo.working_dir, str(dest))
     base_ref = dest / ".git" / "refs" / "remotes" / "origin" / base  # a new clone: plain data
     base_ref.parent.mkdir(parents=True, exist_ok=True)
     base_ref.write_text(f"{base_sha}\n")
