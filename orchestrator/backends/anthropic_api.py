@@ -258,14 +258,13 @@ class AnthropicBackend:
         the finish summary ends the loop."""
         blocks, results, finished = [], [], None
         for block in read_blocks(getattr(response, "content", None), output):
+            blocks.append(block)
             if block["type"] == "text":
-                blocks.append(block)
                 output.say(block["text"])
                 continue
-            blocks.append(block)
             name, tool_input = block["name"], block["input"]
             output.say(
-                f"→ {name}: {clipped(json.dumps(tool_input, ensure_ascii=False), 300, output)}",
+                f"→ {name}: {clipped(json.dumps(tool_input, ensure_ascii=False), 300, output)}"
             )
             if name == "finish":
                 finished = str(tool_input.get("summary") or "finished")

@@ -175,8 +175,8 @@ class WalledWorkspace(Workspace):
         except (OctopoidError, OSError) as exc:
             remarks.append(f"nothing came back from the clone: {exc}")
             commits = 0
-        refused = len(self.proxy.refused) if self.proxy is not None else 0
-        return BroughtBack(commits, [], [*remarks, *self.network_lines()], unreached=refused)
+        said, refused = (self.proxy.lines(), len(self.proxy.refused)) if self.proxy else ([], 0)
+        return BroughtBack(commits, [], [*remarks, *said], unreached=refused)
 
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
         held = self.world.ports if self.world is not None else None

@@ -97,8 +97,7 @@ class Workspace(ABC):
     ) -> None:
         self.task, self.token = task, token
         self.channel_host = private_folder()
-        toolbox = tools if tools is not None else Tools()
-        self.channel = ChannelServer(self.channel_host, toolbox).start()
+        self.channel = ChannelServer(self.channel_host, tools or Tools()).start()
         self.tick: Callable[[], None] = lambda: None  # the attempt's, once its set-up runs
         try:
             self._make(agent, cfg, needs)
@@ -152,10 +151,6 @@ class Workspace(ABC):
         """While the agent runs: why its workspace is beyond a ``sandbox`` bound (the
         attempt is stopped), or None."""
         return None
-
-    def network_lines(self) -> list[str]:
-        """What the box's network refused and reached, a line each (``network: allow``)."""
-        return self.proxy.lines() if self.proxy is not None else []
 
     def recheck(self) -> list[str]:
         """After the checks: what they changed outside the workspace (``sandbox: none``)."""
