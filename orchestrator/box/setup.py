@@ -194,6 +194,7 @@ class World:
         spec = cfg["workspace"]
         self.commands, self.timeout, self.services = commands, spec["timeout_seconds"], []
         self.sandboxed, self.trusted = sandboxed, trusted
+        self.worktree = root if sandboxed else clone  # where its boxes see their workspace
         self.environment: Environment | None = None
         self.caches: list[Cache] = []
         self.own_ports = held is None
@@ -218,10 +219,11 @@ class World:
         return bool(self.commands) and (env is None or env.build is not None)
 
     def env(self, setup: bool = False) -> dict[str, str]:
-        """The ports, what points each known cache's tool at it, and whether the caches may
-        be written there (``OCTOPOID_CACHES``: a set-up's command can give a tool that
-        must write its cache, npm or uv, a scratch one where they are read-only)."""
-        values = self.ports.env()
+        """The workspace's path, the ports, what points each known cache's tool at it, and
+        whether the caches may be written there (``OCTOPOID_CACHES``: a set-up's command can
+        give a tool that must write its cache, npm or uv, a scratch one where they are
+        read-only)."""
+        values = {"OCTOPOID_WORKTREE": str(self.worktree), **self.ports.env()}
         for cache in self.caches:
             if cache.var:
                 values[cache.var] = str(cache.inside if self.sandboxed else cache.host)

@@ -110,10 +110,9 @@ class WalledWorkspace(Workspace):
             cfg, setup_commands(agent, cfg), root, self.clone_path, sandboxed=True,
             trusted=reviewed, home=host.get("HOME") or os.path.expanduser("~"),
         )  # fmt: skip
-        values = {"OCTOPOID_WORKTREE": str(root), **self.world.env()}
         env = environment(
-            dict(os.environ), agent.get("env") or {}, self.task, self.token, values, True,
-            self.author,
+            dict(os.environ), agent.get("env") or {}, self.task, self.token, self.world.env(),
+            True, self.author,
         )  # fmt: skip
         mode, allow = netpolicy.agent_network(agent, cfg, env)
         self.proxy = _proxy(self.channel_host, mode, allow)
@@ -237,8 +236,7 @@ def review_box(
         )  # fmt: skip
         read_only = _read_only([], cfg["sandbox"]["expose"], repo)
         _set_up_before(task, token, author, path, world, read_only, cfg, tick)
-        values = {"OCTOPOID_WORKTREE": str(root), **world.env()}
-        env = environment(dict(os.environ), {}, task, token, values, True, author)
+        env = environment(dict(os.environ), {}, task, token, world.env(), True, author)
         proxy = _proxy(own or folder, mode, allow)
         box = bwrap_box(
             bwrap, userns, path, root, _hidden(), (*read_only, *world.read_only(root)),
@@ -288,8 +286,7 @@ def _setup_box(
     folder = private_folder() if mode == "allow" else None
     proxy = _proxy(folder, mode, allow)
     shown, writable = world.setup_mounts(root)
-    values = {"OCTOPOID_WORKTREE": str(root), **world.env(setup=True)}
-    env = environment(dict(os.environ), {}, task, token, values, True, author)
+    env = environment(dict(os.environ), {}, task, token, world.env(setup=True), True, author)
     try:
         yield bwrap_box(
             bwrap, userns, path, root, _hidden(), (*read_only, *shown),
