@@ -60,7 +60,6 @@ def project_cache(root: Path) -> Path:
 
 @dataclass(frozen=True)
 class Cache:
-    entry: str  # as workspace.caches names it
     host: Path  # the project's folder for it
     inside: Path  # where a box sees it
     var: str | None  # the variable that points its tool there
@@ -84,7 +83,7 @@ def caches(entries: list[str], root: Path, home: str, sandboxed: bool) -> list[C
                 "that exists on this machine (a box cannot make a folder elsewhere)"
             )
         host.mkdir(parents=True, exist_ok=True)
-        out.append(Cache(entry, host, inside, var))
+        out.append(Cache(host, inside, var))
     return out
 
 
