@@ -1,19 +1,8 @@
 """What an attempt may bring back and leave on disk: config.yaml's ``sandbox`` limits.
 
-A branch is data an agent made, and data can be a bomb: a blob of gigabytes of zeros packs
-into a few megabytes, a million tiny objects or a deep history cost memory in every git
-command that walks them, and a clone can fill the disk while the agent runs. Each bound
-below is checked where it can be checked first, and what it refuses fails the attempt
-with the reason (``ReadBackRefused``), never reaching review:
-
-- ``max_pack_bytes`` and ``max_objects``: the boxed ``upload-pack`` is relayed through
-  ``packlimit.py``, which stops the fetch as soon as either is passed (before ``index-pack``
-  has taken in the rest);
-- ``max_branch_bytes``: what the new objects weigh unpacked (what a checkout, a check's
-  clone, a diff or a merge of them would write), summed from git's own sizes once they are
-  fetched, before the task's branch moves to them;
-- ``max_clone_bytes``: what the attempt adds to its clone's disk use, measured while it
-  runs (the attempt is stopped) and before the read-back.
+A branch is data an agent made, and data can be a bomb. Each bound is checked where it can
+be checked first (docs/security.md, "What a read-back may bring"), and what it refuses
+fails the attempt with the reason (``ReadBackRefused``), never reaching review.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """The bubblewrap command line around an attempt's processes, and whether bwrap works here.
 
-A box sees the host's file system read-only, with its own mount, PID, IPC and UTS
-namespaces (and network, unless the box's network mode is ``open``: netpolicy.py), no
-capabilities, no further user namespaces, and dies with the process that started it.
-Hidden behind empty tmpfs mounts: ``HIDDEN`` (homes, temp folders, ``/run`` with its
-sockets), the user's ``$HOME`` and the project checkout with its ``.git`` and
-``.octopoid/runtime``. Writable: only the task's workspace, the box's own tmpfs and, for
-a set-up, the project's caches (``setup.py``).
-
+What a box sees, hides and may write: docs/security.md, "``sandbox: bwrap``: walls".
 ``command_line`` is a pure function of a ``Mounts``; ``probe()`` runs a real box (cached).
 """
 

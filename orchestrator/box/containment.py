@@ -1,16 +1,10 @@
 """``sandbox: none``: what an agent may not change in the user's repository, best effort.
 
-With no sandbox the agent runs as the user, and its worktree shares the repository's
-hooks, config, ``info/`` and refs with the user's checkout: it could plant a hook that the
-user's next commit runs, or move ``main`` past review. Before the agent starts, octopoid
-snapshots that state *to disk* (``runtime/containment/TASK-<id>/<attempt>.json``). After
-the attempt (once every process of it is dead), or, when its runner died, whenever the
-scheduler or the task's next attempt finds the snapshot's runner gone, octopoid compares,
-puts back what changed, keeps what it displaced (files under
-``runtime/containment/TASK-<id>/<attempt>/``, refs under ``refs/octopoid/displaced/``)
-and the attempt fails with the reason in its notes.
-
-Whose change it was is read from git's own data, never from a file the agent can write:
+The worktree shares the repository's hooks, config, ``info/`` and refs with the user's
+checkout: snapshotted to disk before the agent starts, compared and put back once every
+process of the attempt is dead (or its runner is found dead), what was displaced kept
+(docs/security.md, "``sandbox: none``"). Whose change it was is read from git's own
+data, never from a file the agent can write:
 
 - hooks, config and ``info/``: any change is the agent's (octopoid changes none of them);
 - refs: the task's own branch, other tasks' ``agent/`` branches, remote-tracking refs,
@@ -21,9 +15,6 @@ Whose change it was is read from git's own data, never from a file the agent can
   ``TASK-<id>@agents.octopoid.invalid``). A ref deleted or rewound is put back, to its
   value at the snapshot less unreviewed commits at its tip, so attempts running at once
   cannot launder each other's work through their snapshots.
-
-What this cannot see: an agent that commits under your name and moves a branch forward is
-taken for you. With ``sandbox: none`` a program running as you can act as you.
 """
 
 from __future__ import annotations

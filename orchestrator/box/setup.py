@@ -3,17 +3,9 @@ docs/workspace.md): the files the person chose, copied into the clone; the proje
 caches; the cached environment; the set-up commands; the attempt's ports; its services.
 
 A ``World`` is made with the clone, before any box, so every box of the attempt (set-up,
-agent, checks, preview) is made knowing what it mounts. The set-up runs in a box of its
-own: the clone writable, its own network (``workspace.network``), and the caches and the
-environment it builds writable only when what it runs is reviewed code. That is the wall
-that keeps one attempt from changing what later attempts run: a set-up on a branch that
-holds an agent's commits (a retry, the checks, a preview) may run the agent's code (a
-``setup.py``, an npm script), so it sees the shared caches read-only and builds its
-environment for itself alone. Agents, checks and previews always see both read-only.
-
-The caches and environments live in the user's cache folder, keyed by the project
-(``$XDG_CACHE_HOME/octopoid/projects/<key>/``): never in the checkout or the runtime
-folder, which no box sees and no merge should carry.
+agent, checks, preview) is made knowing what it mounts. Only a set-up of reviewed code
+may write the shared caches and publish the environment it builds: the wall that keeps
+one attempt from changing what later attempts run (docs/workspace.md, "Caches").
 """
 
 from __future__ import annotations
