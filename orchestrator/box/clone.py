@@ -1,13 +1,9 @@
 """The task's own clone: made from the user's repository, read back as data, removed.
 
-The clone holds one branch, ``agent/TASK-<id>``, and the base as ``origin/<base>`` to
-rebase onto. It shares the user's objects through git's alternates, which point where a
-box binds them read-only (``OBJECTS_INSIDE``): nothing is copied, and nothing the agent
-does reaches them. Octopoid runs git in the clone only while making it, before the agent
-has touched it. Afterwards its hooks, config, refs and HEAD are the agent's: the work
-comes back through a ``git upload-pack`` that runs in a read-only box without network,
-and the user's repository fetches exactly ``refs/heads/agent/TASK-<id>`` from it with
-its objects checked (``fetch.fsckObjects``), no hook and none of the clone's config.
+It borrows the user's objects through git's alternates, pointing where a box binds them
+read-only (``OBJECTS_INSIDE``). Octopoid runs git in it only while making it; afterwards
+its hooks, config, refs and HEAD are the agent's, and the work comes back through a boxed
+``git upload-pack`` (docs/security.md, "``sandbox: bwrap``: walls").
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``sandbox: bwrap``: the attempt works in a clone of its own, behind bubblewrap.
 
-The clone (``clone.py``) appears in the box at the project's own path, so what the agent
-and the checks run finds its code where it expects it: an editable install of the project
-imports the clone, not the user's checkout (which the box cannot see). The agent's
-processes die with the box; the work comes back as data (``clone.read_back``); the clone
-is removed when the attempt ends. The checks run in a fresh clone of what came back, so
-they judge exactly what review will see, not files the agent left uncommitted.
+The clone (``clone.py``) appears in the box at the project's own path, and is removed when
+the attempt ends; the checks run in a fresh clone of what came back (docs/security.md,
+"``sandbox: bwrap``: walls").
 """
 
 from __future__ import annotations
