@@ -19,7 +19,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +98,8 @@ class WorktreeTools:
         self.root = worktree.resolve()
         self.command_timeout = command_timeout
         self.env = env
-        self._tools: dict[str, Callable[..., str]] = {
-            "read_file": self.read_file,
-            "write_file": self.write_file,
-            "replace_in_file": self.replace_in_file,
-            "list_dir": self.list_dir,
-            "search_text": self.search_text,
-            "run_command": self.run_command,
-            COMMIT: self.commit,
-        }
+        served = [spec["name"] for spec in TOOL_SPECS if spec["name"] != "finish"]  # the runner's
+        self._tools = {COMMIT: self.commit, **{name: getattr(self, name) for name in served}}
 
     def call(self, name: str, arguments: Any) -> tuple[str, bool]:
         """Run a tool; (text, is_error). Never raises for the model's mistakes."""

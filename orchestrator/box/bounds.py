@@ -73,7 +73,6 @@ def unpacked_size(repo: git.Repo, tip: str, staging: str, bounds: Bounds) -> str
         ["git", "--git-dir", repo.git_dir, "cat-file", "--batch-check=%(objectsize)"],
         input=new.encode(),
         capture_output=True,
-        check=False,
     )
     if done.returncode != 0:
         raise GitError(f"git cat-file failed: {' '.join(done.stderr.decode().split())}")

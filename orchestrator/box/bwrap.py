@@ -117,16 +117,12 @@ def probe(now: float | None = None, margin: float = 0.0) -> tuple[str | None, bo
 def _run_probe(bwrap: str | None) -> tuple[str | None, bool]:
     if bwrap is None:
         return f"{_asked_for()} is not installed (Debian/Ubuntu: apt-get install bubblewrap)", False
-    root = Path("/")
-    mounts = Mounts(workspace=root, inside=Path("/run/octopoid-probe"), writable=False)
+    mounts = Mounts(Path("/"), Path("/run/octopoid-probe"), writable=False)
     error = ""
     for userns in (True, False):
+        argv = [*command_line(bwrap, mounts, userns), "true"]
         try:
-            done = subprocess.run(
-                [*command_line(bwrap, mounts, userns), "true"],
-                capture_output=True,
-                timeout=PROBE_TIMEOUT_SECONDS,
-            )
+            done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_SECONDS)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"{bwrap} could not be run: {exc}", False
         if done.returncode == 0:
