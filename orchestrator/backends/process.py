@@ -86,15 +86,13 @@ def _box_refused(done: ProcessOutcome, program: str) -> ProcessOutcome:
     said = done.head.decode(errors="replace").strip()
     if len(done.head) > HEAD_BYTES or "\n" in said:
         return done
-    if done.exit_code == CANNOT_RUN_STATUS and said.startswith(CANNOT_RUN_SAYS):
+    launcher = done.exit_code == CANNOT_RUN_STATUS and said.startswith(CANNOT_RUN_SAYS)
+    if launcher or (done.exit_code == 1 and said.startswith(f"{BWRAP_SAYS}execvp ")):
         why = f"cannot run {program!r} in its box: {said}"
         return ProcessOutcome(done.exit_code, False, why, "cannot-start")
-    if done.exit_code != 1 or not said.startswith(BWRAP_SAYS):
-        return done
-    if said.startswith(f"{BWRAP_SAYS}execvp "):
-        why = f"cannot run {program!r} in its box: {said}"
-        return ProcessOutcome(1, False, why, "cannot-start")
-    return ProcessOutcome(1, False, f"the box could not start: {said}", "box")
+    if done.exit_code == 1 and said.startswith(BWRAP_SAYS):
+        return ProcessOutcome(1, False, f"the box could not start: {said}", "box")
+    return done
 
 
 def run_process(
