@@ -222,8 +222,10 @@ def review_box(
     path = config.get_worktrees_dir() / f"{prefix}{owner_tag()}-{secrets.token_hex(3)}-{task.label}"
     mode, allow = network
     own = private_folder() if folder is None else None
-    proxy, world = None, None
-    try:
+    with contextlib.ExitStack() as later:  # undone in reverse: proxy, world, clone, folder
+        if own is not None:
+            later.callback(remove_tree, own)
+        later.callback(remove_tree, path)
         clone.make(repo, task.id, task.branch, branches.branch_tip(repo, task.branch), path)
         bwrap, userns = _walls()  # after the clone: a probe started ahead ran meanwhile
         root, author = config.find_project_root(), _author(repo)
@@ -231,24 +233,19 @@ def review_box(
             cfg, setup_commands(None, cfg), root, path, sandboxed=True, trusted=False,
             home=os.environ.get("HOME") or os.path.expanduser("~"), held=held,
         )  # fmt: skip
+        later.callback(world.close)
         read_only = _read_only([], cfg["sandbox"]["expose"], repo)
         _set_up_before(task, token, author, path, world, read_only, cfg, tick)
         env = environment(dict(os.environ), {}, task, token, world.env(), True, author)
         proxy = _proxy(own or folder, mode, allow)
+        if proxy is not None:
+            later.callback(proxy.close)
         box = bwrap_box(
             bwrap, userns, path, root, _hidden(), (*read_only, *world.read_only(root)),
             with_code(env, path, root), None, network=mode, proxy=proxy, folder=own or folder,
         )  # fmt: skip
         box.services = world.service_argv(own or folder, CHANNEL_INSIDE)  # type: ignore[arg-type]
         yield box
-    finally:
-        if proxy is not None:
-            proxy.close()
-        if world is not None:
-            world.close()
-        for leftover in (path, own):
-            if leftover is not None:
-                remove_tree(leftover)
 
 
 def _set_up_before(
