@@ -1,12 +1,8 @@
 """The ``anthropic`` backend: a tool-using agent loop on the official SDK's Messages API.
 
 The conversation with the API stays in the runner (with the key); the tools run in the
-attempt's box, served by ``worktree_tools.py`` there (``ToolServer``). Turns, tokens and
-cost are counted per response (prices from config.yaml ``prices`` or
-``defaults.MODEL_PRICES``); the loop stops at ``finish``, max turns, timeout or budget.
-Transient HTTP errors are retried by the SDK; an overload or rate limit that outlasts
-those retries is reported as ``rate_limited``, so the task is retried later without
-spending an attempt. On ``finish``, uncommitted work is committed with the summary.
+attempt's box, served by ``worktree_tools.py`` there (``ToolServer``). What is counted,
+when the loop stops and what is retried: docs/backends.md, "``anthropic``".
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The ``claude-code`` backend: the ``claude`` CLI in print mode, streaming JSON events.
 
-The prompt goes on stdin as the first user message of ``--input-format stream-json``;
-stdin stays open for a person's messages (``octopoid say``), each written as a user
-message the CLI sends with its next request, and is closed at the session's result. Each
-NDJSON line is parsed as it arrives: assistant text and tool calls become readable lines
-in the attempt log (not raw JSON); the final ``result`` event gives turns, cost, tokens,
-session id and outcome. Unknown events and fields are
-ignored, non-JSON lines are kept as text, and a process killed before its result still
-yields the turns counted so far.
+Its argv, its stdin (kept open for a person's messages until the session's result) and
+how each NDJSON event is read and counted: docs/backends.md, "``claude-code``".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The anthropic backend's tools, served from inside the attempt's box.
 
-The runner keeps the API conversation; every tool call (files and shell alike) is carried
-out by this file running as a small server *in the box*, one JSON object per line on its
-stdin and stdout (``serve``), so the tools reach exactly what the agent's box reaches.
+Every tool call (files and shell alike) is carried out by this file running as a small
+server *in the box*, one JSON object per line on its stdin and stdout (``serve``), so the
+tools reach exactly what the agent's box reaches (docs/backends.md, "``anthropic``").
 Standard library only: the box runs it on the runner's Python with ``-I -S``.
-
-A path is resolved (symlinks included) and must stay inside the workspace and outside
-``.git``; anything else is refused and reported to the model as a tool error. The shell
-runs in the workspace with a timeout, in its own process group.
 """
 
 from __future__ import annotations

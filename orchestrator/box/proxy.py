@@ -87,17 +87,9 @@ class NetworkProxy:
     def bridge(self, inside: Path) -> list[str]:
         """The argv that starts a box's bridge before its program (``--`` last), the
         proxy's folder seen in the box at ``inside``."""
-        script = inside / "lib" / BRIDGE.name
+        script = str(inside / "lib" / BRIDGE.name)
         forwards = [str(entry) for entry in self.policy.forwards()]
-        return [
-            sys.executable,
-            "-I",
-            "-S",
-            str(script),
-            str(inside / PROXY_SOCKET),
-            *forwards,
-            "--",
-        ]
+        return [sys.executable, "-I", "-S", script, str(inside / PROXY_SOCKET), *forwards, "--"]
 
     def close(self) -> None:
         """Stop serving: listeners, boxes and live connections are closed."""
