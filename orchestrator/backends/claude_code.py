@@ -122,9 +122,7 @@ class StreamJsonParser:
         self._partial = b""
 
     def feed(self, chunk: bytes) -> None:
-        data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
         if len(self._partial) > MAX_LINE_BYTES:
             self._text(self._partial)
             self._partial = b""
@@ -149,8 +147,7 @@ class StreamJsonParser:
         try:
             event = json.loads(raw)
         except (ValueError, RecursionError):
-            self._text(raw)
-            return
+            event = None  # kept as text
         if not isinstance(event, dict):
             self._text(raw)
             return
