@@ -36,8 +36,9 @@ from .workspace import BroughtBack, Workspace, base_for, private_folder, setup_c
 if TYPE_CHECKING:
     import git
 
+#: What a review box is for, naming its clone: the checks, or a preview (preview/daemon.py).
 CHECKS_PREFIX = ".checks-"
-PREVIEW_PREFIX = ".preview-"  # a preview's clone (preview/daemon.py)
+PREVIEW_PREFIX = ".preview-"
 #: This machine's paths every box sees read-only (``os.pathsep``-separated), beside the
 #: project's ``sandbox.expose``: config.yaml is shared by every machine, a toolchain's
 #: place is not.
@@ -176,9 +177,7 @@ class WalledWorkspace(Workspace):
 
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
         held = self.world.ports if self.world is not None else None
-        cfg = config.load_config()
-        network = netpolicy.checks_network(cfg)
-        return review_box(self.task, cfg, self.token, network, CHECKS_PREFIX, held, tick=self.tick)
+        return review_box(self.task, self.token, CHECKS_PREFIX, held, tick=self.tick)
 
     def close(self) -> None:
         super().close()
@@ -205,13 +204,13 @@ def _move_branch(repo: git.Repo, branch: str, sha: str) -> list[str]:
 
 @contextlib.contextmanager
 def review_box(
-    task: Task, cfg: dict, token: str, network: tuple[str, list[str]], prefix: str,
-    held: ports.PortRange | None = None, folder: Path | None = None,
-    tick: Callable[[], None] = lambda: None,
+    task: Task, token: str, prefix: str, held: ports.PortRange | None = None,
+    folder: Path | None = None, tick: Callable[[], None] = lambda: None,
 ) -> Iterator[Box]:  # fmt: skip
     """A fresh clone of the task's branch (``prefix`` names it in the worktrees folder), its
-    set-up run (caches read-only: the branch holds an agent's work), in a box with
-    ``network`` and ``folder`` (else one of its own, if it needs one) at /run/octopoid.
+    set-up run (caches read-only: the branch holds an agent's work), in a box with the
+    network of what it is for (``checks.network``, ``preview.network``: none unless they
+    say) and ``folder`` (else one of its own, if it needs one) at /run/octopoid.
     Removed afterwards, with the network's proxy if it had one. A failed set-up raises
     ``SetupFailed`` with the set-up's output; ``tick`` is called while it runs (a claim's
     renewal)."""
@@ -220,7 +219,9 @@ def review_box(
     if not branches.branch_exists(repo, branch):
         raise SandboxError(f"{task.label} has no branch {branch} to check (no attempt yet?)")
     path = config.get_worktrees_dir() / f"{prefix}{owner_tag()}-{secrets.token_hex(3)}-{task.label}"
-    mode, allow = network
+    cfg = config.load_config()
+    checks = prefix == CHECKS_PREFIX
+    mode, allow = netpolicy.checks_network(cfg) if checks else netpolicy.preview_network(cfg)
     own = private_folder() if folder is None else None
     with contextlib.ExitStack() as later:  # undone in reverse: proxy, world, clone, folder
         if own is not None:
