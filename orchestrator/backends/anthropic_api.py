@@ -197,6 +197,7 @@ class AnthropicBackend:
         agent = request.options
         deadline = time.monotonic() + request.timeout_seconds
         messages: list[dict[str, Any]] = [{"role": "user", "content": request.prompt}]
+        specs = [*TOOL_SPECS, *(channel_specs(request.channel) if request.channel else [])]
         while True:
             stop = self._limit_reached(request, tally, deadline)
             if stop:
@@ -210,9 +211,7 @@ class AnthropicBackend:
                     model=agent["model"],
                     max_tokens=agent["max_tokens"],
                     system=SYSTEM,
-                    tools=[*TOOL_SPECS, *channel_specs(request.channel)]
-                    if request.channel
-                    else TOOL_SPECS,
+                    tools=specs,
                     messages=messages,
                     timeout=max(1.0, deadline - time.monotonic()),
                 )

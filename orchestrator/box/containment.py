@@ -79,8 +79,7 @@ def take(repo: git.Repo, task_id: str, attempt: int, start: str, committer: str)
     owner = {k: str(v) for k, v in ProcessId.of().headers().items()}
     snap = Snapshot(task_id, attempt, start, committer, owner)
     base = common_dir(repo)
-    for name in PROTECTED:
-        snap.files.update(_read_tree(base, base / name))
+    snap.files = _protected(base)
     snap.refs = _refs(repo)
     snap.worktrees = sorted(_worktrees(repo))
     snap.path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,13 +110,15 @@ def orphaned() -> list[Path]:
     return found
 
 
-def _read_tree(base: Path, top: Path) -> dict[str, tuple[int, bytes]]:
-    """Every file (and symlink, as its target) at or under ``top``, keyed by path.
+def _protected(base: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file (and symlink, as its target) of ``PROTECTED`` in ``base``, keyed by path.
 
     An unreadable file is recorded by its mode alone, so a change to it still shows.
     """
     out: dict[str, tuple[int, bytes]] = {}
-    paths = [top] if not top.is_dir() or top.is_symlink() else sorted(top.rglob("*"))
+    paths: list[Path] = []
+    for top in (base / name for name in PROTECTED):
+        paths += [top] if not top.is_dir() or top.is_symlink() else sorted(top.rglob("*"))
     for path in paths:
         try:
             st = os.lstat(path)
@@ -152,9 +153,7 @@ def check_and_restore(repo: git.Repo, snap: Snapshot) -> list[str]:
 
 
 def _restore_files(base: Path, snap: Snapshot, keep: Path) -> list[str]:
-    now: dict[str, tuple[int, bytes]] = {}
-    for name in PROTECTED:
-        now.update(_read_tree(base, base / name))
+    now = _protected(base)
     breaches = []
     for rel in sorted(now.keys() | snap.files.keys()):
         if now.get(rel) == snap.files.get(rel):
