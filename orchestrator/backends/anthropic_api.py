@@ -81,8 +81,9 @@ class ToolServer:
         try:
             self.proc.stdin.write(line)
             self.proc.stdin.flush()
-            reply = _read_line(self.proc, self.timeout + SERVER_GRACE_SECONDS)
-            answer = json.loads(reply)
+            if not readable(self.proc.stdout.fileno(), self.timeout + SERVER_GRACE_SECONDS):
+                raise TimeoutError
+            answer = json.loads(self.proc.stdout.readline())  # b"" (it closed its output) too
             return str(answer["text"]), bool(answer["is_error"])
         except (OSError, ValueError, KeyError, TypeError, TimeoutError):
             self.close()
@@ -96,15 +97,6 @@ class ToolServer:
                 with contextlib.suppress(OSError):
                     pipe.close()
             self.proc = None
-
-
-def _read_line(proc: subprocess.Popen, seconds: float) -> bytes:
-    if not readable(proc.stdout.fileno(), seconds):
-        raise TimeoutError
-    line = proc.stdout.readline()
-    if not line:
-        raise OSError("the tool server closed its output")
-    return line
 
 
 def price_per_token(model: str) -> tuple[float, float] | None:

@@ -12,15 +12,12 @@ import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import config
 from ..base.fsutil import TailBuffer
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import run_agent_process
-
-if TYPE_CHECKING:
-    from zoneinfo import ZoneInfo
 
 CREDENTIALS = ".claude/.credentials.json"  # where `claude login` keeps its token, under $HOME
 DEFAULT_TOOLS = ("Bash", "Edit", "Write", "Read", "Glob", "Grep")
@@ -42,16 +39,6 @@ RESETS_AT_RE = re.compile(
 )
 
 
-def _zone(name: str | None) -> ZoneInfo | None:
-    """The named time zone; None (this machine's) when unnamed or unknown."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only a usage limit's reset asks
-
-    try:
-        return ZoneInfo(name) if name else None
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-
-
 def usage_limit_reset(text: str, now: datetime | None = None) -> datetime | None:
     """When a usage limit Claude Code reports resets (UTC), or None if it reports none."""
     if match := USAGE_LIMIT_RE.search(text):
@@ -62,7 +49,12 @@ def usage_limit_reset(text: str, now: datetime | None = None) -> datetime | None
             hour = hour % 12 + (12 if half.lower() == "pm" else 0)
         if hour > 23 or minute > 59:
             return None
-        zone = _zone(match.group(4))  # "resets 3pm (Europe/London)": that zone's 3pm
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only a usage limit asks
+
+        try:  # "resets 3pm (Europe/London)": that zone's 3pm; unnamed or unknown, this machine's
+            zone = ZoneInfo(match.group(4)) if match.group(4) else None
+        except (ZoneInfoNotFoundError, ValueError):
+            zone = None
         local = (now or datetime.now(UTC)).astimezone(zone)
         reset = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
         if reset <= local:
