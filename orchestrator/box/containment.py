@@ -245,7 +245,9 @@ class _Unreviewed:
 
     def __init__(self, repo: git.Repo, snap: Snapshot) -> None:
         self.repo, self.snap = repo, snap
-        self.ours = _attempt_commits(repo, snap)
+        # the commits the attempt made on its own branch (whatever else it did with them)
+        made = f"{snap.start}..refs/heads/{branches.branch_for(snap.task_id)}"
+        self.ours = set((core.git_answer(repo, "rev-list", made) or "").split())
         self._tasks: dict[str, bool] = {}
 
     def whose(self, sha: str, email: str) -> str | None:
@@ -290,12 +292,6 @@ def _commits(
         repo, "log", *most, "--format=%H %ce", tip, *(f"^{s}" for s in since), "--"
     )
     return [tuple(line.split(" ", 1)) for line in (out or "").splitlines()]
-
-
-def _attempt_commits(repo: git.Repo, snap: Snapshot) -> set[str]:
-    """Commits the attempt made on its own branch (whatever else it did with them)."""
-    branch = f"refs/heads/{branches.branch_for(snap.task_id)}"
-    return set((core.git_answer(repo, "rev-list", f"{snap.start}..{branch}") or "").split())
 
 
 def _worktrees(repo: git.Repo) -> list[str]:
