@@ -131,14 +131,11 @@ def run_process(
     try:
         if stdin_data is not None:
             on_tick, close_stdin = live_stdin(proc, stdin_data, more, on_tick)
-        deadline = time.monotonic() + timeout_seconds
-        if _pump(proc, sink, deadline, on_tick):
-            return ProcessOutcome(None, True, head=bytes(head))
-        try:  # output closed; the process may still be finishing
-            code = proc.wait(max(0.0, deadline - time.monotonic()))
-            return ProcessOutcome(code, False, head=bytes(head))
-        except subprocess.TimeoutExpired:
-            return ProcessOutcome(None, True, head=bytes(head))
+        deadline, code = time.monotonic() + timeout_seconds, None
+        if not _pump(proc, sink, deadline, on_tick):  # output closed; it may still be finishing
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = proc.wait(max(0.0, deadline - time.monotonic()))
+        return ProcessOutcome(code, code is None, head=bytes(head))  # no code: timed out
     finally:
         _kill_group(proc)
         if close_stdin is not None:
