@@ -1,12 +1,8 @@
 """The ``anthropic`` backend: a tool-using agent loop on the official SDK's Messages API.
 
 The conversation with the API stays in the runner (with the key); the tools run in the
-attempt's box, served by ``worktree_tools.py`` there (``ToolServer``). Turns, tokens and
-cost are counted per response (prices from config.yaml ``prices`` or
-``defaults.MODEL_PRICES``); the loop stops at ``finish``, max turns, timeout or budget.
-Transient HTTP errors are retried by the SDK; an overload or rate limit that outlasts
-those retries is reported as ``rate_limited``, so the task is retried later without
-spending an attempt. On ``finish``, uncommitted work is committed with the summary.
+attempt's box, served by ``worktree_tools.py`` there (``ToolServer``). What is counted,
+when the loop stops and what is retried: docs/backends.md, "``anthropic``".
 """
 
 from __future__ import annotations
@@ -85,8 +81,9 @@ class ToolServer:
         try:
             self.proc.stdin.write(line)
             self.proc.stdin.flush()
-            reply = _read_line(self.proc, self.timeout + SERVER_GRACE_SECONDS)
-            answer = json.loads(reply)
+            if not readable(self.proc.stdout.fileno(), self.timeout + SERVER_GRACE_SECONDS):
+                raise TimeoutError
+            answer = json.loads(self.proc.stdout.readline())  # b"" (it closed its output) too
             return str(answer["text"]), bool(answer["is_error"])
         except (OSError, ValueError, KeyError, TypeError, TimeoutError):
             self.close()
@@ -100,15 +97,6 @@ class ToolServer:
                 with contextlib.suppress(OSError):
                     pipe.close()
             self.proc = None
-
-
-def _read_line(proc: subprocess.Popen, seconds: float) -> bytes:
-    if not readable(proc.stdout.fileno(), seconds):
-        raise TimeoutError
-    line = proc.stdout.readline()
-    if not line:
-        raise OSError("the tool server closed its output")
-    return line
 
 
 def price_per_token(model: str) -> tuple[float, float] | None:
@@ -201,6 +189,7 @@ class AnthropicBackend:
         agent = request.options
         deadline = time.monotonic() + request.timeout_seconds
         messages: list[dict[str, Any]] = [{"role": "user", "content": request.prompt}]
+        specs = [*TOOL_SPECS, *(channel_specs(request.channel) if request.channel else [])]
         while True:
             stop = self._limit_reached(request, tally, deadline)
             if stop:
@@ -214,9 +203,7 @@ class AnthropicBackend:
                     model=agent["model"],
                     max_tokens=agent["max_tokens"],
                     system=SYSTEM,
-                    tools=[*TOOL_SPECS, *channel_specs(request.channel)]
-                    if request.channel
-                    else TOOL_SPECS,
+                    tools=specs,
                     messages=messages,
                     timeout=max(1.0, deadline - time.monotonic()),
                 )
@@ -258,14 +245,13 @@ class AnthropicBackend:
         the finish summary ends the loop."""
         blocks, results, finished = [], [], None
         for block in read_blocks(getattr(response, "content", None), output):
+            blocks.append(block)
             if block["type"] == "text":
-                blocks.append(block)
                 output.say(block["text"])
                 continue
-            blocks.append(block)
             name, tool_input = block["name"], block["input"]
             output.say(
-                f"→ {name}: {clipped(json.dumps(tool_input, ensure_ascii=False), 300, output)}",
+                f"→ {name}: {clipped(json.dumps(tool_input, ensure_ascii=False), 300, output)}"
             )
             if name == "finish":
                 finished = str(tool_input.get("summary") or "finished")

@@ -1,13 +1,7 @@
 """The ``claude-code`` backend: the ``claude`` CLI in print mode, streaming JSON events.
 
-The prompt goes on stdin as the first user message of ``--input-format stream-json``;
-stdin stays open for a person's messages (``octopoid say``), each written as a user
-message the CLI sends with its next request, and is closed at the session's result. Each
-NDJSON line is parsed as it arrives: assistant text and tool calls become readable lines
-in the attempt log (not raw JSON); the final ``result`` event gives turns, cost, tokens,
-session id and outcome. Unknown events and fields are
-ignored, non-JSON lines are kept as text, and a process killed before its result still
-yields the turns counted so far.
+Its argv, its stdin (kept open for a person's messages until the session's result) and
+how each NDJSON event is read and counted: docs/backends.md, "``claude-code``".
 """
 
 from __future__ import annotations
@@ -18,15 +12,12 @@ import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import config
 from ..base.fsutil import TailBuffer
 from .base import AgentRequest, AgentResult, clipped, count_of, unreadable
 from .process import run_agent_process
-
-if TYPE_CHECKING:
-    from zoneinfo import ZoneInfo
 
 CREDENTIALS = ".claude/.credentials.json"  # where `claude login` keeps its token, under $HOME
 DEFAULT_TOOLS = ("Bash", "Edit", "Write", "Read", "Glob", "Grep")
@@ -48,16 +39,6 @@ RESETS_AT_RE = re.compile(
 )
 
 
-def _zone(name: str | None) -> ZoneInfo | None:
-    """The named time zone; None (this machine's) when unnamed or unknown."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only a usage limit's reset asks
-
-    try:
-        return ZoneInfo(name) if name else None
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-
-
 def usage_limit_reset(text: str, now: datetime | None = None) -> datetime | None:
     """When a usage limit Claude Code reports resets (UTC), or None if it reports none."""
     if match := USAGE_LIMIT_RE.search(text):
@@ -68,7 +49,12 @@ def usage_limit_reset(text: str, now: datetime | None = None) -> datetime | None
             hour = hour % 12 + (12 if half.lower() == "pm" else 0)
         if hour > 23 or minute > 59:
             return None
-        zone = _zone(match.group(4))  # "resets 3pm (Europe/London)": that zone's 3pm
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only a usage limit asks
+
+        try:  # "resets 3pm (Europe/London)": that zone's 3pm; unnamed or unknown, this machine's
+            zone = ZoneInfo(match.group(4)) if match.group(4) else None
+        except (ZoneInfoNotFoundError, ValueError):
+            zone = None
         local = (now or datetime.now(UTC)).astimezone(zone)
         reset = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
         if reset <= local:
@@ -92,24 +78,11 @@ def find_claude(agent: dict[str, Any]) -> str | None:
 
 def claude_argv(executable: str, request: AgentRequest) -> list[str]:
     agent = request.options
-    argv = [
-        executable,
-        "-p",
-        "--input-format",
-        "stream-json",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--max-turns",
-        str(request.max_turns),
-        "--permission-mode",
-        agent.get("permission_mode") or "acceptEdits",
-        "--allowedTools",
-        ",".join([*(agent.get("allowed_tools") or DEFAULT_TOOLS), MCP_TOOLS]),
-        "--mcp-config",
-        MCP_CONFIG,
-        "--strict-mcp-config",
-    ]
+    argv = [executable, "-p", "--input-format", "stream-json", "--output-format", "stream-json"]
+    argv += ["--verbose", "--max-turns", str(request.max_turns)]
+    argv += ["--permission-mode", agent.get("permission_mode") or "acceptEdits"]
+    tools = [*(agent.get("allowed_tools") or DEFAULT_TOOLS), MCP_TOOLS]
+    argv += ["--allowedTools", ",".join(tools), "--mcp-config", MCP_CONFIG, "--strict-mcp-config"]
     if agent.get("disallowed_tools"):
         argv += ["--disallowedTools", ",".join(agent["disallowed_tools"])]
     if request.max_budget_usd is not None:
@@ -141,9 +114,7 @@ class StreamJsonParser:
         self._partial = b""
 
     def feed(self, chunk: bytes) -> None:
-        data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
         if len(self._partial) > MAX_LINE_BYTES:
             self._text(self._partial)
             self._partial = b""
@@ -168,8 +139,7 @@ class StreamJsonParser:
         try:
             event = json.loads(raw)
         except (ValueError, RecursionError):
-            self._text(raw)
-            return
+            event = None  # kept as text
         if not isinstance(event, dict):
             self._text(raw)
             return
@@ -298,26 +268,6 @@ def user_turn(text: str) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
-class LiveSession:
-    """Claude Code's stdin in stream-json: the prompt first, then a person's messages as
-    they come (the CLI sends each with its next request); closed once the session has its
-    result, or the CLI would wait for more input instead of exiting."""
-
-    def __init__(self, request: AgentRequest, parser: StreamJsonParser) -> None:
-        self.request = request
-        self.parser = parser
-
-    def more(self) -> bytes | None:
-        """What to write now (b"": nothing), or None: close stdin."""
-        if self.parser.result is not None:
-            return None
-        said = self.request.inbox()
-        if not said:
-            return b""
-        self.parser.output.feed(f"[a person says] {said}\n".encode())
-        return user_turn(said)
-
-
 class ClaudeCodeBackend:
     def needs(self, options: dict) -> list[str]:
         """``claude`` itself and, when the environment has no API key, the credentials of
@@ -334,14 +284,26 @@ class ClaudeCodeBackend:
             why = f"'{name}' is not on PATH; {config.CLAUDE_INSTALL_HINT}"
             return AgentResult(None, "error", summary=why, cause="cannot-start")
         parser = StreamJsonParser(output)
-        session = LiveSession(request, parser)
+
+        def more() -> bytes | None:
+            """A person's message as they come (the CLI sends each with its next request),
+            b"" for none, or None: close stdin once the session has its result, or the CLI
+            would wait for more input instead of exiting."""
+            if parser.result is not None:
+                return None
+            said = request.inbox()
+            if not said:
+                return b""
+            output.feed(f"[a person says] {said}\n".encode())
+            return user_turn(said)
+
         done = run_agent_process(
             claude_argv(executable, request),
             request,
             output,
             parser.feed,
             stdin=user_turn(request.prompt),
-            more=session.more,
+            more=more,
         )
         parser.finish()
         if done.start_error:

@@ -7,26 +7,24 @@ command cannot report turns or cost, so those are 0 and unknown.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..base.fsutil import TailBuffer
 from .base import AgentRequest, AgentResult
 from .process import run_agent_process
 
+PLACEHOLDER = re.compile(r"\{(prompt_file|worktree|task_id)\}")
+
 
 def expand_argv(argv: list[str], request: AgentRequest) -> list[str]:
     """Fill in the three placeholders; any other braces (inline code, awk) are left alone."""
     values = {
-        "{prompt_file}": str(request.prompt_file),
-        "{worktree}": str(request.box.workspace),
-        "{task_id}": request.task_id,
+        "prompt_file": str(request.prompt_file),
+        "worktree": str(request.box.workspace),
+        "task_id": request.task_id,
     }
-    out = []
-    for arg in argv:
-        for placeholder, value in values.items():
-            arg = arg.replace(placeholder, value)
-        out.append(arg)
-    return out
+    return [PLACEHOLDER.sub(lambda found: values[found[1]], arg) for arg in argv]
 
 
 class CommandBackend:

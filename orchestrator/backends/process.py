@@ -86,15 +86,13 @@ def _box_refused(done: ProcessOutcome, program: str) -> ProcessOutcome:
     said = done.head.decode(errors="replace").strip()
     if len(done.head) > HEAD_BYTES or "\n" in said:
         return done
-    if done.exit_code == CANNOT_RUN_STATUS and said.startswith(CANNOT_RUN_SAYS):
+    launcher = done.exit_code == CANNOT_RUN_STATUS and said.startswith(CANNOT_RUN_SAYS)
+    if launcher or (done.exit_code == 1 and said.startswith(f"{BWRAP_SAYS}execvp ")):
         why = f"cannot run {program!r} in its box: {said}"
         return ProcessOutcome(done.exit_code, False, why, "cannot-start")
-    if done.exit_code != 1 or not said.startswith(BWRAP_SAYS):
-        return done
-    if said.startswith(f"{BWRAP_SAYS}execvp "):
-        why = f"cannot run {program!r} in its box: {said}"
-        return ProcessOutcome(1, False, why, "cannot-start")
-    return ProcessOutcome(1, False, f"the box could not start: {said}", "box")
+    if done.exit_code == 1 and said.startswith(BWRAP_SAYS):
+        return ProcessOutcome(1, False, f"the box could not start: {said}", "box")
+    return done
 
 
 def run_process(
@@ -131,45 +129,29 @@ def run_process(
         (on_chunk or output.feed)(chunk)
 
     try:
-        if more is not None and stdin_data is not None:
+        if stdin_data is not None:
             on_tick, close_stdin = live_stdin(proc, stdin_data, more, on_tick)
-        elif stdin_data is not None:
-            _feed_stdin(proc, stdin_data)
-        deadline = time.monotonic() + timeout_seconds
-        if _pump(proc, sink, deadline, on_tick):
-            return ProcessOutcome(None, True, head=bytes(head))
-        try:  # output closed; the process may still be finishing
-            code = proc.wait(max(0.0, deadline - time.monotonic()))
-            return ProcessOutcome(code, False, head=bytes(head))
-        except subprocess.TimeoutExpired:
-            return ProcessOutcome(None, True, head=bytes(head))
+        deadline, code = time.monotonic() + timeout_seconds, None
+        if not _pump(proc, sink, deadline, on_tick):  # output closed; it may still be finishing
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = proc.wait(max(0.0, deadline - time.monotonic()))
+        return ProcessOutcome(code, code is None, head=bytes(head))  # no code: timed out
     finally:
         _kill_group(proc)
         if close_stdin is not None:
             close_stdin()
 
 
-def _feed_stdin(proc: subprocess.Popen, data: bytes) -> None:
-    """Write the prompt from a thread: a large prompt must not block reading the output."""
-
-    def write() -> None:
-        with contextlib.suppress(BrokenPipeError, OSError):  # the agent may ignore its stdin
-            proc.stdin.write(data)
-            proc.stdin.close()
-
-    threading.Thread(target=write, name="agent-stdin", daemon=True).start()
-
-
 def live_stdin(
     proc: subprocess.Popen,
     first: bytes,
-    more: Callable[[], bytes | None],
+    more: Callable[[], bytes | None] | None,
     on_tick: Callable[[], None],
 ) -> tuple[Callable[[], None], Callable[[], None]]:
-    """Write ``first`` to the agent's stdin and keep it open: the tick returned runs
-    ``on_tick``, then writes what ``more()`` gives, until it gives None: then stdin is
-    closed (as by the close returned, once the agent is gone). One writer thread, in
-    order, so a full pipe never stalls reading the output."""
+    """Write ``first`` to the agent's stdin, then close it; with ``more``, keep it open:
+    the tick returned runs ``on_tick``, then writes what ``more()`` gives, until it gives
+    None: then stdin is closed (as by the close returned, once the agent is gone). One
+    writer thread, in order, so a full pipe never stalls reading the output."""
     pending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
 
     def write() -> None:
@@ -182,6 +164,9 @@ def live_stdin(
 
     threading.Thread(target=write, name="agent-stdin", daemon=True).start()
     pending.put(first)
+    if more is None:
+        pending.put(None)
+        return on_tick, lambda: None
     is_open = [True]
 
     def tick() -> None:

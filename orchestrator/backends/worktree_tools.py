@@ -1,13 +1,9 @@
 """The anthropic backend's tools, served from inside the attempt's box.
 
-The runner keeps the API conversation; every tool call (files and shell alike) is carried
-out by this file running as a small server *in the box*, one JSON object per line on its
-stdin and stdout (``serve``), so the tools reach exactly what the agent's box reaches.
+Every tool call (files and shell alike) is carried out by this file running as a small
+server *in the box*, one JSON object per line on its stdin and stdout (``serve``), so the
+tools reach exactly what the agent's box reaches (docs/backends.md, "``anthropic``").
 Standard library only: the box runs it on the runner's Python with ``-I -S``.
-
-A path is resolved (symlinks included) and must stay inside the workspace and outside
-``.git``; anything else is refused and reported to the model as a tool error. The shell
-runs in the workspace with a timeout, in its own process group.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +94,8 @@ class WorktreeTools:
         self.root = worktree.resolve()
         self.command_timeout = command_timeout
         self.env = env
-        self._tools: dict[str, Callable[..., str]] = {
-            "read_file": self.read_file,
-            "write_file": self.write_file,
-            "replace_in_file": self.replace_in_file,
-            "list_dir": self.list_dir,
-            "search_text": self.search_text,
-            "run_command": self.run_command,
-            COMMIT: self.commit,
-        }
+        served = [spec["name"] for spec in TOOL_SPECS if spec["name"] != "finish"]  # the runner's
+        self._tools = {COMMIT: self.commit, **{name: getattr(self, name) for name in served}}
 
     def call(self, name: str, arguments: Any) -> tuple[str, bool]:
         """Run a tool; (text, is_error). Never raises for the model's mistakes."""

@@ -132,14 +132,11 @@ def checks_box(task: Task) -> contextlib.AbstractContextManager[Box]:
     (its keys are not the checks'), no channel."""
     import secrets  # ~4 ms: `status` and `agents` describe the sandbox and need none
 
-    from ..base import netpolicy  # its entries: `status` asks only whose network is open
-
     token = secrets.token_hex(16)  # no claim: a mark of its own for the check's processes
     if mode() == "none":
         return trusted.checks_box(task, token)
     bwrap.probe_ahead()  # its box starts while the branch is cloned
-    cfg = config.load_config()
-    return walled.review_box(task, cfg, token, netpolicy.checks_network(cfg), walled.CHECKS_PREFIX)
+    return walled.review_box(task, token, walled.CHECKS_PREFIX)
 
 
 def preview_box(task: Task, folder: Path, token: str) -> contextlib.AbstractContextManager[Box]:
@@ -147,13 +144,9 @@ def preview_box(task: Task, folder: Path, token: str) -> contextlib.AbstractCont
     ``folder`` (its relay's) at /run/octopoid: a fresh clone, its set-up, the preview's
     own network (``preview.network``: none unless it says) and ports. With ``sandbox:
     none``, the task's worktree as it is."""
-    from ..base import netpolicy  # its entries: `status` asks only whose network is open
-
     if mode() == "none":
         return trusted.checks_box(task, token)
-    cfg = config.load_config()
-    network = netpolicy.preview_network(cfg)
-    return walled.review_box(task, cfg, token, network, walled.PREVIEW_PREFIX, folder=folder)
+    return walled.review_box(task, token, walled.PREVIEW_PREFIX, folder=folder)
 
 
 def sweep(is_running: Callable[[str], bool]) -> list[str]:

@@ -1,19 +1,8 @@
 """What an attempt may bring back and leave on disk: config.yaml's ``sandbox`` limits.
 
-A branch is data an agent made, and data can be a bomb: a blob of gigabytes of zeros packs
-into a few megabytes, a million tiny objects or a deep history cost memory in every git
-command that walks them, and a clone can fill the disk while the agent runs. Each bound
-below is checked where it can be checked first, and what it refuses fails the attempt
-with the reason (``ReadBackRefused``), never reaching review:
-
-- ``max_pack_bytes`` and ``max_objects``: the boxed ``upload-pack`` is relayed through
-  ``packlimit.py``, which stops the fetch as soon as either is passed (before ``index-pack``
-  has taken in the rest);
-- ``max_branch_bytes``: what the new objects weigh unpacked (what a checkout, a check's
-  clone, a diff or a merge of them would write), summed from git's own sizes once they are
-  fetched, before the task's branch moves to them;
-- ``max_clone_bytes``: what the attempt adds to its clone's disk use, measured while it
-  runs (the attempt is stopped) and before the read-back.
+A branch is data an agent made, and data can be a bomb. Each bound is checked where it can
+be checked first (docs/security.md, "What a read-back may bring"), and what it refuses
+fails the attempt with the reason (``ReadBackRefused``), never reaching review.
 """
 
 from __future__ import annotations
@@ -24,7 +13,7 @@ import shlex
 import stat
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,13 +44,8 @@ class Bounds:
 
     @classmethod
     def of(cls, cfg: dict) -> Bounds:
-        box = cfg["sandbox"]
-        return cls(
-            box["max_pack_bytes"],
-            box["max_objects"],
-            box["max_branch_bytes"],
-            box["max_clone_bytes"],
-        )
+        """Each bound from its ``sandbox.max_<name>``."""
+        return cls(**{f.name: cfg["sandbox"][f"max_{f.name}"] for f in fields(cls)})
 
 
 def upload_pack(box: list[str], bounds: Bounds) -> str:
@@ -89,7 +73,6 @@ def unpacked_size(repo: git.Repo, tip: str, staging: str, bounds: Bounds) -> str
         ["git", "--git-dir", repo.git_dir, "cat-file", "--batch-check=%(objectsize)"],
         input=new.encode(),
         capture_output=True,
-        check=False,
     )
     if done.returncode != 0:
         raise GitError(f"git cat-file failed: {' '.join(done.stderr.decode().split())}")
@@ -123,12 +106,10 @@ def disk_use(path: Path, stop_above: int) -> int:
     return total
 
 
-def clone_growth(now: int, at_start: int, bounds: Bounds) -> str | None:
-    """Why a clone that took ``at_start`` bytes and takes ``now`` grew too much, or None."""
-    grown = now - at_start
-    if grown > bounds.clone_bytes:
-        return (
-            f"the attempt's clone grew by over {bounds.clone_bytes} bytes on disk "
-            "(sandbox.max_clone_bytes)"
-        )
-    return None
+def clone_growth(clone: Path, at_start: int, bounds: Bounds) -> str | None:
+    """Why ``clone``, which took ``at_start`` bytes on disk, grew too much, or None."""
+    limit = at_start + bounds.clone_bytes
+    if disk_use(clone, limit) <= limit:
+        return None
+    grown = f"grew by over {bounds.clone_bytes} bytes on disk (sandbox.max_clone_bytes)"
+    return f"the attempt's clone {grown}"

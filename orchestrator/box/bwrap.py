@@ -1,13 +1,6 @@
 """The bubblewrap command line around an attempt's processes, and whether bwrap works here.
 
-A box sees the host's file system read-only, with its own mount, PID, IPC and UTS
-namespaces (and network, unless the box's network mode is ``open``: netpolicy.py), no
-capabilities, no further user namespaces, and dies with the process that started it.
-Hidden behind empty tmpfs mounts: ``HIDDEN`` (homes, temp folders, ``/run`` with its
-sockets), the user's ``$HOME`` and the project checkout with its ``.git`` and
-``.octopoid/runtime``. Writable: only the task's workspace, the box's own tmpfs and, for
-a set-up, the project's caches (``setup.py``).
-
+What a box sees, hides and may write: docs/security.md, "``sandbox: bwrap``: walls".
 ``command_line`` is a pure function of a ``Mounts``; ``probe()`` runs a real box (cached).
 """
 
@@ -124,16 +117,12 @@ def probe(now: float | None = None, margin: float = 0.0) -> tuple[str | None, bo
 def _run_probe(bwrap: str | None) -> tuple[str | None, bool]:
     if bwrap is None:
         return f"{_asked_for()} is not installed (Debian/Ubuntu: apt-get install bubblewrap)", False
-    root = Path("/")
-    mounts = Mounts(workspace=root, inside=Path("/run/octopoid-probe"), writable=False)
+    mounts = Mounts(Path("/"), Path("/run/octopoid-probe"), writable=False)
     error = ""
     for userns in (True, False):
+        argv = [*command_line(bwrap, mounts, userns), "true"]
         try:
-            done = subprocess.run(
-                [*command_line(bwrap, mounts, userns), "true"],
-                capture_output=True,
-                timeout=PROBE_TIMEOUT_SECONDS,
-            )
+            done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_SECONDS)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"{bwrap} could not be run: {exc}", False
         if done.returncode == 0:

@@ -1,13 +1,9 @@
 """The task's own clone: made from the user's repository, read back as data, removed.
 
-The clone holds one branch, ``agent/TASK-<id>``, and the base as ``origin/<base>`` to
-rebase onto. It shares the user's objects through git's alternates, which point where a
-box binds them read-only (``OBJECTS_INSIDE``): nothing is copied, and nothing the agent
-does reaches them. Octopoid runs git in the clone only while making it, before the agent
-has touched it. Afterwards its hooks, config, refs and HEAD are the agent's: the work
-comes back through a ``git upload-pack`` that runs in a read-only box without network,
-and the user's repository fetches exactly ``refs/heads/agent/TASK-<id>`` from it with
-its objects checked (``fetch.fsckObjects``), no hook and none of the clone's config.
+It borrows the user's objects through git's alternates, pointing where a box binds them
+read-only (``OBJECTS_INSIDE``). Octopoid runs git in it only while making it; afterwards
+its hooks, config, refs and HEAD are the agent's, and the work comes back through a boxed
+``git upload-pack`` (docs/security.md, "``sandbox: bwrap``: walls").
 """
 
 from __future__ import annotations
@@ -65,18 +61,9 @@ def make(repo: git.Repo, task_id: str, base: str, base_sha: str, dest: Path) -> 
     branch = branches.branch_for(task_id)
     remove_tree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    flags = ["--quiet", "--shared", "--no-tags", "--single-branch", "--template="]
     with core.git_errors(f"git clone --shared {branch}"):
-        repo.git.clone(
-            "--quiet",
-            "--shared",
-            "--no-tags",
-            "--single-branch",
-            "--template=",
-            "--branch",
-            branch,
-            repo.working_dir,
-            str(dest),
-        )
+        repo.git.clone(*flags, "--branch", branch, repo.working_dir, str(dest))
     base_ref = dest / ".git" / "refs" / "remotes" / "origin" / base  # a new clone: plain data
     base_ref.parent.mkdir(parents=True, exist_ok=True)
     base_ref.write_text(f"{base_sha}\n")

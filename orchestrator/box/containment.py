@@ -1,16 +1,10 @@
 """``sandbox: none``: what an agent may not change in the user's repository, best effort.
 
-With no sandbox the agent runs as the user, and its worktree shares the repository's
-hooks, config, ``info/`` and refs with the user's checkout: it could plant a hook that the
-user's next commit runs, or move ``main`` past review. Before the agent starts, octopoid
-snapshots that state *to disk* (``runtime/containment/TASK-<id>/<attempt>.json``). After
-the attempt (once every process of it is dead), or, when its runner died, whenever the
-scheduler or the task's next attempt finds the snapshot's runner gone, octopoid compares,
-puts back what changed, keeps what it displaced (files under
-``runtime/containment/TASK-<id>/<attempt>/``, refs under ``refs/octopoid/displaced/``)
-and the attempt fails with the reason in its notes.
-
-Whose change it was is read from git's own data, never from a file the agent can write:
+The worktree shares the repository's hooks, config, ``info/`` and refs with the user's
+checkout: snapshotted to disk before the agent starts, compared and put back once every
+process of the attempt is dead (or its runner is found dead), what was displaced kept
+(docs/security.md, "``sandbox: none``"). Whose change it was is read from git's own
+data, never from a file the agent can write:
 
 - hooks, config and ``info/``: any change is the agent's (octopoid changes none of them);
 - refs: the task's own branch, other tasks' ``agent/`` branches, remote-tracking refs,
@@ -21,9 +15,6 @@ Whose change it was is read from git's own data, never from a file the agent can
   ``TASK-<id>@agents.octopoid.invalid``). A ref deleted or rewound is put back, to its
   value at the snapshot less unreviewed commits at its tip, so attempts running at once
   cannot launder each other's work through their snapshots.
-
-What this cannot see: an agent that commits under your name and moves a branch forward is
-taken for you. With ``sandbox: none`` a program running as you can act as you.
 """
 
 from __future__ import annotations
@@ -88,8 +79,7 @@ def take(repo: git.Repo, task_id: str, attempt: int, start: str, committer: str)
     owner = {k: str(v) for k, v in ProcessId.of().headers().items()}
     snap = Snapshot(task_id, attempt, start, committer, owner)
     base = common_dir(repo)
-    for name in PROTECTED:
-        snap.files.update(_read_tree(base, base / name))
+    snap.files = _protected(base)
     snap.refs = _refs(repo)
     snap.worktrees = sorted(_worktrees(repo))
     snap.path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,13 +110,15 @@ def orphaned() -> list[Path]:
     return found
 
 
-def _read_tree(base: Path, top: Path) -> dict[str, tuple[int, bytes]]:
-    """Every file (and symlink, as its target) at or under ``top``, keyed by path.
+def _protected(base: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file (and symlink, as its target) of ``PROTECTED`` in ``base``, keyed by path.
 
     An unreadable file is recorded by its mode alone, so a change to it still shows.
     """
     out: dict[str, tuple[int, bytes]] = {}
-    paths = [top] if not top.is_dir() or top.is_symlink() else sorted(top.rglob("*"))
+    paths: list[Path] = []
+    for top in (base / name for name in PROTECTED):
+        paths += [top] if not top.is_dir() or top.is_symlink() else sorted(top.rglob("*"))
     for path in paths:
         try:
             st = os.lstat(path)
@@ -161,9 +153,7 @@ def check_and_restore(repo: git.Repo, snap: Snapshot) -> list[str]:
 
 
 def _restore_files(base: Path, snap: Snapshot, keep: Path) -> list[str]:
-    now: dict[str, tuple[int, bytes]] = {}
-    for name in PROTECTED:
-        now.update(_read_tree(base, base / name))
+    now = _protected(base)
     breaches = []
     for rel in sorted(now.keys() | snap.files.keys()):
         if now.get(rel) == snap.files.get(rel):
@@ -224,22 +214,17 @@ def _restore_refs(repo: git.Repo, snap: Snapshot) -> list[str]:
         lost = _commits(repo, old, [new]) if old and new else _commits(repo, old, [], 1)
         if not gained and all(unreviewed.whose(*c) for c in lost):
             continue
-        breaches.append(_put_ref_back(repo, snap, ref, old, new, unreviewed, gained))
+        who = unreviewed.whose(*gained[0]) if gained else "the agent"
+        breaches.append(_put_ref_back(unreviewed, ref, old, new, who))
     return breaches
 
 
 def _put_ref_back(
-    repo: git.Repo,
-    snap: Snapshot,
-    ref: str,
-    old: str | None,
-    new: str | None,
-    unreviewed: _Unreviewed,
-    gained: list[tuple[str, str]],
+    unreviewed: _Unreviewed, ref: str, old: str | None, new: str | None, who: str
 ) -> str:
     """Move ``ref`` back (keeping its new value under refs/octopoid/displaced/); one line
-    saying whose work it held and what was done."""
-    who = unreviewed.whose(*gained[0]) if gained else "the agent"
+    saying ``who`` held work there and what was done."""
+    repo, snap = unreviewed.repo, unreviewed.snap
     keep = f"refs/octopoid/displaced/{task_label(snap.task_id)}/{snap.attempt}/{ref}"
     kept = ""
     if new is not None:
@@ -260,7 +245,9 @@ class _Unreviewed:
 
     def __init__(self, repo: git.Repo, snap: Snapshot) -> None:
         self.repo, self.snap = repo, snap
-        self.ours = _attempt_commits(repo, snap)
+        # the commits the attempt made on its own branch (whatever else it did with them)
+        made = f"{snap.start}..refs/heads/{branches.branch_for(snap.task_id)}"
+        self.ours = set((core.git_answer(repo, "rev-list", made) or "").split())
         self._tasks: dict[str, bool] = {}
 
     def whose(self, sha: str, email: str) -> str | None:
@@ -280,8 +267,7 @@ class _Unreviewed:
             # an accept's journal (finishing.ACCEPT) is written before its merge
             accepting = task is not None and store.journals.get("accept", task.label) is not None
             marked = task is not None and not {"MERGED", "MERGING"}.isdisjoint(task.headers)
-            merging = accepting or marked
-            self._tasks[task_id] = where is TaskState.DONE or merging
+            self._tasks[task_id] = where is TaskState.DONE or accepting or marked
         return self._tasks[task_id]
 
     def clean_tip(self, sha: str) -> str | None:
@@ -306,12 +292,6 @@ def _commits(
         repo, "log", *most, "--format=%H %ce", tip, *(f"^{s}" for s in since), "--"
     )
     return [tuple(line.split(" ", 1)) for line in (out or "").splitlines()]
-
-
-def _attempt_commits(repo: git.Repo, snap: Snapshot) -> set[str]:
-    """Commits the attempt made on its own branch (whatever else it did with them)."""
-    branch = f"refs/heads/{branches.branch_for(snap.task_id)}"
-    return set((core.git_answer(repo, "rev-list", f"{snap.start}..{branch}") or "").split())
 
 
 def _worktrees(repo: git.Repo) -> list[str]:

@@ -2,14 +2,10 @@
 
 It runs on the runner's Python with ``-I -S`` and imports only two of the interpreter's own
 C modules (``_socket``, ``posix``; not even ``os``): it is on the way of every start, and
-Python's own start is most of its cost. It opens the box's listening sockets on
-the box's own loopback: one for the proxy (its port goes into ``HTTP_PROXY`` and the like)
-and one per loopback address and port the list names (``127.0.0.1:8123`` in the box is
-then this machine's). It hands them to the runner's proxy over the Unix socket bound into
-the box (``SCM_RIGHTS``, ``proxy.py``) and becomes the program (``exec``): nothing of it
-keeps running in the box, and every connection made to those sockets is accepted and
-judged by the runner. The connection to the runner is left open in the program, so the
-runner sees when the last process of the box is gone and closes what it served for it.
+Python's own start is most of its cost. What it does (opens the box's listening sockets,
+hands them to the runner's proxy, becomes the program): docs/security.md, "The network".
+The connection to the runner is left open in the program, so the runner sees when the
+last process of the box is gone and closes what it served for it.
 
     python -I -S netbridge.py SOCKET [FORWARD ...] -- PROGRAM [ARG ...]
 """

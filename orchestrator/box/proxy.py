@@ -1,20 +1,8 @@
 """The runner's side of a box's network (``network: allow``): a proxy that lets through only
-the destinations the box's list names (``netpolicy.py``), gone with the attempt.
-
-The box has a network namespace of its own. Its bridge (``netbridge.py``, run first in the
-box) opens listening sockets on the box's loopback and hands them here over a Unix socket
-in the box's private folder; the runner accepts every connection made to them, in threads
-of its own. So nothing in the box reaches past the runner's judgement, and no port of this
-machine listens for anyone. The proxy's socket takes ``CONNECT host:port`` and absolute-form
-``http://`` requests (anything else is refused with 405); a forwarded loopback port is a
-tunnel to its one destination.
-
-A destination is judged by name (on the list) and by the address it resolves to, resolved
-here once and connected to as resolved: a name that resolves to loopback, link-local or a
-private range is refused unless the list names that address itself (DNS is the attacker's
-to answer). Every refusal is answered with its reason and kept, one line per destination,
-for the attempt's log and notes. Bounded: connections at once, bytes per attempt, the time
-and size of a request's head (slowloris), idle tunnels.
+the destinations the box's list names (``netpolicy.py``), gone with the attempt. The box's
+bridge (``netbridge.py``) hands it the box's listening sockets; how a destination is judged,
+what is bounded and what the log says: docs/security.md, "The network". A forwarded
+loopback port is a tunnel to its one destination.
 
 Its size: one proxy with its two request forms and the judging of each; split, the
 reasons a destination is refused would be read in two places.
@@ -99,17 +87,9 @@ class NetworkProxy:
     def bridge(self, inside: Path) -> list[str]:
         """The argv that starts a box's bridge before its program (``--`` last), the
         proxy's folder seen in the box at ``inside``."""
-        script = inside / "lib" / BRIDGE.name
+        script = str(inside / "lib" / BRIDGE.name)
         forwards = [str(entry) for entry in self.policy.forwards()]
-        return [
-            sys.executable,
-            "-I",
-            "-S",
-            str(script),
-            str(inside / PROXY_SOCKET),
-            *forwards,
-            "--",
-        ]
+        return [sys.executable, "-I", "-S", script, str(inside / PROXY_SOCKET), *forwards, "--"]
 
     def close(self) -> None:
         """Stop serving: listeners, boxes and live connections are closed."""

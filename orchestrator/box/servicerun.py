@@ -1,11 +1,7 @@
 """A box's declared services (config.yaml ``workspace.services``), around its program.
 
 Run in the box on the runner's Python with ``-I -S`` (the standard library only), after
-the network's bridge: it starts each service (``sh -c``, a process group of its own, its
-output in ``$TMPDIR/octopoid-services/NAME.log``), waits until each ``ready`` command
-succeeds, runs the program with this process's stdin and stdout, and stops the services
-when the program ends (SIGTERM, then SIGKILL). So a database the agent's tests use lives
-exactly as long as the agent, in the agent's own network namespace. With ``--check`` a
+the network's bridge; what it does: docs/workspace.md, "Services". With ``--check`` a
 service that is not ready fails the run (exit 3, before the program): set-up's test of the
 services; otherwise the program runs anyway and the log says which service failed.
 

@@ -3,17 +3,9 @@ docs/workspace.md): the files the person chose, copied into the clone; the proje
 caches; the cached environment; the set-up commands; the attempt's ports; its services.
 
 A ``World`` is made with the clone, before any box, so every box of the attempt (set-up,
-agent, checks, preview) is made knowing what it mounts. The set-up runs in a box of its
-own: the clone writable, its own network (``workspace.network``), and the caches and the
-environment it builds writable only when what it runs is reviewed code. That is the wall
-that keeps one attempt from changing what later attempts run: a set-up on a branch that
-holds an agent's commits (a retry, the checks, a preview) may run the agent's code (a
-``setup.py``, an npm script), so it sees the shared caches read-only and builds its
-environment for itself alone. Agents, checks and previews always see both read-only.
-
-The caches and environments live in the user's cache folder, keyed by the project
-(``$XDG_CACHE_HOME/octopoid/projects/<key>/``): never in the checkout or the runtime
-folder, which no box sees and no merge should carry.
+agent, checks, preview) is made knowing what it mounts. Only a set-up of reviewed code
+may write the shared caches and publish the environment it builds: the wall that keeps
+one attempt from changing what later attempts run (docs/workspace.md, "Caches").
 """
 
 from __future__ import annotations
@@ -60,7 +52,6 @@ def project_cache(root: Path) -> Path:
 
 @dataclass(frozen=True)
 class Cache:
-    entry: str  # as workspace.caches names it
     host: Path  # the project's folder for it
     inside: Path  # where a box sees it
     var: str | None  # the variable that points its tool there
@@ -84,7 +75,7 @@ def caches(entries: list[str], root: Path, home: str, sandboxed: bool) -> list[C
                 "that exists on this machine (a box cannot make a folder elsewhere)"
             )
         host.mkdir(parents=True, exist_ok=True)
-        out.append(Cache(entry, host, inside, var))
+        out.append(Cache(host, inside, var))
     return out
 
 
@@ -194,6 +185,7 @@ class World:
         spec = cfg["workspace"]
         self.commands, self.timeout, self.services = commands, spec["timeout_seconds"], []
         self.sandboxed, self.trusted = sandboxed, trusted
+        self.worktree = root if sandboxed else clone  # where its boxes see their workspace
         self.environment: Environment | None = None
         self.caches: list[Cache] = []
         self.own_ports = held is None
@@ -218,10 +210,11 @@ class World:
         return bool(self.commands) and (env is None or env.build is not None)
 
     def env(self, setup: bool = False) -> dict[str, str]:
-        """The ports, what points each known cache's tool at it, and whether the caches may
-        be written there (``OCTOPOID_CACHES``: a set-up's command can give a tool that
-        must write its cache, npm or uv, a scratch one where they are read-only)."""
-        values = self.ports.env()
+        """The workspace's path, the ports, what points each known cache's tool at it, and
+        whether the caches may be written there (``OCTOPOID_CACHES``: a set-up's command can
+        give a tool that must write its cache, npm or uv, a scratch one where they are
+        read-only)."""
+        values = {"OCTOPOID_WORKTREE": str(self.worktree), **self.ports.env()}
         for cache in self.caches:
             if cache.var:
                 values[cache.var] = str(cache.inside if self.sandboxed else cache.host)

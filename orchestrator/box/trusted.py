@@ -35,13 +35,11 @@ class TrustedWorkspace(Workspace):
         repo = core.open_repo()
         self.remote, self.started = base_for(self.task)
         self.base = self.started.base
-        base = self.base
-        self.worktree = branches.ensure_worktree(repo, self.task.id, base)
+        self.worktree = branches.ensure_worktree(repo, self.task.id, self.base)
         containment.settle_orphans()  # an earlier attempt's runner may have died unchecked
         self.world = _world(cfg, setup_commands(agent, cfg), self.worktree)
-        self.values = {"OCTOPOID_WORKTREE": str(self.worktree), **self.world.env()}
         env = environment(
-            dict(os.environ), agent.get("env") or {}, self.task, self.token, self.values,
+            dict(os.environ), agent.get("env") or {}, self.task, self.token, self.world.env(),
             sandboxed=False,
         )  # fmt: skip
         self.committer = env["GIT_COMMITTER_EMAIL"]
@@ -61,7 +59,7 @@ class TrustedWorkspace(Workspace):
     def setup_box(self) -> Iterator[Box]:
         """The worktree itself, as the user, with the host's environment (never the
         agent's ``env``) and network."""
-        env = environment(dict(os.environ), {}, self.task, self.token, self.values, False)
+        env = environment(dict(os.environ), {}, self.task, self.token, self.world.env(), False)
         yield Box(self.worktree, self.worktree, with_code(env, self.worktree, self.worktree))
 
     def _snapshot(self, repo: git.Repo) -> containment.Snapshot:
@@ -112,8 +110,7 @@ def checks_box(task: Task, token: str, world: World | None = None) -> Iterator[B
     own = world is None
     world = world or _world(config.load_config(), [], worktree)
     try:
-        values = {"OCTOPOID_WORKTREE": str(worktree), **world.env()}
-        env = environment(dict(os.environ), {}, task, token, values, sandboxed=False)
+        env = environment(dict(os.environ), {}, task, token, world.env(), sandboxed=False)
         box = Box(worktree, worktree, with_code(env, worktree, worktree))
         box.services = world.service_argv(None, None)
         yield box

@@ -1,11 +1,8 @@
 """``sandbox: bwrap``: the attempt works in a clone of its own, behind bubblewrap.
 
-The clone (``clone.py``) appears in the box at the project's own path, so what the agent
-and the checks run finds its code where it expects it: an editable install of the project
-imports the clone, not the user's checkout (which the box cannot see). The agent's
-processes die with the box; the work comes back as data (``clone.read_back``); the clone
-is removed when the attempt ends. The checks run in a fresh clone of what came back, so
-they judge exactly what review will see, not files the agent left uncommitted.
+The clone (``clone.py``) appears in the box at the project's own path, and is removed when
+the attempt ends; the checks run in a fresh clone of what came back (docs/security.md,
+"``sandbox: bwrap``: walls").
 """
 
 from __future__ import annotations
@@ -39,8 +36,9 @@ from .workspace import BroughtBack, Workspace, base_for, private_folder, setup_c
 if TYPE_CHECKING:
     import git
 
+#: What a review box is for, naming its clone: the checks, or a preview (preview/daemon.py).
 CHECKS_PREFIX = ".checks-"
-PREVIEW_PREFIX = ".preview-"  # a preview's clone (preview/daemon.py)
+PREVIEW_PREFIX = ".preview-"
 #: This machine's paths every box sees read-only (``os.pathsep``-separated), beside the
 #: project's ``sandbox.expose``: config.yaml is shared by every machine, a toolchain's
 #: place is not.
@@ -90,12 +88,11 @@ class WalledWorkspace(Workspace):
         repo = core.open_repo()
         self.remote, self.started = base_for(self.task)
         self.base = self.started.base
-        base = self.base
         if (self.clone_path / ".git").is_file():  # sandbox: none's worktree, from before
             branches.remove_worktree(repo, self.task.id, delete_branch=False)
         with core.repo_admin_lock():
-            self.start = branches.ensure_branch(repo, self.task.id, base)
-        base_sha = branches.branch_tip(repo, base)
+            self.start = branches.ensure_branch(repo, self.task.id, self.base)
+        base_sha = branches.branch_tip(repo, self.base)
         clone.make(repo, self.task.id, self.task.branch, base_sha, self.clone_path)
         self.bounds = Bounds.of(cfg)
         self.clone_size = disk_use(self.clone_path, sys.maxsize)
@@ -111,10 +108,9 @@ class WalledWorkspace(Workspace):
             cfg, setup_commands(agent, cfg), root, self.clone_path, sandboxed=True,
             trusted=reviewed, home=host.get("HOME") or os.path.expanduser("~"),
         )  # fmt: skip
-        values = {"OCTOPOID_WORKTREE": str(root), **self.world.env()}
         env = environment(
-            dict(os.environ), agent.get("env") or {}, self.task, self.token, values, True,
-            self.author,
+            dict(os.environ), agent.get("env") or {}, self.task, self.token, self.world.env(),
+            True, self.author,
         )  # fmt: skip
         mode, allow = netpolicy.agent_network(agent, cfg, env)
         self.proxy = _proxy(self.channel_host, mode, allow)
@@ -141,18 +137,14 @@ class WalledWorkspace(Workspace):
         if time.monotonic() - self.measured < defaults.CLONE_CHECK_SECONDS:
             return None
         self.measured = time.monotonic()
-        return self._grown()
-
-    def _grown(self) -> str | None:
-        limit = self.clone_size + self.bounds.clone_bytes
-        return clone_growth(disk_use(self.clone_path, limit), self.clone_size, self.bounds)
+        return clone_growth(self.clone_path, self.clone_size, self.bounds)
 
     def bring_back(self) -> BroughtBack:
         """Read the clone's branch back as data and move the task's branch to it. Never
         raises: what went wrong is a remark, what is beyond a bound is refused (the notes
         are saved after this)."""
         branch = branches.branch_for(self.task.id)
-        if (grown := self._grown()) is not None:
+        if (grown := clone_growth(self.clone_path, self.clone_size, self.bounds)) is not None:
             return BroughtBack(0, refused=[f"nothing was read back: {grown}"])
         remarks = []
         head = clone.head_of(self.clone_path)
@@ -180,14 +172,12 @@ class WalledWorkspace(Workspace):
         except (OctopoidError, OSError) as exc:
             remarks.append(f"nothing came back from the clone: {exc}")
             commits = 0
-        refused = len(self.proxy.refused) if self.proxy is not None else 0
-        return BroughtBack(commits, [], [*remarks, *self.network_lines()], unreached=refused)
+        said, refused = (self.proxy.lines(), len(self.proxy.refused)) if self.proxy else ([], 0)
+        return BroughtBack(commits, [], [*remarks, *said], unreached=refused)
 
     def check_box(self) -> contextlib.AbstractContextManager[Box]:
         held = self.world.ports if self.world is not None else None
-        cfg = config.load_config()
-        network = netpolicy.checks_network(cfg)
-        return review_box(self.task, cfg, self.token, network, CHECKS_PREFIX, held, tick=self.tick)
+        return review_box(self.task, self.token, CHECKS_PREFIX, held, tick=self.tick)
 
     def close(self) -> None:
         super().close()
@@ -214,13 +204,13 @@ def _move_branch(repo: git.Repo, branch: str, sha: str) -> list[str]:
 
 @contextlib.contextmanager
 def review_box(
-    task: Task, cfg: dict, token: str, network: tuple[str, list[str]], prefix: str,
-    held: ports.PortRange | None = None, folder: Path | None = None,
-    tick: Callable[[], None] = lambda: None,
+    task: Task, token: str, prefix: str, held: ports.PortRange | None = None,
+    folder: Path | None = None, tick: Callable[[], None] = lambda: None,
 ) -> Iterator[Box]:  # fmt: skip
     """A fresh clone of the task's branch (``prefix`` names it in the worktrees folder), its
-    set-up run (caches read-only: the branch holds an agent's work), in a box with
-    ``network`` and ``folder`` (else one of its own, if it needs one) at /run/octopoid.
+    set-up run (caches read-only: the branch holds an agent's work), in a box with the
+    network of what it is for (``checks.network``, ``preview.network``: none unless they
+    say) and ``folder`` (else one of its own, if it needs one) at /run/octopoid.
     Removed afterwards, with the network's proxy if it had one. A failed set-up raises
     ``SetupFailed`` with the set-up's output; ``tick`` is called while it runs (a claim's
     renewal)."""
@@ -229,10 +219,14 @@ def review_box(
     if not branches.branch_exists(repo, branch):
         raise SandboxError(f"{task.label} has no branch {branch} to check (no attempt yet?)")
     path = config.get_worktrees_dir() / f"{prefix}{owner_tag()}-{secrets.token_hex(3)}-{task.label}"
-    mode, allow = network
+    cfg = config.load_config()
+    checks = prefix == CHECKS_PREFIX
+    mode, allow = netpolicy.checks_network(cfg) if checks else netpolicy.preview_network(cfg)
     own = private_folder() if folder is None else None
-    proxy, world = None, None
-    try:
+    with contextlib.ExitStack() as later:  # undone in reverse: proxy, world, clone, folder
+        if own is not None:
+            later.callback(remove_tree, own)
+        later.callback(remove_tree, path)
         clone.make(repo, task.id, task.branch, branches.branch_tip(repo, task.branch), path)
         bwrap, userns = _walls()  # after the clone: a probe started ahead ran meanwhile
         root, author = config.find_project_root(), _author(repo)
@@ -240,25 +234,19 @@ def review_box(
             cfg, setup_commands(None, cfg), root, path, sandboxed=True, trusted=False,
             home=os.environ.get("HOME") or os.path.expanduser("~"), held=held,
         )  # fmt: skip
+        later.callback(world.close)
         read_only = _read_only([], cfg["sandbox"]["expose"], repo)
         _set_up_before(task, token, author, path, world, read_only, cfg, tick)
-        values = {"OCTOPOID_WORKTREE": str(root), **world.env()}
-        env = environment(dict(os.environ), {}, task, token, values, True, author)
+        env = environment(dict(os.environ), {}, task, token, world.env(), True, author)
         proxy = _proxy(own or folder, mode, allow)
+        if proxy is not None:
+            later.callback(proxy.close)
         box = bwrap_box(
             bwrap, userns, path, root, _hidden(), (*read_only, *world.read_only(root)),
             with_code(env, path, root), None, network=mode, proxy=proxy, folder=own or folder,
         )  # fmt: skip
         box.services = world.service_argv(own or folder, CHANNEL_INSIDE)  # type: ignore[arg-type]
         yield box
-    finally:
-        if proxy is not None:
-            proxy.close()
-        if world is not None:
-            world.close()
-        for leftover in (path, own):
-            if leftover is not None:
-                remove_tree(leftover)
 
 
 def _set_up_before(
@@ -293,8 +281,7 @@ def _setup_box(
     folder = private_folder() if mode == "allow" else None
     proxy = _proxy(folder, mode, allow)
     shown, writable = world.setup_mounts(root)
-    values = {"OCTOPOID_WORKTREE": str(root), **world.env(setup=True)}
-    env = environment(dict(os.environ), {}, task, token, values, True, author)
+    env = environment(dict(os.environ), {}, task, token, world.env(setup=True), True, author)
     try:
         yield bwrap_box(
             bwrap, userns, path, root, _hidden(), (*read_only, *shown),

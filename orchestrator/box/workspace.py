@@ -97,8 +97,7 @@ class Workspace(ABC):
     ) -> None:
         self.task, self.token = task, token
         self.channel_host = private_folder()
-        toolbox = tools if tools is not None else Tools()
-        self.channel = ChannelServer(self.channel_host, toolbox).start()
+        self.channel = ChannelServer(self.channel_host, tools or Tools()).start()
         self.tick: Callable[[], None] = lambda: None  # the attempt's, once its set-up runs
         try:
             self._make(agent, cfg, needs)
@@ -117,8 +116,9 @@ class Workspace(ABC):
 
     def set_up(self, output: TailBuffer, on_tick: Callable[[], None]) -> None:
         """Before the agent: the set-up's commands (unless their environment is cached),
-        then a test that the declared services start; their words go to ``output`` (the
-        attempt's log and notes), and ``SetupFailed`` says what failed."""
+        then a test that the declared services start in the agent's box, once, before anything
+        relies on them; their words go to ``output`` (the attempt's log and notes), and
+        ``SetupFailed`` says what failed (a service never ready, with its log)."""
         world, self.tick = self.world, on_tick  # the checks' set-up renews the claim too
         assert world is not None
         if world.builds:
@@ -131,8 +131,15 @@ class Workspace(ABC):
         elif world.commands:
             key = world.environment.key if world.environment else "?"
             output.feed(f"[octopoid] set-up skipped: its environment {key} is cached\n".encode())
-        if world.services:
-            check_services(self.box, world, self.services_at, output, on_tick)
+        if not world.services:
+            return
+        argv = [*self.box.prefix, *world.service_argv(*self.services_at, check=True), "true"]
+        done = run_process(argv, self.box.cwd, self.box.env, output, world.timeout, on_tick=on_tick)
+        if done.exit_code != 0 or done.timed_out:
+            why = done.start_error or f"exit status {done.exit_code}"
+            raise SetupFailed(f"set-up failed: a service did not start ({why})", output.text())
+        names = ", ".join(service["name"] for service in world.services)
+        output.feed(f"[octopoid] services ready: {names}\n".encode())
 
     def write_prompt(self, text: str) -> Path:
         """Put the prompt where the box reads it; its path there."""
@@ -152,10 +159,6 @@ class Workspace(ABC):
         """While the agent runs: why its workspace is beyond a ``sandbox`` bound (the
         attempt is stopped), or None."""
         return None
-
-    def network_lines(self) -> list[str]:
-        """What the box's network refused and reached, a line each (``network: allow``)."""
-        return self.proxy.lines() if self.proxy is not None else []
 
     def recheck(self) -> list[str]:
         """After the checks: what they changed outside the workspace (``sandbox: none``)."""
@@ -224,21 +227,6 @@ class Workspace(ABC):
             remove_tree(path)
         except OSError as exc:
             print(f"octopoid runner: could not remove {path}: {exc}", file=sys.stderr)
-
-
-def check_services(
-    box: Box, world: World, at: tuple[Path | None, Path | None], output: TailBuffer,
-    on_tick: Callable[[], None],
-) -> None:  # fmt: skip
-    """Start the declared services in ``box`` once and stop them, before anything relies
-    on them: a service that never becomes ready is a set-up failure, said with its log."""
-    argv = [*box.prefix, *world.service_argv(*at, check=True), "true"]
-    done = run_process(argv, box.cwd, box.env, output, world.timeout, on_tick=on_tick)
-    if done.exit_code != 0 or done.timed_out:
-        why = done.start_error or f"exit status {done.exit_code}"
-        raise SetupFailed(f"set-up failed: a service did not start ({why})", output.text())
-    names = ", ".join(service["name"] for service in world.services)
-    output.feed(f"[octopoid] services ready: {names}\n".encode())
 
 
 def setup_commands(agent: dict | None, cfg: dict) -> list[str]:
