@@ -25,6 +25,7 @@ from typing import Any
 from .. import config
 from ..base.fsutil import read_json_object
 from ..base.locks import holding
+from ..base.redaction import scrub
 from ..model.exceptions import IllegalTransition, InvalidTask, LostRace, TaskBusy
 from ..model.tasks import Task, TaskId, TaskState, format_time, new_task, parse_time, task_label
 from ..queue import adopt, intake
@@ -164,7 +165,7 @@ def _take(
         log.error("issue #%d cannot be a task: %s", issue.number, exc)
         return done
     task.set_header("ISSUE_NUMBER", issue.number)
-    task.set_header("ISSUE_URL", text.clean(issue.url))
+    task.set_header("ISSUE_URL", scrub(issue.url))
     try:
         queue_utils.add_task(task)
     except IllegalTransition:  # another intake made it a moment ago

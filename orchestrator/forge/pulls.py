@@ -59,8 +59,6 @@ from .seen import Seen
 log = logging.getLogger("octopoid.forge")
 OPEN_HEADERS = ("PR_NUMBER",)  # while its pull request is open
 CLOSED_HEADER = "PR_CLOSED"  # a pull request closed unmerged: followed while the task failed
-#: what a poll's hold says to whoever else asks for the task (``review.held`` waits for it)
-JUDGING = review.FORGE_HOLD
 
 
 def pr_number(task: Task, header: str = "PR_NUMBER") -> int | None:
@@ -171,7 +169,7 @@ def _failed(forge: Forge, task: Task, cfg: dict) -> str | None:
     pull = forge.pull_request(number)
     if pull.state == "closed" or (closed is None and pull.state == "open"):
         return None if closed else _tell_failure(forge, task, number, cfg)
-    with queue_utils.get_store().hold(task.id, JUDGING):
+    with queue_utils.get_store().hold(task.id, review.FORGE_HOLD):
         now = queue_utils.get_task(task.id)
         if (
             now.state is not TaskState.FAILED
@@ -193,7 +191,7 @@ def _failed(forge: Forge, task: Task, cfg: dict) -> str | None:
 
 
 def _tell_failure(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:
-    with queue_utils.get_store().hold(task.id, JUDGING):
+    with queue_utils.get_store().hold(task.id, review.FORGE_HOLD):
         now = queue_utils.get_task(task.id)
         if now.state is not TaskState.FAILED:
             return None
@@ -206,7 +204,7 @@ def verdict(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:
     who = forge.kind
     pull = forge.pull_request(number)
     store = queue_utils.get_store()
-    with store.hold(task.id, JUDGING):
+    with store.hold(task.id, review.FORGE_HOLD):
         now = queue_utils.get_task(task.id)
         if now.state is not TaskState.PROVISIONAL or now.attempts != task.attempts:
             return None  # moved, or another attempt in review since it was read

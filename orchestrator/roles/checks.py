@@ -113,20 +113,14 @@ def budget_seconds(task: Task, cfg: dict) -> int:
 
 def commands_for(task: Task, cfg: dict) -> list[str]:
     """The project's checks, then the task's own (``CHECKS`` header, a JSON list)."""
-    return [*cfg["checks"]["commands"], *task_checks(task)]
-
-
-def task_checks(task: Task) -> list[str]:
     raw = task.headers.get("CHECKS")
-    if not raw:
-        return []
     try:
-        value = json.loads(raw)
+        own = json.loads(raw) if raw else []
     except ValueError:
-        raise InvalidTask(f"{task.label}: CHECKS must be a JSON list of commands") from None
-    if not isinstance(value, list) or not all(isinstance(c, str) and c.strip() for c in value):
+        own = None
+    if not isinstance(own, list) or not all(isinstance(c, str) and c.strip() for c in own):
         raise InvalidTask(f"{task.label}: CHECKS must be a JSON list of commands")
-    return value
+    return [*cfg["checks"]["commands"], *own]
 
 
 def _run_one(
