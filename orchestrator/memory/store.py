@@ -78,16 +78,12 @@ def content_hash(content: str) -> str:
 def project_scope(agent: str = "octopoid") -> str:
     """``notes:<agent>:<project>``: the project is the root folder's name, or with the queue
     in PostgreSQL (clones on several machines, named as each likes) the database's name."""
-    return f"notes:{agent}:{project_name()}"
-
-
-def project_name() -> str:
     backend, dsn = config.store_choice()
     if backend == "postgres" and dsn:
         from psycopg.conninfo import conninfo_to_dict
 
-        return str(conninfo_to_dict(dsn).get("dbname") or "postgres")
-    return config.find_project_root().name
+        return f"notes:{agent}:{conninfo_to_dict(dsn).get('dbname') or 'postgres'}"
+    return f"notes:{agent}:{config.find_project_root().name}"
 
 
 def _tags(tags: Any) -> str:

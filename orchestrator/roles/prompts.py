@@ -179,13 +179,5 @@ def build_prompt(
 ) -> str:
     """Instructions, the task, relevant memory, previous attempts' notes, what the branch
     holds, a person's messages, how to record."""
-    blocks = [
-        instructions.strip(),
-        task_text(task).strip(),
-        memory.strip(),
-        previous_notes.strip(),
-        branch.strip(),
-        messages.strip(),
-        howto.strip(),
-    ]
-    return "\n\n".join(b for b in blocks if b) + "\n"
+    blocks = (instructions, task_text(task), memory, previous_notes, branch, messages, howto)
+    return "\n\n".join(b.strip() for b in blocks if b.strip()) + "\n"
