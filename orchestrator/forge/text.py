@@ -160,11 +160,8 @@ def from_issue(
     if len(text) > MAX_CONTEXT:
         text = f"{text[:MAX_CONTEXT]}\n\n[... cut at {MAX_CONTEXT} characters: read the issue]"
     context_text = f"Imported from issue #{number}: {scrub(url)}\n\n{_closed(text)}".strip()
-    priority = DEFAULT_PRIORITY
-    for label in labels:
-        if found := PRIORITY_LABEL_RE.match(label.strip()):
-            priority = f"P{found.group(1)}"
-            break
+    found = (PRIORITY_LABEL_RE.match(label.strip()) for label in labels)
+    priority = next((f"P{m.group(1)}" for m in found if m), DEFAULT_PRIORITY)
     blockers = sorted({int(n) for n in BLOCKED_BY_RE.findall(body)} - {number})[:MAX_BLOCKERS]
     return ImportedIssue(
         one_line(title, MAX_TITLE) or f"Issue #{number}", context_text, criteria, priority, blockers
