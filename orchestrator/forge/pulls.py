@@ -1,21 +1,10 @@
 """A task's pull request: opened from review, and its verdicts turned into moves.
 
-While its pull request is open a task waits in ``provisional/`` (its attempt awaits review;
-the reviewers are the forge's), with ``PR_NUMBER`` and ``PR_URL`` headers. A poll reads the
-pull request and makes at most one move, through the same functions a person's command
-uses, each writing History:
-
-- merged (a merge commit, a squash or a rebase: judged by the head it merged, not by
-  ancestry): ``provisional → done`` (``forge: merged by <login>``), finished like an accept;
-- closed unmerged: ``provisional → failed`` (``forge: closed by <login> without merging``),
-  its number kept as ``PR_CLOSED``: reopened, the task is back in review with it
-  (``failed → provisional``), and a merge then finishes it; a retry opens a new one;
-- CI failed on its head, or a reviewer asked for changes: ``provisional → incoming`` with
-  the failing jobs' log tails and every review not taken yet in the retry notes
-  (``reviews``), as ``octopoid reject --comment`` writes them. The next attempt starts from
-  the branch (a person's push to it included), pushes to it (on top of a person's push
-  meanwhile: ``catch_up``), and so updates the same pull request, which hears of it
-  (``announce``). Work that conflicts with a person's push goes back too, saying where.
+While its pull request is open a task waits in ``provisional/`` with ``PR_NUMBER`` and
+``PR_URL`` headers. A poll reads the pull request and makes at most one move (merged:
+done; closed: failed, its number kept as ``PR_CLOSED``; CI failed or changes asked: back
+to incoming with the retry notes; docs/forge.md tells each event), through the same
+functions a person's command uses, each writing History.
 
 What was acted on is recorded in the move itself (``FORGE_SEEN``, ``seen``), so a poll that
 dies anywhere never moves a task twice for one verdict. Each verdict is judged and made

@@ -1,10 +1,7 @@
-"""Long-term memory: notes in one SQLite database, searchable with FTS5 and ranked by BM25.
-
-Each note has content, section/topic, tags, agent, a scope (``notes:<agent>:<project>``),
-task and session ids, metadata, importance, a pinned flag and
-an access count. The same content written again in the same scope reinforces the existing
-note instead of adding a copy. The FTS index is an external-content table kept in step by
-triggers, so updates and deletes never leave it stale.
+"""Long-term memory: notes in one SQLite database, searched through the term index
+(``index.py``) and ranked by BM25 (``ranking.py``). ``NoteStore`` is all a memory does, in
+its database's dialect: the PostgreSQL memory (``postgres.py``) is one too. A note's
+fields and rules are docs/memory.md's.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config
@@ -136,19 +135,10 @@ def _run_one(
     return CheckResult(command, done.exit_code, seconds, output.text(), problem)
 
 
-def judged_tip(root: Path, task: Task, tip: str | None = None) -> str | None:
-    """The tip a pre-check judges: ``tip`` (the attempt's), else the tip its attempt
-    recorded when the repository at ``root`` has it; None: its local branch."""
-    mine = task_tips.recorded(task)
-    if tip is None and mine is not None:
-        held = core.git_command(root, "cat-file", "-e", f"{mine}^{{commit}}").returncode == 0
-        return mine if held else None
-    return tip
-
-
 def merge_precheck(task: Task, tip: str | None = None) -> tuple[list[str] | None, list[str]]:
-    """Would the branch merge now: the files that would conflict (None: clean) merging its
-    ``judged_tip`` onto the base accept merges onto (with ``git.remote`` the remote's,
+    """Would the branch merge now: the files that would conflict (None: clean) merging
+    ``tip`` (the attempt's; else the tip its attempt recorded, where this repository has it;
+    else its local branch) onto the base accept merges onto (with ``git.remote`` the remote's,
     fetched), and the paths accept would refuse to write (``merge_guard``: what the
     person's checkout holds untracked or ignored, octopoid's runtime).
 
@@ -156,7 +146,10 @@ def merge_precheck(task: Task, tip: str | None = None) -> tuple[list[str] | None
     ref. git runs as plain processes: without a remote, GitPython is never imported.
     """
     root = config.find_project_root()
-    tip = judged_tip(root, task, tip)
+    mine = task_tips.recorded(task)
+    if tip is None and mine is not None:
+        held = core.git_command(root, "cat-file", "-e", f"{mine}^{{commit}}").returncode == 0
+        tip = mine if held else None
     base = task_tips.accept_base(None, task.branch)
     checkouts = merge_guard.Checkouts(root)
     branch = tip or f"refs/heads/{branches.branch_for(task.id)}"
