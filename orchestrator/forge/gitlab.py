@@ -107,11 +107,9 @@ class GitLabForge:
                     continue
                 heard.add(who)
                 state = "changes" if who in asking else "comment"
-                line = _diff_note(note)
-                said = (
-                    ("", (line,)) if line else ("" if note.get("type") == "DiffNote" else body, ())
-                )
-                found.append(Review(int(note["id"]), who, state, said[0], said[1]))
+                line = _diff_note(note)  # a diff note's words are its line comment's
+                body = "" if line or note.get("type") == "DiffNote" else body
+                found.append(Review(int(note["id"]), who, state, body, (line,) if line else ()))
         if not since:  # asked with no word: heard once
             found += [Review(1, who, "changes", "") for who in sorted(asking - heard)]
         return found

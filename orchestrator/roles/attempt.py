@@ -281,10 +281,9 @@ def _save_notes(
 def _branch_block(task: Task, space: Workspace) -> str:
     """What the task's branch already holds from earlier attempts, for the prompt (two
     git calls, saved where the branch is its base's tip: a first attempt's)."""
-    held: list[str] = []
-    behind = 0
-    if not space.at_base:
-        held, behind = history.branch_history(core.open_repo(), task.id, space.base)
+    if space.at_base:  # nothing held: no block
+        return ""
+    held, behind = history.branch_history(core.open_repo(), task.id, space.base)
     branch = branches.branch_for(task.id)
     return render_branch(branch, space.base, [scrub(line, False) for line in held], behind)
 
