@@ -156,14 +156,15 @@ def _failed(forge: Forge, task: Task, cfg: dict) -> str | None:
     number = closed or pr_number(task)
     assert number is not None
     pull = forge.pull_request(number)
-    if pull.state == "closed" or (closed is None and pull.state == "open"):
-        return None if closed else _tell_failure(forge, task, number, cfg)
+    if closed and pull.state == "closed":
+        return None
     with queue_utils.get_store().hold(task.id, review.FORGE_HOLD):
         now = queue_utils.get_task(task.id)
-        if (
-            now.state is not TaskState.FAILED
-            or (pr_number(now, CLOSED_HEADER) or pr_number(now)) != number
-        ):
+        if now.state is not TaskState.FAILED:
+            return None
+        if closed is None and pull.state != "merged":  # open (or closed): told it failed
+            return announce.attempt(forge, now, number, cfg.get("web_url"))
+        if (pr_number(now, CLOSED_HEADER) or pr_number(now)) != number:
             return None
         again = "reopened" if closed else pull.state
         seen = Seen.of(now)  # what its reviews gave is still taken; its attempt is told
@@ -177,14 +178,6 @@ def _failed(forge: Forge, task: Task, cfg: dict) -> str | None:
         )
         line = verdict(forge, back, number, cfg) if pull.state == "merged" else None
     return f"pull request #{number} {again}" + (f"; {line}" if line else "")
-
-
-def _tell_failure(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:
-    with queue_utils.get_store().hold(task.id, review.FORGE_HOLD):
-        now = queue_utils.get_task(task.id)
-        if now.state is not TaskState.FAILED:
-            return None
-        return announce.attempt(forge, now, number, cfg.get("web_url"))
 
 
 def verdict(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:

@@ -112,13 +112,6 @@ def stale_comment(task: Task, approvals: list[tuple[str, str]], head: str) -> st
     return f"{redact(said)}\n\n{marker(task, f'stale-{head[:12]}')}"
 
 
-def _closed(text: str) -> str:
-    """An issue's body may open a code fence it never closes (or be cut inside one), which
-    ``tasks`` refuses: close it."""
-    fence = unclosed_fence(text)
-    return f"{text}\n{fence}" if fence else text
-
-
 @dataclass(frozen=True)
 class ImportedIssue:
     title: str
@@ -159,7 +152,9 @@ def from_issue(
     text = "\n".join(context).strip()
     if len(text) > MAX_CONTEXT:
         text = f"{text[:MAX_CONTEXT]}\n\n[... cut at {MAX_CONTEXT} characters: read the issue]"
-    context_text = f"Imported from issue #{number}: {scrub(url)}\n\n{_closed(text)}".strip()
+    if fence := unclosed_fence(text):  # opened and never closed, or cut inside: tasks refuses
+        text = f"{text}\n{fence}"
+    context_text = f"Imported from issue #{number}: {scrub(url)}\n\n{text}".strip()
     found = (PRIORITY_LABEL_RE.match(label.strip()) for label in labels)
     priority = next((f"P{m.group(1)}" for m in found if m), DEFAULT_PRIORITY)
     blockers = sorted({int(n) for n in BLOCKED_BY_RE.findall(body)} - {number})[:MAX_BLOCKERS]
