@@ -369,12 +369,8 @@ def filters(
     placeholder and substring function (SQLite's ``instr``, PostgreSQL's ``strpos``)."""
     mark, find = d.mark, "instr" if d is index.SQLITE else "strpos"
     clauses, args = [], []
-    for column, value in (
-        ("agent", agent),
-        ("scope", scope),
-        ("topic", topic),
-        ("session_id", session_id),
-    ):
+    given = {"agent": agent, "scope": scope, "topic": topic, "session_id": session_id}
+    for column, value in given.items():
         if value is not None:
             clauses.append(f"AND notes.{column} = {mark}")
             args.append(value)

@@ -31,7 +31,6 @@ MAX_TEXT_CHARS = 4000  # one remembered item, as one review comment
 MAX_PROGRESS_CHARS = 300
 MAX_REMEMBERED = 200  # items one attempt may add: notes reach every later prompt
 MAX_RESULTS = 50
-HIDDEN_HEADERS = ("CLAIM_TOKEN",)
 
 STRING: dict[str, Any] = {"type": "string"}
 STRINGS: dict[str, Any] = {"type": "array", "items": STRING}
@@ -171,7 +170,7 @@ class AttemptTools(Tools):
 
     def read_task(self) -> str:
         task = queue_utils.get_task(self.task_id)
-        task.drop_header(*HIDDEN_HEADERS)
+        task.drop_header("CLAIM_TOKEN")  # the runner's, not the agent's
         return render_task(task)
 
     def read_notes(self) -> str:
