@@ -1,20 +1,13 @@
 """The breakdown role: a burned-out task is split into smaller subtasks by an agent.
 
 A breakdown agent claims a task from ``breakdown/`` (``PHASE: breakdown``), reads it and
-its retry notes (why it burned out), and answers with one fenced block::
-
-    ```subtasks
-    [{"title": "...", "context": "...", "criteria": ["..."], "depends_on": [1]}]
-    ```
-
-``depends_on`` lists earlier subtasks by their 1-based position; without it a subtask
-waits for the one before it, so they run in order. The answer is validated strictly
-before anything is created. A valid one creates the subtasks in incoming (priority, role
-and branch inherited), re-points every task that waited for the original to the last
-subtask, and moves the original to done with ``SPLIT_INTO``, as one journal of the store
-(``split``) that whoever comes next finishes if the split is killed half-way. An invalid
-one fails the attempt with the validation error in the notes; the task goes back to
-breakdown (or to failed once its attempts are spent).
+its retry notes (why it burned out), and answers with one fenced ```subtasks block
+(``ANSWER_FORMAT``), validated strictly before anything is created. A valid one creates
+the subtasks in incoming (priority, role and branch inherited), re-points every task that
+waited for the original to the last subtask, and moves the original to done with
+``SPLIT_INTO``, as one journal of the store (``split``) that whoever comes next finishes if
+the split is killed half-way. An invalid one fails the attempt with the validation error
+in the notes; the task goes back to breakdown (or to failed once its attempts are spent).
 """
 
 from __future__ import annotations
