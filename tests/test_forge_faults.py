@@ -76,7 +76,7 @@ def test_the_scheduler_s_poller_backs_off_through_an_outage_and_then_acts(
     try:
         waited = 0.0
         while q.get_task(task_id).state is not TaskState.DONE:  # however slow the machine
-            assert polling.thread.is_alive() and waited < 300, polling.failures
+            assert polling.is_alive() and waited < 300, polling.failures
             stop.wait(0.2)
             waited += 0.2
     finally:

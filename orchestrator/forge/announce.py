@@ -1,12 +1,6 @@
-"""What a reviewer on the forge hears from octopoid, where they look: the pull request.
-
-- An attempt reached review there: its description is brought up to date (the attempt,
-  the cost, the checks), a comment says what the attempt changed (its commits' subjects)
-  and whose review it answers, and those reviewers are asked to review again (GitHub's
-  re-request; GitLab's ``/request_review``). An attempt that failed is said too.
-- Its work could not be put on a person's push to the branch: said, with the files.
-- Approved, but of an earlier head, so ``merge_when_approved`` does not merge it: said
-  once per head, on the pull request, in History and in the log.
+"""What a reviewer on the forge hears from octopoid, where they look: the pull request (an
+attempt that reached review or failed, work that could not go on a person's push,
+approvals of an earlier head: docs/forge.md, "What a reviewer sees on the forge").
 
 Each comment carries a marker (``text.marker``) and is posted only if the pull request
 holds none with it; what was said is recorded in ``FORGE_SEEN`` (``seen``).

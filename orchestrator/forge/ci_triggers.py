@@ -2,13 +2,13 @@
 
 A project that pushes task branches to a forge (a pull request octopoid opens) runs its
 CI on them; a workflow that runs on every push runs the attempt's code there with the
-repository's secrets. ``on_push`` reads the checkout's GitHub workflows
+repository's secrets. ``on_task_push`` reads the checkout's GitHub workflows
 (``.github/workflows/*.yml``: ``on: push`` without a branch filter that leaves the
 branch out) and its ``.gitlab-ci.yml`` (jobs whose ``rules`` or ``only``/``except``, and
-the ``workflow: rules``, do not leave it out); ``octopoid doctor`` asks
-``on_task_push``. What cannot be judged (a variable of the project's settings,
-``changes:``, an included file) counts as running: the warning errs towards being said.
-A branch can change these files itself; docs/security.md says what protects secrets then.
+the ``workflow: rules``, do not leave it out) for ``octopoid doctor``. What cannot be
+judged (a variable of the project's settings, ``changes:``, an included file) counts as
+running: the warning errs towards being said. A branch can change these files itself;
+docs/security.md says what protects secrets then.
 """
 
 from __future__ import annotations
@@ -34,13 +34,9 @@ TOKEN = re.compile(
 
 
 def on_task_push(root: Path) -> list[str]:
-    """The workflows and jobs that a push of a task's branch (``agent/TASK-<id>``) runs."""
-    return on_push(root, branches.branch_for("1"))
-
-
-def on_push(root: Path, branch: str) -> list[str]:
-    """The workflows and jobs that a push of ``branch`` runs, by file (and job)."""
-    found = []
+    """The workflows and jobs that a push of a task's branch (``agent/TASK-<id>``) runs, by
+    file (and job)."""
+    branch, found = branches.branch_for("1"), []
     for path in sorted((root / ".github" / "workflows").glob("*.y*ml")):
         doc = _load(path)
         if isinstance(doc, dict) and _github_push_runs(doc.get("on", doc.get(True)), branch):

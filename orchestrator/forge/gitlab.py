@@ -13,7 +13,6 @@ notes are its body, diff notes its line comments.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import gitlab
@@ -108,11 +107,9 @@ class GitLabForge:
                     continue
                 heard.add(who)
                 state = "changes" if who in asking else "comment"
-                line = _diff_note(note)
-                said = (
-                    ("", (line,)) if line else ("" if note.get("type") == "DiffNote" else body, ())
-                )
-                found.append(Review(int(note["id"]), who, state, said[0], said[1]))
+                line = _diff_note(note)  # a diff note's words are its line comment's
+                body = "" if line or note.get("type") == "DiffNote" else body
+                found.append(Review(int(note["id"]), who, state, body, (line,) if line else ()))
         if not since:  # asked with no word: heard once
             found += [Review(1, who, "changes", "") for who in sorted(asking - heard)]
         return found
@@ -206,16 +203,15 @@ def _login(user: dict[str, Any] | None) -> str:
 
 
 def _merge_request(raw: dict[str, Any]) -> PullRequest:
-    state = {"opened": "open", "merged": "merged"}.get(raw.get("state", ""), "closed")
-    pull = PullRequest(
+    return PullRequest(
         number=int(raw["iid"]),
         url=raw.get("web_url") or "",
-        state=state,
+        state={"opened": "open", "merged": "merged"}.get(raw.get("state", ""), "closed"),
         head_sha=raw.get("sha") or "",
+        merged_by=_login(raw.get("merge_user")) or _login(raw.get("merged_by")),
+        closed_by=_login(raw.get("closed_by")),
         merge_sha=raw.get("merge_commit_sha") or raw.get("squash_commit_sha") or "",
     )
-    merged_by = _login(raw.get("merge_user")) or _login(raw.get("merged_by"))
-    return replace(pull, merged_by=merged_by, closed_by=_login(raw.get("closed_by")))
 
 
 def _diff_note(note: dict[str, Any]) -> ReviewComment | None:

@@ -1,17 +1,13 @@
 """Issues in as tasks, and what became of each task said back on its issue.
 
 An issue becomes the task ``GH-<number>`` (GitLab: ``GL-<number>``): the id is the issue's,
-so importing is idempotent by construction. Two intakes at the same instant, or one that
-died half-way and ran again, cannot make a second task: the store refuses an id that exists
-in any folder. An issue edited before its task started rewrites the task; one closed before
-it started cancels it (``close --wont-do``). After the start, the task is octopoid's.
-
-The store's records remember, on every machine, which tasks came from issues
-(``forge/issues/<task>``: its issue, what octopoid has said on it; so a poll reads only
-those) and how far each label's listing reached (``forge/since/<label>``). A comment
-carries a hidden marker (``text.marker``), and before posting octopoid looks for it among
-the issue's comments, so a lost record or a poll killed after posting (on this machine or
-another) never says a thing twice.
+so importing is idempotent by construction (the store refuses an id that exists in any
+folder, whoever imports it at the same instant). Until its task starts, an issue's edits
+rewrite the task and its close cancels it (``close --wont-do``); after, the task is
+octopoid's. The store's records remember which tasks came from issues and how far each
+label's listing reached (docs/scale-out.md); a comment carries a hidden marker
+(``text.marker``) looked for before posting, so a lost record or a poll killed after
+posting never says a thing twice.
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ from typing import Any
 from .. import config
 from ..base.fsutil import read_json_object
 from ..base.locks import holding
+from ..base.redaction import scrub
 from ..model.exceptions import IllegalTransition, InvalidTask, LostRace, TaskBusy
 from ..model.tasks import Task, TaskId, TaskState, format_time, new_task, parse_time, task_label
 from ..queue import adopt, intake
@@ -164,7 +161,7 @@ def _take(
         log.error("issue #%d cannot be a task: %s", issue.number, exc)
         return done
     task.set_header("ISSUE_NUMBER", issue.number)
-    task.set_header("ISSUE_URL", text.clean(issue.url))
+    task.set_header("ISSUE_URL", scrub(issue.url))
     try:
         queue_utils.add_task(task)
     except IllegalTransition:  # another intake made it a moment ago

@@ -45,22 +45,16 @@ def next_wait(interval: float, failures: int, asked: float | None) -> float:
     return max(asked or 0.0, min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 16)))
 
 
-class ForgePoller:
+class ForgePoller(threading.Thread):
     """Polls until ``stop`` is set. ``polls`` and ``failures`` are for tests and logs."""
 
     def __init__(self, stop: threading.Event) -> None:
+        super().__init__(name="octopoid-forge", daemon=True)
         self.stop = stop
         self.polls = 0
         self.failures = 0
-        self.thread = threading.Thread(target=self._run, name="octopoid-forge", daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
-
-    def join(self, timeout: float | None = None) -> None:
-        self.thread.join(timeout)
-
-    def _run(self) -> None:
+    def run(self) -> None:
         forge: Forge | None = None
         while not self.stop.is_set():
             asked, interval = None, DEFAULT_POLL_SECONDS

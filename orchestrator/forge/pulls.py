@@ -1,21 +1,10 @@
 """A task's pull request: opened from review, and its verdicts turned into moves.
 
-While its pull request is open a task waits in ``provisional/`` (its attempt awaits review;
-the reviewers are the forge's), with ``PR_NUMBER`` and ``PR_URL`` headers. A poll reads the
-pull request and makes at most one move, through the same functions a person's command
-uses, each writing History:
-
-- merged (a merge commit, a squash or a rebase: judged by the head it merged, not by
-  ancestry): ``provisional → done`` (``forge: merged by <login>``), finished like an accept;
-- closed unmerged: ``provisional → failed`` (``forge: closed by <login> without merging``),
-  its number kept as ``PR_CLOSED``: reopened, the task is back in review with it
-  (``failed → provisional``), and a merge then finishes it; a retry opens a new one;
-- CI failed on its head, or a reviewer asked for changes: ``provisional → incoming`` with
-  the failing jobs' log tails and every review not taken yet in the retry notes
-  (``reviews``), as ``octopoid reject --comment`` writes them. The next attempt starts from
-  the branch (a person's push to it included), pushes to it (on top of a person's push
-  meanwhile: ``catch_up``), and so updates the same pull request, which hears of it
-  (``announce``). Work that conflicts with a person's push goes back too, saying where.
+While its pull request is open a task waits in ``provisional/`` with ``PR_NUMBER`` and
+``PR_URL`` headers. A poll reads the pull request and makes at most one move (merged:
+done; closed: failed, its number kept as ``PR_CLOSED``; CI failed or changes asked: back
+to incoming with the retry notes; docs/forge.md tells each event), through the same
+functions a person's command uses, each writing History.
 
 What was acted on is recorded in the move itself (``FORGE_SEEN``, ``seen``), so a poll that
 dies anywhere never moves a task twice for one verdict. Each verdict is judged and made
@@ -60,8 +49,6 @@ from .seen import Seen
 log = logging.getLogger("octopoid.forge")
 OPEN_HEADERS = ("PR_NUMBER",)  # while its pull request is open
 CLOSED_HEADER = "PR_CLOSED"  # a pull request closed unmerged: followed while the task failed
-#: what a poll's hold says to whoever else asks for the task (``review.held`` waits for it)
-JUDGING = review.FORGE_HOLD
 
 
 def pr_number(task: Task, header: str = "PR_NUMBER") -> int | None:
@@ -170,14 +157,15 @@ def _failed(forge: Forge, task: Task, cfg: dict) -> str | None:
     number = closed or pr_number(task)
     assert number is not None
     pull = forge.pull_request(number)
-    if pull.state == "closed" or (closed is None and pull.state == "open"):
-        return None if closed else _tell_failure(forge, task, number, cfg)
-    with queue_utils.get_store().hold(task.id, JUDGING):
+    if closed and pull.state == "closed":
+        return None
+    with queue_utils.get_store().hold(task.id, review.FORGE_HOLD):
         now = queue_utils.get_task(task.id)
-        if (
-            now.state is not TaskState.FAILED
-            or (pr_number(now, CLOSED_HEADER) or pr_number(now)) != number
-        ):
+        if now.state is not TaskState.FAILED:
+            return None
+        if closed is None and pull.state != "merged":  # open (or closed): told it failed
+            return announce.attempt(forge, now, number, cfg.get("web_url"))
+        if (pr_number(now, CLOSED_HEADER) or pr_number(now)) != number:
             return None
         again = "reopened" if closed else pull.state
         seen = Seen.of(now)  # what its reviews gave is still taken; its attempt is told
@@ -193,21 +181,13 @@ def _failed(forge: Forge, task: Task, cfg: dict) -> str | None:
     return f"pull request #{number} {again}" + (f"; {line}" if line else "")
 
 
-def _tell_failure(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:
-    with queue_utils.get_store().hold(task.id, JUDGING):
-        now = queue_utils.get_task(task.id)
-        if now.state is not TaskState.FAILED:
-            return None
-        return announce.attempt(forge, now, number, cfg.get("web_url"))
-
-
 def verdict(forge: Forge, task: Task, number: int, cfg: dict) -> str | None:
     """Read pull request ``number`` and make the move its verdict asks for; what was done.
     Judged and moved under the task's hold, and only for the attempt ``task`` was read as."""
     who = forge.kind
     pull = forge.pull_request(number)
     store = queue_utils.get_store()
-    with store.hold(task.id, JUDGING):
+    with store.hold(task.id, review.FORGE_HOLD):
         now = queue_utils.get_task(task.id)
         if now.state is not TaskState.PROVISIONAL or now.attempts != task.attempts:
             return None  # moved, or another attempt in review since it was read

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+from ..base.redaction import scrub
 from ..model.exceptions import InvalidInput
 from ..model.tasks import Task
 from ..queue import machine as queue_utils
@@ -83,14 +84,14 @@ def send_back(
         said.append(f"CI failed ({names})")
         parts.append(f"CI failed on {pull.head_sha[:12]} (pull request #{pull.number}): {names}")
         for job in jobs:
-            tail = text.clean(job.log_tail).rstrip() or "(no log)"
+            tail = scrub(job.log_tail).rstrip() or "(no log)"
             parts.append(f"--- {text.one_line(job.name, 100)}: the end of its log ---\n{tail}")
         seen.ci = pull.head_sha
     comments: list[LineComment] = []
     askers = []
     for one in untaken(reviews, seen):
         author = text.one_line(one.author, 80) or "a reviewer"
-        body = text.clean(one.body).strip()[:MAX_BODY]
+        body = scrub(one.body).strip()[:MAX_BODY]
         if body or not one.comments:
             parts.append(f"{author} {SAID.get(one.state, 'commented')}:\n{body or '(no summary)'}")
         if one.state == "changes" and author not in askers:
@@ -117,7 +118,7 @@ def _valid(comments: list[LineComment]) -> list[LineComment]:
     not (a hostile path, an absurd line) is dropped, not fatal."""
     kept = []
     for c in comments:
-        said = text.clean(c.text)[:MAX_COMMENT_CHARS]
+        said = scrub(c.text)[:MAX_COMMENT_CHARS]
         try:
             kept.append(line_comment(c.path, str(c.line), said, str(c.end or ""), c.side))
         except InvalidInput as exc:

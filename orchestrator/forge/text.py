@@ -3,8 +3,8 @@
 Everything written is redacted (a task's context may quote a secret) and carries a hidden
 marker, ``<!-- octopoid:TASK-7:pull-request -->``: a comment is posted only when the issue
 holds none with its marker, so a poll that dies after posting never posts twice. Everything
-read (an issue's title and body, a review, a CI log) is hostile until cleaned by ``clean``
-(``redaction.scrub``): control characters go, secrets are redacted, lengths are bounded,
+read (an issue's title and body, a review, a CI log) is hostile until cleaned by
+``redaction.scrub``: control characters go, secrets are redacted, lengths are bounded,
 and it reaches the task file only through ``tasks.new_task``, which escapes any line that
 could pose as a section.
 """
@@ -28,9 +28,8 @@ BLOCKED_BY_RE = re.compile(r"(?i)\b(?:blocked\s+by|depends\s+on)\s+#(\d{1,9})\b"
 PRIORITY_LABEL_RE = re.compile(r"(?i)^(?:priority\s*[:/=]{0,2}\s*)?p([0-3])$")
 
 
-def marker(task: Task | str, event: str) -> str:
-    label = task.label if isinstance(task, Task) else task
-    return f"<!-- octopoid:{label}:{event} -->"
+def marker(task: Task, event: str) -> str:
+    return f"<!-- octopoid:{task.label}:{event} -->"
 
 
 def pull_request_title(task: Task) -> str:
@@ -113,13 +112,6 @@ def stale_comment(task: Task, approvals: list[tuple[str, str]], head: str) -> st
     return f"{redact(said)}\n\n{marker(task, f'stale-{head[:12]}')}"
 
 
-def _closed(text: str) -> str:
-    """An issue's body may open a code fence it never closes (or be cut inside one), which
-    ``tasks`` refuses: close it."""
-    fence = unclosed_fence(text)
-    return f"{text}\n{fence}" if fence else text
-
-
 @dataclass(frozen=True)
 class ImportedIssue:
     title: str
@@ -129,19 +121,13 @@ class ImportedIssue:
     blockers: list[int]
 
 
-def clean(text: str) -> str:
-    """Text a forge sent, as octopoid keeps it (``redaction.scrub``): without NUL or other
-    control characters (tab and newline stay), lines ending in LF, secrets redacted."""
-    return scrub(text)
-
-
 def log_tail(log: bytes | str, limit: int) -> str:
     """The last ``limit`` characters of a CI log, cleaned before the cut: a cut first would
     leave the rest of a secret it went through (a key block's base64) unrecognised. The
     part cleaned reaches back as far as redaction holds a key block."""
     before = limit + PEM_HOLD_BYTES
     text = log[-4 * before :].decode("utf-8", "replace") if isinstance(log, bytes) else log
-    return clean(text[-before:])[-limit:]
+    return scrub(text[-before:])[-limit:]
 
 
 def one_line(text: str, limit: int) -> str:
@@ -155,7 +141,7 @@ def from_issue(
     """An issue as a task: its task-list items are the acceptance criteria, the rest of its
     body the context, a ``P0``..``P3`` label (or ``priority: P1``) the priority, and
     "blocked by #N" / "depends on #N" its blockers."""
-    body = clean(body)
+    body = scrub(body)
     criteria, context = [], []
     for line in body.split("\n"):
         item = TASK_ITEM_RE.match(line)
@@ -166,12 +152,11 @@ def from_issue(
     text = "\n".join(context).strip()
     if len(text) > MAX_CONTEXT:
         text = f"{text[:MAX_CONTEXT]}\n\n[... cut at {MAX_CONTEXT} characters: read the issue]"
-    context_text = f"Imported from issue #{number}: {clean(url)}\n\n{_closed(text)}".strip()
-    priority = DEFAULT_PRIORITY
-    for label in labels:
-        if found := PRIORITY_LABEL_RE.match(label.strip()):
-            priority = f"P{found.group(1)}"
-            break
+    if fence := unclosed_fence(text):  # opened and never closed, or cut inside: tasks refuses
+        text = f"{text}\n{fence}"
+    context_text = f"Imported from issue #{number}: {scrub(url)}\n\n{text}".strip()
+    found = (PRIORITY_LABEL_RE.match(label.strip()) for label in labels)
+    priority = next((f"P{m.group(1)}" for m in found if m), DEFAULT_PRIORITY)
     blockers = sorted({int(n) for n in BLOCKED_BY_RE.findall(body)} - {number})[:MAX_BLOCKERS]
     return ImportedIssue(
         one_line(title, MAX_TITLE) or f"Issue #{number}", context_text, criteria, priority, blockers

@@ -130,13 +130,13 @@ def frequencies(fetch: Any, d: Dialect, terms: list[str]) -> tuple[dict[str, int
     return df, int(notes), length / notes if notes else 1.0
 
 
-#: The columns of a PostgreSQL note as a search gives it (``SELECT *`` would need a
-#: cursor's description: ``memory/postgres.py`` reads in one round trip, without one).
-POSTGRES_COLUMNS = [
+#: A note's columns as a read gives them (PostgreSQL's ``SELECT *`` would need a cursor's
+#: description: ``memory/postgres.py`` reads in one round trip, without one).
+COLUMNS = [
     "id", "content", "section", "topic", "tags", "agent", "scope", "task_id", "session_id",
     "metadata", "created", "updated", "importance", "pinned", "access_count", "length",
 ]  # fmt: skip
-_NOTE = ", ".join(f"notes.{c}" for c in POSTGRES_COLUMNS)
+_NOTE = ", ".join(f"notes.{c}" for c in COLUMNS)
 
 
 # The best ``among`` notes having a chosen term by BM25 (the sum over their terms of the

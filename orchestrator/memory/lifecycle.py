@@ -27,7 +27,7 @@ from .notes import Item, NotesManager, get_notes_manager
 from .provenance import TASK_LABEL, Origin, clean_name, note_metadata
 
 if TYPE_CHECKING:
-    from .open import Memory
+    from .store import NoteStore
 
 redaction = lazy_import("orchestrator.base.redaction")  # `show` lists learnings, redacts nothing
 # and reads no store: the index, SQLite and hashlib load when a learning is promoted
@@ -43,12 +43,6 @@ def seed_task_notes(task: Task) -> NotesManager:
     return NotesManager.create_ephemeral(task.label, context)
 
 
-def submitted_attempt(task: Task) -> int | None:
-    """The attempt whose work an accept of ``task`` takes: the one a runner submitted
-    (``SUBMITTED_CLAIM``; no claim since); None when no attempt's work is in review."""
-    return task.attempts if "SUBMITTED_CLAIM" in task.headers else None
-
-
 def pending_learnings(task: Task) -> list[Item]:
     """What an accept of ``task`` would keep, numbered from 1 in this order (``show``,
     ``accept --forget N``): the items its submitted attempt recorded and those a person
@@ -57,7 +51,8 @@ def pending_learnings(task: Task) -> list[Item]:
     manager = NotesManager(notes_id=task.label)
     if not manager.notes_file.exists():
         return []
-    attempt = submitted_attempt(task)
+    # the attempt a runner submitted (``SUBMITTED_CLAIM``; no claim since), if any
+    attempt = task.attempts if "SUBMITTED_CLAIM" in task.headers else None
     return [
         item
         for item in manager.items()
@@ -164,7 +159,7 @@ def promote_task_notes(task: Task, promoted_by: str = "octopoid") -> int:
         memory.close()
 
 
-def index_main_notes(store: Memory) -> int:
+def index_main_notes(store: NoteStore) -> int:
     """Make the store hold every item of ``notes.md`` (hand edits included); return new ones."""
     manager = NotesManager()
     if not manager.notes_file.exists():

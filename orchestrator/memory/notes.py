@@ -75,21 +75,17 @@ def _clean(item: str) -> str:
 class NotesManager:
     def __init__(self, memory_dir: Path | str | None = None, notes_id: str | None = None):
         self.memory_dir = Path(memory_dir) if memory_dir else config.get_memory_dir()
-        self._notes_id = validate_notes_id(notes_id) if notes_id is not None else None
+        self.notes_id = validate_notes_id(notes_id) if notes_id is not None else None
         self._text: str | None = None
 
     # --- identity ---------------------------------------------------------------------
 
     @property
-    def notes_id(self) -> str | None:
-        return self._notes_id
-
-    @property
     def is_ephemeral(self) -> bool:
-        return self._notes_id is not None
+        return self.notes_id is not None
 
     def _path(self, suffix: str) -> Path:
-        stem = f"notes.{self._notes_id}" if self._notes_id else "notes"
+        stem = f"notes.{self.notes_id}" if self.notes_id else "notes"
         return self.memory_dir / f"{stem}.{suffix}"
 
     @property
@@ -113,7 +109,7 @@ class NotesManager:
         return manager
 
     def _template(self, context: str | None = None) -> str:
-        title = f"# Agent Notes ({self._notes_id})" if self._notes_id else "# Agent Notes"
+        title = f"# Agent Notes ({self.notes_id})" if self.notes_id else "# Agent Notes"
         parts = [f"{title}\n\n{UPDATED_PREFIX}{format_time(utcnow())}\n\n"]
         if self.is_ephemeral:
             parts.append(f"## {TASK_CONTEXT}\n{_quoted((context or '').strip())}\n\n")
@@ -135,7 +131,7 @@ class NotesManager:
 
     def items(self) -> list[Item]:
         """Every item of every section, with its origin, in file order."""
-        return list(_items(self.load_notes().splitlines()))
+        return [item for _, item in _lines_of_items(self.load_notes().splitlines())]
 
     def get_all_items(self) -> list[dict[str, str]]:
         return [{"section": i.section, "item": i.text} for i in self.items()]
@@ -296,10 +292,6 @@ def _lines_of_items(lines: list[str]) -> Iterable[tuple[int, Item]]:
         elif section in SECTIONS and line.startswith("- "):
             origin, text = parse_item(line[2:].strip())
             yield n, Item(section, text, origin)
-
-
-def _items(lines: list[str]) -> Iterable[Item]:
-    return (item for _, item in _lines_of_items(lines))
 
 
 def _same(item: Item) -> tuple[str, str, str | None, int | None]:

@@ -44,25 +44,19 @@ class Origin(NamedTuple):
     kept_by: str = ""
 
     def stamp(self) -> str:
-        made = f"attempt {self.attempt} by" if self.attempt is not None else "by"
-        parts = [f"{self.task} {made} {clean_name(self.agent)}"]
-        if self.edited_by:
-            parts.append(f"edited by {clean_name(self.edited_by)}")
-        if self.kept_by:
-            parts.append(f"kept by {clean_name(self.kept_by)}")
-        if self.struck_by:
-            parts.append(f"struck by {clean_name(self.struck_by)}")
-        return f"[{'; '.join(parts)}]"
+        return f"[{'; '.join(self._parts())}]"
 
     def said(self) -> str:
         """In words: ``TASK-3 attempt 2 by impl-1, edited by bob``."""
-        made = f" attempt {self.attempt}" if self.attempt is not None else ""
-        words = [f"{self.task}{made} by {clean_name(self.agent)}"]
-        words += [f"{what} by {who}" for what, who in self._marks() if who]
-        return ", ".join(words)
+        return ", ".join(self._parts())
 
-    def _marks(self) -> tuple[tuple[str, str], ...]:
-        return (("edited", self.edited_by), ("kept", self.kept_by), ("struck", self.struck_by))
+    def _parts(self) -> list[str]:
+        made = f" attempt {self.attempt}" if self.attempt is not None else ""
+        marks = (("edited", self.edited_by), ("kept", self.kept_by), ("struck", self.struck_by))
+        return [
+            f"{self.task}{made} by {clean_name(self.agent)}",
+            *(f"{what} by {clean_name(who)}" for what, who in marks if who),
+        ]
 
     def edited(self, who: str) -> Origin:
         return self._replace(edited_by=clean_name(who))

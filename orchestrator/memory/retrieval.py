@@ -17,7 +17,7 @@ from .instructions import injectable
 from .staleness import Source, fresh
 
 if TYPE_CHECKING:
-    from .open import Memory
+    from .store import NoteStore
 
 DEFAULT_BUDGET = 4000  # characters of memory one prompt may carry
 CANDIDATES = 40  # the best matches looked at; the budget holds about ten of them
@@ -32,7 +32,7 @@ def task_query(task: Task) -> str:
 
 def relevant_notes(
     task: Task,
-    store: Memory,
+    store: NoteStore,
     *,
     scope: str | None = None,
     budget: int = DEFAULT_BUDGET,

@@ -1,10 +1,7 @@
-"""Long-term memory: notes in one SQLite database, searchable with FTS5 and ranked by BM25.
-
-Each note has content, section/topic, tags, agent, a scope (``notes:<agent>:<project>``),
-task and session ids, metadata, importance, a pinned flag and
-an access count. The same content written again in the same scope reinforces the existing
-note instead of adding a copy. The FTS index is an external-content table kept in step by
-triggers, so updates and deletes never leave it stale.
+"""Long-term memory: notes in one SQLite database, searched through the term index
+(``index.py``) and ranked by BM25 (``ranking.py``). ``NoteStore`` is all a memory does, in
+its database's dialect: the PostgreSQL memory (``postgres.py``) is one too. A note's
+fields and rules are docs/memory.md's.
 """
 
 from __future__ import annotations
@@ -12,8 +9,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +63,7 @@ DROP TABLE IF EXISTS notes_fts;
 # 2: the term index (``index.py``) instead of FTS5, its notes indexed when the file is opened
 SCHEMA_VERSION = 2  # PRAGMA user_version; a store of an older version gets _SCHEMA again
 REINFORCE_STEP = 0.1  # importance gained when the same note is written again
-# A note's indexed fields (``_indexed``): NULL length means not indexed yet
-INDEXED = "SELECT content, topic, tags, length FROM notes WHERE id = ?"
+NOTE = ", ".join(index.COLUMNS)  # a note's columns, as ``_row`` reads them
 
 
 def content_hash(content: str) -> str:
@@ -79,16 +75,12 @@ def content_hash(content: str) -> str:
 def project_scope(agent: str = "octopoid") -> str:
     """``notes:<agent>:<project>``: the project is the root folder's name, or with the queue
     in PostgreSQL (clones on several machines, named as each likes) the database's name."""
-    return f"notes:{agent}:{project_name()}"
-
-
-def project_name() -> str:
     backend, dsn = config.store_choice()
     if backend == "postgres" and dsn:
         from psycopg.conninfo import conninfo_to_dict
 
-        return str(conninfo_to_dict(dsn).get("dbname") or "postgres")
-    return config.find_project_root().name
+        return f"notes:{agent}:{conninfo_to_dict(dsn).get('dbname') or 'postgres'}"
+    return f"notes:{agent}:{config.find_project_root().name}"
 
 
 def _tags(tags: Any) -> str:
@@ -96,50 +88,37 @@ def _tags(tags: Any) -> str:
     return " ".join(dict.fromkeys(t.strip() for t in items if t and t.strip()))
 
 
-class MemoryStore:
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or config.get_memory_dir() / "memory.db"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA busy_timeout=30000")
-        self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: safe against crashes of ours
-        if self._version() < SCHEMA_VERSION:
-            self._migrate()
+class NoteStore:
+    """What both memories do alike, in their ``Dialect``: a store gives ``_tx`` (a cursor
+    in one write transaction), ``_fetch`` (one statement's rows), ``_rows`` (a read of
+    notes) and the exception its database raises for a second note of the same content
+    (``_duplicate``)."""
 
-    def _version(self) -> int:
-        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+    d: index.Dialect
+    LOCK = ""  # what locks the row a write reads
+    PENDING_LOCK = ""  # what keeps two indexers off one batch of notes
+    _tx: Callable[[], AbstractContextManager[Any]]
+    _fetch: Callable[[str, list[Any]], list[Any]]
+    _rows: Callable[[str, list[Any]], list[dict[str, Any]]]
+    _duplicate: Callable[[], type[Exception]]
 
-    def _migrate(self) -> None:
-        """Bring the file to ``SCHEMA_VERSION`` (one migrator at a time: the others find it
-        done), then index its notes."""
-        with self._write() as cur:
-            if self._version() >= SCHEMA_VERSION:
-                return
-            columns = {row[1] for row in cur.execute("PRAGMA table_info(notes)")}
-            if columns and "length" not in columns:
-                cur.execute("ALTER TABLE notes ADD COLUMN length INTEGER")
-            for statement in _SCHEMA.split(";\n"):
-                if statement.strip():
-                    cur.execute(statement)
-            cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        self.index_pending()
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Cursor]:
-        """A cursor in one write transaction (``BEGIN IMMEDIATE``: writers queue up)."""
-        cur = self.db.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            yield cur
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
-        cur.execute("COMMIT")
+    def _lock_note(self, cur: Any, key: str) -> None:
+        """Serialise the writers of one note (SQLite's ``BEGIN IMMEDIATE`` does already)."""
 
     def close(self) -> None:
-        self.db.close()
+        """Nothing to close unless the store holds its own connection."""
+
+    def index_pending(self) -> int:
+        """Index the notes not indexed yet (a store made before the index, a bulk load), a
+        batch per transaction; return how many."""
+        done = 0
+        while True:
+            with self._tx() as cur:
+                batch = index.pending(cur, self.d, self.PENDING_LOCK)
+                index.change(cur, self.d, batch)
+            if not batch:
+                return done
+            done += len(batch)
 
     def write_note(
         self,
@@ -162,34 +141,37 @@ class MemoryStore:
             raise InvalidMemoryInput("an empty note cannot be stored")
         scope = scope or project_scope(agent)
         digest, now = content_hash(content), time.time()
-        with self._write() as cur:
+        m, notes, sqlite = self.d.mark, self.d.notes, self.d is index.SQLITE
+        with self._tx() as cur:
+            self._lock_note(cur, f"octopoid:memory:{scope}:{digest}")
             row = cur.execute(
-                "SELECT id, tags, topic FROM notes WHERE scope = ? AND content_hash = ?",
+                f"SELECT id, tags, topic, length FROM {notes} "
+                f"WHERE scope = {m} AND content_hash = {m}",
                 (scope, digest),
             ).fetchone()
             if row is not None:
-                merged = _tags([*row["tags"].split(), *([tags] if isinstance(tags, str) else tags)])
+                merged = _tags([*row[1].split(), *([tags] if isinstance(tags, str) else tags)])
+                least, greatest = ("min", "max") if sqlite else ("least", "greatest")
                 cur.execute(
-                    "UPDATE notes SET importance = min(1.0, importance + ?), updated = ?, "
-                    "tags = ?, pinned = max(pinned, ?) WHERE id = ?",
-                    (REINFORCE_STEP, now, merged, int(pinned), row["id"]),
+                    f"UPDATE {notes} SET importance = {least}(1.0, importance + {m}), "
+                    f"updated = {m}, tags = {m}, pinned = {greatest}(pinned, {m}) WHERE id = {m}",
+                    (REINFORCE_STEP, now, merged, int(pinned), row[0]),
                 )
-                if merged != row["tags"]:
-                    old = index.indexed_text(content, row["topic"], row["tags"])
-                    new = index.indexed_text(content, row["topic"], merged)
-                    index.change(cur, index.SQLITE, {row["id"]: (old, new)})
-                return int(row["id"])
-            cur.execute(
-                "INSERT INTO notes (content, section, topic, tags, agent, scope, task_id, "
+                if merged != row[1] and row[3] is not None:
+                    old = index.indexed_text(content, row[2], row[1])
+                    new = index.indexed_text(content, row[2], merged)
+                    index.change(cur, self.d, {row[0]: (old, new)})
+                return int(row[0])
+            note_id = cur.execute(
+                f"INSERT INTO {notes} (content, section, topic, tags, agent, scope, task_id, "
                 "session_id, metadata, created, updated, content_hash, importance, pinned) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"VALUES ({', '.join([m] * 14)}) RETURNING id",
                 (content, section, topic, _tags(tags), agent, scope, task_id, session_id,
                  json.dumps(metadata or {}), now, now, digest, importance, int(pinned)),
-            )  # fmt: skip
-            note_id = int(cur.lastrowid)
+            ).fetchone()[0]  # fmt: skip
             new = index.indexed_text(content, topic, _tags(tags))
-            index.change(cur, index.SQLITE, {note_id: (None, new)})
-        return note_id
+            index.change(cur, self.d, {note_id: (None, new)})
+        return int(note_id)
 
     def search_notes(
         self,
@@ -203,69 +185,58 @@ class MemoryStore:
         limit: int = 10,
     ) -> list[dict[str, Any]]:
         """Notes matching ``query``, best first (``score``: higher is better; ``ranking``)."""
-        where, args = filters("?", "instr", agent, scope, tags, topic, session_id)
+        where, args = filters(self.d, agent, scope, tags, topic, session_id)
         return ranking.search(self, query, where, args, limit)
 
     def frequencies(self, terms: list[str]) -> tuple[dict[str, int], int, float]:
-        return index.frequencies(
-            lambda sql, args: self.db.execute(sql, args).fetchall(), index.SQLITE, terms
-        )
+        return index.frequencies(self._fetch, self.d, terms)
 
     def best(
         self, weights: list[tuple[str, float, bool]], c1: float, c2: float, among: int,
         where: str, args: list[Any], limit: int,
     ) -> list[dict[str, Any]]:  # fmt: skip
-        sql, first = index.best_sql(index.SQLITE, weights, c1, c2, among)
-        return [_row(r) for r in self.db.execute(sql.format(where=where), [*first, *args, limit])]
-
-    def index_pending(self) -> int:
-        """Index the notes not indexed yet (a store made before the index, a bulk load);
-        return how many."""
-        done = 0
-        while True:
-            with self._write() as cur:
-                batch = index.pending(cur, index.SQLITE)
-                index.change(cur, index.SQLITE, batch)
-            if not batch:
-                return done
-            done += len(batch)
+        sql, first = index.best_sql(self.d, weights, c1, c2, among)
+        return self._rows(sql.format(where=where), [*first, *args, limit])
 
     def get_recent_notes(self, *, limit: int = 10, **given: Any) -> list[dict[str, Any]]:
         """Newest first; ``filters`` as for ``search_notes`` (agent, scope, tags, topic,
         session_id)."""
-        where, args = filters("?", "instr", **given)
-        rows = self.db.execute(
-            f"SELECT * FROM notes WHERE 1 {where} ORDER BY updated DESC, id DESC LIMIT ?",
+        where, args = filters(self.d, **given)
+        return self._rows(
+            f"SELECT {NOTE} FROM {self.d.notes} notes WHERE true {where} "
+            f"ORDER BY updated DESC, id DESC LIMIT {self.d.mark}",
             [*args, limit],
         )
-        return [_row(r) for r in rows]
 
     def find_note(self, content: str, scope: str) -> int | None:
         """The id of the note with this content (normalised) in ``scope``, if any."""
-        row = self.db.execute(
-            "SELECT id FROM notes WHERE scope = ? AND content_hash = ?",
-            (scope, content_hash(content)),
-        ).fetchone()
-        return row["id"] if row else None
+        m = self.d.mark
+        rows = self._fetch(
+            f"SELECT id FROM {self.d.notes} WHERE scope = {m} AND content_hash = {m}",
+            [scope, content_hash(content)],
+        )
+        return int(rows[0][0]) if rows else None
 
     def get_note(self, note_id: int) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT * FROM notes WHERE id = ?", (note_id,)).fetchone()
-        return _row(row) if row else None
+        sql = f"SELECT {NOTE} FROM {self.d.notes} WHERE id = {self.d.mark}"
+        rows = self._rows(sql, [note_id])
+        return rows[0] if rows else None
 
     def pinned_notes(self, scope: str | None = None) -> list[dict[str, Any]]:
-        where, args = filters("?", "instr", scope=scope)
-        rows = self.db.execute(
-            f"SELECT * FROM notes WHERE pinned = 1 {where} ORDER BY importance DESC, updated DESC",
+        where, args = filters(self.d, scope=scope)
+        return self._rows(
+            f"SELECT {NOTE} FROM {self.d.notes} notes WHERE pinned = 1 {where} "
+            "ORDER BY importance DESC, updated DESC",
             args,
         )
-        return [_row(r) for r in rows]
 
     def delete_note(self, note_id: int) -> bool:
-        with self._write() as cur:
-            old = _indexed(cur.execute(INDEXED, (note_id,)).fetchone())
+        with self._tx() as cur:
+            old = self._indexed(cur, note_id)
             if old is not None:
-                index.change(cur, index.SQLITE, {note_id: (old, None)})
-            return cur.execute("DELETE FROM notes WHERE id = ?", (note_id,)).rowcount > 0
+                index.change(cur, self.d, {note_id: (old, None)})
+            cur.execute(f"DELETE FROM {self.d.notes} WHERE id = {self.d.mark}", (note_id,))
+            return cur.rowcount > 0
 
     def update_note(
         self,
@@ -274,21 +245,108 @@ class MemoryStore:
         content: str | None = None,
         tags: Any = None,
     ) -> bool:
-        changes = note_changes(content, tags)
+        changes: dict[str, Any] = {}
+        if content is not None:
+            changes.update(content=content.strip(), content_hash=content_hash(content))
+        if tags is not None:
+            changes["tags"] = _tags(tags)
         if not changes:
             return self.get_note(note_id) is not None
-        sets = ", ".join(f"{key} = ?" for key in changes)
+        changes["updated"] = time.time()
+        m = self.d.mark
+        sets = ", ".join(f"{key} = {m}" for key in changes)
+        with self._tx() as cur:
+            old = self._indexed(cur, note_id)
+            try:
+                cur.execute(
+                    f"UPDATE {self.d.notes} SET {sets} WHERE id = {m}",
+                    [*changes.values(), note_id],
+                )
+            except self._duplicate():
+                raise MemoryStoreError("the same note already exists in that scope") from None
+            found = cur.rowcount > 0
+            new = self._indexed(cur, note_id)
+            if old is not None and old != new:
+                index.change(cur, self.d, {note_id: (old, new)})
+            return found
+
+    def _indexed(self, cur: Any, note_id: int) -> str | None:
+        """The text a note is indexed by; None: no note, or not indexed yet."""
+        row = cur.execute(
+            f"SELECT content, topic, tags, length FROM {self.d.notes} "
+            f"WHERE id = {self.d.mark}{self.LOCK}",
+            (note_id,),
+        ).fetchone()
+        if row is None or row[3] is None:
+            return None
+        return index.indexed_text(row[0], row[1], row[2])
+
+    def count(self) -> int:
+        return int(self._fetch(f"SELECT count(*) FROM {self.d.notes}", [])[0][0])
+
+    def integrity_check(self) -> None:
+        """Raise ``MemoryStoreError`` if the term index disagrees with the notes."""
+        with self._tx() as cur:
+            problems = index.consistent(cur, self.d)
+        if problems:
+            raise MemoryStoreError(f"memory's index disagrees: {'; '.join(problems[:5])}")
+
+
+class MemoryStore(NoteStore):
+    d = index.SQLITE
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or config.get_memory_dir() / "memory.db"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA busy_timeout=30000")
+        self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: safe against crashes of ours
+        if self._version() < SCHEMA_VERSION:
+            self._migrate()
+
+    def _version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        """Bring the file to ``SCHEMA_VERSION`` (one migrator at a time: the others find it
+        done), then index its notes."""
+        with self._tx() as cur:
+            if self._version() >= SCHEMA_VERSION:
+                return
+            columns = {row[1] for row in cur.execute("PRAGMA table_info(notes)")}
+            if columns and "length" not in columns:
+                cur.execute("ALTER TABLE notes ADD COLUMN length INTEGER")
+            for statement in _SCHEMA.split(";\n"):
+                if statement.strip():
+                    cur.execute(statement)
+            cur.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self.index_pending()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Cursor]:
+        """A cursor in one write transaction (``BEGIN IMMEDIATE``: writers queue up)."""
+        cur = self.db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
         try:
-            with self._write() as cur:
-                old = _indexed(cur.execute(INDEXED, (note_id,)).fetchone())
-                cur.execute(f"UPDATE notes SET {sets} WHERE id = ?", [*changes.values(), note_id])
-                found = cur.rowcount > 0
-                new = _indexed(cur.execute(INDEXED, (note_id,)).fetchone())
-                if old is not None and old != new:
-                    index.change(cur, index.SQLITE, {note_id: (old, new)})
-                return found
-        except sqlite3.IntegrityError:
-            raise MemoryStoreError("the same note already exists in that scope") from None
+            yield cur
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
+
+    def _fetch(self, sql: str, args: list[Any]) -> list[Any]:
+        return self.db.execute(sql, args).fetchall()
+
+    def _rows(self, sql: str, args: list[Any]) -> list[dict[str, Any]]:
+        return [_row(dict(r)) for r in self.db.execute(sql, args)]
+
+    def _duplicate(self) -> type[Exception]:
+        return sqlite3.IntegrityError
+
+    def close(self) -> None:
+        self.db.close()
 
     def record_access(self, note_ids: list[int]) -> None:
         """Count an injection into a prompt (only notes actually injected)."""
@@ -298,45 +356,21 @@ class MemoryStore:
             (json.dumps(note_ids),),
         )
 
-    def count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM notes").fetchone()[0]
-
-    def integrity_check(self) -> None:
-        """Raise ``MemoryStoreError`` if the term index disagrees with the notes."""
-        if problems := index.consistent(self.db.cursor(), index.SQLITE):
-            raise MemoryStoreError(f"memory's index disagrees: {'; '.join(problems[:5])}")
-
-
-def note_changes(content: str | None, tags: Any) -> dict[str, Any]:
-    """The columns ``update_note`` sets for the fields given (none: an empty dict)."""
-    changes: dict[str, Any] = {}
-    if content is not None:
-        changes.update(content=content.strip(), content_hash=content_hash(content))
-    if tags is not None:
-        changes["tags"] = _tags(tags)
-    if changes:
-        changes["updated"] = time.time()
-    return changes
-
 
 def filters(
-    mark: str,
-    find: str,
+    d: index.Dialect,
     agent: str | None = None,
     scope: str | None = None,
     tags: Any = None,
     topic: str | None = None,
     session_id: str | None = None,
 ) -> tuple[str, list[Any]]:
-    """``AND ...`` clauses and their arguments for the search filters, in a dialect's
-    placeholder (``?``, ``%s``) and substring function (``instr``, ``strpos``)."""
+    """``AND ...`` clauses and their arguments for the search filters, in ``d``'s
+    placeholder and substring function (SQLite's ``instr``, PostgreSQL's ``strpos``)."""
+    mark, find = d.mark, "instr" if d is index.SQLITE else "strpos"
     clauses, args = [], []
-    for column, value in (
-        ("agent", agent),
-        ("scope", scope),
-        ("topic", topic),
-        ("session_id", session_id),
-    ):
+    given = {"agent": agent, "scope": scope, "topic": topic, "session_id": session_id}
+    for column, value in given.items():
         if value is not None:
             clauses.append(f"AND notes.{column} = {mark}")
             args.append(value)
@@ -346,16 +380,7 @@ def filters(
     return " ".join(clauses), args
 
 
-def _indexed(row: Any) -> str | None:
-    """The text a note is indexed by, from its ``INDEXED`` row; None: no note, or not
-    indexed yet."""
-    if row is None or row[3] is None:
-        return None
-    return index.indexed_text(row[0], row[1], row[2])
-
-
-def _row(row: sqlite3.Row) -> dict[str, Any]:
-    out = dict(row)
+def _row(out: dict[str, Any]) -> dict[str, Any]:
     out["tags"] = out["tags"].split()
     out["metadata"] = json.loads(out["metadata"] or "{}")
     out["pinned"] = bool(out["pinned"])

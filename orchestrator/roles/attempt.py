@@ -80,11 +80,6 @@ def attempt_log_dir(task_id: str) -> Path:
     return path
 
 
-def instructions_for(role: str) -> str:
-    path = config.get_prompts_dir() / f"{role}.md"
-    return path.read_text(encoding="utf-8") if path.exists() else ""
-
-
 def run(task: Task, agent_name: str, token: str, role: Role) -> outcome.AttemptReport:
     """Run one attempt, as ``role``, of ``task``, which the scheduler claimed for
     ``agent_name`` with ``token``."""
@@ -286,10 +281,9 @@ def _save_notes(
 def _branch_block(task: Task, space: Workspace) -> str:
     """What the task's branch already holds from earlier attempts, for the prompt (two
     git calls, saved where the branch is its base's tip: a first attempt's)."""
-    held: list[str] = []
-    behind = 0
-    if not space.at_base:
-        held, behind = history.branch_history(core.open_repo(), task.id, space.base)
+    if space.at_base:  # nothing held: no block
+        return ""
+    held, behind = history.branch_history(core.open_repo(), task.id, space.base)
     branch = branches.branch_for(task.id)
     return render_branch(branch, space.base, [scrub(line, False) for line in held], behind)
 
@@ -308,7 +302,8 @@ def _work(
     branch = _branch_block(task, space)
     notes, memory = read.result()
     said = render_messages(steering.take(task.id))
-    instructions = instructions_for(role.instructions or task.role)
+    path = config.get_prompts_dir() / f"{role.instructions or task.role}.md"
+    instructions = path.read_text(encoding="utf-8") if path.exists() else ""
     prompt = build_prompt(instructions, task, notes, memory, role.howto, branch, said)
     # a copy for people to read, as the attempt's log: not worth two fsyncs before the agent
     atomic_write(log_dir / f"attempt-{task.attempts}.prompt.md", prompt, sync=False)

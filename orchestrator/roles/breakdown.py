@@ -1,24 +1,18 @@
 """The breakdown role: a burned-out task is split into smaller subtasks by an agent.
 
 A breakdown agent claims a task from ``breakdown/`` (``PHASE: breakdown``), reads it and
-its retry notes (why it burned out), and answers with one fenced block::
-
-    ```subtasks
-    [{"title": "...", "context": "...", "criteria": ["..."], "depends_on": [1]}]
-    ```
-
-``depends_on`` lists earlier subtasks by their 1-based position; without it a subtask
-waits for the one before it, so they run in order. The answer is validated strictly
-before anything is created. A valid one creates the subtasks in incoming (priority, role
-and branch inherited), re-points every task that waited for the original to the last
-subtask, and moves the original to done with ``SPLIT_INTO``, as one journal of the store
-(``split``) that whoever comes next finishes if the split is killed half-way. An invalid
-one fails the attempt with the validation error in the notes; the task goes back to
-breakdown (or to failed once its attempts are spent).
+its retry notes (why it burned out), and answers with one fenced ```subtasks block
+(``ANSWER_FORMAT``), validated strictly before anything is created. A valid one creates
+the subtasks in incoming (priority, role and branch inherited), re-points every task that
+waited for the original to the last subtask, and moves the original to done with
+``SPLIT_INTO``, as one journal of the store (``split``) that whoever comes next finishes if
+the split is killed half-way. An invalid one fails the attempt with the validation error
+in the notes; the task goes back to breakdown (or to failed once its attempts are spent).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -185,8 +179,12 @@ def _create(journal: Journal, step: str) -> None:
 
 
 def _rewire(journal: Journal, step: str) -> None:
-    """The original's dependants wait for the last subtask."""
-    rewire_dependants(from_label(journal.key), journal.data["ids"][-1], f"split of {journal.key}")
+    """The original's dependants wait for the last subtask (octopoid's rewiring)."""
+    old_id, new_id = from_label(journal.key), journal.data["ids"][-1]
+    for waiting in queue_utils.get_store().waiting(titled=False):
+        if old_id in waiting.blocked_by:
+            with contextlib.suppress(OctopoidError):  # claimed or moved: not waiting any more
+                queue_utils.rewire_blocker(waiting.id, old_id, new_id, f"split of {journal.key}")
 
 
 def _finish(journal: Journal, step: str, token: str | None = None) -> None:
@@ -242,20 +240,6 @@ def proposed(task: Task) -> list[Subtask]:
     if section is None:
         raise InvalidTask(f"{task.label} holds no proposed breakdown")
     return parse_answer(section)
-
-
-def rewire_dependants(old_id: str, new_id: str, actor: str = "octopoid") -> list[str]:
-    """Tasks waiting for ``old_id`` wait for ``new_id`` instead (octopoid's rewiring)."""
-    rewired = []
-    for waiting in queue_utils.get_store().waiting(titled=False):
-        if old_id not in waiting.blocked_by:
-            continue
-        try:
-            queue_utils.rewire_blocker(waiting.id, old_id, new_id, actor)
-        except OctopoidError:
-            continue  # claimed or moved meanwhile: it was not waiting any more
-        rewired.append(waiting.id)
-    return rewired
 
 
 def settle(ended: Ended) -> tuple[str, str]:

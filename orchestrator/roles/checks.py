@@ -18,7 +18,6 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config
@@ -113,20 +112,14 @@ def budget_seconds(task: Task, cfg: dict) -> int:
 
 def commands_for(task: Task, cfg: dict) -> list[str]:
     """The project's checks, then the task's own (``CHECKS`` header, a JSON list)."""
-    return [*cfg["checks"]["commands"], *task_checks(task)]
-
-
-def task_checks(task: Task) -> list[str]:
     raw = task.headers.get("CHECKS")
-    if not raw:
-        return []
     try:
-        value = json.loads(raw)
+        own = json.loads(raw) if raw else []
     except ValueError:
-        raise InvalidTask(f"{task.label}: CHECKS must be a JSON list of commands") from None
-    if not isinstance(value, list) or not all(isinstance(c, str) and c.strip() for c in value):
+        own = None
+    if not isinstance(own, list) or not all(isinstance(c, str) and c.strip() for c in own):
         raise InvalidTask(f"{task.label}: CHECKS must be a JSON list of commands")
-    return value
+    return [*cfg["checks"]["commands"], *own]
 
 
 def _run_one(
@@ -142,19 +135,10 @@ def _run_one(
     return CheckResult(command, done.exit_code, seconds, output.text(), problem)
 
 
-def judged_tip(root: Path, task: Task, tip: str | None = None) -> str | None:
-    """The tip a pre-check judges: ``tip`` (the attempt's), else the tip its attempt
-    recorded when the repository at ``root`` has it; None: its local branch."""
-    mine = task_tips.recorded(task)
-    if tip is None and mine is not None:
-        held = core.git_command(root, "cat-file", "-e", f"{mine}^{{commit}}").returncode == 0
-        return mine if held else None
-    return tip
-
-
 def merge_precheck(task: Task, tip: str | None = None) -> tuple[list[str] | None, list[str]]:
-    """Would the branch merge now: the files that would conflict (None: clean) merging its
-    ``judged_tip`` onto the base accept merges onto (with ``git.remote`` the remote's,
+    """Would the branch merge now: the files that would conflict (None: clean) merging
+    ``tip`` (the attempt's; else the tip its attempt recorded, where this repository has it;
+    else its local branch) onto the base accept merges onto (with ``git.remote`` the remote's,
     fetched), and the paths accept would refuse to write (``merge_guard``: what the
     person's checkout holds untracked or ignored, octopoid's runtime).
 
@@ -162,7 +146,10 @@ def merge_precheck(task: Task, tip: str | None = None) -> tuple[list[str] | None
     ref. git runs as plain processes: without a remote, GitPython is never imported.
     """
     root = config.find_project_root()
-    tip = judged_tip(root, task, tip)
+    mine = task_tips.recorded(task)
+    if tip is None and mine is not None:
+        held = core.git_command(root, "cat-file", "-e", f"{mine}^{{commit}}").returncode == 0
+        tip = mine if held else None
     base = task_tips.accept_base(None, task.branch)
     checkouts = merge_guard.Checkouts(root)
     branch = tip or f"refs/heads/{branches.branch_for(task.id)}"

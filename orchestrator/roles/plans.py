@@ -8,13 +8,9 @@ validation is the breakdown's (``roles.breakdown``: the answer block, each task'
 ``tasks.new_task``'s limits) plus what a graph needs: every blocker is a task of the plan,
 no task waits on itself through others (no cycle), at most ``MAX_PLAN_TASKS`` tasks.
 
-A plan is the store's record ``plans/PLAN-<n>`` (on PostgreSQL every machine sees it),
-changed by compare-and-swap and validated again after every edit. Approving is a journal
-(``plan-approval``): the plan turns ``approving`` (no edit after that), then the journal
-is written with every step and the id each task will have, then each task is created under
-its id, then the plan turns ``approved``. Killed anywhere, the next approve, any
-scheduler's sweep or `octopoid doctor --repair` runs what is left, on any machine: a step
-whose task exists already was done, so each task is enqueued once.
+A plan is the store's record ``plans/PLAN-<n>``, changed by compare-and-swap and validated
+again after every edit; approving it is a journal (``plan-approval``) that whoever comes
+next finishes, enqueueing each task once (docs/plan.md, "Approving exactly once").
 """
 
 from __future__ import annotations

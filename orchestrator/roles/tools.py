@@ -1,21 +1,7 @@
 """The tools an attempt's agent calls through its channel, each scoped to the runner's own
-task and attempt: none moves a task, accepts, or names another.
-
-- ``remember {section, text}``: an item in the task's working notes, stamped with the task,
-  attempt and agent (promoted to project memory only if this attempt's work is accepted).
-  What ``octopoid memory add`` does inside an attempt.
-- ``search_memory {query, limit?, tags?}``: long-term memory, BM25 ranked.
-- ``read_task {}``: the task's own file (without its claim token).
-- ``read_notes {}``: its own retry notes.
-- ``report_progress {text}``: one line saying what the agent is doing (kept as the task's
-  ``PROGRESS`` header by the runner, shown live on the board).
-- ``inbox {}``: a person's messages to this attempt (``octopoid say``) not read yet.
-- ``propose_split {subtasks}``: the task is too big; the attempt ends with the subtasks
-  held for a person's approval (as a breakdown's are).
-- ``ask_human {question}``: the question goes to the board and the alerts; the answer
-  comes back if given within ``questions.wait_seconds``, else the attempt ends "needs
-  input" and the next one reads the answer (``questions``).
-- ``draft_task``, ``draft_dependency``: a planner's, only when the attempt carries a plan.
+task and attempt: none moves a task, accepts, or names another. docs/mcp.md tells what
+each does; ``draft_task`` and ``draft_dependency`` are a planner's, only when the attempt
+carries a plan.
 
 The runner makes them (``roles/attempt.py``) and hands them to the box, which serves them
 on its socket (``box/channel.py``) and knows nothing of the queue. Every text an agent stores goes
@@ -45,7 +31,6 @@ MAX_TEXT_CHARS = 4000  # one remembered item, as one review comment
 MAX_PROGRESS_CHARS = 300
 MAX_REMEMBERED = 200  # items one attempt may add: notes reach every later prompt
 MAX_RESULTS = 50
-HIDDEN_HEADERS = ("CLAIM_TOKEN",)
 
 STRING: dict[str, Any] = {"type": "string"}
 STRINGS: dict[str, Any] = {"type": "array", "items": STRING}
@@ -185,7 +170,7 @@ class AttemptTools(Tools):
 
     def read_task(self) -> str:
         task = queue_utils.get_task(self.task_id)
-        task.drop_header(*HIDDEN_HEADERS)
+        task.drop_header("CLAIM_TOKEN")  # the runner's, not the agent's
         return render_task(task)
 
     def read_notes(self) -> str:
