@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.memory.retrieval import relevant_notes, task_query
 from orchestrator.memory.store import MemoryStore
+from orchestrator.model.exceptions import MemoryStoreError
 from orchestrator.model.tasks import Task
 from orchestrator.roles.prompts import render_memory
 
@@ -88,6 +89,19 @@ def test_the_same_note_in_a_scope_reinforces_instead_of_duplicating(
     assert note["importance"] == pytest.approx(0.6) and note["tags"] == ["time", "clock"]
     other = memory_store.write_note("use utc everywhere", scope="notes:other:proj")
     assert other != first and memory_store.count() == 2
+
+
+def test_rewriting_a_note_into_another_s_text_is_refused_and_changes_nothing(
+    memory_store: MemoryStore,
+) -> None:
+    kept = memory_store.write_note("deploys run from the release branch")
+    other = memory_store.write_note("the cache lives in .cache/build")
+    with pytest.raises(MemoryStoreError, match="already exists"):
+        memory_store.update_note(other, content="deploys run from the release branch")
+    assert memory_store.get_note(other)["content"] == "the cache lives in .cache/build"
+    assert [n["id"] for n in memory_store.search_notes("cache build")] == [other]
+    memory_store.integrity_check()
+    assert memory_store.update_note(kept, tags=["ops"])  # the store still writes after it
 
 
 def test_fts_stays_consistent_through_updates_and_deletes(memory_store: MemoryStore) -> None:
