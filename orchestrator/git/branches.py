@@ -94,12 +94,7 @@ def contains(repo: git.Repo, tip: str | None, sha: str | None) -> bool:
 
 def worktree_branch(task_id: str) -> str | None:
     """The branch the task's worktree has checked out (``refs/heads/...``), None if detached."""
-    wt = open_repo(worktree_for(task_id))
-    with git_errors("git symbolic-ref HEAD"):
-        try:
-            return wt.git.symbolic_ref("-q", "HEAD")
-        except git.GitCommandError:
-            return None
+    return git_answer(open_repo(worktree_for(task_id)), "symbolic-ref", "-q", "HEAD")
 
 
 def back_to_task_branch(task_id: str) -> None:
