@@ -31,6 +31,7 @@ from . import (
     PullRequest,
     Review,
     ReviewComment,
+    refusal,
     text,
 )
 
@@ -54,11 +55,8 @@ class GitLabForge:
         try:
             return fn(*args, **kwargs, **NO_WAIT)
         except GitlabError as exc:
-            status = exc.response_code or 0
-            message = str(exc.error_message)[:200]
-            if status >= 500 or status == 429:
-                raise ForgeUnavailable(f"GitLab answered {status} to {what}: {message}") from None
-            raise ForgeError(f"GitLab refused {what} ({status}): {message}") from None
+            status, message = exc.response_code or 0, str(exc.error_message)[:200]
+            raise refusal("GitLab", what, status, message) from None
         except requests.RequestException as exc:
             raise ForgeUnavailable(f"GitLab did not answer {what}: {type(exc).__name__}") from None
 
