@@ -14,11 +14,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from .. import config
-from ..base.fsutil import remove_tree
 from ..model.exceptions import GitError, MergeRefused
 from ..model.tasks import task_label
 from . import merge_guard
-from .branches import branch_exists, branch_for, checkout_of
+from .branches import branch_exists, branch_for, checkout_of, clear_worktree
 from .core import (
     full_ref,
     git,
@@ -142,9 +141,7 @@ def scratch_worktree(
     touch anyone's checkout; removed after (one a killed process left is removed first).
     Callers hold ``repo_admin_lock``."""
     scratch = config.get_worktrees_dir() / f".{name.replace('/', '-')}"
-    remove_tree(scratch)  # one a killed process left
-    with git_errors("git worktree prune"):
-        repo.git.worktree("prune")
+    clear_worktree(repo, scratch)  # one a killed process left
     with git_errors("git worktree add --detach"):
         repo.git.worktree("add", "--detach", str(scratch), start)
     try:
