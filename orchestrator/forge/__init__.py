@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import config
-from ..model.exceptions import ConfigError
+from ..model.exceptions import ConfigError, ForgeError, ForgeUnavailable
 
 #: CI states, worst first: one failed job fails the head
 FAILED, PENDING, PASSED, NONE = "failed", "pending", "passed", "none"
@@ -102,6 +102,14 @@ class Forge(Protocol):
     def issue(self, number: int) -> Issue: ...
     def comments(self, number: int) -> list[str]: ...
     def comment(self, number: int, body: str) -> None: ...
+
+
+def refusal(forge: str, what: str, status: int, message: str) -> ForgeError:
+    """A forge's error answer in octopoid's words: a 5xx or a 429 is the poller's to wait
+    out, anything else a refusal."""
+    if status >= 500 or status == 429:
+        return ForgeUnavailable(f"{forge} answered {status} to {what}: {message}")
+    return ForgeError(f"{forge} refused {what} ({status}): {message}")
 
 
 def settings() -> dict[str, Any] | None:

@@ -35,6 +35,7 @@ from . import (
     PullRequest,
     Review,
     ReviewComment,
+    refusal,
     text,
 )
 
@@ -69,11 +70,8 @@ class GitHubForge:
                 f"GitHub: rate limited ({what})", exc.retry_after.total_seconds()
             ) from None
         except RequestFailed as exc:
-            status = exc.response.status_code
-            message = _message(exc.response)
-            if status >= 500 or status == 429:
-                raise ForgeUnavailable(f"GitHub answered {status} to {what}: {message}") from None
-            raise ForgeError(f"GitHub refused {what} ({status}): {message}") from None
+            status, message = exc.response.status_code, _message(exc.response)
+            raise refusal("GitHub", what, status, message) from None
         except GitHubException as exc:  # no answer: connection refused, timeout
             raise ForgeUnavailable(f"GitHub did not answer {what}: {exc}") from None
         return response if raw else response.json()
@@ -173,17 +171,11 @@ class GitHubForge:
         self._call(f"merging #{number}", self.rest.pulls.merge, number, data={"sha": sha})
 
     def close_pull_request(self, number: int, comment: str) -> None:
-        self.comment(number, comment)  # a pull request is an issue: its comments are
+        self.comment(number, comment)
         self._call(f"closing #{number}", self.rest.pulls.update, number, data={"state": "closed"})
 
     def describe(self, number: int, body: str) -> None:
         self._call(f"describing #{number}", self.rest.pulls.update, number, data={"body": body})
-
-    def pull_comments(self, number: int) -> list[str]:
-        return self.comments(number)
-
-    def comment_on_pull(self, number: int, body: str) -> None:
-        self.comment(number, body)
 
     def request_review(self, number: int, logins: list[str]) -> None:
         """Ask them to review again (GitHub's "re-request review")."""
@@ -221,6 +213,9 @@ class GitHubForge:
             number,
             data={"body": body},
         )
+
+    pull_comments = comments  # a pull request is an issue: its comments are
+    comment_on_pull = comment
 
 
 def _message(response: Any) -> str:

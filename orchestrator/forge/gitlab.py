@@ -31,6 +31,7 @@ from . import (
     PullRequest,
     Review,
     ReviewComment,
+    refusal,
     text,
 )
 
@@ -54,11 +55,8 @@ class GitLabForge:
         try:
             return fn(*args, **kwargs, **NO_WAIT)
         except GitlabError as exc:
-            status = exc.response_code or 0
-            message = str(exc.error_message)[:200]
-            if status >= 500 or status == 429:
-                raise ForgeUnavailable(f"GitLab answered {status} to {what}: {message}") from None
-            raise ForgeError(f"GitLab refused {what} ({status}): {message}") from None
+            status, message = exc.response_code or 0, str(exc.error_message)[:200]
+            raise refusal("GitLab", what, status, message) from None
         except requests.RequestException as exc:
             raise ForgeUnavailable(f"GitLab did not answer {what}: {type(exc).__name__}") from None
 
@@ -216,16 +214,12 @@ def _merge_request(raw: dict[str, Any]) -> PullRequest:
 
 def _diff_note(note: dict[str, Any]) -> ReviewComment | None:
     position = note.get("position") or {}
-    if note.get("type") != "DiffNote" or not position:
+    side = "new" if position.get("new_line") else "old"  # a removed line has only an old one
+    line = position.get(f"{side}_line")
+    if note.get("type") != "DiffNote" or not line:
         return None
-    body = note.get("body") or ""
-    if position.get("new_line"):
-        return ReviewComment(position.get("new_path") or "", int(position["new_line"]), body)
-    if position.get("old_line"):
-        return ReviewComment(
-            position.get("old_path") or "", int(position["old_line"]), body, side="old"
-        )
-    return None
+    path = position.get(f"{side}_path") or ""
+    return ReviewComment(path, int(line), note.get("body") or "", side=side)
 
 
 def _issue(raw: dict[str, Any]) -> Issue:

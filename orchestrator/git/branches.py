@@ -58,13 +58,18 @@ def ensure_worktree(repo: git.Repo, task_id: str, base: str) -> Path:
     with repo_admin_lock():
         if (path / ".git").is_file():
             return path
-        remove_tree(path)  # a half-made worktree from a crash, or a sandboxed attempt's clone
-        with git_errors("git worktree prune"):
-            repo.git.worktree("prune")
+        clear_worktree(repo, path)  # a half-made one from a crash, or a sandboxed attempt's clone
         ensure_branch(repo, task_id, base)
         with git_errors(f"git worktree add {path} {branch_for(task_id)}"):
             repo.git.worktree("add", str(path), branch_for(task_id))
     return path
+
+
+def clear_worktree(repo: git.Repo, path: Path) -> None:
+    """Remove what stands at ``path`` and git's record of any worktree that was there."""
+    remove_tree(path)
+    with git_errors("git worktree prune"):
+        repo.git.worktree("prune")
 
 
 def branch_tip(repo: git.Repo, name: str) -> str:
@@ -94,12 +99,7 @@ def contains(repo: git.Repo, tip: str | None, sha: str | None) -> bool:
 
 def worktree_branch(task_id: str) -> str | None:
     """The branch the task's worktree has checked out (``refs/heads/...``), None if detached."""
-    wt = open_repo(worktree_for(task_id))
-    with git_errors("git symbolic-ref HEAD"):
-        try:
-            return wt.git.symbolic_ref("-q", "HEAD")
-        except git.GitCommandError:
-            return None
+    return git_answer(open_repo(worktree_for(task_id)), "symbolic-ref", "-q", "HEAD")
 
 
 def back_to_task_branch(task_id: str) -> None:
@@ -116,9 +116,7 @@ def remove_worktree(repo: git.Repo, task_id: str, delete_branch: bool = True) ->
         if (path / ".git").is_file():
             with git_errors(f"git worktree remove {path}"):
                 repo.git.worktree("remove", "--force", str(path))
-        remove_tree(path)  # a sandboxed attempt's clone (or what a removal left)
-        with git_errors("git worktree prune"):
-            repo.git.worktree("prune")
+        clear_worktree(repo, path)  # a sandboxed attempt's clone (or what a removal left)
         if delete_branch and branch_exists(repo, branch):
             with git_errors(f"git branch -D {branch}"):
                 repo.git.branch("-D", branch)

@@ -14,11 +14,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from .. import config
-from ..base.fsutil import remove_tree
 from ..model.exceptions import GitError, MergeRefused
 from ..model.tasks import task_label
 from . import merge_guard
-from .branches import branch_exists, branch_for, checkout_of
+from .branches import branch_exists, branch_for, checkout_of, clear_worktree
 from .core import (
     full_ref,
     git,
@@ -70,19 +69,17 @@ def merge_task_branch(
     with repo_admin_lock():
         merge_guard.refuse_replacing(Path(repo.working_dir), full_ref(base), full_ref(branch))
         checkout = checkout_of(repo, base)
-        if checkout is not None:
-            where = open_repo(checkout, hooks=run_hooks)
-            _refuse_local_changes_in_the_way(where, checkout, base, branch)
-            _merge_in(where, branch, strategy, message)
-            new = where.head.commit.hexsha
-        else:
+        if checkout is None:
 
             def update(old: str, new: str) -> None:
                 with git_errors(f"git update-ref refs/heads/{base}"):
                     repo.git.update_ref(f"refs/heads/{base}", new, old)
 
-            new = _merge_detached(repo, branch, base, strategy, message, run_hooks, update)
-        return new
+            return _merge_detached(repo, branch, base, strategy, message, run_hooks, update)
+        where = open_repo(checkout, hooks=run_hooks)
+        _refuse_local_changes_in_the_way(where, checkout, base, branch)
+        _merge_in(where, branch, strategy, message)
+        return where.head.commit.hexsha
 
 
 def _names(where: git.Repo, *args: str) -> list[str]:
@@ -97,22 +94,24 @@ def _refuse_local_changes_in_the_way(
     """A merge in the user's checkout goes ahead beside their uncommitted edits (an edited
     agents.yaml), and is refused only when it would change a file they edited, or commit
     what they staged; the refusal names the files."""
-    staged = _names(where, "--cached")
-    if staged:
-        raise MergeRefused(
-            f"{checkout} has staged changes on {base}, which the merge commit would take in:\n"
-            + "".join(f"  {name}\n" for name in staged[:20])
-            + "commit or unstage them (git restore --staged), then accept again"
+    if staged := _names(where, "--cached"):
+        raise _refused(
+            f"{checkout} has staged changes on {base}, which the merge commit would take in",
+            staged[:20],
+            "commit or unstage them (git restore --staged), then accept again",
         )
-    edited = set(_names(where))
     changed = _names(where, "--no-renames", f"{base}...{branch}")  # a rename: both names
-    clash = sorted(edited & set(changed)) if edited else []
-    if clash:
-        raise MergeRefused(
-            f"{checkout} has uncommitted changes on {base} to files the merge changes:\n"
-            + "".join(f"  {name}\n" for name in clash[:20])
-            + "commit or stash them, then accept again"
+    if clash := sorted(set(_names(where)) & set(changed)):
+        raise _refused(
+            f"{checkout} has uncommitted changes on {base} to files the merge changes",
+            clash[:20],
+            "commit or stash them, then accept again",
         )
+
+
+def _refused(what: str, names: list[str], then: str) -> MergeRefused:
+    """A refused merge names its files, one a line, and what to do about them."""
+    return MergeRefused(f"{what}:\n" + "".join(f"  {name}\n" for name in names) + then)
 
 
 def _merge_detached(
@@ -142,9 +141,7 @@ def scratch_worktree(
     touch anyone's checkout; removed after (one a killed process left is removed first).
     Callers hold ``repo_admin_lock``."""
     scratch = config.get_worktrees_dir() / f".{name.replace('/', '-')}"
-    remove_tree(scratch)  # one a killed process left
-    with git_errors("git worktree prune"):
-        repo.git.worktree("prune")
+    clear_worktree(repo, scratch)  # one a killed process left
     with git_errors("git worktree add --detach"):
         repo.git.worktree("add", "--detach", str(scratch), start)
     try:
@@ -229,11 +226,11 @@ def _merge_in(where: git.Repo, branch: str, strategy: str, message: str) -> None
         with suppress(git.GitCommandError):
             where.git.reset("--merge")  # undoes a conflicted merge or squash; no-op otherwise
         if stopped:
-            raise MergeRefused(
-                f"merging {branch} conflicts in:\n"
-                + "".join(f"  {name}\n" for name in stopped)
-                + "nothing was merged. Rebase the branch onto its base and resolve them, or "
-                "reject the task with the conflict as the reason (the next attempt rebases)"
+            raise _refused(
+                f"merging {branch} conflicts in",
+                stopped,
+                "nothing was merged. Rebase the branch onto its base and resolve them, or "
+                "reject the task with the conflict as the reason (the next attempt rebases)",
             ) from None
         raise MergeRefused(
             f"merging {branch} failed and was undone: {detail}. Resolve it on the branch "

@@ -14,28 +14,26 @@ class OctopoidError(Exception):
     exit_code = 1
 
 
-class ConfigError(OctopoidError):
+class BadInput(OctopoidError):
+    """Bad input or config: the README promises exit code 2 for it."""
+
+    exit_code = 2
+
+
+class ConfigError(BadInput):
     """A config file is missing, unreadable, or does not match its schema."""
 
-    exit_code = 2
 
-
-class InvalidTaskId(OctopoidError):
+class InvalidTaskId(BadInput):
     """A task id from a user or a file name does not match the id pattern."""
 
-    exit_code = 2
 
-
-class InvalidTask(OctopoidError):
+class InvalidTask(BadInput):
     """A new task's fields are unusable (no title, unknown priority, bad role)."""
 
-    exit_code = 2
 
-
-class TaskParseError(OctopoidError):
+class TaskParseError(BadInput):
     """A task file cannot be read as an octopoid task (it goes to quarantine)."""
-
-    exit_code = 2
 
 
 class TaskNotFound(OctopoidError):
@@ -101,27 +99,21 @@ class SchedulerError(OctopoidError):
     """The scheduler cannot start, stop or be reached."""
 
 
-class InvalidNotesId(OctopoidError):
+class InvalidNotesId(BadInput):
     """A notes id that could reach outside the memory folder, or is otherwise unusable."""
-
-    exit_code = 2
 
 
 class MemoryStoreError(OctopoidError):
     """Working notes or long-term memory refused an operation (unknown section, bad id...)."""
 
 
-class InvalidMemoryInput(MemoryStoreError):
+class InvalidMemoryInput(MemoryStoreError, BadInput):
     """What someone asked memory to store is unusable (empty, an unknown section)."""
 
-    exit_code = 2
 
-
-class InvalidInput(OctopoidError):
+class InvalidInput(BadInput):
     """Text from a user octopoid cannot store or act on (not UTF-8, control bytes, too long,
     an unknown agent): refused before anything is written."""
-
-    exit_code = 2
 
 
 class NothingToShow(OctopoidError):
