@@ -116,7 +116,7 @@ def list_tasks(
 ) -> dict[str, Any]:
     """A page of each queue (default: every queue but done), as `octopoid list --json`;
     ``more`` says how many each queue holds past this page."""
-    states = [TaskState(state)] if state else listing.default_states()
+    states = listing.queues(state)
     sections = listing.page(states, role, limit, page)
     return {
         "tasks": [line.as_json() for section in sections for line in section.lines],
