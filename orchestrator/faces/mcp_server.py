@@ -185,8 +185,7 @@ def retry(
 ) -> dict[str, Any]:
     """Move a failed, rejected or breakdown task back to incoming with fresh attempts; its
     notes are kept (as `octopoid retry`)."""
-    limits = budgets.parse(clean_text(budget, "--budget"), "--budget") if budget else None
-    task = review.retry(task_id, fresh, actor=ACTOR, budget=limits)
+    task = review.retry(task_id, fresh, actor=ACTOR, budget=budgets.given(budget))
     return listing.Line.of_task(task).as_json()
 
 
