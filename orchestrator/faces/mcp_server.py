@@ -231,9 +231,7 @@ def memory_add(
 def status() -> dict[str, Any]:
     """Tasks per queue, running claims, the oldest waiting task, blocked and stuck tasks,
     usage, the scheduler (as `octopoid status --json`)."""
-    summary = reports.status_summary()
-    summary["scheduler"] = scheduler_control.scheduler_status()
-    return summary
+    return reports.status_summary() | {"scheduler": scheduler_control.scheduler_status()}
 
 
 TOOLS: dict[str, Callable[..., dict[str, Any]]] = {
