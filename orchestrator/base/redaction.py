@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property, lru_cache, partial
 from itertools import repeat
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import ahocorasick_rs
@@ -658,6 +658,18 @@ def scrub(text: str, multiline: bool = True, redactor: Callable[[str], str] | No
     text = ESCAPE_RE.sub("", str(text).replace("\r\n", "\n").replace("\r", "\n"))
     text = (redactor or redact)(UNSHOWN_RE.sub("", text))
     return text if multiline else " ".join(text.split())
+
+
+def each_string(value: Any, fix: Callable[[str], str]) -> Any:
+    """A JSON value with ``fix`` (``redact``, ``scrub``) applied to every string in it,
+    however deep in lists and dicts: an answer or a draft is cleaned whole."""
+    if isinstance(value, str):
+        return fix(value)
+    if isinstance(value, dict):
+        return {key: each_string(item, fix) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [each_string(item, fix) for item in value]
+    return value
 
 
 class CleaningStream:

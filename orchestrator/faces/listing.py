@@ -119,9 +119,10 @@ class Section:
         return max(0, self.total - (self.page - 1) * self.size - len(self.lines))
 
 
-def default_states() -> list[TaskState]:
-    """What `octopoid list` shows without a queue named: every queue but done."""
-    return [s for s in S if s is not S.DONE]
+def queues(named: str | None) -> list[TaskState]:
+    """What `octopoid list [QUEUE]` (and the MCP tool) shows: the queue named, else every
+    queue but done."""
+    return [S(named)] if named else [s for s in S if s is not S.DONE]
 
 
 def page(

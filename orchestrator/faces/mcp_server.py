@@ -20,7 +20,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp_types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from ..base.redaction import redact
+from ..base.redaction import each_string, redact
 from ..base.text import clean_text
 from ..daemon import scheduler_control
 from ..memory import lifecycle
@@ -60,17 +60,6 @@ class LineCommentArg(BaseModel):
     text: str
 
 
-def redacted(value: Any) -> Any:
-    """``value`` with every string in it redacted, however deep in lists and dicts."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {key: redacted(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [redacted(item) for item in value]
-    return value
-
-
 def guarded(fn: F) -> F:
     """``fn`` run alone, its answer redacted, and an ``OctopoidError`` answered as a tool
     error holding the CLI's line (redacted too), without the SDK's "Error executing tool"
@@ -82,7 +71,7 @@ def guarded(fn: F) -> F:
             try:
                 if "task_id" in kwargs:  # a tool's task id enters here, and is parsed once
                     kwargs["task_id"] = TaskId(kwargs["task_id"])
-                return redacted(fn(*args, **kwargs))
+                return each_string(fn(*args, **kwargs), redact)
             except OctopoidError as exc:
                 line = TextContent(type="text", text=redact(str(exc)))
                 return CallToolResult(content=[line], is_error=True)
@@ -127,7 +116,7 @@ def list_tasks(
 ) -> dict[str, Any]:
     """A page of each queue (default: every queue but done), as `octopoid list --json`;
     ``more`` says how many each queue holds past this page."""
-    states = [TaskState(state)] if state else listing.default_states()
+    states = listing.queues(state)
     sections = listing.page(states, role, limit, page)
     return {
         "tasks": [line.as_json() for section in sections for line in section.lines],
@@ -196,8 +185,7 @@ def retry(
 ) -> dict[str, Any]:
     """Move a failed, rejected or breakdown task back to incoming with fresh attempts; its
     notes are kept (as `octopoid retry`)."""
-    limits = budgets.parse(clean_text(budget, "--budget"), "--budget") if budget else None
-    task = review.retry(task_id, fresh, actor=ACTOR, budget=limits)
+    task = review.retry(task_id, fresh, actor=ACTOR, budget=budgets.given(budget))
     return listing.Line.of_task(task).as_json()
 
 
@@ -237,20 +225,13 @@ def memory_add(
 ) -> dict[str, Any]:
     """Record a learning in the project's notes and long-term memory (as `octopoid memory
     add`)."""
-    return lifecycle.add_learning(
-        section,
-        clean_text(text, "TEXT"),
-        [clean_text(tag, "--tag") for tag in tags or ()],
-        None if topic is None else clean_text(topic, "--topic"),
-    )
+    return lifecycle.add_learning(section, text, tags or (), topic)
 
 
 def status() -> dict[str, Any]:
     """Tasks per queue, running claims, the oldest waiting task, blocked and stuck tasks,
     usage, the scheduler (as `octopoid status --json`)."""
-    summary = reports.status_summary()
-    summary["scheduler"] = scheduler_control.scheduler_status()
-    return summary
+    return reports.status_summary() | {"scheduler": scheduler_control.scheduler_status()}
 
 
 TOOLS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -296,7 +277,7 @@ def task_list() -> str:
     """The first page of each queue but done, as the ``list`` tool answers."""
     try:
         with _ONE_AT_A_TIME:
-            return json.dumps(redacted(list_tasks()), indent=2, sort_keys=True)
+            return json.dumps(each_string(list_tasks(), redact), indent=2, sort_keys=True)
     except OctopoidError as exc:
         raise ResourceError(redact(str(exc))) from None
 

@@ -19,7 +19,7 @@ from .. import config
 from ..base.lazy import lazy_import
 from ..base.locks import FileMutex
 from ..base.patterns import LazyPattern
-from ..base.text import ascii_int
+from ..base.text import ascii_int, clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import Task, format_time, plural, utcnow
 from .instructions import instruction_shape
@@ -177,10 +177,15 @@ def index_main_notes(store: NoteStore) -> int:
     return store.count() - before
 
 
-def add_learning(section: str, text: str, tags: list[str], topic: str | None) -> dict[str, Any]:
-    """`octopoid memory add`: into the task's notes when OCTOPOID_NOTES_ID is set, else into
-    the main notes and long-term memory. Secrets are redacted first: memory reaches prompts."""
-    text = redaction.redact(text)
+def add_learning(
+    section: str, text: str, tags: Collection[str], topic: str | None
+) -> dict[str, Any]:
+    """`octopoid memory add` (and the MCP tool): into the task's notes when OCTOPOID_NOTES_ID
+    is set, else into the main notes and long-term memory. The text is checked as it came
+    (named as the CLI names it), then redacted: memory reaches prompts."""
+    text = redaction.redact(clean_text(text, "TEXT"))
+    tag_list = [clean_text(tag, "--tag") for tag in tags]
+    topic = None if topic is None else clean_text(topic, "--topic")
     manager = get_notes_manager()
     added = manager.add_item(section, text, _persons_origin(manager.notes_id))
     note_id = None
@@ -190,7 +195,7 @@ def add_learning(section: str, text: str, tags: list[str], topic: str | None) ->
             text,
             section=section,
             topic=topic,
-            tags=tags,
+            tags=tag_list,
             scope=memory_store.project_scope(),
             metadata={"source": "notes.md"},
         )

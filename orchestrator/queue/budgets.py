@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from ..base.text import clean_text
 from ..model.exceptions import InvalidInput
 from ..model.tasks import Task
 
@@ -58,6 +59,12 @@ def parse(text: str, what: str = "BUDGET") -> dict[str, float]:
             )
         limits[name] = number
     return limits
+
+
+def given(text: str) -> dict[str, float] | None:
+    """A ``--budget`` as a person gives it (enqueue, retry; CLI or MCP), checked; ``None``
+    when empty: none set here (config.yaml's applies, or the task's own stays)."""
+    return parse(clean_text(text, "--budget"), "--budget") if text else None
 
 
 def render(limits: dict[str, float]) -> str:

@@ -142,7 +142,7 @@ def enqueue(
         "criteria": [clean_text(c, "--criterion") for c in criteria],
         "checks": [clean_text(c, "--check") for c in checks],
         "blocked_by": check_blockers(None, blocked_by),
-        "budget": budgets.parse(clean_text(budget, "--budget"), "--budget") if budget else None,
+        "budget": budgets.given(budget) if budget else None,  # none: budgets not imported
     }
     return queue_utils.create_task(title, **fields)
 

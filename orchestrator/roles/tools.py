@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from .. import config
-from ..base.redaction import scrub
+from ..base.redaction import each_string, scrub
 from ..box.channel import INVALID_PARAMS, REFUSED, ChannelError, Tools
 from ..memory import lifecycle
 from ..memory.notes import NotesManager
@@ -193,7 +193,7 @@ class AttemptTools(Tools):
         if not isinstance(subtasks, list):
             raise ChannelError(INVALID_PARAMS, "subtasks must be a list")
         try:  # the breakdown role's rules: fields, limits, only earlier dependencies
-            said = json.dumps(_scrubbed(subtasks))
+            said = json.dumps(each_string(subtasks, scrub))
             parsed = breakdown.parse_answer(f"```subtasks\n{said}\n```")
             breakdown.check(queue_utils.get_task(self.task_id), parsed)
         except InvalidTask as exc:
@@ -213,7 +213,9 @@ class AttemptTools(Tools):
         role: object = "implement",
     ) -> dict[str, Any]:
         plan = self._drafting()
-        fields = _scrubbed({"title": title, "context": context, "criteria": criteria or []})
+        fields = each_string(
+            {"title": title, "context": context, "criteria": criteria or []}, scrub
+        )
         fields |= {"priority": priority, "role": role}
         key = plans.add_task(plan, **fields)  # type: ignore[arg-type]
         try:
@@ -258,17 +260,6 @@ def _said(value: object, name: str, limit: int, multiline: bool = True) -> str:
     if not isinstance(value, str) or len(value) > limit:
         raise ChannelError(INVALID_PARAMS, f"{name} must be a string of at most {limit} characters")
     return _text(scrub(value, multiline), name, limit)
-
-
-def _scrubbed(value: Any) -> Any:
-    """Every string in a JSON value ``scrub``bed (a proposed split, a drafted task)."""
-    if isinstance(value, str):
-        return scrub(value)
-    if isinstance(value, list):
-        return [_scrubbed(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _scrubbed(v) for k, v in value.items()}
-    return value
 
 
 def _text(value: object, name: str, limit: int) -> str:

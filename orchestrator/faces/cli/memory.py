@@ -25,12 +25,7 @@ def memory_add(section: str, text: str, tags: tuple[str, ...], topic: str | None
     Inside an attempt (OCTOPOID_NOTES_ID set) it goes to the task's notes, which become
     project memory when the task is accepted; otherwise to notes.md and long-term memory.
     """
-    result = lifecycle.add_learning(
-        section,
-        clean_text(text, "TEXT"),
-        [clean_text(tag, "--tag") for tag in tags],
-        None if topic is None else clean_text(topic, "--topic"),
-    )
+    result = lifecycle.add_learning(section, text, tags, topic)
     state = "added to" if result["added"] else "already in"
     click.echo(f"{state} {result['file']} ({section})")
 

@@ -11,10 +11,11 @@ import click
 
 from ...base.text import clean_text
 from ...model.exceptions import InvalidInput
+from ...model.tasks import PRIORITIES
 from ...roles import planner, plans
 from . import render
 
-STATES_SHOWN = ("draft", "approving")  # what `plan list` shows without --all
+STATES_SHOWN = (plans.DRAFT, plans.APPROVING)  # what `plan list` shows without --all
 
 
 class PlanGroup(click.Group):
@@ -84,7 +85,7 @@ def show(plan_id: str, as_json: bool) -> None:
 @click.option("--title")
 @click.option("--context")
 @click.option("--criterion", "criteria", multiple=True, help="Replaces the criteria (repeat).")
-@click.option("--priority", type=click.Choice(["P0", "P1", "P2", "P3"]))
+@click.option("--priority", type=click.Choice(PRIORITIES))
 @click.option("--role")
 @click.option("--blocked-by", help='Replaces the blockers: keys, comma-separated ("" for none).')
 def edit(plan_id: str, key: str, blocked_by: str | None, **fields: Any) -> None:

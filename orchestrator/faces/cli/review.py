@@ -257,7 +257,7 @@ def retry(task_ids: tuple[str, ...], fresh: bool, budget: str) -> None:
     tried whole again instead of being split.
     """
     how = " (from its base)" if fresh else ""
-    limits = budgets.parse(clean_text(budget, "--budget"), "--budget") if budget else None
+    limits = budgets.given(budget)
     each(
         task_ids,
         lambda task_id: (

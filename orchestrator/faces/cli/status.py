@@ -19,8 +19,7 @@ from . import render
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(as_json: bool) -> None:
     """Tasks per queue, running claims with their lease, and the oldest waiting task."""
-    summary = reports.status_summary()
-    summary["scheduler"] = scheduler_control.scheduler_status()
+    summary = reports.status_summary() | {"scheduler": scheduler_control.scheduler_status()}
     if as_json:
         render.emit_json(summary)
         return

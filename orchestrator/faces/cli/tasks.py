@@ -48,7 +48,7 @@ def list_cmd(
     the same at 50 tasks or 50,000; --all prints every task as it is read. Quarantined
     files are listed with why they could not be read.
     """
-    states = [TaskState(queue)] if queue else listing.default_states()
+    states = listing.queues(queue)
     if show_all:
         if as_json:
             render.emit_json_array(line.as_json() for line in listing.stream(states, role))
