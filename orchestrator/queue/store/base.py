@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...model.exceptions import TaskBusy
 from ...model.tasks import Task, TaskId, TaskState, task_label
-from .claim_index import Waiting, WaitingDigest
+from .queries import Waiting, WaitingDigest
 from .records import Journals, Records
 
 #: How long a refused hold waits for the holder's words: it writes them just after taking
