@@ -245,16 +245,9 @@ class FolderStore(QueueStore):
             if guard is not None and not guard(task):
                 return None
             change(task)
-            if os.path.lexists(dst_path):
+            if dst is not src and os.path.lexists(dst_path):
                 raise IllegalTransition(f"{task.label} is already in {dst.value}")
             self._write(task, dst)
-        return task
-
-    def update(self, task_id: TaskId, state: TaskState, change: Change) -> Task:
-        with writing(self.dir(state)), self._lock(task_id):
-            task = self._read_for_change(task_id, state)
-            change(task)
-            self._write(task, state)
         return task
 
     def _write(self, task: Task, state: TaskState) -> None:

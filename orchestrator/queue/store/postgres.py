@@ -255,9 +255,6 @@ class PostgresStore(TaskQueries, QueueStore):
             raise task
         return task
 
-    def update(self, task_id: TaskId, state: TaskState, change: Change) -> Task:
-        return self.move(task_id, state, state, change)
-
     def _locked(self, cur: Any, task_id: TaskId, state: TaskState) -> Task | TaskParseError:
         """The task's row locked for this transaction; ``LostRace`` if not in ``state``."""
         cur.prepared(_LOCKED, (task_id,))
