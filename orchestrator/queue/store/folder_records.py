@@ -218,8 +218,6 @@ class FolderJournals(_Files, Journals):
             self._remove(path)
 
     def pending(self, kind: str | None = None) -> list[Journal]:
-        if kind is not None:
-            check_kind(kind)
-        folder = self.root / kind if kind else self.root
+        folder = self.root if kind is None else self.root / check_kind(kind)
         found = [j for path in _walk(folder) if (j := self._journal(path)) is not None]
         return sorted(found, key=lambda j: (j.begun, j.kind, j.key))
