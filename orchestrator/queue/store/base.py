@@ -63,6 +63,12 @@ class QueueStore(ABC):
     def locate(self, task_id: TaskId) -> TaskState | None:
         """The state holding ``task_id``, or None. Cheap: no parsing."""
 
+    def released(self, task_id: TaskId) -> bool:
+        """Whether ``task_id`` is done through one of octopoid's moves, so its dependants may
+        start. A file put into done/ by hand (no History line says how it got there) is
+        not; a store whose tasks only octopoid moves needs only ask where it is."""
+        return self.locate(task_id) is TaskState.DONE
+
     @abstractmethod
     def get(self, task_id: TaskId) -> Task:
         """The task with this id, wherever it is; ``TaskNotFound`` if nowhere."""

@@ -371,9 +371,7 @@ class FolderStore(QueueStore):
         return None
 
     def released(self, task_id: TaskId) -> bool:
-        """Whether ``task_id`` is done through one of octopoid's moves, so its dependants may
-        start: the ledger (written at every move of ours) says a move put it there, and a
-        file put into done/ by hand is not (PostgreSQL's claim asks its rows alone)."""
+        """Done, and the ledger (written at every move of ours) says a move put it there."""
         done = TaskState.DONE
         return self.locate(task_id) is done and self._ledger().state_of(task_id) == done.value
 
