@@ -159,20 +159,10 @@ class ClaimIndex(TaskQueries):
         return conn
 
     def upsert(self, task: Task, inode: int) -> None:
-        rank, created, seq, task_id = claim_order(task)
-        not_before = int(task.not_before.timestamp()) if task.not_before else 0
-        row = (
-            task_id,
-            task.role,
-            rank,
-            created,
-            seq,
-            " ".join(task.blocked_by),
-            inode,
-            not_before,
-            task.title,
-            task.attempts,
-        )
+        rank, created, seq, tid = claim_order(task)
+        due = int(task.not_before.timestamp()) if task.not_before else 0
+        blocked = " ".join(task.blocked_by)
+        row = (tid, task.role, rank, created, seq, blocked, inode, due, task.title, task.attempts)
         self._db().execute("INSERT OR REPLACE INTO incoming VALUES (?,?,?,?,?,?,?,?,?,?)", row)
 
     def remove(self, task_id: str) -> None:
