@@ -188,7 +188,7 @@ def test_waiting_rows_carry_what_a_list_line_shows(store: QueueStore) -> None:
 
 def test_the_waiting_digest_agrees_with_the_rows(store: QueueStore) -> None:
     """What status reads in three queries is what the whole list of rows says."""
-    from orchestrator.queue.store.claim_index import WaitingDigest
+    from orchestrator.queue.store.queries import WaitingDigest
 
     first = add(store, "first", priority="P2")
     add(store, "second", role="review")

@@ -16,7 +16,7 @@ from ..base.lazy import lazy_import
 from ..model.tasks import Task, TaskState, one_line, task_label
 from ..queue import store as queue_store
 from ..queue.dependencies import Blockage, blocked_report
-from ..queue.store.claim_index import Waiting
+from ..queue.store.queries import Waiting
 
 mergeable = lazy_import("orchestrator.review.mergeable")  # provisional/'s lines only
 

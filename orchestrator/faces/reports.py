@@ -16,7 +16,7 @@ from ..queue import bounces
 from ..queue.dependencies import blockage_of, blocked_summary
 from ..queue.leases import attempt_text
 from ..queue.store import get_store, known_task_id, list_tasks
-from ..queue.store.claim_index import Waiting, WaitingDigest
+from ..queue.store.queries import Waiting, WaitingDigest
 
 # `status` uses these; `list` and `show`, which use this module too, need none of them.
 agent_records = lazy_import("orchestrator.queue.agent_records")

@@ -53,6 +53,12 @@ def task_record(family: str, task_id: str) -> dict[str, Any]:
     return {} if found is None else found.value
 
 
+def forget(task_id: str, *families: str) -> None:
+    """The task finished: its records in ``families`` go."""
+    for family in families:
+        store().records.delete(task_key(family, task_id))
+
+
 def old_files(store: QueueStore, runtime: Path) -> list[str]:
     """Move every state file of an older octopoid under ``runtime`` into ``store``; say
     what was moved."""

@@ -131,8 +131,3 @@ def hold_for_answer(task: Task, question: str, reason: str) -> Task:
     if "answer" not in read(task.id):
         task_notes.add_notes_section(task.id, f"Question — attempt {task.attempts}", question)
     return queue_utils.hold_for_question(task, question, reason, lambda: "answer" in read(task.id))
-
-
-def forget(task_id: str) -> None:
-    """The task finished: its question goes."""
-    adopt.store().records.delete(adopt.task_key(FAMILY, task_id))

@@ -129,8 +129,3 @@ def wait_stopped(task_id: str, attempt: int, seconds: float) -> Task | None:
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.1)
-
-
-def forget(task_id: str) -> None:
-    """The task finished: what was said to it goes (its notes keep the messages)."""
-    adopt.store().records.delete(adopt.task_key(FAMILY, task_id))

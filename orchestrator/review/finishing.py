@@ -146,14 +146,14 @@ def _promote(journal: Journal, step: str) -> tuple[int, dict[str, Any]]:
 def _notes(journal: Journal, step: str) -> None:
     """The task's working notes, and what waited on it in review, gone for good."""
     from ..memory.notes import NotesManager
-    from ..queue import questions, steering
+    from ..queue import adopt, questions, steering
     from . import drafts
 
     task_id = _task(journal)
     NotesManager(notes_id=task_label(task_id)).cleanup()
     drafts.clear_task(task_id)  # reviewers' unsent drafts: the task left review for good
-    questions.forget(task_id)  # a question nobody answered: nobody needs to now
-    steering.forget(task_id)  # messages no attempt read: the notes keep them
+    # a question nobody answered (nobody needs to now), messages no attempt read (in its notes)
+    adopt.forget(task_id, questions.FAMILY, steering.FAMILY)
 
 
 def _worktree(journal: Journal, step: str) -> None:

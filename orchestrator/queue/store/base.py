@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ...model.exceptions import TaskBusy
 from ...model.tasks import Task, TaskId, TaskState, task_label
-from .claim_index import Waiting, WaitingDigest
+from .queries import Waiting, WaitingDigest
 from .records import Journals, Records
 
 #: How long a refused hold waits for the holder's words: it writes them just after taking
@@ -108,13 +108,13 @@ class QueueStore(ABC):
         longer in ``src``.
         """
 
-    @abstractmethod
     def update(self, task_id: TaskId, state: TaskState, change: Change) -> Task:
         """Rewrite a task in place (same state); ``LostRace`` if it has left ``state``.
 
         ``change`` runs under the task's lock on the task as it is now; raising there (e.g.
         ``LostClaim`` when a claim token no longer matches) changes nothing.
         """
+        return self.move(task_id, state, state, change)
 
     @abstractmethod
     def hold(self, task_id: TaskId, purpose: str) -> AbstractContextManager[None]:

@@ -15,54 +15,16 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import NamedTuple
 
 from ...model import defaults
-from ...model.tasks import FILE_RE, PRIORITIES, Task, claim_order
+from ...model.tasks import FILE_RE, Task, claim_order
+from .queries import TaskQueries
 
 #: A directory's mtime moves in steps of the kernel's coarse clock (4 ms at HZ=250, 10 ms
 #: at HZ=100): two changes within one step leave the same mtime.
 MTIME_TICK_NS = 20_000_000
-
-
-class Waiting(NamedTuple):
-    """A waiting task as the index knows it: enough for blocked/stuck reports and for a
-    line of `octopoid list`, without reading its file."""
-
-    id: str
-    created: str
-    blocked_by: list[str]
-    role: str  # which agents may claim it (a role no agent has is reported, not waited on)
-    title: str = ""
-    priority: str = ""
-    attempts: int = 0
-
-
-class WaitingDigest(NamedTuple):
-    """What `octopoid status` needs of the waiting tasks, without a row per task: those with
-    blockers (for the blocked report), how many wait per role (for unserved roles), and
-    the oldest without blockers (the oldest that can run, unless a blocked one is older and
-    its blockers are all done)."""
-
-    with_blockers: list[Waiting]
-    roles: dict[str, int]
-    oldest_free: Waiting | None
-
-    @classmethod
-    def of(cls, rows: Iterable[Waiting]) -> WaitingDigest:
-        """The digest of rows already read (the board has them all)."""
-        rows = list(rows)
-        roles: dict[str, int] = {}
-        for row in rows:
-            roles[row.role] = roles.get(row.role, 0) + 1
-        free = [w for w in rows if not w.blocked_by and w.created]
-        return cls(
-            [w for w in rows if w.blocked_by],
-            roles,
-            min(free, key=lambda w: w.created, default=None),
-        )
 
 
 SCHEMA_VERSION = 7  # 6: title and attempts, for `octopoid list`; 7: partial indexes
@@ -156,7 +118,13 @@ class WriterGate:
             os.close(fd)  # drops the lock
 
 
-class ClaimIndex:
+class ClaimIndex(TaskQueries):
+    MARK, INCOMING, LEDGER = "?", "incoming", "ledger"  # as ``TaskQueries`` reads them
+    BLOCKED, FREE = "blocked_by != ''", "blocked_by = ''"  # blockers: a space-separated list
+    TITLED = UNTITLED = "title, rank, attempts"
+    NO_LIMIT = -1
+    _blockers, _title = staticmethod(str.split), staticmethod(str)
+
     def __init__(self, db_path: Path, incoming_dir: Path) -> None:
         self.db_path = db_path
         self.incoming_dir = incoming_dir
@@ -174,6 +142,9 @@ class ClaimIndex:
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
+    def _reading(self) -> AbstractContextManager[sqlite3.Connection]:
+        return nullcontext(self._db())
+
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -188,20 +159,10 @@ class ClaimIndex:
         return conn
 
     def upsert(self, task: Task, inode: int) -> None:
-        rank, created, seq, task_id = claim_order(task)
-        not_before = int(task.not_before.timestamp()) if task.not_before else 0
-        row = (
-            task_id,
-            task.role,
-            rank,
-            created,
-            seq,
-            " ".join(task.blocked_by),
-            inode,
-            not_before,
-            task.title,
-            task.attempts,
-        )
+        rank, created, seq, tid = claim_order(task)
+        due = int(task.not_before.timestamp()) if task.not_before else 0
+        blocked = " ".join(task.blocked_by)
+        row = (tid, task.role, rank, created, seq, blocked, inode, due, task.title, task.attempts)
         self._db().execute("INSERT OR REPLACE INTO incoming VALUES (?,?,?,?,?,?,?,?,?,?)", row)
 
     def remove(self, task_id: str) -> None:
@@ -325,38 +286,6 @@ class ClaimIndex:
                 match = FILE_RE.fullmatch(name)
                 yield (match.group(1) if match else "/" + name), name, entry.inode()
 
-    def waiting(self, role: str | None = None, skip: int = 0, limit: int = -1) -> list[Waiting]:
-        """The tasks the index holds (of ``role``), in claim order, without reading a file:
-        all of them, or ``limit`` after the first ``skip`` (a page of `octopoid list`)."""
-        where, args = ("WHERE role = ?", [role]) if role is not None else ("", [])
-        rows = self._db().execute(
-            "SELECT id, created, blocked_by, role, title, rank, attempts FROM incoming "
-            f"{where} ORDER BY rank, created, seq, id LIMIT ? OFFSET ?",
-            [*args, limit, skip],
-        )
-        return [
-            Waiting(tid, created, blocked.split(), role, title, PRIORITIES[rank], attempts)
-            for tid, created, blocked, role, title, rank, attempts in rows
-        ]
-
-    def digest(self) -> WaitingDigest:
-        """``WaitingDigest`` in three queries: no row per task but the blocked ones."""
-        db = self._db()
-        blocked = [
-            Waiting(tid, created, blockers.split(), role)
-            for tid, created, blockers, role in db.execute(
-                "SELECT id, created, blocked_by, role FROM incoming WHERE blocked_by != '' "
-                "ORDER BY rank, created, seq, id"
-            )
-        ]
-        roles = dict(db.execute("SELECT role, count(*) FROM incoming GROUP BY role").fetchall())
-        oldest = db.execute(
-            "SELECT id, created, role FROM incoming WHERE blocked_by = '' AND created != '' "
-            "ORDER BY created, rank, seq, id LIMIT 1"
-        ).fetchone()
-        free = Waiting(oldest[0], oldest[1], [], oldest[2]) if oldest else None
-        return WaitingDigest(blocked, roles, free)
-
     # --- the usage ledger: turns, cost, state and last move per task, kept at every write ---
 
     def record_usage(self, task: Task, state: str, moved: float | None = None) -> None:
@@ -370,26 +299,6 @@ class ClaimIndex:
         """Where octopoid's last write left the task (a hand move does not change it)."""
         row = self._db().execute("SELECT state FROM ledger WHERE id = ?", (task_id,)).fetchone()
         return row[0] if row else None
-
-    def recent(self, state: str, limit: int) -> list[str]:
-        rows = self._db().execute(
-            "SELECT id FROM ledger WHERE state = ? ORDER BY moved DESC, id DESC LIMIT ?",
-            (state, limit),
-        )
-        return [task_id for (task_id,) in rows]
-
-    def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
-        """(turns, USD, the ``top`` tasks by cost) over every task that used anything."""
-        db = self._db()
-        turns, cost = db.execute(
-            "SELECT coalesce(sum(turns), 0), coalesce(sum(cost), 0) FROM ledger"
-        ).fetchone()
-        most = db.execute(
-            "SELECT id, state, turns, cost FROM ledger WHERE turns > 0 OR cost > 0 "
-            "ORDER BY cost DESC, id LIMIT ?",
-            (top,),
-        ).fetchall()
-        return turns, cost, most
 
     def rebuild_ledger(self, tasks: Iterable[Task]) -> int:
         """Forget the ledger and refill it from ``tasks`` (every task, read from the folders).

@@ -46,8 +46,9 @@ from ...model.tasks import (
     task_label,
 )
 from .base import Change, Guard, QueueStore, busy, id_order
-from .claim_index import ClaimIndex, Waiting, WaitingDigest
+from .claim_index import ClaimIndex
 from .folder_records import FolderJournals, FolderRecords
+from .queries import Waiting, WaitingDigest
 
 LOCK_STRIPES = 64  # bounded lock files; two tasks sharing a stripe only wait a moment
 NEW, OLD = ".new", ".old"  # a write's staged text, and the file it takes away
@@ -244,16 +245,9 @@ class FolderStore(QueueStore):
             if guard is not None and not guard(task):
                 return None
             change(task)
-            if os.path.lexists(dst_path):
+            if dst is not src and os.path.lexists(dst_path):
                 raise IllegalTransition(f"{task.label} is already in {dst.value}")
             self._write(task, dst)
-        return task
-
-    def update(self, task_id: TaskId, state: TaskState, change: Change) -> Task:
-        with writing(self.dir(state)), self._lock(task_id):
-            task = self._read_for_change(task_id, state)
-            change(task)
-            self._write(task, state)
         return task
 
     def _write(self, task: Task, state: TaskState) -> None:
@@ -354,10 +348,8 @@ class FolderStore(QueueStore):
             raise TaskParseError(f"{task_label(task_id)} was quarantined: {exc}") from None
 
     def claim(self, role: str | None, change: Change, now: datetime) -> Task | None:
-        if self.index.is_stale():
-            self.index.reconcile(self._read_or_quarantine)
         after = None
-        while batch := self.index.candidates(role, after, now.timestamp()):
+        while batch := self._fresh().candidates(role, after, now.timestamp()):
             for *key, blockers in batch:
                 after = tuple(key)
                 task_id = key[3]
@@ -394,23 +386,25 @@ class FolderStore(QueueStore):
             self.index.upsert(task, task.path.stat().st_ino)
         return ok
 
+    def _fresh(self) -> ClaimIndex:
+        """The claim index, rescanned first if anyone but octopoid changed incoming/."""
+        if self.index.is_stale():
+            self.index.reconcile(self._read_or_quarantine)
+        return self.index
+
     def waiting(
         self, role: str | None = None, skip: int = 0, limit: int = -1, *, titled: bool = True
     ) -> list[Waiting]:
-        if self.index.is_stale():  # the index keeps titles: ``titled`` costs nothing here
-            self.index.reconcile(self._read_or_quarantine)
-        return self.index.waiting(role, skip, limit)
+        return self._fresh().waiting(role, skip, limit)  # titles cost nothing here
 
     def waiting_digest(self) -> WaitingDigest:
-        if self.index.is_stale():
-            self.index.reconcile(self._read_or_quarantine)
-        return self.index.digest()
+        return self._fresh().waiting_digest()
 
     def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
         return self._ledger().usage(top)
 
     def recent(self, state: TaskState, limit: int = 10) -> list[str]:
-        return self._ledger().recent(state.value, limit)
+        return self._ledger().recent(state, limit)
 
     def _ledger(self) -> ClaimIndex:
         """The index with its ledger built (read from the folders once; then kept by writes)."""

@@ -70,11 +70,20 @@ def _walk(folder: Path) -> Iterator[Path]:
                 yield Path(where, name)
 
 
-class FolderRecords(Records):
+class _Files:
+    """What records and journals do alike with their files."""
+
     def __init__(self, root: Path, durable: bool = True) -> None:
         self.root = root
         self.durable = durable  # False (durability: relaxed): no fsync; replaces stay atomic
 
+    def _remove(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+        if self.durable:
+            fsync_dir(path.parent)
+
+
+class FolderRecords(_Files, Records):
     def _path(self, key: str) -> Path:
         return self.root / f"{check_key(key)}{SUFFIX}"
 
@@ -116,9 +125,7 @@ class FolderRecords(Records):
                 raise changed(key, expected_version, None if found is None else found.version)
             if found is None:
                 return False
-            path.unlink()
-            if self.durable:
-                fsync_dir(path.parent)
+            self._remove(path)
         return True
 
     def list(self, prefix: str = "") -> dict[str, Record]:
@@ -133,11 +140,7 @@ class FolderRecords(Records):
         return dict(sorted(found.items()))
 
 
-class FolderJournals(Journals):
-    def __init__(self, root: Path, durable: bool = True) -> None:
-        self.root = root
-        self.durable = durable
-
+class FolderJournals(_Files, Journals):
     def _path(self, kind: str, key: str) -> Path:
         check_journal(kind, key)
         return self.root / kind / f"{key}{SUFFIX}"
@@ -212,13 +215,9 @@ class FolderJournals(Journals):
     def finish(self, journal: Journal) -> None:
         path = self._held_path(journal)
         with writing(self.root, "a journal"), holding(_beside(path, "lock"), remove=True):
-            path.unlink(missing_ok=True)
-            if self.durable:
-                fsync_dir(path.parent)
+            self._remove(path)
 
     def pending(self, kind: str | None = None) -> list[Journal]:
-        if kind is not None:
-            check_kind(kind)
-        folder = self.root / kind if kind else self.root
+        folder = self.root if kind is None else self.root / check_kind(kind)
         found = [j for path in _walk(folder) if (j := self._journal(path)) is not None]
         return sorted(found, key=lambda j: (j.begun, j.kind, j.key))

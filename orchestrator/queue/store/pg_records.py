@@ -29,6 +29,7 @@ from .records import (
 )
 
 _JOURNAL = "kind, key, steps, done, data, begun"
+_ONE = f"SELECT {_JOURNAL} FROM octopoid.journals WHERE kind = %s AND key = %s"
 
 
 def _lock_name(kind: str, key: str) -> str:
@@ -123,19 +124,14 @@ class PostgresJournals(Journals):
                 )
                 row = cur.fetchone()
                 if row is None:  # open already: read in a new snapshot (read committed)
-                    cur.execute(
-                        f"SELECT {_JOURNAL} FROM octopoid.journals WHERE kind = %s AND key = %s",
-                        (kind, key),
-                    )
+                    cur.execute(_ONE, (kind, key))
                     row = cur.fetchone()
                 if row is not None:
                     return _journal(row)
 
     def get(self, kind: str, key: str) -> Journal | None:
         check_journal(kind, key)
-        row = self.db.one(
-            f"SELECT {_JOURNAL} FROM octopoid.journals WHERE kind = %s AND key = %s", (kind, key)
-        )
+        row = self.db.one(_ONE, (kind, key))
         return None if row is None else _journal(row)
 
     @contextmanager

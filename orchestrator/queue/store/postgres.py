@@ -12,7 +12,7 @@ import os
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -20,7 +20,6 @@ from typing import Any
 
 from ...model.exceptions import IllegalTransition, LostRace, TaskNotFound, TaskParseError
 from ...model.tasks import (
-    PRIORITIES,
     TITLE_RE,
     Task,
     TaskId,
@@ -34,8 +33,8 @@ from ...model.tasks import (
 from ...pg import schema
 from ...pg.database import Database
 from .base import Change, Guard, QueueStore, busy, id_order
-from .claim_index import Waiting, WaitingDigest
 from .pg_records import PostgresJournals, PostgresRecords
+from .queries import TaskQueries
 
 _COLUMNS = "state, body, role, rank, created, seq, blocked_by, not_before, turns, cost"
 _VALUES = ", ".join(["%s"] * len(_COLUMNS.split(",")))
@@ -93,14 +92,27 @@ def _title(first_line: str) -> str:
     return match.group(2) if match else ""
 
 
-class PostgresStore(QueueStore):
+class PostgresStore(TaskQueries, QueueStore):
     drops_notes_when_done = True  # done and its notes gone are one commit, one round trip
+    MARK, LEDGER = "%s", "octopoid.tasks"  # as ``TaskQueries`` reads them
+    INCOMING = "(SELECT * FROM octopoid.tasks WHERE state = 'incoming') AS incoming"
+    BLOCKED, FREE = "cardinality(blocked_by) > 0", "cardinality(blocked_by) = 0"
+    TITLED = (  # the title from the body's first line; attempts from its headers
+        "split_part(body, E'\\n', 1), rank, "
+        "coalesce(substring(body from '\\nATTEMPTS: (\\d+)\\n')::int, 0)"
+    )
+    UNTITLED = "'', rank, 0"  # without reading every body
+    NO_LIMIT = None
+    _blockers, _title = staticmethod(list), staticmethod(_title)
 
     def __init__(self, db: Database) -> None:
         self.db = db  # ``pg.schema.shared``: this process's pool, shared with the memory
 
     def close(self) -> None:
         self.db.close()
+
+    def _reading(self) -> AbstractContextManager[Any]:
+        return self.db.tx()
 
     def initialize(self) -> None:
         schema.initialize(self.db)
@@ -243,9 +255,6 @@ class PostgresStore(QueueStore):
             raise task
         return task
 
-    def update(self, task_id: TaskId, state: TaskState, change: Change) -> Task:
-        return self.move(task_id, state, state, change)
-
     def _locked(self, cur: Any, task_id: TaskId, state: TaskState) -> Task | TaskParseError:
         """The task's row locked for this transaction; ``LostRace`` if not in ``state``."""
         cur.prepared(_LOCKED, (task_id,))
@@ -326,67 +335,6 @@ class PostgresStore(QueueStore):
                 change(task)
                 self._save(cur, task, TaskState.CLAIMED)
                 return task
-
-    def waiting(
-        self, role: str | None = None, skip: int = 0, limit: int = -1, *, titled: bool = True
-    ) -> list[Waiting]:
-        body = (  # the title from the body's first line; attempts from its headers
-            "split_part(body, E'\\n', 1), rank, "
-            "coalesce(substring(body from '\\nATTEMPTS: (\\d+)\\n')::int, 0)"
-            if titled
-            else "'', rank, 0"
-        )
-        with self.db.tx() as cur:
-            cur.execute(
-                f"SELECT id, created, blocked_by, role, {body} "
-                "FROM octopoid.tasks WHERE state = 'incoming' AND (%s::text IS NULL OR role = %s) "
-                f"ORDER BY {_CLAIM_ORDER} LIMIT %s OFFSET %s",
-                (role, role, None if limit < 0 else limit, skip),
-            )
-            return [
-                Waiting(tid, created, list(blocked), role, _title(first), PRIORITIES[rank], n)
-                for tid, created, blocked, role, first, rank, n in cur
-            ]
-
-    def waiting_digest(self) -> WaitingDigest:
-        with self.db.tx() as cur:
-            cur.execute(
-                "SELECT id, created, blocked_by, role FROM octopoid.tasks WHERE state = "
-                f"'incoming' AND cardinality(blocked_by) > 0 ORDER BY {_CLAIM_ORDER}"
-            )
-            blocked = [Waiting(tid, created, list(b), role) for tid, created, b, role in cur]
-            cur.execute(
-                "SELECT role, count(*) FROM octopoid.tasks WHERE state = 'incoming' GROUP BY role"
-            )
-            roles = {role: int(n) for role, n in cur.fetchall()}
-            cur.execute(
-                "SELECT id, created, role FROM octopoid.tasks WHERE state = 'incoming' AND "
-                "cardinality(blocked_by) = 0 AND created != '' "
-                "ORDER BY created, rank, seq, id LIMIT 1"
-            )
-            oldest = cur.fetchone()
-        free = Waiting(oldest[0], oldest[1], [], oldest[2]) if oldest else None
-        return WaitingDigest(blocked, roles, free)
-
-    def usage(self, top: int = 10) -> tuple[int, float, list[tuple[str, str, int, float]]]:
-        with self.db.tx() as cur:
-            cur.execute(
-                "SELECT coalesce(sum(turns), 0), coalesce(sum(cost), 0) FROM octopoid.tasks"
-            )
-            turns, cost = cur.fetchone()
-            cur.execute(
-                "SELECT id, state, turns, cost FROM octopoid.tasks WHERE turns > 0 OR cost > 0 "
-                "ORDER BY cost DESC, id LIMIT %s",
-                (top,),
-            )
-            return int(turns), float(cost), [tuple(row) for row in cur.fetchall()]
-
-    def recent(self, state: TaskState, limit: int = 10) -> list[str]:
-        rows = self.db.fetch(
-            "SELECT id FROM octopoid.tasks WHERE state = %s ORDER BY moved DESC, id DESC LIMIT %s",
-            (state.value, limit),
-        )
-        return [task_id for (task_id,) in rows]
 
     def rebuild(self) -> int:
         """Recompute every row's claim and ledger columns from its text."""
