@@ -103,3 +103,13 @@ def test_doctor_shows_every_boxs_list_as_it_would_get_it(
         "network of s (command): allow, naming nothing (every destination is refused and noted)",
         "network of the checks: none",
     ]
+
+
+def test_a_box_without_a_named_network_never_reads_the_api_address(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an address no URL parser takes: only a box whose list names the API needs to read it
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://[::1")
+    agents(project, {"name": "c", "role": "implement", "backend": "claude-code",
+                     "sandbox": {"network": "none"}})  # fmt: skip
+    assert doctor.network()[0] == "network of c (claude-code): none"

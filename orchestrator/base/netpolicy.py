@@ -195,8 +195,9 @@ def agent_network(
     backend's API, the project's ``sandbox.network.allow`` and its own. ``env`` is the
     environment its box gets (where the API's address may be named)."""
     own = (agent.get("sandbox") or {}).get("network") or {}
-    api = api_entries(agent.get("backend", ""), env)
-    return _named(agent_mode(agent, cfg), cfg, own.get("allow", []), api)
+    mode = agent_mode(agent, cfg)  # only a named network reads the API's address
+    api = api_entries(agent.get("backend", ""), env) if mode == "allow" else []
+    return _named(mode, cfg, own.get("allow", []), api)
 
 
 def checks_network(cfg: dict[str, Any]) -> tuple[str, list[str]]:
