@@ -110,6 +110,11 @@ def test_a_box_without_a_named_network_never_reads_the_api_address(
 ) -> None:
     # an address no URL parser takes: only a box whose list names the API needs to read it
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://[::1")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
     agents(project, {"name": "c", "role": "implement", "backend": "claude-code",
-                     "sandbox": {"network": "none"}})  # fmt: skip
-    assert doctor.network()[0] == "network of c (claude-code): none"
+                     "sandbox": {"network": "none"}},
+           {"name": "d", "role": "implement", "backend": "claude-code"})  # fmt: skip
+    assert doctor.network()[:2] == [
+        "network of c (claude-code): none",
+        "network of d (claude-code): allow: only api.anthropic.com:443",  # as with no URL
+    ]

@@ -164,8 +164,10 @@ def api_entries(backend: str, env: dict[str, str]) -> list[str]:
     runner, and a ``command`` agent names what it needs itself: none."""
     if backend != "claude-code":
         return []
-    url = env.get("ANTHROPIC_BASE_URL")
-    parts = urlsplit(url) if url else None
+    try:
+        parts = urlsplit(env.get("ANTHROPIC_BASE_URL") or "")
+    except ValueError:  # ``http://[::1``: no URL, and the CLI cannot use it either
+        parts = None
     entries = [ANTHROPIC_API]
     if parts is not None and parts.hostname:
         try:
