@@ -305,6 +305,8 @@ class MemoryStore(NoteStore):
         self.db.execute("PRAGMA synchronous=NORMAL")  # WAL: safe against crashes of ours
         if self._version() < SCHEMA_VERSION:
             self._migrate()
+        elif self.db.execute("SELECT 1 FROM notes WHERE length IS NULL LIMIT 1").fetchone():
+            self.index_pending()  # a migration's indexing cut short (a crash), a bulk load
 
     def _version(self) -> int:
         return int(self.db.execute("PRAGMA user_version").fetchone()[0])
