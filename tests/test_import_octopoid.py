@@ -190,6 +190,22 @@ def test_headers_history_and_state_details_are_kept(project: Path, octo: Octopoi
     assert escalated.history[1].endswith("octopoid: escalated  (octopoid: a4000099)")
 
 
+def test_a_number_too_long_for_int_is_a_dropped_header_not_a_crash(
+    project: Path, tmp_path: Path
+) -> None:
+    """``int`` refuses over 4,300 digits (and ``isdigit`` passes ``²``): each header is
+    dropped with its reason, the task still comes in."""
+    o = Octopoid(tmp_path / "old-checkout")
+    prov = o.task("provisional", "d1000001", "Waiting for review")
+    o.append(prov, f"\nCOMMITS_COUNT: {'9' * 5000}\nTURNS_USED: \u00b2\n")
+    report = importer.import_octopoid(o.root)
+    task = q.get_task("d1000001")
+    assert task.state is S.PROVISIONAL and "COMMITS" not in task.headers
+    assert "TURNS" not in task.headers
+    dropped = [p for p in report.problems if "is not usable here; dropped" in p]
+    assert len(dropped) == 2, report.problems
+
+
 def test_notes_are_converted_and_attempts_continue(project: Path, octo: Octopoid) -> None:
     importer.import_octopoid(octo.root)
     notes = q.get_task_notes("b1000001")

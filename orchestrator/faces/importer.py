@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base.redaction import redact
+from ..base.text import ascii_int
 from ..model import defaults
 from ..model.exceptions import InvalidInput, InvalidTaskId, OctopoidError, TaskParseError
 from ..model.tasks import (
@@ -344,7 +345,8 @@ def _usable(key: str, value: str) -> str | None:
         return value if valid_branch_name(value) else None
     if key in WHOLE_NUMBER_HEADERS:
         low, high = WHOLE_NUMBER_HEADERS[key]
-        return value if value.isascii() and value.isdigit() and low <= int(value) <= high else None
+        number = ascii_int(value)
+        return value if number is not None and low <= number <= high else None
     if key in TIME_HEADERS or key.endswith("_AT"):
         moment = _utc_text(value, local=True)
         return moment or (None if key in TIME_HEADERS else value)
