@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.base.text import ascii_int
 from orchestrator.model.exceptions import TaskParseError
-from orchestrator.model.tasks import utcnow
+from orchestrator.model.tasks import WHOLE_NUMBER_HEADERS, utcnow
 from orchestrator.queue import machine as q
 
 BAD_FILES = {
@@ -106,3 +107,12 @@ def test_quarantine_file_moves_any_file_aside_with_its_reason(project: Path) -> 
     assert q.get_store().list_quarantine() == [
         ("TASK-80.md", "held back by hand\n(from incoming/TASK-80.md)")
     ]
+
+
+def test_a_number_from_text_is_ascii_digits_within_any_header_s_range() -> None:
+    """``ascii_int`` refuses what ``int`` would refuse or misread, and reads every whole-number
+    header's range: a cap below the longest (``PID_START``, 19 digits) would drop real ones."""
+    for low, high in WHOLE_NUMBER_HEADERS.values():
+        assert (ascii_int(str(low)), ascii_int(str(high))) == (low, high)
+    for hostile in ("", "²", "\u0661", " 1", "-1", "1.0", "9" * 21, "9" * 5000):
+        assert ascii_int(hostile) is None, hostile

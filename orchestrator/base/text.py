@@ -41,7 +41,8 @@ def clean_text(value: str, what: str) -> str:
 
 
 def ascii_int(value: str) -> int | None:
-    """``value``'s number when it is 1 to 18 ASCII digits, else None. ``isdigit`` alone
+    """``value``'s number when it is 1 to 20 ASCII digits, else None. ``isdigit`` alone
     passes ``²``, which ``int`` refuses, and ``١٢``, which it reads; ``int`` refuses over
-    4,300 digits too: each would be a traceback on hostile input. No count here is longer."""
-    return int(value) if len(value) < 19 and value.isascii() and value.isdigit() else None
+    4,300 digits too: each would be a traceback on hostile input. 20 digits hold any
+    64-bit count (``PID_START`` is the longest header: 2**63 - 1, 19 digits)."""
+    return int(value) if len(value) <= 20 and value.isascii() and value.isdigit() else None
