@@ -52,8 +52,13 @@ if "TMPDIR" not in os.environ and os.access("/dev/shm", os.W_OK | os.X_OK):
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: a worker a core and one more. The suite mostly waits on the real
     processes it starts (daemons, runners, agents, git, bwrap), so on two cores a third
-    worker fills the waits: 413 s against 477-508 s with two, the same code (README)."""
-    return (os.cpu_count() or 1) + 1
+    worker fills the waits: 413 s against 477-508 s with two, the same code (README). The
+    cores are those this process may run on (a container's or ``taskset``'s), as xdist counts."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return cores + 1
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
